@@ -1,0 +1,123 @@
+/* The op interface: one table of functions per backend (cpu/, cuda/).
+ *
+ * A kernel knows shapes and pointers only. Shapes use a fixed letter code:
+ *   B batch, T time (sequence), C model width, N = B*T rows, V vocab,
+ *   Hq query heads, Hkv key/value heads, D head dim, F mlp width, OC output channels.
+ * Matrices are row-major. Weights follow torch.nn.Linear: w is (OC, C) and
+ * out = inp @ w^T + bias.
+ *
+ * Gradient conventions (so the model can chain ops without extra copies):
+ *   - parameter gradients (dw, dbias, dwte, ...) accumulate: +=
+ *   - matmul dinp, attention dqkv, glu/gelu dx are overwritten: =
+ *   - norm dx accumulates (+=): it is the residual stream's gradient.
+ *
+ * pp_real is float in production builds; tests build the same sources with
+ * -DPP_F64 so that finite differences run in double precision. */
+#ifndef PP_OPS_H
+#define PP_OPS_H
+
+#include <stddef.h>
+
+#ifdef PP_F64
+typedef double pp_real;
+#else
+typedef float pp_real;
+#endif
+
+enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
+
+/* Targets below zero (Hugging Face uses -100) are ignored by the loss. */
+#define PP_IGNORE_INDEX (-100)
+
+typedef struct pp_ops {
+	const char *name;
+
+	/* memory on the backend's device */
+	void *(*alloc)(size_t bytes); /* zero-filled; NULL on failure */
+	void (*free)(void *p);
+	void (*to_device)(void *dst, const void *host_src, size_t bytes);
+	void (*to_host)(void *host_dst, const void *src, size_t bytes);
+	void (*zero)(void *p, size_t bytes);
+
+	/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); bias may be NULL */
+	void (*matmul_fwd)(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+			   int N, int C, int OC);
+	/* dinp (N,C) = dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
+	 * Any of dinp, dw, dbias may be NULL. */
+	void (*matmul_bwd)(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
+			   const pp_real *inp, const pp_real *w, int N, int C, int OC);
+
+	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T) */
+	void (*embed_fwd)(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+			  pp_real scale, int B, int T, int C, int pos0);
+	/* dwte += scatter(dout * scale); dwpe (if not NULL) += sum_b dout */
+	void (*embed_bwd)(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+			  pp_real scale, int B, int T, int C, int pos0);
+
+	/* RMSNorm over rows: out (N,C) = x * rstd * (offset + w); rstd (N) saved.
+	 * offset is 0 (Llama) or 1 (Gemma). */
+	void (*rmsnorm_fwd)(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+			    pp_real eps, pp_real offset, int N, int C);
+	void (*rmsnorm_bwd)(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
+			    const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C);
+	/* LayerNorm with bias: out = (x - mean) * rstd * w + b; mean, rstd (N) saved */
+	void (*layernorm_fwd)(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
+			      const pp_real *w, const pp_real *b, pp_real eps, int N, int C);
+	void (*layernorm_bwd)(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
+			      const pp_real *x, const pp_real *w, const pp_real *mean,
+			      const pp_real *rstd, int N, int C);
+
+	/* Rotary embedding, Hugging Face rotate-half convention, in place on the
+	 * q and k heads of qkv (B,T,(Hq+2Hkv)*D); v is untouched. Position of
+	 * token t is pos0 + t; frequency i is theta^(-2i/D). rope_bwd applies the
+	 * inverse rotation to dqkv in place. */
+	void (*rope_fwd)(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+	void (*rope_bwd)(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+
+	/* Causal attention with grouped kv heads (query head h reads kv head
+	 * h / (Hq/Hkv)), scale 1/sqrt(D). qkv (B,T,(Hq+2Hkv)*D) holds q heads,
+	 * then k heads, then v heads in each row. window > 0 restricts query i to
+	 * keys j with i - window < j <= i (Mistral's sliding window).
+	 * out (B,T,Hq*D); lse (B,Hq,T) is the log-sum-exp of each score row,
+	 * saved for the backward pass. */
+	void (*attention_fwd)(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+			      int Hkv, int D, int window);
+	/* dqkv (B,T,(Hq+2Hkv)*D) = gradient w.r.t. qkv, given dout (B,T,Hq*D) */
+	void (*attention_bwd)(pp_real *dqkv, const pp_real *dout, const pp_real *out,
+			      const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+			      int D, int window);
+
+	/* Gated MLP: gu (N,2F) holds [gate | up] per row; out (N,F) = act(gate) * up */
+	void (*glu_fwd)(pp_real *out, const pp_real *gu, int N, int F, int act);
+	void (*glu_bwd)(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
+	/* GELU (tanh approximation), elementwise over n */
+	void (*gelu_fwd)(pp_real *out, const pp_real *x, size_t n);
+	void (*gelu_bwd)(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
+
+	/* out = a + b (out may alias a or b) */
+	void (*add)(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
+	/* x *= s */
+	void (*scale)(pp_real *x, pp_real s, size_t n);
+	/* sum of squares, accumulated in double */
+	double (*sumsq)(const pp_real *x, size_t n);
+
+	/* Softmax cross-entropy over logits (N,V): losses (N) = -log softmax[target]
+	 * (0 where target < 0). If dlogits is not NULL it receives
+	 * (softmax - onehot(target)) * dscale (0 rows for ignored targets);
+	 * dlogits may alias logits. */
+	void (*crossentropy)(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+			     const int *targets, int N, int V, pp_real dscale);
+
+	/* AdamW on n parameters, step t >= 1 (bias correction), gradient
+	 * multiplied by gscale first (clipping / averaging).
+	 * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
+	void (*adamw)(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
+		      float b1, float b2, float eps, float wd, long t, float gscale);
+} pp_ops;
+
+extern const pp_ops pp_ops_cpu;
+
+/* The table for "cpu" or "cuda"; NULL if that backend is not built in. */
+const pp_ops *pp_ops_find(const char *device);
+
+#endif

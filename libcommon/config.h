@@ -1,0 +1,113 @@
+/* Run configuration: JSON files (jansson) + key=value overrides, resolved
+ * against a model preset and validated before anything is allocated.
+ *
+ * Resolution order: the --cfg file (or {}), then each override "a.b=v" (v is
+ * parsed as JSON when it parses, else taken as a string), then the model
+ * preset named by model.preset (a string "model": "x" means {"preset": "x"})
+ * under the preset's own keys, then defaults for every missing key. */
+#ifndef PP_CONFIG_H
+#define PP_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define PP_PATH_MAX 4096
+
+enum { PP_MLP_SWIGLU, PP_MLP_GEGLU, PP_MLP_GELU };
+enum { PP_NORM_RMS, PP_NORM_LAYER };
+enum { PP_POS_ROPE, PP_POS_LEARNED, PP_POS_RELATIVE };
+enum { PP_FAMILY_LLAMA, PP_FAMILY_MISTRAL, PP_FAMILY_MIXTRAL, PP_FAMILY_GEMMA, PP_FAMILY_GPT };
+
+typedef struct {
+	char preset[64];
+	int family;       /* PP_FAMILY_*: picks the Hugging Face parameter names */
+	int d_model;
+	int n_heads;
+	int n_kv_heads;
+	int head_dim;     /* default d_model / n_heads */
+	int d_ff;         /* mlp width (per expert for MoE) */
+	int n_layers;
+	int vocab_size;
+	int max_seq_len;  /* positions table size / trained context */
+	int mlp;          /* PP_MLP_* */
+	int norm;         /* PP_NORM_* */
+	double norm_eps;
+	double norm_offset; /* 1 for Gemma's (1 + w) RMSNorm */
+	int pos;          /* PP_POS_* */
+	double rope_theta;
+	int sliding_window; /* 0 = full causal */
+	bool tied_embeddings;
+	bool embed_scale;   /* multiply embeddings by sqrt(d_model) (Gemma) */
+	bool bias;          /* biases on linear layers (GPT) */
+	int n_experts;      /* 0 = dense */
+	int top_k;
+	int moe_every;      /* every k-th layer is MoE (1 = all) */
+	double capacity_factor; /* 0 = dropless */
+	double init_std;
+	bool scaled_residual_init; /* GPT-2: residual projections std / sqrt(2 * n_layers) */
+} pp_model_cfg;
+
+typedef struct {
+	pp_model_cfg model;
+
+	long steps;
+	int global_batch;   /* sequences per optimizer step (all dp ranks) */
+	int microbatch;     /* sequences per forward/backward */
+	int seq_len;
+
+	/* mesh: world size = pp * dp * tp; tp innermost, then dp, then pp */
+	int pp, dp, tp;
+	int microbatches;   /* per dp rank per step: global_batch / (dp * microbatch) */
+	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
+	char schedule[16];  /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
+	bool recompute;     /* recompute activations in the backward pass */
+	bool shard_optimizer; /* ZeRO-1 */
+
+	double lr;
+	struct {
+		char type[16];      /* cosine | linear | constant | wsd */
+		long warmup_steps;  /* -1 = warmup_fraction * steps */
+		double warmup_fraction;
+		double final_fraction; /* lr at the end = final_fraction * lr */
+		double decay_fraction; /* wsd: share of steps spent decaying */
+	} lr_schedule;
+	struct {
+		double b1, b2, eps, weight_decay;
+		bool decay_norms_and_biases;
+	} adamw;
+	double clip_norm;  /* 0 = off */
+	uint64_t seed;
+	char dtype[8];     /* fp32 | bf16 */
+	char device[8];    /* cpu | cuda */
+	char nan_policy[8]; /* abort | skip */
+
+	char data[PP_PATH_MAX]; /* "synthetic" or a token dataset */
+	char run_dir[PP_PATH_MAX];
+	long checkpoint_period; /* 0 = only at the end */
+	int keep;               /* keep the newest K checkpoints (0 = all) */
+	long eval_interval;     /* 0 = off */
+	int eval_batches;
+	long log_period;
+
+	json_t *json; /* the fully resolved config (owned) */
+} pp_config;
+
+/* Loads and validates. cfg_path may be NULL. Exit-2 class errors
+ * (PP_EUSAGE) name the key and value at fault. */
+int pp_config_load(pp_config *c, const char *cfg_path, int n_overrides, char *const *overrides,
+		   pp_err *e);
+/* The same from an already resolved JSON text (a checkpoint's config). */
+int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e);
+void pp_config_free(pp_config *c);
+/* The resolved config as pretty JSON (caller frees). */
+char *pp_config_dump(const pp_config *c);
+/* Directory holding models/*.json: $PP_CONFIG_DIR, else ../configs beside the
+ * executable, else the installed share directory. */
+const char *pp_config_dir(void);
+
+const char *pp_family_name(int family);
+
+#endif
