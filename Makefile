@@ -19,7 +19,7 @@ LIB64   := $(B)/f64/libpp.a
 # tests that need double precision (finite differences) link the -DPP_F64 build
 F64TESTS := test_ops test_gradcheck
 TESTSRC := $(wildcard tests/test_*.c)
-TESTBIN := $(patsubst tests/%.c,$(B)/tests/%,$(TESTSRC))
+TESTBIN := $(patsubst tests/%.c,$(B)/tests/%,$(TESTSRC) $(wildcard tests/tool_*.c))
 
 all: $(TOOLS)
 
@@ -48,7 +48,11 @@ $(addprefix $(B)/tests/,$(F64TESTS)): $(B)/tests/%: $(B)/f64/obj/tests/%.o $(LIB
 
 tests: $(TOOLS) $(TESTBIN)
 
-test: tests
+deps:
+	@scripts/install-deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory -j2 tests
 	@tests/run.sh
 
 install: $(TOOLS)
@@ -63,6 +67,6 @@ install: $(TOOLS)
 clean:
 	rm -rf $(B)
 
-.PHONY: all tests test install clean
+.PHONY: all deps tests test install clean
 .SECONDARY:
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -20,7 +20,12 @@
 #define PP_CKPT_DATA_STATE 16
 
 /* One tensor slice held by this shard. Host pointers; m and v may be NULL
- * when optimizer state is not saved or loaded. */
+ * when optimizer state is not saved or loaded (both or neither).
+ * A slice is one rectangular block of the whole tensor. global_shape all
+ * zero means "not sliced": the slice is the whole tensor (offset 0).
+ * Across the shards of one checkpoint every element of a tensor is saved
+ * exactly once: a tensor replicated over tp ranks is passed by tp rank 0
+ * only. */
 typedef struct {
 	const char *name; /* Hugging Face name, e.g. model.layers.0.mlp.up_proj.weight */
 	int ndim;
@@ -61,5 +66,77 @@ int ckpt_read_config(const char *dir, char **json_text, pp_err *e);
  * by name (m and v too when not NULL). A missing tensor, a shape mismatch
  * or a missing file is an error naming it. */
 int ckpt_load(const char *dir, ckpt_state *s, pp_err *e);
+
+/* ---- multi-rank save, and the pieces of ckpt_save ----
+ * ckpt_save(run, s, keep) is ckpt_begin + ckpt_write_shard + ckpt_commit in
+ * one process. With a pp x tp mesh:
+ *   rank 0:                 ckpt_begin(run, step, tmp, ...); share tmp
+ *   dp rank 0 of each (pp, tp): ckpt_write_shard(tmp, s)
+ *   barrier, then rank 0:   ckpt_commit(run, tmp, step, keep)
+ * Only dp rank 0 writes (in this version a shard holds params, m and v). */
+
+/* Creates RUN/checkpoints (mkdir -p) and an empty temporary directory
+ * RUN/checkpoints/.tmp-step_NNNNNNNN-PID, returned in tmp_dir. Removes stale
+ * .tmp-* and .trash-* directories left by processes no longer alive. */
+int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, pp_err *e);
+
+/* Writes this process's shard file (s->pp_rank, s->tp_rank) into dir and
+ * fsyncs it. */
+int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e);
+
+/* Builds manifest.json from the shard files in tmp_dir (checking that every
+ * pp x tp shard is there and every tensor is covered exactly once), fsyncs,
+ * renames tmp_dir to RUN/checkpoints/step_NNNNNNNN (replacing an existing
+ * one safely) and keeps the newest `keep` complete checkpoints plus this
+ * one (keep 0 keeps all). */
+int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, pp_err *e);
+
+/* File names inside a checkpoint directory. The optimizer-shard name is
+ * reserved for per-dp optimizer state (ZeRO); version 1 does not write it. */
+void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank);
+void ckpt_optim_name(char *buf, size_t size, int pp_rank, int tp_rank, int dp_rank);
+
+/* ---- reading the manifest (for pp-ckpt: list, inspect, reshard) ---- */
+typedef struct {
+	char name[64]; /* inside the checkpoint directory */
+	int64_t bytes;
+	char sha256[65];
+} ckpt_file_info;
+
+typedef struct {
+	int file; /* index into ckpt_manifest.files */
+	int64_t offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM];
+} ckpt_slice_info;
+
+typedef struct {
+	char *name;
+	int ndim;
+	int64_t global_shape[PP_CKPT_MAXDIM];
+	bool adam; /* m and v saved too */
+	int n_shards;
+	ckpt_slice_info *shards;
+} ckpt_tensor_info;
+
+typedef struct {
+	int version;
+	long step;
+	int pp_size, tp_size, dp_size;
+	int n_files;
+	ckpt_file_info *files; /* sorted by name */
+	int n_tensors;
+	ckpt_tensor_info *tensors; /* sorted by name */
+} ckpt_manifest;
+
+/* Parses and checks DIR/manifest.json (format, version, shards inside their
+ * tensors, disjoint and covering). Files are not opened. */
+int ckpt_read_manifest(const char *dir, ckpt_manifest *m, pp_err *e);
+void ckpt_manifest_free(ckpt_manifest *m);
+/* The tensor called name, or NULL. */
+const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name);
+
+/* Reads a whole tensor, reassembled from its shards, into out (global_shape,
+ * row-major). group is "params", "adam_m" or "adam_v". */
+int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group,
+		     pp_real *out, pp_err *e);
 
 #endif

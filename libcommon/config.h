@@ -104,7 +104,7 @@ int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e);
 void pp_config_free(pp_config *c);
 /* The resolved config as pretty JSON (caller frees). */
 char *pp_config_dump(const pp_config *c);
-/* Directory holding models/*.json: $PP_CONFIG_DIR, else ../configs beside the
+/* Directory holding the models/NAME.json presets: $PP_CONFIG_DIR, else ../configs beside the
  * executable, else the installed share directory. */
 const char *pp_config_dir(void);
 

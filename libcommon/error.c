@@ -26,6 +26,16 @@ int pp_err_prefix(pp_err *e, const char *fmt, ...)
 	vsnprintf(pre, sizeof pre, fmt, ap);
 	va_end(ap);
 	memcpy(old, e->msg, sizeof old);
-	snprintf(e->msg, sizeof e->msg, "%s: %s", pre, old);
+	/* the prefix first, then as much of the old message as fits */
+	size_t n = strlen(pre);
+	if (n > sizeof e->msg - 3)
+		n = sizeof e->msg - 3;
+	memcpy(e->msg, pre, n);
+	memcpy(e->msg + n, ": ", 2);
+	size_t room = sizeof e->msg - n - 3, len = strnlen(old, sizeof old);
+	if (len > room)
+		len = room;
+	memcpy(e->msg + n + 2, old, len);
+	e->msg[n + 2 + len] = 0;
 	return e->code;
 }

@@ -43,6 +43,7 @@ typedef struct {
 	int layer_begin, layer_end;
 	bool first, last;
 	int B, T, n_slots;
+	bool recompute;
 
 	int n_params;
 	pp_param *params;
@@ -54,9 +55,10 @@ typedef struct {
 
 /* Builds the parameter table and allocates weights, gradients and
  * activations for microbatches of (B,T). Parameters are zero until
- * stage_init_params or a checkpoint load. */
+ * stage_init_params or a checkpoint load. With recompute, forward keeps only
+ * each layer's input and backward recomputes the rest layer by layer. */
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, int layer_begin,
-		 int layer_end, int B, int T, int n_slots, pp_err *e);
+		 int layer_end, int B, int T, int n_slots, bool recompute, pp_err *e);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,

@@ -1,0 +1,79 @@
+/* pp-init: writes the step-0 checkpoint, or plans memory and FLOPs. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../libcommon/ckpt.h"
+#include "../libcommon/cli.h"
+#include "../libcommon/log.h"
+#include "../libcommon/plan.h"
+#include "../libcommon/train.h"
+
+static int write_step0(pp_config *cfg, pp_err *e)
+{
+	char dir[PP_PATH_MAX + 64];
+	long step = -1;
+	int rc = ckpt_find_latest(cfg->run_dir, dir, sizeof dir, &step, e);
+	if (rc)
+		return rc;
+	if (step >= 0)
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s already holds checkpoint step %ld; pp-init writes new runs only",
+				 cfg->run_dir, step);
+	trainer t;
+	rc = trainer_open(&t, cfg, true, e);
+	if (!rc) {
+		trainer_init(&t);
+		rc = trainer_save(&t, e);
+	}
+	if (!rc)
+		printf("%s/checkpoints/step_00000000 (%zu parameters, seed %llu)\n", cfg->run_dir,
+		       t.stage.n_elems, (unsigned long long)cfg->seed);
+	trainer_close(&t);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	bool plan = false, json = false;
+	const char *out = NULL;
+	const cli_opt opts[] = {
+		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out, NULL},
+		{"--plan", NULL, "print parameters, FLOPs and per-rank memory; allocate nothing", NULL, &plan},
+		{"--json", NULL, "with --plan: one JSON object on stdout", NULL, &json},
+		{0},
+	};
+	const cli_spec spec = {"pp-init", "--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json])",
+			       "Write a seeded step-0 checkpoint, or plan a layout's memory and FLOPs.",
+			       opts, true};
+	log_set_prefix("pp-init", 0, 1);
+	pp_err e = {0};
+	cli_args args;
+	pp_config cfg = {0};
+	char *run_override = NULL;
+	int rc = cli_parse(&spec, argc, argv, &args, &e);
+	if (rc < 0)
+		return 0;
+	if (!rc && !plan && !out)
+		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUNDIR (or --plan); see pp-init --help");
+	if (!rc && out) {
+		json_t *s = json_string(out);
+		char *quoted = json_dumps(s, JSON_ENCODE_ANY);
+		json_decref(s);
+		if (asprintf(&run_override, "run_dir=%s", quoted) < 0)
+			run_override = NULL;
+		free(quoted);
+		args.overrides[args.n_overrides++] = run_override;
+	}
+	if (!rc)
+		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
+	if (!rc && plan)
+		rc = plan_print(stdout, &cfg, json, &e);
+	else if (!rc)
+		rc = write_step0(&cfg, &e);
+	pp_config_free(&cfg);
+	free(run_override);
+	cli_free(&args);
+	return rc ? cli_fail(&spec, &e) : 0;
+}

@@ -1,0 +1,66 @@
+/* pp-train: trains a model from a config; resumes from the newest checkpoint. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../libcommon/cli.h"
+#include "../libcommon/log.h"
+#include "../libcommon/train.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+int main(int argc, char **argv)
+{
+	bool print_config = false, quiet = false;
+	const cli_opt opts[] = {
+		{"--print-config", NULL, "print the resolved config as JSON and exit", NULL, &print_config},
+		{"--quiet", NULL, "no per-step log lines", NULL, &quiet},
+		{0},
+	};
+	const cli_spec spec = {"pp-train", "--cfg FILE [key=value ...] [--print-config] [--quiet]",
+			       "Train a model; resume from the newest complete checkpoint in run_dir.",
+			       opts, true};
+	log_set_prefix("pp-train", 0, 1);
+	pp_err e = {0};
+	cli_args args;
+	pp_config cfg = {0};
+	int rc = cli_parse(&spec, argc, argv, &args, &e);
+	if (rc < 0)
+		return 0;
+	if (!rc)
+		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
+	if (!rc && print_config) {
+		char *s = pp_config_dump(&cfg);
+		puts(s);
+		free(s);
+	} else if (!rc) {
+		struct sigaction sa = {.sa_handler = on_signal};
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGUSR1, &sa, NULL);
+		trainer t;
+		bool resumed = false;
+		rc = trainer_open(&t, &cfg, false, &e);
+		if (!rc)
+			rc = trainer_resume(&t, &resumed, &e);
+		if (!rc && !resumed)
+			trainer_init(&t);
+		if (!rc && resumed && !quiet)
+			log_info("resumed from step %ld in %s", t.step, cfg.run_dir);
+		if (!rc) {
+			train_opts o = {.quiet = quiet, .stop = &stop_requested};
+			rc = trainer_run(&t, &o, &e);
+		}
+		trainer_close(&t);
+	}
+	pp_config_free(&cfg);
+	cli_free(&args);
+	return rc ? cli_fail(&spec, &e) : 0;
+}

@@ -1,0 +1,241 @@
+/* Causal self-attention with grouped kv heads, flash style: a task walks the
+ * queries of one head in blocks of ATT_BQ rows; a block's scores against the
+ * keys it can see are one GEMM into per-thread scratch. No (T,T) matrix
+ * outlives a block: the backward pass recomputes the probabilities from the
+ * saved log-sum-exp. */
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "cpu.h"
+
+/* query rows per block: scratch is ATT_BQ x T scores per thread (two such in
+ * the backward pass), and the GEMMs are ATT_BQ rows tall */
+#define ATT_BQ 64
+
+typedef struct {
+	int B, T, Hq, Hkv, D, window;
+	int G;         /* query heads per kv head */
+	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
+	size_t ldo;    /* row stride of out and dout: Hq*D */
+	pp_real scale; /* 1/sqrt(D) */
+} att_shape;
+
+/* query rows [i0, i0+nq) see at most the keys [k0, k0+nk) */
+typedef struct {
+	int i0, nq, k0, nk;
+} att_block;
+
+static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
+{
+	return (att_shape){.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .window = window,
+			   .G = Hq / Hkv, .ld = (size_t)(Hq + 2 * Hkv) * D,
+			   .ldo = (size_t)Hq * D, .scale = (pp_real)(1 / sqrt((double)D))};
+}
+
+/* first key query i sees: i - window < j <= i */
+static int att_first_key(const att_shape *a, int i)
+{
+	return a->window > 0 && i >= a->window ? i - a->window + 1 : 0;
+}
+
+static att_block att_block_at(const att_shape *a, int blk)
+{
+	att_block bl = {.i0 = blk * ATT_BQ};
+	bl.nq = a->T - bl.i0 < ATT_BQ ? a->T - bl.i0 : ATT_BQ;
+	bl.k0 = att_first_key(a, bl.i0);
+	bl.nk = bl.i0 + bl.nq - bl.k0;
+	return bl;
+}
+
+/* The keys row r of block bl sees are [*lo, *hi] of its nk scores; zeroes
+ * the scores of the others so the GEMMs can run over the whole block. */
+static void att_mask_row(pp_real *row, const att_shape *a, att_block bl, int r, int *lo, int *hi)
+{
+	*lo = att_first_key(a, bl.i0 + r) - bl.k0;
+	*hi = bl.i0 + r - bl.k0;
+	memset(row, 0, sizeof(pp_real) * *lo);
+	memset(row + *hi + 1, 0, sizeof(pp_real) * (bl.nk - *hi - 1));
+}
+
+/* s (nq,nk) = scale * q (nq,D) @ k (nk,D)^T for block bl of head views q, k
+ * whose rows are ld apart */
+static void att_scores(pp_real *s, const att_shape *a, att_block bl, const pp_real *q,
+		       const pp_real *k)
+{
+	pp_cpu_gemm(0, 1, bl.nq, bl.nk, a->D, a->scale, q + bl.i0 * a->ld, (int)a->ld,
+		    k + bl.k0 * a->ld, (int)a->ld, 0, s, bl.nk);
+}
+
+/* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
+void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+			  int Hkv, int D, int window)
+{
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	const int nblk = (T + ATT_BQ - 1) / ATT_BQ;
+	int blas = pp_cpu_blas_serial_begin();
+#pragma omp parallel
+	{
+		pp_real *s = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * T);
+		/* causal blocks cost more the later they are: hand those out first */
+#pragma omp for collapse(3) schedule(dynamic)
+		for (int b = 0; b < B; b++)
+			for (int h = 0; h < Hq; h++)
+				for (int blk = nblk - 1; blk >= 0; blk--) {
+					const att_block bl = att_block_at(&a, blk);
+					const pp_real *q = qkv + (size_t)b * T * a.ld + (size_t)h * D;
+					const pp_real *k = qkv + (size_t)b * T * a.ld +
+							   (size_t)(Hq + h / a.G) * D;
+					const pp_real *v = k + (size_t)Hkv * D;
+					pp_real *l = lse + ((size_t)b * Hq + h) * T + bl.i0;
+					att_scores(s, &a, bl, q, k);
+					for (int r = 0; r < bl.nq; r++) {
+						/* softmax with the max trick; lse = max + log sum */
+						pp_real *row = s + (size_t)r * bl.nk, mx;
+						int lo, hi;
+						att_mask_row(row, &a, bl, r, &lo, &hi);
+						mx = row[lo];
+						for (int j = lo + 1; j <= hi; j++)
+							mx = row[j] > mx ? row[j] : mx;
+						double sum = 0;
+						for (int j = lo; j <= hi; j++) {
+							row[j] = exp(row[j] - mx);
+							sum += row[j];
+						}
+						pp_real inv = (pp_real)(1 / sum);
+						for (int j = lo; j <= hi; j++)
+							row[j] *= inv;
+						l[r] = mx + (pp_real)log(sum);
+					}
+					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
+					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk,
+						    v + bl.k0 * a.ld, (int)a.ld, 0,
+						    out + ((size_t)b * T + bl.i0) * a.ldo + (size_t)h * D,
+						    (int)a.ldo);
+				}
+		free(s);
+	}
+	pp_cpu_blas_serial_end(blas);
+}
+
+/* Gradients of one query head h of batch row b: dq (T,D) rows ld apart is
+ * overwritten; dk, dv (T,D) rows lddkv apart are overwritten with this head's
+ * share of its kv head's gradient. p, dp: ATT_BQ x T scratch. */
+static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real *dk, pp_real *dv,
+			 size_t lddkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
+			 const pp_real *qkv, pp_real *p, pp_real *dp)
+{
+	const int T = a->T, D = a->D;
+	const pp_real *q = qkv + (size_t)b * T * a->ld + (size_t)h * D;
+	const pp_real *k = qkv + (size_t)b * T * a->ld + (size_t)(a->Hq + h / a->G) * D;
+	const pp_real *v = k + (size_t)a->Hkv * D;
+	const pp_real *dob = dout + (size_t)b * T * a->ldo + (size_t)h * D;
+	const pp_real *ob = out + (size_t)b * T * a->ldo + (size_t)h * D;
+	const pp_real *l = lse + ((size_t)b * a->Hq + h) * T;
+	for (int t = 0; t < T; t++) {
+		memset(dk + t * lddkv, 0, sizeof(pp_real) * D);
+		memset(dv + t * lddkv, 0, sizeof(pp_real) * D);
+	}
+	for (int blk = 0; blk * ATT_BQ < T; blk++) {
+		const att_block bl = att_block_at(a, blk);
+		const pp_real *dob_i = dob + bl.i0 * a->ldo;
+		att_scores(p, a, bl, q, k);
+		/* P = exp(S - lse), recomputed */
+		for (int r = 0; r < bl.nq; r++) {
+			pp_real *row = p + (size_t)r * bl.nk;
+			int lo, hi;
+			att_mask_row(row, a, bl, r, &lo, &hi);
+			for (int j = lo; j <= hi; j++)
+				row[j] = exp(row[j] - l[bl.i0 + r]);
+		}
+		/* dv (nk,D) += P^T (nk,nq) @ dout (nq,D) */
+		pp_cpu_gemm(1, 0, bl.nk, D, bl.nq, 1, p, bl.nk, dob_i, (int)a->ldo, 1,
+			    dv + bl.k0 * lddkv, (int)lddkv);
+		/* dP (nq,nk) = dout (nq,D) @ v (nk,D)^T */
+		pp_cpu_gemm(0, 1, bl.nq, bl.nk, D, 1, dob_i, (int)a->ldo, v + bl.k0 * a->ld,
+			    (int)a->ld, 0, dp, bl.nk);
+		/* dS = P * (dP - rowsum(dout * out)); masked entries have P = 0 */
+		for (int r = 0; r < bl.nq; r++) {
+			const pp_real *o = ob + (size_t)(bl.i0 + r) * a->ldo;
+			const pp_real *g = dob_i + (size_t)r * a->ldo;
+			double delta = 0;
+			for (int d = 0; d < D; d++)
+				delta += (double)g[d] * o[d];
+			pp_real *pr = p + (size_t)r * bl.nk, *dr = dp + (size_t)r * bl.nk;
+			for (int j = 0; j < bl.nk; j++)
+				dr[j] = pr[j] * (dr[j] - (pp_real)delta);
+		}
+		/* dq (nq,D) = scale * dS (nq,nk) @ k (nk,D) */
+		pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, a->scale, dp, bl.nk, k + bl.k0 * a->ld,
+			    (int)a->ld, 0, dq + bl.i0 * a->ld, (int)a->ld);
+		/* dk (nk,D) += scale * dS^T (nk,nq) @ q (nq,D) */
+		pp_cpu_gemm(1, 0, bl.nk, D, bl.nq, a->scale, dp, bl.nk, q + bl.i0 * a->ld,
+			    (int)a->ld, 1, dk + bl.k0 * lddkv, (int)lddkv);
+	}
+}
+
+/* part (B,Hkv,G-1,{k,v},T,D) holds the kv gradients of group members g >= 1:
+ * returns member g's (T,D) dk, followed by its dv */
+static pp_real *att_part(const att_shape *a, pp_real *part, int b, int kvh, int g)
+{
+	return part + (((size_t)b * a->Hkv + kvh) * (a->G - 1) + g - 1) * 2 * a->T * a->D;
+}
+
+/* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
+void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
+			  const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+			  int D, int window)
+{
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	const int G = a.G;
+	/* Tasks are query heads. The first head of each group writes its kv
+	 * gradient straight into dqkv, the other G-1 into part, summed in
+	 * after: no two threads ever add into the same row. */
+	pp_real *part = G > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (G - 1) * 2 * T * D)
+			      : NULL;
+	int blas = pp_cpu_blas_serial_begin();
+#pragma omp parallel
+	{
+		pp_real *p = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * T);
+		pp_real *dp = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * T);
+#pragma omp for collapse(2) schedule(dynamic)
+		for (int b = 0; b < B; b++)
+			for (int h = 0; h < Hq; h++) {
+				int kvh = h / G, g = h % G;
+				pp_real *row0 = dqkv + (size_t)b * T * a.ld, *dk, *dv;
+				size_t lddkv;
+				if (g == 0) {
+					dk = row0 + (size_t)(Hq + kvh) * D;
+					dv = dk + (size_t)Hkv * D;
+					lddkv = a.ld;
+				} else {
+					dk = att_part(&a, part, b, kvh, g);
+					dv = dk + (size_t)T * D;
+					lddkv = D;
+				}
+				att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv, lddkv, dout, out,
+					     lse, qkv, p, dp);
+			}
+		free(dp);
+		free(p);
+	}
+	pp_cpu_blas_serial_end(blas);
+	if (!part)
+		return;
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			pp_real *dk = dqkv + ((size_t)b * T + t) * a.ld + (size_t)Hq * D;
+			pp_real *dv = dk + (size_t)Hkv * D;
+			for (int kvh = 0; kvh < Hkv; kvh++)
+				for (int g = 1; g < G; g++) {
+					const pp_real *pk = att_part(&a, part, b, kvh, g) + (size_t)t * D;
+					const pp_real *pv = pk + (size_t)T * D;
+					for (int d = 0; d < D; d++) {
+						dk[(size_t)kvh * D + d] += pk[d];
+						dv[(size_t)kvh * D + d] += pv[d];
+					}
+				}
+		}
+	free(part);
+}

@@ -1,0 +1,33 @@
+/* The CPU backend: C with OpenMP threads and CBLAS matrix products. It is
+ * the readable reference that other backends are checked against. */
+#include "cpu.h"
+
+const pp_ops pp_ops_cpu = {
+	.name = "cpu",
+	.alloc = pp_cpu_alloc,
+	.free = pp_cpu_free,
+	.to_device = pp_cpu_copy,
+	.to_host = pp_cpu_copy,
+	.zero = pp_cpu_zero,
+	.matmul_fwd = pp_cpu_matmul_fwd,
+	.matmul_bwd = pp_cpu_matmul_bwd,
+	.embed_fwd = pp_cpu_embed_fwd,
+	.embed_bwd = pp_cpu_embed_bwd,
+	.rmsnorm_fwd = pp_cpu_rmsnorm_fwd,
+	.rmsnorm_bwd = pp_cpu_rmsnorm_bwd,
+	.layernorm_fwd = pp_cpu_layernorm_fwd,
+	.layernorm_bwd = pp_cpu_layernorm_bwd,
+	.rope_fwd = pp_cpu_rope_fwd,
+	.rope_bwd = pp_cpu_rope_bwd,
+	.attention_fwd = pp_cpu_attention_fwd,
+	.attention_bwd = pp_cpu_attention_bwd,
+	.glu_fwd = pp_cpu_glu_fwd,
+	.glu_bwd = pp_cpu_glu_bwd,
+	.gelu_fwd = pp_cpu_gelu_fwd,
+	.gelu_bwd = pp_cpu_gelu_bwd,
+	.add = pp_cpu_add,
+	.scale = pp_cpu_scale,
+	.sumsq = pp_cpu_sumsq,
+	.crossentropy = pp_cpu_crossentropy,
+	.adamw = pp_cpu_adamw,
+};

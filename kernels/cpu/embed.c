@@ -1,0 +1,47 @@
+/* Token (and learned position) embedding. */
+#include "cpu.h"
+
+/* channels per task in the wte scatter: wide enough to stream rows */
+#define EMBED_COLS 256
+
+/* out (B,T,C) = wte (V,C)[tok] * scale + wpe (maxT,C)[pos0 + t]; tok (B,T) */
+void pp_cpu_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+		      pp_real scale, int B, int T, int C, int pos0)
+{
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < B * T; n++) {
+		pp_real *o = out + (size_t)n * C;
+		const pp_real *e = wte + (size_t)tok[n] * C;
+		const pp_real *p = wpe ? wpe + (size_t)(pos0 + n % T) * C : NULL;
+		for (int c = 0; c < C; c++)
+			o[c] = e[c] * scale + (p ? p[c] : 0);
+	}
+}
+
+/* dwte (V,C) += scatter of dout (B,T,C) * scale; dwpe (maxT,C) += sum_b dout */
+void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+		      pp_real scale, int B, int T, int C, int pos0)
+{
+	/* a token may repeat, so tasks own channel ranges rather than rows */
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < C; c0 += EMBED_COLS) {
+		int c1 = C - c0 < EMBED_COLS ? C : c0 + EMBED_COLS;
+		for (int n = 0; n < B * T; n++) {
+			pp_real *d = dwte + (size_t)tok[n] * C;
+			const pp_real *g = dout + (size_t)n * C;
+			for (int c = c0; c < c1; c++)
+				d[c] += g[c] * scale;
+		}
+	}
+	if (!dwpe)
+		return;
+#pragma omp parallel for schedule(static)
+	for (int t = 0; t < T; t++) {
+		pp_real *d = dwpe + (size_t)(pos0 + t) * C;
+		for (int b = 0; b < B; b++) {
+			const pp_real *g = dout + ((size_t)b * T + t) * C;
+			for (int c = 0; c < C; c++)
+				d[c] += g[c];
+		}
+	}
+}

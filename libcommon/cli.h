@@ -1,0 +1,40 @@
+/* Shared command-line parsing: every tool takes --help, --version,
+ * --cfg FILE and key=value overrides, plus its own options from a table. */
+#ifndef PP_CLI_H
+#define PP_CLI_H
+
+#include <stdbool.h>
+
+#include "error.h"
+
+typedef struct {
+	const char *name;  /* "--plan" */
+	const char *arg;   /* argument name for --help ("DIR"), NULL for a flag */
+	const char *help;
+	const char **value; /* receives the argument */
+	bool *flag;         /* set for a flag */
+} cli_opt;
+
+typedef struct {
+	const char *tool;
+	const char *usage;   /* one line after the tool name */
+	const char *summary; /* one sentence */
+	const cli_opt *opts; /* terminated by an entry with name NULL */
+	bool takes_config;   /* --cfg FILE and key=value */
+} cli_spec;
+
+typedef struct {
+	const char *cfg;
+	int n_overrides;
+	char **overrides;
+} cli_args;
+
+/* Returns 0 to go on, -1 when --help or --version was printed (exit 0), or
+ * PP_EUSAGE with a message naming the bad argument. */
+int cli_parse(const cli_spec *spec, int argc, char **argv, cli_args *out, pp_err *e);
+void cli_free(cli_args *a);
+
+/* Prints the error once as "tool: error: msg" and returns the exit status. */
+int cli_fail(const cli_spec *spec, const pp_err *e);
+
+#endif

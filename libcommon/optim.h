@@ -1,0 +1,37 @@
+/* AdamW with decoupled weight decay, the learning-rate schedules and
+ * global-norm clipping. State is kept in the stage's flat parameter layout. */
+#ifndef PP_OPTIM_H
+#define PP_OPTIM_H
+
+#include "config.h"
+#include "model.h"
+
+typedef struct {
+	const pp_ops *ops;
+	size_t n;
+	pp_real *m, *v; /* device, n each */
+} optim_state;
+
+int optim_create(optim_state *o, const pp_ops *ops, size_t n, pp_err *e);
+void optim_free(optim_state *o);
+
+/* Learning rate for optimizer step s (0-based), MaxText style: linear warmup
+ * from 0 over warmup steps, then cosine / linear decay to final_fraction * lr
+ * at the last step, constant, or warmup-stable-decay (wsd). */
+double optim_lr(const pp_config *c, long s);
+/* Resolved warmup length in steps. */
+long optim_warmup_steps(const pp_config *c);
+
+/* sqrt of the sum of squares of every gradient of the stage */
+double optim_grad_norm(const pp_stage *st);
+
+/* One AdamW update of every parameter, t = s + 1 (bias correction), with the
+ * gradients multiplied by gscale (clipping). Weight decay applies to tensors
+ * marked decay, and to norms and biases too when decay_norms_and_biases. */
+void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr,
+		double gscale);
+
+/* The clipping multiplier for a gradient norm: min(1, clip_norm / norm). */
+double optim_clip_scale(const pp_config *c, double grad_norm);
+
+#endif

@@ -1,0 +1,607 @@
+/* Parameter counts, FLOPs and memory by arithmetic (see plan.h).
+ *
+ * Model (pre-norm decoder), per layer:
+ *   norm1 (C, + C bias for layernorm)
+ *   qkv   ((Hq + 2 Hkv) D x C, + bias)      column-parallel over tp
+ *   o     (C x Hq D, + C bias)               row-parallel: bias replicated
+ *   norm2
+ *   MLP   gated: gate+up (2F x C), down (C x F); gelu: c_fc (F x C),
+ *         c_proj (C x F); biases (2F or F, + C) when cfg.bias
+ *         MoE layers: E copies of the MLP + router (E x C, replicated)
+ * plus wte (V x C, vocab-parallel), wpe (max_seq_len x C, replicated) for
+ * learned positions, final norm, head (V x C, vocab-parallel) unless tied.
+ * Under tp every rank holds ceil(Hq/tp) query heads, ceil(Hkv/tp) kv heads
+ * (kv heads are replicated when Hkv < tp), ceil(F/tp) MLP columns and
+ * ceil(V/tp) vocabulary rows; norms are replicated. */
+#include "plan.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* The model's dimensions with defaults resolved. */
+typedef struct {
+	int64_t V, C, Hq, Hkv, D, F, L, E, K, every, max_seq;
+	bool gated, layernorm, bias, tied, learned_pos;
+} shape;
+
+static void shape_of(const pp_model_cfg *m, shape *s)
+{
+	s->V = m->vocab_size;
+	s->C = m->d_model;
+	s->Hq = m->n_heads;
+	s->Hkv = m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
+	s->D = m->head_dim > 0 ? m->head_dim : (m->n_heads > 0 ? m->d_model / m->n_heads : 0);
+	s->F = m->d_ff;
+	s->L = m->n_layers;
+	s->E = m->n_experts > 0 ? m->n_experts : 0;
+	s->K = s->E ? (m->top_k > 0 ? m->top_k : 1) : 0;
+	if (s->K > s->E)
+		s->K = s->E;
+	s->every = m->moe_every > 0 ? m->moe_every : 1;
+	s->max_seq = m->max_seq_len;
+	s->gated = m->mlp == PP_MLP_SWIGLU || m->mlp == PP_MLP_GEGLU;
+	s->layernorm = m->norm == PP_NORM_LAYER;
+	s->bias = m->bias;
+	s->tied = m->tied_embeddings;
+	s->learned_pos = m->pos == PP_POS_LEARNED;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Number of MoE layers among [0, n): i is MoE iff i % every == every - 1. */
+static int64_t moe_below(const shape *s, int64_t n) { return s->E ? n / s->every : 0; }
+
+bool plan_layer_is_moe(const pp_model_cfg *m, int layer)
+{
+	int every = m->moe_every > 0 ? m->moe_every : 1;
+	return m->n_experts > 0 && layer % every == every - 1;
+}
+
+/* One layer's parameters on one tp rank (tp = 1: the whole layer). */
+typedef struct {
+	int64_t attn_mat, attn_bias;
+	int64_t mlp_mat, mlp_bias; /* one MLP (one expert) */
+	int64_t n_mlp;             /* MLP copies: 1, or E */
+	int64_t router, norms;
+} layer_parts;
+
+static void layer_parts_of(const shape *s, bool moe, int64_t tp, layer_parts *p)
+{
+	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
+	int64_t C = s->C, D = s->D;
+	p->attn_mat = (hq + 2 * hkv) * D * C + C * hq * D;
+	p->attn_bias = s->bias ? (hq + 2 * hkv) * D + C : 0;
+	p->mlp_mat = (s->gated ? 3 : 2) * f * C;
+	p->mlp_bias = s->bias ? (s->gated ? 2 * f : f) + C : 0;
+	p->n_mlp = moe ? s->E : 1;
+	p->router = moe ? s->E * C : 0;
+	p->norms = 2 * (s->layernorm ? 2 * C : C);
+}
+
+static int64_t layer_total(const layer_parts *p)
+{
+	return p->attn_mat + p->attn_bias + p->n_mlp * (p->mlp_mat + p->mlp_bias) + p->router +
+	       p->norms;
+}
+
+void plan_param_count(const pp_model_cfg *m, plan_counts *out)
+{
+	shape s;
+	shape_of(m, &s);
+	layer_parts dense, moe;
+	layer_parts_of(&s, false, 1, &dense);
+	layer_parts_of(&s, true, 1, &moe);
+	int64_t n_moe = moe_below(&s, s.L), n_dense = s.L - n_moe;
+	int64_t final_norm = s.layernorm ? 2 * s.C : s.C;
+
+	memset(out, 0, sizeof *out);
+	out->n_moe_layers = (int)n_moe;
+	out->positions = s.learned_pos ? s.max_seq * s.C : 0;
+	out->embedding = s.V * s.C + out->positions;
+	out->head = s.tied ? 0 : s.V * s.C;
+	out->attention = s.L * (dense.attn_mat + dense.attn_bias);
+	out->mlp = n_dense * (dense.mlp_mat + dense.mlp_bias) +
+		   n_moe * moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
+	out->router = n_moe * moe.router;
+	out->norms = s.L * dense.norms + final_norm;
+	out->per_layer = layer_total(&dense);
+	out->per_moe_layer = n_moe ? layer_total(&moe) : 0;
+	out->total = out->embedding + out->attention + out->mlp + out->router + out->norms +
+		     out->head;
+	out->matmul = s.L * dense.attn_mat + n_dense * dense.mlp_mat +
+		      n_moe * (s.K * moe.mlp_mat + moe.router) + s.V * s.C;
+	out->active = out->total - n_moe * (s.E - s.K) * (moe.mlp_mat + moe.mlp_bias);
+}
+
+/* 6 N + 6 L Hq D T (llm.c): see plan.h for where each term comes from. */
+double plan_flops_per_token(const pp_model_cfg *m, int seq_len)
+{
+	return 3.0 * plan_flops_per_token_fwd(m, seq_len);
+}
+
+double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len)
+{
+	shape s;
+	shape_of(m, &s);
+	plan_counts n;
+	plan_param_count(m, &n);
+	return 2.0 * (double)n.matmul + 2.0 * (double)s.L * (double)(s.Hq * s.D) * seq_len;
+}
+
+void plan_chunk_layers(int n_layers, int n_chunks, int chunk, int *begin, int *end)
+{
+	int base = n_layers / n_chunks, rem = n_layers % n_chunks;
+	*begin = chunk * base + (chunk < rem ? chunk : rem);
+	*end = *begin + base + (chunk < rem);
+}
+
+static int dtype_bytes(const char *dtype)
+{
+	if (!strcmp(dtype, "fp32"))
+		return 4;
+	if (!strcmp(dtype, "bf16"))
+		return 2;
+	return 0;
+}
+
+static int microbatches_of(const pp_config *c)
+{
+	if (c->microbatches > 0)
+		return c->microbatches;
+	if (c->global_batch > 0 && c->microbatch > 0 && c->dp > 0) {
+		int m = c->global_batch / (c->dp * c->microbatch);
+		return m > 0 ? m : 1;
+	}
+	return 1;
+}
+
+static int virtual_of(const pp_config *c) { return c->virtual_stages > 0 ? c->virtual_stages : 1; }
+
+static int check_layout(const pp_config *c, pp_err *e)
+{
+	const pp_model_cfg *m = &c->model;
+	if (c->pp < 1 || c->dp < 1 || c->tp < 1)
+		return pp_errorf(e, PP_EUSAGE, "plan: mesh pp=%d dp=%d tp=%d: each must be >= 1",
+				 c->pp, c->dp, c->tp);
+	if (c->microbatch < 1 || c->seq_len < 1)
+		return pp_errorf(e, PP_EUSAGE, "plan: microbatch=%d seq_len=%d: each must be >= 1",
+				 c->microbatch, c->seq_len);
+	if (m->d_model < 1 || m->n_heads < 1 || m->n_layers < 1 || m->vocab_size < 1 ||
+	    m->d_ff < 1)
+		return pp_errorf(e, PP_EUSAGE,
+				 "plan: model.d_model=%d n_heads=%d n_layers=%d vocab_size=%d "
+				 "d_ff=%d: each must be >= 1",
+				 m->d_model, m->n_heads, m->n_layers, m->vocab_size, m->d_ff);
+	int v = virtual_of(c);
+	if (m->n_layers < c->pp * v)
+		return pp_errorf(e, PP_EUSAGE,
+				 "plan: model.n_layers=%d is fewer than pp * virtual_stages = %d * "
+				 "%d pipeline chunks",
+				 m->n_layers, c->pp, v);
+	if (!dtype_bytes(c->dtype))
+		return pp_errorf(e, PP_EUSAGE, "plan: dtype=\"%s\": expected fp32 or bf16",
+				 c->dtype);
+	return PP_OK;
+}
+
+/* Chunk-microbatches whose saved activations pp rank r keeps at its peak
+ * (m microbatches per step, v chunks per rank):
+ *   gpipe            all forwards run first: m * v
+ *   1f1b, zbh1       stage r runs pp - r warm-up forwards before its first
+ *                    backward: min(pp - r, m) * v (ZB-H1 keeps 1F1B's peak)
+ *   eager1f1b        forwards issued until the first backward returns; with
+ *                    equal forward and backward times that is 2 (pp - r) - 1:
+ *                    min(2 (pp - r) - 1, m) * v, an upper bound
+ *   interleaved1f1b  Megatron's warm-up 2 (pp - r - 1) + (v - 1) pp, + 1 in
+ *                    the steady state: min(that, m v). On rank 0 this is
+ *                    pp (1 + (pp - 1) / (pp v)) stage-microbatches.
+ * An empty schedule counts as 1f1b. -1 for an unknown name. */
+static int64_t chunks_in_flight(const char *sched, int64_t pp, int64_t r, int64_t m, int64_t v)
+{
+	int64_t k;
+	if (!strcmp(sched, "gpipe"))
+		return m * v;
+	if (!sched[0] || !strcmp(sched, "1f1b") || !strcmp(sched, "zbh1")) {
+		k = pp - r;
+		return (k < m ? k : m) * v;
+	}
+	if (!strcmp(sched, "eager1f1b")) {
+		k = 2 * (pp - r) - 1;
+		return (k < m ? k : m) * v;
+	}
+	if (!strcmp(sched, "interleaved1f1b")) {
+		k = 2 * (pp - r - 1) + (v - 1) * pp + 1;
+		return k < m * v ? k : m * v;
+	}
+	return -1;
+}
+
+/* Saved activations of one layer for one microbatch on one tp rank, bytes.
+ * A standard implementation keeps, in the training dtype (b bytes):
+ *   x      layer input (residual stream)        B T C
+ *   n1     norm1 output (qkv input)             B T C
+ *   qkv    after RoPE (attention input)         B T (hq + 2 hkv) D
+ *   att    attention output (o input)           B T hq D
+ *   x2     residual after attention             B T C
+ *   n2     norm2 output (MLP input)             B T C
+ *   up     fc / gate+up output                  B T f (gelu) or B T 2f (gated)
+ *   act    activation output (down input)       B T f
+ * and in fp32: norm statistics (rstd, + mean for layernorm) B T per norm,
+ * the attention log-sum-exp B hq T. Residual and norm tensors are full on
+ * every tp rank (no sequence parallelism); hq, hkv, f are tp slices.
+ * MoE (dropless): each token's K expert MLPs keep up and act (K times the
+ * dense figure), plus its K dispatched copies of n2 (B T K C) and the
+ * router probabilities (B T E, fp32). */
+static int64_t layer_act_bytes(const shape *s, bool moe, int64_t tp, int64_t B, int64_t T,
+			       int64_t b)
+{
+	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
+	int64_t BT = B * T, k = moe ? s->K : 1;
+	int64_t elems = BT * (4 * s->C + (hq + 2 * hkv) * s->D + hq * s->D) +
+			k * BT * ((s->gated ? 2 : 1) * f + f);
+	int64_t f32 = BT * (s->layernorm ? 4 : 2) + B * hq * T;
+	if (moe) {
+		elems += BT * s->K * s->C;
+		f32 += BT * s->E;
+	}
+	return elems * b + f32 * 4;
+}
+
+int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e)
+{
+	if (check_layout(c, e))
+		return e ? e->code : PP_EUSAGE;
+	if (rank < 0 || rank >= c->pp)
+		return pp_errorf(e, PP_EUSAGE, "plan: pp rank %d outside 0..%d", rank, c->pp - 1);
+	shape s;
+	shape_of(&c->model, &s);
+	const int64_t pp = c->pp, tp = c->tp, v = virtual_of(c), m = microbatches_of(c);
+	const int64_t B = c->microbatch, T = c->seq_len, b = dtype_bytes(c->dtype);
+	int64_t in_flight = chunks_in_flight(c->schedule, pp, rank, m, v);
+	if (in_flight < 0)
+		return pp_errorf(e, PP_EUSAGE,
+				 "plan: schedule=\"%s\": expected gpipe, 1f1b, eager1f1b, "
+				 "interleaved1f1b or zbh1",
+				 c->schedule);
+
+	layer_parts dense, moe;
+	layer_parts_of(&s, false, tp, &dense);
+	layer_parts_of(&s, true, tp, &moe);
+	const int64_t dense_act = layer_act_bytes(&s, false, tp, B, T, b);
+	const int64_t moe_act = layer_act_bytes(&s, true, tp, B, T, b);
+
+	memset(out, 0, sizeof *out);
+	out->rank = rank;
+	out->chunks = (int)v;
+	out->first = rank == 0;
+	out->last = rank == pp - 1;
+	out->in_flight = (int)in_flight;
+
+	/* Per chunk: parameters, full activation set, layer count; activations
+	 * take the largest chunk of the rank (exact for v = 1). */
+	int64_t count = 0, chunk_act_max = 0, chunk_layers_max = 0, layer_act_max = 0;
+	for (int64_t j = 0; j < v; j++) {
+		int lb, le;
+		plan_chunk_layers((int)s.L, (int)(pp * v), (int)(j * pp + rank), &lb, &le);
+		int64_t n_moe = moe_below(&s, le) - moe_below(&s, lb), n = le - lb;
+		int64_t n_dense = n - n_moe;
+		count += n_dense * layer_total(&dense) + n_moe * layer_total(&moe);
+		int64_t act = n_dense * dense_act + n_moe * moe_act;
+		if (act > chunk_act_max)
+			chunk_act_max = act;
+		if (n > chunk_layers_max)
+			chunk_layers_max = n;
+		if (n_dense && dense_act > layer_act_max)
+			layer_act_max = dense_act;
+		if (n_moe && moe_act > layer_act_max)
+			layer_act_max = moe_act;
+		out->layers += (int)n;
+	}
+	/* Stage 0: wte (vocab-parallel) and wpe (replicated). Last stage: final
+	 * norm and head; a tied head is the wte itself on a single stage and a
+	 * copy of it on the last stage when pp > 1 (kept in sync by an
+	 * all-reduce of the two gradients, as Megatron does). */
+	int64_t vocab_rows = ceil_div(s.V, tp) * s.C;
+	if (out->first)
+		count += vocab_rows + (s.learned_pos ? s.max_seq * s.C : 0);
+	if (out->last)
+		count += (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
+
+	out->param_count = count;
+	out->params = count * b;
+	/* Gradients in the training dtype, the layout of the weights. */
+	out->grads = count * b;
+	/* AdamW: m and v in fp32 (8 bytes), + an fp32 master copy (4) when the
+	 * weights are bf16; ZeRO-1 gives each dp rank 1/dp of it. */
+	int64_t per_param = 8 + (b < 4 ? 4 : 0);
+	out->optimizer = (c->shard_optimizer ? ceil_div(count, c->dp) : count) * per_param;
+
+	/* Without recompute every chunk-microbatch in flight keeps its full set.
+	 * With recompute it keeps only each layer's input (B T C), and one
+	 * layer's full set exists while that layer is recomputed and
+	 * back-propagated. */
+	if (c->recompute)
+		out->activations = in_flight * chunk_layers_max * B * T * s.C * b + layer_act_max;
+	else
+		out->activations = in_flight * chunk_act_max;
+	/* Logits (B, T, V/tp) in the training dtype; the loss gradient is
+	 * written over them and kept until the backward of that microbatch: m
+	 * buffers under gpipe, else 1 (the last stage runs each microbatch's
+	 * backward right after its forward). */
+	if (out->last)
+		out->logits = (strcmp(c->schedule, "gpipe") ? 1 : m) * B * T * ceil_div(s.V, tp) * b;
+	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits;
+	return PP_OK;
+}
+
+int plan_memory(const pp_config *c, plan_memory_t *out, pp_err *e)
+{
+	if (check_layout(c, e))
+		return e ? e->code : PP_EUSAGE;
+	for (int r = 0; r < c->pp; r++) {
+		plan_memory_t t;
+		int rc = plan_memory_rank(c, r, &t, e);
+		if (rc)
+			return rc;
+		if (r == 0 || t.total > out->total)
+			*out = t;
+	}
+	return PP_OK;
+}
+
+/* Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets.
+ * Order matters: the first entry whose name is a substring wins, and a match
+ * must not be followed by a digit ("A100" is not "RTX A1000"). The NVL
+ * parts run at lower clocks than their SXM siblings and are left unknown
+ * rather than given the SXM figure. */
+static const struct {
+	const char *name;
+	double tflops;
+} peaks[] = {
+	{"H100 NVL", 0},
+	{"H200 NVL", 0},
+	{"H100 PCIe", 756.0},
+	{"H100 SXM", 989.4},
+	{"H100 80GB HBM3", 989.4}, /* the SXM part's CUDA name */
+	{"H200", 989.4},
+	{"A100", 312.0},
+};
+
+static bool name_matches(const char *dev, const char *key)
+{
+	size_t n = strlen(key);
+	for (const char *p = dev; *p; p++)
+		if (!strncasecmp(p, key, n) && !(p[n] >= '0' && p[n] <= '9'))
+			return true;
+	return false;
+}
+
+double plan_peak_tflops(const char *device_name)
+{
+	if (!device_name)
+		return 0;
+	for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+		if (name_matches(device_name, peaks[i].name))
+			return peaks[i].tflops;
+	return 0;
+}
+
+double plan_mfu(double flops_per_token, double tokens_per_s, double peak_tflops)
+{
+	if (!(peak_tflops > 0))
+		return -1;
+	return flops_per_token * tokens_per_s / (peak_tflops * 1e12);
+}
+
+/* ---- report ---- */
+
+/* 1234567 -> "1,234,567" */
+static const char *commas(char *buf, int64_t x)
+{
+	char tmp[32];
+	int n = snprintf(tmp, sizeof tmp, "%lld", (long long)(x < 0 ? -x : x)), o = 0;
+	if (x < 0)
+		buf[o++] = '-';
+	for (int i = 0; i < n; i++) {
+		if (i && (n - i) % 3 == 0)
+			buf[o++] = ',';
+		buf[o++] = tmp[i];
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+static double gib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+
+static const char *mlp_name(int mlp)
+{
+	return mlp == PP_MLP_SWIGLU ? "swiglu" : mlp == PP_MLP_GEGLU ? "geglu" : "gelu";
+}
+
+static const char *pos_name(int pos)
+{
+	return pos == PP_POS_ROPE ? "rope" : pos == PP_POS_LEARNED ? "learned" : "relative";
+}
+
+typedef struct {
+	plan_counts n;
+	shape s;
+	double flops, flops_fwd, bubble;
+	int64_t tokens_per_step, world;
+	int m, v;
+	plan_memory_t mem;
+} plan_all;
+
+static int plan_compute(const pp_config *c, plan_all *a, pp_err *e)
+{
+	int rc = plan_memory(c, &a->mem, e);
+	if (rc)
+		return rc;
+	plan_param_count(&c->model, &a->n);
+	shape_of(&c->model, &a->s);
+	a->flops = plan_flops_per_token(&c->model, c->seq_len);
+	a->flops_fwd = plan_flops_per_token_fwd(&c->model, c->seq_len);
+	a->m = microbatches_of(c);
+	a->v = virtual_of(c);
+	int64_t seqs = c->global_batch > 0 ? c->global_batch
+					   : (int64_t)c->dp * c->microbatch * a->m;
+	a->tokens_per_step = seqs * c->seq_len;
+	a->world = (int64_t)c->pp * c->dp * c->tp;
+	/* GPipe/1F1B bubble (p - 1) / (m + p - 1), divided by v when interleaved */
+	a->bubble = (double)(c->pp - 1) / (a->m + c->pp - 1) /
+		    (!strcmp(c->schedule, "interleaved1f1b") ? a->v : 1);
+	return PP_OK;
+}
+
+static const char *sched_name(const pp_config *c) { return c->schedule[0] ? c->schedule : "1f1b"; }
+
+static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
+{
+	const pp_model_cfg *m = &c->model;
+	const plan_memory_t *r = &a->mem;
+	json_t *o = json_pack(
+		"{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
+		"s:{s:f, s:f, s:I, s:s, s:s}, "
+		"s:{s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f}, "
+		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+		"s:f}}",
+		"preset", m->preset,
+		"params",
+		"total", (json_int_t)a->n.total, "embedding", (json_int_t)a->n.embedding,
+		"positions", (json_int_t)a->n.positions, "attention", (json_int_t)a->n.attention,
+		"mlp", (json_int_t)a->n.mlp, "router", (json_int_t)a->n.router,
+		"norms", (json_int_t)a->n.norms, "head", (json_int_t)a->n.head,
+		"per_layer", (json_int_t)a->n.per_layer,
+		"per_moe_layer", (json_int_t)a->n.per_moe_layer,
+		"matmul", (json_int_t)a->n.matmul, "active", (json_int_t)a->n.active,
+		"flops_per_token",
+		"train", a->flops, "forward", a->flops_fwd, "seq_len", (json_int_t)c->seq_len,
+		"train_formula", "6*N + 6*L*Hq*D*T", "forward_formula", "2*N + 2*L*Hq*D*T",
+		"layout",
+		"world", (json_int_t)a->world, "pp", c->pp, "dp", c->dp, "tp", c->tp,
+		"schedule", sched_name(c), "virtual_stages", a->v, "microbatch", c->microbatch,
+		"microbatches", a->m, "seq_len", c->seq_len,
+		"tokens_per_step", (json_int_t)a->tokens_per_step, "bubble", a->bubble,
+		"memory",
+		"rank", r->rank, "layers", r->layers, "chunks", r->chunks, "first", r->first,
+		"last", r->last, "in_flight", r->in_flight, "dtype", c->dtype,
+		"recompute", c->recompute, "shard_optimizer", c->shard_optimizer,
+		"param_count", (json_int_t)r->param_count, "params", (json_int_t)r->params,
+		"grads", (json_int_t)r->grads, "optimizer", (json_int_t)r->optimizer,
+		"activations", (json_int_t)r->activations, "logits", (json_int_t)r->logits,
+		"total", (json_int_t)r->total, "total_gib", gib(r->total));
+	if (!o)
+		return pp_errorf(e, PP_ERUNTIME, "plan: cannot build the JSON report");
+	int rc = json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(12));
+	json_decref(o);
+	if (rc || fputc('\n', f) == EOF)
+		return pp_errorf(e, PP_ERUNTIME, "plan: cannot write the report");
+	return PP_OK;
+}
+
+static void print_text(FILE *f, const pp_config *c, const plan_all *a)
+{
+	const pp_model_cfg *m = &c->model;
+	const shape *s = &a->s;
+	const plan_counts *n = &a->n;
+	const plan_memory_t *r = &a->mem;
+	char b1[32], b2[32];
+
+	fprintf(f, "plan for %s\n\n", m->preset[0] ? m->preset : "(custom model)");
+	fprintf(f, "model\n");
+	fprintf(f, "  %-22s %lld, %lld layers, %lld q / %lld kv heads x %lld\n", "d_model",
+		(long long)s->C, (long long)s->L, (long long)s->Hq, (long long)s->Hkv,
+		(long long)s->D);
+	fprintf(f, "  %-22s %s %lld%s\n", "mlp", mlp_name(m->mlp), (long long)s->F,
+		s->E ? " per expert" : "");
+	if (s->E)
+		fprintf(f, "  %-22s %lld experts, top %lld, every %lld layer(s): %d MoE layers\n",
+			"moe", (long long)s->E, (long long)s->K, (long long)s->every,
+			n->n_moe_layers);
+	fprintf(f, "  %-22s %lld, %s positions, %s head, %s, %s\n", "vocab", (long long)s->V,
+		pos_name(m->pos), s->tied ? "tied" : "untied",
+		s->layernorm ? "layernorm" : "rmsnorm", s->bias ? "biases" : "no biases");
+
+	fprintf(f, "\nparameters%34s %7s\n", "count", "share");
+	struct {
+		const char *name;
+		int64_t x;
+	} rows[] = {{"embedding", n->embedding}, {"attention", n->attention}, {"mlp", n->mlp},
+		    {"router", n->router},       {"norms", n->norms},         {"head", n->head}};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		if (!rows[i].x && (!strcmp(rows[i].name, "router") || !strcmp(rows[i].name, "head")))
+			continue;
+		fprintf(f, "  %-22s %19s %6.2f%%\n", rows[i].name, commas(b1, rows[i].x),
+			100.0 * (double)rows[i].x / (double)n->total);
+	}
+	fprintf(f, "  %-22s %19s\n", "total", commas(b1, n->total));
+	fprintf(f, "  %-22s %19s\n", "per layer", commas(b1, n->per_layer));
+	if (n->per_moe_layer)
+		fprintf(f, "  %-22s %19s\n", "per MoE layer", commas(b1, n->per_moe_layer));
+	fprintf(f, "  %-22s %19s   in matrix products per token\n", "matmul (N)",
+		commas(b1, n->matmul));
+	fprintf(f, "  %-22s %19s\n", "active per token", commas(b1, n->active));
+
+	double attn = (double)s->L * (double)(s->Hq * s->D) * c->seq_len;
+	fprintf(f, "\nFLOPs per token (T = %d)\n", c->seq_len);
+	fprintf(f, "  %-22s 6*N + 6*L*Hq*D*T = 6*%s + 6*%lld*%lld*%lld*%d = %.4g\n", "train",
+		commas(b1, n->matmul), (long long)s->L, (long long)s->Hq, (long long)s->D,
+		c->seq_len, a->flops);
+	fprintf(f, "  %-22s 2*N + 2*L*Hq*D*T = %.4g\n", "forward", a->flops_fwd);
+	fprintf(f, "  %-22s %.4g%% of training FLOPs\n", "attention share",
+		100.0 * 6.0 * attn / a->flops);
+	fprintf(f, "  %-22s %.4g per step\n", "train FLOPs", a->flops * (double)a->tokens_per_step);
+
+	fprintf(f, "\nlayout\n");
+	fprintf(f, "  %-22s %lld = pp %d x dp %d x tp %d\n", "ranks", (long long)a->world, c->pp,
+		c->dp, c->tp);
+	fprintf(f, "  %-22s %s, %d virtual stage(s) per rank\n", "schedule", sched_name(c), a->v);
+	int nchunks = c->pp * a->v, lb0, le0, lbl, lel;
+	plan_chunk_layers((int)s->L, nchunks, 0, &lb0, &le0);
+	plan_chunk_layers((int)s->L, nchunks, nchunks - 1, &lbl, &lel);
+	if (le0 - lb0 == lel - lbl)
+		fprintf(f, "  %-22s %d layers each, %d chunks\n", "pipeline chunks", le0 - lb0,
+			nchunks);
+	else
+		fprintf(f, "  %-22s %d layers on the first %lld, %d on the rest, %d chunks\n",
+			"pipeline chunks", le0 - lb0, (long long)(s->L % nchunks), lel - lbl,
+			nchunks);
+	fprintf(f, "  %-22s %d x %d tokens, %d per dp rank per step\n", "microbatch",
+		c->microbatch, c->seq_len, a->m);
+	fprintf(f, "  %-22s %s\n", "tokens per step", commas(b1, a->tokens_per_step));
+	if (c->pp > 1)
+		fprintf(f, "  %-22s %.1f%% (p-1)/(m+p-1)%s\n", "pipeline bubble", 100.0 * a->bubble,
+			!strcmp(c->schedule, "interleaved1f1b") ? "/v" : "");
+
+	fprintf(f, "\nmemory per rank: pp rank %d of %d (%d layers%s%s), %d chunk-microbatch(es) "
+		   "in flight, %s%s%s\n",
+		r->rank, c->pp, r->layers, r->first ? ", embedding" : "", r->last ? ", head" : "",
+		r->in_flight, c->dtype, c->recompute ? ", recompute" : "",
+		c->shard_optimizer ? ", optimizer sharded" : "");
+	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes\n", "parameters", gib(r->params),
+		commas(b2, r->param_count), dtype_bytes(c->dtype));
+	fprintf(f, "  %-22s %10.2f GiB\n", "gradients", gib(r->grads));
+	fprintf(f, "  %-22s %10.2f GiB   AdamW m, v%s in fp32%s\n", "optimizer",
+		gib(r->optimizer), dtype_bytes(c->dtype) < 4 ? ", master weights" : "",
+		c->shard_optimizer && c->dp > 1 ? ", / dp" : "");
+	fprintf(f, "  %-22s %10.2f GiB\n", "activations", gib(r->activations));
+	if (r->logits)
+		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
+	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));
+}
+
+int plan_print(FILE *f, const pp_config *c, bool json, pp_err *e)
+{
+	plan_all a;
+	int rc = plan_compute(c, &a, e);
+	if (rc)
+		return rc;
+	if (json)
+		return print_json(f, c, &a, e);
+	print_text(f, c, &a);
+	if (ferror(f))
+		return pp_errorf(e, PP_ERUNTIME, "plan: cannot write the report");
+	return PP_OK;
+}

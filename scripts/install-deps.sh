@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pp needs to build and test. As root it runs
+# apt-get; otherwise it prints the exact command and exits 1.
+set -eu
+pkgs=(
+	gcc make pkg-config            # build
+	libopenblas-dev libjansson-dev libhdf5-dev   # CPU path: BLAS, configs, checkpoints
+	hdf5-tools jq mandoc           # tests: h5diff, JSON checks, man page lint
+	python3-torch python3-h5py python3-numpy python3-venv  # reference model and benchmarks
+)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+cmd=(apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}")
+if [ "$(id -u)" -ne 0 ]; then
+	echo "pp needs these Debian packages; run as root:" >&2
+	echo "  apt-get update && ${cmd[*]}" >&2
+	exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null
+"${cmd[@]}" >/dev/null

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Makes the Python reference environment used by tests/test_hf_reference.sh
+# and bench/cpu-vs-torch.sh: a venv at $PP_VENV (default $PP_ROOT/.venv, and
+# $PP_ROOT defaults to this repository) over Debian's python3-torch 1.13.1
+# (CPU), python3-numpy and python3-h5py, with Hugging Face transformers and
+# its dependencies pinned in scripts/reference-requirements.txt.
+#
+# Idempotent: when the venv already imports torch, h5py and transformers at
+# the pinned version it does nothing. Missing Debian packages are installed
+# when run as root; otherwise it prints the apt-get line to run and exits 1.
+# Exit 0: ready (the venv's python is printed on stdout); 1: not ready.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=${PP_ROOT:-$(dirname "$here")}
+venv=${PP_VENV:-$root/.venv}
+req=$here/reference-requirements.txt
+py=/usr/bin/python3 # Debian's: the only one that sees python3-torch
+debs=(python3-torch python3-h5py python3-numpy python3-yaml python3-requests python3-venv)
+
+die() { echo "setup-reference: $*" >&2; exit 1; }
+
+want=$(sed -n 's/^transformers==\([^ ;#]*\).*/\1/p' "$req")
+[ -n "$want" ] || die "$req pins no transformers version (expected a line transformers==X.Y.Z)"
+
+ready() {
+	[ -x "$venv/bin/python" ] &&
+		HF_HUB_OFFLINE=1 "$venv/bin/python" -c '
+import sys, torch, h5py, numpy, transformers
+sys.exit(transformers.__version__ != sys.argv[1])' "$want" >/dev/null 2>&1
+}
+
+if ready; then
+	echo "$venv/bin/python"
+	exit 0
+fi
+
+# Debian packages
+missing=()
+for p in "${debs[@]}"; do
+	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	apt_line="apt-get -o DPkg::Lock::Timeout=300 -y --no-install-recommends install ${missing[*]}"
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup-reference: missing Debian packages: ${missing[*]}; run as root:" >&2
+		echo "  $apt_line" >&2
+		exit 1
+	fi
+	echo "setup-reference: installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	# a machine whose package lists were never fetched needs an update first
+	if ! $apt_line >&2; then
+		apt-get -o DPkg::Lock::Timeout=300 update >&2 || die "apt-get update failed"
+		$apt_line >&2 || die "apt-get install ${missing[*]} failed"
+	fi
+fi
+[ -x "$py" ] || die "$py not found (Debian's python3)"
+"$py" -c 'import torch, h5py, numpy' 2>/dev/null ||
+	die "$py cannot import torch, h5py and numpy although their Debian packages are installed"
+
+# One installer at a time: tests of several checkouts may share a venv.
+mkdir -p "$(dirname "$venv")"
+lock=${TMPDIR:-/tmp}/pp-setup-reference.$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock
+exec 9>"$lock"
+flock -w 600 9 || die "timed out waiting for $lock (another setup-reference.sh)"
+if ready; then # another run finished it while we waited
+	echo "$venv/bin/python"
+	exit 0
+fi
+
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+	rm -rf "$venv"
+	"$py" -m venv --system-site-packages "$venv" >&2 || die "cannot create the venv $venv"
+fi
+echo "setup-reference: installing $(grep -c '==' "$req") pinned packages into $venv" >&2
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --quiet -r "$req" >&2 ||
+	die "pip install -r $req failed (is PyPI reachable?)"
+ready || die "the venv $venv still does not import transformers $want with torch and h5py"
+echo "$venv/bin/python"

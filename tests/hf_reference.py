@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Independent reference: compares a pp forward/backward dump with Hugging Face
+transformers.
+
+    hf_reference.py DUMP.h5 [--dtype float64|float32] [--tol 1e-4] [--loss-tol 1e-5]
+
+DUMP.h5 is written by build/tests/tool_hf_dump: /tokens and /targets (B,T)
+int32, /logits (B,T,V), /loss, /params/NAME and /grads/NAME in pp's stored
+layout (Linear weights (out, in), so GPT-2's Conv1D weights are the transpose
+of Hugging Face's), and a root attribute "config" holding pp's resolved config
+JSON. The matching Hugging Face model is built from that config with random
+weights (no hub access), every parameter is loaded from the dump by name, and
+the logits, the mean cross-entropy over targets != -100 and every parameter's
+gradient are compared. The reference runs in float64 by default, so what is
+measured is pp's fp32 error (Hugging Face still computes RMSNorm and the RoPE
+tables in fp32 internally, about 1e-7 relative).
+
+Prints one line per check, as tests/run.sh counts them:
+    PASS: hf/<family>/logits rel=...
+    FAIL: hf/<family>/grads/<name>: rel=... > tol
+Exit status 0 when every check passed, 1 on a failed check, 2 on bad input.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+# GPT-2 keeps these as Conv1D: weight (in, out)
+GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+FAMILIES = ("llama", "mistral", "mixtral", "gemma", "gpt")
+
+
+class Report:
+    def __init__(self, tag):
+        self.tag = tag
+        self.failed = 0
+
+    def check(self, ok, name, detail):
+        if ok:
+            print(f"PASS: {self.tag}/{name} {detail}")
+        else:
+            self.failed += 1
+            print(f"FAIL: {self.tag}/{name}: {detail}")
+        sys.stdout.flush()
+
+
+def rel_err(got, ref):
+    """||got - ref|| / ||ref|| (absolute when ref is all zero)."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = float(np.linalg.norm((got - ref).ravel()))
+    den = float(np.linalg.norm(ref.ravel()))
+    if not math.isfinite(diff):
+        return math.inf
+    return diff / den if den > 0 else diff
+
+
+def family_name(m):
+    """pp's model.family: a name ("llama") or the PP_FAMILY_* number."""
+    f = m.get("family")
+    if isinstance(f, int):
+        return FAMILIES[f] if 0 <= f < len(FAMILIES) else str(f)
+    return str(f).lower()
+
+
+def get(m, *keys, default=None):
+    for k in keys:
+        if k in m and m[k] is not None:
+            return m[k]
+    if default is not None:
+        return default
+    raise KeyError(f"config has none of the keys {keys}")
+
+
+def build_model(cfg, family, dtype):
+    import transformers
+
+    m = cfg["model"]
+    d = int(get(m, "d_model"))
+    nh = int(get(m, "n_heads"))
+    nkv = int(get(m, "n_kv_heads", default=nh))
+    hd = int(get(m, "head_dim", default=d // nh)) or d // nh
+    ff = int(get(m, "d_ff"))
+    nl = int(get(m, "n_layers"))
+    vocab = int(get(m, "vocab_size"))
+    maxT = int(get(m, "max_seq_len"))
+    eps = float(get(m, "norm_eps"))
+    tied = bool(get(m, "tied_embeddings"))
+    theta = float(get(m, "rope_theta", default=10000.0))
+    common = dict(vocab_size=vocab, hidden_size=d, intermediate_size=ff, num_hidden_layers=nl,
+                  num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
+                  max_position_embeddings=maxT, rms_norm_eps=eps, rope_theta=theta,
+                  tie_word_embeddings=tied, attention_dropout=0.0,
+                  attn_implementation="eager")
+    if family == "llama":
+        hc = transformers.LlamaConfig(hidden_act="silu", attention_bias=False, mlp_bias=False,
+                                      **common)
+        cls = transformers.LlamaForCausalLM
+    elif family == "mistral":
+        sw = int(get(m, "sliding_window", default=0))
+        hc = transformers.MistralConfig(hidden_act="silu", sliding_window=sw or None, **common)
+        cls = transformers.MistralForCausalLM
+    elif family == "mixtral":
+        sw = int(get(m, "sliding_window", default=0))
+        hc = transformers.MixtralConfig(hidden_act="silu", sliding_window=sw or None,
+                                        num_local_experts=int(get(m, "n_experts")),
+                                        num_experts_per_tok=int(get(m, "top_k")),
+                                        router_aux_loss_coef=0.0, output_router_logits=False,
+                                        **common)
+        cls = transformers.MixtralForCausalLM
+    elif family == "gemma":
+        hc = transformers.GemmaConfig(hidden_activation="gelu_pytorch_tanh",
+                                      hidden_act="gelu_pytorch_tanh", attention_bias=False,
+                                      **common)
+        cls = transformers.GemmaForCausalLM
+    elif family == "gpt":
+        if nkv != nh or hd * nh != d:
+            raise ValueError(f"GPT-2 needs n_kv_heads == n_heads and head_dim * n_heads == "
+                             f"d_model (got {nkv}, {nh}, {hd}, {d})")
+        hc = transformers.GPT2Config(vocab_size=vocab, n_embd=d, n_layer=nl, n_head=nh,
+                                     n_inner=ff, n_positions=maxT,
+                                     activation_function="gelu_new", layer_norm_epsilon=eps,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     tie_word_embeddings=tied, attn_implementation="eager")
+        cls = transformers.GPT2LMHeadModel
+    else:
+        raise ValueError(f"no Hugging Face model for family {family!r}")
+    torch.manual_seed(0)
+    model = cls(hc).to(dtype)
+    model.eval()  # no dropout; gradients still flow
+    impl = getattr(model.config, "_attn_implementation", "eager")
+    if impl != "eager":
+        raise ValueError(f"Hugging Face chose attention {impl!r}, wanted eager")
+    return model
+
+
+def hf_layout(family, name, arr):
+    """pp stored layout -> the Hugging Face parameter's layout."""
+    if family == "gpt" and name.endswith(GPT2_CONV1D) and arr.ndim == 2:
+        return arr.T
+    return arr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dump")
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--tol", type=float, default=1e-4, help="per-tensor relative error (logits, grads)")
+    ap.add_argument("--loss-tol", type=float, default=1e-5, help="relative loss error")
+    ap.add_argument("--tag", help="check name prefix (default hf/<family>)")
+    a = ap.parse_args()
+    dtype = torch.float64 if a.dtype == "float64" else torch.float32
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))))
+
+    try:
+        f = h5py.File(a.dump, "r")
+        raw = f.attrs["config"]
+        cfg = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+        family = family_name(cfg["model"])
+        tokens = np.asarray(f["tokens"], dtype=np.int64)
+        targets = np.asarray(f["targets"], dtype=np.int64)
+        logits_pp = np.asarray(f["logits"], dtype=np.float64)
+        loss_pp = float(np.asarray(f["loss"]))
+        params = {k: np.asarray(v) for k, v in f["params"].items()}
+        grads = {k: np.asarray(v) for k, v in f["grads"].items()}
+    except (OSError, KeyError, ValueError) as ex:
+        print(f"hf_reference: {a.dump}: {ex}", file=sys.stderr)
+        return 2
+    tag = a.tag or f"hf/{family}"
+    r = Report(tag)
+    if family == "mixtral" and not any(".block_sparse_moe." in n for n in params):
+        print(f"SKIP: {tag}: the dump has no MoE tensors (pp built mixtral as a dense model)")
+        return 0
+    try:
+        model = build_model(cfg, family, dtype)
+    except (KeyError, ValueError, TypeError) as ex:
+        r.check(False, "model", f"cannot build the Hugging Face model: {ex}")
+        return 1
+
+    # load by name: both directions must be 1:1
+    hf_params = dict(model.named_parameters())  # tied lm_head appears once, as the embedding
+    missing = [n for n in hf_params if n not in params]
+    extra = [n for n in params if n not in hf_params]
+    nograd = [n for n in params if n not in grads]
+    bad_shape = []
+    with torch.no_grad():
+        for n, p in hf_params.items():
+            if n not in params:
+                continue
+            w = hf_layout(family, n, params[n])
+            if tuple(w.shape) != tuple(p.shape):
+                bad_shape.append(f"{n} pp {tuple(params[n].shape)} hf {tuple(p.shape)}")
+                continue
+            p.copy_(torch.from_numpy(np.ascontiguousarray(w)).to(dtype))
+    r.check(not missing, "names/hf-loaded",
+            f"{len(hf_params)} Hugging Face parameters loaded" if not missing
+            else f"{len(missing)} Hugging Face parameters not in the dump: {', '.join(missing[:8])}")
+    r.check(not extra, "names/dump-used",
+            f"{len(params)} dump tensors used" if not extra
+            else f"{len(extra)} dump tensors with no Hugging Face parameter: {', '.join(extra[:8])}")
+    r.check(not nograd, "names/grads", f"{len(grads)} gradients" if not nograd
+            else f"no gradient for {', '.join(nograd[:8])}")
+    r.check(not bad_shape, "shapes", "all match" if not bad_shape else "; ".join(bad_shape[:8]))
+    if missing or bad_shape:
+        return 1
+
+    toks = torch.from_numpy(tokens)
+    tgts = torch.from_numpy(targets)
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=toks).logits
+    V = logits.shape[-1]
+    if tuple(logits.shape) != tuple(logits_pp.shape):
+        r.check(False, "logits", f"shape pp {logits_pp.shape} hf {tuple(logits.shape)}")
+        return 1
+    e = rel_err(logits_pp, logits.detach().numpy())
+    r.check(e <= a.tol, "logits", f"rel={e:.2e}" + ("" if e <= a.tol else f" > {a.tol:g}"))
+
+    loss = F.cross_entropy(logits.reshape(-1, V), tgts.reshape(-1), ignore_index=-100)
+    lref = float(loss)
+    el = abs(loss_pp - lref) / max(abs(lref), 1e-30)
+    r.check(el <= a.loss_tol, "loss", f"pp={loss_pp:.9g} hf={lref:.9g} rel={el:.2e}"
+            + ("" if el <= a.loss_tol else f" > {a.loss_tol:g}"))
+    loss.backward()
+
+    worst, worst_name, n_ok, n_cmp = -1.0, "", 0, 0
+    for n, p in hf_params.items():
+        if n not in grads:
+            continue
+        n_cmp += 1
+        ref = p.grad.detach().numpy() if p.grad is not None else np.zeros(tuple(p.shape))
+        got = hf_layout(family, n, grads[n])
+        if tuple(got.shape) != tuple(ref.shape):
+            r.check(False, f"grads/{n}", f"shape pp {got.shape} hf {ref.shape}")
+            continue
+        e = rel_err(got, ref)
+        if e > worst:
+            worst, worst_name = e, n
+        if e <= a.tol:
+            n_ok += 1
+        else:
+            r.check(False, f"grads/{n}", f"rel={e:.2e} > {a.tol:g}")
+    r.check(n_ok == n_cmp and n_cmp > 0, "grads",
+            f"worst {worst_name} rel={worst:.2e} ({n_cmp} tensors)" if n_ok == n_cmp
+            else f"{n_cmp - n_ok} of {n_cmp} tensors over {a.tol:g}; worst {worst_name} rel={worst:.2e}")
+
+    # The reference must itself apply the sliding window, or the comparison
+    # above would prove nothing about it: the same weights without the window
+    # have to give other logits once T > window.
+    sw = int(cfg["model"].get("sliding_window") or 0)
+    if family in ("mistral", "mixtral") and sw > 0:
+        if tokens.shape[1] <= sw:
+            print(f"SKIP: {tag}/sliding-window: seq_len {tokens.shape[1]} <= window {sw}")
+        else:
+            model.config.sliding_window = None
+            with torch.no_grad():
+                full = model(input_ids=toks).logits
+            model.config.sliding_window = sw
+            d = rel_err(full.numpy(), logits.detach().numpy())
+            r.check(d > 1e3 * a.tol, "sliding-window",
+                    f"reference applies window {sw}: full-causal logits differ rel={d:.2e}")
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

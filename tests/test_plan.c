@@ -1,0 +1,369 @@
+/* plan: parameter counts of published models, the MFU FLOP formula, per-rank
+ * memory planning, the device peak table and the report. Configs are built
+ * by hand so that the test depends on config.h's structs only. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+#include "libcommon/plan.h"
+
+static pp_model_cfg llama(const char *name, int C, int Hq, int Hkv, int F, int L, int V)
+{
+	pp_model_cfg m = {0};
+	snprintf(m.preset, sizeof m.preset, "%s", name);
+	m.family = PP_FAMILY_LLAMA;
+	m.d_model = C;
+	m.n_heads = Hq;
+	m.n_kv_heads = Hkv;
+	m.head_dim = C / Hq;
+	m.d_ff = F;
+	m.n_layers = L;
+	m.vocab_size = V;
+	m.max_seq_len = 4096;
+	m.mlp = PP_MLP_SWIGLU;
+	m.norm = PP_NORM_RMS;
+	m.norm_eps = 1e-5;
+	m.pos = PP_POS_ROPE;
+	m.rope_theta = 10000;
+	m.moe_every = 1;
+	m.init_std = 0.02;
+	return m;
+}
+
+static pp_model_cfg gpt2_124m(void)
+{
+	pp_model_cfg m = {0};
+	snprintf(m.preset, sizeof m.preset, "gpt2-124m");
+	m.family = PP_FAMILY_GPT;
+	m.d_model = 768;
+	m.n_heads = 12;
+	m.n_kv_heads = 12;
+	m.head_dim = 64;
+	m.d_ff = 3072;
+	m.n_layers = 12;
+	m.vocab_size = 50257;
+	m.max_seq_len = 1024;
+	m.mlp = PP_MLP_GELU;
+	m.norm = PP_NORM_LAYER;
+	m.pos = PP_POS_LEARNED;
+	m.tied_embeddings = true;
+	m.bias = true;
+	m.moe_every = 1;
+	return m;
+}
+
+static pp_model_cfg gemma_2b(int V)
+{
+	pp_model_cfg m = llama("gemma-2b", 2048, 8, 1, 16384, 18, V);
+	m.family = PP_FAMILY_GEMMA;
+	m.head_dim = 256;
+	m.mlp = PP_MLP_GEGLU;
+	m.norm_offset = 1;
+	m.tied_embeddings = true;
+	m.embed_scale = true;
+	return m;
+}
+
+static pp_config run_cfg(pp_model_cfg m)
+{
+	pp_config c = {0};
+	c.model = m;
+	c.global_batch = 8;
+	c.microbatch = 2;
+	c.seq_len = 256;
+	c.pp = c.dp = c.tp = 1;
+	c.microbatches = 4;
+	c.virtual_stages = 1;
+	snprintf(c.schedule, sizeof c.schedule, "1f1b");
+	snprintf(c.dtype, sizeof c.dtype, "fp32");
+	return c;
+}
+
+static void check_count(const char *name, const pp_model_cfg *m, long long want)
+{
+	plan_counts n;
+	plan_param_count(m, &n);
+	long long parts = n.embedding + n.attention + n.mlp + n.router + n.norms + n.head;
+	CHECK(n.total == want && parts == want, name, "total %lld, components sum %lld, want %lld",
+	      (long long)n.total, parts, want);
+}
+
+static void test_counts(void)
+{
+	pp_model_cfg l7 = llama("llama2-7b", 4096, 32, 32, 11008, 32, 32000);
+	pp_model_cfg l13 = llama("llama2-13b", 5120, 40, 40, 13824, 40, 32000);
+	pp_model_cfg l70 = llama("llama2-70b", 8192, 64, 8, 28672, 80, 32000);
+	pp_model_cfg mis = llama("mistral-7b", 4096, 32, 8, 14336, 32, 32000);
+	pp_model_cfg mix = mis;
+	mix.n_experts = 8;
+	mix.top_k = 2;
+	mix.moe_every = 1;
+	pp_model_cfg g2 = gpt2_124m();
+
+	/* 32000*4096*2 + 32*(4*4096^2 + 3*4096*11008 + 2*4096) + 4096 */
+	check_count("plan/count/llama2-7b", &l7, 6738415616LL);
+	check_count("plan/count/llama2-13b", &l13, 13015864320LL);
+	check_count("plan/count/llama2-70b", &l70, 68976648192LL);
+	check_count("plan/count/mistral-7b", &mis, 7241732096LL);
+	check_count("plan/count/mixtral-8x7b", &mix, 46702792704LL);
+	check_count("plan/count/gpt2-124m", &g2, 124439808LL);
+	/* Hugging Face's gemma-2b (vocab_size 256000): 2,506,172,416. The
+	 * 256128-row table (256000 padded by 128) adds 128 * 2048 = 262,144. */
+	pp_model_cfg gh = gemma_2b(256000), gp = gemma_2b(256128);
+	check_count("plan/count/gemma-2b", &gh, 2506172416LL);
+	check_count("plan/count/gemma-2b-vocab-256128", &gp, 2506172416LL + 128 * 2048);
+
+	plan_counts n;
+	plan_param_count(&l7, &n);
+	CHECK(n.per_layer == 4LL * 4096 * 4096 + 3LL * 4096 * 11008 + 2 * 4096 &&
+		      n.embedding == 32000LL * 4096 && n.head == n.embedding && n.active == n.total,
+	      "plan/count/llama2-7b-components", "per_layer %lld embedding %lld head %lld",
+	      (long long)n.per_layer, (long long)n.embedding, (long long)n.head);
+	/* N: every layer matrix + head; not wte lookup, norms */
+	long long want_n = 32LL * (4LL * 4096 * 4096 + 3LL * 4096 * 11008) + 32000LL * 4096;
+	CHECK(n.matmul == want_n, "plan/count/llama2-7b-matmul", "N %lld want %lld",
+	      (long long)n.matmul, want_n);
+
+	plan_param_count(&g2, &n);
+	/* tied: wte counted once, as the head; wpe, biases, layernorms out */
+	want_n = 12LL * (4 * 768 * 768 + 2 * 768 * 3072) + 50257LL * 768;
+	CHECK(n.matmul == want_n && n.head == 0 && n.positions == 1024 * 768,
+	      "plan/count/gpt2-matmul-tied", "N %lld want %lld head %lld", (long long)n.matmul,
+	      want_n, (long long)n.head);
+
+	/* Mixtral: ~12.9B active, N counts 2 of 8 experts + router */
+	plan_param_count(&mix, &n);
+	long long expert = 3LL * 4096 * 14336;
+	CHECK(n.active == 46702792704LL - 32 * 6 * expert && n.active == 12879925248LL,
+	      "plan/count/mixtral-active", "active %lld", (long long)n.active);
+	want_n = 32LL * ((48LL + 32) * 128 * 4096 + 2 * expert + 8 * 4096) + 32000LL * 4096;
+	CHECK(n.matmul == want_n && n.n_moe_layers == 32, "plan/count/mixtral-matmul",
+	      "N %lld want %lld, %d MoE layers", (long long)n.matmul, want_n, n.n_moe_layers);
+
+	/* every other layer MoE: layers 1, 3, ..., 11 */
+	pp_model_cfg half = g2;
+	half.n_experts = 4;
+	half.top_k = 2;
+	half.moe_every = 2;
+	plan_param_count(&half, &n);
+	plan_counts dense;
+	plan_param_count(&g2, &dense);
+	long long mlp1 = 2LL * 768 * 3072 + 3072 + 768;
+	CHECK(n.n_moe_layers == 6 && plan_layer_is_moe(&half, 1) && !plan_layer_is_moe(&half, 0) &&
+		      n.total == dense.total + 6 * (3 * mlp1 + 4 * 768),
+	      "plan/count/moe-every-2", "%d MoE layers, total %lld", n.n_moe_layers,
+	      (long long)n.total);
+}
+
+static void test_flops(void)
+{
+	pp_model_cfg l7 = llama("llama2-7b", 4096, 32, 32, 11008, 32, 32000);
+	plan_counts n;
+	plan_param_count(&l7, &n);
+	double want = 6.0 * (double)n.matmul + 6.0 * 32 * 32 * 128 * 4096;
+	double got = plan_flops_per_token(&l7, 4096);
+	/* 6 * 6,607,077,376 + 6 * 32 * 4096 * 4096 = 4.286e10 */
+	CHECK(got == want && fabs(got - 42863689728.0) < 1, "plan/flops/llama2-7b",
+	      "%.6g want %.6g", got, want);
+	double fwd = plan_flops_per_token_fwd(&l7, 4096);
+	CHECK(fabs(3 * fwd - got) < 1 && fwd == 2.0 * (double)n.matmul + 2.0 * 32 * 4096 * 4096,
+	      "plan/flops/forward", "fwd %.6g", fwd);
+	pp_model_cfg g2 = gpt2_124m();
+	plan_param_count(&g2, &n);
+	got = plan_flops_per_token(&g2, 1024);
+	want = 6.0 * (double)n.matmul + 6.0 * 12 * 768 * 1024;
+	CHECK(got == want, "plan/flops/gpt2", "%.6g want %.6g", got, want);
+
+	double mfu = plan_mfu(got, 1e6, 989.4);
+	CHECK(fabs(mfu - got * 1e6 / 989.4e12) < 1e-12 && plan_mfu(got, 1e6, 0) == -1,
+	      "plan/flops/mfu", "mfu %g", mfu);
+}
+
+static void test_memory(void)
+{
+	pp_err e = {0};
+	pp_model_cfg l7 = llama("llama2-7b", 4096, 32, 32, 11008, 32, 32000);
+	plan_counts n;
+	plan_param_count(&l7, &n);
+
+	pp_config c = run_cfg(l7);
+	plan_memory_t m1;
+	int rc = plan_memory(&c, &m1, &e);
+	CHECK(rc == 0 && m1.param_count == n.total && m1.params == n.total * 4 &&
+		      m1.grads == n.total * 4 && m1.optimizer == n.total * 8,
+	      "plan/mem/fp32-single-rank", "rc %d %s: params %lld want %lld", rc, e.msg,
+	      (long long)m1.params, (long long)n.total * 4);
+	CHECK(m1.logits == 2LL * 256 * 32000 * 4 && m1.in_flight == 1 &&
+		      m1.total == m1.params + m1.grads + m1.optimizer + m1.activations + m1.logits,
+	      "plan/mem/logits-and-total", "logits %lld in_flight %d", (long long)m1.logits,
+	      m1.in_flight);
+
+	/* bf16: 2-byte weights and grads, 12 bytes of optimizer state */
+	pp_config cb = c;
+	snprintf(cb.dtype, sizeof cb.dtype, "bf16");
+	plan_memory_t mb;
+	rc = plan_memory(&cb, &mb, &e);
+	CHECK(rc == 0 && mb.params == n.total * 2 && mb.optimizer == n.total * 12 &&
+		      mb.activations < m1.activations,
+	      "plan/mem/bf16", "params %lld optimizer %lld", (long long)mb.params,
+	      (long long)mb.optimizer);
+
+	/* tp = 2 halves every layer matrix and the vocab rows; norms stay */
+	pp_config c2 = c;
+	c2.tp = 2;
+	plan_memory_t m2;
+	rc = plan_memory(&c2, &m2, &e);
+	long long norms = 32LL * 2 * 4096 + 4096;
+	CHECK(rc == 0 && m2.param_count == (n.total - norms) / 2 + norms,
+	      "plan/mem/tp2-halves-matrices", "tp2 %lld want %lld", (long long)m2.param_count,
+	      (n.total - norms) / 2 + norms);
+	CHECK(m2.activations < m1.activations && m2.logits * 2 == m1.logits, "plan/mem/tp2-acts",
+	      "acts %lld vs %lld", (long long)m2.activations, (long long)m1.activations);
+
+	/* ZeRO-1 divides the optimizer state only */
+	pp_config cz = c;
+	cz.dp = 4;
+	cz.global_batch = 32;
+	plan_memory_t mz0, mz1;
+	plan_memory(&cz, &mz0, &e);
+	cz.shard_optimizer = true;
+	rc = plan_memory(&cz, &mz1, &e);
+	CHECK(rc == 0 && mz1.optimizer == (mz0.optimizer / 8 + 3) / 4 * 8 &&
+		      mz1.params == mz0.params && mz1.grads == mz0.grads,
+	      "plan/mem/shard-optimizer", "sharded %lld unsharded %lld", (long long)mz1.optimizer,
+	      (long long)mz0.optimizer);
+
+	/* recompute: layer inputs + one layer's full set */
+	pp_config cr = c;
+	cr.recompute = true;
+	plan_memory_t mr;
+	rc = plan_memory(&cr, &mr, &e);
+	CHECK(rc == 0 && mr.activations < m1.activations / 4 && mr.activations > m1.activations / 32,
+	      "plan/mem/recompute", "recompute %lld full %lld", (long long)mr.activations,
+	      (long long)m1.activations);
+
+	/* pp = 4, 1f1b: rank 0 keeps 4 microbatches in flight, the last 1;
+	 * 34 layers over 4 stages: 9, 9, 8, 8 (remainder to the first) */
+	pp_config cp = c;
+	cp.model.n_layers = 34;
+	cp.pp = 4;
+	plan_memory_t r0, r3;
+	plan_memory_rank(&cp, 0, &r0, &e);
+	rc = plan_memory_rank(&cp, 3, &r3, &e);
+	int b2, e2;
+	plan_chunk_layers(34, 4, 2, &b2, &e2);
+	CHECK(rc == 0 && r0.layers == 9 && r3.layers == 8 && b2 == 18 && e2 == 26 &&
+		      r0.in_flight == 4 && r3.in_flight == 1 && r0.first && !r0.last && r3.last &&
+		      r0.logits == 0 && r3.logits > 0,
+	      "plan/mem/pp4-stages", "layers %d/%d in flight %d/%d", r0.layers, r3.layers,
+	      r0.in_flight, r3.in_flight);
+	plan_memory_t worst;
+	plan_memory(&cp, &worst, &e);
+	CHECK(worst.total >= r0.total && worst.total >= r3.total, "plan/mem/max-over-stages",
+	      "worst rank %d", worst.rank);
+	/* gpipe holds all microbatches on every stage */
+	pp_config cg = cp;
+	snprintf(cg.schedule, sizeof cg.schedule, "gpipe");
+	cg.microbatches = 8;
+	plan_memory_t g3;
+	plan_memory_rank(&cg, 3, &g3, &e);
+	CHECK(g3.in_flight == 8 && g3.activations == 8 * r3.activations, "plan/mem/gpipe",
+	      "in flight %d", g3.in_flight);
+	/* interleaved, v = 2, pp = 4, m = 8: rank 0 holds 2*3 + 4 + 1 = 11
+	 * chunk-microbatches */
+	pp_config ci = cp;
+	ci.model.n_layers = 32;
+	ci.virtual_stages = 2;
+	ci.microbatches = 8;
+	snprintf(ci.schedule, sizeof ci.schedule, "interleaved1f1b");
+	plan_memory_t i0;
+	rc = plan_memory_rank(&ci, 0, &i0, &e);
+	CHECK(rc == 0 && i0.in_flight == 11 && i0.layers == 8 && i0.chunks == 2,
+	      "plan/mem/interleaved", "in flight %d layers %d", i0.in_flight, i0.layers);
+
+	/* errors are values naming the key */
+	pp_config bad = c;
+	bad.pp = 64;
+	rc = plan_memory(&bad, &m1, &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "n_layers"), "plan/mem/too-few-layers", "rc %d: %s",
+	      rc, e.msg);
+	bad = c;
+	snprintf(bad.dtype, sizeof bad.dtype, "fp8");
+	rc = plan_memory(&bad, &m1, &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "dtype"), "plan/mem/bad-dtype", "rc %d: %s", rc,
+	      e.msg);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void test_70b_plan(void)
+{
+	pp_err e = {0};
+	pp_config c = run_cfg(llama("llama2-70b", 8192, 64, 8, 28672, 80, 32000));
+	c.pp = 8;
+	c.tp = 8;
+	c.dp = 1;
+	c.seq_len = 4096;
+	c.microbatch = 1;
+	c.microbatches = 16;
+	c.global_batch = 16;
+	snprintf(c.dtype, sizeof c.dtype, "bf16");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	double t0 = now();
+	int rc = plan_print(f, &c, false, &e);
+	int rcj = plan_print(f, &c, true, &e);
+	double dt = now() - t0;
+	fclose(f);
+	CHECK(rc == 0 && rcj == 0 && dt < 1.0, "plan/70b-under-1s", "rc %d/%d %.3f s: %s", rc, rcj,
+	      dt, e.msg);
+	CHECK(buf && strstr(buf, "68,976,648,192") && strstr(buf, "6*N + 6*L*Hq*D*T") &&
+		      strstr(buf, "GiB") && strstr(buf, "\"total\":68976648192"),
+	      "plan/report", "report:\n%s", buf ? buf : "(none)");
+	/* 70B/64 ranks in bf16: params ~2.1 GiB on the heaviest rank */
+	plan_memory_t m;
+	plan_memory(&c, &m, &e);
+	CHECK(m.layers == 10 && m.params > 2000000000LL && m.params < 2400000000LL,
+	      "plan/70b-rank-params", "layers %d params %lld", m.layers, (long long)m.params);
+	free(buf);
+}
+
+static void test_peaks(void)
+{
+	struct {
+		const char *name;
+		double want;
+	} t[] = {
+		{"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756},
+		{"NVIDIA H200", 989.4},           {"NVIDIA A100-SXM4-80GB", 312},
+		{"NVIDIA A100 80GB PCIe", 312},   {"NVIDIA RTX A1000", 0},
+		{"NVIDIA H100 NVL", 0},           {"NVIDIA GeForce RTX 4090", 0},
+		{"", 0},
+	};
+	int ok = 1;
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (plan_peak_tflops(t[i].name) != t[i].want) {
+			ok = 0;
+			printf("# %s: %g want %g\n", t[i].name, plan_peak_tflops(t[i].name),
+			       t[i].want);
+		}
+	CHECK(ok && plan_peak_tflops(NULL) == 0, "plan/peak-table", "see lines above");
+}
+
+int main(void)
+{
+	test_counts();
+	test_flops();
+	test_memory();
+	test_70b_plan();
+	test_peaks();
+	TH_EXIT();
+}
