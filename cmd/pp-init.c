@@ -14,7 +14,7 @@ static int write_step0(pp_config *cfg, pp_err *e)
 {
 	char dir[PP_PATH_MAX + 64];
 	long step = -1;
-	int rc = ckpt_find_latest(cfg->run_dir, dir, sizeof dir, &step, e);
+	int rc = ckpt_find_newest(cfg->run_dir, dir, sizeof dir, &step, e);
 	if (rc)
 		return rc;
 	if (step >= 0)

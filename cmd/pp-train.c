@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 			rc = trainer_resume(&t, &resumed, &e);
 		if (!rc && !resumed)
 			trainer_init(&t);
-		if (!rc && resumed && !quiet)
+		if (!rc && resumed)
 			log_info("resumed from step %ld in %s", t.step, cfg.run_dir);
 		if (!rc) {
 			train_opts o = {.quiet = quiet, .stop = &stop_requested};

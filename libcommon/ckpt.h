@@ -56,6 +56,11 @@ int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e);
  * sets *step = -1 when there is none; incomplete directories are skipped. */
 int ckpt_find_latest(const char *run_dir, char *dir, size_t dir_size, long *step, pp_err *e);
 
+/* The newest published step_N directory, complete or not. Saving publishes a
+ * directory only once it is whole, so a defect there is damage that resuming
+ * must report rather than silently fall back to an older step. */
+int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step, pp_err *e);
+
 /* Verifies the manifest, versions, sizes and checksums of a checkpoint dir. */
 int ckpt_verify(const char *dir, pp_err *e);
 
@@ -135,7 +140,8 @@ void ckpt_manifest_free(ckpt_manifest *m);
 const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name);
 
 /* Reads a whole tensor, reassembled from its shards, into out (global_shape,
- * row-major). group is "params", "adam_m" or "adam_v". */
+ * row-major). group is "params", "adam_m" or "adam_v". Checks the sizes of
+ * the files it reads, not their sha256 (ckpt_verify does that). */
 int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group,
 		     pp_real *out, pp_err *e);
 

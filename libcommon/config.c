@@ -222,24 +222,27 @@ static const char *nearest(const char *word, const char *const *cands, int n)
 	return pick;
 }
 
-/* "unknown key 'model.n_head' (did you mean 'model.n_heads'?)": the nearest
- * sibling key, else a key of that exact name elsewhere ("b1" -> "adamw.b1"). */
+/* "unknown key 'model.n_head' (did you mean 'model.n_heads'?)": a sibling
+ * one edit away, else a key of exactly that name elsewhere ("b1" ->
+ * "adamw.b1"), else the nearest sibling within the edit limit. */
 static int unknown_key(const char *parent, const char *name, pp_err *e)
 {
-	const char *cands[N_KEYS];
+	const char *cands[N_KEYS], *elsewhere = NULL;
 	int n = 0;
-	for (int i = 0; i < N_KEYS; i++)
+	for (int i = 0; i < N_KEYS; i++) {
 		if (has_parent(keys[i].path, parent))
 			cands[n++] = last_component(keys[i].path);
+		else if (!elsewhere && !strcmp(last_component(keys[i].path), name))
+			elsewhere = keys[i].path;
+	}
 	const char *sep = *parent ? "." : "";
 	const char *near = nearest(name, cands, n);
-	if (near)
+	if (near && (!elsewhere || edit_distance(name, near) <= 1))
 		return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s%s%s'?)", parent,
 				 sep, name, parent, sep, near);
-	for (int i = 0; i < N_KEYS; i++)
-		if (!strcmp(last_component(keys[i].path), name))
-			return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s'?)",
-					 parent, sep, name, keys[i].path);
+	if (elsewhere)
+		return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s'?)", parent,
+				 sep, name, elsewhere);
 	return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s'", parent, sep, name);
 }
 
@@ -805,6 +808,15 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "%s: key too long", what);
 	memcpy(key, ov, eq - ov);
 	key[eq - ov] = 0;
+	for (char *dot = strchr(key, '.'); dot; dot = strchr(dot + 1, '.')) {
+		*dot = 0;
+		int p = key_index(key);
+		bool scalar = p >= 0 && keys[p].kind != K_OBJECT;
+		*dot = '.';
+		if (scalar)
+			return pp_errorf(e, PP_EUSAGE, "%s: '%.*s' is not an object", what,
+					 (int)(dot - key), key);
+	}
 	json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
 	int i = key_index(key);
 	bool raw = !strcmp(key, "model") ? !json_is_object(v)
@@ -868,17 +880,19 @@ void pp_config_free(pp_config *c)
 
 /* ---- dumping ------------------------------------------------------------ */
 
-/* Shortest %g form that reads back as the same double, kept recognisably
- * real ("10000.0", not "10000"). */
+/* Integral values as "10000.0"; others in the shortest %g form that reads
+ * back as the same double ("0.0003", not 0.00029999999999999997). */
 static void format_real(double x, char *buf, size_t n)
 {
+	if (x == floor(x) && fabs(x) < 1e15) {
+		snprintf(buf, n, "%.1f", x);
+		return;
+	}
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(buf, n, "%.*g", prec, x);
 		if (strtod(buf, NULL) == x)
-			break;
+			return;
 	}
-	if (!strpbrk(buf, ".eEn"))
-		snprintf(buf + strlen(buf), n - strlen(buf), ".0");
 }
 
 static void dump_value(FILE *f, const json_t *v, int depth)

@@ -140,8 +140,8 @@ static void ckpt_fill(trainer *t, ckpt_state *cs, const host_state *h)
 	memset(cs, 0, sizeof *cs);
 	cs->step = t->step;
 	cs->rng[0] = t->cfg->seed;
-	if (t->train)
-		cs->n_data_state = data_get_state(t->train, cs->data_state, PP_CKPT_DATA_STATE);
+	/* without a loader (pp-init) the position is the start of the data */
+	cs->n_data_state = t->train ? data_get_state(t->train, cs->data_state, PP_CKPT_DATA_STATE) : 1;
 	cs->pp_size = cs->tp_size = cs->dp_size = 1;
 	cs->n_tensors = t->stage.n_params;
 	cs->tensors = ckpt_tensors(&t->stage, h);
@@ -205,7 +205,7 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	char dir[PP_PATH_MAX + 64];
 	long step = -1;
 	*resumed = false;
-	int rc = ckpt_find_latest(t->cfg->run_dir, dir, sizeof dir, &step, e);
+	int rc = ckpt_find_newest(t->cfg->run_dir, dir, sizeof dir, &step, e);
 	if (rc || step < 0)
 		return rc;
 	if ((rc = check_same_model(t, dir, e)))
@@ -336,9 +336,10 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	*skipped = !isfinite(*loss) || !isfinite(*gnorm);
 	if (*skipped && strcmp(c->nan_policy, "skip") != 0)
 		return pp_errorf(e, PP_ERUNTIME,
-				 "step %ld: loss is %g and gradient norm %g; stopping "
+				 "step %ld: %s is %g (loss %g, gradient norm %g); stopping "
 				 "(nan_policy=skip skips such steps)",
-				 t->step + 1, *loss, *gnorm);
+				 t->step + 1, isfinite(*loss) ? "gradient norm" : "loss",
+				 isfinite(*loss) ? *gnorm : *loss, *loss, *gnorm);
 	if (!*skipped)
 		optim_step(&t->opt, &t->stage, c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
 	t->step++;

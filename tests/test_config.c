@@ -167,7 +167,7 @@ static void check_anchor(const struct anchor *a, const pp_model_cfg *m)
 
 static int load_preset(pp_config *c, const char *name, pp_err *e)
 {
-	char ov[128];
+	char ov[300];
 	snprintf(ov, sizeof ov, "model=%s", name);
 	return load_text(c, e, NULL, OV(ov));
 }
@@ -266,7 +266,9 @@ static void test_defaults(void)
 		  !strcmp(c.data, "synthetic") && !strcmp(c.run_dir, "runs/default") &&
 		  c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
 		  c.eval_batches == 4 && c.log_period == 1;
-	CHECK(ok, "config/defaults/run", "some default differs:\n%s", pp_config_dump(&c));
+	char *dump = pp_config_dump(&c);
+	CHECK(ok, "config/defaults/run", "some default differs:\n%s", dump);
+	free(dump);
 	const pp_model_cfg *m = &c.model;
 	CHECK(m->head_dim == 16 && m->top_k == 0 && m->norm_offset == 0 && m->moe_every == 1 &&
 		      m->capacity_factor == 0 && m->init_std == 0.02 && !m->embed_scale &&
@@ -337,7 +339,8 @@ static void test_overrides(void)
 	const char *ov[] = {"model.n_layers=4", "lr_schedule.type=linear", "adamw.b1=0.8",
 			    "recompute=true", "lr=1e-3", "steps=1e3", "run_dir=2024",
 			    "data=/tmp/a=b", "seed=12345678901234", "schedule=gpipe",
-			    "adamw.decay_norms_and_biases=true", "model.rope_theta=5e5"};
+			    "adamw.decay_norms_and_biases=true", "model.rope_theta=5e5",
+			    "model.norm_offset=0.30000000000000004"};
 	int rc = pp_config_load(&c, path, sizeof ov / sizeof ov[0], (char *const *)ov, &e);
 	CHECK(rc == 0, "config/override/load", "%s", e.msg);
 	if (!rc) {
@@ -352,7 +355,7 @@ static void test_overrides(void)
 		CHECK(c.recompute && c.lr == 1e-3 && c.steps == 1000 && c.seed == 12345678901234ull &&
 			      c.model.rope_theta == 5e5,
 		      "config/override/numbers_bools", "steps %ld lr %g", c.steps, c.lr);
-		CHECK(!strcmp(c.run_dir, "runs/../2024") || !strcmp(c.run_dir, "2024"),
+		CHECK(!strcmp(c.run_dir, "2024"),
 		      "config/override/string_key_raw", "run_dir '%s'", c.run_dir);
 		CHECK(!strcmp(c.data, "/tmp/a=b") && !strcmp(c.schedule, "gpipe"),
 		      "config/override/strings", "data '%s' schedule '%s'", c.data, c.schedule);
@@ -403,8 +406,7 @@ static const struct err_case {
 	const char *name;
 	const char *text;    /* config file contents, or NULL for none */
 	const char *ov[8];   /* overrides */
-	const char *want[4]; /* substrings of the message */
-	const char *unwanted;
+	const char *want[4]; /* substrings of the message ("!x": x must not appear) */
 } err_cases[] = {
 	{"typo/top", NULL, {"model=llama-tiny", "lr_shedule.type=linear"},
 	 {"unknown key 'lr_shedule' (did you mean 'lr_schedule'?)"}},
@@ -416,10 +418,11 @@ static const struct err_case {
 	 {"'adamw.weight_dcay'", "did you mean 'adamw.weight_decay'"}},
 	{"typo/misplaced", NULL, {"model=llama-tiny", "b1=0.9"},
 	 {"unknown key 'b1'", "did you mean 'adamw.b1'"}},
-	{"typo/none", NULL, {"model=llama-tiny", "zzzzzzzz=1"}, {"unknown key 'zzzzzzzz'"},
-	 "did you mean"},
-	{"typo/preset_file", NULL, {"model=llama-tiny", "model.vocab=3"},
-	 {"'model.vocab'", "did you mean 'model.vocab_size'"}},
+	{"typo/none", NULL, {"model=llama-tiny", "zzzzzzzz=1"}, {"unknown key 'zzzzzzzz'", "!did you mean"}},
+	{"typo/model_long", NULL, {"model=llama-tiny", "model.vocab_sise=3"},
+	 {"'model.vocab_sise'", "did you mean 'model.vocab_size'"}},
+	{"typo/misplaced_model", NULL, {"model=llama-tiny", "d_model=3"},
+	 {"unknown key 'd_model'", "did you mean 'model.d_model'"}},
 
 	{"type/string_for_int", "{\"model\": \"llama-tiny\", \"steps\": \"ten\"}", {0},
 	 {"key 'steps': expected an integer, got string \"ten\""}},
@@ -432,7 +435,7 @@ static const struct err_case {
 	 {"key 'data': expected a string, got integer 5"}},
 	{"type/number", NULL, {"model=llama-tiny", "lr=fast"},
 	 {"key 'lr': expected a number, got string \"fast\""}},
-	{"type/preset", NULL, {"model.preset=3"}, {"key 'model.preset': expected a string"}},
+	{"type/preset", "{\"model\": {\"preset\": 3}}", {0}, {"key 'model.preset': expected a string"}},
 	{"type/model", "{\"model\": 7}", {0}, {"key 'model': expected an object"}},
 
 	{"range/steps", NULL, {"model=llama-tiny", "steps=0"},
@@ -520,7 +523,9 @@ static const struct err_case {
 	{"override/empty_component", NULL, {"model=llama-tiny", "adamw..b1=3"},
 	 {"override 'adamw..b1=3'", "empty key component"}},
 	{"override/parent_not_object", NULL, {"model=llama-tiny", "steps.x=1"},
-	 {"override 'steps.x=1'", "'steps' is not an object", "integer 100"}},
+	 {"override 'steps.x=1'", "'steps' is not an object"}},
+	{"override/parent_unknown_scalar", NULL, {"model=llama-tiny", "foo=1", "foo.bar=2"},
+	 {"override 'foo.bar=2'", "'foo' is not an object", "integer 1"}},
 	{"override/parent_not_object_file", "{\"model\": \"llama-tiny\", \"steps\": 5}",
 	 {"steps.x=1"}, {"'steps' is not an object"}},
 	{"override/bad_utf8", NULL, {"model=llama-tiny", "data=\xff\xfe"}, {"not valid UTF-8"}},
@@ -552,8 +557,8 @@ static void test_errors(void)
 		int rc = load_text(&c, &e, t->text, t->ov[0] ? t->ov : NULL);
 		bool ok = rc == PP_EUSAGE && e.code == PP_EUSAGE && c.json == NULL;
 		for (int j = 0; j < 4 && t->want[j]; j++)
-			ok = ok && contains(e.msg, t->want[j]);
-		ok = ok && !contains(e.msg, t->unwanted);
+			ok = ok && (t->want[j][0] == '!' ? !contains(e.msg, t->want[j] + 1)
+							 : contains(e.msg, t->want[j]));
 		CHECK(ok, name, "rc %d, message: %s", rc, rc ? e.msg : "(none)");
 		pp_config_free(&c);
 	}
@@ -599,7 +604,7 @@ static void test_resolved_json(void)
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 34, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 28, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

@@ -11,8 +11,15 @@ root=${PP_ROOT:-$PWD}
 export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 tool=$root/build/tests/tool_hf_dump
-# mixtral-tiny reports SKIP for as long as pp builds it without MoE layers
-presets=${PP_HF_PRESETS:-llama-tiny mistral-tiny gemma-tiny gpt-tiny mixtral-tiny}
+# "tag preset extra-overrides": mixtral-tiny reports SKIP for as long as pp
+# builds it without MoE layers; recompute=true rebuilds activations in the
+# backward pass, a second path to the same gradients.
+cases=${PP_HF_CASES:-"llama llama-tiny
+mistral mistral-tiny
+gemma gemma-tiny
+gpt gpt-tiny
+llama-recompute llama-tiny recompute=true
+mixtral mixtral-tiny"}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-hf-reference.XXXXXX") || { echo "FAIL: hf: mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
@@ -28,20 +35,21 @@ if [ ! -x "$tool" ]; then
 fi
 
 failed=0
-for p in $presets; do
-	fam=${p%-tiny}
+while read -r tag p extra; do
+	[ -n "$tag" ] || continue
 	if [ ! -f "$PP_CONFIG_DIR/models/$p.json" ]; then
-		echo "SKIP: hf/$fam: no preset $p"
+		echo "SKIP: hf/$tag: no preset $p"
 		continue
 	fi
 	# T = 16 > mistral-tiny's window of 4; init_std 0.1 (with the tool's
 	# noise on every tensor) keeps attention away from uniform.
-	if ! "$tool" model.preset="$p" seq_len=16 model.init_std=0.1 --batch 2 --seed 1234 \
-		-o "$tmp/$p.h5" 2>"$tmp/$p.log"; then
-		echo "FAIL: hf/$fam/dump: tool_hf_dump failed: $(tail -n 1 "$tmp/$p.log")"
+	# shellcheck disable=SC2086 # extra holds key=value words
+	if ! "$tool" model.preset="$p" seq_len=16 model.init_std=0.1 $extra --batch 2 --seed 1234 \
+		-o "$tmp/$tag.h5" </dev/null 2>"$tmp/$tag.log"; then
+		echo "FAIL: hf/$tag/dump: tool_hf_dump failed: $(tail -n 1 "$tmp/$tag.log")"
 		failed=1
 		continue
 	fi
-	"$py" tests/hf_reference.py "$tmp/$p.h5" --tag "hf/$fam" || failed=1
-done
+	"$py" tests/hf_reference.py "$tmp/$tag.h5" --tag "hf/$tag" </dev/null || failed=1
+done <<<"$cases"
 exit $failed

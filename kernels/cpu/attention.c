@@ -3,9 +3,9 @@
  * keys it can see are one GEMM into per-thread scratch. No (T,T) matrix
  * outlives a block: the backward pass recomputes the probabilities from the
  * saved log-sum-exp. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <tgmath.h>
 
 #include "cpu.h"
 
@@ -89,23 +89,13 @@ void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B,
 					const pp_real *v = k + (size_t)Hkv * D;
 					pp_real *l = lse + ((size_t)b * Hq + h) * T + bl.i0;
 					att_scores(s, &a, bl, q, k);
+					/* P = exp(S - lse), the softmax of each row */
 					for (int r = 0; r < bl.nq; r++) {
-						/* softmax with the max trick; lse = max + log sum */
-						pp_real *row = s + (size_t)r * bl.nk, mx;
+						pp_real *row = s + (size_t)r * bl.nk;
 						int lo, hi;
 						att_mask_row(row, &a, bl, r, &lo, &hi);
-						mx = row[lo];
-						for (int j = lo + 1; j <= hi; j++)
-							mx = row[j] > mx ? row[j] : mx;
-						double sum = 0;
-						for (int j = lo; j <= hi; j++) {
-							row[j] = exp(row[j] - mx);
-							sum += row[j];
-						}
-						pp_real inv = (pp_real)(1 / sum);
-						for (int j = lo; j <= hi; j++)
-							row[j] *= inv;
-						l[r] = mx + (pp_real)log(sum);
+						l[r] = pp_cpu_vlogsumexp(row + lo, hi - lo + 1);
+						pp_cpu_vexp(row + lo, row + lo, l[r], 1, hi - lo + 1);
 					}
 					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
 					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk,
@@ -118,9 +108,9 @@ void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B,
 	pp_cpu_blas_serial_end(blas);
 }
 
-/* Gradients of one query head h of batch row b: dq (T,D) rows ld apart is
- * overwritten; dk, dv (T,D) rows lddkv apart are overwritten with this head's
- * share of its kv head's gradient. p, dp: ATT_BQ x T scratch. */
+/* Gradients of query head h of batch row b: dq (T,D), rows ld apart, is
+ * overwritten; the head's share of its kv head's gradient is added into dk,
+ * dv (T,D), rows lddkv apart. p, dp: ATT_BQ x T scratch. */
 static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real *dk, pp_real *dv,
 			 size_t lddkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
 			 const pp_real *qkv, pp_real *p, pp_real *dp)
@@ -132,21 +122,16 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 	const pp_real *dob = dout + (size_t)b * T * a->ldo + (size_t)h * D;
 	const pp_real *ob = out + (size_t)b * T * a->ldo + (size_t)h * D;
 	const pp_real *l = lse + ((size_t)b * a->Hq + h) * T;
-	for (int t = 0; t < T; t++) {
-		memset(dk + t * lddkv, 0, sizeof(pp_real) * D);
-		memset(dv + t * lddkv, 0, sizeof(pp_real) * D);
-	}
 	for (int blk = 0; blk * ATT_BQ < T; blk++) {
 		const att_block bl = att_block_at(a, blk);
 		const pp_real *dob_i = dob + bl.i0 * a->ldo;
 		att_scores(p, a, bl, q, k);
-		/* P = exp(S - lse), recomputed */
+		/* P = exp(S - lse), as in the forward pass */
 		for (int r = 0; r < bl.nq; r++) {
 			pp_real *row = p + (size_t)r * bl.nk;
 			int lo, hi;
 			att_mask_row(row, a, bl, r, &lo, &hi);
-			for (int j = lo; j <= hi; j++)
-				row[j] = exp(row[j] - l[bl.i0 + r]);
+			pp_cpu_vexp(row + lo, row + lo, l[bl.i0 + r], 1, hi - lo + 1);
 		}
 		/* dv (nk,D) += P^T (nk,nq) @ dout (nq,D) */
 		pp_cpu_gemm(1, 0, bl.nk, D, bl.nq, 1, p, bl.nk, dob_i, (int)a->ldo, 1,
@@ -174,11 +159,11 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 	}
 }
 
-/* part (B,Hkv,G-1,{k,v},T,D) holds the kv gradients of group members g >= 1:
- * returns member g's (T,D) dk, followed by its dv */
-static pp_real *att_part(const att_shape *a, pp_real *part, int b, int kvh, int g)
+/* part (B,Hkv,S-1,{k,v},T,D): the kv gradients of splits s >= 1. Returns
+ * split s's (T,D) dk, followed by its dv. */
+static pp_real *att_part(const att_shape *a, pp_real *part, int S, int b, int kvh, int s)
 {
-	return part + (((size_t)b * a->Hkv + kvh) * (a->G - 1) + g - 1) * 2 * a->T * a->D;
+	return part + (((size_t)b * a->Hkv + kvh) * (S - 1) + s - 1) * 2 * a->T * a->D;
 }
 
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
@@ -188,34 +173,41 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 {
 	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
 	const int G = a.G;
-	/* Tasks are query heads. The first head of each group writes its kv
-	 * gradient straight into dqkv, the other G-1 into part, summed in
-	 * after: no two threads ever add into the same row. */
-	pp_real *part = G > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (G - 1) * 2 * T * D)
-			      : NULL;
+	/* A kv head's gradient sums over its G query heads. Tasks are
+	 * (b, kv head, split): a task runs its share of the G query heads one
+	 * after another, adding into one dk, dv, so no two threads ever add
+	 * into the same row. Split 0 writes into dqkv; the others, needed only
+	 * when B*Hkv tasks would leave threads idle, write into part, summed in
+	 * after. */
+	int S = (omp_get_max_threads() + B * Hkv - 1) / (B * Hkv);
+	S = S < G ? S : G;
+	pp_real *part =
+		S > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (S - 1) * 2 * T * D) : NULL;
 	int blas = pp_cpu_blas_serial_begin();
 #pragma omp parallel
 	{
 		pp_real *p = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * T);
 		pp_real *dp = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * T);
-#pragma omp for collapse(2) schedule(dynamic)
+#pragma omp for collapse(3) schedule(dynamic)
 		for (int b = 0; b < B; b++)
-			for (int h = 0; h < Hq; h++) {
-				int kvh = h / G, g = h % G;
-				pp_real *row0 = dqkv + (size_t)b * T * a.ld, *dk, *dv;
-				size_t lddkv;
-				if (g == 0) {
-					dk = row0 + (size_t)(Hq + kvh) * D;
-					dv = dk + (size_t)Hkv * D;
-					lddkv = a.ld;
-				} else {
-					dk = att_part(&a, part, b, kvh, g);
-					dv = dk + (size_t)T * D;
-					lddkv = D;
+			for (int kvh = 0; kvh < Hkv; kvh++)
+				for (int s = 0; s < S; s++) {
+					pp_real *row0 = dqkv + (size_t)b * T * a.ld;
+					pp_real *dk = row0 + (size_t)(Hq + kvh) * D, *dv = dk + (size_t)Hkv * D;
+					size_t lddkv = a.ld;
+					if (s > 0) {
+						dk = att_part(&a, part, S, b, kvh, s);
+						dv = dk + (size_t)T * D;
+						lddkv = D;
+					}
+					for (int t = 0; t < T; t++) {
+						memset(dk + t * lddkv, 0, sizeof(pp_real) * D);
+						memset(dv + t * lddkv, 0, sizeof(pp_real) * D);
+					}
+					for (int h = kvh * G + s * G / S; h < kvh * G + (s + 1) * G / S; h++)
+						att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv, lddkv,
+							     dout, out, lse, qkv, p, dp);
 				}
-				att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv, lddkv, dout, out,
-					     lse, qkv, p, dp);
-			}
 		free(dp);
 		free(p);
 	}
@@ -228,8 +220,8 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 			pp_real *dk = dqkv + ((size_t)b * T + t) * a.ld + (size_t)Hq * D;
 			pp_real *dv = dk + (size_t)Hkv * D;
 			for (int kvh = 0; kvh < Hkv; kvh++)
-				for (int g = 1; g < G; g++) {
-					const pp_real *pk = att_part(&a, part, b, kvh, g) + (size_t)t * D;
+				for (int s = 1; s < S; s++) {
+					const pp_real *pk = att_part(&a, part, S, b, kvh, s) + (size_t)t * D;
 					const pp_real *pv = pk + (size_t)T * D;
 					for (int d = 0; d < D; d++) {
 						dk[(size_t)kvh * D + d] += pk[d];

@@ -4,7 +4,10 @@
 #define PP_KERNELS_CPU_H
 
 #include <cblas.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "../ops.h"
 
@@ -34,6 +37,86 @@ void pp_cpu_blas_serial_end(int saved);
  * running out of memory here aborts with a message rather than returning a
  * wrong answer. */
 void *pp_cpu_scratch(size_t bytes);
+
+/* Functions holding hot elementwise loops get AVX2 and AVX-512 versions,
+ * picked when the program loads: the build itself targets baseline x86-64
+ * (SSE2). Put it on helpers that parallel loops call, not on a function that
+ * opens a parallel region: the region's body is outlined into a function of
+ * its own, which the clones do not cover. */
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
+#define PP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PP_CPU_CLONES
+#endif
+
+/* exp in float that a loop can vectorise (libm's expf is a call per
+ * element): x = n ln2 + r with |r| <= ln2/2, Cephes' degree-6 polynomial for
+ * e^r, 2^n written into the exponent bits; relative error about 1e-7. x is
+ * clamped to [-87, 88], so exp(-inf) is 1.6e-38 rather than 0; NaN passes
+ * through. The bounds are read from memory (defined in cpu.c) on purpose:
+ * where GCC sees them as constants it splits the loop into a clamped path
+ * with a constant result, and that vectorises for AVX-512 only. */
+extern const float pp_cpu_expf_range[2];
+static inline float pp_cpu_expf(float x)
+{
+	x = x < pp_cpu_expf_range[0] ? pp_cpu_expf_range[0] : x;
+	x = x > pp_cpu_expf_range[1] ? pp_cpu_expf_range[1] : x;
+	/* t = 1.5 * 2^23 + n, n = round(x / ln2): n sits in t's low mantissa bits */
+	float t = x * 1.44269504088896341f + 12582912.0f;
+	float n = t - 12582912.0f;
+	float r = x - n * 0.693359375f + n * 2.12194440e-4f; /* ln2 in two parts */
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1;
+	uint32_t bits;
+	memcpy(&bits, &t, sizeof bits);
+	bits = (bits - 0x4B400000u + 127u) << 23; /* 2^n: 0x4B400000 is 1.5 * 2^23 */
+	float scale;
+	memcpy(&scale, &bits, sizeof scale);
+	return p * scale;
+}
+
+/* tanh from pp_cpu_expf; absolute error < 3e-7 (the relative error grows
+ * near 0, harmless where it is used: GELU adds it to 1) */
+static inline float pp_cpu_tanhf(float x) { return 1 - 2 / (pp_cpu_expf(2 * x) + 1); }
+
+/* exp and tanh of pp_real for vectorisable loops: the float versions above in
+ * production builds, libm in double builds (the finite-difference tests) */
+#ifdef PP_F64
+#define pp_cpu_exp(x) exp(x)
+#define pp_cpu_tanh(x) tanh(x)
+#else
+#define pp_cpu_exp(x) pp_cpu_expf(x)
+#define pp_cpu_tanh(x) pp_cpu_tanhf(x)
+#endif
+
+/* Sets the double result to the sum of term over i in [0, n): in pp_real
+ * within blocks of PP_CPU_VBLOCK, so that the loop vectorises (a double
+ * accumulator would keep it scalar), and in double across blocks. */
+#define PP_CPU_VBLOCK 256
+#define PP_CPU_SUM(result, i, n, term)                                                   \
+	do {                                                                             \
+		double sum_ = 0;                                                         \
+		for (int b0_ = 0; b0_ < (n); b0_ += PP_CPU_VBLOCK) {                     \
+			int b1_ = (n) - b0_ < PP_CPU_VBLOCK ? (n) : b0_ + PP_CPU_VBLOCK; \
+			pp_real part_ = 0;                                               \
+			_Pragma("omp simd reduction(+ : part_)")                         \
+			for (int i = b0_; i < b1_; i++)                                  \
+				part_ += (term);                                         \
+			sum_ += part_;                                                   \
+		}                                                                        \
+		(result) = sum_;                                                         \
+	} while (0)
+
+/* vmath.c: row kernels over x (n >= 1) */
+/* log(sum(exp(x))), with the max trick; the sum as in PP_CPU_SUM */
+pp_real pp_cpu_vlogsumexp(const pp_real *x, int n);
+/* y = exp(x - shift) * scale; y may be x */
+void pp_cpu_vexp(pp_real *y, const pp_real *x, pp_real shift, pp_real scale, int n);
 
 /* mem.c */
 void *pp_cpu_alloc(size_t bytes);

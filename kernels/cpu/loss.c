@@ -1,5 +1,5 @@
 /* Softmax cross-entropy over the vocabulary. */
-#include <tgmath.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -14,23 +14,16 @@ void pp_cpu_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logit
 		int tgt = targets[n];
 		if (tgt < 0) {
 			losses[n] = 0;
-			for (int i = 0; d && i < V; i++)
-				d[i] = 0;
+			if (d)
+				memset(d, 0, sizeof(pp_real) * V);
 			continue;
 		}
-		pp_real mx = l[0];
-		for (int i = 1; i < V; i++)
-			mx = l[i] > mx ? l[i] : mx;
-		double sum = 0;
-		for (int i = 0; i < V; i++)
-			sum += exp(l[i] - mx);
-		pp_real lse = mx + (pp_real)log(sum);
+		pp_real lse = pp_cpu_vlogsumexp(l, V);
 		/* read the target logit before d (maybe the same row) overwrites it */
 		losses[n] = lse - l[tgt];
 		if (!d)
 			continue;
-		for (int i = 0; i < V; i++)
-			d[i] = exp(l[i] - lse) * dscale;
+		pp_cpu_vexp(d, l, lse, dscale, V);
 		d[tgt] -= dscale;
 	}
 }

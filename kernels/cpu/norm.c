@@ -1,94 +1,112 @@
-/* Row norms over the last dimension. Statistics accumulate in double; the
- * parameter gradients are summed over rows with per-thread copies
- * (OpenMP array reductions), which add into the caller's dw and db. */
-#include <math.h>
-
+/* Row norms over the last dimension. Row statistics are sums in double
+ * across blocks (PP_CPU_SUM); the parameter gradients are summed over rows in
+ * per-thread copies (OpenMP array reductions) that add into the caller's dw
+ * and db. */
 #include "cpu.h"
 
-/* out (N,C) = x * rstd * (offset + w); rstd (N) */
+/* one row: out (C) = x * rstd * (offset + w) */
+static PP_CPU_CLONES pp_real rmsnorm_row(pp_real *restrict out, const pp_real *restrict x,
+					 const pp_real *restrict w,
+					 pp_real eps, pp_real offset, int C)
+{
+	double ss;
+	PP_CPU_SUM(ss, c, C, x[c] * x[c]);
+	pp_real r = (pp_real)(1 / sqrt(ss / C + eps));
+	for (int c = 0; c < C; c++)
+		out[c] = x[c] * r * (offset + w[c]);
+	return r;
+}
+
+/* one row: dx (C) += d out / d x, dw (C) += dout * x * rstd */
+static PP_CPU_CLONES void rmsnorm_row_bwd(pp_real *restrict dx, pp_real *restrict dw,
+					  const pp_real *restrict dout, const pp_real *restrict x,
+					  const pp_real *restrict w, pp_real r,
+					  pp_real offset, int C)
+{
+	/* d rstd / d x_c = -rstd^3 x_c / C */
+	double dot;
+	PP_CPU_SUM(dot, c, C, dout[c] * (offset + w[c]) * x[c]);
+	pp_real k = (pp_real)(dot * r * r * r / C);
+	for (int c = 0; c < C; c++) {
+		dx[c] += r * (offset + w[c]) * dout[c] - k * x[c];
+		dw[c] += dout[c] * x[c] * r;
+	}
+}
+
+/* one row: out (C) = (x - mean) * rstd * w + b */
+static PP_CPU_CLONES void layernorm_row(pp_real *restrict out, pp_real *mean, pp_real *rstd,
+					const pp_real *restrict x, const pp_real *restrict w,
+					const pp_real *restrict b,
+					pp_real eps, int C)
+{
+	double s, ss;
+	PP_CPU_SUM(s, c, C, x[c]);
+	pp_real m = (pp_real)(s / C);
+	/* two passes: no cancellation when |mean| >> std */
+	PP_CPU_SUM(ss, c, C, (x[c] - m) * (x[c] - m));
+	pp_real r = (pp_real)(1 / sqrt(ss / C + eps));
+	for (int c = 0; c < C; c++)
+		out[c] = (x[c] - m) * r * w[c] + b[c];
+	*mean = m;
+	*rstd = r;
+}
+
+/* one row: dx (C) += d out / d x; dw (C) += dout * xhat; db (C) += dout */
+static PP_CPU_CLONES void layernorm_row_bwd(pp_real *restrict dx, pp_real *restrict dw,
+					    pp_real *restrict db, const pp_real *restrict dout,
+					    const pp_real *restrict x, const pp_real *restrict w,
+					    pp_real m, pp_real r, int C)
+{
+	/* with g = dout * w and xhat = (x - mean) * rstd:
+	 * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) */
+	double sg, sgx;
+	PP_CPU_SUM(sg, c, C, dout[c] * w[c]);
+	PP_CPU_SUM(sgx, c, C, dout[c] * w[c] * ((x[c] - m) * r));
+	pp_real mg = (pp_real)(sg / C), mgx = (pp_real)(sgx / C);
+	for (int c = 0; c < C; c++) {
+		pp_real xhat = (x[c] - m) * r;
+		dx[c] += r * (dout[c] * w[c] - mg - xhat * mgx);
+		dw[c] += dout[c] * xhat;
+		db[c] += dout[c];
+	}
+}
+
+/* out (N,C), rstd (N) */
 void pp_cpu_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
 			pp_real eps, pp_real offset, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-	for (int n = 0; n < N; n++) {
-		const pp_real *xn = x + (size_t)n * C;
-		pp_real *on = out + (size_t)n * C;
-		double ss = 0;
-		for (int c = 0; c < C; c++)
-			ss += (double)xn[c] * xn[c];
-		pp_real r = (pp_real)(1 / sqrt(ss / C + eps));
-		for (int c = 0; c < C; c++)
-			on[c] = xn[c] * r * (offset + w[c]);
-		rstd[n] = r;
-	}
+	for (int n = 0; n < N; n++)
+		rstd[n] = rmsnorm_row(out + (size_t)n * C, x + (size_t)n * C, w, eps, offset, C);
 }
 
-/* dx (N,C) += d out / d x; dw (C) += sum_n dout * x * rstd */
+/* dx (N,C) +=, dw (C) += */
 void pp_cpu_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
 			const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C)
 {
 #pragma omp parallel for schedule(static) reduction(+ : dw[:C])
-	for (int n = 0; n < N; n++) {
-		const pp_real *xn = x + (size_t)n * C, *gn = dout + (size_t)n * C;
-		pp_real *dxn = dx + (size_t)n * C, r = rstd[n];
-		/* d rstd / d x_c = -rstd^3 x_c / C */
-		double dot = 0;
-		for (int c = 0; c < C; c++)
-			dot += (double)gn[c] * (offset + w[c]) * xn[c];
-		pp_real k = (pp_real)(dot * r * r * r / C);
-		for (int c = 0; c < C; c++) {
-			dxn[c] += r * (offset + w[c]) * gn[c] - k * xn[c];
-			dw[c] += gn[c] * xn[c] * r;
-		}
-	}
+	for (int n = 0; n < N; n++)
+		rmsnorm_row_bwd(dx + (size_t)n * C, dw, dout + (size_t)n * C, x + (size_t)n * C, w,
+				rstd[n], offset, C);
 }
 
-/* out (N,C) = (x - mean) * rstd * w + b; mean, rstd (N) */
+/* out (N,C), mean (N), rstd (N) */
 void pp_cpu_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
 			  const pp_real *w, const pp_real *b, pp_real eps, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-	for (int n = 0; n < N; n++) {
-		const pp_real *xn = x + (size_t)n * C;
-		pp_real *on = out + (size_t)n * C;
-		double s = 0, ss = 0;
-		for (int c = 0; c < C; c++)
-			s += xn[c];
-		double mu = s / C;
-		/* two passes: no cancellation when |mean| >> std */
-		for (int c = 0; c < C; c++)
-			ss += (xn[c] - mu) * (xn[c] - mu);
-		pp_real m = (pp_real)mu, r = (pp_real)(1 / sqrt(ss / C + eps));
-		for (int c = 0; c < C; c++)
-			on[c] = (xn[c] - m) * r * w[c] + b[c];
-		mean[n] = m;
-		rstd[n] = r;
-	}
+	for (int n = 0; n < N; n++)
+		layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, w, b, eps,
+			      C);
 }
 
-/* dx (N,C) += d out / d x; dw (C) += sum_n dout * xhat; db (C) += sum_n dout */
+/* dx (N,C) +=, dw (C) +=, db (C) += */
 void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
 			  const pp_real *x, const pp_real *w, const pp_real *mean,
 			  const pp_real *rstd, int N, int C)
 {
 #pragma omp parallel for schedule(static) reduction(+ : dw[:C], db[:C])
-	for (int n = 0; n < N; n++) {
-		const pp_real *xn = x + (size_t)n * C, *gn = dout + (size_t)n * C;
-		pp_real *dxn = dx + (size_t)n * C, m = mean[n], r = rstd[n];
-		/* with g = dout * w and xhat = (x - mean) * rstd:
-		 * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) */
-		double sg = 0, sgx = 0;
-		for (int c = 0; c < C; c++) {
-			pp_real g = gn[c] * w[c];
-			sg += g;
-			sgx += g * ((xn[c] - m) * r);
-		}
-		pp_real mg = (pp_real)(sg / C), mgx = (pp_real)(sgx / C);
-		for (int c = 0; c < C; c++) {
-			pp_real xhat = (xn[c] - m) * r;
-			dxn[c] += r * (gn[c] * w[c] - mg - xhat * mgx);
-			dw[c] += gn[c] * xhat;
-			db[c] += gn[c];
-		}
-	}
+	for (int n = 0; n < N; n++)
+		layernorm_row_bwd(dx + (size_t)n * C, dw, db, dout + (size_t)n * C,
+				  x + (size_t)n * C, w, mean[n], rstd[n], C);
 }

@@ -3,6 +3,23 @@
 
 #include "cpu.h"
 
+/* elements per task */
+#define SPAN 4096
+
+/* AdamW on one span; c1, c2 = 1 / (1 - b^t) */
+static PP_CPU_CLONES void adamw_span(pp_real *p, const pp_real *g, pp_real *m, pp_real *v,
+				     size_t n, pp_real lr, pp_real b1, pp_real b2, pp_real eps,
+				     pp_real wd, pp_real c1, pp_real c2, pp_real gscale)
+{
+	for (size_t i = 0; i < n; i++) {
+		pp_real gi = g[i] * gscale;
+		m[i] = b1 * m[i] + (1 - b1) * gi;
+		v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+		pp_real mhat = m[i] * c1, vhat = v[i] * c2;
+		p[i] -= lr * (mhat / (sqrt(vhat) + eps) + wd * p[i]);
+	}
+}
+
 /* p, g, m, v (n); step t >= 1 */
 void pp_cpu_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
 		  float b1, float b2, float eps, float wd, long t, float gscale)
@@ -11,12 +28,8 @@ void pp_cpu_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n
 	 * already 1e-5 at t = 1 for b2 = 0.999 */
 	const pp_real c1 = (pp_real)(1 / (1 - pow(b1, (double)t)));
 	const pp_real c2 = (pp_real)(1 / (1 - pow(b2, (double)t)));
-#pragma omp parallel for simd schedule(static)
-	for (size_t i = 0; i < n; i++) {
-		pp_real gi = g[i] * gscale;
-		m[i] = b1 * m[i] + (1 - b1) * gi;
-		v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-		pp_real mhat = m[i] * c1, vhat = v[i] * c2;
-		p[i] -= lr * (mhat / (sqrt(vhat) + eps) + wd * p[i]);
-	}
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i += SPAN)
+		adamw_span(p + i, g + i, m + i, v + i, n - i < SPAN ? n - i : SPAN, lr, b1, b2, eps,
+			   wd, c1, c2, gscale);
 }
