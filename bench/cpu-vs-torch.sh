@@ -47,11 +47,12 @@ py=$(scripts/setup-reference.sh) || {
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-bench-cpu-vs-torch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 total=$((warmup + steps))
+load0=$(cut -d' ' -f1 /proc/loadavg)
 echo "cpu-vs-torch: $OMP_NUM_THREADS threads, batch $batch x seq $seq, $warmup warm-up + $steps timed steps" >&2
 
 rows=()
 for m in $models; do
-	args=(model.preset="$m" steps=$total global_batch="$batch" microbatch="$batch" seq_len="$seq"
+	args=(model.preset="$m" steps="$total" global_batch="$batch" microbatch="$batch" seq_len="$seq"
 		data=synthetic run_dir="$tmp/run-$m" checkpoint_period=0 keep=1 eval_interval=0 log_period=1)
 	"$pp" "${args[@]}" --print-config >"$tmp/$m.json" 2>"$tmp/$m.cfg.log" || {
 		echo "cpu-vs-torch: pp-train rejected the config for $m: $(tail -n 1 "$tmp/$m.cfg.log")" >&2
@@ -96,6 +97,7 @@ print(r["tokens_per_s"], r["loss_first"], r["params"], "torch-%s/transformers-%s
 		"$(/usr/bin/python3 -c "print($pp_tps / $th_tps)")" "$pp_loss" "$th_loss")")
 done
 
-echo "# CPU training throughput: $OMP_NUM_THREADS threads ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), fp32, batch $batch x seq $seq, mean of $steps steps after $warmup warm-up; PyTorch: $th_ver (Hugging Face model, eager attention)"
+echo "# CPU training throughput: $OMP_NUM_THREADS threads of $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), fp32, batch $batch x seq $seq, mean of $steps steps after $warmup warm-up"
+echo "# PyTorch: $th_ver, Hugging Face model, eager attention; load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end (other work on the machine slows both sides)"
 printf '%-12s %9s %12s %12s %9s %11s %11s\n' model params "pp tok/s" "torch tok/s" pp/torch "pp loss@1" "torch loss@1"
 printf '%s\n' "${rows[@]}"

@@ -185,6 +185,10 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, int la
 		 int layer_end, int B, int T, int n_slots, bool recompute, pp_err *e)
 {
 	memset(s, 0, sizeof *s);
+	if (cfg->n_experts > 0)
+		return pp_errorf(e, PP_EUSAGE,
+				 "model '%s' has %d experts per MoE layer; stages build dense layers only",
+				 cfg->preset, cfg->n_experts);
 	s->cfg = cfg;
 	s->ops = ops;
 	s->layer_begin = layer_begin;

@@ -161,7 +161,8 @@ def main():
     ap.add_argument("--tag", help="check name prefix (default hf/<family>)")
     a = ap.parse_args()
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))))
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1))
 
     try:
         f = h5py.File(a.dump, "r")

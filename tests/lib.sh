@@ -30,3 +30,8 @@ expect_fail() {
 }
 # last logged loss of each step in RUN/metrics.jsonl: "step loss" lines
 losses() { jq -r 'select(.loss != null) | "\(.step) \(.loss)"' "$1/metrics.jsonl" | sort -n -k1,1 -s | awk '{l[$1]=$2} END {for (s in l) print s, l[s]}' | sort -n; }
+# same_tensors A.h5 B.h5: parameters and AdamW state bitwise equal
+same_tensors() {
+	local g
+	for g in /params /adam_m /adam_v; do h5diff -q "$1" "$2" $g || return 1; done
+}

@@ -225,7 +225,8 @@ static void test_matmul(int bias)
 			want[n * c->OC + o] = s;
 		}
 	c->fwd(c);
-	check_close(bias ? "ops/matmul_fwd_bias" : "ops/matmul_fwd", c->out, want, c->nout, FWD_TOL);
+	check_close(bias ? "ops/matmul_fwd_bias" : "ops/matmul_fwd", c->out, want, c->nout,
+		    FWD_TOL);
 	gradcheck(bias ? "ops/matmul_bwd_bias" : "ops/matmul_bwd", c);
 
 	if (bias) {
@@ -255,11 +256,16 @@ static void embed_bwd(op_case *c)
 		       c->C, c->pos0);
 }
 
-static void test_embed(int wpe, pp_real scale, int pos0, const char *fwd_name,
-		       const char *bwd_name)
+static void test_embed(int wpe, pp_real scale, int pos0, const char *fwd_name, const char *bwd_name)
 {
-	op_case cs = {.fwd = embed_fwd, .bwd = embed_bwd, .B = 2, .T = 6, .C = 5, .V = 4,
-		      .scale = scale, .pos0 = pos0},
+	op_case cs = {.fwd = embed_fwd,
+		      .bwd = embed_bwd,
+		      .B = 2,
+		      .T = 6,
+		      .C = 5,
+		      .V = 4,
+		      .scale = scale,
+		      .pos0 = pos0},
 		*c = &cs;
 	int maxT = pos0 + c->T + 2;
 	/* 12 tokens from a vocabulary of 4: the scatter has to add repeats */
@@ -299,7 +305,11 @@ static void rmsnorm_bwd(op_case *c)
 
 static void test_rmsnorm(pp_real offset, const char *fwd_name, const char *bwd_name)
 {
-	op_case cs = {.fwd = rmsnorm_fwd, .bwd = rmsnorm_bwd, .N = 5, .C = 8, .eps = 1e-5,
+	op_case cs = {.fwd = rmsnorm_fwd,
+		      .bwd = rmsnorm_bwd,
+		      .N = 5,
+		      .C = 8,
+		      .eps = 1e-5,
 		      .offset = offset},
 		*c = &cs;
 	case_arg(c, "x", (size_t)c->N * c->C, ACCUM);
@@ -316,7 +326,8 @@ static void test_rmsnorm(pp_real offset, const char *fwd_name, const char *bwd_n
 			want[n * c->C + k] = X(0)[n * c->C + k] * rstd[n] * (offset + X(1)[k]);
 	}
 	c->fwd(c);
-	CHECK(rel_diff(c->out, want, c->nout) <= FWD_TOL && rel_diff(c->stat1, rstd, c->N) <= FWD_TOL,
+	CHECK(rel_diff(c->out, want, c->nout) <= FWD_TOL &&
+		      rel_diff(c->stat1, rstd, c->N) <= FWD_TOL,
 	      fwd_name, "out off by %.3g, rstd by %.3g", rel_diff(c->out, want, c->nout),
 	      rel_diff(c->stat1, rstd, c->N));
 	gradcheck(bwd_name, c);
@@ -331,7 +342,8 @@ static void layernorm_fwd(op_case *c)
 }
 static void layernorm_bwd(op_case *c)
 {
-	ops->layernorm_bwd(DX(0), DX(1), DX(2), c->dout, X(0), X(1), c->stat1, c->stat2, c->N, c->C);
+	ops->layernorm_bwd(DX(0), DX(1), DX(2), c->dout, X(0), X(1), c->stat1, c->stat2, c->N,
+			   c->C);
 }
 
 static void test_layernorm(void)
@@ -384,8 +396,15 @@ static void rope_bwd(op_case *c)
 
 static void test_rope(void)
 {
-	op_case cs = {.fwd = rope_fwd, .bwd = rope_bwd, .B = 2, .T = 5, .Hq = 4, .Hkv = 2, .D = 6,
-		      .theta = 10000, .pos0 = 3},
+	op_case cs = {.fwd = rope_fwd,
+		      .bwd = rope_bwd,
+		      .B = 2,
+		      .T = 5,
+		      .Hq = 4,
+		      .Hkv = 2,
+		      .D = 6,
+		      .theta = 10000,
+		      .pos0 = 3},
 		*c = &cs;
 	case_arg(c, "qkv", qkv_size(c), OVERWRITE);
 	case_out(c, qkv_size(c), 0);
@@ -442,7 +461,8 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 				const pp_real *q = X(0) + (b * T + i) * W + h * D;
 				double z = 0;
 				for (int j = 0; j < T; j++) {
-					const pp_real *k = X(0) + (b * T + j) * W + (c->Hq + h / G) * D;
+					const pp_real *k =
+						X(0) + (b * T + j) * W + (c->Hq + h / G) * D;
 					double dot = 0;
 					for (int d = 0; d < D; d++)
 						dot += q[d] * k[d];
@@ -455,7 +475,8 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 					double acc = 0;
 					for (int j = 0; j < T; j++)
 						acc += s[j] / z *
-						       X(0)[(b * T + j) * W + (c->Hq + c->Hkv + h / G) * D + d];
+						       X(0)[(b * T + j) * W +
+							    (c->Hq + c->Hkv + h / G) * D + d];
 					o[d] = acc;
 				}
 			}
@@ -465,18 +486,26 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 
 static void test_attention(const char *variant, int B, int T, int Hq, int Hkv, int D, int window)
 {
-	op_case cs = {.fwd = attention_fwd, .bwd = attention_bwd, .B = B, .T = T, .Hq = Hq,
-		      .Hkv = Hkv, .D = D, .window = window},
+	op_case cs = {.fwd = attention_fwd,
+		      .bwd = attention_bwd,
+		      .B = B,
+		      .T = T,
+		      .Hq = Hq,
+		      .Hkv = Hkv,
+		      .D = D,
+		      .window = window},
 		*c = &cs;
 	char name[64];
 	case_arg(c, "qkv", qkv_size(c), OVERWRITE);
 	case_out(c, (size_t)B * T * Hq * D, (size_t)B * Hq * T);
 
-	pp_real *want = malloc(sizeof(pp_real) * c->nout), *lse = malloc(sizeof(pp_real) * B * Hq * T);
+	pp_real *want = malloc(sizeof(pp_real) * c->nout),
+		*lse = malloc(sizeof(pp_real) * B * Hq * T);
 	attention_ref(c, want, lse);
 	c->fwd(c);
 	snprintf(name, sizeof name, "ops/attention_fwd_%s", variant);
-	double eo = rel_diff(c->out, want, c->nout), el = rel_diff(c->stat1, lse, (size_t)B * Hq * T);
+	double eo = rel_diff(c->out, want, c->nout),
+	       el = rel_diff(c->stat1, lse, (size_t)B * Hq * T);
 	CHECK(eo <= FWD_TOL && el <= FWD_TOL, name, "out off by %.3g, lse by %.3g (tolerance %.0e)",
 	      eo, el, FWD_TOL);
 	snprintf(name, sizeof name, "ops/attention_bwd_%s", variant);
@@ -502,8 +531,14 @@ static double ref_act(double x, int act)
 	return x / (1 + exp(-x));
 }
 
-static void glu_fwd(op_case *c) { ops->glu_fwd(c->out, X(0), c->N, c->F, c->act); }
-static void glu_bwd(op_case *c) { ops->glu_bwd(DX(0), c->dout, X(0), c->N, c->F, c->act); }
+static void glu_fwd(op_case *c)
+{
+	ops->glu_fwd(c->out, X(0), c->N, c->F, c->act);
+}
+static void glu_bwd(op_case *c)
+{
+	ops->glu_bwd(DX(0), c->dout, X(0), c->N, c->F, c->act);
+}
 
 static void test_glu(int act, const char *fwd_name, const char *bwd_name)
 {
@@ -524,8 +559,14 @@ static void test_glu(int act, const char *fwd_name, const char *bwd_name)
 	case_free(c);
 }
 
-static void gelu_fwd(op_case *c) { ops->gelu_fwd(c->out, X(0), c->nout); }
-static void gelu_bwd(op_case *c) { ops->gelu_bwd(DX(0), c->dout, X(0), c->nout); }
+static void gelu_fwd(op_case *c)
+{
+	ops->gelu_fwd(c->out, X(0), c->nout);
+}
+static void gelu_bwd(op_case *c)
+{
+	ops->gelu_bwd(DX(0), c->dout, X(0), c->nout);
+}
 
 static void test_gelu(void)
 {
@@ -621,7 +662,8 @@ static void test_fast_math(void)
 	CHECK(et <= 3e-7, "ops/cpu_tanhf", "max absolute error %.3g on [-20, 20] > 3e-7", et);
 	float lo = pp_cpu_expf(-1000), hi = pp_cpu_expf(1000);
 	CHECK(lo >= 0 && lo < 1e-37f && isfinite(hi) && hi > 1e38f && pp_cpu_tanhf(-1000) == -1 &&
-		      pp_cpu_tanhf(1000) == 1 && isnan(pp_cpu_expf(NAN)) && isnan(pp_cpu_tanhf(NAN)),
+		      pp_cpu_tanhf(1000) == 1 && isnan(pp_cpu_expf(NAN)) &&
+		      isnan(pp_cpu_tanhf(NAN)),
 	      "ops/cpu_expf_tails", "exp(-1000) = %g, exp(1000) = %g, exp(NaN) = %g", lo, hi,
 	      pp_cpu_expf(NAN));
 }

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "libcommon/plan.h"
+#include "../libcommon/plan.h"
 
 static pp_model_cfg llama(const char *name, int C, int Hq, int Hkv, int F, int L, int V)
 {

@@ -15,7 +15,7 @@
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
-	int G;         /* query heads per kv head */
+	int G;	       /* query heads per kv head */
 	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
 	size_t ldo;    /* row stride of out and dout: Hq*D */
 	pp_real scale; /* 1/sqrt(D) */
@@ -28,9 +28,16 @@ typedef struct {
 
 static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
 {
-	return (att_shape){.B = B, .T = T, .Hq = Hq, .Hkv = Hkv, .D = D, .window = window,
-			   .G = Hq / Hkv, .ld = (size_t)(Hq + 2 * Hkv) * D,
-			   .ldo = (size_t)Hq * D, .scale = (pp_real)(1 / sqrt((double)D))};
+	return (att_shape){.B = B,
+			   .T = T,
+			   .Hq = Hq,
+			   .Hkv = Hkv,
+			   .D = D,
+			   .window = window,
+			   .G = Hq / Hkv,
+			   .ld = (size_t)(Hq + 2 * Hkv) * D,
+			   .ldo = (size_t)Hq * D,
+			   .scale = (pp_real)(1 / sqrt((double)D))};
 }
 
 /* first key query i sees: i - window < j <= i */
@@ -48,14 +55,33 @@ static att_block att_block_at(const att_shape *a, int blk)
 	return bl;
 }
 
-/* The keys row r of block bl sees are [*lo, *hi] of its nk scores; zeroes
- * the scores of the others so the GEMMs can run over the whole block. */
-static void att_mask_row(pp_real *row, const att_shape *a, att_block bl, int r, int *lo, int *hi)
+/* The (T,D) views, rows ld apart, of query head h and of its kv head in
+ * batch row b of qkv */
+static void att_views(const att_shape *a, const pp_real *qkv, int b, int h, const pp_real **q,
+		      const pp_real **k, const pp_real **v)
 {
-	*lo = att_first_key(a, bl.i0 + r) - bl.k0;
-	*hi = bl.i0 + r - bl.k0;
-	memset(row, 0, sizeof(pp_real) * *lo);
-	memset(row + *hi + 1, 0, sizeof(pp_real) * (bl.nk - *hi - 1));
+	const pp_real *row0 = qkv + (size_t)b * a->T * a->ld;
+	*q = row0 + (size_t)h * a->D;
+	*k = row0 + (size_t)(a->Hq + h / a->G) * a->D;
+	*v = *k + (size_t)a->Hkv * a->D;
+}
+
+/* Turns the scores s (nq,nk) of block bl into P = exp(S - lse), with zeros
+ * for the keys a row may not see, so the GEMMs can run over the whole block.
+ * The rows' lse is computed into lse_out (forward pass) or read from lse_in
+ * (backward pass). */
+static void att_probs(pp_real *s, const att_shape *a, att_block bl, const pp_real *lse_in,
+		      pp_real *lse_out)
+{
+	for (int r = 0; r < bl.nq; r++) {
+		pp_real *row = s + (size_t)r * bl.nk;
+		int lo = att_first_key(a, bl.i0 + r) - bl.k0, hi = bl.i0 + r - bl.k0;
+		memset(row, 0, sizeof(pp_real) * lo);
+		memset(row + hi + 1, 0, sizeof(pp_real) * (bl.nk - hi - 1));
+		pp_real l = lse_out ? (lse_out[r] = pp_cpu_vlogsumexp(row + lo, hi - lo + 1))
+				    : lse_in[r];
+		pp_cpu_vexp(row + lo, row + lo, l, 1, hi - lo + 1);
+	}
 }
 
 /* s (nq,nk) = scale * q (nq,D) @ k (nk,D)^T for block bl of head views q, k
@@ -83,24 +109,16 @@ void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B,
 			for (int h = 0; h < Hq; h++)
 				for (int blk = nblk - 1; blk >= 0; blk--) {
 					const att_block bl = att_block_at(&a, blk);
-					const pp_real *q = qkv + (size_t)b * T * a.ld + (size_t)h * D;
-					const pp_real *k = qkv + (size_t)b * T * a.ld +
-							   (size_t)(Hq + h / a.G) * D;
-					const pp_real *v = k + (size_t)Hkv * D;
-					pp_real *l = lse + ((size_t)b * Hq + h) * T + bl.i0;
+					const pp_real *q, *k, *v;
+					att_views(&a, qkv, b, h, &q, &k, &v);
 					att_scores(s, &a, bl, q, k);
-					/* P = exp(S - lse), the softmax of each row */
-					for (int r = 0; r < bl.nq; r++) {
-						pp_real *row = s + (size_t)r * bl.nk;
-						int lo, hi;
-						att_mask_row(row, &a, bl, r, &lo, &hi);
-						l[r] = pp_cpu_vlogsumexp(row + lo, hi - lo + 1);
-						pp_cpu_vexp(row + lo, row + lo, l[r], 1, hi - lo + 1);
-					}
+					att_probs(s, &a, bl, NULL,
+						  lse + ((size_t)b * Hq + h) * T + bl.i0);
 					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
 					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk,
 						    v + bl.k0 * a.ld, (int)a.ld, 0,
-						    out + ((size_t)b * T + bl.i0) * a.ldo + (size_t)h * D,
+						    out + ((size_t)b * T + bl.i0) * a.ldo +
+							    (size_t)h * D,
 						    (int)a.ldo);
 				}
 		free(s);
@@ -116,9 +134,8 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 			 const pp_real *qkv, pp_real *p, pp_real *dp)
 {
 	const int T = a->T, D = a->D;
-	const pp_real *q = qkv + (size_t)b * T * a->ld + (size_t)h * D;
-	const pp_real *k = qkv + (size_t)b * T * a->ld + (size_t)(a->Hq + h / a->G) * D;
-	const pp_real *v = k + (size_t)a->Hkv * D;
+	const pp_real *q, *k, *v;
+	att_views(a, qkv, b, h, &q, &k, &v);
 	const pp_real *dob = dout + (size_t)b * T * a->ldo + (size_t)h * D;
 	const pp_real *ob = out + (size_t)b * T * a->ldo + (size_t)h * D;
 	const pp_real *l = lse + ((size_t)b * a->Hq + h) * T;
@@ -126,13 +143,7 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 		const att_block bl = att_block_at(a, blk);
 		const pp_real *dob_i = dob + bl.i0 * a->ldo;
 		att_scores(p, a, bl, q, k);
-		/* P = exp(S - lse), as in the forward pass */
-		for (int r = 0; r < bl.nq; r++) {
-			pp_real *row = p + (size_t)r * bl.nk;
-			int lo, hi;
-			att_mask_row(row, a, bl, r, &lo, &hi);
-			pp_cpu_vexp(row + lo, row + lo, l[bl.i0 + r], 1, hi - lo + 1);
-		}
+		att_probs(p, a, bl, l + bl.i0, NULL);
 		/* dv (nk,D) += P^T (nk,nq) @ dout (nq,D) */
 		pp_cpu_gemm(1, 0, bl.nk, D, bl.nq, 1, p, bl.nk, dob_i, (int)a->ldo, 1,
 			    dv + bl.k0 * lddkv, (int)lddkv);
@@ -193,7 +204,8 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 			for (int kvh = 0; kvh < Hkv; kvh++)
 				for (int s = 0; s < S; s++) {
 					pp_real *row0 = dqkv + (size_t)b * T * a.ld;
-					pp_real *dk = row0 + (size_t)(Hq + kvh) * D, *dv = dk + (size_t)Hkv * D;
+					pp_real *dk = row0 + (size_t)(Hq + kvh) * D,
+						*dv = dk + (size_t)Hkv * D;
 					size_t lddkv = a.ld;
 					if (s > 0) {
 						dk = att_part(&a, part, S, b, kvh, s);
@@ -204,9 +216,10 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 						memset(dk + t * lddkv, 0, sizeof(pp_real) * D);
 						memset(dv + t * lddkv, 0, sizeof(pp_real) * D);
 					}
-					for (int h = kvh * G + s * G / S; h < kvh * G + (s + 1) * G / S; h++)
-						att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv, lddkv,
-							     dout, out, lse, qkv, p, dp);
+					for (int h = kvh * G + s * G / S;
+					     h < kvh * G + (s + 1) * G / S; h++)
+						att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv,
+							     lddkv, dout, out, lse, qkv, p, dp);
 				}
 		free(dp);
 		free(p);
@@ -221,7 +234,8 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 			pp_real *dv = dk + (size_t)Hkv * D;
 			for (int kvh = 0; kvh < Hkv; kvh++)
 				for (int s = 1; s < S; s++) {
-					const pp_real *pk = att_part(&a, part, S, b, kvh, s) + (size_t)t * D;
+					const pp_real *pk =
+						att_part(&a, part, S, b, kvh, s) + (size_t)t * D;
 					const pp_real *pv = pk + (size_t)T * D;
 					for (int d = 0; d < D; d++) {
 						dk[(size_t)kvh * D + d] += pk[d];

@@ -18,9 +18,9 @@
 #else
 #define PP_CBLAS_GEMM cblas_sgemm
 #endif
-static inline void pp_cpu_gemm(int ta, int tb, int M, int N, int K, pp_real alpha,
-			       const pp_real *A, int lda, const pp_real *B, int ldb, pp_real beta,
-			       pp_real *C, int ldc)
+static inline void pp_cpu_gemm(int ta, int tb, int M, int N, int K, pp_real alpha, const pp_real *A,
+			       int lda, const pp_real *B, int ldb, pp_real beta, pp_real *C,
+			       int ldc)
 {
 	PP_CBLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
 		      M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -36,6 +36,7 @@ void pp_cpu_blas_serial_end(int saved);
 /* Scratch memory for one call. The op interface has no error path, so
  * running out of memory here aborts with a message rather than returning a
  * wrong answer. */
+/* zero-filled scratch memory; aborts the process when memory is exhausted */
 void *pp_cpu_scratch(size_t bytes);
 
 /* Functions holding hot elementwise loops get AVX2 and AVX-512 versions,
@@ -82,7 +83,10 @@ static inline float pp_cpu_expf(float x)
 
 /* tanh from pp_cpu_expf; absolute error < 3e-7 (the relative error grows
  * near 0, harmless where it is used: GELU adds it to 1) */
-static inline float pp_cpu_tanhf(float x) { return 1 - 2 / (pp_cpu_expf(2 * x) + 1); }
+static inline float pp_cpu_tanhf(float x)
+{
+	return 1 - 2 / (pp_cpu_expf(2 * x) + 1);
+}
 
 /* exp and tanh of pp_real for vectorisable loops: the float versions above in
  * production builds, libm in double builds (the finite-difference tests) */
@@ -98,6 +102,7 @@ static inline float pp_cpu_tanhf(float x) { return 1 - 2 / (pp_cpu_expf(2 * x) +
  * within blocks of PP_CPU_VBLOCK, so that the loop vectorises (a double
  * accumulator would keep it scalar), and in double across blocks. */
 #define PP_CPU_VBLOCK 256
+/* clang-format off */
 #define PP_CPU_SUM(result, i, n, term)                                                   \
 	do {                                                                             \
 		double sum_ = 0;                                                         \
@@ -111,6 +116,7 @@ static inline float pp_cpu_tanhf(float x) { return 1 - 2 / (pp_cpu_expf(2 * x) +
 		}                                                                        \
 		(result) = sum_;                                                         \
 	} while (0)
+/* clang-format on */
 
 /* vmath.c: row kernels over x (n >= 1) */
 /* log(sum(exp(x))), with the max trick; the sum as in PP_CPU_SUM */
@@ -154,8 +160,7 @@ void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *
 
 /* rope.c */
 void pp_cpu_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-void pp_cpu_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
-		     int pos0);
+void pp_cpu_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
 
 /* attention.c */
 void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,

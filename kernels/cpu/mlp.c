@@ -54,8 +54,8 @@ static inline void act_bwd_loop(pp_real *dx, pp_real *dup, const pp_real *dout, 
 }
 
 /* The loops above with act a constant, so that each vectorises branch-free */
-static PP_CPU_CLONES void act_fwd_span(pp_real *out, const pp_real *x, const pp_real *up,
-				       size_t n, int act)
+static PP_CPU_CLONES void act_fwd_span(pp_real *out, const pp_real *x, const pp_real *up, size_t n,
+				       int act)
 {
 	if (act == PP_ACT_GELU_TANH)
 		act_fwd_loop(out, x, up, n, PP_ACT_GELU_TANH);

@@ -1,13 +1,37 @@
 /* Row norms over the last dimension. Row statistics are sums in double
- * across blocks (PP_CPU_SUM); the parameter gradients are summed over rows in
- * per-thread copies (OpenMP array reductions) that add into the caller's dw
- * and db. */
+ * across blocks (PP_CPU_SUM). The parameter gradients are summed over rows in
+ * per-thread partials that are added in thread order, so the result does not
+ * depend on which thread finishes first (an OpenMP array reduction combines
+ * in arrival order, which breaks bitwise-reproducible training). */
+#include <omp.h>
+#include <stdlib.h>
+
 #include "cpu.h"
+
+/* Partials for nt threads of nv vectors of C (dw, then db): zeroed. */
+static pp_real *partials_new(int nt, int nv, int C)
+{
+	return pp_cpu_scratch(sizeof(pp_real) * (size_t)nt * nv * C);
+}
+
+/* dst[v] += sum over t of part[t][v], in thread order */
+static void partials_add(pp_real *const dst[], const pp_real *part, int nt, int nv, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int c = 0; c < C; c++)
+		for (int v = 0; v < nv; v++) {
+			pp_real acc = 0;
+			for (int t = 0; t < nt; t++)
+				acc += part[((size_t)t * nv + v) * C + c];
+			dst[v][c] += acc;
+		}
+	free((void *)part);
+}
 
 /* one row: out (C) = x * rstd * (offset + w) */
 static PP_CPU_CLONES pp_real rmsnorm_row(pp_real *restrict out, const pp_real *restrict x,
-					 const pp_real *restrict w,
-					 pp_real eps, pp_real offset, int C)
+					 const pp_real *restrict w, pp_real eps, pp_real offset,
+					 int C)
 {
 	double ss;
 	PP_CPU_SUM(ss, c, C, x[c] * x[c]);
@@ -20,8 +44,8 @@ static PP_CPU_CLONES pp_real rmsnorm_row(pp_real *restrict out, const pp_real *r
 /* one row: dx (C) += d out / d x, dw (C) += dout * x * rstd */
 static PP_CPU_CLONES void rmsnorm_row_bwd(pp_real *restrict dx, pp_real *restrict dw,
 					  const pp_real *restrict dout, const pp_real *restrict x,
-					  const pp_real *restrict w, pp_real r,
-					  pp_real offset, int C)
+					  const pp_real *restrict w, pp_real r, pp_real offset,
+					  int C)
 {
 	/* d rstd / d x_c = -rstd^3 x_c / C */
 	double dot;
@@ -36,8 +60,7 @@ static PP_CPU_CLONES void rmsnorm_row_bwd(pp_real *restrict dx, pp_real *restric
 /* one row: out (C) = (x - mean) * rstd * w + b */
 static PP_CPU_CLONES void layernorm_row(pp_real *restrict out, pp_real *mean, pp_real *rstd,
 					const pp_real *restrict x, const pp_real *restrict w,
-					const pp_real *restrict b,
-					pp_real eps, int C)
+					const pp_real *restrict b, pp_real eps, int C)
 {
 	double s, ss;
 	PP_CPU_SUM(s, c, C, x[c]);
@@ -84,10 +107,17 @@ void pp_cpu_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_
 void pp_cpu_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
 			const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C)
 {
-#pragma omp parallel for schedule(static) reduction(+ : dw[:C])
-	for (int n = 0; n < N; n++)
-		rmsnorm_row_bwd(dx + (size_t)n * C, dw, dout + (size_t)n * C, x + (size_t)n * C, w,
-				rstd[n], offset, C);
+	const int nt = omp_get_max_threads();
+	pp_real *part = partials_new(nt, 1, C);
+#pragma omp parallel num_threads(nt)
+	{
+		pp_real *pw = part + (size_t)omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+		for (int n = 0; n < N; n++)
+			rmsnorm_row_bwd(dx + (size_t)n * C, pw, dout + (size_t)n * C,
+					x + (size_t)n * C, w, rstd[n], offset, C);
+	}
+	partials_add((pp_real *const[]){dw}, part, nt, 1, C);
 }
 
 /* out (N,C), mean (N), rstd (N) */
@@ -105,8 +135,15 @@ void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *
 			  const pp_real *x, const pp_real *w, const pp_real *mean,
 			  const pp_real *rstd, int N, int C)
 {
-#pragma omp parallel for schedule(static) reduction(+ : dw[:C], db[:C])
-	for (int n = 0; n < N; n++)
-		layernorm_row_bwd(dx + (size_t)n * C, dw, db, dout + (size_t)n * C,
-				  x + (size_t)n * C, w, mean[n], rstd[n], C);
+	const int nt = omp_get_max_threads();
+	pp_real *part = partials_new(nt, 2, C);
+#pragma omp parallel num_threads(nt)
+	{
+		pp_real *pw = part + (size_t)omp_get_thread_num() * 2 * C;
+#pragma omp for schedule(static)
+		for (int n = 0; n < N; n++)
+			layernorm_row_bwd(dx + (size_t)n * C, pw, pw + C, dout + (size_t)n * C,
+					  x + (size_t)n * C, w, mean[n], rstd[n], C);
+	}
+	partials_add((pp_real *const[]){dw, db}, part, nt, 2, C);
 }

@@ -7,9 +7,9 @@
 #define SPAN 4096
 
 /* AdamW on one span; c1, c2 = 1 / (1 - b^t) */
-static PP_CPU_CLONES void adamw_span(pp_real *p, const pp_real *g, pp_real *m, pp_real *v,
-				     size_t n, pp_real lr, pp_real b1, pp_real b2, pp_real eps,
-				     pp_real wd, pp_real c1, pp_real c2, pp_real gscale)
+static PP_CPU_CLONES void adamw_span(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n,
+				     pp_real lr, pp_real b1, pp_real b2, pp_real eps, pp_real wd,
+				     pp_real c1, pp_real c2, pp_real gscale)
 {
 	for (size_t i = 0; i < n; i++) {
 		pp_real gi = g[i] * gscale;

@@ -9,8 +9,8 @@
  * (B,T,(Hq+2Hkv)*D) by the angles sign * (pos0 + t) * theta^(-2i/D).
  * The rotation is orthogonal, so sign -1 applies its transpose: the
  * backward pass. */
-static void rope_rotate(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
-			int pos0, int sign)
+static void rope_rotate(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0,
+			int sign)
 {
 	const int half = D / 2;
 	const size_t ld = (size_t)(Hq + 2 * Hkv) * D;
@@ -19,7 +19,8 @@ static void rope_rotate(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_r
 		/* angles in double: pos * inv_freq reaches 1e5 rad at long
 		 * context, where a float angle is off by up to 1e-2 rad */
 		double *inv_freq = pp_cpu_scratch(sizeof(double) * half);
-		pp_real *cs = pp_cpu_scratch(sizeof(pp_real) * 2 * half); /* cos (half) | sin (half) */
+		pp_real *cs =
+			pp_cpu_scratch(sizeof(pp_real) * 2 * half); /* cos (half) | sin (half) */
 		for (int i = 0; i < half; i++)
 			inv_freq[i] = pow((double)theta, -2.0 * i / D);
 #pragma omp for schedule(static)
@@ -54,8 +55,7 @@ void pp_cpu_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real
 }
 
 /* dqkv (B,T,(Hq+2Hkv)*D) in place */
-void pp_cpu_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
-		     int pos0)
+void pp_cpu_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0)
 {
 	rope_rotate(dqkv, B, T, Hq, Hkv, D, theta, pos0, -1);
 }

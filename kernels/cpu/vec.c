@@ -1,4 +1,7 @@
 /* Elementwise vector ops over n elements. */
+#include <omp.h>
+#include <stdlib.h>
+
 #include "cpu.h"
 
 void pp_cpu_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
@@ -15,11 +18,23 @@ void pp_cpu_scale(pp_real *x, pp_real s, size_t n)
 		x[i] *= s;
 }
 
+/* Per-thread partial sums added in thread order: the same bits on every run
+ * (a scalar OpenMP reduction combines in arrival order). */
 double pp_cpu_sumsq(const pp_real *x, size_t n)
 {
+	const int nt = omp_get_max_threads();
+	double *part = pp_cpu_scratch(sizeof(double) * (size_t)nt);
+#pragma omp parallel num_threads(nt)
+	{
+		double acc = 0;
+#pragma omp for simd schedule(static)
+		for (size_t i = 0; i < n; i++)
+			acc += (double)x[i] * x[i];
+		part[omp_get_thread_num()] = acc;
+	}
 	double acc = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : acc)
-	for (size_t i = 0; i < n; i++)
-		acc += (double)x[i] * x[i];
+	for (int t = 0; t < nt; t++)
+		acc += part[t];
+	free(part);
 	return acc;
 }
