@@ -6,7 +6,7 @@ PKGS    := hdf5 jansson
 PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson
 
 CFLAGS  ?= -O3
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -g \
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -g \
            -DPP_VERSION=\"$(VERSION)\" -DPP_SHARE_DIR=\"$(PREFIX)/share/pp\" \
            $(shell pkg-config --cflags $(PKGCFG))
 LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) -lopenblas -lm -fopenmp

@@ -73,10 +73,10 @@ rows = [r for r in rows if "tokens_per_s" in r]
 steady = [r["tokens_per_s"] for r in rows if r["step"] > int(sys.argv[2])]
 if not steady:
     sys.exit("no steady-state steps in " + sys.argv[1])
-print(sum(steady) / len(steady), rows[0]["loss"])
+print(sum(steady) / len(steady), max(steady), rows[0]["loss"])
 EOF
 	) || { echo "cpu-vs-torch: cannot read pp's metrics for $m" >&2; exit 1; }
-	read -r pp_tps pp_loss <<<"$pp_res"
+	read -r pp_tps pp_best pp_loss <<<"$pp_res"
 	echo "cpu-vs-torch: $m: pp-train $(printf '%.1f' "$pp_tps") tok/s ($((SECONDS - t0)) s with start-up and checkpoint)" >&2
 
 	echo "cpu-vs-torch: $m: PyTorch ..." >&2
@@ -87,17 +87,20 @@ EOF
 		tail -n 15 "$tmp/$m.torch.log" >&2
 		exit 1
 	fi
-	read -r th_tps th_loss th_params th_ver <<<"$(/usr/bin/python3 -c '
+	read -r th_tps th_best th_loss th_params th_ver <<<"$(/usr/bin/python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(r["tokens_per_s"], r["loss_first"], r["params"], "torch-%s/transformers-%s" % (r["torch"], r["transformers"]))' "$tmp/$m.torch.json")"
+print(r["tokens_per_s"], r["tokens_per_s_best"], r["loss_first"], r["params"],
+      "torch-%s/transformers-%s" % (r["torch"], r["transformers"]))' "$tmp/$m.torch.json")"
 	echo "cpu-vs-torch: $m: PyTorch $(printf '%.1f' "$th_tps") tok/s ($((SECONDS - t0)) s)" >&2
-	rows+=("$(printf '%-12s %8.1fM %12.1f %12.1f %9.2f %11.3f %11.3f' "$m" \
+	rows+=("$(printf '%-12s %8.1fM %12.1f %12.1f %9.2f %10.2f %10.3f %12.3f' "$m" \
 		"$(/usr/bin/python3 -c "print($th_params / 1e6)")" "$pp_tps" "$th_tps" \
-		"$(/usr/bin/python3 -c "print($pp_tps / $th_tps)")" "$pp_loss" "$th_loss")")
+		"$(/usr/bin/python3 -c "print($pp_tps / $th_tps)")" \
+		"$(/usr/bin/python3 -c "print($pp_best / $th_best)")" "$pp_loss" "$th_loss")")
 done
 
-echo "# CPU training throughput: $OMP_NUM_THREADS threads of $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), fp32, batch $batch x seq $seq, mean of $steps steps after $warmup warm-up"
+echo "# CPU training throughput: $OMP_NUM_THREADS threads of $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), fp32, batch $batch x seq $seq, mean of $steps steps after $warmup warm-up (best-step: pp/torch of each side's fastest step, less sensitive to other load)"
 echo "# PyTorch: $th_ver, Hugging Face model, eager attention; load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end (other work on the machine slows both sides)"
-printf '%-12s %9s %12s %12s %9s %11s %11s\n' model params "pp tok/s" "torch tok/s" pp/torch "pp loss@1" "torch loss@1"
+printf '%-12s %9s %12s %12s %9s %10s %10s %12s\n' model params "pp tok/s" "torch tok/s" pp/torch \
+	"best-step" "pp loss@1" "torch loss@1"
 printf '%s\n' "${rows[@]}"

@@ -94,7 +94,7 @@ def main():
     import transformers
     print(json.dumps({
         "model": cfg["model"].get("preset", family), "family": family, "params": n_params,
-        "tokens_per_s": sum(tps) / len(tps), "step_times": times, "loss_first": losses[0],
+        "tokens_per_s": sum(tps) / len(tps), "tokens_per_s_best": max(tps), "step_times": times, "loss_first": losses[0],
         "loss_last": losses[-1], "threads": a.threads, "torch": torch.__version__,
         "transformers": transformers.__version__}))
 

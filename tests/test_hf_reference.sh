@@ -11,15 +11,15 @@ root=${PP_ROOT:-$PWD}
 export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 tool=$root/build/tests/tool_hf_dump
-# "tag preset extra-overrides": mixtral-tiny reports SKIP for as long as pp
-# builds it without MoE layers; recompute=true rebuilds activations in the
-# backward pass, a second path to the same gradients.
+# "tag preset extra-overrides". A tag starting with ? is optional: SKIP when
+# tool_hf_dump refuses its config (exit 2); PP_HF_CASES="?mixtral mixtral-tiny"
+# tries the MoE family. recompute=true rebuilds activations in the backward
+# pass, a second path to the same gradients.
 cases=${PP_HF_CASES:-"llama llama-tiny
 mistral mistral-tiny
 gemma gemma-tiny
 gpt gpt-tiny
-llama-recompute llama-tiny recompute=true
-mixtral mixtral-tiny"}
+llama-recompute llama-tiny recompute=true"}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-hf-reference.XXXXXX") || { echo "FAIL: hf: mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
@@ -37,6 +37,8 @@ fi
 failed=0
 while read -r tag p extra; do
 	[ -n "$tag" ] || continue
+	optional=false
+	[ "${tag#\?}" = "$tag" ] || { optional=true; tag=${tag#\?}; }
 	if [ ! -f "$PP_CONFIG_DIR/models/$p.json" ]; then
 		echo "SKIP: hf/$tag: no preset $p"
 		continue
@@ -44,9 +46,14 @@ while read -r tag p extra; do
 	# T = 16 > mistral-tiny's window of 4; init_std 0.1 (with the tool's
 	# noise on every tensor) keeps attention away from uniform.
 	# shellcheck disable=SC2086 # extra holds key=value words
-	if ! "$tool" model.preset="$p" seq_len=16 model.init_std=0.1 $extra --batch 2 --seed 1234 \
-		-o "$tmp/$tag.h5" </dev/null 2>"$tmp/$tag.log"; then
-		echo "FAIL: hf/$tag/dump: tool_hf_dump failed: $(tail -n 1 "$tmp/$tag.log")"
+	"$tool" model.preset="$p" seq_len=16 model.init_std=0.1 $extra --batch 2 --seed 1234 \
+		-o "$tmp/$tag.h5" </dev/null 2>"$tmp/$tag.log"
+	rc=$?
+	if [ $rc -eq 2 ] && $optional; then
+		echo "SKIP: hf/$tag: pp does not build $p yet: $(tail -n 1 "$tmp/$tag.log")"
+		continue
+	elif [ $rc -ne 0 ]; then
+		echo "FAIL: hf/$tag/dump: tool_hf_dump exited $rc: $(tail -n 1 "$tmp/$tag.log")"
 		failed=1
 		continue
 	fi

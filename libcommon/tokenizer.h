@@ -1,0 +1,79 @@
+/* Tokenizers: SentencePiece .model files (Llama 2, Mistral, Gemma: BPE by
+ * piece score, byte fallback, dummy prefix), Hugging Face tokenizer.json
+ * with byte-level BPE, and GPT-2's vocab.json + merges.txt. One interface
+ * for pp-tokenize (encode) and for sampling (decode). */
+#ifndef PP_TOKENIZER_H
+#define PP_TOKENIZER_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+typedef struct pp_tokenizer pp_tokenizer;
+
+/* Loads by content: a SentencePiece protobuf, a tokenizer.json (has a
+ * "model" object), or a GPT-2 vocab.json (merges.txt beside it). Errors
+ * name the file and what is wrong with it. */
+int tok_load(pp_tokenizer **t, const char *path, pp_err *e);
+void tok_free(pp_tokenizer *t);
+
+int tok_vocab_size(const pp_tokenizer *t);
+int tok_bos(const pp_tokenizer *t); /* -1 when the tokenizer has none */
+int tok_eos(const pp_tokenizer *t);
+const char *tok_kind(const pp_tokenizer *t); /* "sentencepiece-bpe", "byte-level-bpe" */
+/* sha256 (hex) of the tokenizer file(s): the identity stored in datasets */
+const char *tok_fingerprint(const pp_tokenizer *t);
+
+/* A growable id buffer. */
+typedef struct {
+	int *ids;
+	size_t n, cap;
+} tok_ids;
+
+/* Appends the ids of n bytes of text (no BOS/EOS). Invalid UTF-8 is
+ * encoded through byte fallback (SentencePiece) or as its bytes (byte-level
+ * BPE), never dropped. */
+int tok_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e);
+
+/* A growable byte buffer. */
+typedef struct {
+	char *s;
+	size_t n, cap;
+} tok_text;
+
+/* Appends the text of ids; an id outside the vocabulary is an error.
+ * decode(encode(x)) == x for any valid UTF-8 x. */
+int tok_decode(const pp_tokenizer *t, const int *ids, size_t n, tok_text *out, pp_err *e);
+
+void tok_ids_free(tok_ids *v);
+void tok_text_free(tok_text *v);
+
+/* Decoding in pieces (streaming generation): TOK_DECODE_CONTINUE says the
+ * ids continue earlier text, so the first piece keeps its leading space
+ * (SentencePiece drops the dummy-prefix space of the text's first piece). */
+enum { TOK_DECODE_CONTINUE = 1 };
+int tok_decode_ex(const pp_tokenizer *t, const int *ids, size_t n, int flags, tok_text *out,
+		  pp_err *e);
+
+/* The vocabulary entry of id as the file spells it ("▁Hello", "Ġthe",
+ * "<0x0A>", "<s>"), NUL-terminated, with its length in *len (if not NULL);
+ * NULL for an id outside the vocabulary. */
+const char *tok_piece(const pp_tokenizer *t, int id, size_t *len);
+/* The id of a vocabulary entry spelled as in the file, or -1. */
+int tok_piece_id(const pp_tokenizer *t, const char *piece, size_t len);
+
+/* Semantics worth knowing:
+ * - SentencePiece: encoding is spm_encode's, id for id, on valid UTF-8 (one
+ *   call = one spm "sentence": spm_encode encodes each line separately).
+ *   Control pieces (<s>, </s>) in the text are not recognized, as in spm;
+ *   user-defined pieces are. Where spm replaces an invalid UTF-8 byte by
+ *   U+FFFD, pp byte-falls-back the byte itself, so nothing is lost.
+ *   decode(encode(x)) == x holds for models that keep whitespace as is
+ *   (remove_extra_whitespaces false, as Llama's and Mistral's) and text
+ *   without U+2581, the character SentencePiece uses for a space.
+ * - Byte-level BPE: special added tokens (<|endoftext|>) in the text are
+ *   encoded as plain text, like spm's control pieces (Hugging Face's
+ *   split_special_tokens=True); non-special added tokens are recognized.
+ *   Special tokens decode to nothing, like spm's control pieces. */
+
+#endif
