@@ -47,7 +47,9 @@ typedef struct pp_ops {
 	void (*matmul_bwd)(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
 			   const pp_real *inp, const pp_real *w, int N, int C, int OC);
 
-	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T) */
+	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T).
+	 * A token below 0 lies in another rank's vocabulary shard: its row is
+	 * zero (plus wpe), and it adds nothing to dwte. */
 	void (*embed_fwd)(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
 			  pp_real scale, int B, int T, int C, int pos0);
 	/* dwte += scatter(dout * scale); dwpe (if not NULL) += sum_b dout */
@@ -106,6 +108,19 @@ typedef struct pp_ops {
 	 * (softmax - onehot(target)) * dscale (0 rows for ignored targets);
 	 * dlogits may alias logits. */
 	void (*crossentropy)(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+			     const int *targets, int N, int V, pp_real dscale);
+
+	/* The same loss with the vocabulary split across ranks, in two halves
+	 * around the combination of row statistics. targets are local to the
+	 * (N,V) slice: PP_IGNORE_INDEX ignores the row, another value outside
+	 * [0,V) means the target lies in another slice.
+	 * lse (N) = log sum exp of each row of the slice; tgt (N) = the target's
+	 * logit where it lies in the slice, else 0. */
+	void (*logsumexp_rows)(pp_real *lse, pp_real *tgt, const pp_real *logits,
+			       const int *targets, int N, int V);
+	/* dlogits (N,V) = (exp(logits - lse) - onehot(target)) * dscale given the
+	 * global lse (N); 0 rows for ignored targets; dlogits may alias logits. */
+	void (*softmax_grad)(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
 			     const int *targets, int N, int V, pp_real dscale);
 
 	/* AdamW on n parameters, step t >= 1 (bias correction), gradient

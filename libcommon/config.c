@@ -137,6 +137,9 @@ static const key_desc keys[] = {
 	ENUM("nan_policy", K_STRING, nan_policy, nan_names, "\"abort\"", 0),
 
 	STR("data", data, "\"synthetic\"", F_NONEMPTY),
+	STR("val_data", val_data, "\"\"", 0),
+	STR("tokenizer", tokenizer, "\"\"", 0),
+	BOOL("data_eos", data_eos, "true", 0),
 	STR("run_dir", run_dir, "\"runs/default\"", F_NONEMPTY),
 	NUM("checkpoint_period", K_LONG, checkpoint_period, "0", R_GE0, 0),
 	NUM("keep", K_INT, keep, "3", R_GE0, 0),

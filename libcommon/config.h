@@ -85,6 +85,9 @@ typedef struct {
 	char nan_policy[8]; /* abort | skip */
 
 	char data[PP_PATH_MAX]; /* "synthetic" or a token dataset */
+	char val_data[PP_PATH_MAX];  /* validation tokens; "" = data's own /val split */
+	char tokenizer[PP_PATH_MAX]; /* "" = unchecked; else must have made the data */
+	bool data_eos;               /* insert EOS between documents */
 	char run_dir[PP_PATH_MAX];
 	long checkpoint_period; /* 0 = only at the end */
 	int keep;               /* keep the newest K checkpoints (0 = all) */

@@ -42,7 +42,7 @@ typedef struct {
 
 struct data_corpus {
 	const corpus_format *fmt;
-	char path[PP_PATH_MAX]; /* as messages name it, with the split for pp-tokens */
+	char path[PP_PATH_MAX + 64]; /* as messages name it, with the split for pp-tokens */
 	uint64_t n_tokens, n_docs;
 	int64_t vocab_size;     /* of the tokenizer that made it; -1 unknown */
 	int64_t eos_id;         /* -1 unknown or none */

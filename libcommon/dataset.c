@@ -404,8 +404,9 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 	H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
 	w->f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+	bool created = h5ok(w->f); /* before any other call clears the error stack */
 	H5Pclose(fapl);
-	if (!h5ok(w->f)) {
+	if (!created) {
 		int rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", w->tmp, h5_why);
 		tokens_abort(w);
 		return rc;
@@ -604,8 +605,10 @@ static int check_dataset(tokens_file *f, int k, const char *name, hid_t *out, si
 	H5Pset_chunk_cache(dapl, 0, 0, 1.0);
 	hid_t d = H5Dopen2(f->g[k], name, dapl);
 	if (!h5ok(d)) {
+		char why[sizeof h5_why];
+		memcpy(why, h5_why, sizeof why);
 		H5Pclose(dapl);
-		return bad(f, e, "cannot open /%s/%s: %s", split, name, h5_why);
+		return bad(f, e, "cannot open /%s/%s: %s", split, name, why);
 	}
 	hid_t dcpl = H5Dget_create_plist(d);
 	bool filtered = dcpl >= 0 && H5Pget_nfilters(dcpl) > 0;
@@ -616,9 +619,10 @@ static int check_dataset(tokens_file *f, int k, const char *name, hid_t *out, si
 		H5Pset_chunk_cache(dapl, 521, 16 << 20, 1.0);
 		d = H5Dopen2(f->g[k], name, dapl);
 	}
+	bool opened = h5ok(d);
 	H5Pclose(dapl);
 	*out = d;
-	if (!h5ok(d))
+	if (!opened)
 		return bad(f, e, "cannot open /%s/%s: %s", split, name, h5_why);
 	hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
 	int rank = H5Sget_simple_extent_ndims(sp);
@@ -732,8 +736,10 @@ static int open_failed(tokens_file *f, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "cannot open %s: %s", f->path, strerror(errno));
 	if (S_ISDIR(st.st_mode))
 		return pp_errorf(e, PP_EUSAGE, "cannot open %s: is a directory", f->path);
-	if (strstr(h5_why, "truncated"))
-		return bad(f, e, "truncated file (%lld bytes): %s", (long long)st.st_size, h5_why);
+	const char *stored = strstr(h5_why, "stored_eof = ");
+	if (strstr(h5_why, "truncated") && stored)
+		return bad(f, e, "truncated: %lld bytes, but the file was written with %lld",
+			   (long long)st.st_size, atoll(stored + strlen("stored_eof = ")));
 	return bad(f, e, "not a readable HDF5 file: %s", h5_why);
 }
 
@@ -750,8 +756,9 @@ int tokens_open(tokens_file **out, const char *path, pp_err *e)
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
 	f->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+	bool opened = h5ok(f->f); /* before any other call clears the error stack */
 	H5Pclose(fapl);
-	if (!h5ok(f->f))
+	if (!opened)
 		rc = open_failed(f, e);
 	else
 		rc = read_info(f, e);

@@ -7,10 +7,18 @@
 
 #include "rng.h"
 
-/* Shapes used below: N = B*T rows, C = d_model, D = head_dim, QKV = (Hq+2Hkv)*D,
- * HD = Hq*D, F = d_ff, V = vocab, L = layers of this stage. */
+/* Shapes below are this rank's: N = B*T rows, C = d_model, D = head_dim,
+ * Hq and Hkv local heads, QKV = (Hq+2Hkv)*D, HD = Hq*D, F local mlp width,
+ * UP = 2F (gated) or F, V local vocab, L = layers of this stage.
+ *
+ * Tensor parallelism follows Megatron: q/k/v and gate/up (or c_fc) are
+ * column-parallel (each rank holds a block of output rows), o and down are
+ * row-parallel (a block of input columns, outputs summed across tp), the
+ * embedding and the head are vocabulary-parallel. Norms and the biases of
+ * row-parallel products are replicated; their gradients come out identical
+ * on every rank because their inputs are. */
 
-/* Offsets of one layer's tensors in params[] (index into the table, -1 if absent). */
+/* Indices of one layer's tensors in params[] (-1 if absent). */
 typedef struct {
 	int norm1_w, norm1_b, qkv_w, qkv_b, o_w, o_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
 } layer_index;
@@ -24,13 +32,16 @@ typedef struct {
 	pp_real *att, *lse;            /* (L', N, HD), (L', B, Hq, T) */
 	pp_real *mid;                  /* (L', N, C) residual after attention */
 	pp_real *h2, *mean2, *rstd2;   /* (L', N, C), (L', N), (L', N) */
-	pp_real *up;                   /* (L', N, 2F) gate|up, or (L', N, F) before gelu */
+	pp_real *up;                   /* (L', N, UP) gate|up, or before gelu */
 	pp_real *act;                  /* (L', N, F) */
 	pp_real *hf, *meanf, *rstdf;   /* (N, C), (N), (N): final norm */
 	pp_real *logits;               /* (N, V); holds dlogits after a training forward */
 	pp_real *losses;               /* (N) */
-	int *tok, *tgt;                /* (N) device copies */
+	/* split backward: gradients the weight part consumes, (L, ...) each */
+	pp_real *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
+	int *tok, *tgt;                /* (N) device copies; tok local to the vocab shard */
 	int has_grad;                  /* forward kept dlogits */
+	int has_input_grad;            /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
 } slot_acts;
 
 struct pp_stage_acts {
@@ -38,9 +49,11 @@ struct pp_stage_acts {
 	layer_index *layer;            /* (L) */
 	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
 	/* backward scratch, shared by all slots */
-	pp_real *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,2F) (N,F) */
-	pp_real *host_losses;          /* (N) */
+	pp_real *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
+	double *host;                  /* (3N) */
 	int *host_ids;                 /* (N) */
+	pp_real *host_real;            /* (2N) */
 };
 
 /* ---- parameter table -------------------------------------------------- */
@@ -50,8 +63,7 @@ typedef struct {
 	int cap;
 } table_builder;
 
-static int add_param(table_builder *tb, const char *name, int ndim, int64_t d0, int64_t d1,
-		     bool decay, double std, double value)
+static int add_param(table_builder *tb, const pp_param *proto)
 {
 	pp_stage *s = tb->s;
 	if (s->n_params == tb->cap) {
@@ -59,18 +71,85 @@ static int add_param(table_builder *tb, const char *name, int ndim, int64_t d0, 
 		s->params = realloc(s->params, (size_t)tb->cap * sizeof *s->params);
 	}
 	pp_param *p = &s->params[s->n_params];
-	memset(p, 0, sizeof *p);
-	snprintf(p->name, sizeof p->name, "%s", name);
-	p->ndim = ndim;
-	p->shape[0] = d0;
-	p->shape[1] = ndim > 1 ? d1 : 1;
-	p->n = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+	*p = *proto;
+	if (!p->n_blocks) {
+		p->n_blocks = 1;
+		p->block_rows = p->shape[0];
+	}
+	if (p->ndim == 1)
+		p->shape[1] = p->global_shape[1] = 1;
+	if (!p->replicas)
+		p->replicas = 1;
+	p->n = (size_t)p->shape[0] * (size_t)p->shape[1];
 	p->off = s->n_elems;
-	p->decay = decay;
-	p->init_std = std;
-	p->init_value = value;
 	s->n_elems += p->n;
 	return s->n_params++;
+}
+
+/* The naming and sharding vocabulary of build_table. */
+typedef struct {
+	table_builder *tb;
+	const pp_stage *s;
+	char name[96];
+} namer;
+
+static const char *nm(namer *n, const char *fmt, int layer, const char *suffix)
+{
+	snprintf(n->name, sizeof n->name, fmt, layer, suffix);
+	return n->name;
+}
+
+/* A tensor every tp rank holds whole (norms, row-parallel biases, wpe). */
+static int replicated(namer *n, const char *name, int ndim, int64_t rows, int64_t cols,
+		      bool decay, double std, double value)
+{
+	pp_param p = {.ndim = ndim, .shape = {rows, cols}, .global_shape = {rows, cols},
+		      .replicas = n->s->spec.tp.size, .tp_owner = n->s->spec.tp.rank == 0,
+		      .decay = decay, .init_std = std, .init_value = value};
+	snprintf(p.name, sizeof p.name, "%s", name);
+	return add_param(n->tb, &p);
+}
+
+/* Rows [row, row + rows) of a (grows, cols) tensor: column-parallel weights
+ * and their biases (ndim 1), vocabulary-parallel embeddings. replicas > 1
+ * when several ranks hold the same rows (kv heads when tp > kv heads). */
+static int row_block(namer *n, const char *name, int ndim, int64_t rows, int64_t grows,
+		     int64_t row, int64_t cols, int replicas, double std)
+{
+	const pp_tp *tp = &n->s->spec.tp;
+	pp_param p = {.ndim = ndim, .shape = {rows, cols}, .global_shape = {grows, cols},
+		      .n_blocks = 1, .block_rows = rows, .block_row = {row},
+		      .replicas = replicas, .tp_owner = tp->rank % replicas == 0,
+		      .grad_partial = replicas > 1, .decay = ndim > 1,
+		      .init_std = ndim > 1 ? std : 0};
+	snprintf(p.name, sizeof p.name, "%s", name);
+	return add_param(n->tb, &p);
+}
+
+/* Columns [col, col + cols) of a (rows, gcols) tensor: row-parallel weights. */
+static int col_block(namer *n, const char *name, int64_t rows, int64_t cols, int64_t gcols,
+		     int64_t col, double std)
+{
+	pp_param p = {.ndim = 2, .shape = {rows, cols}, .global_shape = {rows, gcols}, .col = col,
+		      .replicas = 1, .tp_owner = true, .decay = true, .init_std = std};
+	snprintf(p.name, sizeof p.name, "%s", name);
+	return add_param(n->tb, &p);
+}
+
+/* GPT-2's fused c_attn (weight or bias): this rank's q, k and v row blocks. */
+static int qkv_fused(namer *n, const char *name, int ndim, int64_t C, double std)
+{
+	const pp_stage *s = n->s;
+	const pp_model_cfg *m = s->cfg;
+	const int64_t D = m->head_dim, q = (int64_t)s->n_heads * D, kv = (int64_t)s->n_kv_heads * D;
+	const int64_t Q = (int64_t)m->n_heads * D, KV = (int64_t)m->n_kv_heads * D;
+	const int r = s->spec.tp.rank;
+	pp_param p = {.ndim = ndim, .shape = {q + 2 * kv, C}, .global_shape = {Q + 2 * KV, C},
+		      .n_blocks = 3, .block_rows = q, .block_row = {r * q, Q + r * kv, Q + KV + r * kv},
+		      .replicas = 1, .tp_owner = true, .decay = ndim > 1,
+		      .init_std = ndim > 1 ? std : 0};
+	snprintf(p.name, sizeof p.name, "%s", name);
+	return add_param(n->tb, &p);
 }
 
 /* Hugging Face names per family. GPT-2 fuses q, k, v into c_attn; the others
@@ -79,22 +158,26 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 {
 	const pp_model_cfg *m = s->cfg;
 	table_builder tb = {s, 0};
+	namer n = {&tb, s, ""};
 	const bool gpt = m->family == PP_FAMILY_GPT;
 	const bool ln = m->norm == PP_NORM_LAYER, gated = m->mlp != PP_MLP_GELU;
-	const int64_t C = m->d_model, D = m->head_dim, F = m->d_ff;
-	const int64_t HD = (int64_t)m->n_heads * D, KV = (int64_t)m->n_kv_heads * D;
+	const int r = s->spec.tp.rank, tp = s->spec.tp.size;
+	const int64_t C = m->d_model, D = m->head_dim, F = s->d_ff, GF = m->d_ff;
+	const int64_t HD = (int64_t)s->n_heads * D, GHD = (int64_t)m->n_heads * D;
+	const int64_t KV = (int64_t)s->n_kv_heads * D, GKV = (int64_t)m->n_kv_heads * D;
+	/* kv heads: split when tp divides them, else each rank holds one, shared by tp/Hkv ranks */
+	const int kv_rep = m->n_kv_heads % tp == 0 ? 1 : tp / m->n_kv_heads;
+	const int64_t kv_row = (int64_t)(r / kv_rep) * KV;
 	const double std = m->init_std;
 	const double res_std = m->scaled_residual_init ? std / sqrt(2.0 * m->n_layers) : std;
 	const double norm_one = 1.0 - m->norm_offset; /* Gemma stores w of (1 + w) */
-	char n[96];
+	const char *embed = gpt ? "transformer.wte.weight" : "model.embed_tokens.weight";
 
 	a->embed_w = a->embed_pos = a->normf_w = a->normf_b = a->head_w = -1;
-	if (s->first || (s->last && m->tied_embeddings)) {
-		a->embed_w = add_param(&tb, gpt ? "transformer.wte.weight" : "model.embed_tokens.weight",
-				       2, m->vocab_size, C, true, std, 0);
-	}
+	if (s->first || (s->last && m->tied_embeddings))
+		a->embed_w = row_block(&n, embed, 2, s->vocab, m->vocab_size, s->vocab_begin, C, 1, std);
 	if (s->first && m->pos == PP_POS_LEARNED)
-		a->embed_pos = add_param(&tb, "transformer.wpe.weight", 2, m->max_seq_len, C, true, std, 0);
+		a->embed_pos = replicated(&n, "transformer.wpe.weight", 2, m->max_seq_len, C, true, std, 0);
 
 	int L = s->layer_end - s->layer_begin;
 	a->layer = calloc((size_t)(L > 0 ? L : 1), sizeof *a->layer);
@@ -102,66 +185,65 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 		layer_index *li = &a->layer[l];
 		int i = s->layer_begin + l;
 		memset(li, -1, sizeof *li);
-#define P(fmt, ...) (snprintf(n, sizeof n, fmt, __VA_ARGS__), n)
 		if (gpt) {
-			li->norm1_w = add_param(&tb, P("transformer.h.%d.ln_1.weight", i), 1, C, 0, false, 0, 1);
-			li->norm1_b = add_param(&tb, P("transformer.h.%d.ln_1.bias", i), 1, C, 0, false, 0, 0);
-			li->qkv_w = add_param(&tb, P("transformer.h.%d.attn.c_attn.weight", i), 2, HD + 2 * KV, C, true, std, 0);
-			li->qkv_b = add_param(&tb, P("transformer.h.%d.attn.c_attn.bias", i), 1, HD + 2 * KV, 0, false, 0, 0);
-			li->o_w = add_param(&tb, P("transformer.h.%d.attn.c_proj.weight", i), 2, C, HD, true, res_std, 0);
-			li->o_b = add_param(&tb, P("transformer.h.%d.attn.c_proj.bias", i), 1, C, 0, false, 0, 0);
-			li->norm2_w = add_param(&tb, P("transformer.h.%d.ln_2.weight", i), 1, C, 0, false, 0, 1);
-			li->norm2_b = add_param(&tb, P("transformer.h.%d.ln_2.bias", i), 1, C, 0, false, 0, 0);
-			li->up_w = add_param(&tb, P("transformer.h.%d.mlp.c_fc.weight", i), 2, gated ? 2 * F : F, C, true, std, 0);
-			li->up_b = add_param(&tb, P("transformer.h.%d.mlp.c_fc.bias", i), 1, gated ? 2 * F : F, 0, false, 0, 0);
-			li->down_w = add_param(&tb, P("transformer.h.%d.mlp.c_proj.weight", i), 2, C, F, true, res_std, 0);
-			li->down_b = add_param(&tb, P("transformer.h.%d.mlp.c_proj.bias", i), 1, C, 0, false, 0, 0);
+			const char *h = "transformer.h.%d.%s";
+			li->norm1_w = replicated(&n, nm(&n, h, i, "ln_1.weight"), 1, C, 1, false, 0, 1);
+			li->norm1_b = replicated(&n, nm(&n, h, i, "ln_1.bias"), 1, C, 1, false, 0, 0);
+			li->qkv_w = qkv_fused(&n, nm(&n, h, i, "attn.c_attn.weight"), 2, C, std);
+			li->qkv_b = qkv_fused(&n, nm(&n, h, i, "attn.c_attn.bias"), 1, 1, 0);
+			li->o_w = col_block(&n, nm(&n, h, i, "attn.c_proj.weight"), C, HD, GHD, r * HD, res_std);
+			li->o_b = replicated(&n, nm(&n, h, i, "attn.c_proj.bias"), 1, C, 1, false, 0, 0);
+			li->norm2_w = replicated(&n, nm(&n, h, i, "ln_2.weight"), 1, C, 1, false, 0, 1);
+			li->norm2_b = replicated(&n, nm(&n, h, i, "ln_2.bias"), 1, C, 1, false, 0, 0);
+			li->up_w = row_block(&n, nm(&n, h, i, "mlp.c_fc.weight"), 2, F, GF, r * F, C, 1, std);
+			li->up_b = row_block(&n, nm(&n, h, i, "mlp.c_fc.bias"), 1, F, GF, r * F, 1, 1, 0);
+			li->down_w = col_block(&n, nm(&n, h, i, "mlp.c_proj.weight"), C, F, GF, r * F, res_std);
+			li->down_b = replicated(&n, nm(&n, h, i, "mlp.c_proj.bias"), 1, C, 1, false, 0, 0);
 			continue;
 		}
-		const char *pre = "model.layers";
-		li->norm1_w = add_param(&tb, P("%s.%d.input_layernorm.weight", pre, i), 1, C, 0, false, 0, norm_one);
+		const char *h = "model.layers.%d.%s";
+		li->norm1_w = replicated(&n, nm(&n, h, i, "input_layernorm.weight"), 1, C, 1, false, 0, norm_one);
 		if (ln)
-			li->norm1_b = add_param(&tb, P("%s.%d.input_layernorm.bias", pre, i), 1, C, 0, false, 0, 0);
-		li->qkv_w = add_param(&tb, P("%s.%d.self_attn.q_proj.weight", pre, i), 2, HD, C, true, std, 0);
-		add_param(&tb, P("%s.%d.self_attn.k_proj.weight", pre, i), 2, KV, C, true, std, 0);
-		add_param(&tb, P("%s.%d.self_attn.v_proj.weight", pre, i), 2, KV, C, true, std, 0);
+			li->norm1_b = replicated(&n, nm(&n, h, i, "input_layernorm.bias"), 1, C, 1, false, 0, 0);
+		li->qkv_w = row_block(&n, nm(&n, h, i, "self_attn.q_proj.weight"), 2, HD, GHD, r * HD, C, 1, std);
+		row_block(&n, nm(&n, h, i, "self_attn.k_proj.weight"), 2, KV, GKV, kv_row, C, kv_rep, std);
+		row_block(&n, nm(&n, h, i, "self_attn.v_proj.weight"), 2, KV, GKV, kv_row, C, kv_rep, std);
 		if (m->bias) {
-			li->qkv_b = add_param(&tb, P("%s.%d.self_attn.q_proj.bias", pre, i), 1, HD, 0, false, 0, 0);
-			add_param(&tb, P("%s.%d.self_attn.k_proj.bias", pre, i), 1, KV, 0, false, 0, 0);
-			add_param(&tb, P("%s.%d.self_attn.v_proj.bias", pre, i), 1, KV, 0, false, 0, 0);
+			li->qkv_b = row_block(&n, nm(&n, h, i, "self_attn.q_proj.bias"), 1, HD, GHD, r * HD, 1, 1, 0);
+			row_block(&n, nm(&n, h, i, "self_attn.k_proj.bias"), 1, KV, GKV, kv_row, 1, kv_rep, 0);
+			row_block(&n, nm(&n, h, i, "self_attn.v_proj.bias"), 1, KV, GKV, kv_row, 1, kv_rep, 0);
 		}
-		li->o_w = add_param(&tb, P("%s.%d.self_attn.o_proj.weight", pre, i), 2, C, HD, true, res_std, 0);
+		li->o_w = col_block(&n, nm(&n, h, i, "self_attn.o_proj.weight"), C, HD, GHD, r * HD, res_std);
 		if (m->bias)
-			li->o_b = add_param(&tb, P("%s.%d.self_attn.o_proj.bias", pre, i), 1, C, 0, false, 0, 0);
-		li->norm2_w = add_param(&tb, P("%s.%d.post_attention_layernorm.weight", pre, i), 1, C, 0, false, 0, norm_one);
+			li->o_b = replicated(&n, nm(&n, h, i, "self_attn.o_proj.bias"), 1, C, 1, false, 0, 0);
+		li->norm2_w = replicated(&n, nm(&n, h, i, "post_attention_layernorm.weight"), 1, C, 1, false, 0, norm_one);
 		if (ln)
-			li->norm2_b = add_param(&tb, P("%s.%d.post_attention_layernorm.bias", pre, i), 1, C, 0, false, 0, 0);
-		if (gated) {
-			li->up_w = add_param(&tb, P("%s.%d.mlp.gate_proj.weight", pre, i), 2, F, C, true, std, 0);
-			add_param(&tb, P("%s.%d.mlp.up_proj.weight", pre, i), 2, F, C, true, std, 0);
-			if (m->bias) {
-				li->up_b = add_param(&tb, P("%s.%d.mlp.gate_proj.bias", pre, i), 1, F, 0, false, 0, 0);
-				add_param(&tb, P("%s.%d.mlp.up_proj.bias", pre, i), 1, F, 0, false, 0, 0);
-			}
-		} else {
-			li->up_w = add_param(&tb, P("%s.%d.mlp.up_proj.weight", pre, i), 2, F, C, true, std, 0);
-			if (m->bias)
-				li->up_b = add_param(&tb, P("%s.%d.mlp.up_proj.bias", pre, i), 1, F, 0, false, 0, 0);
+			li->norm2_b = replicated(&n, nm(&n, h, i, "post_attention_layernorm.bias"), 1, C, 1, false, 0, 0);
+		if (gated)
+			li->up_w = row_block(&n, nm(&n, h, i, "mlp.gate_proj.weight"), 2, F, GF, r * F, C, 1, std);
+		int up = row_block(&n, nm(&n, h, i, "mlp.up_proj.weight"), 2, F, GF, r * F, C, 1, std);
+		if (!gated)
+			li->up_w = up;
+		if (m->bias) {
+			if (gated)
+				li->up_b = row_block(&n, nm(&n, h, i, "mlp.gate_proj.bias"), 1, F, GF, r * F, 1, 1, 0);
+			int ub = row_block(&n, nm(&n, h, i, "mlp.up_proj.bias"), 1, F, GF, r * F, 1, 1, 0);
+			if (!gated)
+				li->up_b = ub;
 		}
-		li->down_w = add_param(&tb, P("%s.%d.mlp.down_proj.weight", pre, i), 2, C, F, true, res_std, 0);
+		li->down_w = col_block(&n, nm(&n, h, i, "mlp.down_proj.weight"), C, F, GF, r * F, res_std);
 		if (m->bias)
-			li->down_b = add_param(&tb, P("%s.%d.mlp.down_proj.bias", pre, i), 1, C, 0, false, 0, 0);
-#undef P
+			li->down_b = replicated(&n, nm(&n, h, i, "mlp.down_proj.bias"), 1, C, 1, false, 0, 0);
 	}
 	if (s->last) {
-		a->normf_w = add_param(&tb, gpt ? "transformer.ln_f.weight" : "model.norm.weight", 1, C, 0,
-				       false, 0, gpt ? 1 : norm_one);
+		a->normf_w = replicated(&n, gpt ? "transformer.ln_f.weight" : "model.norm.weight", 1, C, 1,
+					false, 0, gpt ? 1 : norm_one);
 		if (ln)
-			a->normf_b = add_param(&tb, gpt ? "transformer.ln_f.bias" : "model.norm.bias", 1, C, 0,
-					       false, 0, 0);
-		a->head_w = m->tied_embeddings
-				    ? a->embed_w
-				    : add_param(&tb, "lm_head.weight", 2, m->vocab_size, C, true, std, 0);
+			a->normf_b = replicated(&n, gpt ? "transformer.ln_f.bias" : "model.norm.bias", 1, C,
+						1, false, 0, 0);
+		a->head_w = m->tied_embeddings ? a->embed_w
+					       : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
+							   s->vocab_begin, C, 1, std);
 	}
 }
 
@@ -181,56 +263,101 @@ static int alloc_all(const pp_ops *ops, pp_real **ptrs[], const size_t counts[],
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, int layer_begin,
-		 int layer_end, int B, int T, int n_slots, bool recompute, pp_err *e)
+stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute)
+{
+	return (stage_spec){.layer_begin = 0, .layer_end = cfg->n_layers, .B = B, .T = T,
+			    .n_slots = 1, .recompute = recompute, .tp = {.rank = 0, .size = 1}};
+}
+
+/* This rank's share of heads and widths; errors name what tp does not divide. */
+static int shard_dims(pp_stage *s, pp_err *e)
+{
+	const pp_model_cfg *m = s->cfg;
+	const int tp = s->spec.tp.size, r = s->spec.tp.rank;
+	if (tp < 1 || r < 0 || r >= tp)
+		return pp_errorf(e, PP_EUSAGE, "tensor-parallel rank %d of %d", r, tp);
+	if (m->n_heads % tp)
+		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.n_heads=%d", tp, m->n_heads);
+	if (m->n_kv_heads % tp && tp % m->n_kv_heads)
+		return pp_errorf(e, PP_EUSAGE,
+				 "tp=%d and model.n_kv_heads=%d: one must divide the other", tp,
+				 m->n_kv_heads);
+	if (m->d_ff % tp)
+		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.d_ff=%d", tp, m->d_ff);
+	if (m->vocab_size % tp)
+		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.vocab_size=%d", tp,
+				 m->vocab_size);
+	s->n_heads = m->n_heads / tp;
+	s->n_kv_heads = m->n_kv_heads % tp == 0 ? m->n_kv_heads / tp : 1;
+	s->d_ff = m->d_ff / tp;
+	s->vocab = m->vocab_size / tp;
+	s->vocab_begin = r * s->vocab;
+	return 0;
+}
+
+int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
+		 pp_err *e)
 {
 	memset(s, 0, sizeof *s);
 	if (cfg->n_experts > 0)
 		return pp_errorf(e, PP_EUSAGE,
 				 "model '%s' has %d experts per MoE layer; stages build dense layers only",
 				 cfg->preset, cfg->n_experts);
+	if (spec->recompute && spec->split_backward)
+		return pp_errorf(e, PP_EUSAGE,
+				 "recompute and a split backward pass (schedule zbh1) do not combine");
 	s->cfg = cfg;
 	s->ops = ops;
-	s->layer_begin = layer_begin;
-	s->layer_end = layer_end;
-	s->first = layer_begin == 0;
-	s->last = layer_end == cfg->n_layers;
-	s->B = B;
-	s->T = T;
-	s->n_slots = n_slots;
-	s->recompute = recompute;
+	s->spec = *spec;
+	s->layer_begin = spec->layer_begin;
+	s->layer_end = spec->layer_end;
+	s->first = spec->layer_begin == 0;
+	s->last = spec->layer_end == cfg->n_layers;
+	s->B = spec->B;
+	s->T = spec->T;
+	s->n_slots = spec->n_slots;
+	s->recompute = spec->recompute;
+	int rc = shard_dims(s, e);
+	if (rc)
+		return rc;
 	s->acts = calloc(1, sizeof *s->acts);
 	pp_stage_acts *a = s->acts;
 	build_table(s, a);
 
-	const size_t N = (size_t)B * T, C = cfg->d_model, F = cfg->d_ff, V = cfg->vocab_size;
-	const size_t HD = (size_t)cfg->n_heads * cfg->head_dim;
-	const size_t QKV = HD + 2 * (size_t)cfg->n_kv_heads * cfg->head_dim;
+	const size_t N = (size_t)s->B * s->T, C = cfg->d_model, F = s->d_ff, V = s->vocab;
+	const size_t HD = (size_t)s->n_heads * cfg->head_dim;
+	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * cfg->head_dim;
 	const size_t UP = cfg->mlp == PP_MLP_GELU ? F : 2 * F;
-	const size_t L = (size_t)(layer_end - layer_begin), Ls = recompute && L ? 1 : L;
-	const size_t NH = (size_t)B * cfg->n_heads * T;
+	const size_t L = (size_t)(s->layer_end - s->layer_begin), Ls = s->recompute && L ? 1 : L;
+	const size_t Lg = spec->split_backward ? L : 0;
+	const size_t NH = (size_t)s->B * s->n_heads * s->T;
 
 	s->w = ops->alloc(s->n_elems * sizeof(pp_real));
 	s->g = ops->alloc(s->n_elems * sizeof(pp_real));
 	if (!s->w || !s->g)
 		goto oom;
-	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act};
-	const size_t scratch_n[] = {N * C, N * C, N * HD, N * QKV, N * UP, N * F};
+	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce};
+	const size_t scratch_n[] = {N * C, N * C, N * HD, N * QKV, N * UP, N * F, 2 * N};
 	if (alloc_all(ops, scratch, scratch_n, NELEMS(scratch)))
 		goto oom;
-	a->host_losses = calloc(N, sizeof(pp_real));
+	a->host = calloc(3 * N, sizeof(double));
+	a->host_real = calloc(2 * N, sizeof(pp_real));
 	a->host_ids = calloc(N, sizeof(int));
-	a->slot = calloc((size_t)n_slots, sizeof *a->slot);
-	for (int k = 0; k < n_slots; k++) {
+	a->slot = calloc((size_t)s->n_slots, sizeof *a->slot);
+	if (!a->host || !a->host_real || !a->host_ids || !a->slot)
+		goto oom;
+	for (int k = 0; k < s->n_slots; k++) {
 		slot_acts *sa = &a->slot[k];
 		const size_t last = s->last ? 1 : 0;
 		pp_real **p[] = {&sa->res, &sa->h1, &sa->mean1, &sa->rstd1, &sa->qkv, &sa->att,
 				 &sa->lse, &sa->mid, &sa->h2, &sa->mean2, &sa->rstd2, &sa->up,
-				 &sa->act, &sa->hf, &sa->meanf, &sa->rstdf, &sa->logits, &sa->losses};
+				 &sa->act, &sa->hf, &sa->meanf, &sa->rstdf, &sa->logits, &sa->losses,
+				 &sa->g_out, &sa->g_up, &sa->g_mid, &sa->g_qkv};
 		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N, Ls * N, Ls * N * QKV,
 				    Ls * N * HD, Ls * NH, Ls * N * C, Ls * N * C, Ls * N, Ls * N,
 				    Ls * N * UP, Ls * N * F, last * N * C, last * N, last * N,
-				    last * N * V, last * N};
+				    last * N * V, last * N, Lg * N * C, Lg * N * UP, Lg * N * C,
+				    Lg * N * QKV};
 		if (alloc_all(ops, p, n, NELEMS(p)))
 			goto oom;
 		sa->tok = ops->alloc(N * sizeof(int));
@@ -238,35 +365,38 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, int la
 		if (!sa->tok || !sa->tgt)
 			goto oom;
 	}
-	if (!a->host_losses || !a->host_ids)
-		goto oom;
 	return 0;
-oom:
+oom:;
+	size_t n_elems = s->n_elems;
 	stage_free(s);
 	return pp_errorf(e, PP_ERUNTIME,
 			 "out of memory building layers %d..%d (B=%d, T=%d, %zu parameters)",
-			 layer_begin, layer_end - 1, B, T, s->n_elems);
+			 spec->layer_begin, spec->layer_end - 1, spec->B, spec->T, n_elems);
 }
 
 void stage_free(pp_stage *s)
 {
 	pp_stage_acts *a = s->acts;
 	const pp_ops *ops = s->ops;
+	if (!ops)
+		return;
 	if (a) {
 		for (int k = 0; a->slot && k < s->n_slots; k++) {
 			slot_acts *sa = &a->slot[k];
-			void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att, sa->lse,
-				     sa->mid, sa->h2, sa->mean2, sa->rstd2, sa->up, sa->act, sa->hf,
-				     sa->meanf, sa->rstdf, sa->logits, sa->losses, sa->tok, sa->tgt};
+			void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att,
+				     sa->lse, sa->mid, sa->h2, sa->mean2, sa->rstd2, sa->up,
+				     sa->act, sa->hf, sa->meanf, sa->rstdf, sa->logits, sa->losses,
+				     sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
 			for (int i = 0; i < NELEMS(p); i++)
 				ops->free(p[i]);
 		}
-		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act};
+		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);
 		free(a->layer);
-		free(a->host_losses);
+		free(a->host);
+		free(a->host_real);
 		free(a->host_ids);
 		free(a);
 	}
@@ -274,6 +404,14 @@ void stage_free(pp_stage *s)
 	ops->free(s->g);
 	free(s->params);
 	memset(s, 0, sizeof *s);
+}
+
+uint64_t param_global_index(const pp_param *p, size_t j)
+{
+	int64_t cols = p->shape[1], row = (int64_t)(j / (size_t)cols), col = (int64_t)(j % (size_t)cols);
+	int64_t b = row / p->block_rows;
+	int64_t grow = p->block_row[b] + row % p->block_rows;
+	return (uint64_t)(grow * p->global_shape[1] + p->col + col);
 }
 
 void stage_init_params(pp_stage *s, uint64_t seed)
@@ -286,7 +424,7 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 		if (p->init_std > 0) {
 #pragma omp parallel for
 			for (size_t j = 0; j < p->n; j++)
-				x[j] = (pp_real)(p->init_std * rng_normal(key, j));
+				x[j] = (pp_real)(p->init_std * rng_normal(key, param_global_index(p, j)));
 		} else {
 			for (size_t j = 0; j < p->n; j++)
 				x[j] = (pp_real)p->init_value;
@@ -316,27 +454,40 @@ const pp_real *stage_logits(const pp_stage *s, int slot)
 /* Parameter or gradient pointer by table index (NULL for -1). */
 static pp_real *W(const pp_stage *s, int i) { return i < 0 ? NULL : s->w + s->params[i].off; }
 static pp_real *G(const pp_stage *s, int i) { return i < 0 ? NULL : s->g + s->params[i].off; }
+/* The bias of a row-parallel product is added once: on tp rank 0. */
+static pp_real *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
+
+/* Sums a partial result across the tp group (a no-op without tp). */
+static int tp_sum(const pp_stage *s, pp_real *buf, size_t n, pp_err *e)
+{
+	const pp_tp *tp = &s->spec.tp;
+	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, PP_REDUCE_SUM, e) : 0;
+}
 
 /* Pointers into one layer's saved activations. */
 typedef struct {
 	pp_real *x, *h1, *mean1, *rstd1, *qkv, *att, *lse, *mid, *h2, *mean2, *rstd2, *up, *act, *out;
+	pp_real *g_out, *g_up, *g_mid, *g_qkv;
 } layer_acts;
 
 static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 {
 	const pp_model_cfg *m = s->cfg;
-	const size_t N = (size_t)s->B * s->T, C = m->d_model, F = m->d_ff;
-	const size_t HD = (size_t)m->n_heads * m->head_dim;
-	const size_t QKV = HD + 2 * (size_t)m->n_kv_heads * m->head_dim;
+	const size_t N = (size_t)s->B * s->T, C = m->d_model, F = s->d_ff;
+	const size_t HD = (size_t)s->n_heads * m->head_dim;
+	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
 	const size_t UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
-	const size_t k = s->recompute ? 0 : (size_t)l;
+	const size_t k = s->recompute ? 0 : (size_t)l, g = (size_t)l;
+	const bool split = s->spec.split_backward;
 	return (layer_acts){
 		.x = sa->res + (size_t)l * N * C, .out = sa->res + (size_t)(l + 1) * N * C,
 		.h1 = sa->h1 + k * N * C, .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
 		.qkv = sa->qkv + k * N * QKV, .att = sa->att + k * N * HD,
-		.lse = sa->lse + k * (size_t)s->B * m->n_heads * s->T, .mid = sa->mid + k * N * C,
+		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T, .mid = sa->mid + k * N * C,
 		.h2 = sa->h2 + k * N * C, .mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
 		.up = sa->up + k * N * UP, .act = sa->act + k * N * F,
+		.g_out = split ? sa->g_out + g * N * C : NULL, .g_up = split ? sa->g_up + g * N * UP : NULL,
+		.g_mid = split ? sa->g_mid + g * N * C : NULL, .g_qkv = split ? sa->g_qkv + g * N * QKV : NULL,
 	};
 }
 
@@ -366,66 +517,159 @@ static void norm_bwd(const pp_stage *s, pp_real *dx, const pp_real *dout, const 
 				    N, m->d_model);
 }
 
-static void layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t)
+static int act_kind(const pp_model_cfg *m)
+{
+	return m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH;
+}
+
+static int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
-	const int B = s->B, T = s->T, N = B * T, C = m->d_model, F = m->d_ff, D = m->head_dim;
-	const int Hq = m->n_heads, Hkv = m->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
+	const int B = s->B, T = s->T, N = B * T, C = m->d_model, F = s->d_ff, D = m->head_dim;
+	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
+	const bool gelu = m->mlp == PP_MLP_GELU;
+	int rc;
 
 	norm_fwd(s, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
 	o->matmul_fwd(t->qkv, t->h1, W(s, li->qkv_w), W(s, li->qkv_b), N, C, QKV);
 	if (m->pos == PP_POS_ROPE)
 		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, 0);
 	o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window);
-	o->matmul_fwd(t->mid, t->att, W(s, li->o_w), W(s, li->o_b), N, HD, C);
+	o->matmul_fwd(t->mid, t->att, W(s, li->o_w), W0(s, li->o_b), N, HD, C);
+	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
+		return rc;
 	o->add(t->mid, t->mid, t->x, (size_t)N * C);
 
 	norm_fwd(s, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
-	if (m->mlp == PP_MLP_GELU) {
-		o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
+	o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, gelu ? F : 2 * F);
+	if (gelu)
 		o->gelu_fwd(t->act, t->up, (size_t)N * F);
-	} else {
-		o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, 2 * F);
-		o->glu_fwd(t->act, t->up, N, F,
-			   m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH);
-	}
-	o->matmul_fwd(t->out, t->act, W(s, li->down_w), W(s, li->down_b), N, F, C);
+	else
+		o->glu_fwd(t->act, t->up, N, F, act_kind(m));
+	o->matmul_fwd(t->out, t->act, W(s, li->down_w), W0(s, li->down_b), N, F, C);
+	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
+		return rc;
 	o->add(t->out, t->out, t->mid, (size_t)N * C);
+	return 0;
 }
 
-/* a->d_res holds dL/d(layer output) on entry and dL/d(layer input) on exit. */
-static void layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t)
+/* a->d_res holds dL/d(layer output) on entry and dL/d(layer input) on exit.
+ * STAGE_BWD_INPUT leaves every weight product's output gradient in t->g_*
+ * for STAGE_BWD_WEIGHT (norm weights are cheap and done with the input part). */
+static int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t, int part,
+			  pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
-	const int B = s->B, T = s->T, N = B * T, C = m->d_model, F = m->d_ff, D = m->head_dim;
-	const int Hq = m->n_heads, Hkv = m->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
+	const int B = s->B, T = s->T, N = B * T, C = m->d_model, F = s->d_ff, D = m->head_dim;
+	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
+	const int UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
+	const bool wgrad = part != STAGE_BWD_INPUT;
+	const size_t NC = (size_t)N * C;
+	int rc;
 
-	o->matmul_bwd(a->d_act, G(s, li->down_w), G(s, li->down_b), a->d_res, t->act,
-		      W(s, li->down_w), N, F, C);
-	if (m->mlp == PP_MLP_GELU) {
-		o->gelu_bwd(a->d_up, a->d_act, t->up, (size_t)N * F);
-		o->matmul_bwd(a->d_h, G(s, li->up_w), G(s, li->up_b), a->d_up, t->h2,
-			      W(s, li->up_w), N, C, F);
-	} else {
-		o->glu_bwd(a->d_up, a->d_act, t->up, N, F,
-			   m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH);
-		o->matmul_bwd(a->d_h, G(s, li->up_w), G(s, li->up_b), a->d_up, t->h2,
-			      W(s, li->up_w), N, C, 2 * F);
+	if (part == STAGE_BWD_WEIGHT) {
+		o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act, NULL, N, F, C);
+		o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N, C, UP);
+		o->matmul_bwd(NULL, G(s, li->o_w), G(s, li->o_b), t->g_mid, t->att, NULL, N, HD, C);
+		o->matmul_bwd(NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv, t->h1, NULL, N, C, QKV);
+		return 0;
 	}
+	if (!wgrad)
+		o->to_device(t->g_out, a->d_res, NC * sizeof(pp_real));
+	o->matmul_bwd(a->d_act, wgrad ? G(s, li->down_w) : NULL, wgrad ? G(s, li->down_b) : NULL,
+		      a->d_res, t->act, W(s, li->down_w), N, F, C);
+	if (m->mlp == PP_MLP_GELU)
+		o->gelu_bwd(a->d_up, a->d_act, t->up, (size_t)N * F);
+	else
+		o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
+	if (!wgrad)
+		o->to_device(t->g_up, a->d_up, (size_t)N * UP * sizeof(pp_real));
+	o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL, a->d_up,
+		      t->h2, W(s, li->up_w), N, C, UP);
+	if ((rc = tp_sum(s, a->d_h, NC, e)))
+		return rc;
 	norm_bwd(s, a->d_res, a->d_h, t->mid, t->mean2, t->rstd2, li->norm2_w, li->norm2_b);
 
-	o->matmul_bwd(a->d_att, G(s, li->o_w), G(s, li->o_b), a->d_res, t->att, W(s, li->o_w), N,
-		      HD, C);
+	if (!wgrad)
+		o->to_device(t->g_mid, a->d_res, NC * sizeof(pp_real));
+	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL, a->d_res,
+		      t->att, W(s, li->o_w), N, HD, C);
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
 			 m->sliding_window);
 	if (m->pos == PP_POS_ROPE)
 		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, 0);
-	o->matmul_bwd(a->d_h, G(s, li->qkv_w), G(s, li->qkv_b), a->d_qkv, t->h1, W(s, li->qkv_w), N,
-		      C, QKV);
+	if (!wgrad)
+		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * sizeof(pp_real));
+	o->matmul_bwd(a->d_h, wgrad ? G(s, li->qkv_w) : NULL, wgrad ? G(s, li->qkv_b) : NULL,
+		      a->d_qkv, t->h1, W(s, li->qkv_w), N, C, QKV);
+	if ((rc = tp_sum(s, a->d_h, NC, e)))
+		return rc;
 	norm_bwd(s, a->d_res, a->d_h, t->x, t->mean1, t->rstd1, li->norm1_w, li->norm1_b);
+	return 0;
+}
+
+/* Token ids of this rank's vocabulary shard: id - vocab_begin inside it,
+ * PP_IGNORE_INDEX kept, anything else -1 (held by another shard). */
+static void to_shard(const pp_stage *s, int *dst, const int *src, int N)
+{
+	for (int i = 0; i < N; i++) {
+		int v = src[i] - s->vocab_begin;
+		dst[i] = src[i] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX : v >= 0 && v < s->vocab ? v : -1;
+	}
+}
+
+/* Loss of the last stage into sa->losses; with dscale != 0 the logits become
+ * their gradient. With tp the vocabulary is split: each rank's log-sum-exp
+ * and target logit are combined across the group, and no rank holds the
+ * full (N, V) logits. */
+static int stage_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
+{
+	const pp_ops *o = s->ops;
+	pp_stage_acts *a = s->acts;
+	const pp_tp *tp = &s->spec.tp;
+	const int N = s->B * s->T, V = s->vocab;
+	pp_real *dlogits = dscale != 0 ? sa->logits : NULL;
+	if (tp->size == 1) {
+		o->crossentropy(sa->losses, dlogits, sa->logits, sa->tgt, N, V, dscale);
+		return 0;
+	}
+	pp_real *lse = a->ce, *tgt = a->ce + N, *h = a->host_real;
+	double *M = a->host, *S = a->host + N;
+	o->logsumexp_rows(lse, tgt, sa->logits, sa->tgt, N, V);
+	int rc = tp->allreduce(tp->ctx, tgt, (size_t)N, PP_REDUCE_SUM, e);
+	o->to_host(h, lse, (size_t)N * sizeof(pp_real));
+	for (int i = 0; i < N; i++)
+		M[i] = h[i];
+	/* global lse = M + log(sum over ranks of exp(lse_r - M)), M the max over ranks */
+	if (!rc)
+		rc = tp->allreduce(tp->ctx, lse, (size_t)N, PP_REDUCE_MAX, e);
+	if (rc)
+		return rc;
+	o->to_host(h + N, lse, (size_t)N * sizeof(pp_real));
+	for (int i = 0; i < N; i++) {
+		S[i] = M[i];
+		M[i] = h[N + i];
+		h[i] = (pp_real)exp(S[i] - M[i]);
+	}
+	o->to_device(lse, h, (size_t)N * sizeof(pp_real));
+	if ((rc = tp->allreduce(tp->ctx, lse, (size_t)N, PP_REDUCE_SUM, e)))
+		return rc;
+	o->to_host(h, lse, (size_t)N * sizeof(pp_real));
+	o->to_host(h + N, tgt, (size_t)N * sizeof(pp_real));
+	o->to_host(a->host_ids, sa->tgt, (size_t)N * sizeof(int));
+	for (int i = 0; i < N; i++) {
+		double l = M[i] + log((double)h[i]);
+		h[i] = (pp_real)l;
+		h[N + i] = a->host_ids[i] == PP_IGNORE_INDEX ? 0 : (pp_real)(l - (double)h[N + i]);
+	}
+	o->to_device(lse, h, (size_t)N * sizeof(pp_real));
+	o->to_device(sa->losses, h + N, (size_t)N * sizeof(pp_real));
+	if (dlogits)
+		o->softmax_grad(dlogits, sa->logits, lse, sa->tgt, N, V, dscale);
+	return 0;
 }
 
 int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
@@ -438,6 +682,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 	slot_acts *sa = &a->slot[slot];
 	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = m->vocab_size;
 	const int L = s->layer_end - s->layer_begin;
+	int rc;
 
 	if (s->first) {
 		for (int i = 0; i < N; i++)
@@ -445,15 +690,19 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 				return pp_errorf(e, PP_ERUNTIME,
 						 "token %d at position %d is outside the vocabulary [0, %d)",
 						 tokens[i], i, V);
-		o->to_device(sa->tok, tokens, (size_t)N * sizeof(int));
+		to_shard(s, a->host_ids, tokens, N);
+		o->to_device(sa->tok, a->host_ids, (size_t)N * sizeof(int));
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W(s, a->embed_pos), scale, B, T, C, 0);
+		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T, C, 0);
+		if ((rc = tp_sum(s, sa->res, (size_t)N * C, e)))
+			return rc;
 	} else {
 		o->to_device(sa->res, in, (size_t)N * C * sizeof(pp_real)); /* same device: a copy */
 	}
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
-		layer_forward(s, &a->layer[l], &t);
+		if ((rc = layer_forward(s, &a->layer[l], &t, e)))
+			return rc;
 	}
 	pp_real *x = sa->res + (size_t)L * N * C;
 	if (!s->last) {
@@ -461,23 +710,24 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 		return 0;
 	}
 	norm_fwd(s, sa->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
-	o->matmul_fwd(sa->logits, sa->hf, W(s, a->head_w), NULL, N, C, V);
+	o->matmul_fwd(sa->logits, sa->hf, W(s, a->head_w), NULL, N, C, s->vocab);
 	long valid = 0;
 	for (int i = 0; i < N; i++) {
-		if (targets[i] >= V)
+		if (targets[i] >= V || (targets[i] < 0 && targets[i] != PP_IGNORE_INDEX))
 			return pp_errorf(e, PP_ERUNTIME,
 					 "target %d at position %d is outside the vocabulary [0, %d)",
 					 targets[i], i, V);
 		valid += targets[i] >= 0;
 	}
-	o->to_device(sa->tgt, targets, (size_t)N * sizeof(int));
-	o->crossentropy(sa->losses, dscale != 0 ? sa->logits : NULL, sa->logits, sa->tgt, N, V,
-			dscale);
+	to_shard(s, a->host_ids, targets, N);
+	o->to_device(sa->tgt, a->host_ids, (size_t)N * sizeof(int));
+	if ((rc = stage_loss(s, sa, dscale, e)))
+		return rc;
 	sa->has_grad = dscale != 0;
-	o->to_host(a->host_losses, sa->losses, (size_t)N * sizeof(pp_real));
+	o->to_host(a->host_real, sa->losses, (size_t)N * sizeof(pp_real));
 	double sum = 0;
 	for (int i = 0; i < N; i++)
-		sum += a->host_losses[i];
+		sum += a->host_real[i];
 	if (loss_sum)
 		*loss_sum += sum;
 	if (n_valid)
@@ -485,24 +735,44 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 	return 0;
 }
 
-int stage_backward(pp_stage *s, int slot, const pp_real *dout, pp_real **din, pp_err *e)
+int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
 	slot_acts *sa = &a->slot[slot];
-	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = m->vocab_size;
+	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = s->vocab;
 	const int L = s->layer_end - s->layer_begin;
 	const size_t NC = (size_t)N * C;
+	const bool wgrad = part != STAGE_BWD_INPUT;
+	int rc;
 
+	if (part != STAGE_BWD_FULL && !s->spec.split_backward)
+		return pp_errorf(e, PP_EUSAGE, "split backward pass on a stage built without it");
+	if (part == STAGE_BWD_WEIGHT) {
+		if (!sa->has_input_grad)
+			return pp_errorf(e, PP_ERUNTIME,
+					 "weight-gradient pass of slot %d before its input-gradient pass",
+					 slot);
+		for (int l = L - 1; l >= 0; l--) {
+			layer_acts t = layer_view(s, sa, l);
+			layer_backward(s, &a->layer[l], &t, part, e);
+		}
+		if (s->last)
+			o->matmul_bwd(NULL, G(s, a->head_w), NULL, sa->logits, sa->hf, NULL, N, C, V);
+		sa->has_input_grad = 0;
+		return 0;
+	}
 	if (s->last) {
 		if (!sa->has_grad)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "backward of microbatch slot %d without a training forward", slot);
 		pp_real *x = sa->res + (size_t)L * NC;
 		o->zero(a->d_res, NC * sizeof(pp_real));
-		o->matmul_bwd(a->d_h, G(s, a->head_w), NULL, sa->logits, sa->hf, W(s, a->head_w), N, C,
-			      V);
+		o->matmul_bwd(a->d_h, wgrad ? G(s, a->head_w) : NULL, NULL, sa->logits, sa->hf,
+			      W(s, a->head_w), N, C, V);
+		if ((rc = tp_sum(s, a->d_h, NC, e)))
+			return rc;
 		norm_bwd(s, a->d_res, a->d_h, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
 		sa->has_grad = 0;
 	} else {
@@ -510,15 +780,43 @@ int stage_backward(pp_stage *s, int slot, const pp_real *dout, pp_real **din, pp
 	}
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
-		if (s->recompute)
-			layer_forward(s, &a->layer[l], &t);
-		layer_backward(s, &a->layer[l], &t);
+		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, e)))
+			return rc;
+		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)))
+			return rc;
 	}
 	if (s->first) {
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
 		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T, C, 0);
 	} else {
 		*din = a->d_res;
+	}
+	sa->has_input_grad = part == STAGE_BWD_INPUT;
+	return 0;
+}
+
+int stage_reduce_replica_grads(pp_stage *s, pp_err *e)
+{
+	const pp_tp *tp = &s->spec.tp;
+	/* kv heads shared by several ranks: each rank's gradient covers only its
+	 * query heads. Sum each head's partials over the ranks holding it by an
+	 * allreduce over the whole group of a buffer with one slot per head. */
+	for (int i = 0; i < s->n_params; i++) {
+		pp_param *p = &s->params[i];
+		if (!p->grad_partial)
+			continue;
+		size_t heads = (size_t)(p->global_shape[0] / p->shape[0]);
+		size_t slot = (size_t)(p->block_row[0] / p->shape[0]);
+		pp_real *buf = s->ops->alloc(heads * p->n * sizeof(pp_real));
+		if (!buf)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory reducing %s", p->name);
+		s->ops->to_device(buf + slot * p->n, s->g + p->off, p->n * sizeof(pp_real));
+		int rc = tp->allreduce(tp->ctx, buf, heads * p->n, PP_REDUCE_SUM, e);
+		if (!rc)
+			s->ops->to_device(s->g + p->off, buf + slot * p->n, p->n * sizeof(pp_real));
+		s->ops->free(buf);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }

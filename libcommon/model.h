@@ -25,10 +25,47 @@
 
 #define PP_MAXDIM 4
 
+/* A tensor-parallel group as the stage sees it: its slice and a way to
+ * combine a buffer with its peers (the caller binds it to a communicator).
+ * size 1 needs no allreduce. */
+enum { PP_REDUCE_SUM = 0, PP_REDUCE_MAX = 1 };
+typedef struct {
+	int rank, size;
+	int (*allreduce)(void *ctx, pp_real *buf, size_t n, int op, pp_err *e); /* in place */
+	void *ctx;
+} pp_tp;
+
+/* Which backward pass to run: the whole of it, or ZeroBubble's split into
+ * the input-gradient part (what the previous stage waits for) and the
+ * weight-gradient part (deferred to fill pipeline bubbles). */
+enum { STAGE_BWD_FULL, STAGE_BWD_INPUT, STAGE_BWD_WEIGHT };
+
+typedef struct {
+	int layer_begin, layer_end; /* this stage's layers */
+	int B, T;                   /* microbatch shape */
+	int n_slots;                /* microbatches in flight */
+	bool recompute;             /* keep layer inputs only; rebuild the rest in backward */
+	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
+	pp_tp tp;
+} stage_spec;
+
 typedef struct {
 	char name[96]; /* Hugging Face name */
 	int ndim;
-	int64_t shape[PP_MAXDIM]; /* stored layout: Linear weights are (out, in) for every family */
+	int64_t shape[PP_MAXDIM];  /* this rank's slice, stored layout: Linear weights are (out, in) */
+	int64_t global_shape[PP_MAXDIM];
+	/* Where the slice sits in the whole tensor. A fused projection (GPT-2's
+	 * c_attn: q, k, v) holds n_blocks row blocks of block_rows rows each,
+	 * block b starting at global row block_row[b]; otherwise n_blocks = 1
+	 * and block_row[0] is the row offset. col is the column offset. */
+	int n_blocks;
+	int64_t block_rows, block_row[3], col;
+	/* held identically by several tp ranks (norms, row-parallel biases,
+	 * kv heads replicated when tp > kv heads): replicas; tp_owner says
+	 * whether this rank is the one that counts and saves it */
+	int replicas;
+	bool tp_owner;
+	bool grad_partial; /* replicas whose gradients are partial sums (shared kv heads) */
 	size_t off, n;            /* element offset into the stage buffer, element count */
 	bool decay;               /* weight decay applies (matrices; not norms or biases) */
 	double init_std;          /* normal(0, std); 0 = constant init_value */
@@ -40,10 +77,13 @@ typedef struct pp_stage_acts pp_stage_acts;
 typedef struct {
 	const pp_model_cfg *cfg;
 	const pp_ops *ops;
+	stage_spec spec;
 	int layer_begin, layer_end;
 	bool first, last;
 	int B, T, n_slots;
 	bool recompute;
+	/* this rank's share of the heads and widths */
+	int n_heads, n_kv_heads, d_ff, vocab, vocab_begin;
 
 	int n_params;
 	pp_param *params;
@@ -54,18 +94,23 @@ typedef struct {
 } pp_stage;
 
 /* Builds the parameter table and allocates weights, gradients and
- * activations for microbatches of (B,T). Parameters are zero until
- * stage_init_params or a checkpoint load. With recompute, forward keeps only
- * each layer's input and backward recomputes the rest layer by layer. */
-int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, int layer_begin,
-		 int layer_end, int B, int T, int n_slots, bool recompute, pp_err *e);
+ * activations. Parameters are zero until stage_init_params or a checkpoint
+ * load. Errors: a width that tp does not divide, or memory. */
+int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
+		 pp_err *e);
+/* The spec of a single stage holding every layer, without tensor parallelism. */
+stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,
- * name, element index), so every layout initialises the same model. */
+ * name, element index in the whole tensor), so every layout initialises the
+ * same model. */
 void stage_init_params(pp_stage *s, uint64_t seed);
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
+
+/* Index in the whole tensor (row-major) of element j of this rank's slice. */
+uint64_t param_global_index(const pp_param *p, size_t j);
 
 /* Forward of one microbatch into slot.
  *   first stage: tokens (B,T) host ints;   other stages: in (B,T,C) device
@@ -82,13 +127,21 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: uses the logits gradient kept by forward; others: dout (B,T,C).
- *   other than first stage: *din receives the (B,T,C) input gradient. */
-int stage_backward(pp_stage *s, int slot, const pp_real *dout, pp_real **din, pp_err *e);
+ *   other than first stage: *din receives the (B,T,C) input gradient.
+ * part is STAGE_BWD_FULL, or STAGE_BWD_INPUT then later STAGE_BWD_WEIGHT
+ * (dout and din unused) with spec.split_backward. */
+int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din,
+		   pp_err *e);
 
 /* Logits (B,T,V) of the last forward in slot (device), for sampling and
  * tests; valid after stage_forward with dscale == 0. */
 const pp_real *stage_logits(const pp_stage *s, int slot);
 
 void stage_zero_grad(pp_stage *s);
+
+/* After the last backward of a step: sums the gradients of kv heads that
+ * several tp ranks hold (tp > kv heads), each of which saw only its own
+ * query heads. Other replicated tensors come out identical by construction. */
+int stage_reduce_replica_grads(pp_stage *s, pp_err *e);
 
 #endif

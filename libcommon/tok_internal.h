@@ -70,6 +70,7 @@ struct pp_tokenizer {
 	const char *kind;
 	char fingerprint[SHA256_HEX];
 	int n_vocab, bos, eos;
+	uint64_t serial; /* tells tokenizers apart for the word cache */
 	/* piece i: pool + off[i], len[i] bytes, NUL-terminated, spelled as in
 	 * the file */
 	char *pool;
@@ -132,6 +133,14 @@ bad:
 }
 /* Writes cp as UTF-8 into buf (4 bytes of room); returns its length. */
 size_t tok_utf8_put(uint32_t cp, char *buf);
+
+/* A per-thread cache of encoded words (up to 64 bytes each), for encoders
+ * whose words are independent. tok_cache_get gives NULL when there is none
+ * (out of memory): encode without. */
+typedef struct tok_cache tok_cache;
+tok_cache *tok_cache_get(const pp_tokenizer *t);
+int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids, size_t *k);
+void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k);
 
 /* Whole file into memory (NUL-terminated); errors name the file. */
 int tok_read_file(const char *path, char **buf, size_t *n, pp_err *e);

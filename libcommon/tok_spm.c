@@ -36,6 +36,7 @@ struct tok_spm {
 	int byte_id[256]; /* -1 without byte fallback */
 	int byte_fallback, add_dummy_prefix, remove_extra_ws, escape_ws;
 	int has_unused;
+	int word_cache; /* words can be encoded independently (see below) */
 	/* user-defined pieces: longest-prefix matcher */
 	tok_map user;
 	int n_user;
@@ -286,6 +287,31 @@ static int byte_piece_value(const char *s, size_t n)
 	return v;
 }
 
+static inline int is_mergeable(int type)
+{
+	return type == SP_NORMAL || type == SP_USER || type == SP_UNUSED;
+}
+
+/* Whether piece p has a character other than "▁" followed by "▁" (a piece
+ * that spans the start of a word; see the word cache). */
+static int crosses_word(const char *p, size_t n)
+{
+	int prev_other = 0;
+	for (size_t i = 0; i < n;) {
+		if (n - i >= 3 && !memcmp(p + i, SPACE, 3)) {
+			if (prev_other)
+				return 1;
+			i += 3;
+			prev_other = 0;
+		} else {
+			uint32_t cp;
+			i += tok_utf8_char((const unsigned char *)p + i, n - i, &cp);
+			prev_other = 1;
+		}
+	}
+	return 0;
+}
+
 static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out,
 		      pp_err *e);
 static int spm_decode(const pp_tokenizer *t, const int *ids, size_t n, int flags, tok_text *out,
@@ -400,8 +426,6 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 		} else if (type == SP_UNUSED) {
 			m->has_unused = 1;
 		} else if (type == SP_USER) {
-			if (tok_map_put(&m->user, ps, len, id, NULL) < 0)
-				return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 			m->n_user++;
 			m->user_first[(uint8_t)ps[0]] = 1;
 			if (len > m->user_maxlen)
@@ -422,6 +446,11 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	}
 	if (tok_index_pieces(t, path, e))
 		return PP_ERUNTIME;
+	/* keys point into the pool, which has stopped moving */
+	for (int i = 0; i < t->n_vocab; i++)
+		if (m->type[i] == SP_USER &&
+		    tok_map_put(&m->user, t->pool + t->off[i], t->len[i], i, NULL) < 0)
+			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	if (m->unk < 0)
 		return pp_errorf(e, PP_ERUNTIME, "%s: no piece of type UNKNOWN (<unk>)", path);
 	if (sp.byte_fallback)
@@ -436,15 +465,14 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 				 path, sp.bos, sp.eos, npieces);
 	t->bos = sp.bos;
 	t->eos = sp.eos;
+	m->word_cache = sp.byte_fallback && !m->has_unused;
+	for (int i = 0; i < t->n_vocab && m->word_cache; i++)
+		if (is_mergeable(m->type[i]) && crosses_word(t->pool + t->off[i], t->len[i]))
+			m->word_cache = 0;
 	return 0;
 }
 
 /* ---- encoding ---- */
-
-static inline int is_mergeable(int type)
-{
-	return type == SP_NORMAL || type == SP_USER || type == SP_UNUSED;
-}
 
 /* Length of the longest user-defined piece at p, or 0. */
 static size_t user_match(const struct tok_spm *m, const char *p, size_t n)
@@ -642,6 +670,80 @@ static int emit(encoder *w, emitter *em, const char *p, uint32_t len)
 	return 0;
 }
 
+/* BPE over norm[a, b) (w->sym has room for b - a symbols), then emit. */
+static int encode_range(encoder *w, emitter *em, uint32_t a, uint32_t b)
+{
+	const struct tok_spm *m = w->m;
+	int ns = 0;
+	for (uint32_t i = a; i < b;) {
+		int user;
+		uint32_t len = (uint32_t)unit_len(m, w->norm + i, b - i, &user);
+		w->sym[ns] = (symbol){ns - 1, ns + 1, i, len, user};
+		ns++;
+		i += len;
+	}
+	if (!ns)
+		return 0;
+	w->sym[ns - 1].next = -1;
+	w->q.n = 0;
+	for (int i = 1; i < ns; i++)
+		maybe_add(w, i - 1, i);
+	while (w->q.n && !w->oom) {
+		cand top = heap_pop(&w->q);
+		symbol *l = &w->sym[top.left], *r = &w->sym[top.right];
+		if (!l->len || !r->len || l->len + r->len != top.size)
+			continue; /* stale */
+		l->len += r->len;
+		l->next = r->next;
+		if (r->next >= 0)
+			w->sym[r->next].prev = top.left;
+		r->len = 0;
+		maybe_add(w, l->prev, top.left);
+		maybe_add(w, top.left, l->next);
+	}
+	if (w->oom)
+		return -1;
+	for (int i = 0; i != -1; i = w->sym[i].next)
+		if (emit(w, em, w->norm + w->sym[i].start, w->sym[i].len))
+			return -1;
+	return 0;
+}
+
+/* ---- the word cache ----
+ * When no mergeable piece contains a character other than "▁" followed by
+ * "▁" (true of Llama's and Mistral's vocabularies: they were trained with
+ * split_by_whitespace), no merge can cross the start of a word, the
+ * position before a "▁" that follows another character. BPE then runs on
+ * each word independently: the merges inside one word happen in the same
+ * order as in the whole text (the globally best candidate is also its
+ * word's best), so words can be encoded once and cached. Models with UNUSED
+ * pieces (whose resegmentation depends on the whole text) or without byte
+ * fallback (runs of <unk> join across words) do not use the cache.
+ * (tokenizer.c has the per-thread cache.) */
+
+/* Length of the word at norm[a, nn): up to the next "▁" that follows a
+ * character other than "▁". */
+static uint32_t word_len(const char *norm, uint32_t a, uint32_t nn)
+{
+	uint32_t i = a;
+	int prev_space = 0;
+	while (i < nn) {
+		if (nn - i >= 3 && !memcmp(norm + i, SPACE, 3)) {
+			if (i > a && !prev_space)
+				break;
+			prev_space = 1;
+			i += 3;
+		} else {
+			uint32_t cp;
+			i += (unsigned char)norm[i] < 0x80
+				     ? 1
+				     : (uint32_t)tok_utf8_char((const unsigned char *)norm + i, nn - i, &cp);
+			prev_space = 0;
+		}
+	}
+	return i - a;
+}
+
 static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e)
 {
 	const struct tok_spm *m = t->impl;
@@ -651,52 +753,55 @@ static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids
 		return pp_errorf(e, PP_EUSAGE, "tokenizer: a text of %zu bytes is too long to encode "
 					       "at once (split it, e.g. by line)",
 				 n);
-	char *norm = malloc(3 * n + 3);
+	char small[1024];
+	char *norm = 3 * n + 3 <= sizeof small ? small : malloc(3 * n + 3);
 	if (!norm)
 		return pp_errorf(e, PP_ERUNTIME, "tokenizer: out of memory for %zu bytes", n);
-	size_t nn = spm_normalize(m, text, n, norm);
+	uint32_t nn = (uint32_t)spm_normalize(m, text, n, norm);
 	encoder w = {t, m, norm, NULL, {0}, NULL, 0};
+	emitter em = {out, 0};
 	int rc = 0;
 	if (nn == 0)
 		goto done;
-	w.sym = malloc(nn * sizeof *w.sym);
-	if (!w.sym)
-		goto oom;
-	int ns = 0;
-	for (size_t i = 0; i < nn;) {
-		int user;
-		size_t len = unit_len(m, norm + i, nn - i, &user);
-		w.sym[ns] = (symbol){ns - 1, ns + 1, (uint32_t)i, (uint32_t)len, user};
-		ns++;
-		i += len;
-	}
-	w.sym[ns - 1].next = -1;
-	for (int i = 1; i < ns; i++)
-		maybe_add(&w, i - 1, i);
-	while (w.q.n && !w.oom) {
-		cand top = heap_pop(&w.q);
-		symbol *l = &w.sym[top.left], *r = &w.sym[top.right];
-		if (!l->len || !r->len || l->len + r->len != top.size)
-			continue; /* stale */
-		l->len += r->len;
-		l->next = r->next;
-		if (r->next >= 0)
-			w.sym[r->next].prev = top.left;
-		r->len = 0;
-		maybe_add(&w, l->prev, top.left);
-		maybe_add(&w, top.left, l->next);
-	}
-	if (w.oom)
-		goto oom;
-	emitter em = {out, 0};
-	for (int i = 0; i != -1; i = w.sym[i].next)
-		if (emit(&w, &em, norm + w.sym[i].start, w.sym[i].len))
+	tok_cache *c = m->word_cache ? tok_cache_get(t) : NULL;
+	if (!c) {
+		if (!(w.sym = malloc(nn * sizeof *w.sym)) || encode_range(&w, &em, 0, nn))
 			goto oom;
+		goto done;
+	}
+	for (uint32_t a = 0, len; a < nn; a += len) {
+		len = word_len(norm, a, nn);
+		const int *hit;
+		size_t k;
+		if (tok_cache_find(c, norm + a, len, &hit, &k)) {
+			for (size_t i = 0; i < k; i++)
+				if (tok_ids_push(out, hit[i]))
+					goto oom;
+			continue;
+		}
+		if (!w.sym && !(w.sym = malloc((nn < 4096 ? nn : 4096) * sizeof *w.sym)))
+			goto oom;
+		if (len > 4096) { /* a long word: room for all of it */
+			symbol *p = realloc(w.sym, len * sizeof *p);
+			if (!p)
+				goto oom;
+			w.sym = p;
+		}
+		size_t before = out->n;
+		if (encode_range(&w, &em, a, a + len))
+			goto oom;
+		tok_cache_put(c, norm + a, len, out->ids + before, out->n - before);
+		if (len > 4096) {
+			free(w.sym);
+			w.sym = NULL;
+		}
+	}
 	goto done;
 oom:
 	rc = pp_errorf(e, PP_ERUNTIME, "tokenizer: out of memory encoding %zu bytes", n);
 done:
-	free(norm);
+	if (norm != small)
+		free(norm);
 	free(w.sym);
 	free(w.q.h);
 	free(w.rev);

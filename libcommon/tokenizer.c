@@ -4,6 +4,8 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,15 +123,15 @@ void tok_pairmap_free(tok_pairmap *m)
 	m->val = NULL;
 }
 
-/* The map is sized for its entries at init: no growth. */
+/* The map is sized for its entries at init: no growth. A repeated key
+ * takes the new value (a repeated merge takes its last rank, as in GPT-2's
+ * encoder.py and Hugging Face tokenizers). */
 int tok_pairmap_put(tok_pairmap *m, int a, int b, int val)
 {
 	uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
 	uint64_t h = k * 0x9E3779B97F4A7C15ull;
 	for (size_t i = (size_t)(h >> 32) & m->mask;; i = (i + 1) & m->mask) {
-		if (m->key[i] == k)
-			return 0; /* first wins */
-		if (!m->key[i]) {
+		if (m->key[i] == k || !m->key[i]) {
 			m->key[i] = k;
 			m->val[i] = val;
 			return 0;
@@ -139,6 +141,8 @@ int tok_pairmap_put(tok_pairmap *m, int a, int b, int val)
 
 /* ---- the piece table ---- */
 
+static atomic_uint_fast64_t serial_next = 1;
+
 pp_tokenizer *tok_new(int n)
 {
 	pp_tokenizer *t = calloc(1, sizeof *t);
@@ -146,6 +150,7 @@ pp_tokenizer *tok_new(int n)
 		return NULL;
 	t->n_vocab = n;
 	t->bos = t->eos = -1;
+	t->serial = atomic_fetch_add(&serial_next, 1);
 	t->off = calloc((size_t)n + 1, sizeof *t->off);
 	t->len = calloc((size_t)n + 1, sizeof *t->len);
 	t->pool_cap = 1024;
@@ -298,6 +303,106 @@ int tok_read_file(const char *path, char **buf, size_t *n, pp_err *e)
 	*buf = b;
 	*n = len;
 	return 0;
+}
+
+/* ---- the per-thread cache of encoded words ----
+ * tok_encode takes a const tokenizer and may run in many threads at once,
+ * so each thread has its own bounded cache, emptied when full or when used
+ * with another tokenizer (told apart by a serial number, never reused). */
+
+enum { CACHE_WORDS = 1 << 15, CACHE_KEY_BYTES = 1 << 20, CACHE_IDS = 1 << 18, CACHE_MAXLEN = 64 };
+
+struct tok_cache {
+	uint64_t owner;
+	tok_map map;          /* word -> entry */
+	uint32_t (*entry)[2]; /* offset and count in ids */
+	char *keys;
+	int *ids;
+	size_t nwords, nkeys, nids;
+};
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_key_ok;
+
+static void cache_free(void *p)
+{
+	tok_cache *c = p;
+	if (!c)
+		return;
+	tok_map_free(&c->map);
+	free(c->entry);
+	free(c->keys);
+	free(c->ids);
+	free(c);
+}
+
+static void cache_init_key(void)
+{
+	cache_key_ok = pthread_key_create(&cache_key, cache_free) == 0;
+}
+
+static void cache_clear(tok_cache *c, uint64_t owner)
+{
+	memset(c->map.slot, 0, (c->map.mask + 1) * sizeof *c->map.slot);
+	c->map.n = 0;
+	c->nwords = c->nkeys = c->nids = 0;
+	c->owner = owner;
+}
+
+tok_cache *tok_cache_get(const pp_tokenizer *t)
+{
+	pthread_once(&cache_once, cache_init_key);
+	if (!cache_key_ok)
+		return NULL;
+	tok_cache *c = pthread_getspecific(cache_key);
+	if (!c) {
+		c = calloc(1, sizeof *c);
+		if (!c)
+			return NULL;
+		c->entry = malloc(CACHE_WORDS * sizeof *c->entry);
+		c->keys = malloc(CACHE_KEY_BYTES);
+		c->ids = malloc(CACHE_IDS * sizeof *c->ids);
+		if (!c->entry || !c->keys || !c->ids || tok_map_init(&c->map, CACHE_WORDS) ||
+		    pthread_setspecific(cache_key, c)) {
+			cache_free(c);
+			return NULL;
+		}
+		c->owner = t->serial;
+	}
+	if (c->owner != t->serial)
+		cache_clear(c, t->serial);
+	return c;
+}
+
+int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids, size_t *k)
+{
+	if (n > CACHE_MAXLEN)
+		return 0;
+	int i = tok_map_get(&c->map, w, n);
+	if (i < 0)
+		return 0;
+	*ids = c->ids + c->entry[i][0];
+	*k = c->entry[i][1];
+	return 1;
+}
+
+void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k)
+{
+	if (n > CACHE_MAXLEN || k > CACHE_IDS)
+		return;
+	if (c->nwords == CACHE_WORDS || c->nkeys + n > CACHE_KEY_BYTES || c->nids + k > CACHE_IDS)
+		cache_clear(c, c->owner);
+	char *key = c->keys + c->nkeys;
+	memcpy(key, w, n);
+	if (tok_map_put(&c->map, key, n, (int)c->nwords, NULL) != 0)
+		return; /* already there */
+	memcpy(c->ids + c->nids, ids, k * sizeof *ids);
+	c->entry[c->nwords][0] = (uint32_t)c->nids;
+	c->entry[c->nwords][1] = (uint32_t)k;
+	c->nwords++;
+	c->nkeys += n;
+	c->nids += k;
 }
 
 /* ---- the interface ---- */

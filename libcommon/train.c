@@ -45,7 +45,8 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
 				 c->device, c->device);
 	int B = params_only ? 1 : c->microbatch, T = params_only ? 1 : c->seq_len;
-	int rc = stage_create(&t->stage, m, t->ops, 0, m->n_layers, B, T, 1, c->recompute, e);
+	stage_spec spec = stage_spec_whole(m, B, T, c->recompute);
+	int rc = stage_create(&t->stage, m, t->ops, &spec, e);
 	if (rc)
 		return rc;
 	if ((rc = optim_create(&t->opt, t->ops, t->stage.n_elems, e)))
@@ -326,7 +327,7 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 		rc = stage_forward(&t->stage, 0, tok + k * N, NULL, tgt + k * N, dscale, &sum, NULL,
 				   NULL, e);
 		if (!rc)
-			rc = stage_backward(&t->stage, 0, NULL, NULL, e);
+			rc = stage_backward(&t->stage, 0, STAGE_BWD_FULL, NULL, NULL, e);
 		if (rc)
 			return rc;
 	}

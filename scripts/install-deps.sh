@@ -7,6 +7,8 @@ pkgs=(
 	libopenblas-dev libjansson-dev libhdf5-dev   # CPU path: BLAS, configs, checkpoints
 	hdf5-tools jq mandoc           # tests: h5diff, JSON checks, man page lint
 	python3-torch python3-h5py python3-numpy python3-venv  # reference model and benchmarks
+	slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: one-node Slurm cluster on loopback
+	libpmix-dev libpmix-bin openmpi-bin libopenmpi-dev  # PMIx bootstrap, MPI comm, mpirun tests
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -145,7 +145,8 @@ static int run(const pp_config *c, int B, uint64_t seed, const char *out, pp_err
 	if (!ops)
 		return pp_errorf(e, PP_EUSAGE, "device %s is not built in", c->device);
 	pp_stage s;
-	if (stage_create(&s, m, ops, 0, m->n_layers, B, c->seq_len, 1, c->recompute, e))
+	stage_spec spec = stage_spec_whole(m, B, c->seq_len, c->recompute);
+	if (stage_create(&s, m, ops, &spec, e))
 		return e->code;
 
 	dump d = {.B = B, .T = c->seq_len, .V = m->vocab_size};
@@ -189,7 +190,7 @@ static int run(const pp_config *c, int B, uint64_t seed, const char *out, pp_err
 	if ((rc = stage_forward(&s, 0, d.tokens, NULL, d.targets, (pp_real)(1.0 / (double)n_valid),
 				&loss_sum, &n_valid2, NULL, e)))
 		goto done;
-	if ((rc = stage_backward(&s, 0, NULL, NULL, e)))
+	if ((rc = stage_backward(&s, 0, STAGE_BWD_FULL, NULL, NULL, e)))
 		goto done;
 	if (n_valid2 != n_valid || !(fabs(loss_sum - loss0) <= 1e-6 * fabs(loss0))) {
 		rc = pp_errorf(e, PP_ERUNTIME,

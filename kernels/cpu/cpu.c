@@ -34,5 +34,7 @@ const pp_ops pp_ops_cpu = {
 	.scale = pp_cpu_scale,
 	.sumsq = pp_cpu_sumsq,
 	.crossentropy = pp_cpu_crossentropy,
+	.logsumexp_rows = pp_cpu_logsumexp_rows,
+	.softmax_grad = pp_cpu_softmax_grad,
 	.adamw = pp_cpu_adamw,
 };

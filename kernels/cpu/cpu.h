@@ -178,6 +178,10 @@ void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t 
 /* loss.c */
 void pp_cpu_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logits,
 			 const int *targets, int N, int V, pp_real dscale);
+void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, const int *targets,
+			   int N, int V);
+void pp_cpu_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+			 const int *targets, int N, int V, pp_real dscale);
 
 /* optim.c */
 void pp_cpu_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,

@@ -11,10 +11,10 @@ void pp_cpu_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < B * T; n++) {
 		pp_real *o = out + (size_t)n * C;
-		const pp_real *e = wte + (size_t)tok[n] * C;
+		const pp_real *e = tok[n] >= 0 ? wte + (size_t)tok[n] * C : NULL; /* else another shard's */
 		const pp_real *p = wpe ? wpe + (size_t)(pos0 + n % T) * C : NULL;
 		for (int c = 0; c < C; c++)
-			o[c] = e[c] * scale + (p ? p[c] : 0);
+			o[c] = (e ? e[c] * scale : 0) + (p ? p[c] : 0);
 	}
 }
 
@@ -27,6 +27,8 @@ void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const i
 	for (int c0 = 0; c0 < C; c0 += EMBED_COLS) {
 		int c1 = C - c0 < EMBED_COLS ? C : c0 + EMBED_COLS;
 		for (int n = 0; n < B * T; n++) {
+			if (tok[n] < 0)
+				continue;
 			pp_real *d = dwte + (size_t)tok[n] * C;
 			const pp_real *g = dout + (size_t)n * C;
 			for (int c = c0; c < c1; c++)

@@ -1,0 +1,216 @@
+/* The comm interface: one table of functions per backend (comm_mpi.c on host
+ * memory, comm_nccl.c on GPU memory). Parallel code (tp, dp, pp) talks to
+ * its peers only through these calls.
+ *
+ * Buffers live where the matching op backend keeps tensors: host memory for
+ * "mpi", device memory (pp_ops_cuda alloc) for "nccl". count is in elements.
+ *
+ * Every call is bounded: a communicator has a timeout (seconds, inherited by
+ * the communicators split from it), and a call that does not complete in
+ * time returns PP_ERUNTIME with a message naming the operation, the
+ * communicator and the peer at fault:
+ *   "allreduce on 'dp' (rank 1 of 4) timed out after 120 s: rank 2 (pid 1234
+ *    on host a) has exited"
+ * After any error the communicator, and every other one of the job, is
+ * unusable (an operation may still be in flight on a dead peer). Do not free
+ * it and do not finalize (MPI_Finalize would wait for the dead peer): print
+ * the error and call comm_abort(), which ends the process with a status and
+ * asks the launcher to end the other ranks.
+ *
+ *   const pp_comm_ops *ops = comm_find("mpi");
+ *   pp_comm *world, *tp;
+ *   ops->init(&world, &proc, 120, &e);              proc from boot_init
+ *   comm_split(world, color, key, "tp", &tp, &e);   collective over world
+ *   comm_allreduce(tp, grad, n, PP_DT_REAL, PP_OP_SUM, &e);
+ *   comm_free(tp); comm_free(world);                 world last
+ *
+ * Collectives are called by every rank of the communicator in the same
+ * order; a rank that calls a different one makes the others time out. */
+#ifndef PP_COMM_H
+#define PP_COMM_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "boot.h"
+#include "error.h"
+
+typedef enum {
+	PP_DT_F32,
+	PP_DT_F64,
+	PP_DT_I32,
+	PP_DT_I64,
+	PP_DT_U64,
+	PP_DT_BYTE, /* no reductions */
+} pp_dtype;
+
+/* the element type of pp_real tensors (kernels/ops.h) */
+#ifdef PP_F64
+#define PP_DT_REAL PP_DT_F64
+#else
+#define PP_DT_REAL PP_DT_F32
+#endif
+
+typedef enum { PP_OP_SUM, PP_OP_MAX } pp_redop;
+
+#define PP_COMM_TIMEOUT_DEFAULT 120.0
+/* comm_split color for a rank that joins no group (its *out becomes NULL) */
+#define PP_COMM_NOCOLOR (-1)
+
+typedef struct pp_comm pp_comm;
+
+typedef struct pp_comm_ops {
+	const char *name; /* "mpi", "nccl" */
+
+	/* *world = every rank of the job (proc from boot_init, kept by
+	 * reference: it must outlive the communicators). timeout_s <= 0 means
+	 * PP_COMM_TIMEOUT_DEFAULT. Collective. */
+	int (*init)(pp_comm **world, pp_proc *proc, double timeout_s, pp_err *e);
+	/* Ranks with the same color form one new communicator, ranked by key,
+	 * then by rank in c. color PP_COMM_NOCOLOR: *out = NULL. name (at most
+	 * 31 characters) appears in error messages. Collective over c. */
+	int (*split)(pp_comm *c, int color, int key, const char *name, pp_comm **out, pp_err *e);
+
+	/* buf (count) = op over ranks of buf, in place */
+	int (*allreduce)(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e);
+	/* recv (count) = block c->rank of op over ranks of send (c->size * count) */
+	int (*reduce_scatter)(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
+			      pp_redop op, pp_err *e);
+	/* recv (c->size * count) = every rank's send (count), in rank order;
+	 * send may be recv + c->rank * count (in place) */
+	int (*all_gather)(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
+			  pp_err *e);
+	/* buf (count) = root's buf */
+	int (*broadcast)(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e);
+
+	/* Point to point. A send completes when the receiver has matched it.
+	 * Messages between two ranks are matched by tag on "mpi"; "nccl" has no
+	 * tags and matches them in the order they were posted, so post them in
+	 * the same order on both sides (the tag is still checked for range).
+	 * tag: 0 .. 32767. */
+	int (*send)(pp_comm *c, const void *buf, size_t count, pp_dtype t, int peer, int tag,
+		    pp_err *e);
+	int (*recv)(pp_comm *c, void *buf, size_t count, pp_dtype t, int peer, int tag, pp_err *e);
+	/* A send to dst and a receive from src at once (either may be -1 to skip):
+	 * the pipeline's exchange with its neighbours, free of send/send deadlock. */
+	int (*sendrecv)(pp_comm *c, const void *sbuf, size_t scount, int dst, void *rbuf,
+			size_t rcount, int src, pp_dtype t, int tag, pp_err *e);
+
+	int (*barrier)(pp_comm *c, pp_err *e);
+
+	/* Releases c; freeing the world communicator (last) also finalizes the
+	 * backend (MPI_Finalize when init started MPI). Only after success. */
+	void (*free)(pp_comm *c);
+	/* Ends the process with status code and asks the launcher to end every
+	 * rank (MPI_Abort; PMIx_Abort for nccl; _exit in a singleton). Never
+	 * returns, never waits more than a few seconds. why goes to the
+	 * launcher's log. */
+	void (*abort)(pp_comm *c, int code, const char *why) __attribute__((noreturn));
+} pp_comm_ops;
+
+struct pp_comm {
+	const pp_comm_ops *ops;
+	char name[32];  /* "world", "tp", ... */
+	int rank, size; /* in this communicator */
+	double timeout; /* seconds per call; may be changed between calls */
+	int *world;     /* (size) job rank of each member */
+	pp_proc *proc;  /* the job: peers' pids and hosts, for error messages */
+	void *impl;     /* backend state */
+};
+
+extern const pp_comm_ops pp_comm_mpi;
+#ifdef PP_CUDA
+extern const pp_comm_ops pp_comm_nccl;
+#endif
+
+/* The table for "mpi" or "nccl"; NULL if that backend is not built in. */
+static inline const pp_comm_ops *comm_find(const char *backend)
+{
+	if (backend && !strcmp(backend, "mpi"))
+		return &pp_comm_mpi;
+#ifdef PP_CUDA
+	if (backend && !strcmp(backend, "nccl"))
+		return &pp_comm_nccl;
+#endif
+	return NULL;
+}
+
+static inline size_t comm_dtype_size(pp_dtype t)
+{
+	switch (t) {
+	case PP_DT_F32:
+	case PP_DT_I32: return 4;
+	case PP_DT_F64:
+	case PP_DT_I64:
+	case PP_DT_U64: return 8;
+	case PP_DT_BYTE: return 1;
+	}
+	return 0;
+}
+
+static inline const char *comm_dtype_name(pp_dtype t)
+{
+	static const char *const names[] = {"float32", "float64", "int32", "int64", "uint64", "bytes"};
+	return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
+/* Calls through the table: comm_allreduce(c, ...) is c->ops->allreduce(c, ...). */
+static inline int comm_split(pp_comm *c, int color, int key, const char *name, pp_comm **out,
+			     pp_err *e)
+{
+	return c->ops->split(c, color, key, name, out, e);
+}
+static inline int comm_allreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
+				 pp_err *e)
+{
+	return c->ops->allreduce(c, buf, count, t, op, e);
+}
+static inline int comm_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count,
+				      pp_dtype t, pp_redop op, pp_err *e)
+{
+	return c->ops->reduce_scatter(c, send, recv, count, t, op, e);
+}
+static inline int comm_all_gather(pp_comm *c, const void *send, void *recv, size_t count,
+				  pp_dtype t, pp_err *e)
+{
+	return c->ops->all_gather(c, send, recv, count, t, e);
+}
+static inline int comm_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root,
+				 pp_err *e)
+{
+	return c->ops->broadcast(c, buf, count, t, root, e);
+}
+static inline int comm_send(pp_comm *c, const void *buf, size_t count, pp_dtype t, int peer,
+			    int tag, pp_err *e)
+{
+	return c->ops->send(c, buf, count, t, peer, tag, e);
+}
+static inline int comm_recv(pp_comm *c, void *buf, size_t count, pp_dtype t, int peer, int tag,
+			    pp_err *e)
+{
+	return c->ops->recv(c, buf, count, t, peer, tag, e);
+}
+static inline int comm_sendrecv(pp_comm *c, const void *sbuf, size_t scount, int dst, void *rbuf,
+				size_t rcount, int src, pp_dtype t, int tag, pp_err *e)
+{
+	return c->ops->sendrecv(c, sbuf, scount, dst, rbuf, rcount, src, t, tag, e);
+}
+static inline int comm_barrier(pp_comm *c, pp_err *e)
+{
+	return c->ops->barrier(c, e);
+}
+static inline void comm_free(pp_comm *c)
+{
+	if (c)
+		c->ops->free(c);
+}
+/* c may be NULL (failure before init): boot_abort. */
+static inline __attribute__((noreturn)) void comm_abort(pp_comm *c, pp_proc *proc, int code,
+							const char *why)
+{
+	if (c)
+		c->ops->abort(c, code, why);
+	boot_abort(proc, code, why);
+}
+
+#endif

@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# A real one-node Slurm cluster on loopback, for the tests.
+#
+#   tests/slurm-cluster.sh up DIR     start munged, slurmctld and slurmd in DIR
+#   tests/slurm-cluster.sh down DIR   stop them; no process of DIR is left
+#
+# DIR is a fresh directory owned by the caller (mktemp -d); everything lives
+# under it: munge key and socket, slurm.conf, gres.conf, controller state,
+# slurmd spool, logs, pid files, the PMIx/task temporary directory and four
+# fake GPU devices (DIR/dev/nvidia0..3, char 1,3 like /dev/null).
+#
+# `up` picks two free TCP ports at run time (the machine is shared: 6817/6818
+# may be taken), a unique cluster name and a random first job id (the PMIx
+# and OpenMPI session directories are named after the job id), waits until
+# the node is idle, writes DIR/env.sh and prints on stdout the line to eval:
+#   export SLURM_CONF=DIR/slurm.conf
+# The node has 8 CPUs (whatever the machine has) and 4 GPUs (gres gpu:4),
+# MpiDefault=pmix. On failure it prints the daemons' logs, stops what it had
+# started and exits 1. `down` works on a half-started DIR too.
+#
+# Exit status: 0 ok, 1 failed, 2 usage, 3 not root, 4 packages missing
+# (scripts/install-deps.sh installs them). Tests turn 3 and 4 into SKIP.
+#
+# Every daemon runs with PP_SLURM_CLUSTER=DIR in its environment (slurmstepd
+# inherits it) and DIR on its command line; `down` finds what is left by
+# those marks, and job tasks by SLURM_CONF=DIR/slurm.conf plus SLURM_JOB_ID.
+set -u
+export PATH="$PATH:/usr/sbin:/sbin"
+
+prog=slurm-cluster
+say() { echo "$prog: $*" >&2; }
+usage() {
+	echo "usage: $0 up|down DIR" >&2
+	exit 2
+}
+
+# --- processes --------------------------------------------------------------
+
+# alive PID: the process exists and is not a zombie (<defunct> counts as dead)
+alive() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
+
+# procvar PID FILE: /proc/PID/FILE with NULs turned into newlines
+procvar() { tr '\0' '\n' <"/proc/$1/$2" 2>/dev/null; }
+
+# ours PID: the daemon pid (from a pid file) is still one of ours
+ours() {
+	procvar "$1" environ | grep -qxF "PP_SLURM_CLUSTER=$dir"
+}
+
+# cluster_pids: live processes of the cluster: the daemons and slurmstepd
+# (marked), and job tasks and batch scripts (started by slurmstepd with the
+# submitter's environment: SLURM_CONF of this cluster and a SLURM_JOB_ID);
+# never this script or its callers
+cluster_pids() {
+	local self=" " p=$BASHPID d f
+	while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+		self+="$p "
+		d=$(cat "/proc/$p/stat" 2>/dev/null) || break
+		d=${d##*) }
+		p=$(cut -d' ' -f2 <<<"$d")
+	done
+	{
+		grep -lzxF "PP_SLURM_CLUSTER=$dir" /proc/[0-9]*/environ 2>/dev/null
+		for f in $(grep -lzxF "SLURM_CONF=$dir/slurm.conf" /proc/[0-9]*/environ 2>/dev/null); do
+			grep -qz '^SLURM_JOB_ID=' "$f" 2>/dev/null && echo "$f"
+		done
+	} | while IFS=/ read -r _ _ p _; do
+		case "$self" in *" $p "*) continue ;; esac
+		alive "$p" && echo "$p"
+	done | sort -un
+}
+
+# wait_gone SECONDS PID...: 0 when all are gone or zombies before the deadline
+wait_gone() {
+	local end=$((SECONDS * 10 + $1 * 10)) p left
+	shift
+	while :; do
+		left=
+		for p in "$@"; do alive "$p" && left+=" $p"; done
+		[ -z "$left" ] && return 0
+		[ $((SECONDS * 10)) -ge "$end" ] && return 1
+		sleep 0.05
+	done
+}
+
+# --- down ---------------------------------------------------------------------
+
+down() {
+	local f p pids=() rest
+	# daemons first, by their pid files (only when the pid is still ours)
+	for f in "$dir"/run/slurmctld.pid "$dir"/run/slurmd.pid "$dir"/run/munged.pid; do
+		[ -r "$f" ] || continue
+		p=$(cat "$f" 2>/dev/null)
+		[ -n "$p" ] && alive "$p" && ours "$p" || continue
+		kill -TERM "$p" 2>/dev/null && pids+=("$p")
+	done
+	# slurmstepd and job tasks survive slurmd: end them too
+	rest=$(cluster_pids)
+	for p in $rest; do
+		kill -TERM "$p" 2>/dev/null && pids+=("$p")
+	done
+	[ ${#pids[@]} -eq 0 ] && return 0
+	wait_gone 3 "${pids[@]}" && [ -z "$(cluster_pids)" ] && return 0
+	for p in $(cluster_pids); do
+		say "process $p ($(procvar "$p" cmdline | head -n1)) ignored SIGTERM; killing it"
+		kill -KILL "$p" 2>/dev/null
+	done
+	sleep 0.1
+	rest=$(cluster_pids)
+	[ -z "$rest" ] && return 0
+	wait_gone 2 $rest && return 0
+	say "processes still running after SIGKILL: $(cluster_pids | tr '\n' ' ')"
+	return 1
+}
+
+# --- up -----------------------------------------------------------------------
+
+need_packages() {
+	local c missing=()
+	for c in mungekey munged munge unmunge slurmctld slurmd sinfo srun sbatch squeue scontrol; do
+		command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+	done
+	compgen -G "/usr/lib/*/slurm-wlm/mpi_pmix.so" >/dev/null || missing+=("mpi_pmix.so (slurm-wlm-basic-plugins)")
+	[ ${#missing[@]} -eq 0 ] && return 0
+	say "missing: ${missing[*]}; run scripts/install-deps.sh as root"
+	exit 4
+}
+
+# port_in_use PORT: some TCP socket (v4 or v6, any state) has this local port
+port_in_use() {
+	awk -v h="$(printf '%04X' "$1")" 'FNR > 1 { n = split($2, a, ":"); if (a[n] == h) f = 1 }
+		END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# free_ports N: N distinct free ports below the ephemeral range (where
+# bind(0) callers and outgoing connections do not land)
+free_ports() {
+	local n=$1 got=() p tries=0
+	while [ ${#got[@]} -lt "$n" ] && [ $tries -lt 1000 ]; do
+		tries=$((tries + 1))
+		p=$((12000 + (RANDOM * 32768 + RANDOM) % 20000))
+		case " ${got[*]} " in *" $p "*) continue ;; esac
+		port_in_use "$p" || got+=("$p")
+	done
+	echo "${got[@]}"
+}
+
+show_logs() {
+	local f
+	for f in "$dir"/log/*; do
+		[ -s "$f" ] || continue
+		echo "---- $f (last 15 lines) ----" >&2
+		tail -n 15 "$f" >&2
+	done
+}
+
+up_failed() {
+	say "$1"
+	show_logs
+	down
+	exit 1
+}
+
+# start NAME CMD...: run a daemon in the foreground, in the background of this
+# script, marked and with its own output file; record its pid
+start() {
+	local name=$1
+	shift
+	PP_SLURM_CLUSTER=$dir "$@" </dev/null >>"$dir/log/$name.out" 2>&1 &
+	echo $! >"$dir/run/$name.pid"
+}
+
+pid_of() { cat "$dir/run/$1.pid" 2>/dev/null; }
+
+write_conf() {
+	local host=$1 ctld_port=$2 slurmd_port=$3 name=$4 first_job=$5
+	cat >"$dir/slurm.conf" <<EOF
+# Generated by tests/slurm-cluster.sh: a one-node cluster on loopback.
+ClusterName=$name
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/run/munge.socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/run/slurmctld.daemon.pid
+SlurmdPidFile=$dir/run/slurmd.daemon.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+TmpFS=$dir/tmp
+PlugStackConfig=$dir/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmix
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+ReturnToService=2
+SlurmdParameters=config_overrides
+FirstJobId=$first_job
+MailProg=/bin/true
+KillWait=2
+InactiveLimit=0
+GresTypes=gpu
+NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=8 Boards=1 SocketsPerBoard=1 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=8000 Gres=gpu:4 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+	cat >"$dir/gres.conf" <<EOF
+AutoDetect=off
+NodeName=$host Name=gpu File=$dir/dev/nvidia[0-3]
+EOF
+	: >"$dir/plugstack.conf"
+}
+
+up() {
+	[ "$(id -u)" -eq 0 ] || {
+		say "needs root (munged, slurmctld and slurmd run as root here)"
+		exit 3
+	}
+	need_packages
+	mkdir -p "$dir" || exit 1
+	dir=$(cd "$dir" && pwd -P)
+	down >/dev/null 2>&1 # leftovers from an earlier run in the same DIR
+	trap 'up_failed "interrupted"' INT TERM HUP
+
+	# fresh state every time: a node drained in an earlier run stays drained
+	rm -rf "$dir"/{state,spool,log,run,munge,tmp,dev} "$dir"/{slurm.conf,gres.conf,plugstack.conf,env.sh}
+	mkdir -p "$dir"/{state,spool,log,run,tmp,dev,munge/run} || up_failed "cannot make directories in $dir"
+	# munged wants its socket directory 755 and execute permission for all on
+	# every directory above it (mktemp -d makes DIR 700); the key stays 600
+	chmod 755 "$dir" "$dir/munge" "$dir/munge/run"
+	local i
+	for i in 0 1 2 3; do
+		mknod "$dir/dev/nvidia$i" c 1 3 || up_failed "mknod $dir/dev/nvidia$i failed"
+	done
+
+	local sock=$dir/munge/run/munge.socket
+	mungekey --create --keyfile="$dir/munge/munge.key" >>"$dir/log/mungekey.out" 2>&1 ||
+		up_failed "mungekey failed"
+	start munged munged --foreground --socket="$sock" --key-file="$dir/munge/munge.key" \
+		--pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
+		--seed-file="$dir/munge/munged.seed"
+	local end=$((SECONDS + 5))
+	until munge -n -S "$sock" 2>/dev/null | unmunge -S "$sock" >/dev/null 2>&1; do
+		alive "$(pid_of munged)" || up_failed "munged exited at start"
+		[ $SECONDS -lt $end ] || up_failed "munged did not answer on $sock within 5 s"
+		sleep 0.05
+	done
+
+	local host ports name
+	host=$(hostname -s)
+	ports=($(free_ports 2))
+	[ ${#ports[@]} -eq 2 ] || up_failed "no free TCP ports found"
+	name=pp$(printf '%04x%04x' $$ $RANDOM | tail -c 8)
+	write_conf "$host" "${ports[0]}" "${ports[1]}" "$name" $((1000 + RANDOM * 30))
+
+	start slurmctld slurmctld -D -f "$dir/slurm.conf"
+	start slurmd slurmd -D -f "$dir/slurm.conf" -N "$host"
+	export SLURM_CONF=$dir/slurm.conf
+	local state=
+	end=$((SECONDS + 20))
+	while :; do
+		state=$(sinfo -h -N -n "$host" -o %t 2>/dev/null)
+		[ "$state" = idle ] && break
+		alive "$(pid_of slurmctld)" || up_failed "slurmctld exited at start"
+		alive "$(pid_of slurmd)" || up_failed "slurmd exited at start"
+		[ $SECONDS -lt $end ] || up_failed "node $host not idle within 20 s (state: ${state:-no answer})"
+		sleep 0.1
+	done
+	trap - INT TERM HUP
+	echo "export SLURM_CONF=$dir/slurm.conf" >"$dir/env.sh"
+	cat "$dir/env.sh"
+}
+
+[ $# -eq 2 ] || usage
+dir=$2
+case "$1" in
+up) up ;;
+down)
+	[ -d "$dir" ] || exit 0
+	dir=$(cd "$dir" && pwd -P)
+	down
+	;;
+*) usage ;;
+esac
