@@ -2,8 +2,8 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
-PKGS    := hdf5 jansson
-PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson
+PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson \
+           pmix ompi-c
 
 CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -g \

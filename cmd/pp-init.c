@@ -29,7 +29,7 @@ static int write_step0(pp_config *cfg, pp_err *e)
 	}
 	if (!rc)
 		printf("%s/checkpoints/step_00000000 (%zu parameters, seed %llu)\n", cfg->run_dir,
-		       t.stage.n_elems, (unsigned long long)cfg->seed);
+		       t.chunks[0].n_elems, (unsigned long long)cfg->seed);
 	trainer_close(&t);
 	return rc;
 }

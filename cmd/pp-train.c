@@ -52,11 +52,17 @@ int main(int argc, char **argv)
 			rc = trainer_resume(&t, &resumed, &e);
 		if (!rc && !resumed)
 			trainer_init(&t);
-		if (!rc && resumed)
+		if (!rc && resumed && trainer_leader(&t))
 			log_info("resumed from step %ld in %s", t.step, cfg.run_dir);
 		if (!rc) {
 			train_opts o = {.quiet = quiet, .stop = &stop_requested};
 			rc = trainer_run(&t, &o, &e);
+		}
+		if (rc && rc != PP_ESTOPPED) {
+			/* the other ranks may be waiting on this one: end the job */
+			log_error("%s", e.msg);
+			trainer_abort(&t, rc, e.msg);
+			e.msg[0] = 0;
 		}
 		trainer_close(&t);
 	}

@@ -264,21 +264,12 @@ int boot_allgather(pp_proc *p, const char *key, const void *blob, size_t n, void
 	return 0;
 }
 
-static int abort_code = 1;
-static void abort_timer(int sig)
-{
-	(void)sig;
-	_exit(abort_code);
-}
-
 void boot_abort(const pp_proc *p, int code, const char *why)
 {
+	(void)p; /* a singleton never has pmix_up */
 	fflush(NULL);
-	if (pmix_up && p && !p->singleton) {
-		/* PMIx_Abort waits for the server: never longer than this */
-		abort_code = code;
-		signal(SIGALRM, abort_timer);
-		alarm(5);
+	if (pmix_up) {
+		boot_exit_after(5, code); /* PMIx_Abort waits for the server */
 		PMIx_Abort(code, why ? why : "pp: abort", NULL, 0);
 	}
 	_exit(code);
@@ -344,6 +335,24 @@ void boot_fini(pp_proc *p)
 }
 
 #endif
+
+static volatile sig_atomic_t exit_code = 1;
+static void exit_now(int sig)
+{
+	(void)sig;
+	_exit(exit_code);
+}
+
+void boot_exit_after(unsigned seconds, int code)
+{
+	exit_code = code;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = exit_now;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGALRM, &sa, NULL);
+	alarm(seconds);
+}
 
 int boot_device(const pp_proc *p)
 {

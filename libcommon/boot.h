@@ -61,8 +61,11 @@ int boot_allgather(pp_proc *p, const char *key, const void *blob, size_t n, void
 
 /* Asks the launcher to end the whole job with status code (PMIx_Abort),
  * and ends this process with it. Never returns, never waits more than a few
- * seconds. Singleton: just exits. */
+ * seconds. Singleton (or p NULL before boot_init): just exits. */
 void boot_abort(const pp_proc *p, int code, const char *why) __attribute__((noreturn));
+/* Ends the process with code (_exit) if it is still alive after seconds
+ * (SIGALRM): the bound on an abort that waits for a launcher. */
+void boot_exit_after(unsigned seconds, int code);
 
 /* Leaves PMIx; frees the peer table. */
 void boot_fini(pp_proc *p);

@@ -9,11 +9,11 @@
 #define _GNU_SOURCE /* renameat2, nftw */
 #endif
 #include "ckpt.h"
+#include "fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <hdf5.h>
 #include <jansson.h>
 #include <signal.h>
@@ -160,76 +160,6 @@ static bool parse_step_name(const char *name, long *step)
 	errno = 0;
 	*step = strtol(name + 5, NULL, 10);
 	return errno == 0;
-}
-
-static int fsync_path(const char *path, pp_err *e)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot open %s to fsync: %s", path, strerror(errno));
-	int rc = fsync(fd);
-	int err = errno;
-	close(fd);
-	/* some file systems cannot fsync a directory; the data is still there */
-	if (rc != 0 && err != EINVAL)
-		return pp_errorf(e, PP_ERUNTIME, "fsync %s: %s", path, strerror(err));
-	return PP_OK;
-}
-
-static int fsync_parent(const char *path, pp_err *e)
-{
-	char parent[CKPT_PATH];
-	snprintf(parent, sizeof parent, "%s", path);
-	char *slash = strrchr(parent, '/');
-	if (!slash)
-		return fsync_path(".", e);
-	if (slash == parent)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	return fsync_path(parent, e);
-}
-
-/* mkdir -p; each directory created is made durable in its parent */
-static int mkdir_p(const char *path, pp_err *e)
-{
-	char buf[CKPT_PATH];
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return pp_errorf(e, PP_EUSAGE, "path too long: %s", path);
-	for (char *p = buf + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(buf, 0777) == 0) {
-			if (fsync_parent(buf, e))
-				return e ? e->code : PP_ERUNTIME;
-		} else if (errno != EEXIST) {
-			return pp_errorf(e, PP_ERUNTIME, "cannot create directory %s: %s", buf, strerror(errno));
-		}
-		*p = c;
-		if (!c)
-			break;
-	}
-	struct stat st;
-	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-		return pp_errorf(e, PP_ERUNTIME, "%s exists and is not a directory", path);
-	return PP_OK;
-}
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(p) == 0 || errno == ENOENT ? 0 : -1;
-}
-
-/* rm -rf: files first, then the directories (depth first) */
-static int rm_rf(const char *path)
-{
-	int rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	return rc != 0 && errno == ENOENT ? 0 : rc;
 }
 
 static int write_file_synced(const char *path, const char *text, pp_err *e)
@@ -958,7 +888,7 @@ int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
 	if (!h5ok(H5Fclose(f)) && !rc)
 		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint shard %s: %s", path, h5_reason);
 	if (!rc)
-		rc = fsync_path(path, e);
+		rc = fs_fsync_path(path, e);
 	if (rc)
 		unlink(path);
 	return rc;
@@ -1217,7 +1147,7 @@ static void remove_stale(const char *ckpts)
 			continue;
 		if ((pid == (long)getpid() || !pid_alive(pid)) &&
 		    snprintf(path, sizeof path, "%s/%s", ckpts, de->d_name) < (int)sizeof path)
-			rm_rf(path); /* a failure here is retried by the next save */
+			fs_rm_rf(path); /* a failure here is retried by the next save */
 	}
 	closedir(d);
 }
@@ -1288,9 +1218,9 @@ static int remove_checkpoint(const char *ckpts, const char *dir, long step, pp_e
 		return PP_EUSAGE;
 	if (rename(dir, trash) != 0)
 		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s: %s", dir, strerror(errno));
-	if (fsync_path(ckpts, e))
+	if (fs_fsync_path(ckpts, e))
 		return e ? e->code : PP_ERUNTIME;
-	if (rm_rf(trash) != 0)
+	if (fs_rm_rf(trash) != 0)
 		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s (moved to %s): %s", dir, trash,
 				 strerror(errno));
 	return PP_OK;
@@ -1328,7 +1258,7 @@ int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, p
 	char ckpts[CKPT_PATH], tmp[CKPT_PATH];
 	if (step < 0)
 		return pp_errorf(e, PP_EUSAGE, "checkpoint save: step %ld is negative", step);
-	if (ckpts_dir(ckpts, sizeof ckpts, run_dir, e) || mkdir_p(ckpts, e))
+	if (ckpts_dir(ckpts, sizeof ckpts, run_dir, e) || fs_mkdir_p(ckpts, e))
 		return e ? e->code : PP_ERUNTIME;
 	remove_stale(ckpts);
 	int k = snprintf(tmp, sizeof tmp, "%s/.tmp-step_%08ld-%ld", ckpts, step, (long)getpid());
@@ -1345,14 +1275,14 @@ int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, p
 static int install(const char *ckpts, const char *tmp, const char *final, long step, pp_err *e)
 {
 	if (rename(tmp, final) == 0)
-		return fsync_path(ckpts, e);
+		return fs_fsync_path(ckpts, e);
 	if (errno != ENOTEMPTY && errno != EEXIST)
 		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
 #ifdef RENAME_EXCHANGE
 	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-		if (fsync_path(ckpts, e))
+		if (fs_fsync_path(ckpts, e))
 			return e ? e->code : PP_ERUNTIME;
-		rm_rf(tmp); /* now the old checkpoint; stale-removed later if this fails */
+		fs_rm_rf(tmp); /* now the old checkpoint; stale-removed later if this fails */
 		return PP_OK;
 	}
 	if (errno != EINVAL && errno != ENOSYS)
@@ -1368,9 +1298,9 @@ static int install(const char *ckpts, const char *tmp, const char *final, long s
 		rename(trash, final);
 		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final, strerror(err));
 	}
-	if (fsync_path(ckpts, e))
+	if (fs_fsync_path(ckpts, e))
 		return e ? e->code : PP_ERUNTIME;
-	rm_rf(trash);
+	fs_rm_rf(trash);
 	return PP_OK;
 }
 
@@ -1399,7 +1329,7 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 	memcpy(line + n, "\n", 2);
 	rc = write_file_synced(path, line, e);
 	free(line);
-	if (rc || (rc = fsync_path(tmp_dir, e)))
+	if (rc || (rc = fs_fsync_path(tmp_dir, e)))
 		return rc;
 	if ((rc = fmt_checked(final, sizeof final, e, "%s/step_%08ld", ckpts, step)))
 		return rc;
@@ -1424,7 +1354,7 @@ int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e)
 	if (rc)
 		return rc;
 	if ((rc = ckpt_write_shard(tmp, s, e)) || (rc = ckpt_commit(run_dir, tmp, s->step, keep, e)))
-		rm_rf(tmp); /* gone already when only the pruning failed */
+		fs_rm_rf(tmp); /* gone already when only the pruning failed */
 	return rc;
 }
 

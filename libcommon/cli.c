@@ -78,6 +78,7 @@ void cli_free(cli_args *a)
 int cli_fail(const cli_spec *s, const pp_err *e)
 {
 	(void)s;
-	log_error("%s", e->msg);
+	if (e->msg[0]) /* empty when already printed */
+		log_error("%s", e->msg);
 	return e->code ? e->code : PP_ERUNTIME;
 }

@@ -204,13 +204,64 @@ static inline void comm_free(pp_comm *c)
 	if (c)
 		c->ops->free(c);
 }
-/* c may be NULL (failure before init): boot_abort. */
-static inline __attribute__((noreturn)) void comm_abort(pp_comm *c, pp_proc *proc, int code,
-							const char *why)
+/* Ends the process (see pp_comm_ops.abort). c may be NULL when the failure
+ * came before a communicator existed: then boot_abort. */
+static inline __attribute__((noreturn)) void comm_abort(pp_comm *c, int code, const char *why)
 {
 	if (c)
 		c->ops->abort(c, code, why);
-	boot_abort(proc, code, why);
+	boot_abort(NULL, code, why);
 }
+
+/* ---- for backends (comm.c): the logic both share ---- */
+
+/* A new communicator with its member table (size entries, filled by the
+ * caller); NULL when out of memory. comm_delete frees what comm_new made. */
+pp_comm *comm_new(const pp_comm_ops *ops, pp_proc *proc, const char *name, int rank, int size,
+		  double timeout);
+void comm_delete(pp_comm *c);
+/* PP_EUSAGE for a bad dtype, a reduction over bytes, a peer or root out of
+ * range (peer < 0 allowed when allow_none). op names the call. */
+int comm_check(const pp_comm *c, const char *op, pp_dtype t, int reduce, pp_err *e);
+int comm_check_rank(const pp_comm *c, const char *op, const char *what, int r, int allow_none,
+		    pp_err *e);
+int comm_check_tag(const pp_comm *c, const char *op, int tag, pp_err *e);
+/* From every rank's (color, key) of c, ckeys (c->size, 2): this rank's rank
+ * and size in its new group and the group's members' job ranks (world,
+ * room for c->size). Same order as MPI_Comm_split and ncclCommSplit: by key,
+ * then by rank in c. */
+void comm_split_plan(const pp_comm *c, const int *ckeys, int *rank, int *size, int *world);
+/* "op on 'name' (rank r of n) failed: why; <state of the suspects>", the
+ * suspects being peers (n ranks of c: the other side of a point-to-point
+ * call) or, when peers is NULL, every rank of c. */
+int comm_fail_error(const pp_comm *c, const char *op, const int *peers, int n, const char *why,
+		    pp_err *e);
+
+/* The wait for one pending operation, polled by the backend's loop:
+ *   comm_watch w; comm_watch_start(&w, c, op, peers, n);
+ *   while (!done(...)) if ((rc = comm_watch_poll(&w, e))) { clean up; return rc; }
+ * Between polls it yields, then (after a second) sleeps 100 us, so a stuck
+ * wait does not starve the node's other ranks. It ends the wait with
+ * PP_ERUNTIME
+ *   - at the communicator's timeout: "op on 'dp' (rank 1 of 4) timed out
+ *     after 120 s: <who did not respond>";
+ *   - early, when a suspect on this host has exited and the operation is
+ *     still pending a second later (so a peer that exits right after
+ *     sending its last message is not blamed): "op ... failed after 2 s:
+ *     rank 2 (pid 1234 on host a) has exited". The peers named are those
+ *     seen dead first, not the ranks that gave up on their own timeout since. */
+typedef struct {
+	const pp_comm *c;
+	const char *op;
+	const int *peers; /* NULL: all of c */
+	int npeers;
+	double t0, next_scan;
+	int seen_dead;  /* the last scan found a suspect gone */
+	char dead[640]; /* who, as the first scan that saw it said */
+} comm_watch;
+void comm_watch_start(comm_watch *w, const pp_comm *c, const char *op, const int *peers, int n);
+int comm_watch_poll(comm_watch *w, pp_err *e);
+/* Seconds on a monotonic clock. */
+double comm_now(void);
 
 #endif

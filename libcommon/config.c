@@ -116,6 +116,7 @@ static const key_desc keys[] = {
 	ENUM("schedule", K_STRING, schedule, schedule_names, "\"1f1b\"", 0),
 	BOOL("recompute", recompute, "false", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
+	NUM("comm_timeout", K_REAL, comm_timeout, "120", R_GT0, 0),
 
 	NUM("lr", K_REAL, lr, "3e-4", R_GT0, 0),
 	OBJ("lr_schedule"),

@@ -65,6 +65,7 @@ typedef struct {
 	char schedule[16];  /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
 	bool recompute;     /* recompute activations in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
+	double comm_timeout;  /* seconds a collective may wait for its peers */
 
 	double lr;
 	struct {

@@ -12,6 +12,7 @@
 #include "../kernels/ops.h"
 #include "data_source.h"
 #include "rng.h"
+#include "tokenizer.h"
 
 /* A source fills whole sequences of T+1 tokens by global sequence index; the
  * loader walks indices dp_rank, dp_rank + dp_size, ... so every rank reads
@@ -43,9 +44,11 @@ struct pp_data {
 	uint64_t shuffle_key;
 	int64_t eos;     /* inserted between documents; -1: nothing is */
 	int64_t limit;   /* every token must be below this */
+	const char *limit_what;
 	int T;           /* the windows below are for sequences of T tokens (0: none yet) */
 	uint64_t windows;
 	uint64_t *first_doc; /* (windows) document of each window's first token; with eos */
+	int *eos_at;         /* (T + 1) scratch: where a window's EOS tokens go */
 	uint64_t off[OFFSET_BLOCK]; /* doc offsets [off_base, off_base + off_n) */
 	uint64_t off_base, off_n;
 };
@@ -196,8 +199,10 @@ static int layout(pp_data *d, int T, pp_err *e)
 		d->T = T;
 		return 0;
 	}
+	free(d->eos_at);
 	d->first_doc = malloc(d->windows * sizeof *d->first_doc);
-	if (!d->first_doc)
+	d->eos_at = malloc(((size_t)T + 1) * sizeof *d->eos_at);
+	if (!d->first_doc || !d->eos_at)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory for %llu windows",
 				 (unsigned long long)d->windows);
 	uint64_t k = 0, prev = 0, next = 0;
@@ -226,39 +231,31 @@ static int layout(pp_data *d, int T, pp_err *e)
 	return rc;
 }
 
-/* stream tokens [w * T, w * T + T + 1) into seq */
+/* stream tokens [w * T, w * T + T + 1) into seq. Without the EOS tokens
+ * they are consecutive corpus tokens (document k is stream tokens
+ * [off_k + k, off_k+1 + k) and its EOS sits at off_k+1 + k), so a window is
+ * one read, spread out around its EOS positions. */
 static int read_window(pp_data *d, uint64_t w, int T, int *seq, pp_err *e)
 {
 	data_corpus *c = &d->corpus;
-	uint64_t p = w * (uint64_t)T;
-	size_t need = (size_t)T + 1;
+	uint64_t p = w * (uint64_t)T, end = p + (uint64_t)T + 1;
 	if (d->eos < 0)
-		return c->fmt->read(c, p, need, seq, e);
-	uint64_t k = d->first_doc[w];
-	while (need > 0) {
-		/* document k is stream tokens [off_k + k, off_k1 + k); the EOS after
-		 * it sits at off_k1 + k */
-		uint64_t off_k, off_k1;
-		int rc = offset_at(d, k, &off_k, e);
-		if (!rc)
-			rc = offset_at(d, k + 1, &off_k1, e);
+		return c->fmt->read(c, p, (size_t)T + 1, seq, e);
+	uint64_t k0 = d->first_doc[w];
+	int n_eos = 0;
+	for (uint64_t k = k0; k + 1 < c->n_docs; k++) {
+		uint64_t off;
+		int rc = offset_at(d, k + 1, &off, e);
 		if (rc)
 			return rc;
-		if (p < off_k1 + k) {
-			size_t take = off_k1 + k - p < need ? (size_t)(off_k1 + k - p) : need;
-			if ((rc = c->fmt->read(c, off_k + (p - off_k - k), take, seq, e)))
-				return rc;
-			seq += take;
-			p += take;
-			need -= take;
-		} else {
-			*seq++ = (int)d->eos;
-			p++;
-			need--;
-			k++;
-		}
+		if (off + k >= end)
+			break;
+		d->eos_at[n_eos++] = (int)(off + k - p);
 	}
-	return 0;
+	int rc = c->fmt->read(c, p - k0, (size_t)(T + 1 - n_eos), seq + n_eos, e);
+	for (int t = 0, j = n_eos, next = 0; !rc && t <= T; t++)
+		seq[t] = next < n_eos && d->eos_at[next] == t ? (next++, (int)d->eos) : seq[j++];
+	return rc;
 }
 
 static int packed_sequence(pp_data *d, uint64_t index, int T, int *seq, pp_err *e)
@@ -275,9 +272,9 @@ static int packed_sequence(pp_data *d, uint64_t index, int T, int *seq, pp_err *
 		if (seq[t] >= d->limit)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: token %d (window %llu, position %d) is outside the "
-					 "vocabulary of %lld",
+					 "vocabulary of %lld (%s)",
 					 d->corpus.path, seq[t], (unsigned long long)w, t,
-					 (long long)d->limit);
+					 (long long)d->limit, d->limit_what);
 	return 0;
 }
 
@@ -286,6 +283,7 @@ static void packed_close(pp_data *d)
 	if (d->corpus.fmt)
 		d->corpus.fmt->close(&d->corpus);
 	free(d->first_doc);
+	free(d->eos_at);
 }
 
 static const data_source packed = {"packed", packed_sequence, packed_close};
@@ -301,6 +299,38 @@ static int unknown_data(const char *key, const char *path, pp_err *e)
 			 "PREFIX with PREFIX.bin and PREFIX.idx, or llm.c .bin shards or a glob "
 			 "of them)",
 			 key, path, what);
+}
+
+/* The run's tokenizer (when set) must be the one that made the data; for
+ * data that does not record its tokenizer it supplies the vocabulary bound
+ * and the EOS id. */
+static int check_tokenizer(data_corpus *co, const pp_config *c, const char *key,
+			   const char *path, pp_err *e)
+{
+	if (!c->tokenizer[0])
+		return 0;
+	pp_tokenizer *t;
+	int rc = tok_load(&t, c->tokenizer, e);
+	if (rc)
+		return pp_err_prefix(e, "key 'tokenizer'");
+	const char *fp = tok_fingerprint(t);
+	if (co->fingerprint[0] && strcmp(co->fingerprint, fp))
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s '%s' was tokenized by a tokenizer with fingerprint %s, but "
+			       "tokenizer '%s' has fingerprint %s; tokenize the data with that "
+			       "tokenizer, or name the one that made it",
+			       key, path, co->fingerprint, c->tokenizer, fp);
+	else if (tok_vocab_size(t) > c->model.vocab_size)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "tokenizer '%s' has a vocabulary of %d, larger than "
+			       "model.vocab_size=%d",
+			       c->tokenizer, tok_vocab_size(t), c->model.vocab_size);
+	if (co->vocab_size < 0)
+		co->vocab_size = tok_vocab_size(t);
+	if (co->eos_id < 0 && co->fmt->has_documents)
+		co->eos_id = tok_eos(t);
+	tok_free(t);
+	return rc;
 }
 
 static int packed_open(pp_data *d, const pp_config *c, const char *key, const char *path,
@@ -324,12 +354,15 @@ static int packed_open(pp_data *d, const pp_config *c, const char *key, const ch
 		return rc;
 	d->corpus.fmt = fmt;
 	data_corpus *co = &d->corpus;
+	if ((rc = check_tokenizer(co, c, key, path, e)))
+		return rc;
 	if (co->vocab_size > c->model.vocab_size)
 		return pp_errorf(e, PP_EUSAGE,
 				 "%s '%s' was tokenized with a vocabulary of %lld, larger than "
 				 "model.vocab_size=%d",
 				 key, path, (long long)co->vocab_size, c->model.vocab_size);
 	d->limit = co->vocab_size > 0 ? co->vocab_size : c->model.vocab_size;
+	d->limit_what = co->vocab_size > 0 ? "the tokenizer's" : "model.vocab_size";
 	d->eos = c->data_eos ? co->eos_id : -1;
 	d->shuffle = part == CORPUS_TRAIN;
 	d->shuffle_key = rng_key(c->seed, "data/shuffle");

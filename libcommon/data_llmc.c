@@ -190,6 +190,7 @@ static int llmc_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *out,
 const corpus_format corpus_llmc = {
 	.name = "llm.c",
 	.has_splits = false,
+	.has_documents = false,
 	.probe = llmc_probe,
 	.open = llmc_open,
 	.read = llmc_read,

@@ -256,6 +256,7 @@ static int megatron_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *
 const corpus_format corpus_megatron = {
 	.name = "megatron",
 	.has_splits = false,
+	.has_documents = true,
 	.probe = megatron_probe,
 	.open = megatron_open,
 	.read = megatron_read,

@@ -24,6 +24,7 @@ typedef struct data_corpus data_corpus;
 typedef struct {
 	const char *name;  /* "pp-tokens", "megatron", "llm.c" */
 	bool has_splits;   /* holds its own validation split */
+	bool has_documents; /* its documents are the text's (not just files) */
 	/* Whether path names a file of this format (by content, or by a name
 	 * only this format uses); the first format that claims it opens it. */
 	bool (*probe)(const char *path);

@@ -106,6 +106,7 @@ static int tokens_corpus_offsets(data_corpus *c, uint64_t first, size_t n, uint6
 const corpus_format corpus_pp_tokens = {
 	.name = "pp-tokens",
 	.has_splits = true,
+	.has_documents = true,
 	.probe = tokens_probe,
 	.open = tokens_corpus_open,
 	.read = tokens_corpus_read,

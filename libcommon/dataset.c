@@ -302,7 +302,7 @@ static int write_doc(tokens_writer *w, int split, const int *ids, size_t n, pp_e
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: token id %d of document %llu is outside the vocabulary "
 					 "[0, %lld)",
-					 w->path, ids[i], (unsigned long long)w->n_added,
+					 w->path, ids[i], (unsigned long long)(w->n_added - 1),
 					 (long long)w->vocab);
 		s->buf[s->nbuf++] = (uint32_t)ids[i];
 		if (s->nbuf == chunk) {
@@ -961,8 +961,8 @@ static int next_piece(docs_reader *r, const char **p, size_t *n, bool *nl, pp_er
 		r->end -= r->beg;
 		r->beg = 0;
 		ssize_t got = read(r->fd, r->buf + r->end, DOCS_BLOCK - r->end);
-		if (got < 0 && errno == EINTR)
-			continue;
+		if (got < 0 && errno == EINTR) /* a signal the caller handles: let it act */
+			return pp_errorf(e, PP_ERUNTIME, "reading input %s: interrupted", r->name);
 		if (got < 0)
 			return pp_errorf(e, PP_ERUNTIME, "cannot read input %s: %s", r->name,
 					 strerror(errno));

@@ -3,12 +3,14 @@
 #include <math.h>
 #include <string.h>
 
-int optim_create(optim_state *o, const pp_ops *ops, size_t n, pp_err *e)
+int optim_create(optim_state *o, const pp_ops *ops, size_t lo, size_t hi, pp_err *e)
 {
+	size_t n = hi - lo;
 	o->ops = ops;
-	o->n = n;
-	o->m = ops->alloc(n * sizeof(pp_real));
-	o->v = ops->alloc(n * sizeof(pp_real));
+	o->lo = lo;
+	o->hi = hi;
+	o->m = ops->alloc((n ? n : 1) * sizeof(pp_real));
+	o->v = ops->alloc((n ? n : 1) * sizeof(pp_real));
 	if (!o->m || !o->v) {
 		optim_free(o);
 		return pp_errorf(e, PP_ERUNTIME, "out of memory for AdamW state (%zu parameters)", n);
@@ -58,7 +60,26 @@ double optim_lr(const pp_config *c, long s)
 	return lo + 0.5 * (lr - lo) * (1.0 + cos(M_PI * p)); /* cosine */
 }
 
-double optim_grad_norm(const pp_stage *st) { return sqrt(st->ops->sumsq(st->g, st->n_elems)); }
+/* the overlap of [a, b) with [lo, hi), as [*x, *y) (empty: *x >= *y) */
+static void overlap(size_t a, size_t b, size_t lo, size_t hi, size_t *x, size_t *y)
+{
+	*x = a > lo ? a : lo;
+	*y = b < hi ? b : hi;
+}
+
+double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
+			bool (*counts)(const pp_stage *st, const pp_param *p))
+{
+	double sum = 0;
+	for (int i = 0; i < st->n_params; i++) {
+		const pp_param *p = &st->params[i];
+		size_t x, y;
+		overlap(p->off, p->off + p->n, lo, hi, &x, &y);
+		if (x < y && counts(st, p))
+			sum += st->ops->sumsq(st->g + x, y - x);
+	}
+	return sum;
+}
 
 double optim_clip_scale(const pp_config *c, double grad_norm)
 {
@@ -72,8 +93,12 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
+		size_t x, y;
+		overlap(p->off, p->off + p->n, o->lo, o->hi, &x, &y);
+		if (x >= y)
+			continue;
 		double wd = p->decay || c->adamw.decay_norms_and_biases ? c->adamw.weight_decay : 0;
-		o->ops->adamw(st->w + p->off, st->g + p->off, o->m + p->off, o->v + p->off, p->n,
+		o->ops->adamw(st->w + x, st->g + x, o->m + (x - o->lo), o->v + (x - o->lo), y - x,
 			      (float)lr, (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
 			      (float)wd, t, (float)gscale);
 	}

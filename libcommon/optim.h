@@ -6,13 +6,15 @@
 #include "config.h"
 #include "model.h"
 
+/* AdamW state for elements [lo, hi) of a stage's flat parameter buffer:
+ * all of it, or one data-parallel rank's shard under ZeRO-1. */
 typedef struct {
 	const pp_ops *ops;
-	size_t n;
-	pp_real *m, *v; /* device, n each */
+	size_t lo, hi;
+	pp_real *m, *v; /* device, hi - lo each */
 } optim_state;
 
-int optim_create(optim_state *o, const pp_ops *ops, size_t n, pp_err *e);
+int optim_create(optim_state *o, const pp_ops *ops, size_t lo, size_t hi, pp_err *e);
 void optim_free(optim_state *o);
 
 /* Learning rate for optimizer step s (0-based), MaxText style: linear warmup
@@ -22,12 +24,16 @@ double optim_lr(const pp_config *c, long s);
 /* Resolved warmup length in steps. */
 long optim_warmup_steps(const pp_config *c);
 
-/* sqrt of the sum of squares of every gradient of the stage */
-double optim_grad_norm(const pp_stage *st);
+/* Sum of squares of the gradients in [lo, hi) of the stage's tensors for
+ * which counts(param) is true (each element of the model counted once
+ * across ranks). */
+double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
+			bool (*counts)(const pp_stage *st, const pp_param *p));
 
-/* One AdamW update of every parameter, t = s + 1 (bias correction), with the
- * gradients multiplied by gscale (clipping). Weight decay applies to tensors
- * marked decay, and to norms and biases too when decay_norms_and_biases. */
+/* One AdamW update of the parameters in [o->lo, o->hi), t = s + 1 (bias
+ * correction), with the gradients multiplied by gscale (clipping). Weight
+ * decay applies to tensors marked decay, and to norms and biases too when
+ * decay_norms_and_biases. */
 void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr,
 		double gscale);
 

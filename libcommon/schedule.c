@@ -84,7 +84,7 @@ int schedule_check(sched_kind kind, int p, int v, int m, int rank, pp_err *e)
 
 typedef struct {
 	sched_action *a;
-	int n, cap;
+	int n;
 } alist;
 
 static void push(alist *l, sched_op op, int mb, int vstage, int peer)
@@ -219,15 +219,16 @@ static int msg_out(const geom *g, const sched_action *a)
 	return -1;
 }
 
-/* Producing and consuming ranks of a message. */
-static void msg_ranks(const geom *g, int id, int *from, int *to, int *grad, int *s, int *mb)
+/* A message's fields and the rank that needs it. */
+static void msg_fields(const geom *g, int id, int *grad, int *s, int *mb, int *to)
 {
 	*mb = id % g->m;
 	*s = id / g->m % g->S;
 	*grad = id / g->m / g->S;
-	*from = *s % g->p;
 	*to = (*grad ? *s - 1 : *s + 1) % g->p;
 }
+
+static const sched_costs *costs_or_ref(const sched_costs *c) { return c ? c : &schedule_ref_costs; }
 
 static double cost_of(const sched_costs *c, sched_op op)
 {
@@ -254,19 +255,18 @@ static int place_messages(sched_kind kind, const geom *g, alist *comp, alist *ou
 {
 	const int p = g->p, nmsg = 2 * g->S * g->m;
 	int rc = PP_OK;
-	char *state = calloc((size_t)nmsg, 1); /* 0 none, 1 produced, 2 delivered */
-	int *pos = calloc((size_t)p, sizeof *pos), *pend = malloc(sizeof(int) * (size_t)nmsg * 2);
-	int *pend_n = calloc((size_t)p, sizeof *pend_n), *pend_at = malloc(sizeof(int) * (size_t)p);
+	char *delivered = calloc((size_t)nmsg, 1);
+	/* pending (produced, undelivered) messages of rank r in the order they
+	 * were produced: pend[r * per ..], at most 2 m v of them */
+	const int per = nmsg / p;
+	int *pos = calloc((size_t)p, sizeof *pos), *pend = malloc(sizeof(int) * (size_t)nmsg);
+	int *pend_n = calloc((size_t)p, sizeof *pend_n);
 	double *end = malloc(sizeof(double) * (size_t)p);
 	bool *busy = calloc((size_t)p, sizeof *busy);
-	if (!state || !pos || !pend || !pend_n || !pend_at || !end || !busy) {
+	if (!delivered || !pos || !pend || !pend_n || !end || !busy) {
 		rc = pp_errorf(e, PP_ERUNTIME, "schedule: out of memory");
 		goto done;
 	}
-	/* pending (produced, undelivered) messages of rank r, in production
-	 * order: pend[pend_at[r] ..]; a rank holds at most 2 S m of them */
-	for (int r = 0, at = 0; r < p; r++, at += 2 * g->m * ((g->S + p - 1) / p))
-		pend_at[r] = at;
 	for (double t = 0;;) {
 		for (int r = 0; r < p; r++)
 			if (busy[r] && end[r] <= t) {
@@ -274,29 +274,27 @@ static int place_messages(sched_kind kind, const geom *g, alist *comp, alist *ou
 				int id = msg_out(g, &comp[r].a[pos[r] - 1]);
 				if (id < 0)
 					continue;
-				int from, to, grad, s, mb;
-				msg_ranks(g, id, &from, &to, &grad, &s, &mb);
+				int grad, s, mb, to;
+				msg_fields(g, id, &grad, &s, &mb, &to);
 				if (to == r)
-					state[id] = 2;
-				else {
-					state[id] = 1;
-					pend[pend_at[r] + pend_n[r]++] = id;
-				}
+					delivered[id] = 1;
+				else
+					pend[r * per + pend_n[r]++] = id;
 			}
 		for (int q = 0; q < p; q++) {
 			if (busy[q])
 				continue;
 			int kept = 0;
 			for (int k = 0; k < pend_n[q]; k++) {
-				int id = pend[pend_at[q] + k], from, to, grad, s, mb;
-				msg_ranks(g, id, &from, &to, &grad, &s, &mb);
+				int id = pend[q * per + k], grad, s, mb, to;
+				msg_fields(g, id, &grad, &s, &mb, &to);
 				if (busy[to]) {
-					pend[pend_at[q] + kept++] = id;
+					pend[q * per + kept++] = id;
 					continue;
 				}
 				push(&out[q], grad ? SCHED_SEND_GRAD : SCHED_SEND_ACT, mb, s, to);
 				push(&out[to], grad ? SCHED_RECV_GRAD : SCHED_RECV_ACT, mb, s, q);
-				state[id] = 2;
+				delivered[id] = 1;
 			}
 			pend_n[q] = kept;
 		}
@@ -306,7 +304,7 @@ static int place_messages(sched_kind kind, const geom *g, alist *comp, alist *ou
 			if (!busy[r] && pos[r] < comp[r].n) {
 				const sched_action *a = &comp[r].a[pos[r]];
 				int id = msg_in(g, a);
-				if (id < 0 || state[id] == 2) {
+				if (id < 0 || delivered[id]) {
 					push(&out[r], a->op, a->mb, a->vstage, -1);
 					pos[r]++;
 					busy[r] = true;
@@ -328,11 +326,10 @@ static int place_messages(sched_kind kind, const geom *g, alist *comp, alist *ou
 		t = next;
 	}
 done:
-	free(state);
+	free(delivered);
 	free(pos);
 	free(pend);
 	free(pend_n);
-	free(pend_at);
 	free(end);
 	free(busy);
 	return rc;
@@ -410,6 +407,15 @@ int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action 
 }
 
 /* ---- simulation ---- */
+
+static int check_costs(const sched_costs *c, pp_err *e)
+{
+	if (c->fwd >= 0 && c->bwd >= 0 && c->bwd_w >= 0 && c->bwd_w <= c->bwd)
+		return PP_OK;
+	return pp_errorf(e, PP_EUSAGE,
+			 "simulate: costs fwd=%g bwd=%g bwd_w=%g: expected >= 0 and bwd_w <= bwd",
+			 c->fwd, c->bwd, c->bwd_w);
+}
 
 void schedule_sim_free(sched_sim *s)
 {
@@ -505,6 +511,8 @@ static void run_compute(sim *s, int r, const sched_action *a, double ready)
 		if (a->op == SCHED_BWD_I && ++s->stash[r] > st->peak_wstash)
 			st->peak_wstash = s->stash[r];
 	}
+	if (s->act[r] + s->stash[r] > st->peak_held)
+		st->peak_held = s->act[r] + s->stash[r];
 }
 
 /* Runs rank r's next action if it can: 1 when it ran, 0 when it waits for
@@ -584,14 +592,12 @@ int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, con
 			    const sched_costs *c, sched_sim *out, pp_err *e)
 {
 	memset(out, 0, sizeof *out);
+	c = costs_or_ref(c);
 	if (p < 1 || v < 1 || m < 1 || (long long)p * v * m > SCHED_MAX_UNITS)
 		return pp_errorf(e, PP_EUSAGE, "simulate: p=%d v=%d m=%d out of range", p, v, m);
-	if (!(c->fwd >= 0 && c->bwd >= 0 && c->bwd_w >= 0 && c->bwd_w <= c->bwd))
-		return pp_errorf(e, PP_EUSAGE,
-				 "simulate: costs fwd=%g bwd=%g bwd_w=%g: expected >= 0 and "
-				 "bwd_w <= bwd",
-				 c->fwd, c->bwd, c->bwd_w);
-	int rc = PP_OK;
+	int rc = check_costs(c, e);
+	if (rc)
+		return rc;
 	sim s = {p, p * v, m, lists, counts, c, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 	s.u = calloc((size_t)s.S * m, sizeof *s.u);
 	s.pos = calloc((size_t)p, sizeof *s.pos);
@@ -610,13 +616,13 @@ int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, con
 	for (bool progress = true; progress && !rc;) {
 		progress = false;
 		for (int r = 0; r < p && !rc; r++)
-			for (int k; s.pos[r] < counts[r] && (k = sim_step(&s, r, e)) != 0;) {
-				if (k < 0)
-					rc = PP_ERUNTIME;
-				else
-					progress = true;
-				if (rc)
+			while (s.pos[r] < counts[r]) {
+				int k = sim_step(&s, r, e);
+				if (k <= 0) {
+					rc = k < 0 ? PP_ERUNTIME : PP_OK;
 					break;
+				}
+				progress = true;
 			}
 	}
 	for (int r = 0; !rc && r < p; r++)
@@ -663,6 +669,8 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
 {
 	memset(out, 0, sizeof *out);
 	int rc = schedule_check(kind, p, v, m, -1, e);
+	if (!rc)
+		rc = check_costs(costs_or_ref(c), e);
 	if (rc)
 		return rc;
 	sched_action **lists = calloc((size_t)p, sizeof *lists);
@@ -674,10 +682,57 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
 	if (!rc) {
 		rc = schedule_simulate_lists(p, v, m, lists, counts, c, out, e);
 		schedule_free_all(p, lists);
+		if (rc)
+			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", kind_names[kind], p, v, m);
 	}
-	if (rc)
-		pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", kind_names[kind], p, v, m);
 	free(lists);
 	free(counts);
 	return rc;
+}
+
+/* ---- closed forms ---- */
+
+double schedule_ideal_time(sched_kind kind, int p, int v, int m, const sched_costs *c)
+{
+	if (schedule_check(kind, p, v, m, -1, NULL))
+		return -1;
+	c = costs_or_ref(c);
+	const double f = c->fwd, b = c->bwd, w = c->bwd_w;
+	if (kind != SCHED_ZBH1)
+		return ((double)m * v + p - 1) * (f + b);
+	if (w > f || w > b - w)
+		return -1;
+	return m * (f + b) + (p - 1) * (f + b - 2 * w) + (m < p ? (p - m) * w : 0);
+}
+
+double schedule_bubble_theory(sched_kind kind, int p, int v, int m, const sched_costs *c)
+{
+	double t = schedule_ideal_time(kind, p, v, m, c);
+	if (t <= 0)
+		return t < 0 ? -1 : 0;
+	c = costs_or_ref(c);
+	return (t - (double)m * v * (c->fwd + c->bwd)) / t;
+}
+
+int schedule_peak_act_theory(sched_kind kind, int p, int v, int m, int rank)
+{
+	if (schedule_check(kind, p, v, m, rank, NULL) || rank < 0)
+		return -1;
+	switch (kind) {
+	case SCHED_GPIPE:
+		return m;
+	case SCHED_EAGER_1F1B:
+		return imin(2 * (p - rank) - 1, m);
+	case SCHED_INTERLEAVED_1F1B:
+		return imin(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
+	default:
+		return imin(p - rank, m);
+	}
+}
+
+int schedule_peak_wstash_theory(sched_kind kind, int p, int v, int m, int rank)
+{
+	if (schedule_check(kind, p, v, m, rank, NULL) || rank < 0)
+		return -1;
+	return kind == SCHED_ZBH1 ? imin(rank + 1, m) : 0;
 }

@@ -19,13 +19,16 @@
  * Stages on the same rank (p = 1) exchange nothing.
  *
  * Blocking point-to-point. Every list is safe to run with blocking,
- * rendezvous send/recv (MPI_Ssend semantics, tags = (kind, mb, vstage)):
- * schedule_build places each send and receive by running all ranks in the
- * reference cost model (fwd 1, bwd 2 split 1 + 1) where a transfer happens
- * at an instant when both ranks are between computes, and appends every
- * action in that one global order. Each rank's list is a projection of a
- * single global order of events, so no cycle of waits can form, whatever
- * the real costs are.
+ * rendezvous send/recv (MPI_Ssend semantics, tags = (kind, mb, vstage)).
+ * schedule_build runs all ranks' compute orders at the reference costs
+ * (fwd 1, bwd 2 = BWD_I 1 + BWD_W 1) and places a transfer at an instant
+ * when the message is ready and both ranks are between computes (a rank
+ * whose next compute is ready starts it rather than wait for a busy
+ * receiver), appending every compute, send and receive in that one global
+ * order. Each rank's list is a projection of one global order of events, so
+ * no cycle of waits can form whatever the real costs are. At the reference
+ * costs the blocking run loses nothing to the non-blocking one; at other
+ * costs it can (the simulator reports both).
  *
  * Compute orders (per rank, before the messages are placed):
  *   gpipe            F(0..m-1), then B(0..m-1).                   (v = 1)
@@ -36,19 +39,27 @@
  *   eager1f1b        JaxPP Eager1F1B: w = min(2 (p - r) - 1, m) warm-up
  *                    forwards (JaxPP: p - r in its first p steps plus
  *                    p - 1 - r more), then B, F alternating.     (v = 1)
+ *                    Same ideal time as 1f1b with zero-time messages, at
+ *                    more memory; the extra forwards are there to hide
+ *                    transfer latency on real links.
  *   interleaved1f1b  Megatron's interleaved schedule (m % p == 0): forward
  *                    unit k (0 <= k < m v) is chunk (k mod p v) / p of
  *                    microbatch (k / p v) p + k mod p; backward unit k the
  *                    same with chunk v - 1 - that; w = min(2 (p - r - 1) +
  *                    (v - 1) p, m v) warm-up forwards, then F(w + i), B(i)
- *                    pairs, then the remaining B. v = 1 is 1f1b.
+ *                    pairs, then the remaining B. At v = 1 this is
+ *                    eager1f1b's order (w + 1 = 2 (p - r) - 1).
  *   zbh1             ZeroBubble H1 as JaxPP's ZeroBubble builds it (Qi et
  *                    al. 2023): min(p - r, m) forwards, r pairs (BWD_I, F),
  *                    then the rotation BWD_I, BWD_W, F with kinds skipped
- *                    once they run out (JaxPP requires m >= p; below that
- *                    the same rule still gives a valid schedule).  (v = 1)
+ *                    once they run out; the last rank defers its first W by
+ *                    p - 1 slots, into what would be 1F1B's cool-down
+ *                    bubble. JaxPP requires m >= p; below that the same
+ *                    rule still gives a valid schedule.           (v = 1)
  * Sources: NVIDIA/jaxpp src/jaxpp/schedules.py (Std1F1B, Eager1F1B, GPipe,
- * ZeroBubble, Interleaved1F1B), Megatron-LM schedules.py
+ * ZeroBubble, Interleaved1F1B: the per-rank orders here are identical to
+ * its tables; its Interleaved1F1B asks m % (p v) == 0, Megatron and this
+ * file only m % p == 0), Megatron-LM schedules.py
  * (forward_backward_pipelining_with_interleaving), Narayanan et al. 2021,
  * Qi et al. 2023 "Zero Bubble Pipeline Parallelism".
  *
@@ -57,7 +68,9 @@
  * weight-gradient stash (the inputs of the linear layers and their output
  * gradients) held until BWD_W(i, s) completes. Peaks count chunk-microbatches
  * (one stage's activations for one microbatch) and depend only on the order
- * of a rank's list. */
+ * of a rank's list. A runtime that keeps a microbatch's whole saved state
+ * until BWD_W needs peak_held slots: zbh1's min(p, m) on every rank, where
+ * 1f1b needs min(p - r, m). */
 #ifndef PP_SCHEDULE_H
 #define PP_SCHEDULE_H
 
@@ -140,6 +153,9 @@ typedef struct {
 	double finish;   /* when its last action completes */
 	int peak_act;    /* most activations held at once (see "Memory") */
 	int peak_wstash; /* most weight-gradient stashes held at once (zbh1) */
+	int peak_held;   /* most chunk-microbatches holding either at once, i.e.
+			  * from FWD until BWD or BWD_W: peak_act except for
+			  * zbh1, where it is min(p, m) on every rank */
 } sched_rank_stats;
 
 typedef struct {
@@ -155,7 +171,7 @@ typedef struct {
 
 /* Runs every rank's list of the schedule together: computes take their cost,
  * messages take no time, a send and its receive complete together once both
- * ranks have reached them. */
+ * ranks have reached them. c NULL: the reference costs. */
 int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c, sched_sim *out,
 		      pp_err *e);
 /* The same on given lists (lists[r], counts[r] for r < p, S = p v stages of
@@ -166,29 +182,33 @@ int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, con
 			    const sched_costs *c, sched_sim *out, pp_err *e);
 void schedule_sim_free(sched_sim *s);
 
-/* Closed forms for these compute orders with zero-time messages.
+/* Closed forms for these compute orders with non-blocking zero-time
+ * messages (c NULL: the reference costs), f = fwd, b = bwd, w = bwd_w:
  *
- * Bubble fraction idle / makespan (every rank alike, for v = 1 and for the
- * interleaved schedule):
+ * Ideal time of one step (the critical path, simulate's critical_path):
+ *   gpipe, 1f1b, eager1f1b   (m + p - 1)(f + b)
+ *   interleaved1f1b          (v m + p - 1)(f + b)
+ *   zbh1                     m (f + b) + (p - 1)(f + b - 2 w) + max(0, p - m) w
+ *                            where w <= f and w <= b - w (ZB-H1's premise:
+ *                            a W fits the gap it fills); -1 otherwise
+ * At the reference costs the blocking simulation's makespan equals it too.
+ * -1 for arguments schedule_check rejects. */
+double schedule_ideal_time(sched_kind kind, int p, int v, int m, const sched_costs *c);
+/* Bubble fraction, idle / makespan, the same on every rank: 1 - m v (f + b)
+ * / ideal time. At the reference costs (f 1, b 2, w 1):
  *   gpipe, 1f1b, eager1f1b   (p - 1) / (m + p - 1)
  *   interleaved1f1b          (p - 1) / (v m + p - 1)
- *   zbh1 (m >= p, bwd_w = bwd / 2 <= fwd)
- *                            (p - 1)(fwd + bwd/2 - bwd/2) / makespan,
- *                            makespan = m (fwd + bwd) + (p - 1) fwd
- * for the reference costs (fwd 1, bwd 2, bwd_w 1); schedule_simulate
- * matches these exactly there (tests/test_schedule.c). Returns -1 for
- * arguments schedule_check rejects. */
-double schedule_bubble_theory(sched_kind kind, int p, int v, int m);
-/* Makespan at the reference costs scaled so fwd = c->fwd, bwd = c->bwd
- * (bwd_w = bwd / 2): the ideal time of one step, p v m chunk computations
- * plus the bubble. -1 for rejected arguments. */
-double schedule_ideal_time(sched_kind kind, int p, int v, int m, const sched_costs *c);
-/* Peak activations of rank r (chunk-microbatches):
+ *   zbh1                     (p - 1 + max(0, p - m)) / (3 m + p - 1 + max(0, p - m))
+ * -1 where the ideal time is. */
+double schedule_bubble_theory(sched_kind kind, int p, int v, int m, const sched_costs *c);
+/* Peak activations of rank r (chunk-microbatches; simulate's peak_act):
  *   gpipe            m
  *   1f1b, zbh1       min(p - r, m)
  *   eager1f1b        min(2 (p - r) - 1, m)
  *   interleaved1f1b  min(2 (p - r - 1) + (v - 1) p + 1, m v)
  * -1 for rejected arguments. */
 int schedule_peak_act_theory(sched_kind kind, int p, int v, int m, int rank);
+/* Peak weight-gradient stashes of rank r: min(r + 1, m) for zbh1, else 0. */
+int schedule_peak_wstash_theory(sched_kind kind, int p, int v, int m, int rank);
 
 #endif

@@ -13,6 +13,7 @@
  *    with a priority queue over a linked list, as Hugging Face does.
  * Encoded words are cached per thread. Invalid UTF-8 needs nothing special:
  * its bytes are bytes. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,51 +313,54 @@ static int pretokenize(bpe_enc *w, const char *s, size_t n)
 	return 0;
 }
 
-/* One stretch of text between added tokens: the Digits split, the prefix
- * space, then the regex. */
+/* One piece of text as the ByteLevel pre-tokenizer sees it: with
+ * add_prefix_space, a space before it unless it starts with one (Hugging
+ * Face does this for every piece a previous pre-tokenizer made: " 12" split
+ * by Digits becomes " ", " 1", " 2"). */
+static int byte_level(bpe_enc *w, const char *s, size_t n)
+{
+	if (!n)
+		return 0;
+	if (!w->b->add_prefix_space || s[0] == ' ')
+		return pretokenize(w, s, n);
+	char small[256], *tmp = n + 1 <= sizeof small ? small : malloc(n + 1);
+	if (!tmp)
+		return oom(w);
+	tmp[0] = ' ';
+	memcpy(tmp + 1, s, n);
+	int rc = pretokenize(w, tmp, n + 1);
+	if (tmp != small)
+		free(tmp);
+	return rc;
+}
+
+/* One stretch of text between added tokens: the Digits split, then
+ * ByteLevel. */
 static int encode_text(bpe_enc *w, const char *s, size_t n)
 {
 	const struct tok_bpe *b = w->b;
-	if (!n)
-		return 0;
-	char *tmp = NULL;
-	if (b->add_prefix_space && s[0] != ' ') {
-		if (!(tmp = malloc(n + 1)))
-			return oom(w);
-		tmp[0] = ' ';
-		memcpy(tmp + 1, s, n);
-		s = tmp;
-		n++;
-	}
-	int rc = 0;
-	if (!b->split_digits) {
-		rc = pretokenize(w, s, n);
-	} else {
-		size_t i = 0, start = 0;
-		while (i < n && !rc) {
-			int c;
-			size_t len = next_char(s + i, n - i, &c);
-			if (c != CL_N) {
-				i += len;
-				continue;
-			}
-			size_t end = i + len;
-			if (b->split_digits == 2)
-				for (int c2; end < n; end += len) {
-					len = next_char(s + end, n - end, &c2);
-					if (c2 != CL_N)
-						break;
-				}
-			rc = pretokenize(w, s + start, i - start);
-			if (!rc)
-				rc = pretokenize(w, s + i, end - i);
-			i = start = end;
+	if (!b->split_digits)
+		return byte_level(w, s, n);
+	size_t i = 0, start = 0;
+	while (i < n) {
+		int c;
+		size_t len = next_char(s + i, n - i, &c);
+		if (c != CL_N) {
+			i += len;
+			continue;
 		}
-		if (!rc)
-			rc = pretokenize(w, s + start, n - start);
+		size_t end = i + len;
+		if (b->split_digits == 2)
+			for (int c2; end < n; end += len) {
+				len = next_char(s + end, n - end, &c2);
+				if (c2 != CL_N)
+					break;
+			}
+		if (byte_level(w, s + start, i - start) || byte_level(w, s + i, end - i))
+			return -1;
+		i = start = end;
 	}
-	free(tmp);
-	return rc;
+	return byte_level(w, s + start, n - start);
 }
 
 static size_t added_match(const struct tok_bpe *b, const char *p, size_t n, int *id)
@@ -424,10 +428,15 @@ typedef struct {
 	int id, special, in_vocab;
 } added_tok;
 
-static int load_err(pp_err *e, const char *path, const char *fmt, const char *a, long b)
+static int load_err(pp_err *e, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int load_err(pp_err *e, const char *path, const char *fmt, ...)
 {
 	char msg[512];
-	snprintf(msg, sizeof msg, fmt, a, b);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
 	return pp_errorf(e, PP_ERUNTIME, "%s: %s", path, msg);
 }
 
@@ -469,7 +478,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	{
 		if (!json_is_integer(val) || json_integer_value(val) < 0 ||
 		    json_integer_value(val) > 0x7FFFFFF)
-			return load_err(e, path, "vocabulary entry '%.64s' has no valid id", key, 0);
+			return load_err(e, path, "vocabulary entry '%.64s' has no valid id", key);
 		if (json_integer_value(val) > maxid)
 			maxid = (long)json_integer_value(val);
 	}
@@ -477,7 +486,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		if (added[i].id > maxid)
 			maxid = added[i].id;
 	if (maxid < 0)
-		return load_err(e, path, "the vocabulary is empty%.0s", "", 0);
+		return load_err(e, path, "the vocabulary is empty");
 	int nv = (int)maxid + 1;
 	pp_tokenizer *t = tok_new(nv);
 	struct tok_bpe *b = t ? calloc(1, sizeof *b) : NULL;
@@ -508,7 +517,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	{
 		int id = (int)json_integer_value(val);
 		if (b->special[id] != 2)
-			return load_err(e, path, "vocabulary entries '%.64s' and another share id %ld",
+			return load_err(e, path, "vocabulary entries '%.64s' and another share id %d",
 					key, id);
 		b->special[id] = 0;
 		if (tok_set_piece(t, id, key, strlen(key)))
@@ -619,8 +628,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 				rl = strlen(r);
 			}
 			if (!r)
-				return load_err(e, path, "merge %.0s%ld is not \"a b\" nor [\"a\", \"b\"]", "",
-						(long)i);
+				return load_err(e, path, "merge %zu is not \"a b\" nor [\"a\", \"b\"]", i);
 		} else {
 			if (!*mp)
 				break;
@@ -637,8 +645,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			}
 			const char *sp = memchr(mp, ' ', n);
 			if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - mp)))
-				return load_err(e, merges_path, "line %.0s%ld is not a merge \"a b\"", "",
-						(long)line);
+				return load_err(e, merges_path, "line %zu is not a merge \"a b\"", line);
 			l = mp;
 			ll = (size_t)(sp - mp);
 			r = sp + 1;
@@ -646,7 +653,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			mp = next;
 		}
 		if (ll + rl >= sizeof buf)
-			return load_err(e, path, "merge %.0s%ld is too long", "", (long)i);
+			return load_err(e, path, "merge %zu is too long", i);
 		memcpy(buf, l, ll);
 		memcpy(buf + ll, r, rl);
 		int a = tok_map_get(&t->map, l, ll), c = tok_map_get(&t->map, r, rl),
@@ -654,8 +661,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		if (a < 0 || c < 0 || o < 0) {
 			buf[ll + rl] = 0;
 			return load_err(e, merges ? path : merges_path,
-					"merge '%s' (rank %ld) has a token that is not in the vocabulary",
-					buf, (long)i);
+					"merge '%.200s' (rank %zu) has a token that is not in the vocabulary",
+					buf, i);
 		}
 		b->merge_out[i] = o;
 		b->nmerges = (int)i + 1;
@@ -752,8 +759,9 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 	size_t nadded = 0;
 	char *mtxt = NULL, *mpath = NULL;
 	json_t *model = json_object_get(root, "model");
-	if (model) {
-		/* a Hugging Face tokenizer.json */
+	if (json_is_object(model)) {
+		/* a Hugging Face tokenizer.json ("model" is also a word of GPT-2's
+		 * vocab.json, with an integer) */
 		const char *type = type_of(model);
 		json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 		if (*type && strcmp(type, "BPE")) {

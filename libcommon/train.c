@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "ckpt.h"
+#include "fsutil.h"
 #include "log.h"
 #include "plan.h"
 
@@ -17,6 +17,46 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- collectives that are no-ops on groups of one ------------------------- */
+
+static int sum_over(pp_comm *c, void *buf, size_t n, pp_dtype t, pp_redop op, pp_err *e)
+{
+	return c ? comm_allreduce(c, buf, n, t, op, e) : 0;
+}
+
+/* The tp group as the model sees it. */
+static int tp_allreduce(void *ctx, pp_real *buf, size_t n, int op, pp_err *e)
+{
+	return comm_allreduce(ctx, buf, n, PP_DT_REAL, op == PP_REDUCE_MAX ? PP_OP_MAX : PP_OP_SUM, e);
+}
+
+/* Agrees on a status across the job: the worst code of any rank. */
+static int agree(trainer *t, int rc, pp_err *e)
+{
+	int worst = rc;
+	pp_err ignore;
+	if (t->mesh.world_comm &&
+	    comm_allreduce(t->mesh.world_comm, &worst, 1, PP_DT_I32, PP_OP_MAX, &ignore))
+		return rc ? rc : pp_errorf(e, PP_ERUNTIME, "%s", ignore.msg);
+	if (worst && !rc)
+		return pp_errorf(e, worst, "another rank failed (see its message)");
+	return rc;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+static bool is_embedding_copy(const pp_stage *st, const pp_param *p)
+{
+	/* the last stage's copy of a tied embedding; the first stage's counts */
+	return st->last && !st->first && st->cfg->tied_embeddings && p == &st->params[0];
+}
+
+/* Each element of the model counted once across ranks. */
+static bool counts_once(const pp_stage *st, const pp_param *p)
+{
+	return p->tp_owner && !is_embedding_copy(st, p);
 }
 
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
@@ -34,28 +74,75 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 				 "model '%s' uses relative position biases (pos=relative): this version "
 				 "of pp trains rope and learned positions only",
 				 m->preset);
-	int world = c->pp * c->dp * c->tp;
-	if (world != 1)
-		return pp_errorf(e, PP_EUSAGE,
-				 "the layout pp=%d dp=%d tp=%d needs %d ranks, but this process runs "
-				 "alone; set pp=1 dp=1 tp=1",
-				 c->pp, c->dp, c->tp, world);
 	t->ops = pp_ops_find(c->device);
 	if (!t->ops)
 		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
 				 c->device, c->device);
-	int B = params_only ? 1 : c->microbatch, T = params_only ? 1 : c->seq_len;
-	stage_spec spec = stage_spec_whole(m, B, T, c->recompute);
-	int rc = stage_create(&t->stage, m, t->ops, &spec, e);
+	int rc;
+	pp_comm *world = NULL;
+	if (params_only) {
+		/* one process holds the whole model, whatever the layout */
+		pp_config whole = *c;
+		whole.pp = whole.dp = whole.tp = whole.virtual_stages = 1;
+		rc = mesh_init(&t->mesh, &whole, 0, 1, e);
+	} else {
+		if ((rc = boot_init(&t->proc, e)))
+			return rc;
+		t->booted = true;
+		log_set_prefix("pp-train", t->proc.rank, t->proc.size);
+		if ((rc = mesh_init(&t->mesh, c, t->proc.rank, t->proc.size, e)))
+			return rc;
+		if (t->proc.size > 1) {
+			const pp_comm_ops *co = comm_find(strcmp(c->device, "cuda") ? "mpi" : "nccl");
+			if (!co)
+				return pp_errorf(e, PP_EUSAGE, "device=%s: no communication backend", c->device);
+			if ((rc = co->init(&world, &t->proc, c->comm_timeout, e)))
+				return rc;
+		}
+		rc = mesh_split(&t->mesh, world, e);
+	}
 	if (rc)
 		return rc;
-	if ((rc = optim_create(&t->opt, t->ops, t->stage.n_elems, e)))
+
+	const pp_mesh *me = &t->mesh;
+	sched_kind kind = SCHED_1F1B;
+	if ((rc = schedule_kind_parse(c->schedule, &kind, e)))
 		return rc;
+	int slots[64] = {0};
+	if (me->v > 64)
+		return pp_errorf(e, PP_EUSAGE, "virtual_stages=%d: at most 64", me->v);
+	if (!params_only && (rc = pipeline_slots(kind, me->pp, me->v, c->microbatches, me->pp_rank, slots, e)))
+		return rc;
+	t->chunks = calloc((size_t)me->v, sizeof *t->chunks);
+	t->opt = calloc((size_t)me->v, sizeof *t->opt);
+	for (int k = 0; k < me->v; k++) {
+		stage_spec sp = stage_spec_whole(m, params_only ? 1 : c->microbatch,
+						 params_only ? 1 : c->seq_len, c->recompute);
+		mesh_chunk_layers(me, c, k, &sp.layer_begin, &sp.layer_end);
+		sp.n_slots = params_only ? 1 : slots[k];
+		sp.split_backward = kind == SCHED_ZBH1 && !params_only;
+		sp.tp = (pp_tp){me->tp_rank, me->tp, tp_allreduce, me->tp_comm};
+		if ((rc = stage_create(&t->chunks[k], m, t->ops, &sp, e)))
+			return rc;
+		/* ZeRO-1: this dp rank updates elements [lo, hi) of the flat buffer */
+		size_t n = t->chunks[k].n_elems, lo = 0, hi = n;
+		if (c->shard_optimizer && me->dp > 1) {
+			size_t share = (n + (size_t)me->dp - 1) / (size_t)me->dp;
+			lo = share * (size_t)me->dp_rank;
+			lo = lo < n ? lo : n;
+			hi = lo + share < n ? lo + share : n;
+		}
+		if ((rc = optim_create(&t->opt[k], t->ops, lo, hi, e)))
+			return rc;
+	}
 	if (params_only)
 		return 0;
-	if ((rc = data_open(&t->train, c, "train", 0, 1, e)))
+	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
+				me->pp_comm, e)))
 		return rc;
-	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", 0, 1, e)))
+	if ((rc = data_open(&t->train, c, "train", me->dp_rank, me->dp, e)))
+		return rc;
+	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", me->dp_rank, me->dp, e)))
 		return rc;
 	return 0;
 }
@@ -64,102 +151,210 @@ void trainer_close(trainer *t)
 {
 	data_close(t->train);
 	data_close(t->val);
-	optim_free(&t->opt);
-	if (t->stage.ops)
-		stage_free(&t->stage);
+	pipeline_free(&t->pl);
+	for (int k = 0; t->chunks && k < t->mesh.v; k++) {
+		optim_free(&t->opt[k]);
+		stage_free(&t->chunks[k]);
+	}
+	free(t->chunks);
+	free(t->opt);
+	pp_comm *world = t->mesh.world_comm;
+	mesh_free(&t->mesh);
+	comm_free(world);
+	if (t->booted)
+		boot_fini(&t->proc);
 	memset(t, 0, sizeof *t);
+}
+
+void trainer_abort(trainer *t, int code, const char *why)
+{
+	if (t->booted && t->proc.size > 1)
+		comm_abort(t->mesh.world_comm, code, why);
 }
 
 void trainer_init(trainer *t)
 {
-	stage_init_params(&t->stage, t->cfg->seed);
+	for (int k = 0; k < t->mesh.v; k++)
+		stage_init_params(&t->chunks[k], t->cfg->seed);
 	t->step = 0;
 }
 
 /* ---- checkpoints ------------------------------------------------------- */
 
-/* Host views of the parameters and AdamW state: the buffers themselves on
- * the CPU backend, copies otherwise. */
+/* The rows and offsets one checkpoint entry covers: a whole unsharded
+ * tensor, a slice, or one block of a fused projection. */
+static void entry_of(const pp_param *p, int block, ckpt_tensor *c)
+{
+	c->name = p->name;
+	c->ndim = p->ndim;
+	c->shape[0] = p->block_rows;
+	c->shape[1] = p->shape[1];
+	c->global_shape[0] = p->global_shape[0];
+	c->global_shape[1] = p->global_shape[1];
+	c->offset[0] = p->block_row[block];
+	c->offset[1] = p->col;
+	if (p->ndim == 1)
+		c->shape[1] = c->global_shape[1] = 1;
+}
+
+/* Host copies of one chunk's parameters and full AdamW state (ZeRO-1 shards
+ * gathered over dp). */
 typedef struct {
 	pp_real *w, *m, *v;
-	bool copied;
 } host_state;
 
-static void host_state_get(trainer *t, host_state *h, bool fetch)
+static int gather_state(trainer *t, int k, host_state *h, pp_err *e)
 {
-	const pp_ops *o = t->ops;
-	size_t bytes = t->stage.n_elems * sizeof(pp_real);
-	h->copied = strcmp(o->name, "cpu") != 0;
-	if (!h->copied) {
-		*h = (host_state){t->stage.w, t->opt.m, t->opt.v, false};
-		return;
-	}
+	const pp_stage *st = &t->chunks[k];
+	const optim_state *o = &t->opt[k];
+	const pp_ops *ops = t->ops;
+	size_t n = st->n_elems, bytes = n * sizeof(pp_real);
 	h->w = malloc(bytes);
-	h->m = malloc(bytes);
-	h->v = malloc(bytes);
-	if (fetch) {
-		o->to_host(h->w, t->stage.w, bytes);
-		o->to_host(h->m, t->opt.m, bytes);
-		o->to_host(h->v, t->opt.v, bytes);
+	h->m = calloc(n ? n : 1, sizeof(pp_real));
+	h->v = calloc(n ? n : 1, sizeof(pp_real));
+	ops->to_host(h->w, st->w, bytes);
+	if (o->lo == 0 && o->hi == n) {
+		ops->to_host(h->m, o->m, bytes);
+		ops->to_host(h->v, o->v, bytes);
+		return 0;
 	}
+	/* shards of equal length share = hi - lo (the last one padded) */
+	size_t share = (n + (size_t)t->mesh.dp - 1) / (size_t)t->mesh.dp;
+	pp_real *send = calloc(share, sizeof(pp_real)), *all = malloc(share * (size_t)t->mesh.dp * sizeof(pp_real));
+	pp_real *dst[2] = {h->m, h->v}, *src[2] = {o->m, o->v};
+	int rc = 0;
+	for (int i = 0; i < 2 && !rc; i++) {
+		memset(send, 0, share * sizeof(pp_real));
+		ops->to_host(send, src[i], (o->hi - o->lo) * sizeof(pp_real));
+		rc = comm_all_gather(t->mesh.dp_comm, send, all, share, PP_DT_REAL, e);
+		if (!rc)
+			memcpy(dst[i], all, bytes);
+	}
+	free(send);
+	free(all);
+	return rc;
 }
 
-static void host_state_put(trainer *t, host_state *h, bool store)
+/* A fused projection split over tp (GPT-2's c_attn) is not one slice of the
+ * whole tensor: tp rank 0 gathers the blocks and saves the tensor whole.
+ * Returns the whole tensor (param, m, v: three arrays) on tp rank 0. */
+static int gather_fused(trainer *t, const pp_param *p, const host_state *h, pp_real *whole[3],
+			pp_err *e)
 {
-	if (!h->copied)
-		return;
-	size_t bytes = t->stage.n_elems * sizeof(pp_real);
-	if (store) {
-		t->ops->to_device(t->stage.w, h->w, bytes);
-		t->ops->to_device(t->opt.m, h->m, bytes);
-		t->ops->to_device(t->opt.v, h->v, bytes);
+	const int tp = t->mesh.tp;
+	const size_t n = p->n, cols = (size_t)p->shape[1], rows = (size_t)p->block_rows;
+	const pp_real *src[3] = {h->w + p->off, h->m + p->off, h->v + p->off};
+	pp_real *all = malloc(n * (size_t)tp * sizeof(pp_real));
+	int rc = 0;
+	for (int i = 0; i < 3 && !rc; i++) {
+		whole[i] = malloc(n * (size_t)tp * sizeof(pp_real));
+		rc = comm_all_gather(t->mesh.tp_comm, src[i], all, n, PP_DT_REAL, e);
+		/* rank r's block b goes to global rows b * tp * rows + r * rows */
+		for (int r = 0; !rc && r < tp; r++)
+			for (int b = 0; b < p->n_blocks; b++)
+				memcpy(whole[i] + ((size_t)b * tp + r) * rows * cols,
+				       all + (size_t)r * n + (size_t)b * rows * cols, rows * cols * sizeof(pp_real));
 	}
-	free(h->w);
-	free(h->m);
-	free(h->v);
+	free(all);
+	return rc;
 }
 
-static ckpt_tensor *ckpt_tensors(const pp_stage *s, const host_state *h)
+/* This rank's shard of the checkpoint: every tensor of its chunks that it
+ * owns (one copy of replicated ones, not the tied embedding's second copy). */
+static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, pp_real ***extra, int *n_extra,
+		       pp_err *e)
 {
-	ckpt_tensor *ts = calloc((size_t)s->n_params, sizeof *ts);
-	for (int i = 0; i < s->n_params; i++) {
-		const pp_param *p = &s->params[i];
-		ckpt_tensor *c = &ts[i];
-		c->name = p->name;
-		c->ndim = p->ndim;
-		for (int d = 0; d < p->ndim; d++)
-			c->shape[d] = c->global_shape[d] = p->shape[d];
-		c->param = h->w + p->off;
-		c->m = h->m + p->off;
-		c->v = h->v + p->off;
+	int cap = 0, rc = 0;
+	for (int k = 0; k < t->mesh.v; k++)
+		cap += t->chunks[k].n_params;
+	cs->tensors = calloc((size_t)cap, sizeof *cs->tensors);
+	*extra = calloc((size_t)cap * 3, sizeof **extra);
+	*n_extra = 0;
+	for (int k = 0; k < t->mesh.v && !rc; k++) {
+		const pp_stage *st = &t->chunks[k];
+		for (int i = 0; i < st->n_params && !rc; i++) {
+			const pp_param *p = &st->params[i];
+			if (is_embedding_copy(st, p))
+				continue;
+			pp_real *whole[3] = {NULL, NULL, NULL};
+			bool fused = p->n_blocks > 1 && t->mesh.tp > 1;
+			if (fused && (rc = gather_fused(t, p, &hs[k], whole, e)))
+				break;
+			if (fused)
+				for (int j = 0; j < 3; j++)
+					(*extra)[(*n_extra)++] = whole[j];
+			if (!p->tp_owner)
+				continue;
+			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
+			entry_of(p, 0, c);
+			if (fused || p->n_blocks > 1) { /* whole: the blocks are contiguous rows */
+				c->shape[0] = c->global_shape[0];
+				c->offset[0] = 0;
+			}
+			c->param = fused ? whole[0] : hs[k].w + p->off;
+			c->m = fused ? whole[1] : hs[k].m + p->off;
+			c->v = fused ? whole[2] : hs[k].v + p->off;
+		}
 	}
-	return ts;
+	return rc;
 }
 
-static void ckpt_fill(trainer *t, ckpt_state *cs, const host_state *h)
+static void fill_header(trainer *t, ckpt_state *cs)
 {
-	memset(cs, 0, sizeof *cs);
+	const pp_mesh *me = &t->mesh;
 	cs->step = t->step;
 	cs->rng[0] = t->cfg->seed;
 	/* without a loader (pp-init) the position is the start of the data */
 	cs->n_data_state = t->train ? data_get_state(t->train, cs->data_state, PP_CKPT_DATA_STATE) : 1;
-	cs->pp_size = cs->tp_size = cs->dp_size = 1;
-	cs->n_tensors = t->stage.n_params;
-	cs->tensors = ckpt_tensors(&t->stage, h);
+	cs->pp_rank = me->pp_rank;
+	cs->tp_rank = me->tp_rank;
+	cs->dp_rank = me->dp_rank;
+	cs->pp_size = me->pp;
+	cs->tp_size = me->tp;
+	cs->dp_size = me->dp;
 }
 
 int trainer_save(trainer *t, pp_err *e)
 {
-	host_state h;
-	host_state_get(t, &h, true);
-	ckpt_state cs;
-	ckpt_fill(t, &cs, &h);
+	const pp_mesh *me = &t->mesh;
+	pp_comm *world = me->world_comm;
+	char tmp[PP_PATH_MAX + 128] = "";
+	int rc = 0;
+	if (me->rank == 0)
+		rc = ckpt_begin(t->cfg->run_dir, t->step, tmp, sizeof tmp, e);
+	if ((rc = agree(t, rc, e)))
+		return rc;
+	if (world && (rc = comm_broadcast(world, tmp, sizeof tmp, PP_DT_BYTE, 0, e)))
+		return rc;
+
+	host_state *hs = calloc((size_t)me->v, sizeof *hs);
+	for (int k = 0; k < me->v && !rc; k++)
+		rc = gather_state(t, k, &hs[k], e);
+	ckpt_state cs = {0};
+	pp_real **extra = NULL;
+	int n_extra = 0;
+	fill_header(t, &cs);
+	if (!rc)
+		rc = build_shard(t, hs, &cs, &extra, &n_extra, e);
 	char *json = pp_config_dump(t->cfg);
 	cs.config_json = json;
-	int rc = ckpt_save(t->cfg->run_dir, &cs, t->cfg->keep, e);
+	if (!rc && me->dp_rank == 0)
+		rc = ckpt_write_shard(tmp, &cs, e);
+	rc = agree(t, rc, e);
+	if (!rc && me->rank == 0)
+		rc = ckpt_commit(t->cfg->run_dir, tmp, t->step, t->cfg->keep, e);
+	rc = agree(t, rc, e);
 	free(json);
 	free(cs.tensors);
-	host_state_put(t, &h, false);
+	for (int i = 0; i < n_extra; i++)
+		free(extra[i]);
+	free(extra);
+	for (int k = 0; k < me->v; k++) {
+		free(hs[k].w);
+		free(hs[k].m);
+		free(hs[k].v);
+	}
+	free(hs);
 	return rc;
 }
 
@@ -201,6 +396,50 @@ static int check_same_model(trainer *t, const char *dir, pp_err *e)
 	return rc;
 }
 
+/* Loads this rank's tensors (any layout the checkpoint was saved in: the
+ * reader assembles each requested slice from the shards that hold it). */
+static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
+{
+	const pp_mesh *me = &t->mesh;
+	int cap = 0, rc = 0;
+	for (int k = 0; k < me->v; k++)
+		cap += 3 * t->chunks[k].n_params;
+	cs->tensors = calloc((size_t)cap, sizeof *cs->tensors);
+	host_state *hs = calloc((size_t)me->v, sizeof *hs);
+	for (int k = 0; k < me->v; k++) {
+		const pp_stage *st = &t->chunks[k];
+		size_t n = st->n_elems;
+		hs[k] = (host_state){malloc(n * sizeof(pp_real)), malloc(n * sizeof(pp_real)),
+				     malloc(n * sizeof(pp_real))};
+		for (int i = 0; i < st->n_params; i++) {
+			const pp_param *p = &st->params[i];
+			for (int b = 0; b < p->n_blocks; b++) {
+				ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
+				entry_of(p, b, c);
+				size_t at = p->off + (size_t)b * (size_t)(p->block_rows * p->shape[1]);
+				c->param = hs[k].w + at;
+				c->m = hs[k].m + at;
+				c->v = hs[k].v + at;
+			}
+		}
+	}
+	rc = ckpt_load(dir, cs, e);
+	for (int k = 0; k < me->v; k++) {
+		const pp_stage *st = &t->chunks[k];
+		const optim_state *o = &t->opt[k];
+		if (!rc) {
+			t->ops->to_device(st->w, hs[k].w, st->n_elems * sizeof(pp_real));
+			t->ops->to_device(o->m, hs[k].m + o->lo, (o->hi - o->lo) * sizeof(pp_real));
+			t->ops->to_device(o->v, hs[k].v + o->lo, (o->hi - o->lo) * sizeof(pp_real));
+		}
+		free(hs[k].w);
+		free(hs[k].m);
+		free(hs[k].v);
+	}
+	free(hs);
+	return rc;
+}
+
 int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 {
 	char dir[PP_PATH_MAX + 64];
@@ -208,23 +447,20 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	*resumed = false;
 	int rc = ckpt_find_newest(t->cfg->run_dir, dir, sizeof dir, &step, e);
 	if (rc || step < 0)
-		return rc;
-	if ((rc = check_same_model(t, dir, e)))
-		return rc;
-	host_state h;
-	host_state_get(t, &h, false);
-	ckpt_state cs;
-	ckpt_fill(t, &cs, &h);
-	rc = ckpt_load(dir, &cs, e);
+		return agree(t, rc, e);
+	ckpt_state cs = {0};
+	if (!(rc = check_same_model(t, dir, e)))
+		rc = load_chunks(t, dir, &cs, e);
 	if (!rc && t->train)
 		rc = data_set_state(t->train, cs.data_state, cs.n_data_state, e);
 	if (!rc && cs.step > t->cfg->steps)
 		rc = pp_errorf(e, PP_EUSAGE, "checkpoint %s is at step %ld, past steps=%ld", dir,
 			       cs.step, t->cfg->steps);
-	host_state_put(t, &h, !rc);
 	free(cs.tensors);
 	if (rc)
-		return pp_err_prefix(e, "resuming from %s", dir);
+		pp_err_prefix(e, "resuming from %s", dir);
+	if ((rc = agree(t, rc, e)))
+		return rc;
 	t->step = cs.step;
 	*resumed = true;
 	return 0;
@@ -232,20 +468,42 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 
 /* ---- the loop ---------------------------------------------------------- */
 
+/* Reads this dp rank's n sequences of the step (every pp rank reads the
+ * same ones: the first stage needs the tokens, the last the targets). */
+static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid, pp_err *e)
+{
+	int rc = data_next(d, n, T, tok, tgt, e);
+	*valid = 0;
+	for (size_t i = 0; !rc && i < (size_t)n * T; i++)
+		*valid += tgt[i] >= 0;
+	return rc;
+}
+
+/* Sums a loss over the pipeline's last stages and the dp ranks. */
+static int total_loss(trainer *t, double *sum, long *valid, pp_err *e)
+{
+	double v[2] = {*sum, (double)*valid};
+	int rc = sum_over(t->mesh.pp_comm, v, 1, PP_DT_F64, PP_OP_SUM, e);
+	if (!rc)
+		rc = sum_over(t->mesh.dp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e);
+	*sum = v[0];
+	*valid = (long)v[1];
+	return rc;
+}
+
 int trainer_eval(trainer *t, double *loss, pp_err *e)
 {
 	const pp_config *c = t->cfg;
-	const int N = c->microbatch * c->seq_len;
-	int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+	const size_t N = (size_t)c->microbatch * c->seq_len;
+	int *tok = malloc(N * c->eval_batches * sizeof(int)), *tgt = malloc(N * c->eval_batches * sizeof(int));
 	double sum = 0;
-	long valid = 0;
-	int rc = 0;
+	long valid = 0, read_valid;
 	data_rewind(t->val);
-	for (int b = 0; b < c->eval_batches && !rc; b++) {
-		rc = data_next(t->val, c->microbatch, c->seq_len, tok, tgt, e);
-		if (!rc)
-			rc = stage_forward(&t->stage, 0, tok, NULL, tgt, 0, &sum, &valid, NULL, e);
-	}
+	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt, &read_valid, e);
+	if (!rc)
+		rc = pipeline_eval(&t->pl, c->eval_batches, tok, tgt, &sum, &valid, e);
+	if (!rc)
+		rc = total_loss(t, &sum, &valid, e);
 	free(tok);
 	free(tgt);
 	*loss = valid ? sum / (double)valid : NAN;
@@ -253,7 +511,7 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 }
 
 typedef struct {
-	FILE *metrics;
+	FILE *metrics; /* leader only */
 	double flops_per_token;
 	double peak; /* FLOP/s of the device, 0 when unknown */
 	double t_avg;
@@ -263,8 +521,10 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 		     double gnorm, double dt, bool skipped)
 {
 	const pp_config *c = t->cfg;
+	if (!lg->metrics)
+		return;
 	double tokens = (double)c->global_batch * c->seq_len;
-	double tps = tokens / dt, fps = tps * lg->flops_per_token;
+	double tps = tokens / dt, fps = tps * lg->flops_per_token / t->mesh.world;
 	lg->t_avg = lg->t_avg > 0 ? 0.9 * lg->t_avg + 0.1 * dt : dt;
 	char mfu[64] = "null";
 	if (lg->peak > 0)
@@ -279,10 +539,10 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	char rate[64], eta[32], tp[32];
 	log_thousands(tp, sizeof tp, tps);
 	if (lg->peak > 0)
-		snprintf(rate, sizeof rate, "%.1f TFLOP/s | MFU %.1f%%", fps / 1e12,
+		snprintf(rate, sizeof rate, "%.1f TFLOP/s/device | MFU %.1f%%", fps / 1e12,
 			 100 * fps / lg->peak);
 	else
-		snprintf(rate, sizeof rate, "%.1f GFLOP/s", fps / 1e9);
+		snprintf(rate, sizeof rate, "%.1f GFLOP/s/device", fps / 1e9);
 	log_duration(eta, sizeof eta, lg->t_avg * (double)(c->steps - t->step));
 	log_info("step %ld/%ld | loss %.4f | lr %.2e | grad_norm %.3f | %.3f s | %s tok/s | %s | "
 		 "ETA %s%s",
@@ -294,7 +554,7 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 {
 	double vl;
 	int rc = trainer_eval(t, &vl, e);
-	if (rc)
+	if (rc || !lg->metrics)
 		return rc;
 	log_info("step %ld/%ld | val_loss %.4f (%d batches)", t->step, t->cfg->steps, vl,
 		 t->cfg->eval_batches);
@@ -303,36 +563,115 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 	return 0;
 }
 
+/* Gradient exchanges after the last backward of a step: kv heads shared in
+ * tp, the tied embedding between the first and last stage, then the sum
+ * over dp (all of it, or each rank's ZeRO-1 shard). */
+static int sync_grads(trainer *t, pp_err *e)
+{
+	const pp_mesh *me = &t->mesh;
+	const int v = me->v;
+	int rc = 0;
+	for (int k = 0; k < v && !rc; k++)
+		rc = stage_reduce_replica_grads(&t->chunks[k], e);
+	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1)) {
+		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank */
+		const pp_param *p = &t->chunks[0].params[0];
+		pp_stage *first = &t->chunks[0], *last = &t->chunks[v - 1];
+		if (me->pp == 1) {
+			t->ops->add(first->g, first->g, last->g, p->n);
+			t->ops->to_device(last->g, first->g, p->n * sizeof(pp_real));
+		} else if (me->tied_comm) {
+			pp_stage *mine = me->pp_rank == 0 ? first : last;
+			rc = comm_allreduce(me->tied_comm, mine->g, p->n, PP_DT_REAL, PP_OP_SUM, e);
+		}
+	}
+	for (int k = 0; k < v && !rc && me->dp_comm; k++) {
+		pp_stage *st = &t->chunks[k];
+		const optim_state *o = &t->opt[k];
+		if (o->lo == 0 && o->hi == st->n_elems) {
+			rc = comm_allreduce(me->dp_comm, st->g, st->n_elems, PP_DT_REAL, PP_OP_SUM, e);
+			continue;
+		}
+		/* equal shares of share elements: the buffer padded, the last shard shorter */
+		size_t share = (st->n_elems + (size_t)me->dp - 1) / (size_t)me->dp;
+		pp_real *padded = t->ops->alloc(share * ((size_t)me->dp + 1) * sizeof(pp_real));
+		pp_real *mine = padded + share * (size_t)me->dp;
+		t->ops->to_device(padded, st->g, st->n_elems * sizeof(pp_real));
+		rc = comm_reduce_scatter(me->dp_comm, padded, mine, share, PP_DT_REAL, PP_OP_SUM, e);
+		if (!rc)
+			t->ops->to_device(st->g + o->lo, mine, (o->hi - o->lo) * sizeof(pp_real));
+		t->ops->free(padded);
+	}
+	return rc;
+}
+
+/* Global gradient norm: each element counted once across the mesh. */
+static int grad_norm(trainer *t, double *norm, pp_err *e)
+{
+	const pp_mesh *me = &t->mesh;
+	double sum = 0;
+	for (int k = 0; k < me->v; k++) {
+		const optim_state *o = &t->opt[k];
+		bool sharded = !(o->lo == 0 && o->hi == t->chunks[k].n_elems);
+		/* replicated over dp: dp rank 0 counts; sharded: each its shard */
+		if (sharded || me->dp_rank == 0)
+			sum += optim_grad_sumsq(&t->chunks[k], o->lo, o->hi, counts_once);
+	}
+	int rc = sum_over(me->world_comm, &sum, 1, PP_DT_F64, PP_OP_SUM, e);
+	*norm = sqrt(sum);
+	return rc;
+}
+
+/* After a ZeRO-1 update each dp rank holds fresh values of its shard only. */
+static int gather_params(trainer *t, pp_err *e)
+{
+	const pp_mesh *me = &t->mesh;
+	for (int k = 0; k < me->v; k++) {
+		pp_stage *st = &t->chunks[k];
+		const optim_state *o = &t->opt[k];
+		if (o->lo == 0 && o->hi == st->n_elems)
+			continue;
+		size_t share = (st->n_elems + (size_t)me->dp - 1) / (size_t)me->dp;
+		pp_real *all = t->ops->alloc(share * (size_t)me->dp * sizeof(pp_real));
+		pp_real *mine = t->ops->alloc(share * sizeof(pp_real));
+		t->ops->to_device(mine, st->w + o->lo, (o->hi - o->lo) * sizeof(pp_real));
+		int rc = comm_all_gather(me->dp_comm, mine, all, share, PP_DT_REAL, e);
+		if (!rc)
+			t->ops->to_device(st->w, all, st->n_elems * sizeof(pp_real));
+		t->ops->free(all);
+		t->ops->free(mine);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* One optimizer step over every microbatch of the global batch. */
 static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnorm, bool *skipped,
 		      double *lr, pp_err *e)
 {
 	const pp_config *c = t->cfg;
-	const int mb = c->microbatch, T = c->seq_len, n_mb = c->global_batch / mb;
-	const size_t N = (size_t)mb * T;
-	int rc = data_next(t->train, c->global_batch, T, tok, tgt, e);
+	const int n = c->microbatches * c->microbatch;
+	long valid;
+	int rc = read_batch(t->train, n, c->seq_len, tok, tgt, &valid, e);
+	double v = (double)valid;
+	if (!rc)
+		rc = sum_over(t->mesh.dp_comm, &v, 1, PP_DT_F64, PP_OP_SUM, e);
 	if (rc)
 		return rc;
-	long valid = 0;
-	for (size_t i = 0; i < (size_t)c->global_batch * T; i++)
-		valid += tgt[i] >= 0;
-	if (!valid)
+	if (v == 0)
 		return pp_errorf(e, PP_ERUNTIME, "step %ld: the batch has no target tokens",
 				 t->step + 1);
 	/* dscale = 1/valid makes the summed gradients those of the mean loss */
-	pp_real dscale = (pp_real)(1.0 / (double)valid);
+	pp_real dscale = (pp_real)(1.0 / v);
 	double sum = 0;
-	stage_zero_grad(&t->stage);
-	for (int k = 0; k < n_mb; k++) {
-		rc = stage_forward(&t->stage, 0, tok + k * N, NULL, tgt + k * N, dscale, &sum, NULL,
-				   NULL, e);
-		if (!rc)
-			rc = stage_backward(&t->stage, 0, STAGE_BWD_FULL, NULL, NULL, e);
-		if (rc)
-			return rc;
-	}
-	*loss = sum / (double)valid;
-	*gnorm = optim_grad_norm(&t->stage);
+	long dummy = 0;
+	for (int k = 0; k < t->mesh.v; k++)
+		stage_zero_grad(&t->chunks[k]);
+	if ((rc = pipeline_train(&t->pl, tok, tgt, dscale, &sum, e)) || (rc = sync_grads(t, e)) ||
+	    (rc = grad_norm(t, gnorm, e)) || (rc = total_loss(t, &sum, &dummy, e)))
+		return rc;
+	*loss = sum / v;
 	*lr = optim_lr(c, t->step);
 	*skipped = !isfinite(*loss) || !isfinite(*gnorm);
 	if (*skipped && strcmp(c->nan_policy, "skip") != 0)
@@ -341,8 +680,12 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 				 "(nan_policy=skip skips such steps)",
 				 t->step + 1, isfinite(*loss) ? "gradient norm" : "loss",
 				 isfinite(*loss) ? *gnorm : *loss, *loss, *gnorm);
-	if (!*skipped)
-		optim_step(&t->opt, &t->stage, c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
+	if (!*skipped) {
+		for (int k = 0; k < t->mesh.v; k++)
+			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
+		if ((rc = gather_params(t, e)))
+			return rc;
+	}
 	t->step++;
 	return 0;
 }
@@ -350,24 +693,27 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 {
 	pp_config *c = t->cfg;
-	char path[PP_PATH_MAX + 32];
-	if (mkdir(c->run_dir, 0755) && errno != EEXIST)
-		return pp_errorf(e, PP_ERUNTIME, "cannot create run_dir %s: %s", c->run_dir,
-				 strerror(errno));
-	snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
 	run_log lg = {0};
-	lg.metrics = fopen(path, "a");
-	if (!lg.metrics)
-		return pp_errorf(e, PP_ERUNTIME, "cannot open %s: %s", path, strerror(errno));
+	int rc = 0;
+	if (trainer_leader(t)) {
+		char path[PP_PATH_MAX + 32];
+		rc = fs_mkdir_p(c->run_dir, e);
+		snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+		if (!rc && !(lg.metrics = fopen(path, "a")))
+			rc = pp_errorf(e, PP_ERUNTIME, "cannot open %s: %s", path, strerror(errno));
+	}
+	if ((rc = agree(t, rc, e)))
+		return rc;
 	lg.flops_per_token = plan_flops_per_token(&c->model, c->seq_len);
 
-	size_t n = (size_t)c->global_batch * c->seq_len;
+	size_t n = (size_t)c->microbatches * c->microbatch * c->seq_len;
 	int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
-	int rc = 0;
-	if (!o->quiet)
-		log_info("training %s (%zu parameters, %.3g FLOP/token = 6N + 6*L*H*D*T) for %ld "
-			 "steps from step %ld; %d x %d tokens per step",
-			 c->model.preset, t->stage.n_elems, lg.flops_per_token, c->steps, t->step,
+	if (!o->quiet && trainer_leader(t))
+		log_info("training %s on %d rank%s (pp=%d dp=%d tp=%d, %s, %d microbatches) "
+			 "for %ld steps from step %ld; %.3g FLOP/token = 6N + 6*L*H*D*T; %d x %d "
+			 "tokens per step",
+			 c->model.preset, t->mesh.world, t->mesh.world > 1 ? "s" : "", c->pp, c->dp,
+			 c->tp, c->schedule, c->microbatches, c->steps, t->step, lg.flops_per_token,
 			 c->global_batch, c->seq_len);
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();
@@ -378,23 +724,27 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		log_step(t, &lg, o, loss, lr, gnorm, now() - t0, skipped);
 		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps))
 			rc = run_eval(t, &lg, e);
-		bool stop = o->stop && *o->stop;
+		/* a signal may reach the ranks at different steps: agree */
+		int stop = o->stop && *o->stop;
+		if (!rc)
+			rc = sum_over(t->mesh.world_comm, &stop, 1, PP_DT_I32, PP_OP_MAX, e);
 		bool period = c->checkpoint_period > 0 && t->step % c->checkpoint_period == 0;
 		if (!rc && (period || stop || t->step == c->steps)) {
 			double s0 = now();
 			rc = trainer_save(t, e);
-			if (!rc && !o->quiet)
+			if (!rc && !o->quiet && trainer_leader(t))
 				log_info("saved checkpoint step %ld in %.2f s", t->step, now() - s0);
 		}
 		if (!rc && stop && t->step < c->steps) {
-			log_info("stopped by a signal at step %ld after saving", t->step);
-			rc = PP_ESTOPPED;
-			pp_errorf(e, PP_ESTOPPED, "stopped by a signal at step %ld; checkpoint saved",
-				  t->step);
+			if (trainer_leader(t))
+				log_info("stopped by a signal at step %ld after saving", t->step);
+			rc = pp_errorf(e, PP_ESTOPPED, "stopped by a signal at step %ld; checkpoint saved",
+				       t->step);
 		}
 	}
 	free(tok);
 	free(tgt);
-	fclose(lg.metrics);
+	if (lg.metrics)
+		fclose(lg.metrics);
 	return rc;
 }

@@ -1,22 +1,29 @@
-/* The training loop of one process: a stage holding every layer, AdamW,
- * the data loader, logging, evaluation and checkpoints. Commands only parse
- * arguments and call these. */
+/* The training loop of one rank: its pipeline chunks (stages), AdamW, the
+ * data loader, the gradient exchanges of the pp x dp x tp mesh, logging,
+ * evaluation and checkpoints. Commands only parse arguments and call these. */
 #ifndef PP_TRAIN_H
 #define PP_TRAIN_H
 
 #include <signal.h>
 #include <stdbool.h>
 
+#include "boot.h"
 #include "config.h"
 #include "data.h"
+#include "mesh.h"
 #include "model.h"
 #include "optim.h"
+#include "pipeline.h"
 
 typedef struct {
 	pp_config *cfg;
 	const pp_ops *ops;
-	pp_stage stage;
-	optim_state opt;
+	pp_proc proc;  /* from boot_init; size 1 without a launcher */
+	bool booted;
+	pp_mesh mesh;
+	pp_stage *chunks;  /* mesh.v chunks of this pp rank */
+	optim_state *opt;  /* per chunk: all of it, or this dp rank's shard (ZeRO-1) */
+	pipeline pl;
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	long step;            /* optimizer steps completed */
 } trainer;
@@ -26,23 +33,30 @@ typedef struct {
 	volatile sig_atomic_t *stop;       /* set by a signal handler: save and stop */
 } train_opts;
 
-/* Checks that this process can run the config (device, model kind, layout),
- * then allocates. params_only skips activations for the batch and the data. */
+/* Checks that the config can run here (device, model kind, layout against
+ * the job's ranks), then allocates. params_only builds one process's whole
+ * model (pp-init) without a launcher, activations for the batch or data. */
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e);
 void trainer_close(trainer *t);
+/* Ends every rank of the job after an error on this one (never returns when
+ * the job has more than one rank). */
+void trainer_abort(trainer *t, int code, const char *why);
 
 /* Seeded initialisation at step 0. */
 void trainer_init(trainer *t);
-/* Loads the newest complete checkpoint in run_dir if there is one. */
+/* Loads the newest checkpoint in run_dir if there is one. */
 int trainer_resume(trainer *t, bool *resumed, pp_err *e);
-/* Saves a checkpoint of the current step into run_dir. */
+/* Saves a checkpoint of the current step into run_dir (every rank calls). */
 int trainer_save(trainer *t, pp_err *e);
 
 /* Trains from t->step to cfg->steps. Returns PP_ESTOPPED when stopped by
  * *o->stop after saving. */
 int trainer_run(trainer *t, const train_opts *o, pp_err *e);
 
-/* Mean loss over cfg->eval_batches validation microbatches. */
+/* Mean loss over cfg->eval_batches validation microbatches per dp rank. */
 int trainer_eval(trainer *t, double *loss, pp_err *e);
+
+/* Whether this rank prints progress and writes metrics (world rank 0). */
+static inline bool trainer_leader(const trainer *t) { return t->mesh.rank == 0; }
 
 #endif

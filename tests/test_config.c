@@ -263,8 +263,8 @@ static void test_defaults(void)
 		  c.adamw.weight_decay == 0.1 && !c.adamw.decay_norms_and_biases &&
 		  c.clip_norm == 1.0 && c.seed == 0 && !strcmp(c.dtype, "fp32") &&
 		  !strcmp(c.device, "cpu") && !strcmp(c.nan_policy, "abort") &&
-		  !strcmp(c.data, "synthetic") && !strcmp(c.run_dir, "runs/default") &&
-		  c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
+		  !strcmp(c.data, "synthetic") && !c.val_data[0] && !c.tokenizer[0] && c.data_eos &&
+		  !strcmp(c.run_dir, "runs/default") && c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
 		  c.eval_batches == 4 && c.log_period == 1;
 	char *dump = pp_config_dump(&c);
 	CHECK(ok, "config/defaults/run", "some default differs:\n%s", dump);
@@ -340,7 +340,8 @@ static void test_overrides(void)
 			    "recompute=true", "lr=1e-3", "steps=1e3", "run_dir=2024",
 			    "data=/tmp/a=b", "seed=12345678901234", "schedule=gpipe",
 			    "adamw.decay_norms_and_biases=true", "model.rope_theta=5e5",
-			    "model.norm_offset=0.30000000000000004"};
+			    "model.norm_offset=0.30000000000000004", "val_data=v.h5",
+			    "tokenizer=tok.model", "data_eos=false"};
 	int rc = pp_config_load(&c, path, sizeof ov / sizeof ov[0], (char *const *)ov, &e);
 	CHECK(rc == 0, "config/override/load", "%s", e.msg);
 	if (!rc) {
@@ -359,6 +360,9 @@ static void test_overrides(void)
 		      "config/override/string_key_raw", "run_dir '%s'", c.run_dir);
 		CHECK(!strcmp(c.data, "/tmp/a=b") && !strcmp(c.schedule, "gpipe"),
 		      "config/override/strings", "data '%s' schedule '%s'", c.data, c.schedule);
+		CHECK(!strcmp(c.val_data, "v.h5") && !strcmp(c.tokenizer, "tok.model") && !c.data_eos,
+		      "config/override/data_keys", "val_data '%s' tokenizer '%s' data_eos %d",
+		      c.val_data, c.tokenizer, c.data_eos);
 		check_round_trip("config/override/round_trip", &c);
 		pp_config_free(&c);
 	}
@@ -433,6 +437,12 @@ static const struct err_case {
 	{"type/object", NULL, {"model=llama-tiny", "adamw=3"}, {"key 'adamw': expected an object"}},
 	{"type/string", "{\"model\": \"llama-tiny\", \"data\": 5}", {0},
 	 {"key 'data': expected a string, got integer 5"}},
+	{"type/data_eos", NULL, {"model=llama-tiny", "data_eos=yes"},
+	 {"key 'data_eos': expected true or false, got string \"yes\""}},
+	{"type/val_data", "{\"model\": \"llama-tiny\", \"val_data\": false}", {0},
+	 {"key 'val_data': expected a string, got false"}},
+	{"typo/tokenizer", NULL, {"model=llama-tiny", "tokeniser=x.model"},
+	 {"unknown key 'tokeniser'", "did you mean 'tokenizer'"}},
 	{"type/number", NULL, {"model=llama-tiny", "lr=fast"},
 	 {"key 'lr': expected a number, got string \"fast\""}},
 	{"type/preset", "{\"model\": {\"preset\": 3}}", {0}, {"key 'model.preset': expected a string"}},
@@ -598,13 +608,14 @@ static void test_resolved_json(void)
 	const char *paths[] = {"model", "preset", "model", "head_dim", "model", "top_k",
 			       "model", "scaled_residual_init", "lr_schedule", "warmup_steps",
 			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
-			       NULL, "log_period", NULL, "nan_policy"};
+			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
+			       NULL, "tokenizer", NULL, "data_eos"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 28, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 32, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

@@ -45,6 +45,8 @@ static char *fmt(const char *f, ...)
 	return b;
 }
 
+static bool same_ints(const int *a, const int *b, size_t n) { return !memcmp(a, b, n * sizeof *a); }
+
 /* Reads n windows (T + 1 tokens each) from d into w. */
 static int windows(pp_data *d, int n, int T, int *w, pp_err *e)
 {
@@ -386,8 +388,6 @@ static void test_packing(void)
 	data_close(d);
 }
 
-static bool same_ints(const int *a, const int *b, size_t n) { return !memcmp(a, b, n * sizeof *a); }
-
 static void test_shuffle_shard_resume(void)
 {
 	char *path = make_tokens("shuffle", 256, 0);
@@ -542,6 +542,61 @@ static void test_val_sources(void)
 	      "data/error/unknown_path", "rc %d: %s", rc, e.msg);
 }
 
+/* ---- the run's tokenizer ---------------------------------------------------- */
+
+static void test_tokenizer(void)
+{
+	const char *root = getenv("PP_ROOT");
+	char *tok = fmt("%s/../shared/data/llama2-tokenizer.model", root ? root : ".");
+	if (access(tok, R_OK)) {
+		th_skip("data/tokenizer", "no Llama 2 tokenizer at ../shared/data");
+		return;
+	}
+	/* make_tokens records a made-up fingerprint */
+	char *path = make_tokens("fp", 256, 0);
+	pp_data *d = NULL;
+	pp_err e = {0};
+	int rc = open_cfg(&d, "train", 0, 1, &e,
+			  OV("seq_len=8", "model.vocab_size=32000", fmt("data=%s", path),
+			     fmt("tokenizer=%s", tok)));
+	char zeros[65];
+	snprintf(zeros, sizeof zeros, "%064d", 1);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, path) && strstr(e.msg, tok) && strstr(e.msg, zeros) &&
+		      strstr(e.msg, "9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347"),
+	      "data/tokenizer/fingerprint_mismatch", "rc %d: %s", rc, e.msg);
+	data_close(d);
+	d = NULL;
+	/* Megatron data records no tokenizer: the tokenizer's vocabulary bounds
+	 * the model's, and its EOS (2) goes between documents */
+	int toks[60], spd[3] = {2, 1, 3}, len[6] = {7, 13, 9, 10, 11, 10};
+	for (int i = 0; i < 60; i++)
+		toks[i] = 3 + (i * 37 + 5) % 250;
+	char *prefix = fmt("%s/megatok", dir);
+	write_megatron(prefix, 8, toks, 3, spd, len, "MMIDIDX\0\0", 1);
+	rc = open_cfg(&d, "train", 0, 1, &e,
+		      OV("seq_len=8", fmt("data=%s", prefix), fmt("tokenizer=%s", tok)));
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "32000") && strstr(e.msg, "model.vocab_size=256"),
+	      "data/tokenizer/vocab_larger_than_model", "rc %d: %s", rc, e.msg);
+	data_close(d);
+	d = NULL;
+	rc = open_cfg(&d, "val", 0, 1, &e,
+		      OV("seq_len=8", "model.vocab_size=32000", fmt("val_data=%s", prefix),
+			 fmt("tokenizer=%s", tok)));
+	int w[8 * 9], stream[70], n = 0;
+	for (int i = 0; i < 60; i++) {
+		if (i == 20 || i == 29) /* documents end after 2 and 1 sequences */
+			stream[n++] = 2;
+		stream[n++] = toks[i];
+	}
+	if (!rc)
+		rc = windows(d, 7, 8, w, &e);
+	bool same = !rc;
+	for (int i = 0; i < 7 && same; i++)
+		same = same_ints(w + i * 9, stream + i * 8, 9);
+	CHECK(same, "data/tokenizer/megatron_eos_between_documents", "rc %d %s", rc, e.msg);
+	data_close(d);
+}
+
 /* ---- synthetic: unchanged ------------------------------------------------- */
 
 /* the generator as first written (a first-order chain, seeded) */
@@ -603,6 +658,7 @@ int main(void)
 	test_packing();
 	test_shuffle_shard_resume();
 	test_val_sources();
+	test_tokenizer();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd))

@@ -1,0 +1,80 @@
+#include "fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FS_PATH 4096
+
+int fs_fsync_path(const char *path, pp_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return pp_errorf(e, PP_ERUNTIME, "cannot open %s to fsync: %s", path, strerror(errno));
+	int rc = fsync(fd);
+	int err = errno;
+	close(fd);
+	/* some file systems cannot fsync a directory; the data is still there */
+	if (rc != 0 && err != EINVAL)
+		return pp_errorf(e, PP_ERUNTIME, "fsync %s: %s", path, strerror(err));
+	return PP_OK;
+}
+
+int fs_fsync_parent(const char *path, pp_err *e)
+{
+	char parent[FS_PATH];
+	snprintf(parent, sizeof parent, "%s", path);
+	char *slash = strrchr(parent, '/');
+	if (!slash)
+		return fs_fsync_path(".", e);
+	if (slash == parent)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	return fs_fsync_path(parent, e);
+}
+
+int fs_mkdir_p(const char *path, pp_err *e)
+{
+	char buf[FS_PATH];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return pp_errorf(e, PP_EUSAGE, "path too long: %s", path);
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(buf, 0777) == 0) {
+			if (fs_fsync_parent(buf, e))
+				return e ? e->code : PP_ERUNTIME;
+		} else if (errno != EEXIST) {
+			return pp_errorf(e, PP_ERUNTIME, "cannot create directory %s: %s", buf,
+					 strerror(errno));
+		}
+		*p = c;
+		if (!c)
+			break;
+	}
+	struct stat st;
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+		return pp_errorf(e, PP_ERUNTIME, "%s exists and is not a directory", path);
+	return PP_OK;
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(p) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int fs_rm_rf(const char *path)
+{
+	int rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return rc != 0 && errno == ENOENT ? 0 : rc;
+}

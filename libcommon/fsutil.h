@@ -1,0 +1,19 @@
+/* File-system steps that make writes durable: the tools never leave a
+ * half-written file in place of a good one (write to a temporary name,
+ * fsync, rename, fsync the directory). */
+#ifndef PP_FSUTIL_H
+#define PP_FSUTIL_H
+
+#include "error.h"
+
+/* fsync a file or directory by path (a directory that cannot be fsynced on
+ * this file system is not an error). */
+int fs_fsync_path(const char *path, pp_err *e);
+/* fsync the directory holding path: makes a create or rename in it durable. */
+int fs_fsync_parent(const char *path, pp_err *e);
+/* mkdir -p; each directory created is made durable in its parent. */
+int fs_mkdir_p(const char *path, pp_err *e);
+/* rm -rf: files first, then the directories (depth first). 0 or -1 (errno). */
+int fs_rm_rf(const char *path);
+
+#endif

@@ -1,0 +1,73 @@
+#include "mesh.h"
+
+#include <string.h>
+
+#include "plan.h"
+
+int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e)
+{
+	memset(m, 0, sizeof *m);
+	m->pp = c->pp;
+	m->dp = c->dp;
+	m->tp = c->tp;
+	m->v = c->virtual_stages;
+	m->rank = rank;
+	m->world = world;
+	if (world != c->pp * c->dp * c->tp)
+		return pp_errorf(e, PP_EUSAGE,
+				 "the layout pp=%d dp=%d tp=%d needs %d ranks, but the job has %d%s",
+				 c->pp, c->dp, c->tp, c->pp * c->dp * c->tp, world,
+				 world == 1 ? " (launch with srun --mpi=pmix -n N, or set pp=1 dp=1 tp=1)"
+					    : "");
+	m->tp_rank = rank % c->tp;
+	m->dp_rank = rank / c->tp % c->dp;
+	m->pp_rank = rank / (c->tp * c->dp);
+	return 0;
+}
+
+void mesh_chunk_layers(const pp_mesh *m, const pp_config *c, int chunk, int *begin, int *end)
+{
+	plan_chunk_layers(c->model.n_layers, m->pp * m->v, chunk * m->pp + m->pp_rank, begin, end);
+}
+
+int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)
+{
+	m->world_comm = world;
+	if (!world)
+		return 0;
+	const int tp_group = m->pp_rank * m->dp + m->dp_rank; /* ranks sharing pp and dp */
+	const int dp_group = m->pp_rank * m->tp + m->tp_rank;
+	const int pp_group = m->dp_rank * m->tp + m->tp_rank;
+	const bool end = m->pp_rank == 0 || m->pp_rank == m->pp - 1;
+	struct {
+		int color, size;
+		int key;
+		const char *name;
+		pp_comm **out;
+	} g[] = {
+		{tp_group, m->tp, m->tp_rank, "tp", &m->tp_comm},
+		{dp_group, m->dp, m->dp_rank, "dp", &m->dp_comm},
+		{pp_group, m->pp, m->pp_rank, "pp", &m->pp_comm},
+		{end && m->pp > 1 ? pp_group : PP_COMM_NOCOLOR, 2, m->pp_rank, "tied", &m->tied_comm},
+	};
+	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+		pp_comm *c = NULL;
+		int rc = comm_split(world, g[i].color, g[i].key, g[i].name, &c, e);
+		if (rc)
+			return rc;
+		if (c && g[i].size == 1) {
+			comm_free(c);
+			c = NULL;
+		}
+		*g[i].out = c;
+	}
+	return 0;
+}
+
+void mesh_free(pp_mesh *m)
+{
+	pp_comm *c[] = {m->tied_comm, m->pp_comm, m->dp_comm, m->tp_comm};
+	for (size_t i = 0; i < sizeof c / sizeof *c; i++)
+		comm_free(c[i]);
+	m->tied_comm = m->pp_comm = m->dp_comm = m->tp_comm = NULL;
+}

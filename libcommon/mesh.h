@@ -1,0 +1,33 @@
+/* The pp x dp x tp mesh: each rank's coordinates and its process groups.
+ * tp is innermost (ranks of a tp group are neighbours, on one node), then dp,
+ * then pp: rank = (pp_rank * dp + dp_rank) * tp + tp_rank. */
+#ifndef PP_MESH_H
+#define PP_MESH_H
+
+#include "comm.h"
+#include "config.h"
+
+typedef struct {
+	int pp, dp, tp, v; /* sizes; v virtual stages (chunks) per pp rank */
+	int rank, world;
+	int pp_rank, dp_rank, tp_rank;
+	/* groups (NULL when of size 1, or for tied: when pp == 1) */
+	pp_comm *world_comm;
+	pp_comm *tp_comm;   /* same pp and dp rank */
+	pp_comm *dp_comm;   /* same pp and tp rank */
+	pp_comm *pp_comm;   /* same dp and tp rank */
+	pp_comm *tied_comm; /* first and last pp rank of a pp group: tied embeddings */
+} pp_mesh;
+
+/* Coordinates of rank in a world of world ranks; errors when the world size
+ * is not pp * dp * tp. */
+int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e);
+/* Splits world into the groups above (collective over world; world may be
+ * NULL for a single process). */
+int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e);
+void mesh_free(pp_mesh *m);
+
+/* Layers [begin, end) of this rank's local chunk c (virtual stage c * pp + pp_rank). */
+void mesh_chunk_layers(const pp_mesh *m, const pp_config *c, int chunk, int *begin, int *end);
+
+#endif

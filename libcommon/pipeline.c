@@ -1,0 +1,197 @@
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Tags: the schedules put a rank's messages in one global order, so the
+ * messages of one kind between two ranks pair up in posting order. */
+enum { TAG_ACT = 1, TAG_GRAD = 2 };
+
+/* Whether the action is a compute that frees its microbatch's slot. */
+static bool frees_slot(sched_op op) { return op == SCHED_BWD || op == SCHED_BWD_W; }
+
+int pipeline_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e)
+{
+	sched_action *acts;
+	int n, rc = schedule_build(kind, p, v, m, rank, &acts, &n, e);
+	if (rc)
+		return rc;
+	int live[64] = {0};
+	for (int c = 0; c < v; c++)
+		slots[c] = 0;
+	for (int i = 0; i < n; i++) {
+		int c = acts[i].vstage / p;
+		if (acts[i].op == SCHED_FWD && ++live[c] > slots[c])
+			slots[c] = live[c];
+		if (frees_slot(acts[i].op))
+			live[c]--;
+	}
+	free(acts);
+	return 0;
+}
+
+int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p, int rank, int m,
+		  pp_comm *pp, pp_err *e)
+{
+	memset(pl, 0, sizeof *pl);
+	pl->chunks = chunks;
+	pl->v = v;
+	pl->p = p;
+	pl->rank = rank;
+	pl->m = m;
+	pl->pp = pp;
+	int rc = schedule_build(kind, p, v, m, rank, &pl->acts, &pl->n_acts, e);
+	if (rc)
+		return rc;
+	const pp_ops *o = chunks[0].ops;
+	pl->width = (size_t)chunks[0].B * chunks[0].T * chunks[0].cfg->d_model;
+	size_t cells = (size_t)m * v;
+	pl->act_in = o->alloc(cells * pl->width * sizeof(pp_real));
+	pl->grad_in = o->alloc(cells * pl->width * sizeof(pp_real));
+	pl->din = o->alloc(cells * pl->width * sizeof(pp_real));
+	pl->out = calloc(cells, sizeof *pl->out);
+	pl->slot = calloc(cells, sizeof *pl->slot);
+	int max_slots = 0;
+	for (int c = 0; c < v; c++)
+		max_slots = chunks[c].n_slots > max_slots ? chunks[c].n_slots : max_slots;
+	pl->free_slots = calloc((size_t)v * (size_t)max_slots, sizeof(int));
+	pl->n_free = calloc((size_t)v, sizeof(int));
+	if (!pl->act_in || !pl->grad_in || !pl->din || !pl->out || !pl->slot || !pl->free_slots ||
+	    !pl->n_free) {
+		pipeline_free(pl);
+		return pp_errorf(e, PP_ERUNTIME, "out of memory for %d microbatches in flight", m);
+	}
+	for (int c = 0; c < v; c++) {
+		pl->n_free[c] = chunks[c].n_slots;
+		for (int k = 0; k < chunks[c].n_slots; k++)
+			pl->free_slots[c * max_slots + k] = chunks[c].n_slots - 1 - k;
+	}
+	return 0;
+}
+
+void pipeline_free(pipeline *pl)
+{
+	if (pl->chunks) {
+		const pp_ops *o = pl->chunks[0].ops;
+		o->free(pl->act_in);
+		o->free(pl->grad_in);
+		o->free(pl->din);
+	}
+	free(pl->acts);
+	free(pl->out);
+	free(pl->slot);
+	free(pl->free_slots);
+	free(pl->n_free);
+	memset(pl, 0, sizeof *pl);
+}
+
+static int max_slots(const pipeline *pl)
+{
+	int n = 0;
+	for (int c = 0; c < pl->v; c++)
+		n = pl->chunks[c].n_slots > n ? pl->chunks[c].n_slots : n;
+	return n;
+}
+
+/* cell of (microbatch, local chunk) in the (m, v) tables */
+static size_t cell(const pipeline *pl, int mb, int c) { return (size_t)mb * pl->v + c; }
+static pp_real *buf(const pipeline *pl, pp_real *base, int mb, int c)
+{
+	return base + cell(pl, mb, c) * pl->width;
+}
+
+static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,
+		      pp_real dscale, double *loss_sum, pp_err *e)
+{
+	const int p = pl->p, s = a->vstage, c = s / p, mb = a->mb;
+	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
+	pp_stage *st = &pl->chunks[c];
+	const pp_dtype dt = PP_DT_REAL;
+	size_t k = cell(pl, mb, c);
+	int rc = 0;
+
+	switch (a->op) {
+	case SCHED_FWD: {
+		if (!pl->n_free[c])
+			return pp_errorf(e, PP_ERUNTIME, "stage %d has no free slot for microbatch %d", s, mb);
+		int slot = pl->free_slots[c * max_slots(pl) + --pl->n_free[c]];
+		pl->slot[k] = slot;
+		/* the previous virtual stage: on another rank (p > 1), or this rank's previous chunk */
+		const pp_real *in = st->first ? NULL : p > 1 ? buf(pl, pl->act_in, mb, c) : pl->out[cell(pl, mb, c - 1)];
+		rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale, loss_sum, NULL,
+				   &pl->out[k], e);
+		break;
+	}
+	case SCHED_BWD:
+	case SCHED_BWD_I:
+	case SCHED_BWD_W: {
+		int part = a->op == SCHED_BWD ? STAGE_BWD_FULL : a->op == SCHED_BWD_I ? STAGE_BWD_INPUT : STAGE_BWD_WEIGHT;
+		const pp_real *dout = st->last ? NULL : p > 1 ? buf(pl, pl->grad_in, mb, c) : buf(pl, pl->din, mb, c + 1);
+		pp_real *din = NULL;
+		rc = stage_backward(st, pl->slot[k], part, dout, &din, e);
+		if (!rc && din && part != STAGE_BWD_WEIGHT)
+			st->ops->to_device(buf(pl, pl->din, mb, c), din, pl->width * sizeof(pp_real));
+		if (!rc && frees_slot(a->op))
+			pl->free_slots[c * max_slots(pl) + pl->n_free[c]++] = pl->slot[k];
+		break;
+	}
+	case SCHED_SEND_ACT:
+		rc = comm_send(pl->pp, pl->out[k], pl->width, dt, a->peer, TAG_ACT, e);
+		break;
+	case SCHED_RECV_ACT: /* the input of stage s + 1, on this rank */
+		rc = comm_recv(pl->pp, buf(pl, pl->act_in, mb, (s + 1) / p), pl->width, dt, a->peer, TAG_ACT, e);
+		break;
+	case SCHED_SEND_GRAD:
+		rc = comm_send(pl->pp, buf(pl, pl->din, mb, c), pl->width, dt, a->peer, TAG_GRAD, e);
+		break;
+	case SCHED_RECV_GRAD: /* the output gradient of stage s - 1, on this rank */
+		rc = comm_recv(pl->pp, buf(pl, pl->grad_in, mb, (s - 1) / p), pl->width, dt, a->peer, TAG_GRAD, e);
+		break;
+	}
+	if (rc) {
+		char what[64];
+		return pp_err_prefix(e, "%s", schedule_action_format(a, what, sizeof what));
+	}
+	return 0;
+}
+
+int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real dscale,
+		   double *loss_sum, pp_err *e)
+{
+	for (int i = 0; i < pl->n_acts; i++) {
+		int rc = run_action(pl, &pl->acts[i], tokens, targets, dscale, loss_sum, e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
+		  double *loss_sum, long *n_valid, pp_err *e)
+{
+	const int p = pl->p, S = p * pl->v;
+	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
+	const pp_dtype dt = PP_DT_REAL;
+	/* every rank walks (microbatch, virtual stage) in the same global order */
+	for (int mb = 0; mb < n_mb; mb++) {
+		pp_real *prev = NULL; /* output of this rank's previous chunk (p == 1) */
+		for (int s = 0; s < S; s++) {
+			int rc = 0, c = s / p;
+			if (s % p != pl->rank)
+				continue;
+			pp_stage *st = &pl->chunks[c];
+			pp_real *in = st->first ? NULL : p > 1 ? pl->act_in : prev, *out = NULL;
+			if (!st->first && p > 1)
+				rc = comm_recv(pl->pp, in, pl->width, dt, (s - 1) % p, TAG_ACT, e);
+			if (!rc)
+				rc = stage_forward(st, 0, tokens + mb * N, in, targets + mb * N, 0, loss_sum,
+						   n_valid, &out, e);
+			if (!rc && !st->last && p > 1)
+				rc = comm_send(pl->pp, out, pl->width, dt, (s + 1) % p, TAG_ACT, e);
+			if (rc)
+				return pp_err_prefix(e, "evaluation, microbatch %d, stage %d", mb, s);
+			prev = out;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,51 @@
+/* Runs one pp rank's schedule (libcommon/schedule.h) over its chunks: the
+ * forward and backward passes of every microbatch, and the activations and
+ * gradients exchanged with the neighbouring pp ranks through the comm
+ * interface. */
+#ifndef PP_PIPELINE_H
+#define PP_PIPELINE_H
+
+#include "comm.h"
+#include "model.h"
+#include "schedule.h"
+
+typedef struct {
+	pp_stage *chunks; /* v local chunks: chunk c is virtual stage c * p + rank */
+	int v, p, rank, m;
+	pp_comm *pp; /* the pp group (NULL when p == 1) */
+	sched_action *acts;
+	int n_acts;
+	/* (m, v) tables; buffers of (B, T, C) */
+	pp_real *act_in;  /* activations received for a chunk's input */
+	pp_real *grad_in; /* gradients received for a chunk's output */
+	pp_real *din;     /* input gradients a chunk produced, kept until sent */
+	pp_real **out;    /* a chunk's output (owned by its stage slot) */
+	int *slot;        /* stage slot holding a microbatch */
+	int *free_slots;  /* per chunk: a stack of free slot ids (v, n_slots) */
+	int *n_free;
+	size_t width; /* B * T * C */
+} pipeline;
+
+/* The slots each chunk needs: the most microbatches in flight on it under
+ * this rank's action list (forward to the end of its backward). */
+int pipeline_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e);
+
+/* Builds the action list of (kind, p, v, m, rank) over chunks already
+ * created (each with pipeline_slots' slots). */
+int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p, int rank, int m,
+		  pp_comm *pp, pp_err *e);
+void pipeline_free(pipeline *pl);
+
+/* One training step's passes: tokens and targets (m, B*T) host; every
+ * microbatch's loss gradient scaled by dscale. The summed token loss of
+ * this rank's last-stage microbatches is added to *loss_sum. */
+int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real dscale,
+		   double *loss_sum, pp_err *e);
+
+/* Forward passes only (evaluation), microbatch by microbatch through every
+ * virtual stage in order; adds the summed token loss and the valid target
+ * count on the last stage. */
+int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
+		  double *loss_sum, long *n_valid, pp_err *e);
+
+#endif

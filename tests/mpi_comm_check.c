@@ -1,0 +1,534 @@
+/* Checks the comm interface ("mpi" backend) as N ranks: every collective's
+ * result, on communicators of every size 1..N (prefix groups, ranked in
+ * reverse by key) and on a split by rank parity, for several lengths
+ * (0, 1, odd, multi-chunk) and both real types; integer and byte types;
+ * point to point around a ring and with tags; barrier; argument errors.
+ *
+ * Built with -DPP_CUDA it can check the "nccl" backend instead
+ * (PP_CHECK_BACKEND=nccl): buffers are then CUDA managed memory, which both
+ * the checks (host) and NCCL (device) can use.
+ *
+ * Rank 0 prints the PASS/FAIL lines; another rank prints a FAIL line (with
+ * its rank) only for a check that failed on it. Built and run by
+ * tests/test_comm.sh under each launcher (not by the Makefile's test_* rule:
+ * it needs MPI and PMIx flags).
+ *
+ * Environment:
+ *   PP_CHECK_BACKEND=mpi|nccl  (default mpi)
+ *   PP_CHECK_TIMEOUT=S      communicator timeout (default 60)
+ *   PP_CHECK_FAULT=kill|hang  after the checks, rank PP_CHECK_FAULT_RANK
+ *                           kills itself (SIGKILL) or stops answering (sleeps
+ *                           three timeouts, then exits 3) while the others
+ *                           are in PP_CHECK_FAULT_OP ("allreduce", or "recv":
+ *                           a receive from that rank)
+ *   PP_CHECK_ON_ERROR=exit  on a comm error print it and _exit(1) instead of
+ *                           comm_abort (so each rank reports for itself) */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef PP_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "../libcommon/boot.h"
+#include "../libcommon/comm.h"
+#include "../libcommon/log.h"
+#include "harness.h"
+
+static pp_proc proc;
+static pp_comm *world;
+
+static const char *env_str(const char *name, const char *dflt)
+{
+	const char *s = getenv(name);
+	return s && *s ? s : dflt;
+}
+
+static int on_device; /* nccl: buffers in CUDA managed memory */
+
+/* n elements of t, zeroed, where the backend can use them */
+static void *alloc(size_t n, pp_dtype t)
+{
+	size_t bytes = (n ? n : 1) * comm_dtype_size(t);
+	void *p = NULL;
+#ifdef PP_CUDA
+	if (on_device) {
+		if (cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) != cudaSuccess)
+			p = NULL;
+		else
+			memset(p, 0, bytes);
+	} else
+#endif
+		p = calloc(1, bytes);
+	if (!p) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+static void release(void *p)
+{
+#ifdef PP_CUDA
+	if (on_device) {
+		cudaFree(p);
+		return;
+	}
+#endif
+	free(p);
+}
+
+/* A comm call failed: the run cannot go on. Every rank says so itself. */
+static _Noreturn void fatal(const char *what, const pp_err *e)
+{
+	printf("FAIL: %s (rank %d): %s\n", what, proc.rank, e->msg);
+	log_error("%s: %s", what, e->msg);
+	fflush(NULL);
+	if (!strcmp(env_str("PP_CHECK_ON_ERROR", "abort"), "exit"))
+		_exit(1);
+	comm_abort(world, 1, e->msg);
+}
+
+/* One counted check over the whole job: ok is this rank's verdict. */
+static void report(int ok, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void report(int ok, const char *name, const char *fmt, ...)
+{
+	char detail[512] = "";
+	if (!ok) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(detail, sizeof detail, fmt, ap);
+		va_end(ap);
+	}
+	pp_err e = {0};
+	uint64_t *vote = alloc(1, PP_DT_U64);
+	int64_t *count = alloc(1, PP_DT_I64);
+	*vote = ok || proc.rank >= 64 ? 0 : (uint64_t)1 << proc.rank;
+	*count = !ok;
+	if (comm_allreduce(world, vote, 1, PP_DT_U64, PP_OP_SUM, &e) ||
+	    comm_allreduce(world, count, 1, PP_DT_I64, PP_OP_SUM, &e))
+		fatal(name, &e);
+	uint64_t bad = *vote;
+	int64_t nbad = *count;
+	release(vote), release(count);
+	if (proc.rank == 0) {
+		if (!nbad)
+			th_report(1, name, "%s", "");
+		else if (!ok)
+			th_report(0, name, "%s (and %lld rank(s) in all)", detail, (long long)nbad);
+		else
+			th_report(0, name, "failed on %lld other rank(s), mask 0x%llx", (long long)nbad,
+				  (unsigned long long)bad);
+	} else if (!ok) {
+		th_failed++;
+		printf("FAIL: %s (rank %d): %s\n", name, proc.rank, detail);
+		fflush(stdout);
+	}
+}
+
+/* ---- typed buffers: values are small integers, exact in every type ---- */
+
+static void put(void *buf, pp_dtype t, size_t i, double v)
+{
+	switch (t) {
+	case PP_DT_F32: ((float *)buf)[i] = (float)v; break;
+	case PP_DT_F64: ((double *)buf)[i] = v; break;
+	case PP_DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case PP_DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+	case PP_DT_U64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+	case PP_DT_BYTE: ((unsigned char *)buf)[i] = (unsigned char)v; break;
+	}
+}
+
+static double get(const void *buf, pp_dtype t, size_t i)
+{
+	switch (t) {
+	case PP_DT_F32: return ((const float *)buf)[i];
+	case PP_DT_F64: return ((const double *)buf)[i];
+	case PP_DT_I32: return ((const int32_t *)buf)[i];
+	case PP_DT_I64: return (double)((const int64_t *)buf)[i];
+	case PP_DT_U64: return (double)((const uint64_t *)buf)[i];
+	case PP_DT_BYTE: return ((const unsigned char *)buf)[i];
+	}
+	return 0;
+}
+
+static const size_t lengths[] = {0, 1, 7, 1000, 65537};
+enum { NLEN = sizeof lengths / sizeof *lengths };
+
+/* first mismatch in buf (n) against want(i), as text; 1 when all match */
+#define EXPECT(buf, t, n, want, why)                                                           \
+	do {                                                                                   \
+		for (size_t i_ = 0; i_ < (n); i_++) {                                          \
+			size_t i = i_;                                                         \
+			double w_ = (want), g_ = get(buf, t, i);                               \
+			if (g_ != w_) {                                                        \
+				snprintf(why, sizeof why, "length %zu: [%zu] = %g, expected %g", \
+					 (size_t)(n), i, g_, w_);                              \
+				ok = 0;                                                        \
+				break;                                                         \
+			}                                                                      \
+		}                                                                              \
+	} while (0)
+
+/* c is NULL on ranks outside the group being tested: they only vote. */
+static void check_collectives(pp_comm *c, const char *label, pp_dtype t)
+{
+	char name[160], why[256] = "";
+	const char *tn = comm_dtype_name(t);
+	pp_err e = {0};
+	int ok, n = c ? c->size : 0, r = c ? c->rank : 0;
+	double rsum = (double)n * (n + 1) / 2; /* sum of rank+1 */
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		void *x = alloc(len, t);
+		for (size_t i = 0; i < len; i++)
+			put(x, t, i, (r + 1) + (double)(i % 13));
+		if (comm_allreduce(c, x, len, t, PP_OP_SUM, &e))
+			fatal("allreduce", &e);
+		EXPECT(x, t, len, rsum + (double)n * (i % 13), why);
+		release(x);
+	}
+	snprintf(name, sizeof name, "allreduce sum %s on %s", tn, label);
+	report(ok, name, "%s", why);
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		void *x = alloc(len, t);
+		for (size_t i = 0; i < len; i++) /* the max moves between ranks */
+			put(x, t, i, (double)((r + i) % (size_t)n) * 3 + (double)(i % 5));
+		if (comm_allreduce(c, x, len, t, PP_OP_MAX, &e))
+			fatal("allreduce max", &e);
+		EXPECT(x, t, len, (double)(n - 1) * 3 + (double)(i % 5), why);
+		release(x);
+	}
+	snprintf(name, sizeof name, "allreduce max %s on %s", tn, label);
+	report(ok, name, "%s", why);
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l], all = len * (size_t)n;
+		void *s = alloc(all, t), *x = alloc(len, t);
+		for (size_t j = 0; j < all; j++)
+			put(s, t, j, (r + 1) + (double)(j % 13));
+		for (size_t i = 0; i < len; i++)
+			put(x, t, i, -1);
+		if (comm_reduce_scatter(c, s, x, len, t, PP_OP_SUM, &e))
+			fatal("reduce_scatter", &e);
+		EXPECT(x, t, len, rsum + (double)n * (double)(((size_t)r * len + i) % 13), why);
+		release(s), release(x);
+	}
+	snprintf(name, sizeof name, "reduce_scatter sum %s on %s", tn, label);
+	report(ok, name, "%s", why);
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l], all = len * (size_t)n;
+		void *s = alloc(len, t), *x = alloc(all, t);
+		for (size_t i = 0; i < len; i++)
+			put(s, t, i, r * 100 + (double)(i % 97));
+		if (comm_all_gather(c, s, x, len, t, &e))
+			fatal("all_gather", &e);
+		EXPECT(x, t, all, (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97), why);
+		/* in place: this rank's block already sits in x */
+		for (size_t j = 0; j < all; j++)
+			put(x, t, j, j / len == (size_t)r ? r * 100 + (double)(j % len % 97) : -1);
+		if (ok && comm_all_gather(c, (char *)x + (size_t)r * len * comm_dtype_size(t), x, len,
+					  t, &e))
+			fatal("all_gather in place", &e);
+		if (ok)
+			EXPECT(x, t, all, (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97),
+			       why);
+		release(s), release(x);
+	}
+	snprintf(name, sizeof name, "all_gather %s on %s (also in place)", tn, label);
+	report(ok, name, "%s", why);
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		int root = n - 1;
+		void *x = alloc(len, t);
+		for (size_t i = 0; i < len; i++)
+			put(x, t, i, r == root ? 7 + (double)(i % 101) : -1);
+		if (comm_broadcast(c, x, len, t, root, &e))
+			fatal("broadcast", &e);
+		EXPECT(x, t, len, 7 + (double)(i % 101), why);
+		release(x);
+	}
+	snprintf(name, sizeof name, "broadcast %s from the last rank on %s", tn, label);
+	report(ok, name, "%s", why);
+}
+
+/* Around the ring: each rank sends to the next and receives from the one
+ * before, at once (sendrecv), then with plain send/recv ordered so that
+ * it cannot deadlock (even ranks send first). */
+static void check_ring(pp_comm *c, const char *label)
+{
+	char name[160], why[256] = "";
+	pp_err e = {0};
+	int ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		int n = c->size, r = c->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+		double *s = alloc(len, PP_DT_F64), *x = alloc(len, PP_DT_F64);
+		for (size_t i = 0; i < len; i++)
+			s[i] = c->world[r] * 1000.0 + (double)i, x[i] = -1;
+		if (comm_sendrecv(c, s, len, next, x, len, prev, PP_DT_F64, 3, &e))
+			fatal("sendrecv", &e);
+		EXPECT(x, PP_DT_F64, len, c->world[prev] * 1000.0 + (double)i, why);
+		if (ok && n > 1) {
+			for (size_t i = 0; i < len; i++)
+				x[i] = -1;
+			int rc;
+			if (r % 2 == 0)
+				rc = comm_send(c, s, len, PP_DT_F64, next, 5, &e) ||
+				     comm_recv(c, x, len, PP_DT_F64, prev, 5, &e);
+			else
+				rc = comm_recv(c, x, len, PP_DT_F64, prev, 5, &e) ||
+				     comm_send(c, s, len, PP_DT_F64, next, 5, &e);
+			if (rc)
+				fatal("send/recv", &e);
+			EXPECT(x, PP_DT_F64, len, c->world[prev] * 1000.0 + (double)i, why);
+		}
+		release(s), release(x);
+	}
+	snprintf(name, sizeof name, "ring sendrecv and send/recv on %s", label);
+	report(ok, name, "%s", why);
+}
+
+static void check_barrier(pp_comm *c, const char *label)
+{
+	char name[160];
+	pp_err e = {0};
+	if (c && (comm_barrier(c, &e) || comm_barrier(c, &e)))
+		fatal("barrier", &e);
+	snprintf(name, sizeof name, "barrier on %s", label);
+	report(1, name, "%s", "");
+}
+
+static void check_group(pp_comm *c, const char *label)
+{
+	check_collectives(c, label, PP_DT_F32);
+	check_collectives(c, label, PP_DT_F64);
+	check_ring(c, label);
+	check_barrier(c, label);
+}
+
+/* Sub-communicators: the first k ranks for every k (ranked in reverse by
+ * key), then the split by rank parity (the shape of mesh groups). */
+static void check_splits(void)
+{
+	pp_err e = {0};
+	int n = world->size, r = world->rank;
+	for (int k = 1; k < n; k++) {
+		char label[64], name[160], why[256] = "";
+		pp_comm *g;
+		snprintf(label, sizeof label, "first %d of %d ranks", k, n);
+		if (comm_split(world, r < k ? 0 : PP_COMM_NOCOLOR, -r, "prefix", &g, &e))
+			fatal("split", &e);
+		int ok = (r < k) == (g != NULL);
+		if (!ok)
+			snprintf(why, sizeof why, "in group: %d, expected %d", g != NULL, r < k);
+		if (ok && g) {
+			ok = g->size == k && g->rank == k - 1 - r && !strcmp(g->name, "prefix");
+			for (int j = 0; ok && j < k; j++)
+				ok = g->world[j] == k - 1 - j;
+			if (!ok)
+				snprintf(why, sizeof why, "rank %d of %d, expected %d of %d", g->rank,
+					 g->size, k - 1 - r, k);
+		}
+		snprintf(name, sizeof name, "split: %s, reverse key order", label);
+		report(ok, name, "%s", why);
+		check_group(g, label);
+		comm_free(g);
+	}
+
+	char why[256] = "";
+	pp_comm *g;
+	if (comm_split(world, r % 2, r, "parity", &g, &e))
+		fatal("split parity", &e);
+	int want = (n - r % 2 + 1) / 2;
+	int ok = g && g->size == want && g->rank == r / 2 && g->world[g->rank] == r;
+	if (!ok)
+		snprintf(why, sizeof why, "rank %d of %d, expected %d of %d", g ? g->rank : -1,
+			 g ? g->size : -1, r / 2, want);
+	report(ok, "split by rank parity (color rank%2)", "%s", why);
+	check_group(g, "parity groups");
+	comm_free(g);
+}
+
+static void check_other_types(void)
+{
+	pp_err e = {0};
+	char why[256] = "";
+	const pp_dtype ints[] = {PP_DT_I32, PP_DT_I64, PP_DT_U64};
+	int n = world->size, r = world->rank, ok = 1;
+	for (int k = 0; k < 3; k++)
+		for (int l = 0; l < NLEN && ok; l++) {
+			size_t len = lengths[l];
+			void *x = alloc(len, ints[k]);
+			for (size_t i = 0; i < len; i++)
+				put(x, ints[k], i, (r + 1) * 5 + (double)(i % 11));
+			if (comm_allreduce(world, x, len, ints[k], PP_OP_SUM, &e))
+				fatal("allreduce int", &e);
+			EXPECT(x, ints[k], len, 5.0 * n * (n + 1) / 2 + (double)n * (i % 11), why);
+			release(x);
+		}
+	report(ok, "allreduce sum int32, int64, uint64 on world", "%s", why);
+
+	/* 64-bit values beyond double's 53 bits stay exact */
+	int64_t *big = alloc(1, PP_DT_I64);
+	*big = ((int64_t)1 << 60) + r;
+	if (comm_allreduce(world, big, 1, PP_DT_I64, PP_OP_MAX, &e))
+		fatal("allreduce int64 max", &e);
+	report(*big == ((int64_t)1 << 60) + n - 1, "allreduce max int64 keeps 64 bits", "got %lld",
+	       (long long)*big);
+	release(big);
+
+	ok = 1;
+	for (int l = 0; l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		unsigned char *x = alloc(len, PP_DT_BYTE), *all = alloc(len * (size_t)n, PP_DT_BYTE);
+		for (size_t i = 0; i < len; i++)
+			x[i] = r == 0 ? (unsigned char)(i * 7 + 1) : 0;
+		if (comm_broadcast(world, x, len, PP_DT_BYTE, 0, &e) ||
+		    comm_all_gather(world, x, all, len, PP_DT_BYTE, &e))
+			fatal("bytes", &e);
+		EXPECT(all, PP_DT_BYTE, len * (size_t)n, (double)(unsigned char)((i % len) * 7 + 1),
+		       why);
+		release(x), release(all);
+	}
+	report(ok, "broadcast and all_gather of bytes on world", "%s", why);
+
+	/* tags: two messages to the same peer told apart by tag */
+	ok = 1;
+	if (n > 1) {
+		int32_t *a = alloc(2, PP_DT_I32), *b = alloc(2, PP_DT_I32);
+		a[0] = r, a[1] = 100 + r, b[0] = b[1] = -1;
+		int next = (r + 1) % n, prev = (r + n - 1) % n;
+		if (comm_sendrecv(world, &a[0], 1, next, &b[0], 1, prev, PP_DT_I32, 11, &e) ||
+		    comm_sendrecv(world, &a[1], 1, next, &b[1], 1, prev, PP_DT_I32, 12, &e))
+			fatal("tagged sendrecv", &e);
+		ok = b[0] == prev && b[1] == 100 + prev;
+		snprintf(why, sizeof why, "got %d, %d from rank %d", b[0], b[1], prev);
+		release(a), release(b);
+	}
+	report(ok, "tagged sendrecv on world", "%s", why);
+}
+
+/* Mistakes are usage errors, found before any message moves. */
+static void check_errors(void)
+{
+	pp_err e = {0};
+	float f = 0;
+	unsigned char byte = 0;
+	int n = world->size;
+	report(comm_allreduce(world, &byte, 1, PP_DT_BYTE, PP_OP_SUM, &e) == PP_EUSAGE &&
+		       strstr(e.msg, "bytes"),
+	       "allreduce of bytes is a usage error", "%s", e.msg);
+	report(comm_send(world, &f, 1, PP_DT_F32, n, 0, &e) == PP_EUSAGE &&
+		       strstr(e.msg, "destination") && strstr(e.msg, "'world'"),
+	       "send to a rank out of range is a usage error naming it", "%s", e.msg);
+	report(comm_recv(world, &f, 1, PP_DT_F32, 0, 40000, &e) == PP_EUSAGE,
+	       "tag out of range is a usage error", "%s", e.msg);
+	report(comm_broadcast(world, &f, 1, PP_DT_F32, -1, &e) == PP_EUSAGE,
+	       "broadcast from root -1 is a usage error", "%s", e.msg);
+	report(comm_find("mpi") == &pp_comm_mpi && comm_find("gloo") == NULL,
+	       "comm_find knows mpi, refuses unknown names", "%s", "");
+}
+
+/* One rank dies (or hangs) in the middle of an operation: the others must
+ * come back with an error naming it, within their timeout. */
+static void fault_in_the_middle(const char *how, int victim)
+{
+	pp_err e = {0};
+	const char *op = env_str("PP_CHECK_FAULT_OP", "allreduce");
+	int n = world->size, r = world->rank;
+	if (victim < 0 || victim >= n)
+		return;
+	for (int it = 0; it < 20; it++) {
+		float *x = alloc(64, PP_DT_F32);
+		for (int i = 0; i < 64; i++)
+			x[i] = (float)r;
+		if (r == victim && it == 10) {
+			fflush(NULL);
+			if (!strcmp(how, "kill"))
+				raise(SIGKILL);
+			sleep((unsigned)(3 * world->timeout));
+			_exit(3);
+		}
+		int rc;
+		if (!strcmp(op, "recv") && it == 10 && r != victim)
+			rc = comm_recv(world, x, 64, PP_DT_F32, victim, 1, &e);
+		else
+			rc = comm_allreduce(world, x, 64, PP_DT_F32, PP_OP_SUM, &e);
+		if (rc)
+			fatal("operation with a dead or stuck rank", &e);
+		release(x);
+	}
+	report(0, "a rank failed", "%s", "the others finished 20 iterations without an error");
+}
+
+int main(void)
+{
+	pp_err e = {0};
+	if (boot_init(&proc, &e)) {
+		log_set_prefix("mpi_comm_check", 0, 1);
+		log_error("%s", e.msg);
+		return e.code;
+	}
+	log_set_prefix("mpi_comm_check", proc.rank, proc.size);
+	const char *backend = env_str("PP_CHECK_BACKEND", "mpi");
+	const pp_comm_ops *ops = comm_find(backend);
+	if (!ops) {
+		log_error("backend '%s' is not built in", backend);
+		return 2;
+	}
+	on_device = !strcmp(backend, "nccl");
+	double timeout = atof(env_str("PP_CHECK_TIMEOUT", "60"));
+	if (ops->init(&world, &proc, timeout, &e)) {
+		log_error("%s", e.msg);
+		comm_abort(NULL, e.code, e.msg);
+	}
+	if (proc.rank == 0)
+		printf("# %s: %d rank(s), %d on this host, timeout %g s\n", ops->name, proc.size,
+		       proc.local_size, world->timeout);
+
+	int locals_ok = proc.local_rank >= 0 && proc.local_rank < proc.local_size &&
+			proc.local_size <= proc.size && proc.peers[proc.rank].pid == getpid();
+	report(locals_ok, "boot: local rank and size, own pid in the peer table",
+	       "local %d of %d, job size %d", proc.local_rank, proc.local_size, proc.size);
+	char blob[128], got[128];
+	for (int i = 0; i < 128; i++)
+		blob[i] = (char)(proc.rank == proc.size - 1 ? i * 3 + 1 : 0);
+	int rc = boot_exchange(&proc, "check.blob", blob, sizeof blob, proc.size - 1, got, &e);
+	int ok = !rc;
+	for (int i = 0; ok && i < 128; i++)
+		ok = got[i] == (char)(i * 3 + 1);
+	report(ok, "boot_exchange: 128 bytes from the last rank reach every rank", "%s",
+	       rc ? e.msg : "wrong bytes");
+
+	check_group(world, "world");
+	check_other_types();
+	check_splits();
+	check_errors();
+
+	const char *fault = getenv("PP_CHECK_FAULT");
+	if (fault && *fault)
+		fault_in_the_middle(fault, atoi(env_str("PP_CHECK_FAULT_RANK", "1")));
+
+	int failed = th_failed;
+	comm_free(world);
+	boot_fini(&proc);
+	return failed ? 1 : 0;
+}
