@@ -19,12 +19,16 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	bool print_config = false, quiet = false;
+	const char *sample = NULL, *prompt = "", *temperature = "0.8";
 	const cli_opt opts[] = {
+		{"--sample", "N", "after training, generate N tokens and print them on stdout", &sample, NULL},
+		{"--prompt", "TEXT", "with --sample: the text to continue (token ids without a tokenizer)", &prompt, NULL},
+		{"--temperature", "T", "with --sample: softmax temperature, 0 for greedy (default 0.8)", &temperature, NULL},
 		{"--print-config", NULL, "print the resolved config as JSON and exit", NULL, &print_config},
 		{"--quiet", NULL, "no per-step log lines", NULL, &quiet},
 		{0},
 	};
-	const cli_spec spec = {"pp-train", "--cfg FILE [key=value ...] [--print-config] [--quiet]",
+	const cli_spec spec = {"pp-train", "--cfg FILE [key=value ...] [--print-config] [--quiet] [--sample N [--prompt TEXT]]",
 			       "Train a model; resume from the newest complete checkpoint in run_dir.",
 			       opts, true};
 	log_set_prefix("pp-train", 0, 1);
@@ -34,6 +38,13 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
+	char *end_n = NULL, *end_t = NULL;
+	long n_sample = sample ? strtol(sample, &end_n, 10) : 0;
+	double temp = strtod(temperature, &end_t);
+	if (!rc && sample && (*end_n || n_sample < 1 || n_sample > 1000000))
+		rc = pp_errorf(&e, PP_EUSAGE, "--sample %s: expected a token count from 1 to 1000000", sample);
+	if (!rc && (*end_t || !(temp >= 0 && temp <= 100)))
+		rc = pp_errorf(&e, PP_EUSAGE, "--temperature %s: expected a number from 0 to 100", temperature);
 	if (!rc)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && print_config) {
@@ -58,6 +69,8 @@ int main(int argc, char **argv)
 			train_opts o = {.quiet = quiet, .stop = &stop_requested};
 			rc = trainer_run(&t, &o, &e);
 		}
+		if (!rc && sample)
+			rc = trainer_sample(&t, prompt, (int)n_sample, temp, stdout, &e);
 		if (rc && rc != PP_ESTOPPED) {
 			/* the other ranks may be waiting on this one: end the job */
 			log_error("%s", e.msg);

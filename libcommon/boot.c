@@ -179,7 +179,7 @@ int boot_init(pp_proc *p, pp_err *e)
 	if (rc == PMIX_ERR_UNREACH) {
 		PMIx_Finalize(NULL, 0);
 		if (check_slurm_singleton(e))
-			return e ? e->code : PP_ERUNTIME;
+			return PP_ERUNTIME;
 		return fill_singleton(p, e);
 	}
 	if (rc != PMIX_SUCCESS)

@@ -61,7 +61,8 @@ int boot_allgather(pp_proc *p, const char *key, const void *blob, size_t n, void
 
 /* Asks the launcher to end the whole job with status code (PMIx_Abort),
  * and ends this process with it. Never returns, never waits more than a few
- * seconds. Singleton (or p NULL before boot_init): just exits. */
+ * seconds. Singleton, or PMIx not (or no longer) up: just exits. p may be
+ * NULL. */
 void boot_abort(const pp_proc *p, int code, const char *why) __attribute__((noreturn));
 /* Ends the process with code (_exit) if it is still alive after seconds
  * (SIGALRM): the bound on an abort that waits for a launcher. */

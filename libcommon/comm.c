@@ -39,14 +39,18 @@ static void where(const pp_comm *c, const char *op, char *buf, size_t size)
 	snprintf(buf, size, "%s on '%s' (rank %d of %d)", op, c->name, c->rank, c->size);
 }
 
-int comm_check(const pp_comm *c, const char *op, pp_dtype t, int reduce, pp_err *e)
+int comm_check(const pp_comm *c, const char *op, pp_dtype t, int redop, pp_err *e)
 {
 	char w[96];
 	if (comm_dtype_size(t) == 0) {
 		where(c, op, w, sizeof w);
 		return pp_errorf(e, PP_EUSAGE, "%s: unknown data type %d", w, (int)t);
 	}
-	if (reduce && t == PP_DT_BYTE) {
+	if (redop != -1 && redop != PP_OP_SUM && redop != PP_OP_MAX) {
+		where(c, op, w, sizeof w);
+		return pp_errorf(e, PP_EUSAGE, "%s: unknown reduction %d", w, redop);
+	}
+	if (redop != -1 && t == PP_DT_BYTE) {
 		where(c, op, w, sizeof w);
 		return pp_errorf(e, PP_EUSAGE, "%s: cannot reduce bytes; use a numeric type", w);
 	}

@@ -3,23 +3,33 @@
  * its peers only through these calls.
  *
  * Buffers live where the matching op backend keeps tensors: host memory for
- * "mpi", device memory (pp_ops_cuda alloc) for "nccl". count is in elements.
+ * "mpi", device memory (pp_ops_cuda alloc) for "nccl"; "nccl" also takes
+ * host memory (a loss, a status, a path), copied through the device, which
+ * is slower. count is in elements.
+ *
+ * Calls are synchronous: on return the data is in place.
  *
  * Every call is bounded: a communicator has a timeout (seconds, inherited by
  * the communicators split from it), and a call that does not complete in
  * time returns PP_ERUNTIME with a message naming the operation, the
- * communicator and the peer at fault:
- *   "allreduce on 'dp' (rank 1 of 4) timed out after 120 s: rank 2 (pid 1234
- *    on host a) has exited"
- * After any error the communicator, and every other one of the job, is
+ * communicator and what this rank can tell about its peers:
+ *   "allreduce on 'dp' (rank 1 of 4) timed out after 120 s: every peer on
+ *    this host is still running (one may be stuck, or calling a different
+ *    operation)"
+ * A wait also checks, once a second, whether a peer on this host has exited
+ * (kill(pid, 0) on the pids boot_init exchanged): then it fails within about
+ * two seconds instead of at the timeout:
+ *   "recv on 'pp' (rank 1 of 4) failed after 2 s: rank 2 (pid 1234 on host
+ *    a) has exited"
+ * Peers on other hosts cannot be checked from here; their own host's ranks
+ * report them. After any error the communicator, and every other one of the job, is
  * unusable (an operation may still be in flight on a dead peer). Do not free
  * it and do not finalize (MPI_Finalize would wait for the dead peer): print
  * the error and call comm_abort(), which ends the process with a status and
  * asks the launcher to end the other ranks.
  *
- *   const pp_comm_ops *ops = comm_find("mpi");
  *   pp_comm *world, *tp;
- *   ops->init(&world, &proc, 120, &e);              proc from boot_init
+ *   comm_init(&world, "mpi", &proc, 120, &e);        proc from boot_init
  *   comm_split(world, color, key, "tp", &tp, &e);   collective over world
  *   comm_allreduce(tp, grad, n, PP_DT_REAL, PP_OP_SUM, &e);
  *   comm_free(tp); comm_free(world);                 world last
@@ -73,7 +83,8 @@ typedef struct pp_comm_ops {
 
 	/* buf (count) = op over ranks of buf, in place */
 	int (*allreduce)(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e);
-	/* recv (count) = block c->rank of op over ranks of send (c->size * count) */
+	/* recv (count) = block c->rank of op over ranks of send (c->size * count);
+	 * send and recv do not overlap */
 	int (*reduce_scatter)(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			      pp_redop op, pp_err *e);
 	/* recv (c->size * count) = every rank's send (count), in rank order;
@@ -103,9 +114,9 @@ typedef struct pp_comm_ops {
 	void (*free)(pp_comm *c);
 	/* Ends the process with status code and asks the launcher to end every
 	 * rank (MPI_Abort; PMIx_Abort for nccl; _exit in a singleton). Never
-	 * returns, never waits more than a few seconds. why goes to the
-	 * launcher's log. */
-	void (*abort)(pp_comm *c, int code, const char *why) __attribute__((noreturn));
+	 * returns, never waits more than a few seconds (then _exit). why goes
+	 * to the launcher where it takes a message (PMIx_Abort). */
+	void (*abort)(pp_comm *c, int code, const char *why);
 } pp_comm_ops;
 
 struct pp_comm {
@@ -152,6 +163,21 @@ static inline const char *comm_dtype_name(pp_dtype t)
 {
 	static const char *const names[] = {"float32", "float64", "int32", "int64", "uint64", "bytes"};
 	return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
+/* *world over the backend named ("mpi", "nccl"); PP_EUSAGE when it is not
+ * built in. See pp_comm_ops.init. */
+static inline int comm_init(pp_comm **world, const char *backend, pp_proc *proc, double timeout_s,
+			    pp_err *e)
+{
+	const pp_comm_ops *ops = comm_find(backend);
+	*world = NULL;
+	if (!ops)
+		return pp_errorf(e, PP_EUSAGE,
+				 "comm backend '%s' is not built in (mpi always is; nccl in a "
+				 "build with CUDA)",
+				 backend ? backend : "(none)");
+	return ops->init(world, proc, timeout_s, e);
 }
 
 /* Calls through the table: comm_allreduce(c, ...) is c->ops->allreduce(c, ...). */
@@ -220,9 +246,11 @@ static inline __attribute__((noreturn)) void comm_abort(pp_comm *c, int code, co
 pp_comm *comm_new(const pp_comm_ops *ops, pp_proc *proc, const char *name, int rank, int size,
 		  double timeout);
 void comm_delete(pp_comm *c);
-/* PP_EUSAGE for a bad dtype, a reduction over bytes, a peer or root out of
- * range (peer < 0 allowed when allow_none). op names the call. */
-int comm_check(const pp_comm *c, const char *op, pp_dtype t, int reduce, pp_err *e);
+/* PP_EUSAGE for a bad dtype, a bad reduction (redop: a pp_redop, or -1
+ * when the call does not reduce), a reduction over bytes, a peer or root
+ * out of range (-1 allowed when allow_none), a tag out of range. op names
+ * the call. */
+int comm_check(const pp_comm *c, const char *op, pp_dtype t, int redop, pp_err *e);
 int comm_check_rank(const pp_comm *c, const char *op, const char *what, int r, int allow_none,
 		    pp_err *e);
 int comm_check_tag(const pp_comm *c, const char *op, int tag, pp_err *e);

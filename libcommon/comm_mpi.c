@@ -102,7 +102,7 @@ static size_t min_size(size_t a, size_t b)
 
 static int mpi_allreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "allreduce", t, 1, e);
+	int rc = comm_check(c, "allreduce", t, (int)op, e);
 	size_t esz = comm_dtype_size(t);
 	for (size_t off = 0; !rc && off < count; off += CHUNK) {
 		MPI_Request r = MPI_REQUEST_NULL;
@@ -125,7 +125,7 @@ static int too_long(const pp_comm *c, const char *op, size_t count, pp_err *e)
 static int mpi_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			      pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "reduce_scatter", t, 1, e);
+	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
 	if (rc || (rc = too_long(c, "reduce_scatter", count, e)) || !count)
 		return rc;
 	MPI_Request r = MPI_REQUEST_NULL;
@@ -137,7 +137,7 @@ static int mpi_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t c
 static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			  pp_err *e)
 {
-	int rc = comm_check(c, "all_gather", t, 0, e);
+	int rc = comm_check(c, "all_gather", t, -1, e);
 	if (rc || (rc = too_long(c, "all_gather", count, e)) || !count)
 		return rc;
 	size_t esz = comm_dtype_size(t);
@@ -150,7 +150,7 @@ static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count
 
 static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
 {
-	int rc = comm_check(c, "broadcast", t, 0, e);
+	int rc = comm_check(c, "broadcast", t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, "broadcast", "root", root, 0, e);
 	size_t esz = comm_dtype_size(t);
@@ -170,7 +170,7 @@ static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int ro
 static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount, int dst,
 		    void *rbuf, size_t rcount, int src, pp_dtype t, int tag, pp_err *e)
 {
-	int rc = comm_check(c, op, t, 0, e);
+	int rc = comm_check(c, op, t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, op, "destination", dst, 1, e);
 	if (!rc)

@@ -9,6 +9,8 @@
  * comm_watch; on a timeout, a dead peer or an asynchronous error the
  * communicator is aborted (ncclCommAbort) and the call returns PP_ERUNTIME.
  * Calls are synchronous for the caller: the data is in place on return.
+ * Host buffers are accepted too (copied through the device: meant for small
+ * values such as a loss, a status or a path).
  *
  * Built only with -DPP_CUDA; links with -lnccl -lcudart (runtime API only). */
 #ifdef PP_CUDA
@@ -127,49 +129,144 @@ static int settle(pp_comm *c, const char *op, const int *peers, int npeers, nccl
 	}
 }
 
+/* NCCL reads and writes device memory only. A host buffer (a loss, a
+ * status flag, a path: small values) goes through a device copy, so the
+ * interface takes host memory on both backends. */
+typedef struct {
+	void *host, *dev;
+	size_t bytes;
+} bounce;
+
+static int on_host(const void *p)
+{
+	struct cudaPointerAttributes a;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError(); /* older runtimes: "invalid value" for plain host memory */
+		return 1;
+	}
+	return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
+/* *use = p, or a device copy of p's bytes (filled from p when copy_in) */
+static int bounce_in(pp_comm *c, const char *op, const void *p, size_t bytes, int copy_in,
+		     bounce *b, void **use, pp_err *e)
+{
+	memset(b, 0, sizeof *b);
+	*use = (void *)p;
+	if (!bytes || !p || !on_host(p))
+		return 0;
+	cudaError_t q = cudaMalloc(&b->dev, bytes);
+	if (q == cudaSuccess && copy_in)
+		q = cudaMemcpy(b->dev, p, bytes, cudaMemcpyHostToDevice);
+	if (q != cudaSuccess) {
+		if (b->dev)
+			cudaFree(b->dev);
+		b->dev = NULL;
+		return cuda_error(c, op, q, e);
+	}
+	b->host = (void *)p, b->bytes = bytes;
+	*use = b->dev;
+	return 0;
+}
+
+/* Copies a device copy back (when copy_out and the call succeeded), frees it. */
+static int bounce_out(pp_comm *c, const char *op, bounce *b, int copy_out, int rc, pp_err *e)
+{
+	if (!b->dev)
+		return rc;
+	if (!rc && copy_out) {
+		cudaError_t q = cudaMemcpy(b->host, b->dev, b->bytes, cudaMemcpyDeviceToHost);
+		if (q != cudaSuccess)
+			rc = cuda_error(c, op, q, e);
+	}
+	cudaFree(b->dev);
+	b->dev = NULL;
+	return rc;
+}
+
+static ncclRedOp_t nccl_op(pp_redop op)
+{
+	return op == PP_OP_MAX ? ncclMax : ncclSum;
+}
+
 static int nccl_allreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "allreduce", t, 1, e);
+	int rc = comm_check(c, "allreduce", t, (int)op, e);
 	if (rc || !count)
 		return rc;
-	ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t), op == PP_OP_MAX ? ncclMax : ncclSum,
-				       impl(c)->nc, impl(c)->stream);
-	return settle(c, "allreduce", NULL, 0, r, e);
+	bounce b;
+	void *d;
+	if ((rc = bounce_in(c, "allreduce", buf, count * comm_dtype_size(t), 1, &b, &d, e)))
+		return rc;
+	ncclResult_t r =
+		ncclAllReduce(d, d, count, nccl_type(t), nccl_op(op), impl(c)->nc, impl(c)->stream);
+	rc = settle(c, "allreduce", NULL, 0, r, e);
+	return bounce_out(c, "allreduce", &b, 1, rc, e);
 }
 
 static int nccl_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			       pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "reduce_scatter", t, 1, e);
+	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
 	if (rc || !count)
 		return rc;
-	ncclResult_t r = ncclReduceScatter(send, recv, count, nccl_type(t),
-					   op == PP_OP_MAX ? ncclMax : ncclSum, impl(c)->nc,
+	size_t esz = comm_dtype_size(t);
+	bounce bs, br;
+	void *ds, *dr;
+	if ((rc = bounce_in(c, "reduce_scatter", send, (size_t)c->size * count * esz, 1, &bs, &ds,
+			    e)))
+		return rc;
+	if ((rc = bounce_in(c, "reduce_scatter", recv, count * esz, 0, &br, &dr, e)))
+		return bounce_out(c, "reduce_scatter", &bs, 0, rc, e);
+	ncclResult_t r = ncclReduceScatter(ds, dr, count, nccl_type(t), nccl_op(op), impl(c)->nc,
 					   impl(c)->stream);
-	return settle(c, "reduce_scatter", NULL, 0, r, e);
+	rc = settle(c, "reduce_scatter", NULL, 0, r, e);
+	rc = bounce_out(c, "reduce_scatter", &br, 1, rc, e);
+	return bounce_out(c, "reduce_scatter", &bs, 0, rc, e);
 }
 
 static int nccl_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			   pp_err *e)
 {
-	int rc = comm_check(c, "all_gather", t, 0, e);
+	int rc = comm_check(c, "all_gather", t, -1, e);
 	if (rc || !count)
 		return rc;
-	/* in place (send == recv + rank * count) is NCCL's own convention */
-	ncclResult_t r = ncclAllGather(send, recv, count, nccl_type(t), impl(c)->nc, impl(c)->stream);
-	return settle(c, "all_gather", NULL, 0, r, e);
+	size_t esz = comm_dtype_size(t);
+	bounce bs, br;
+	void *ds, *dr;
+	/* in place (send == recv + rank * count) is NCCL's own convention; a
+	 * host buffer in place is copied in whole, so it stays in place */
+	int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * esz;
+	if ((rc = bounce_in(c, "all_gather", recv, (size_t)c->size * count * esz, in_place, &br,
+			    &dr, e)))
+		return rc;
+	memset(&bs, 0, sizeof bs);
+	if (in_place)
+		ds = (char *)dr + (size_t)c->rank * count * esz;
+	else if ((rc = bounce_in(c, "all_gather", send, count * esz, 1, &bs, &ds, e)))
+		return bounce_out(c, "all_gather", &br, 0, rc, e);
+	ncclResult_t r = ncclAllGather(ds, dr, count, nccl_type(t), impl(c)->nc, impl(c)->stream);
+	rc = settle(c, "all_gather", NULL, 0, r, e);
+	rc = bounce_out(c, "all_gather", &bs, 0, rc, e);
+	return bounce_out(c, "all_gather", &br, 1, rc, e);
 }
 
 static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
 {
-	int rc = comm_check(c, "broadcast", t, 0, e);
+	int rc = comm_check(c, "broadcast", t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, "broadcast", "root", root, 0, e);
 	if (rc || !count)
 		return rc;
-	ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_type(t), root, impl(c)->nc,
-				       impl(c)->stream);
-	return settle(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1, r, e);
+	bounce b;
+	void *d;
+	if ((rc = bounce_in(c, "broadcast", buf, count * comm_dtype_size(t), c->rank == root, &b, &d,
+			    e)))
+		return rc;
+	ncclResult_t r =
+		ncclBroadcast(d, d, count, nccl_type(t), root, impl(c)->nc, impl(c)->stream);
+	rc = settle(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1, r, e);
+	return bounce_out(c, "broadcast", &b, c->rank != root, rc, e);
 }
 
 /* One send and one receive in a group (either peer -1). NCCL has no tags
@@ -177,7 +274,7 @@ static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int r
 static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount, int dst,
 		    void *rbuf, size_t rcount, int src, pp_dtype t, int tag, pp_err *e)
 {
-	int rc = comm_check(c, op, t, 0, e);
+	int rc = comm_check(c, op, t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, op, "destination", dst, 1, e);
 	if (!rc)
@@ -192,13 +289,22 @@ static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount,
 	if (src >= 0 && src != dst)
 		peers[np++] = src;
 	nccl_impl *s = impl(c);
+	size_t esz = comm_dtype_size(t);
+	bounce bs, br;
+	void *ds, *dr;
+	if ((rc = bounce_in(c, op, dst >= 0 ? sbuf : NULL, scount * esz, 1, &bs, &ds, e)))
+		return rc;
+	if ((rc = bounce_in(c, op, src >= 0 ? rbuf : NULL, rcount * esz, 0, &br, &dr, e)))
+		return bounce_out(c, op, &bs, 0, rc, e);
 	ncclResult_t r = ncclGroupStart();
 	if (r == ncclSuccess && dst >= 0)
-		r = ncclSend(sbuf, scount, nccl_type(t), dst, s->nc, s->stream);
+		r = ncclSend(ds, scount, nccl_type(t), dst, s->nc, s->stream);
 	if (r == ncclSuccess && src >= 0)
-		r = ncclRecv(rbuf, rcount, nccl_type(t), src, s->nc, s->stream);
+		r = ncclRecv(dr, rcount, nccl_type(t), src, s->nc, s->stream);
 	ncclResult_t end = ncclGroupEnd();
-	return settle(c, op, peers, np, r != ncclSuccess ? r : end, e);
+	rc = settle(c, op, peers, np, r != ncclSuccess ? r : end, e);
+	rc = bounce_out(c, op, &br, 1, rc, e);
+	return bounce_out(c, op, &bs, 0, rc, e);
 }
 
 static int nccl_send(pp_comm *c, const void *buf, size_t count, pp_dtype t, int peer, int tag,

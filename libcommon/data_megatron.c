@@ -65,17 +65,11 @@ static int32_t load_i32(const unsigned char *p)
 	return v;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /* PREFIX from PREFIX, PREFIX.bin or PREFIX.idx */
 static void prefix_of(const char *path, char *out, size_t n)
 {
 	size_t len = strlen(path);
-	if (ends_with(path, ".bin") || ends_with(path, ".idx"))
+	if (corpus_has_suffix(path, ".bin") || corpus_has_suffix(path, ".idx"))
 		len -= 4;
 	snprintf(out, n, "%.*s", (int)len, path);
 }
@@ -211,6 +205,29 @@ static int megatron_open(data_corpus *c, const char *path, corpus_part part, pp_
 	return 0;
 }
 
+/* one little-endian token of dtype code (1..5, 8) */
+static int64_t token_at(int code, const unsigned char *p)
+{
+	int16_t i16;
+	uint16_t u16;
+	switch (code) {
+	case 1:
+		return *p;
+	case 2:
+		return (int8_t)*p;
+	case 3:
+		memcpy(&i16, p, 2);
+		return i16;
+	case 4:
+		return load_i32(p);
+	case 5:
+		return load_i64(p);
+	default:
+		memcpy(&u16, p, 2);
+		return u16;
+	}
+}
+
 static int megatron_read(data_corpus *c, uint64_t offset, size_t n, int *out, pp_err *e)
 {
 	megatron *m = c->impl;
@@ -220,15 +237,7 @@ static int megatron_read(data_corpus *c, uint64_t offset, size_t n, int *out, pp
 				 (unsigned long long)(offset + n), (unsigned long long)c->n_tokens);
 	const unsigned char *p = m->bin + offset * m->width;
 	for (size_t i = 0; i < n; i++, p += m->width) {
-		int64_t v;
-		switch (m->dtype) {
-		case 1: v = *p; break;
-		case 2: v = (int8_t)*p; break;
-		case 3: { int16_t x; memcpy(&x, p, 2); v = x; } break;
-		case 4: v = load_i32(p); break;
-		case 5: v = load_i64(p); break;
-		default: { uint16_t x; memcpy(&x, p, 2); v = x; } break;
-		}
+		int64_t v = token_at(m->dtype, p);
 		if (v < 0 || v > INT32_MAX)
 			return pp_errorf(e, PP_ERUNTIME, "%s: token %lld at offset %llu is not a "
 							 "token id",

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "config.h"
 #include "error.h"
@@ -54,6 +55,12 @@ struct data_corpus {
 extern const corpus_format corpus_pp_tokens; /* data_tokens.c */
 extern const corpus_format corpus_megatron;  /* data_megatron.c */
 extern const corpus_format corpus_llmc;      /* data_llmc.c */
+
+static inline bool corpus_has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && !strcmp(s + n - k, suffix);
+}
 
 /* Shared by the readers of raw files: maps path read-only (a 0-byte file
  * gives a NULL map); *size gets its size. */

@@ -13,17 +13,11 @@ typedef struct {
 	size_t cap;
 } tokens_corpus;
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && !strcmp(s + n - k, suffix);
-}
-
 /* The HDF5 signature, or a name that says HDF5 (so that a damaged .h5 file
  * gets this reader's account of what is wrong with it). */
 static bool tokens_probe(const char *path)
 {
-	if (ends_with(path, ".h5") || ends_with(path, ".hdf5"))
+	if (corpus_has_suffix(path, ".h5") || corpus_has_suffix(path, ".hdf5"))
 		return true;
 	FILE *f = fopen(path, "rb");
 	char sig[8] = {0};

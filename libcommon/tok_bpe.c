@@ -22,6 +22,10 @@
 
 #include "tok_internal.h"
 
+/* more than any real vocabulary (Gemma's is 256000), and a bound on what a
+ * damaged file can make us allocate */
+#define TOK_MAX_VOCAB (1 << 24)
+
 struct tok_bpe {
 	int *merge_out;   /* rank -> id of the merged token */
 	int nmerges;
@@ -477,7 +481,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	json_object_foreach(vocab, key, val)
 	{
 		if (!json_is_integer(val) || json_integer_value(val) < 0 ||
-		    json_integer_value(val) > 0x7FFFFFF)
+		    json_integer_value(val) > TOK_MAX_VOCAB)
 			return load_err(e, path, "vocabulary entry '%.64s' has no valid id", key);
 		if (json_integer_value(val) > maxid)
 			maxid = (long)json_integer_value(val);
@@ -529,6 +533,13 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 		b->special[id] = added[i].special ? 1 : 0;
 	}
+	/* added tokens that are not in the vocabulary are spelled as text */
+	uint8_t *from_added = calloc((size_t)nv, 1);
+	if (!from_added)
+		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+	for (size_t j = 0; j < nadded; j++)
+		if (!added[j].in_vocab)
+			from_added[added[j].id] = 1;
 	for (int id = 0; id < nv; id++) {
 		if (b->special[id] == 2)
 			continue;
@@ -541,7 +552,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 				rawcap *= 2;
 			char *q = realloc(b->raw, rawcap);
 			if (!q)
-				return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+				return free(from_added), pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 			b->raw = q;
 		}
 		size_t k = 0, i = 0;
@@ -555,11 +566,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			}
 			b->raw[rawn + k++] = (char)u2b[cp];
 		}
-		int is_added = 0;
-		for (size_t j = 0; j < nadded; j++)
-			if (added[j].id == id && !added[j].in_vocab)
-				is_added = 1;
-		if (!bytelevel || is_added) {
+		if (!bytelevel || from_added[id]) {
 			memcpy(b->raw + rawn, p, n);
 			k = n;
 		}
@@ -570,8 +577,9 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		    bytelevel)
 			b->byte_id[(uint8_t)b->raw[b->raw_off[id]]] = id;
 		if (tok_map_put(&t->map, p, n, id, NULL) < 0)
-			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+			return free(from_added), pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	}
+	free(from_added);
 	if (tok_map_init(&b->raw_map, (size_t)nv))
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	for (int id = 0; id < nv; id++)
@@ -804,7 +812,7 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 			json_t *a = json_array_get(at, i), *id = json_object_get(a, "id"),
 			       *content = json_object_get(a, "content");
 			if (!json_is_integer(id) || !json_is_string(content) || json_integer_value(id) < 0 ||
-			    json_integer_value(id) > 0x7FFFFFF) {
+			    json_integer_value(id) > TOK_MAX_VOCAB) {
 				rc = pp_errorf(e, PP_ERUNTIME,
 					       "%s: added_tokens[%zu] needs an id and a content", path, i);
 				goto out;

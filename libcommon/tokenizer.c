@@ -422,8 +422,9 @@ int tok_load(pp_tokenizer **t, const char *path, pp_err *e)
 	if (n == 0) {
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: empty file (expected a SentencePiece .model, a "
 					       "tokenizer.json or a GPT-2 vocab.json)", path);
-	} else if (i < n && buf[i] == '{') {
-		/* JSON; the GPT-2 pair's fingerprint covers merges.txt too */
+	} else if (i < n && buf[i] == '{' && buf[0] != 0x0A) {
+		/* JSON; the GPT-2 pair's fingerprint covers merges.txt too. (A
+		 * protobuf starts with 0x0A, '\n', the key of its first piece.) */
 		rc = tok_bpe_load_json(t, path, buf, n, fp, e);
 	} else {
 		rc = tok_spm_load(t, path, (const unsigned char *)buf, n, e);

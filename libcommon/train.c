@@ -11,6 +11,8 @@
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
+#include "sample.h"
+#include "tokenizer.h"
 
 static double now(void)
 {
@@ -746,5 +748,71 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	free(tgt);
 	if (lg.metrics)
 		fclose(lg.metrics);
+	return rc;
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+
+/* prompt ids: the tokenizer's BOS then the encoded text, or the ids given
+ * as numbers when there is no tokenizer */
+static int prompt_ids(const pp_tokenizer *tk, const char *prompt, int V, tok_ids *ids, pp_err *e)
+{
+	if (tk) {
+		if (tok_bos(tk) >= 0) {
+			int bos = tok_bos(tk);
+			ids->ids = malloc(sizeof(int));
+			ids->ids[0] = bos;
+			ids->n = ids->cap = 1;
+		}
+		return tok_encode(tk, prompt, strlen(prompt), ids, e);
+	}
+	for (const char *p = prompt; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			return pp_errorf(e, PP_EUSAGE,
+					 "--prompt '%s': without a tokenizer the prompt is token ids", prompt);
+		if (v < 0 || v >= V)
+			return pp_errorf(e, PP_EUSAGE, "--prompt: token %ld is outside [0, %d)", v, V);
+		if (ids->n == ids->cap) {
+			ids->cap = ids->cap ? 2 * ids->cap : 16;
+			ids->ids = realloc(ids->ids, ids->cap * sizeof(int));
+		}
+		ids->ids[ids->n++] = (int)v;
+		p = end;
+	}
+	return 0;
+}
+
+int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FILE *out,
+		   pp_err *e)
+{
+	const pp_config *c = t->cfg;
+	if (t->mesh.world != 1 || t->mesh.v != 1)
+		return pp_errorf(e, PP_EUSAGE, "--sample runs in a single process (pp=1 dp=1 tp=1)");
+	pp_tokenizer *tk = NULL;
+	tok_ids ids = {0};
+	tok_text text = {0};
+	int rc = c->tokenizer[0] ? tok_load(&tk, c->tokenizer, e) : 0;
+	if (!rc)
+		rc = prompt_ids(tk, prompt, c->model.vocab_size, &ids, e);
+	if (!rc && ids.n == 0) /* no prompt and no BOS: start from token 0 */
+		rc = prompt_ids(NULL, "0", c->model.vocab_size, &ids, e);
+	int *gen = rc ? NULL : malloc((ids.n + (size_t)n) * sizeof(int));
+	if (!rc)
+		rc = sample_generate(&t->chunks[0], ids.ids, (int)ids.n, n, temperature, c->seed, gen, e);
+	if (!rc && tk) {
+		rc = tok_decode(tk, gen, ids.n + (size_t)n, &text, e);
+		if (!rc)
+			fprintf(out, "%.*s\n", (int)text.n, text.s);
+	} else if (!rc) {
+		for (size_t i = 0; i < ids.n + (size_t)n; i++)
+			fprintf(out, "%d%c", gen[i], i + 1 < ids.n + (size_t)n ? ' ' : '\n');
+	}
+	free(gen);
+	tok_ids_free(&ids);
+	tok_text_free(&text);
+	if (tk)
+		tok_free(tk);
 	return rc;
 }

@@ -6,6 +6,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "boot.h"
 #include "config.h"
@@ -55,6 +56,12 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e);
 
 /* Mean loss over cfg->eval_batches validation microbatches per dp rank. */
 int trainer_eval(trainer *t, double *loss, pp_err *e);
+
+/* Generates n tokens after prompt (text when the config names a tokenizer,
+ * else token ids separated by spaces) with the trained model and writes the
+ * continuation's text (or ids) to out. Single process only. */
+int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FILE *out,
+		   pp_err *e);
 
 /* Whether this rank prints progress and writes metrics (world rank 0). */
 static inline bool trainer_leader(const trainer *t) { return t->mesh.rank == 0; }

@@ -1,12 +1,14 @@
-/* Checks the comm interface ("mpi" backend) as N ranks: every collective's
- * result, on communicators of every size 1..N (prefix groups, ranked in
- * reverse by key) and on a split by rank parity, for several lengths
- * (0, 1, odd, multi-chunk) and both real types; integer and byte types;
- * point to point around a ring and with tags; barrier; argument errors.
+/* Checks rank bootstrap (boot.h) and the comm interface (comm.h) as N
+ * ranks: every collective's result, on communicators of every size 1..N
+ * (prefix groups, ranked in reverse by key) and on a split by rank parity,
+ * for lengths 0, 1, 7, 1000 and 65537, both real types; integer and byte
+ * types; point to point around a ring and with tags; barrier; argument
+ * errors; and, on request, a rank that dies or hangs mid-operation.
  *
  * Built with -DPP_CUDA it can check the "nccl" backend instead
  * (PP_CHECK_BACKEND=nccl): buffers are then CUDA managed memory, which both
- * the checks (host) and NCCL (device) can use.
+ * the checks (host) and NCCL (device) can use, except the verdicts that
+ * report() sums, which stay in host memory (nccl's host path).
  *
  * Rank 0 prints the PASS/FAIL lines; another rank prints a FAIL line (with
  * its rank) only for a check that failed on it. Built and run by
@@ -16,11 +18,14 @@
  * Environment:
  *   PP_CHECK_BACKEND=mpi|nccl  (default mpi)
  *   PP_CHECK_TIMEOUT=S      communicator timeout (default 60)
- *   PP_CHECK_FAULT=kill|hang  after the checks, rank PP_CHECK_FAULT_RANK
+ *   PP_CHECK_FAULT=kill|hang  instead of the checks, rank PP_CHECK_FAULT_RANK
  *                           kills itself (SIGKILL) or stops answering (sleeps
  *                           three timeouts, then exits 3) while the others
  *                           are in PP_CHECK_FAULT_OP ("allreduce", or "recv":
- *                           a receive from that rank)
+ *                           a receive from that rank); none: the boot
+ *                           checks only
+ *   PP_CHECK_DEVICE=D       boot_device() must be D under the launcher's
+ *                           own CUDA_VISIBLE_DEVICES
  *   PP_CHECK_ON_ERROR=exit  on a comm error print it and _exit(1) instead of
  *                           comm_abort (so each rank reports for itself) */
 #include <signal.h>
@@ -107,16 +112,12 @@ static void report(int ok, const char *name, const char *fmt, ...)
 		va_end(ap);
 	}
 	pp_err e = {0};
-	uint64_t *vote = alloc(1, PP_DT_U64);
-	int64_t *count = alloc(1, PP_DT_I64);
-	*vote = ok || proc.rank >= 64 ? 0 : (uint64_t)1 << proc.rank;
-	*count = !ok;
-	if (comm_allreduce(world, vote, 1, PP_DT_U64, PP_OP_SUM, &e) ||
-	    comm_allreduce(world, count, 1, PP_DT_I64, PP_OP_SUM, &e))
+	/* host memory on every backend (nccl copies it through the device) */
+	uint64_t bad = ok || proc.rank >= 64 ? 0 : (uint64_t)1 << proc.rank;
+	int64_t nbad = !ok;
+	if (comm_allreduce(world, &bad, 1, PP_DT_U64, PP_OP_SUM, &e) ||
+	    comm_allreduce(world, &nbad, 1, PP_DT_I64, PP_OP_SUM, &e))
 		fatal(name, &e);
-	uint64_t bad = *vote;
-	int64_t nbad = *count;
-	release(vote), release(count);
 	if (proc.rank == 0) {
 		if (!nbad)
 			th_report(1, name, "%s", "");
@@ -447,6 +448,36 @@ static void check_errors(void)
 	       "comm_find knows mpi, refuses unknown names", "%s", "");
 }
 
+/* GPU choice: the local rank among the visible devices, or 0 when Slurm
+ * has narrowed CUDA_VISIBLE_DEVICES to one (--gpus-per-task=1).
+ * PP_CHECK_DEVICE=D: the launcher's own setting must give D. */
+static void check_device(void)
+{
+	const char *want = getenv("PP_CHECK_DEVICE");
+	if (want && *want) {
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+		report(boot_device(&proc) == atoi(want), "boot_device under the launcher's GPU binding",
+		       "CUDA_VISIBLE_DEVICES=%s, local rank %d: device %d, expected %s",
+		       vis ? vis : "(unset)", proc.local_rank, boot_device(&proc), want);
+		return;
+	}
+	char *saved = getenv("CUDA_VISIBLE_DEVICES");
+	saved = saved ? strdup(saved) : NULL;
+	int lr = proc.local_rank, d1, d4, d0;
+	setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+	d1 = boot_device(&proc);
+	setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1);
+	d4 = boot_device(&proc);
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	d0 = boot_device(&proc);
+	if (saved)
+		setenv("CUDA_VISIBLE_DEVICES", saved, 1);
+	free(saved);
+	report(d1 == 0 && d4 == lr && d0 == lr,
+	       "boot_device: 0 with one visible GPU, else the local rank",
+	       "one visible: %d, four: %d, unset: %d (local rank %d)", d1, d4, d0, lr);
+}
+
 /* One rank dies (or hangs) in the middle of an operation: the others must
  * come back with an error naming it, within their timeout. */
 static void fault_in_the_middle(const char *how, int victim)
@@ -489,20 +520,15 @@ int main(void)
 	}
 	log_set_prefix("mpi_comm_check", proc.rank, proc.size);
 	const char *backend = env_str("PP_CHECK_BACKEND", "mpi");
-	const pp_comm_ops *ops = comm_find(backend);
-	if (!ops) {
-		log_error("backend '%s' is not built in", backend);
-		return 2;
-	}
 	on_device = !strcmp(backend, "nccl");
 	double timeout = atof(env_str("PP_CHECK_TIMEOUT", "60"));
-	if (ops->init(&world, &proc, timeout, &e)) {
+	if (comm_init(&world, backend, &proc, timeout, &e)) {
 		log_error("%s", e.msg);
 		comm_abort(NULL, e.code, e.msg);
 	}
 	if (proc.rank == 0)
-		printf("# %s: %d rank(s), %d on this host, timeout %g s\n", ops->name, proc.size,
-		       proc.local_size, world->timeout);
+		printf("# %s: %d rank(s), %d on this host, timeout %g s\n", world->ops->name,
+		       proc.size, proc.local_size, world->timeout);
 
 	int locals_ok = proc.local_rank >= 0 && proc.local_rank < proc.local_size &&
 			proc.local_size <= proc.size && proc.peers[proc.rank].pid == getpid();
@@ -518,14 +544,19 @@ int main(void)
 	report(ok, "boot_exchange: 128 bytes from the last rank reach every rank", "%s",
 	       rc ? e.msg : "wrong bytes");
 
-	check_group(world, "world");
-	check_other_types();
-	check_splits();
-	check_errors();
+	check_device();
 
 	const char *fault = getenv("PP_CHECK_FAULT");
-	if (fault && *fault)
+	if (fault && !strcmp(fault, "none")) {
+		/* the boot checks only */
+	} else if (fault && *fault) {
 		fault_in_the_middle(fault, atoi(env_str("PP_CHECK_FAULT_RANK", "1")));
+	} else {
+		check_group(world, "world");
+		check_other_types();
+		check_splits();
+		check_errors();
+	}
 
 	int failed = th_failed;
 	comm_free(world);

@@ -7,6 +7,7 @@
 # seed corpus of real models and real text. PASS when no crash, hang or
 # sanitizer report; FAIL shows the report, and the input that caused it is
 # kept under build/fuzz/artifacts/ (rerun: build/fuzz/TARGET FILE).
+# PP_FUZZ_VERBOSE=1 also shows libFuzzer's coverage at start and end.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
@@ -38,18 +39,19 @@ done
 # byte fallback), a tiny tokenizer.json, and lines of real text.
 seeds_m=$T/seeds-model seeds_e=$T/seeds-encode
 mkdir -p "$seeds_m" "$seeds_e"
-text=$T/text.txt
+gen=$T/gen.txt text=$T/text.txt
 if command -v bible >/dev/null; then
-	bible -f 'Gen1:1-Gen3:24' 2>/dev/null | sed 's/^[^ ]* //' >"$text"
+	bible -f 'Gen1:1-Gen3:24' 2>/dev/null | sed 's/^[^ ]* //' >"$gen"
 fi
-[ -s "$text" ] || printf 'In the beginning God created the heaven and the earth.\n' >"$text"
+[ -s "$gen" ] || printf 'In the beginning God created the heaven and the earth.\n' >"$gen"
+cp "$gen" "$text"
 /usr/bin/python3 tests/tokenizer_stress.py 60 7 >>"$text" 2>/dev/null
 if command -v spm_train >/dev/null; then
-	spm_train --input="$text" --model_prefix="$T/s1" --model_type=bpe --vocab_size=300 \
+	spm_train --input="$gen" --model_prefix="$T/s1" --model_type=bpe --vocab_size=400 \
 		--byte_fallback=true --normalization_rule_name=identity --character_coverage=1.0 \
 		--user_defined_symbols=God --minloglevel=2 --num_threads=1 >/dev/null 2>&1 &&
 		cp "$T/s1.model" "$seeds_m/bpe-byte-fallback.model"
-	spm_train --input="$text" --model_prefix="$T/s2" --model_type=bpe --vocab_size=150 \
+	spm_train --input="$gen" --model_prefix="$T/s2" --model_type=bpe --vocab_size=150 \
 		--normalization_rule_name=identity --add_dummy_prefix=false --minloglevel=2 \
 		--num_threads=1 >/dev/null 2>&1 && cp "$T/s2.model" "$seeds_m/bpe.model"
 fi
@@ -91,15 +93,16 @@ EOF
 	models=${models:+$models:}$T/vocab.json
 fi
 
-# run TARGET CORPUS...: libFuzzer for $secs seconds
+# run TARGET MAXLEN CORPUS...: libFuzzer for $secs seconds
 run() {
-	local target=$1
-	shift
+	local target=$1 maxlen=$2
+	shift 2
 	local log=$T/$target.log
 	mkdir -p "$T/corpus-$target"
-	if "$out/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+	if "$out/$target" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len="$maxlen" \
 		-print_final_stats=1 -artifact_prefix="$out/artifacts/$target-" \
 		"$T/corpus-$target" "$@" >"$log" 2>&1; then
+		[ -n "${PP_FUZZ_VERBOSE:-}" ] && grep -E "INITED|DONE" "$log" >&2
 		local runs
 		runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 		pass "fuzz/$target ${runs:-?} inputs in ${secs}s, no crash or sanitizer report"
@@ -108,10 +111,10 @@ run() {
 $(grep -E -A 12 'ERROR: |runtime error|==ERROR|deadly signal|Test unit written' "$log" | head -n 40)"
 	fi
 }
-run fuzz_spm_model "$seeds_m"
+run fuzz_spm_model 65536 "$seeds_m"
 if [ -z "$models" ]; then
 	skip fuzz/fuzz_encode "no tokenizer to fuzz (no $shared/llama2-tokenizer.model)"
 else
 	export PP_FUZZ_MODELS=$models
-	run fuzz_encode "$seeds_e"
+	run fuzz_encode 4096 "$seeds_e"
 fi

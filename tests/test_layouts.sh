@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Layout equivalence, the key property of the distributed trainer: for a tiny
+# llama and a tiny gpt with the same global batch, seed and data, every
+# pp x dp x tp layout reproduces the single-process run: per-step losses and
+# final parameters agree to 1e-5 relative (fp32; per tensor ||a - b|| / ||b||).
+# The layouts run under srun --mpi=pmix on a local Slurm cluster, one also
+# under mpirun. Then: a bitwise resume at pp=2 x dp=2 x tp=2, kill -9 of one
+# rank, srun --mpi=none, and the layout errors.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/slurm-lib.sh"
+export OMP_NUM_THREADS=1
+TOL=1e-5
+compare=$PP_ROOT/build/tests/tool_ckpt_compare
+
+layouts=(
+	"2 pp=2 schedule=gpipe"
+	"2 pp=2 schedule=1f1b"
+	"2 pp=2 schedule=eager1f1b"
+	"2 pp=2 schedule=interleaved1f1b virtual_stages=2"
+	"2 pp=2 schedule=zbh1"
+	"4 pp=4 schedule=1f1b"
+	"2 tp=2"
+	"4 tp=4"
+	"2 dp=2"
+	"2 dp=2 shard_optimizer=true"
+	"4 pp=2 dp=2"
+	"4 pp=2 tp=2"
+	"8 pp=2 dp=2 tp=2"
+)
+
+if ! slurm_up "$T/slurm" 2>$T/slurm.log; then
+	why=$(tail -n 1 $T/slurm.log)
+	for l in "${layouts[@]}"; do skip "layouts/${l#* }" "no Slurm cluster: $why"; done
+	exit 0
+fi
+trap 'slurm_down; rm -rf "$T"' EXIT
+
+# losses_close A B: every step's loss within TOL relative
+losses_close() {
+	paste -d' ' <(losses $1) <(losses $2) | awk -v tol=$TOL '
+		NF != 4 || $1 != $3 { bad = 1 }
+		{ d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
+		END { exit bad || n == 0 }'
+}
+# same_model A B: final parameters within TOL (tool prints the worst tensor)
+same_model() { $compare $1/checkpoints/step_00000020 $2/checkpoints/step_00000020 $TOL >$T/cmp.log; }
+
+for model in llama-tiny gpt-tiny; do
+	base="model=$model model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 checkpoint_period=0 log_period=20"
+	pp-train $base run_dir=$T/$model/base --quiet 2>$T/base.log ||
+		{ fail "layouts/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
+	for l in "${layouts[@]}"; do
+		n=${l%% *} kv=${l#* }
+		name="layouts/$model/${kv// /,}"
+		dir=$T/$model/${kv// /_}
+		if ! srun -n $n --mpi=pmix pp-train $base $kv run_dir=$dir --quiet 2>$T/run.log; then
+			fail "$name" "srun exited $?: $(grep -m1 error $T/run.log)"
+		elif ! losses_close $T/$model/base $dir; then
+			fail "$name" "losses differ: $(paste <(losses $T/$model/base) <(losses $dir) | head -3 | tr '\n' ';')"
+		elif ! same_model $T/$model/base $dir; then
+			fail "$name" "parameters differ: $(cat $T/cmp.log)"
+		else
+			pass "$name"
+			echo "  $name: $(cat $T/cmp.log)"
+		fi
+	done
+done
+
+# --- the same under OpenMPI's mpirun ---------------------------------------------
+base="model=llama-tiny model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 log_period=20"
+if mpirun -n 8 --allow-run-as-root --oversubscribe pp-train $base pp=2 dp=2 tp=2 run_dir=$T/mpirun --quiet >/dev/null 2>$T/mpirun.log &&
+	losses_close $T/llama-tiny/base $T/mpirun && same_model $T/llama-tiny/base $T/mpirun; then
+	pass "layouts/mpirun/pp=2,dp=2,tp=2"
+else
+	fail "layouts/mpirun/pp=2,dp=2,tp=2" "$(grep -m1 error $T/mpirun.log) $(cat $T/cmp.log 2>/dev/null)"
+fi
+
+# --- bitwise resume in the 8-rank layout ------------------------------------------
+run8() { srun -n 8 --mpi=pmix pp-train $base pp=2 dp=2 tp=2 checkpoint_period=10 "$@" --quiet; }
+run8 run_dir=$T/r_ref 2>/dev/null
+run8 run_dir=$T/r_cut 2>/dev/null &
+pid=$!
+while [ ! -d $T/r_cut/checkpoints/step_00000010 ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
+kill -TERM $pid
+wait $pid
+check resume8/sigterm_exit_75 test $? -eq 75
+run8 run_dir=$T/r_cut 2>$T/r_cut.log
+bitwise8() {
+	diff <(losses $T/r_ref) <(losses $T/r_cut) >/dev/null &&
+		$compare $T/r_ref/checkpoints/step_00000020 $T/r_cut/checkpoints/step_00000020 0 >/dev/null
+}
+check resume8/bitwise_continuation bitwise8
+
+# --- a dead rank ------------------------------------------------------------------
+# kill -9 one rank mid-run: every other rank exits non-zero within the
+# communication timeout, naming the dead rank.
+srun -n 4 --mpi=pmix pp-train $base pp=2 dp=2 steps=100000 comm_timeout=5 run_dir=$T/dead 2>$T/dead.log &
+pid=$!
+for i in $(seq 100); do
+	victim=$(pgrep -f "run_dir=$T/dead" | while read p; do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = pp-train ] && grep -qz '^SLURM_PROCID=2$' /proc/$p/environ 2>/dev/null && echo $p
+	done | head -n 1)
+	[ -n "$victim" ] && grep -q "step" $T/dead.log 2>/dev/null && break
+	sleep 0.1
+done
+t0=$SECONDS
+kill -9 $victim
+wait $pid
+rc=$?
+check dead_rank/job_fails test $rc -ne 0
+check dead_rank/within_timeout test $((SECONDS - t0)) -le 30
+check dead_rank/names_the_rank grep -qE "rank 2 .*(exited|dead|killed|no answer)|rank 2 \(pid" $T/dead.log
+
+# --- launcher and layout errors ---------------------------------------------------
+expect_fail launch/mpi_none 1 "mpi=pmix" srun -n 2 --mpi=none pp-train $base pp=2 run_dir=$T/none
+expect_fail layout/world_size 2 "needs 4 ranks.*has 2" srun -n 2 --mpi=pmix pp-train $base pp=2 dp=2 run_dir=$T/e1
+expect_fail layout/heads_vs_tp 2 "n_heads" pp-train $base tp=3 --print-config
+expect_fail layout/kv_vs_tp 2 "n_kv_heads" pp-train model=llama-tiny model.n_kv_heads=4 model.n_heads=12 model.d_model=96 tp=8 --print-config
+expect_fail layout/interleaved_microbatches 2 "microbatches" pp-train $base pp=4 virtual_stages=2 schedule=interleaved1f1b global_batch=6 microbatch=1 model.n_layers=8 --print-config
+expect_fail layout/virtual_needs_interleaved 2 "virtual_stages" pp-train $base pp=2 virtual_stages=2 schedule=1f1b --print-config
+expect_fail layout/layers_vs_stages 2 "n_layers" pp-train $base pp=8 --print-config
+expect_fail layout/unknown_schedule 2 "schedule" pp-train $base schedule=zigzag --print-config
