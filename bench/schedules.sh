@@ -59,7 +59,7 @@ root=$PWD
 
 pp=4 ms="8 16" schedules="gpipe 1f1b eager1f1b interleaved1f1b zbh1"
 warmup=2 steps=6 rounds=2 layers=8 dmodel=256 seq=128
-usage() { sed -n '2,9s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,10s/^# \{0,1\}//p' "$0"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--pp) pp=$2; shift 2 ;;

@@ -61,7 +61,7 @@ static const char SPACE[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
 /* ---- protobuf wire format ---- */
 
 typedef struct {
-	const uint8_t *p, *end, *base;
+	const uint8_t *p, *end;
 } pb;
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
@@ -176,7 +176,7 @@ typedef struct {
 
 static int parse_trainer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 {
-	pb b = {p, p + n, c->file};
+	pb b = {p, p + n};
 	unsigned f, wt;
 	uint64_t v;
 	const uint8_t *s;
@@ -207,7 +207,7 @@ static int parse_trainer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 
 static int parse_normalizer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 {
-	pb b = {p, p + n, c->file};
+	pb b = {p, p + n};
 	unsigned f, wt;
 	uint64_t v;
 	const uint8_t *s;
@@ -241,7 +241,7 @@ static int parse_normalizer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 static int parse_piece(pctx *c, const uint8_t *p, size_t n, const uint8_t **str, size_t *len,
 		       float *score, int *type)
 {
-	pb b = {p, p + n, c->file};
+	pb b = {p, p + n};
 	unsigned f, wt;
 	uint64_t v;
 	const uint8_t *s;
@@ -327,7 +327,7 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 
 	/* pass 1: count pieces, read the specs (repeated messages merge: last
 	 * value wins) */
-	pb b = {buf, buf + n, buf};
+	pb b = {buf, buf + n};
 	unsigned f, wt;
 	uint64_t v;
 	const uint8_t *s;
@@ -396,7 +396,7 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 		m->byte_id[i] = -1;
 
 	/* pass 2: the pieces */
-	b = (pb){buf, buf + n, buf};
+	b = (pb){buf, buf + n};
 	int id = 0;
 	while (pb_next(&c, &b, &f, &wt, &v, &s, &sn) > 0) {
 		if (f != 1)

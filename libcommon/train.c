@@ -285,7 +285,7 @@ static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, pp_real ***ex
 			if (fused)
 				for (int j = 0; j < 3; j++)
 					(*extra)[(*n_extra)++] = whole[j];
-			if (!p->tp_owner)
+			if (!p->tp_owner || (fused && t->mesh.tp_rank != 0))
 				continue;
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
 			entry_of(p, 0, c);
@@ -576,15 +576,17 @@ static int sync_grads(trainer *t, pp_err *e)
 	for (int k = 0; k < v && !rc; k++)
 		rc = stage_reduce_replica_grads(&t->chunks[k], e);
 	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1)) {
-		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank */
-		const pp_param *p = &t->chunks[0].params[0];
+		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank hold
+		 * it, as their first tensor */
 		pp_stage *first = &t->chunks[0], *last = &t->chunks[v - 1];
 		if (me->pp == 1) {
-			t->ops->add(first->g, first->g, last->g, p->n);
-			t->ops->to_device(last->g, first->g, p->n * sizeof(pp_real));
+			size_t n = first->params[0].n;
+			t->ops->add(first->g, first->g, last->g, n);
+			t->ops->to_device(last->g, first->g, n * sizeof(pp_real));
 		} else if (me->tied_comm) {
 			pp_stage *mine = me->pp_rank == 0 ? first : last;
-			rc = comm_allreduce(me->tied_comm, mine->g, p->n, PP_DT_REAL, PP_OP_SUM, e);
+			rc = comm_allreduce(me->tied_comm, mine->g, mine->params[0].n, PP_DT_REAL,
+					    PP_OP_SUM, e);
 		}
 	}
 	for (int k = 0; k < v && !rc && me->dp_comm; k++) {

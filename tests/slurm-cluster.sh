@@ -21,9 +21,13 @@
 # Exit status: 0 ok, 1 failed, 2 usage, 3 not root, 4 packages missing
 # (scripts/install-deps.sh installs them). Tests turn 3 and 4 into SKIP.
 #
-# Every daemon runs with PP_SLURM_CLUSTER=DIR in its environment (slurmstepd
-# inherits it) and DIR on its command line; `down` finds what is left by
-# those marks, and job tasks by SLURM_CONF=DIR/slurm.conf plus SLURM_JOB_ID.
+# `down` stops the daemons by their pid files (DIR/run/*.pid, checked against
+# the PP_SLURM_CLUSTER=DIR mark each daemon gets in its environment), then
+# ends what they leave: any process with a file under DIR open (slurmstepd
+# keeps the slurmd log open; it rewrites its own environ), and job tasks
+# (SLURM_CONF=DIR/slurm.conf plus a SLURM_JOB_ID in their environment). So
+# keep the caller's own files out of DIR. Zombies (<defunct>) count as gone:
+# init does not reap them at once on this machine.
 set -u
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -52,10 +56,10 @@ ours() {
 	procvar "$1" environ | grep -qxF "PP_SLURM_CLUSTER=$dir"
 }
 
-# cluster_pids: live processes of the cluster: the daemons and slurmstepd
-# (marked), and job tasks and batch scripts (started by slurmstepd with the
-# submitter's environment: SLURM_CONF of this cluster and a SLURM_JOB_ID);
-# never this script or its callers
+# cluster_pids: live processes of the cluster: the daemons (marked), any
+# process with a file under DIR open (slurmstepd), job tasks and batch
+# scripts (slurmstepd starts them with the submitter's environment: this
+# cluster's SLURM_CONF and a SLURM_JOB_ID); never this script or its callers
 cluster_pids() {
 	local self=" " p=$BASHPID d f
 	while [ -n "$p" ] && [ "$p" -gt 1 ]; do
@@ -66,6 +70,9 @@ cluster_pids() {
 	done
 	{
 		grep -lzxF "PP_SLURM_CLUSTER=$dir" /proc/[0-9]*/environ 2>/dev/null
+		# slurmstepd rewrites its environ (setproctitle) but keeps the
+		# slurmd log open
+		find /proc/[0-9]*/fd -maxdepth 1 -lname "$dir/*" 2>/dev/null
 		for f in $(grep -lzxF "SLURM_CONF=$dir/slurm.conf" /proc/[0-9]*/environ 2>/dev/null); do
 			grep -qz '^SLURM_JOB_ID=' "$f" 2>/dev/null && echo "$f"
 		done
@@ -90,27 +97,46 @@ wait_gone() {
 
 # --- down ---------------------------------------------------------------------
 
+# comm PID: the process name (slurmstepd, sleep, ...)
+comm() { cat "/proc/$1/comm" 2>/dev/null; }
+
 down() {
-	local f p pids=() rest
-	# daemons first, by their pid files (only when the pid is still ours)
+	local f p ids pids=() rest
+	# cancel the jobs first while the controller runs, so that the caller's
+	# srun and sbatch clients are told and exit instead of hanging
+	p=$(cat "$dir/run/slurmctld.pid" 2>/dev/null)
+	if [ -n "$p" ] && alive "$p" && ours "$p" && [ -r "$dir/slurm.conf" ]; then
+		ids=$(SLURM_CONF=$dir/slurm.conf timeout 2 squeue -h -o %A 2>/dev/null)
+		if [ -n "$ids" ]; then
+			SLURM_CONF=$dir/slurm.conf timeout 2 scancel $ids 2>/dev/null
+			local end=$((SECONDS + 3))
+			while [ $SECONDS -lt $end ] &&
+				[ -n "$(SLURM_CONF=$dir/slurm.conf timeout 2 squeue -h -o %A 2>/dev/null)" ]; do
+				sleep 0.1
+			done
+		fi
+	fi
+	# then the daemons, by their pid files (only when the pid is still ours)
 	for f in "$dir"/run/slurmctld.pid "$dir"/run/slurmd.pid "$dir"/run/munged.pid; do
-		[ -r "$f" ] || continue
 		p=$(cat "$f" 2>/dev/null)
 		[ -n "$p" ] && alive "$p" && ours "$p" || continue
 		kill -TERM "$p" 2>/dev/null && pids+=("$p")
 	done
-	# slurmstepd and job tasks survive slurmd: end them too
-	rest=$(cluster_pids)
-	for p in $rest; do
-		kill -TERM "$p" 2>/dev/null && pids+=("$p")
+	# then what outlives slurmd: slurmstepd (which ignores SIGTERM) and tasks
+	for p in $(cluster_pids); do
+		case " ${pids[*]} " in *" $p "*) continue ;; esac
+		if [ "$(comm "$p")" = slurmstepd ]; then
+			kill -KILL "$p" 2>/dev/null && pids+=("$p")
+		else
+			kill -TERM "$p" 2>/dev/null && pids+=("$p")
+		fi
 	done
 	[ ${#pids[@]} -eq 0 ] && return 0
 	wait_gone 3 "${pids[@]}" && [ -z "$(cluster_pids)" ] && return 0
 	for p in $(cluster_pids); do
-		say "process $p ($(procvar "$p" cmdline | head -n1)) ignored SIGTERM; killing it"
+		say "process $p ($(comm "$p")) ignored SIGTERM; killing it"
 		kill -KILL "$p" 2>/dev/null
 	done
-	sleep 0.1
 	rest=$(cluster_pids)
 	[ -z "$rest" ] && return 0
 	wait_gone 2 $rest && return 0
@@ -150,9 +176,13 @@ free_ports() {
 	echo "${got[@]}"
 }
 
+# show_logs: the end of each daemon's log (its own output file when the log
+# is empty: errors before the log file opens go there)
 show_logs() {
-	local f
-	for f in "$dir"/log/*; do
+	local n f
+	for n in mungekey munged slurmctld slurmd; do
+		f=$dir/log/$n.log
+		[ -s "$f" ] || f=$dir/log/$n.out
 		[ -s "$f" ] || continue
 		echo "---- $f (last 15 lines) ----" >&2
 		tail -n 15 "$f" >&2
@@ -236,14 +266,27 @@ up() {
 	need_packages
 	mkdir -p "$dir" || exit 1
 	dir=$(cd "$dir" && pwd -P)
+	# munged wants execute permission for all on every directory above its
+	# socket; DIR itself is made 755 below, its parents are the caller's
+	local a=${dir%/*}
+	while [ -n "$a" ]; do
+		case "$(stat -c %A "$a")" in
+		*[xt]) ;;
+		*)
+			say "$a is not searchable by others (mode $(stat -c %a "$a")): munged refuses a socket below it; use a DIR from mktemp -d under /tmp"
+			exit 1
+			;;
+		esac
+		a=${a%/*}
+	done
 	down >/dev/null 2>&1 # leftovers from an earlier run in the same DIR
 	trap 'up_failed "interrupted"' INT TERM HUP
 
 	# fresh state every time: a node drained in an earlier run stays drained
-	rm -rf "$dir"/{state,spool,log,run,munge,tmp,dev} "$dir"/{slurm.conf,gres.conf,plugstack.conf,env.sh}
+	rm -rf "${dir:?}"/{state,spool,log,run,munge,tmp,dev} "${dir:?}"/{slurm.conf,gres.conf,plugstack.conf,env.sh}
 	mkdir -p "$dir"/{state,spool,log,run,tmp,dev,munge/run} || up_failed "cannot make directories in $dir"
-	# munged wants its socket directory 755 and execute permission for all on
-	# every directory above it (mktemp -d makes DIR 700); the key stays 600
+	# munged refuses a socket directory that is not 755, or below one that is
+	# not searchable by all (mktemp -d makes DIR 700); the key stays 600
 	chmod 755 "$dir" "$dir/munge" "$dir/munge/run"
 	local i
 	for i in 0 1 2 3; do
@@ -265,7 +308,7 @@ up() {
 
 	local host ports name
 	host=$(hostname -s)
-	ports=($(free_ports 2))
+	read -ra ports <<<"$(free_ports 2)"
 	[ ${#ports[@]} -eq 2 ] || up_failed "no free TCP ports found"
 	name=pp$(printf '%04x%04x' $$ $RANDOM | tail -c 8)
 	write_conf "$host" "${ports[0]}" "${ports[1]}" "$name" $((1000 + RANDOM * 30))
@@ -288,14 +331,21 @@ up() {
 	cat "$dir/env.sh"
 }
 
-[ $# -eq 2 ] || usage
-dir=$2
-case "$1" in
-up) up ;;
-down)
-	[ -d "$dir" ] || exit 0
-	dir=$(cd "$dir" && pwd -P)
-	down
-	;;
-*) usage ;;
-esac
+main() {
+	[ $# -eq 2 ] || usage
+	dir=$2
+	case "$1" in
+	up) up ;;
+	down)
+		[ -d "$dir" ] || return 0
+		dir=$(cd "$dir" && pwd -P)
+		down
+		;;
+	*) usage ;;
+	esac
+}
+
+# last and on one line: bash has parsed every function before main runs and
+# reads nothing after it, so rewriting this file while a cluster is coming up
+# (the working tree is shared) cannot derail that run
+main "$@"; exit $?

@@ -178,19 +178,16 @@ slurm_checks() {
 	check comm/srun_abort_bounded within $BOUND
 }
 
-if [ "$(id -u)" -ne 0 ]; then
-	skip comm/srun "the local Slurm cluster needs root (munged, slurmctld, slurmd)"
-elif [ ! -r tests/slurm-lib.sh ]; then
-	skip comm/srun "tests/slurm-lib.sh not found"
-else
-	. tests/slurm-lib.sh
-	if slurm_up; then
-		slurm_checks
-		slurm_down
-	else
-		skip comm/srun "could not start the local Slurm cluster"
-	fi
-fi
+. tests/slurm-lib.sh
+slurm_up 2>$T/slurm.log
+case $? in
+0)
+	slurm_checks
+	slurm_down
+	;;
+3 | 4) skip comm/srun "$SLURM_SKIP" ;;
+*) fail comm/srun "the local Slurm cluster did not start: $(tail -n 5 $T/slurm.log | tr '\n' ' ')" ;;
+esac
 
 # --- nccl: built with CUDA; a clear error where there is no GPU --------------------------
 if [ -r /usr/local/cuda/include/nccl.h ] && [ -e /usr/local/cuda/lib64/libnccl.so -o -e /usr/local/cuda/lib64/libnccl.so.2 ]; then

@@ -28,12 +28,16 @@ layouts=(
 	"8 pp=2 dp=2 tp=2"
 )
 
-if ! slurm_up "$T/slurm" 2>$T/slurm.log; then
-	why=$(tail -n 1 $T/slurm.log)
-	for l in "${layouts[@]}"; do skip "layouts/${l#* }" "no Slurm cluster: $why"; done
-	exit 0
-fi
-trap 'slurm_down; rm -rf "$T"' EXIT
+slurm_up 2>$T/slurm.log
+case $? in
+0) ;;
+3 | 4)
+	for l in "${layouts[@]}"; do skip "layouts/${l#* }" "$SLURM_SKIP"; done
+	exit 0 ;;
+*)
+	fail layouts/slurm "the local Slurm cluster did not come up: $(tail -n 3 $T/slurm.log)"
+	exit 1 ;;
+esac
 
 # losses_close A B: every step's loss within TOL relative
 losses_close() {
@@ -45,8 +49,12 @@ losses_close() {
 # same_model A B: final parameters within TOL (tool prints the worst tensor)
 same_model() { $compare $1/checkpoints/step_00000020 $2/checkpoints/step_00000020 $TOL >$T/cmp.log; }
 
+# adamw.eps=1e-6: GPT's key biases have an exactly zero gradient (softmax
+# ignores a shift), so their fp32 gradients are round-off, which AdamW with
+# eps=1e-8 turns into full-size steps that differ between layouts.
+common="model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 adamw.eps=1e-6 log_period=20"
 for model in llama-tiny gpt-tiny; do
-	base="model=$model model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 checkpoint_period=0 log_period=20"
+	base="model=$model $common"
 	pp-train $base run_dir=$T/$model/base --quiet 2>$T/base.log ||
 		{ fail "layouts/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
 	for l in "${layouts[@]}"; do
@@ -67,7 +75,7 @@ for model in llama-tiny gpt-tiny; do
 done
 
 # --- the same under OpenMPI's mpirun ---------------------------------------------
-base="model=llama-tiny model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 log_period=20"
+base="model=llama-tiny $common"
 if mpirun -n 8 --allow-run-as-root --oversubscribe pp-train $base pp=2 dp=2 tp=2 run_dir=$T/mpirun --quiet >/dev/null 2>$T/mpirun.log &&
 	losses_close $T/llama-tiny/base $T/mpirun && same_model $T/llama-tiny/base $T/mpirun; then
 	pass "layouts/mpirun/pp=2,dp=2,tp=2"
@@ -81,7 +89,8 @@ run8 run_dir=$T/r_ref 2>/dev/null
 run8 run_dir=$T/r_cut 2>/dev/null &
 pid=$!
 while [ ! -d $T/r_cut/checkpoints/step_00000010 ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
-kill -TERM $pid
+# what Slurm does at a time limit: SIGTERM to every task
+pkill -TERM -f "^([^ ]*/)?pp-train .*run_dir=$T/r_cut"
 wait $pid
 check resume8/sigterm_exit_75 test $? -eq 75
 run8 run_dir=$T/r_cut 2>$T/r_cut.log
@@ -109,13 +118,13 @@ wait $pid
 rc=$?
 check dead_rank/job_fails test $rc -ne 0
 check dead_rank/within_timeout test $((SECONDS - t0)) -le 30
-check dead_rank/names_the_rank grep -qE "rank 2 .*(exited|dead|killed|no answer)|rank 2 \(pid" $T/dead.log
+check dead_rank/names_the_rank grep -qE "rank 2 \(pid [0-9]+ on [^)]*\) has exited|task 2: Killed" $T/dead.log
 
 # --- launcher and layout errors ---------------------------------------------------
 expect_fail launch/mpi_none 1 "mpi=pmix" srun -n 2 --mpi=none pp-train $base pp=2 run_dir=$T/none
 expect_fail layout/world_size 2 "needs 4 ranks.*has 2" srun -n 2 --mpi=pmix pp-train $base pp=2 dp=2 run_dir=$T/e1
 expect_fail layout/heads_vs_tp 2 "n_heads" pp-train $base tp=3 --print-config
-expect_fail layout/kv_vs_tp 2 "n_kv_heads" pp-train model=llama-tiny model.n_kv_heads=4 model.n_heads=12 model.d_model=96 tp=8 --print-config
+expect_fail layout/kv_vs_tp 2 "n_kv_heads" pp-train model=llama-tiny model.n_kv_heads=3 model.n_heads=12 model.d_model=96 tp=4 --print-config
 expect_fail layout/interleaved_microbatches 2 "microbatches" pp-train $base pp=4 virtual_stages=2 schedule=interleaved1f1b global_batch=6 microbatch=1 model.n_layers=8 --print-config
 expect_fail layout/virtual_needs_interleaved 2 "virtual_stages" pp-train $base pp=2 virtual_stages=2 schedule=1f1b --print-config
 expect_fail layout/layers_vs_stages 2 "n_layers" pp-train $base pp=8 --print-config

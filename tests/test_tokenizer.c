@@ -5,6 +5,7 @@
  * and clear errors on missing, truncated, corrupt and unsupported files.
  * The comparisons with spm_encode and Hugging Face on whole corpora are in
  * test_tokenizer_ref.sh. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +349,61 @@ static void test_llama(const char *path)
 			  "/nonexistent/tokenizer.model", "cannot open");
 }
 
+/* ---- threads: tok_encode on one tokenizer from several threads at once
+ * (each has its own word cache) gives the single-threaded ids ---- */
+
+enum { NTEXTS = 300, NTHREADS = 4 };
+typedef struct {
+	pp_tokenizer *t;
+	char (*text)[256];
+	size_t *len;
+	tok_ids *want;
+	int ok;
+} thread_job;
+
+static void *encode_all(void *p)
+{
+	thread_job *j = p;
+	j->ok = 1;
+	for (int round = 0; round < 3; round++)
+		for (int i = 0; i < NTEXTS && j->ok; i++) {
+			tok_ids v = {0};
+			pp_err e;
+			j->ok = tok_encode(j->t, j->text[i], j->len[i], &v, &e) == 0 &&
+				ids_equal(&v, j->want[i].ids, j->want[i].n);
+			tok_ids_free(&v);
+		}
+	return NULL;
+}
+
+static void test_threads(pp_tokenizer *t, const char *name)
+{
+	static char text[NTEXTS][256];
+	static size_t len[NTEXTS];
+	static tok_ids want[NTEXTS];
+	pp_err e;
+	for (int i = 0; i < NTEXTS; i++) {
+		len[i] = random_utf8(text[i], 250);
+		want[i] = (tok_ids){0};
+		tok_encode(t, text[i], len[i], &want[i], &e);
+	}
+	thread_job jobs[NTHREADS];
+	pthread_t th[NTHREADS];
+	int ok = 1, started[NTHREADS];
+	for (int k = 0; k < NTHREADS; k++) {
+		jobs[k] = (thread_job){t, text, len, want, 0};
+		started[k] = pthread_create(&th[k], NULL, encode_all, &jobs[k]) == 0;
+	}
+	for (int k = 0; k < NTHREADS; k++) {
+		if (started[k])
+			pthread_join(th[k], NULL);
+		ok = ok && started[k] && jobs[k].ok == 1;
+	}
+	CHECK(ok, name, "a thread's ids differ from the single-threaded ones");
+	for (int i = 0; i < NTEXTS; i++)
+		tok_ids_free(&want[i]);
+}
+
 /* ---- byte-level BPE on a hand-made vocabulary ---- */
 
 /* GPT-2's bytes_to_unicode */
@@ -556,7 +612,8 @@ int main(void)
 	if (access(path, R_OK) == 0) {
 		test_llama(path);
 		pp_err e;
-		tok_load(&llama, path, &e);
+		if (tok_load(&llama, path, &e) == 0)
+			test_threads(llama, "tokenizer/llama2/threads");
 	} else {
 		th_skip("tokenizer/llama2", "no llama2-tokenizer.model (set PP_SHARED_DATA)");
 	}
