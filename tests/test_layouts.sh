@@ -129,3 +129,10 @@ expect_fail layout/interleaved_microbatches 2 "microbatches" pp-train $base pp=4
 expect_fail layout/virtual_needs_interleaved 2 "virtual_stages" pp-train $base pp=2 virtual_stages=2 schedule=1f1b --print-config
 expect_fail layout/layers_vs_stages 2 "n_layers" pp-train $base pp=8 --print-config
 expect_fail layout/unknown_schedule 2 "schedule" pp-train $base schedule=zigzag --print-config
+
+# --- a batch job: sbatch/tiny-cpu.sub on the local cluster -------------------------
+job=$(cd "$PP_ROOT" && sbatch --parsable --output=$T/sbatch.out sbatch/tiny-cpu.sub run_dir=$T/sbatch)
+for i in $(seq 600); do [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break; sleep 0.1; done
+state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z]*')
+check sbatch/completed test "$state" = JobState=COMPLETED
+check sbatch/trained test -f $T/sbatch/checkpoints/step_00000020/manifest.json
