@@ -22,7 +22,7 @@
 
 /* ---- the key table ------------------------------------------------------ */
 
-typedef enum { K_OBJECT, K_INT, K_LONG, K_U64, K_REAL, K_BOOL, K_STRING } key_kind;
+typedef enum { K_OBJECT, K_INT, K_LONG, K_U64, K_REAL, K_BOOL, K_STRING, K_LAYERS } key_kind;
 
 enum { R_ANY, R_GE0, R_GE1, R_GEM1, R_GT0, R_UNIT, R_UNIT_OPEN };
 
@@ -117,6 +117,7 @@ static const key_desc keys[] = {
 	BOOL("recompute", recompute, "false", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
 	NUM("comm_timeout", K_REAL, comm_timeout, "120", R_GT0, 0),
+	{.path = "stage_layers", .kind = K_LAYERS, FIELD(stage_layers), .def = "[]"},
 
 	NUM("lr", K_REAL, lr, "3e-4", R_GT0, 0),
 	OBJ("lr_schedule"),
@@ -384,6 +385,40 @@ static int enum_error(const key_desc *k, const char *got, pp_err *e)
 			 near ? "'?)" : "");
 }
 
+/* stage_layers: a JSON array of layer counts, or "10,10,9,9" from an override */
+static int convert_layers(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
+{
+	int n = 0;
+	if (json_is_array(v)) {
+		size_t i;
+		json_t *x;
+		json_array_foreach(v, i, x)
+		{
+			long long y;
+			if (n == PP_MAX_CHUNKS || !as_integer(x, &y) || y < 1 || y > INT_MAX)
+				return pp_errorf(e, PP_EUSAGE,
+						 "key '%s': expected at most %d layer counts >= 1, got %s",
+						 k->path, PP_MAX_CHUNKS, json_is_integer(x) ? "a count < 1" : "a non-integer");
+			c->stage_layers[n++] = (int)y;
+		}
+	} else if (json_is_string(v)) {
+		for (const char *p = json_string_value(v); *p;) {
+			char *end;
+			long y = strtol(p, &end, 10);
+			if (end == p || y < 1 || y > INT_MAX || n == PP_MAX_CHUNKS || (*end && *end != ','))
+				return pp_errorf(e, PP_EUSAGE,
+						 "key '%s': expected layer counts like 10,10,9,9, got \"%.100s\"",
+						 k->path, json_string_value(v));
+			c->stage_layers[n++] = (int)y;
+			p = *end ? end + 1 : end;
+		}
+	} else {
+		return type_error(k->path, "an array of layer counts", v, e);
+	}
+	c->n_stage_layers = n;
+	return 0;
+}
+
 static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 {
 	void *field = (char *)c + k->off;
@@ -450,6 +485,8 @@ static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 		snprintf(field, k->size, "%s", s);
 		return 0;
 	}
+	case K_LAYERS:
+		return convert_layers(k, v, c, e);
 	case K_OBJECT:
 		break;
 	}
@@ -475,6 +512,12 @@ static json_t *field_json(const key_desc *k, const pp_config *c)
 		return json_boolean(*(const bool *)field);
 	case K_STRING:
 		return json_string(field);
+	case K_LAYERS: {
+		json_t *a = json_array();
+		for (int i = 0; i < c->n_stage_layers; i++)
+			json_array_append_new(a, json_integer(c->stage_layers[i]));
+		return a;
+	}
 	case K_OBJECT:
 		return json_object();
 	}
@@ -703,6 +746,14 @@ static int check_consistency(const pp_config *c, pp_err *e)
 	REQUIRE((long)c->pp * c->virtual_stages <= m->n_layers,
 		"model.n_layers %d is fewer than pp * virtual_stages = %d * %d pipeline stages",
 		m->n_layers, c->pp, c->virtual_stages);
+	int sum = 0;
+	for (int i = 0; i < c->n_stage_layers; i++)
+		sum += c->stage_layers[i];
+	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
+		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
+		c->pp, c->virtual_stages);
+	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
+		"stage_layers adds up to %d layers, but model.n_layers is %d", sum, m->n_layers);
 
 	REQUIRE(m->n_heads % c->tp == 0, "model.n_heads %d is not divisible by tp %d", m->n_heads,
 		c->tp);

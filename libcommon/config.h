@@ -15,6 +15,7 @@
 #include "error.h"
 
 #define PP_PATH_MAX 4096
+#define PP_MAX_CHUNKS 256 /* pipeline stages: pp * virtual_stages */
 
 enum { PP_MLP_SWIGLU, PP_MLP_GEGLU, PP_MLP_GELU };
 enum { PP_NORM_RMS, PP_NORM_LAYER };
@@ -66,6 +67,10 @@ typedef struct {
 	bool recompute;     /* recompute activations in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
 	double comm_timeout;  /* seconds a collective may wait for its peers */
+	/* layers of each pipeline stage (virtual stage order); 0 stages = an
+	 * even split with the remainder to the first stages */
+	int stage_layers[PP_MAX_CHUNKS];
+	int n_stage_layers;
 
 	double lr;
 	struct {

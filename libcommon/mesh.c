@@ -27,7 +27,7 @@ int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e)
 
 void mesh_chunk_layers(const pp_mesh *m, const pp_config *c, int chunk, int *begin, int *end)
 {
-	plan_chunk_layers(c->model.n_layers, m->pp * m->v, chunk * m->pp + m->pp_rank, begin, end);
+	plan_chunk_layers(c, chunk * m->pp + m->pp_rank, begin, end);
 }
 
 int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)

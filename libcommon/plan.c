@@ -130,8 +130,16 @@ double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len)
 	return 2.0 * (double)n.matmul + 2.0 * (double)s.L * (double)(s.Hq * s.D) * seq_len;
 }
 
-void plan_chunk_layers(int n_layers, int n_chunks, int chunk, int *begin, int *end)
+void plan_chunk_layers(const pp_config *c, int chunk, int *begin, int *end)
 {
+	if (c->n_stage_layers) {
+		*begin = 0;
+		for (int i = 0; i < chunk; i++)
+			*begin += c->stage_layers[i];
+		*end = *begin + c->stage_layers[chunk];
+		return;
+	}
+	int n_layers = c->model.n_layers, n_chunks = c->pp * c->virtual_stages;
 	int base = n_layers / n_chunks, rem = n_layers % n_chunks;
 	*begin = chunk * base + (chunk < rem ? chunk : rem);
 	*end = *begin + base + (chunk < rem);
@@ -284,7 +292,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	int64_t count = 0, chunk_act_max = 0, chunk_layers_max = 0, layer_act_max = 0;
 	for (int64_t j = 0; j < v; j++) {
 		int lb, le;
-		plan_chunk_layers((int)s.L, (int)(pp * v), (int)(j * pp + rank), &lb, &le);
+		plan_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
 		int64_t n_moe = moe_below(&s, le) - moe_below(&s, lb), n = le - lb;
 		int64_t n_dense = n - n_moe;
 		count += n_dense * layer_total(&dense) + n_moe * layer_total(&moe);
@@ -559,9 +567,14 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		c->dp, c->tp);
 	fprintf(f, "  %-22s %s, %d virtual stage(s) per rank\n", "schedule", sched_name(c), a->v);
 	int nchunks = c->pp * a->v, lb0, le0, lbl, lel;
-	plan_chunk_layers((int)s->L, nchunks, 0, &lb0, &le0);
-	plan_chunk_layers((int)s->L, nchunks, nchunks - 1, &lbl, &lel);
-	if (le0 - lb0 == lel - lbl)
+	plan_chunk_layers(c, 0, &lb0, &le0);
+	plan_chunk_layers(c, nchunks - 1, &lbl, &lel);
+	if (c->n_stage_layers) {
+		fprintf(f, "  %-22s", "pipeline chunks");
+		for (int i = 0; i < c->n_stage_layers; i++)
+			fprintf(f, "%s%d", i ? ", " : " ", c->stage_layers[i]);
+		fprintf(f, " layers (stage_layers)\n");
+	} else if (le0 - lb0 == lel - lbl)
 		fprintf(f, "  %-22s %d layers each, %d chunks\n", "pipeline chunks", le0 - lb0,
 			nchunks);
 	else

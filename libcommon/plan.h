@@ -56,10 +56,11 @@ double plan_flops_per_token(const pp_model_cfg *m, int seq_len);
 /* Forward only (eval, decode at context T): 2 N + 2 L (Hq D) T. */
 double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len);
 
-/* Layers of pipeline chunk c of n_chunks (n_chunks = pp * virtual_stages;
- * chunk c runs on pp rank c % pp): [*begin, *end), the remainder
- * L % n_chunks going one each to the first chunks. */
-void plan_chunk_layers(int n_layers, int n_chunks, int chunk, int *begin, int *end);
+/* Layers [*begin, *end) of pipeline chunk (virtual stage) chunk of
+ * pp * virtual_stages; chunk c runs on pp rank c % pp. stage_layers when the
+ * config lists them, else an even split with the remainder L % chunks going
+ * one each to the first chunks. */
+void plan_chunk_layers(const pp_config *c, int chunk, int *begin, int *end);
 
 /* Memory of one pp rank (every dp and tp rank of it is alike), in bytes. */
 typedef struct {

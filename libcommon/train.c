@@ -86,6 +86,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		/* one process holds the whole model, whatever the layout */
 		pp_config whole = *c;
 		whole.pp = whole.dp = whole.tp = whole.virtual_stages = 1;
+		whole.n_stage_layers = 0;
 		rc = mesh_init(&t->mesh, &whole, 0, 1, e);
 	} else {
 		if ((rc = boot_init(&t->proc, e)))

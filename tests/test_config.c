@@ -609,13 +609,14 @@ static void test_resolved_json(void)
 			       "model", "scaled_residual_init", "lr_schedule", "warmup_steps",
 			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
 			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
-			       NULL, "tokenizer", NULL, "data_eos"};
+			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
+			       NULL, "stage_layers"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 32, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 33, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

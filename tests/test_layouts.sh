@@ -15,6 +15,7 @@ compare=$PP_ROOT/build/tests/tool_ckpt_compare
 layouts=(
 	"2 pp=2 schedule=gpipe"
 	"2 pp=2 schedule=1f1b"
+	"2 pp=2 stage_layers=3,1"
 	"2 pp=2 schedule=eager1f1b"
 	"2 pp=2 schedule=interleaved1f1b virtual_stages=2"
 	"2 pp=2 schedule=zbh1"
@@ -129,6 +130,9 @@ expect_fail layout/interleaved_microbatches 2 "microbatches" pp-train $base pp=4
 expect_fail layout/virtual_needs_interleaved 2 "virtual_stages" pp-train $base pp=2 virtual_stages=2 schedule=1f1b --print-config
 expect_fail layout/layers_vs_stages 2 "n_layers" pp-train $base pp=8 --print-config
 expect_fail layout/unknown_schedule 2 "schedule" pp-train $base schedule=zigzag --print-config
+expect_fail layout/stage_layers_count 2 "stage_layers lists 3 stages" pp-train $base pp=2 stage_layers=2,1,1 --print-config
+expect_fail layout/stage_layers_sum 2 "adds up to 5 layers" pp-train $base pp=2 stage_layers=3,2 --print-config
+expect_fail layout/stage_layers_syntax 2 "stage_layers" pp-train $base pp=2 stage_layers=3,x --print-config
 
 # --- a batch job: sbatch/tiny-cpu.sub on the local cluster -------------------------
 job=$(cd "$PP_ROOT" && sbatch --parsable --output=$T/sbatch.out sbatch/tiny-cpu.sub run_dir=$T/sbatch)

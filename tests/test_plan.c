@@ -253,7 +253,7 @@ static void test_memory(void)
 	plan_memory_rank(&cp, 0, &r0, &e);
 	rc = plan_memory_rank(&cp, 3, &r3, &e);
 	int b2, e2;
-	plan_chunk_layers(34, 4, 2, &b2, &e2);
+	plan_chunk_layers(&cp, 2, &b2, &e2);
 	CHECK(rc == 0 && r0.layers == 9 && r3.layers == 8 && b2 == 18 && e2 == 26 &&
 		      r0.in_flight == 4 && r3.in_flight == 1 && r0.first && !r0.last && r3.last &&
 		      r0.logits == 0 && r3.logits > 0,
