@@ -10,6 +10,7 @@
 #endif
 #include "ckpt.h"
 #include "fsutil.h"
+#include "h5util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -42,42 +43,6 @@ enum { G_PARAMS, G_ADAM_M, G_ADAM_V, N_GROUPS };
 static const char *const group_name[N_GROUPS] = {"params", "adam_m", "adam_v"};
 
 /* ---------------------------------------------------------------- helpers */
-
-/* The innermost message of the HDF5 error stack of the call that failed
- * last, captured by h5ok before the next library call clears it. */
-static _Thread_local char h5_reason[256];
-
-/* The driver's messages carry the system error inside a long line
- * ("file write failed: time = ..., errno = 28, error message = 'No space
- * left on device', buf = ..."): keep what failed and the system error. */
-static herr_t h5_walk(unsigned n, const H5E_error2_t *err, void *data)
-{
-	(void)data;
-	if (n != 0)
-		return 0;
-	const char *d = err->desc ? err->desc : "HDF5 error", *msg = strstr(d, "error message = '");
-	const char *colon = strchr(d, ':');
-	if (msg && colon && colon < msg) {
-		msg += strlen("error message = '");
-		const char *end = strchr(msg, '\'');
-		snprintf(h5_reason, sizeof h5_reason, "%.*s: %.*s", (int)(colon - d), d,
-			 (int)(end ? end - msg : (ptrdiff_t)strlen(msg)), msg);
-	} else {
-		snprintf(h5_reason, sizeof h5_reason, "%s", d);
-	}
-	return 0;
-}
-
-static bool h5ok(int64_t r)
-{
-	if (r >= 0)
-		return true;
-	snprintf(h5_reason, sizeof h5_reason, "HDF5 error");
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk, NULL);
-	return false;
-}
-
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 static void h5_close_file(hid_t *f)
 {
@@ -191,19 +156,11 @@ static int write_file_synced(const char *path, const char *text, pp_err *e)
 
 /* ------------------------------------------------------ HDF5 attributes */
 
-static hid_t str_type(H5T_cset_t cset)
-{
-	hid_t t = H5Tcopy(H5T_C_S1);
-	H5Tset_size(t, H5T_VARIABLE);
-	H5Tset_cset(t, cset);
-	return t;
-}
-
 static bool attr_put_str(hid_t obj, const char *name, const char *val)
 {
-	hid_t t = str_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), a = -1;
-	bool ok = h5ok(a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5ok(H5Awrite(a, t, &val));
+	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), a = -1;
+	bool ok = h5u_ok(a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  h5u_ok(H5Awrite(a, t, &val));
 	if (a >= 0)
 		H5Aclose(a);
 	H5Sclose(sp);
@@ -216,8 +173,8 @@ static bool attr_put_i64(hid_t obj, const char *name, int n, const int64_t *v)
 {
 	hsize_t d = (hsize_t)n;
 	hid_t sp = n ? H5Screate_simple(1, &d, NULL) : H5Screate(H5S_SCALAR), a = -1;
-	bool ok = h5ok(a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5ok(H5Awrite(a, H5T_NATIVE_INT64, v));
+	bool ok = h5u_ok(a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  h5u_ok(H5Awrite(a, H5T_NATIVE_INT64, v));
 	if (a >= 0)
 		H5Aclose(a);
 	H5Sclose(sp);
@@ -235,10 +192,10 @@ static char *read_string(hid_t obj, bool is_attr)
 	if (H5Tget_class(ft) != H5T_STRING)
 		goto done;
 	if (H5Tis_variable_str(ft) > 0) {
-		hid_t mt = str_type(H5Tget_cset(ft));
+		hid_t mt = h5u_string_type(H5Tget_cset(ft));
 		char *s = NULL;
 		herr_t r = is_attr ? H5Aread(obj, mt, &s) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s);
-		if (h5ok(r) && s)
+		if (h5u_ok(r) && s)
 			out = strdup(s);
 		if (s)
 			H5free_memory(s);
@@ -248,7 +205,7 @@ static char *read_string(hid_t obj, bool is_attr)
 		if (!(out = calloc(n + 1, 1)))
 			goto done;
 		herr_t r = is_attr ? H5Aread(obj, ft, out) : H5Dread(obj, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
-		if (out && !h5ok(r)) {
+		if (out && !h5u_ok(r)) {
 			free(out);
 			out = NULL;
 		}
@@ -283,7 +240,7 @@ static bool attr_get_i64(hid_t obj, const char *name, int max, int64_t *out, int
 	int rank = H5Sget_simple_extent_ndims(sp);
 	hssize_t count = H5Sget_simple_extent_npoints(sp);
 	if (H5Tget_class(t) == H5T_INTEGER && rank >= 0 && rank <= 1 && count >= 1 && count <= max) {
-		ok = h5ok(H5Aread(a, H5T_NATIVE_INT64, out));
+		ok = h5u_ok(H5Aread(a, H5T_NATIVE_INT64, out));
 		if (n)
 			*n = (int)count;
 	}
@@ -668,8 +625,8 @@ static int shard_open(const char *dir, const ckpt_manifest *m, int file, hid_t *
 	if (join(path, sizeof path, dir, name, e))
 		return e ? e->code : PP_EUSAGE;
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-	if (!h5ok(f))
-		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint shard %s: %s", path, h5_reason);
+	if (!h5u_ok(f))
+		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint shard %s: %s", path, h5u_reason());
 	shard_attrs a;
 	int pp = 0, tp = 0;
 	parse_shard_name(name, &pp, &tp);
@@ -763,9 +720,9 @@ static bool write_dataset(hid_t g, const char *name, int nd, const int64_t *shap
 	for (int d = 0; d < nd; d++)
 		dims[d] = (hsize_t)shape[d];
 	hid_t sp = H5Screate_simple(nd, dims, NULL), ds = -1;
-	bool ok = h5ok(ds = H5Dcreate2(g, name, H5T_FILE_REAL, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_FILE_REAL, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
 		  attr_put_i64(ds, "global_shape", nd, global) && attr_put_i64(ds, "offset", nd, offset) &&
-		  h5ok(H5Dwrite(ds, H5T_MEM_REAL, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+		  h5u_ok(H5Dwrite(ds, H5T_MEM_REAL, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
@@ -778,8 +735,8 @@ static bool write_ints(hid_t g, const char *name, int n, const void *v, bool sca
 	hsize_t d = (hsize_t)n;
 	hid_t sp = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL), ds = -1;
 	hid_t ft = scalar ? H5T_STD_I64LE : H5T_STD_U64LE, mt = scalar ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
-	bool ok = h5ok(ds = H5Dcreate2(g, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  (!scalar && n == 0 ? true : h5ok(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)));
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  (!scalar && n == 0 ? true : h5u_ok(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
@@ -792,17 +749,17 @@ static int write_shard_body(hid_t f, const char *path, const ckpt_state *s, pp_e
 			   s->dp_rank,      s->pp_size, s->tp_size, s->dp_size};
 	const char *names[8] = {"version", "step", "pp_rank", "tp_rank", "dp_rank", "pp_size", "tp_size", "dp_size"};
 	if (!attr_put_str(f, "format", PP_CKPT_FORMAT))
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path, h5_reason);
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path, h5u_reason());
 	for (int i = 0; i < 8; i++)
 		if (!attr_put_i64(f, names[i], 0, &ints[i]))
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path, names[i], h5_reason);
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path, names[i], h5u_reason());
 
 	hid_t g[N_GROUPS];
 	for (int k = 0; k < N_GROUPS; k++)
-		if (!h5ok(g[k] = H5Gcreate2(f, group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
+		if (!h5u_ok(g[k] = H5Gcreate2(f, group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
 			for (int j = 0; j < k; j++)
 				H5Gclose(g[j]);
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, group_name[k], h5_reason);
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, group_name[k], h5u_reason());
 		}
 	int rc = PP_OK;
 	for (int i = 0; i < s->n_tensors && !rc; i++) {
@@ -813,7 +770,7 @@ static int write_shard_body(hid_t f, const char *path, const ckpt_state *s, pp_e
 		for (int k = 0; k < N_GROUPS && !rc; k++)
 			if (buf[k] && !write_dataset(g[k], t->name, t->ndim, t->shape, gs, off, buf[k]))
 				rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", path, group_name[k],
-					       t->name, h5_reason);
+					       t->name, h5u_reason());
 	}
 	for (int k = 0; k < N_GROUPS; k++)
 		H5Gclose(g[k]);
@@ -822,23 +779,23 @@ static int write_shard_body(hid_t f, const char *path, const ckpt_state *s, pp_e
 
 	hid_t st = H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 	int64_t step = s->step;
-	bool ok = h5ok(st) && write_ints(st, "step", 1, &step, true) && write_ints(st, "rng", 4, s->rng, false) &&
+	bool ok = h5u_ok(st) && write_ints(st, "step", 1, &step, true) && write_ints(st, "rng", 4, s->rng, false) &&
 		  write_ints(st, "data_state", s->n_data_state, s->data_state, false);
 	if (st >= 0)
 		H5Gclose(st);
 	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", path, h5_reason);
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", path, h5u_reason());
 
 	const char *cfg = s->config_json ? s->config_json : "";
-	hid_t t = str_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
-	ok = h5ok(ds = H5Dcreate2(f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
-	     h5ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
+	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
+	ok = h5u_ok(ds = H5Dcreate2(f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+	     h5u_ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
 	H5Tclose(t);
 	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", path, h5_reason);
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", path, h5u_reason());
 	return PP_OK;
 }
 
@@ -865,7 +822,7 @@ static void h5_discard_file(hid_t f)
 
 int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	if (check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
 	char name[64], path[CKPT_PATH];
@@ -877,16 +834,16 @@ int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
 	hid_t f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	H5Pclose(fapl);
-	if (!h5ok(f))
-		return pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint shard %s: %s", path, h5_reason);
+	if (!h5u_ok(f))
+		return pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint shard %s: %s", path, h5u_reason());
 	int rc = write_shard_body(f, path, s, e);
 	/* flush first, so that a full disk shows here and not in the close */
-	if (!rc && !h5ok(H5Fflush(f, H5F_SCOPE_LOCAL)))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint shard %s: %s", path, h5_reason);
+	if (!rc && !h5u_ok(H5Fflush(f, H5F_SCOPE_LOCAL)))
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint shard %s: %s", path, h5u_reason());
 	if (rc)
 		h5_discard_file(f);
-	if (!h5ok(H5Fclose(f)) && !rc)
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint shard %s: %s", path, h5_reason);
+	if (!h5u_ok(H5Fclose(f)) && !rc)
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint shard %s: %s", path, h5u_reason());
 	if (!rc)
 		rc = fs_fsync_path(path, e);
 	if (rc)
@@ -972,8 +929,8 @@ static int check_dataset(hid_t f, const char *path, int k, const char *name, int
 	if (H5Lexists(f, group_name[k], H5P_DEFAULT) <= 0 || H5Lexists(f, dpath, H5P_DEFAULT) <= 0)
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is missing", path, dpath);
 	hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
-	if (!h5ok(ds))
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open /%s: %s", path, dpath, h5_reason);
+	if (!h5u_ok(ds))
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open /%s: %s", path, dpath, h5u_reason());
 	int dn;
 	int64_t dims[PP_CKPT_MAXDIM];
 	bool ok = dataset_dims(ds, &dn, dims), f32 = is_float32(ds);
@@ -990,10 +947,10 @@ static int check_dataset(hid_t f, const char *path, int k, const char *name, int
 static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index, pp_err *e)
 {
 	hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
-	if (!h5ok(g))
-		return pp_errorf(e, PP_ERUNTIME, "%s: no /params group: %s", path, h5_reason);
+	if (!h5u_ok(g))
+		return pp_errorf(e, PP_ERUNTIME, "%s: no /params group: %s", path, h5u_reason());
 	H5G_info_t info;
-	int rc = h5ok(H5Gget_info(g, &info)) ? PP_OK : pp_errorf(e, PP_ERUNTIME, "%s: cannot list /params", path);
+	int rc = h5u_ok(H5Gget_info(g, &info)) ? PP_OK : pp_errorf(e, PP_ERUNTIME, "%s: cannot list /params", path);
 	char *name = NULL;
 	for (hsize_t i = 0; !rc && i < info.nlinks; i++) {
 		ssize_t n = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0, H5P_DEFAULT);
@@ -1004,7 +961,7 @@ static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 			break;
 		}
 		hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
-		if (!h5ok(ds)) {
+		if (!h5u_ok(ds)) {
 			rc = pp_errorf(e, PP_ERUNTIME, "%s: /params/%s is not a dataset", path, name);
 			break;
 		}
@@ -1080,8 +1037,8 @@ static int manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *
 		if ((rc = join(path, sizeof path, dir, m->files[i].name, e)))
 			break;
 		hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-		if (!h5ok(f)) {
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: cannot open %s: %s", path, h5_reason);
+		if (!h5u_ok(f)) {
+			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: cannot open %s: %s", path, h5u_reason());
 			break;
 		}
 		shard_attrs a;
@@ -1306,7 +1263,7 @@ static int install(const char *ckpts, const char *tmp, const char *final, long s
 
 int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	char ckpts[CKPT_PATH], final[CKPT_PATH], path[CKPT_PATH];
 	ckpt_manifest m;
 	int rc;
@@ -1361,7 +1318,7 @@ int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e)
 static int find_step(const char *run_dir, char *dir, size_t dir_size, long *step,
 		     bool complete_only, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	*step = -1;
 	if (dir_size)
 		dir[0] = '\0';
@@ -1468,11 +1425,11 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		if ((rc = check_dataset(fh[s->file], path, k, t->name, nd, s->shape, e)))
 			break;
 		hid_t ds = H5Dopen2(fh[s->file], dpath, H5P_DEFAULT), fs = -1, ms = -1;
-		bool ok = h5ok(ds) && h5ok(fs = H5Dget_space(ds)) &&
-			  h5ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, fstart, NULL, count, NULL)) &&
-			  h5ok(ms = H5Screate_simple(nd, mdims, NULL)) &&
-			  h5ok(H5Sselect_hyperslab(ms, H5S_SELECT_SET, mstart, NULL, count, NULL)) &&
-			  h5ok(H5Dread(ds, H5T_MEM_REAL, ms, fs, H5P_DEFAULT, out));
+		bool ok = h5u_ok(ds) && h5u_ok(fs = H5Dget_space(ds)) &&
+			  h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, fstart, NULL, count, NULL)) &&
+			  h5u_ok(ms = H5Screate_simple(nd, mdims, NULL)) &&
+			  h5u_ok(H5Sselect_hyperslab(ms, H5S_SELECT_SET, mstart, NULL, count, NULL)) &&
+			  h5u_ok(H5Dread(ds, H5T_MEM_REAL, ms, fs, H5P_DEFAULT, out));
 		if (ms >= 0)
 			H5Sclose(ms);
 		if (fs >= 0)
@@ -1480,7 +1437,7 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		if (ds >= 0)
 			H5Dclose(ds);
 		if (!ok)
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath, h5_reason);
+			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath, h5u_reason());
 		int64_t c[PP_CKPT_MAXDIM];
 		for (int d = 0; d < nd; d++)
 			c[d] = (int64_t)count[d];
@@ -1504,7 +1461,7 @@ static int group_index(const char *group)
 int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group, pp_real *out,
 		     pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	int k = group_index(group);
 	if (k < 0)
 		return pp_errorf(e, PP_EUSAGE, "checkpoint group \"%s\": expected params, adam_m or adam_v",
@@ -1544,7 +1501,7 @@ static int read_state(hid_t f, const char *path, ckpt_state *s, long step, pp_er
 		hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
 		int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
 		bool shape_ok = i == 0 ? rank == 0 : rank == 1 && n >= parts[i].min && n <= parts[i].max;
-		bool ok = shape_ok && (n == 0 || h5ok(H5Dread(ds, parts[i].mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, parts[i].buf)));
+		bool ok = shape_ok && (n == 0 || h5u_ok(H5Dread(ds, parts[i].mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, parts[i].buf)));
 		if (sp >= 0)
 			H5Sclose(sp);
 		if (ds >= 0)
@@ -1553,7 +1510,7 @@ static int read_state(hid_t f, const char *path, ckpt_state *s, long step, pp_er
 			return pp_errorf(e, PP_ERUNTIME, "%s: /%s has %lld elements; expected %s", path, parts[i].name,
 					 (long long)n, i == 0 ? "a scalar" : i == 1 ? "4" : "at most 16");
 		if (!ok)
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, parts[i].name, h5_reason);
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, parts[i].name, h5u_reason());
 		parts[i].n = (int)n;
 	}
 	if (fstep != step)
@@ -1578,7 +1535,7 @@ static int own_file(const ckpt_manifest *m, int pp, int tp)
 
 int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	int rc;
 	if ((rc = check_tensors("checkpoint load", s, false, e)))
 		return rc;
@@ -1632,7 +1589,7 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 
 int ckpt_verify(const char *dir, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	ckpt_manifest m;
 	int rc;
 	if ((rc = ckpt_read_manifest(dir, &m, e)))
@@ -1685,7 +1642,7 @@ int ckpt_verify(const char *dir, pp_err *e)
 
 int ckpt_read_config(const char *dir, char **json_text, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	*json_text = NULL;
 	ckpt_manifest m;
 	int rc;

@@ -4,6 +4,8 @@
  * Every entry point that touches HDF5 quiets its error printing and reports
  * its own message naming the file, group or attribute at fault. */
 #include "dataset.h"
+#include "fsutil.h"
+#include "h5util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,38 +24,6 @@ const char *const tokens_split_name[TOKENS_NSPLITS] = {"train", "val"};
 
 /* ---------------------------------------------------------------- HDF5 */
 
-/* The innermost message of the HDF5 error stack of the call that failed
- * last, with a system error pulled out of the driver's long lines. */
-static _Thread_local char h5_why[256];
-
-static herr_t h5_walk(unsigned n, const H5E_error2_t *err, void *data)
-{
-	(void)data;
-	if (n != 0)
-		return 0;
-	const char *d = err->desc ? err->desc : "HDF5 error", *msg = strstr(d, "error message = '");
-	if (msg) {
-		msg += strlen("error message = '");
-		const char *end = strchr(msg, '\'');
-		snprintf(h5_why, sizeof h5_why, "%.*s", (int)(end ? end - msg : (long)strlen(msg)),
-			 msg);
-	} else {
-		snprintf(h5_why, sizeof h5_why, "%s", d);
-	}
-	return 0;
-}
-
-static bool h5ok(int64_t r)
-{
-	if (r >= 0)
-		return true;
-	snprintf(h5_why, sizeof h5_why, "HDF5 error");
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk, NULL);
-	return false;
-}
-
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
-
 static void h5_close(hid_t *id, herr_t (*closer)(hid_t))
 {
 	if (*id >= 0)
@@ -61,20 +31,12 @@ static void h5_close(hid_t *id, herr_t (*closer)(hid_t))
 	*id = -1;
 }
 
-static hid_t utf8_type(void)
-{
-	hid_t t = H5Tcopy(H5T_C_S1);
-	H5Tset_size(t, H5T_VARIABLE);
-	H5Tset_cset(t, H5T_CSET_UTF8);
-	return t;
-}
-
 static bool attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
 		     const void *v)
 {
 	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR), a = -1;
-	bool ok = h5ok(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5ok(H5Awrite(a, mtype, v));
+	bool ok = h5u_ok(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  h5u_ok(H5Awrite(a, mtype, v));
 	if (a >= 0)
 		H5Aclose(a);
 	H5Sclose(sp);
@@ -83,7 +45,7 @@ static bool attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsiz
 
 static bool attr_put_str(hid_t obj, const char *name, const char *val)
 {
-	hid_t t = utf8_type();
+	hid_t t = h5u_string_type(H5T_CSET_UTF8);
 	bool ok = attr_put(obj, name, t, t, 0, &val);
 	H5Tclose(t);
 	return ok;
@@ -114,7 +76,7 @@ static const char *attr_get_int(hid_t obj, const char *name, bool is_unsigned, v
 		why = "not an integer";
 	else if (H5Sget_simple_extent_npoints(sp) != 1)
 		why = "not a single value";
-	else if (!h5ok(H5Aread(a, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, out)))
+	else if (!h5u_ok(H5Aread(a, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, out)))
 		why = "out of range or unreadable";
 	H5Sclose(sp);
 	H5Tclose(t);
@@ -145,7 +107,7 @@ static const char *attr_get_strs(hid_t obj, const char *name, char ***out, int *
 		H5Tset_size(mt, H5T_VARIABLE);
 		H5Tset_cset(mt, H5Tget_cset(ft));
 		char **v = calloc((size_t)count + 1, sizeof *v);
-		if (!h5ok(H5Aread(a, mt, v))) {
+		if (!h5u_ok(H5Aread(a, mt, v))) {
 			why = "unreadable";
 		} else {
 			*out = calloc((size_t)count + 1, sizeof **out);
@@ -159,7 +121,7 @@ static const char *attr_get_strs(hid_t obj, const char *name, char ***out, int *
 	} else {
 		size_t sz = H5Tget_size(ft);
 		char *v = calloc((size_t)count * sz + 1, 1);
-		if (!h5ok(H5Aread(a, ft, v))) {
+		if (!h5u_ok(H5Aread(a, ft, v))) {
 			why = "unreadable";
 		} else {
 			*out = calloc((size_t)count + 1, sizeof **out);
@@ -195,18 +157,6 @@ int tokens_split_of(double val_fraction, uint64_t seed, uint64_t doc)
 {
 	return rng_uniform(rng_key(seed, "pp-tokens/split"), doc) < val_fraction ? TOKENS_VAL
 										  : TOKENS_TRAIN;
-}
-
-static int fsync_fd_path(const char *path, pp_err *e)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot open %s to fsync: %s", path, strerror(errno));
-	int rc = fsync(fd), err = errno;
-	close(fd);
-	if (rc && err != EINVAL) /* some file systems cannot fsync a directory */
-		return pp_errorf(e, PP_ERUNTIME, "fsync %s: %s", path, strerror(err));
-	return 0;
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -254,11 +204,11 @@ static bool append_1d(hid_t d, hid_t mtype, uint64_t at, size_t n, const void *v
 	if (!n)
 		return true;
 	hsize_t size = at + n, start = at, count = n;
-	if (!h5ok(H5Dset_extent(d, &size)))
+	if (!h5u_ok(H5Dset_extent(d, &size)))
 		return false;
 	hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &count, NULL);
-	bool ok = h5ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL)) &&
-		  h5ok(H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, v));
+	bool ok = h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL)) &&
+		  h5u_ok(H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, v));
 	H5Sclose(ms);
 	H5Sclose(fs);
 	return ok;
@@ -266,7 +216,7 @@ static bool append_1d(hid_t d, hid_t mtype, uint64_t at, size_t n, const void *v
 
 static int write_failed(tokens_writer *w, const char *what, pp_err *e)
 {
-	return pp_errorf(e, PP_ERUNTIME, "cannot write %s (%s): %s", w->path, what, h5_why);
+	return pp_errorf(e, PP_ERUNTIME, "cannot write %s (%s): %s", w->path, what, h5u_reason());
 }
 
 static int flush_tokens(tokens_writer *w, split_writer *s, pp_err *e)
@@ -319,7 +269,7 @@ static int write_doc(tokens_writer *w, int split, const int *ids, size_t n, pp_e
 static int write_meta(tokens_writer *w, const tokens_info *m, pp_err *e)
 {
 	hid_t f = w->f;
-	hid_t st = utf8_type();
+	hid_t st = h5u_string_type(H5T_CSET_UTF8);
 	const char *one = "-";
 	hsize_t n = m->n_sources > 0 ? (hsize_t)m->n_sources : 1;
 	bool ok = attr_put_str(f, "format", PP_TOKENS_FORMAT) &&
@@ -361,7 +311,7 @@ void tokens_abort(tokens_writer *w)
 int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 		  const tokens_write_opts *o, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	*out = NULL;
 	if (!(o->val_fraction >= 0 && o->val_fraction < 1))
 		return pp_errorf(e, PP_EUSAGE, "validation fraction %g is not in [0, 1)",
@@ -404,10 +354,10 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 	H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
 	w->f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-	bool created = h5ok(w->f); /* before any other call clears the error stack */
+	bool created = h5u_ok(w->f); /* before any other call clears the error stack */
 	H5Pclose(fapl);
 	if (!created) {
-		int rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", w->tmp, h5_why);
+		int rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", w->tmp, h5u_reason());
 		tokens_abort(w);
 		return rc;
 	}
@@ -421,11 +371,11 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 				       w->o.chunk);
 			break;
 		}
-		if (!h5ok(s->g = H5Gcreate2(w->f, tokens_split_name[k], H5P_DEFAULT, H5P_DEFAULT,
+		if (!h5u_ok(s->g = H5Gcreate2(w->f, tokens_split_name[k], H5P_DEFAULT, H5P_DEFAULT,
 					    H5P_DEFAULT)) ||
-		    !h5ok(s->tok = create_1d(s->g, "tokens", H5T_STD_U32LE, w->o.chunk,
+		    !h5u_ok(s->tok = create_1d(s->g, "tokens", H5T_STD_U32LE, w->o.chunk,
 					     w->o.deflate)) ||
-		    !h5ok(s->off = create_1d(s->g, "doc_offsets", H5T_STD_U64LE,
+		    !h5u_ok(s->off = create_1d(s->g, "doc_offsets", H5T_STD_U64LE,
 					     PP_TOKENS_OFFSETS_CHUNK, w->o.deflate)))
 			rc = write_failed(w, tokens_split_name[k], e);
 		else
@@ -499,7 +449,7 @@ static int finish_body(tokens_writer *w, pp_err *e)
 			rc = write_failed(w, name, e);
 	}
 	/* flush first, so that a full disk shows here and not in the close */
-	if (!rc && !h5ok(H5Fflush(w->f, H5F_SCOPE_LOCAL)))
+	if (!rc && !h5u_ok(H5Fflush(w->f, H5F_SCOPE_LOCAL)))
 		rc = write_failed(w, "flush", e);
 	return rc;
 }
@@ -507,7 +457,7 @@ static int finish_body(tokens_writer *w, pp_err *e)
 int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
 		  uint64_t tokens[TOKENS_NSPLITS], pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	int rc = finish_body(w, e);
 	for (int k = 0; k < TOKENS_NSPLITS; k++) {
 		if (docs)
@@ -520,10 +470,10 @@ int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
 	}
 	hid_t f = w->f;
 	w->f = -1;
-	if (!h5ok(H5Fclose(f)) && !rc)
+	if (!h5u_ok(H5Fclose(f)) && !rc)
 		rc = write_failed(w, "close", e);
 	if (!rc)
-		rc = fsync_fd_path(w->tmp, e);
+		rc = fs_fsync_path(w->tmp, e);
 	if (!rc && rename(w->tmp, w->path))
 		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", w->tmp, w->path,
 			       strerror(errno));
@@ -535,7 +485,7 @@ int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
 		else
 			snprintf(dir, sizeof dir, "%.*s", (int)(slash - w->path) + (slash == w->path),
 				 w->path);
-		rc = fsync_fd_path(dir, e);
+		rc = fs_fsync_path(dir, e);
 		writer_free(w);
 		return rc;
 	}
@@ -584,8 +534,8 @@ static int read_1d(hid_t d, hid_t mtype, uint64_t at, size_t n, void *out)
 		return 0;
 	hsize_t start = at, count = n;
 	hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &count, NULL);
-	bool ok = h5ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL)) &&
-		  h5ok(H5Dread(d, mtype, ms, fs, H5P_DEFAULT, out));
+	bool ok = h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL)) &&
+		  h5u_ok(H5Dread(d, mtype, ms, fs, H5P_DEFAULT, out));
 	H5Sclose(ms);
 	H5Sclose(fs);
 	return ok ? 0 : -1;
@@ -604,9 +554,9 @@ static int check_dataset(tokens_file *f, int k, const char *name, hid_t *out, si
 	hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
 	H5Pset_chunk_cache(dapl, 0, 0, 1.0);
 	hid_t d = H5Dopen2(f->g[k], name, dapl);
-	if (!h5ok(d)) {
-		char why[sizeof h5_why];
-		memcpy(why, h5_why, sizeof why);
+	if (!h5u_ok(d)) {
+		char why[256];
+		snprintf(why, sizeof why, "%s", h5u_reason());
 		H5Pclose(dapl);
 		return bad(f, e, "cannot open /%s/%s: %s", split, name, why);
 	}
@@ -619,11 +569,11 @@ static int check_dataset(tokens_file *f, int k, const char *name, hid_t *out, si
 		H5Pset_chunk_cache(dapl, 521, 16 << 20, 1.0);
 		d = H5Dopen2(f->g[k], name, dapl);
 	}
-	bool opened = h5ok(d);
+	bool opened = h5u_ok(d);
 	H5Pclose(dapl);
 	*out = d;
 	if (!opened)
-		return bad(f, e, "cannot open /%s/%s: %s", split, name, h5_why);
+		return bad(f, e, "cannot open /%s/%s: %s", split, name, h5u_reason());
 	hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
 	int rank = H5Sget_simple_extent_ndims(sp);
 	hsize_t dims = 0;
@@ -648,8 +598,8 @@ static int open_split(tokens_file *f, int k, pp_err *e)
 	const char *split = tokens_split_name[k];
 	if (H5Lexists(f->f, split, H5P_DEFAULT) <= 0)
 		return bad(f, e, "missing group /%s", split);
-	if (!h5ok(f->g[k] = H5Gopen2(f->f, split, H5P_DEFAULT)))
-		return bad(f, e, "cannot open group /%s: %s", split, h5_why);
+	if (!h5u_ok(f->g[k] = H5Gopen2(f->f, split, H5P_DEFAULT)))
+		return bad(f, e, "cannot open group /%s: %s", split, h5u_reason());
 	char what[64];
 	snprintf(what, sizeof what, "attribute %s_tokens", split);
 	int rc = check_dataset(f, k, "tokens", &f->tok[k], 4, f->info.tokens[k], what, e);
@@ -659,7 +609,7 @@ static int open_split(tokens_file *f, int k, pp_err *e)
 	uint64_t ends[2];
 	if (!rc && (read_1d(f->off[k], H5T_NATIVE_UINT64, 0, 1, &ends[0]) ||
 		    read_1d(f->off[k], H5T_NATIVE_UINT64, f->info.docs[k], 1, &ends[1])))
-		rc = bad(f, e, "cannot read /%s/doc_offsets: %s", split, h5_why);
+		rc = bad(f, e, "cannot read /%s/doc_offsets: %s", split, h5u_reason());
 	if (!rc && (ends[0] != 0 || ends[1] != f->info.tokens[k]))
 		rc = bad(f, e,
 			 "/%s/doc_offsets runs from %llu to %llu, expected 0 to %llu (the token "
@@ -736,16 +686,16 @@ static int open_failed(tokens_file *f, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "cannot open %s: %s", f->path, strerror(errno));
 	if (S_ISDIR(st.st_mode))
 		return pp_errorf(e, PP_EUSAGE, "cannot open %s: is a directory", f->path);
-	const char *stored = strstr(h5_why, "stored_eof = ");
-	if (strstr(h5_why, "truncated") && stored)
+	const char *stored = strstr(h5u_reason(), "stored_eof = ");
+	if (strstr(h5u_reason(), "truncated") && stored)
 		return bad(f, e, "truncated: %lld bytes, but the file was written with %lld",
 			   (long long)st.st_size, atoll(stored + strlen("stored_eof = ")));
-	return bad(f, e, "not a readable HDF5 file: %s", h5_why);
+	return bad(f, e, "not a readable HDF5 file: %s", h5u_reason());
 }
 
 int tokens_open(tokens_file **out, const char *path, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	*out = NULL;
 	tokens_file *f = calloc(1, sizeof *f);
 	f->f = -1;
@@ -756,7 +706,7 @@ int tokens_open(tokens_file **out, const char *path, pp_err *e)
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
 	f->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-	bool opened = h5ok(f->f); /* before any other call clears the error stack */
+	bool opened = h5u_ok(f->f); /* before any other call clears the error stack */
 	H5Pclose(fapl);
 	if (!opened)
 		rc = open_failed(f, e);
@@ -781,7 +731,7 @@ static int check_split(const tokens_file *f, int split, pp_err *e)
 
 int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *out, pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	if (check_split(f, split, e))
 		return PP_EUSAGE;
 	uint64_t len = f->info.tokens[split];
@@ -791,14 +741,14 @@ int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *
 			   tokens_split_name[split], (unsigned long long)len);
 	if (read_1d(f->tok[split], H5T_NATIVE_UINT32, offset, n, out))
 		return bad(f, e, "cannot read /%s/tokens [%llu, %llu): %s", tokens_split_name[split],
-			   (unsigned long long)offset, (unsigned long long)(offset + n), h5_why);
+			   (unsigned long long)offset, (unsigned long long)(offset + n), h5u_reason());
 	return 0;
 }
 
 int tokens_read_offsets(tokens_file *f, int split, uint64_t first, size_t n, uint64_t *out,
 			pp_err *e)
 {
-	h5_quiet();
+	h5u_quiet();
 	if (check_split(f, split, e))
 		return PP_EUSAGE;
 	uint64_t len = f->info.docs[split] + 1;
@@ -809,7 +759,7 @@ int tokens_read_offsets(tokens_file *f, int split, uint64_t first, size_t n, uin
 	if (read_1d(f->off[split], H5T_NATIVE_UINT64, first, n, out))
 		return bad(f, e, "cannot read /%s/doc_offsets [%llu, %llu): %s",
 			   tokens_split_name[split], (unsigned long long)first,
-			   (unsigned long long)(first + n), h5_why);
+			   (unsigned long long)(first + n), h5u_reason());
 	return 0;
 }
 
