@@ -171,14 +171,7 @@ static bool attr_put_str(hid_t obj, const char *name, const char *val)
 /* n == 0: a scalar */
 static bool attr_put_i64(hid_t obj, const char *name, int n, const int64_t *v)
 {
-	hsize_t d = (hsize_t)n;
-	hid_t sp = n ? H5Screate_simple(1, &d, NULL) : H5Screate(H5S_SCALAR), a = -1;
-	bool ok = h5u_ok(a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5u_ok(H5Awrite(a, H5T_NATIVE_INT64, v));
-	if (a >= 0)
-		H5Aclose(a);
-	H5Sclose(sp);
-	return ok;
+	return h5u_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, (hsize_t)n, v);
 }
 
 /* Reads a string of either kind (variable or fixed length) in its own cset;

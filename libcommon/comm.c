@@ -176,3 +176,16 @@ int comm_watch_poll(comm_watch *w, pp_err *e)
 	}
 	return 0;
 }
+
+int comm_check_exchange(const pp_comm *c, const char *op, pp_dtype t, int dst, int src, int tag,
+			pp_err *e)
+{
+	int rc = comm_check(c, op, t, -1, e);
+	if (!rc)
+		rc = comm_check_rank(c, op, "destination", dst, 1, e);
+	if (!rc)
+		rc = comm_check_rank(c, op, "source", src, 1, e);
+	if (!rc)
+		rc = comm_check_tag(c, op, tag, e);
+	return rc;
+}

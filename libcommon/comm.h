@@ -254,6 +254,9 @@ int comm_check(const pp_comm *c, const char *op, pp_dtype t, int redop, pp_err *
 int comm_check_rank(const pp_comm *c, const char *op, const char *what, int r, int allow_none,
 		    pp_err *e);
 int comm_check_tag(const pp_comm *c, const char *op, int tag, pp_err *e);
+/* The checks of a send to dst and a receive from src (either -1) with tag. */
+int comm_check_exchange(const pp_comm *c, const char *op, pp_dtype t, int dst, int src, int tag,
+			pp_err *e);
 /* From every rank's (color, key) of c, ckeys (c->size, 2): this rank's rank
  * and size in its new group and the group's members' job ranks (world,
  * room for c->size). Same order as MPI_Comm_split and ncclCommSplit: by key,

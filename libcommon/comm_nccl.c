@@ -274,13 +274,7 @@ static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int r
 static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount, int dst,
 		    void *rbuf, size_t rcount, int src, pp_dtype t, int tag, pp_err *e)
 {
-	int rc = comm_check(c, op, t, -1, e);
-	if (!rc)
-		rc = comm_check_rank(c, op, "destination", dst, 1, e);
-	if (!rc)
-		rc = comm_check_rank(c, op, "source", src, 1, e);
-	if (!rc)
-		rc = comm_check_tag(c, op, tag, e);
+	int rc = comm_check_exchange(c, op, t, dst, src, tag, e);
 	if (rc)
 		return rc;
 	int peers[2], np = 0;

@@ -31,34 +31,23 @@ static void h5_close(hid_t *id, herr_t (*closer)(hid_t))
 	*id = -1;
 }
 
-static bool attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
-		     const void *v)
-{
-	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR), a = -1;
-	bool ok = h5u_ok(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5u_ok(H5Awrite(a, mtype, v));
-	if (a >= 0)
-		H5Aclose(a);
-	H5Sclose(sp);
-	return ok;
-}
 
 static bool attr_put_str(hid_t obj, const char *name, const char *val)
 {
 	hid_t t = h5u_string_type(H5T_CSET_UTF8);
-	bool ok = attr_put(obj, name, t, t, 0, &val);
+	bool ok = h5u_attr_put(obj, name, t, t, 0, &val);
 	H5Tclose(t);
 	return ok;
 }
 
 static bool attr_put_i64(hid_t obj, const char *name, int64_t v)
 {
-	return attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &v);
+	return h5u_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &v);
 }
 
 static bool attr_put_u64(hid_t obj, const char *name, uint64_t v)
 {
-	return attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &v);
+	return h5u_attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &v);
 }
 
 /* Reads attribute name of obj as described; returns NULL on success or
@@ -278,7 +267,7 @@ static int write_meta(tokens_writer *w, const tokens_info *m, pp_err *e)
 		  attr_put_str(f, "tokenizer_kind", m->kind) &&
 		  attr_put_i64(f, "vocab_size", m->vocab_size) && attr_put_i64(f, "bos_id", m->bos_id) &&
 		  attr_put_i64(f, "eos_id", m->eos_id) &&
-		  attr_put(f, "sources", st, st, n, m->n_sources > 0 ? (const void *)m->sources : &one);
+		  h5u_attr_put(f, "sources", st, st, n, m->n_sources > 0 ? (const void *)m->sources : &one);
 	H5Tclose(st);
 	return ok ? 0 : write_failed(w, "attributes", e);
 }

@@ -47,3 +47,15 @@ hid_t h5u_string_type(H5T_cset_t cset)
 	H5Tset_cset(t, cset);
 	return t;
 }
+
+bool h5u_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
+		  const void *v)
+{
+	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR), a = -1;
+	bool ok = h5u_ok(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  h5u_ok(H5Awrite(a, mtype, v));
+	if (a >= 0)
+		H5Aclose(a);
+	H5Sclose(sp);
+	return ok;
+}
