@@ -1,0 +1,95 @@
+/* The learning-rate schedules (MaxText semantics), clipping and the
+ * weight-decay mask of AdamW. */
+#include <math.h>
+#include <string.h>
+
+#include "../libcommon/optim.h"
+#include "harness.h"
+
+static pp_config cfg(const char *type, long steps, long warmup, double final)
+{
+	pp_config c;
+	memset(&c, 0, sizeof c);
+	snprintf(c.lr_schedule.type, sizeof c.lr_schedule.type, "%s", type);
+	c.steps = steps;
+	c.lr = 1e-3;
+	c.lr_schedule.warmup_steps = warmup;
+	c.lr_schedule.warmup_fraction = 0.1;
+	c.lr_schedule.final_fraction = final;
+	c.lr_schedule.decay_fraction = 0.2;
+	c.adamw.b1 = 0.9;
+	c.adamw.b2 = 0.95;
+	c.adamw.eps = 1e-8;
+	c.adamw.weight_decay = 0.1;
+	c.clip_norm = 1.0;
+	return c;
+}
+
+#define NEAR(a, b) (fabs((a) - (double)(b)) <= 1e-12 * fmax(1.0, fabs((double)(b))))
+
+int main(void)
+{
+	/* cosine: linear warmup from 0 over 10 steps, then cosine to 0.1 * lr at the last step */
+	pp_config c = cfg("cosine", 110, 10, 0.1);
+	CHECK(optim_lr(&c, 0) == 0 && NEAR(optim_lr(&c, 5), 0.5e-3) && NEAR(optim_lr(&c, 10), 1e-3),
+	      "optim/cosine_warmup", "lr(0) %g lr(5) %g lr(10) %g", optim_lr(&c, 0), optim_lr(&c, 5),
+	      optim_lr(&c, 10));
+	CHECK(NEAR(optim_lr(&c, 60), 1e-4 + 0.5 * 0.9e-3) && NEAR(optim_lr(&c, 110), 1e-4),
+	      "optim/cosine_decay", "lr(60) %g lr(110) %g", optim_lr(&c, 60), optim_lr(&c, 110));
+	/* warmup_steps -1: warmup_fraction of steps */
+	c = cfg("cosine", 200, -1, 0.1);
+	CHECK(optim_warmup_steps(&c) == 20, "optim/warmup_fraction", "%ld", optim_warmup_steps(&c));
+	c = cfg("linear", 110, 10, 0.0);
+	CHECK(NEAR(optim_lr(&c, 60), 0.5e-3) && NEAR(optim_lr(&c, 110), 0), "optim/linear",
+	      "lr(60) %g", optim_lr(&c, 60));
+	c = cfg("constant", 110, 10, 0.1);
+	CHECK(NEAR(optim_lr(&c, 100), 1e-3) && NEAR(optim_lr(&c, 3), 0.3e-3), "optim/constant",
+	      "lr(100) %g", optim_lr(&c, 100));
+	/* wsd: stable until the last 20% of steps, then linear to final */
+	c = cfg("wsd", 100, 10, 0.1);
+	CHECK(NEAR(optim_lr(&c, 79), 1e-3) && NEAR(optim_lr(&c, 90), 1e-3 + (1e-4 - 1e-3) * 0.5) &&
+		      NEAR(optim_lr(&c, 100), 1e-4),
+	      "optim/wsd", "lr(79) %g lr(90) %g lr(100) %g", optim_lr(&c, 79), optim_lr(&c, 90),
+	      optim_lr(&c, 100));
+
+	CHECK(optim_clip_scale(&c, 4.0) == 0.25 && optim_clip_scale(&c, 0.5) == 1.0, "optim/clip",
+	      "%g %g", optim_clip_scale(&c, 4.0), optim_clip_scale(&c, 0.5));
+	c.clip_norm = 0;
+	CHECK(optim_clip_scale(&c, 1e9) == 1.0, "optim/clip_off", "%g", optim_clip_scale(&c, 1e9));
+
+	/* weight decay: matrices decay, norms do not (unless decay_norms_and_biases) */
+	pp_config full;
+	pp_err e = {0};
+	char *ov[] = {"model=llama-tiny"};
+	const char *root = getenv("PP_ROOT");
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s/configs", root ? root : ".");
+	setenv("PP_CONFIG_DIR", dir, 0);
+	if (pp_config_load(&full, NULL, 1, ov, &e)) {
+		CHECK(0, "optim/config", "%s", e.msg);
+		TH_EXIT();
+	}
+	for (int with_norms = 0; with_norms < 2; with_norms++) {
+		full.adamw.decay_norms_and_biases = with_norms;
+		stage_spec sp = stage_spec_whole(&full.model, 1, 4, false);
+		pp_stage s;
+		optim_state o;
+		stage_create(&s, &full.model, &pp_ops_cpu, &sp, &e);
+		optim_create(&o, &pp_ops_cpu, 0, s.n_elems, &e);
+		for (size_t j = 0; j < s.n_elems; j++)
+			s.w[j] = 1; /* zero gradients: only decay moves a parameter */
+		optim_step(&o, &s, &full, 1, 0.5, 1.0);
+		const pp_param *norm = stage_find_param(&s, "model.norm.weight");
+		const pp_param *mat = stage_find_param(&s, "model.layers.0.mlp.up_proj.weight");
+		double decayed = 1 - 0.5 * 0.1;
+		/* parameters are float: compare to float precision */
+		bool ok = fabs(s.w[mat->off] - decayed) < 1e-6 &&
+			  fabs(s.w[norm->off] - (with_norms ? decayed : 1.0)) < 1e-6;
+		CHECK(ok, with_norms ? "optim/decay_norms_too" : "optim/decay_skips_norms",
+		      "matrix %g norm %g", s.w[mat->off], s.w[norm->off]);
+		optim_free(&o);
+		stage_free(&s);
+	}
+	pp_config_free(&full);
+	TH_EXIT();
+}
