@@ -642,6 +642,54 @@ static void test_crossentropy(void)
 	case_free(c);
 }
 
+/* The vocabulary split in two: each half's log-sum-exp and target logit,
+ * combined as the model combines them across tp ranks, then each half's
+ * gradient from the global lse, must give the fused op's losses and
+ * gradient (ignored rows included). */
+static void test_crossentropy_split(void)
+{
+	const int N = 6, V = 10, H = V / 2;
+	const pp_real dscale = 0.37;
+	pp_real *logits = malloc(sizeof(pp_real) * N * V), *d = malloc(sizeof(pp_real) * N * V);
+	pp_real *loss = malloc(sizeof(pp_real) * N), *dsplit = malloc(sizeof(pp_real) * N * V);
+	int tgt[6], local[2][6];
+	for (int i = 0; i < N * V; i++)
+		logits[i] = (pp_real)(3 * sin(1.7 * i));
+	for (int n = 0; n < N; n++) {
+		tgt[n] = n == 2 ? PP_IGNORE_INDEX : (n * 7 + 1) % V;
+		for (int h = 0; h < 2; h++) {
+			int v = tgt[n] - h * H;
+			local[h][n] = tgt[n] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX : v >= 0 && v < H ? v : -1;
+		}
+	}
+	ops->crossentropy(loss, d, logits, tgt, N, V, dscale);
+	pp_real half[2][6 * 5], lse[2][6], tl[2][6], glse[6];
+	double worst_loss = 0;
+	for (int h = 0; h < 2; h++) {
+		for (int n = 0; n < N; n++)
+			memcpy(half[h] + n * H, logits + n * V + h * H, sizeof(pp_real) * H);
+		ops->logsumexp_rows(lse[h], tl[h], half[h], local[h], N, H);
+	}
+	for (int n = 0; n < N; n++) {
+		double m = fmax(lse[0][n], lse[1][n]);
+		glse[n] = (pp_real)(m + log(exp(lse[0][n] - m) + exp(lse[1][n] - m)));
+		double l = tgt[n] == PP_IGNORE_INDEX ? 0 : glse[n] - (tl[0][n] + tl[1][n]);
+		worst_loss = fmax(worst_loss, fabs(l - loss[n]));
+	}
+	for (int h = 0; h < 2; h++) {
+		ops->softmax_grad(half[h], half[h], glse, local[h], N, H, dscale);
+		for (int n = 0; n < N; n++)
+			memcpy(dsplit + n * V + h * H, half[h] + n * H, sizeof(pp_real) * H);
+	}
+	CHECK(worst_loss < 1e-12 && rel_diff(dsplit, d, (size_t)N * V) < 1e-12,
+	      "ops/crossentropy_vocab_split", "losses differ by %.3g, gradients by %.3g", worst_loss,
+	      rel_diff(dsplit, d, (size_t)N * V));
+	free(logits);
+	free(d);
+	free(loss);
+	free(dsplit);
+}
+
 /* ---- the float exp and tanh of the CPU backend ---- */
 
 /* The production (float) build's softmax, loss and activations run on
@@ -777,6 +825,7 @@ int main(void)
 	test_glu(PP_ACT_GELU_TANH, "ops/glu_fwd_gelu", "ops/glu_bwd_gelu");
 	test_gelu();
 	test_crossentropy();
+	test_crossentropy_split();
 	test_adamw();
 	test_fast_math();
 	TH_EXIT();
