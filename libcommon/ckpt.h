@@ -1,5 +1,6 @@
 /* Checkpoints: RUN/checkpoints/step_NNNNNNNN/ holding one HDF5 file per
- * shard and a manifest.json written last. See checkpoints-format/README.md.
+ * shard (plus, under ZeRO-1, one optimizer file per rank) and a
+ * manifest.json written last. See checkpoints-format/README.md.
  *
  * A checkpoint directory is complete when its manifest exists and every file
  * it lists has the recorded size and sha256. Saving writes into a temporary
@@ -15,7 +16,10 @@
 #include "../kernels/ops.h"
 
 #define PP_CKPT_FORMAT "pp-checkpoint"
-#define PP_CKPT_VERSION 1
+/* Format versions this pp reads. A checkpoint is written as version 1 unless
+ * it has per-dp optimizer files (ZeRO-1), which version 2 added. */
+#define PP_CKPT_VERSION_OLDEST 1
+#define PP_CKPT_VERSION 2
 #define PP_CKPT_MAXDIM 4
 #define PP_CKPT_DATA_STATE 16
 
@@ -35,6 +39,24 @@ typedef struct {
 	pp_real *param, *m, *v;
 } ckpt_tensor;
 
+/* Part of one tensor's AdamW state, as one data-parallel rank holds it under
+ * ZeRO-1 (a range of its stage's flat buffer). The part is n_ranges element
+ * ranges [begin[i], end[i]) of a block of the tensor (shape, global_shape,
+ * offset: as for ckpt_tensor), counted in the block's row-major order,
+ * ascending and disjoint; m and v hold the ranges' elements one range after
+ * another. The block is the tensor's (pp, tp) slice, or the whole tensor
+ * where the rank's part of it is not one rectangle (a fused projection). */
+typedef struct {
+	const char *name;
+	int ndim;
+	int64_t shape[PP_CKPT_MAXDIM];
+	int64_t global_shape[PP_CKPT_MAXDIM];
+	int64_t offset[PP_CKPT_MAXDIM];
+	int n_ranges;
+	const int64_t *begin, *end;
+	const pp_real *m, *v;
+} ckpt_optim_part;
+
 typedef struct {
 	long step;
 	uint64_t rng[4];
@@ -45,11 +67,18 @@ typedef struct {
 	int pp_rank, tp_rank, dp_rank, pp_size, tp_size, dp_size;
 	int n_tensors;
 	ckpt_tensor *tensors;
+	/* ZeRO-1 (format version 2): AdamW state is saved per dp rank, each
+	 * rank's parts by ckpt_write_optim_shard, and the shard holds parameters
+	 * only (the tensors' m and v are NULL when saving). */
+	bool optim_per_dp;
+	int n_optim;
+	ckpt_optim_part *optim;
 } ckpt_state;
 
 /* Saves s as RUN/checkpoints/step_<s->step> (single process: writes the
- * shard and the manifest), then deletes all but the newest `keep`
- * complete checkpoints (keep 0 keeps all). */
+ * shard, the optimizer file when s->optim_per_dp, and the manifest), then
+ * deletes all but the newest `keep` complete checkpoints (keep 0 keeps
+ * all). */
 int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e);
 
 /* Finds the newest complete checkpoint under RUN/checkpoints. Returns 0 and
@@ -68,17 +97,23 @@ int ckpt_verify(const char *dir, pp_err *e);
 int ckpt_read_config(const char *dir, char **json_text, pp_err *e);
 
 /* Loads into s: fills step, rng, data state, and every tensor of s->tensors
- * by name (m and v too when not NULL). A missing tensor, a shape mismatch
- * or a missing file is an error naming it. */
+ * by name (m and v too when not NULL), assembled from whichever files hold
+ * the requested slice: shards, and optimizer files for m and v. Any saved
+ * layout loads into any other (pp, tp, dp, ZeRO-1 or not). A missing
+ * tensor, a shape mismatch or a missing file is an error naming it. The
+ * ckpt_optim_part fields of s are not used. */
 int ckpt_load(const char *dir, ckpt_state *s, pp_err *e);
 
 /* ---- multi-rank save, and the pieces of ckpt_save ----
- * ckpt_save(run, s, keep) is ckpt_begin + ckpt_write_shard + ckpt_commit in
- * one process. With a pp x tp mesh:
+ * ckpt_save(run, s, keep) is ckpt_begin + ckpt_write_shard (+
+ * ckpt_write_optim_shard) + ckpt_commit in one process. With a pp x tp x dp
+ * mesh:
  *   rank 0:                 ckpt_begin(run, step, tmp, ...); share tmp
  *   dp rank 0 of each (pp, tp): ckpt_write_shard(tmp, s)
+ *   under ZeRO-1, every rank:   ckpt_write_optim_shard(tmp, s)
  *   barrier, then rank 0:   ckpt_commit(run, tmp, step, keep)
- * Only dp rank 0 writes (in this version a shard holds params, m and v). */
+ * Without ZeRO-1 the shard holds params, m and v, and dp ranks other than 0
+ * write nothing (their copies are identical). */
 
 /* Creates RUN/checkpoints (mkdir -p) and an empty temporary directory
  * RUN/checkpoints/.tmp-step_NNNNNNNN-PID, returned in tmp_dir. Removes stale
@@ -89,15 +124,22 @@ int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, p
  * fsyncs it. */
 int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e);
 
-/* Builds manifest.json from the shard files in tmp_dir (checking that every
- * pp x tp shard is there and every tensor is covered exactly once), fsyncs,
- * renames tmp_dir to RUN/checkpoints/step_NNNNNNNN (replacing an existing
- * one safely) and keeps the newest `keep` complete checkpoints plus this
- * one (keep 0 keeps all). */
+/* Writes this rank's optimizer file (s->pp_rank, s->tp_rank, s->dp_rank)
+ * holding s->optim into dir and fsyncs it (s->tensors is not used). Every
+ * rank of the mesh writes one, possibly with no parts. */
+int ckpt_write_optim_shard(const char *dir, const ckpt_state *s, pp_err *e);
+
+/* Builds manifest.json from the files in tmp_dir (checking that every
+ * pp x tp shard, and every pp x tp x dp optimizer file if there are any, is
+ * there, that all have one version, and that every tensor's params, and its
+ * m and v, are covered exactly once), fsyncs, renames tmp_dir to
+ * RUN/checkpoints/step_NNNNNNNN (replacing an existing one safely) and
+ * keeps the newest `keep` complete checkpoints plus this one (keep 0 keeps
+ * all). */
 int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, pp_err *e);
 
-/* File names inside a checkpoint directory. The optimizer-shard name is
- * reserved for per-dp optimizer state (ZeRO); version 1 does not write it. */
+/* File names inside a checkpoint directory: the (pp, tp) shard and the
+ * per-rank optimizer file (ZeRO-1, version 2). */
 void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank);
 void ckpt_optim_name(char *buf, size_t size, int pp_rank, int tp_rank, int dp_rank);
 
@@ -111,15 +153,28 @@ typedef struct {
 typedef struct {
 	int file; /* index into ckpt_manifest.files */
 	int64_t offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM];
+	bool adam; /* the file holds m and v of this slice too */
 } ckpt_slice_info;
+
+/* One range of a tensor's m and v in an optimizer file: elements
+ * [begin, end) of the block (offset, shape) in the block's row-major order,
+ * stored at elements [at, at + end - begin) of the file's 1-d datasets
+ * /adam_m/NAME and /adam_v/NAME. */
+typedef struct {
+	int file;
+	int64_t offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM];
+	int64_t begin, end, at;
+} ckpt_range_info;
 
 typedef struct {
 	char *name;
 	int ndim;
 	int64_t global_shape[PP_CKPT_MAXDIM];
-	bool adam; /* m and v saved too */
+	bool adam; /* m and v saved too (in shards, optimizer files or both) */
 	int n_shards;
 	ckpt_slice_info *shards;
+	int n_ranges;
+	ckpt_range_info *ranges; /* grouped by file, in dataset order */
 } ckpt_tensor_info;
 
 typedef struct {
@@ -132,16 +187,18 @@ typedef struct {
 	ckpt_tensor_info *tensors; /* sorted by name */
 } ckpt_manifest;
 
-/* Parses and checks DIR/manifest.json (format, version, shards inside their
- * tensors, disjoint and covering). Files are not opened. */
+/* Parses and checks DIR/manifest.json (format, version, the files of the
+ * mesh, slices and optimizer ranges inside their tensors, disjoint and
+ * covering). Files are not opened. */
 int ckpt_read_manifest(const char *dir, ckpt_manifest *m, pp_err *e);
 void ckpt_manifest_free(ckpt_manifest *m);
 /* The tensor called name, or NULL. */
 const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name);
 
-/* Reads a whole tensor, reassembled from its shards, into out (global_shape,
- * row-major). group is "params", "adam_m" or "adam_v". Checks the sizes of
- * the files it reads, not their sha256 (ckpt_verify does that). */
+/* Reads a whole tensor, reassembled from its shards (and optimizer files for
+ * m and v), into out (global_shape, row-major). group is "params", "adam_m"
+ * or "adam_v". Checks the sizes of the files it reads, not their sha256
+ * (ckpt_verify does that). */
 int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group,
 		     pp_real *out, pp_err *e);
 

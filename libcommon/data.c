@@ -421,7 +421,9 @@ int data_get_state(const pp_data *d, uint64_t *state, int max)
 {
 	if (max < 1)
 		return 0;
-	state[0] = d->pos;
+	/* the global position: sequences read by all dp ranks together (they
+	 * move in lockstep), so a run may resume with another dp size */
+	state[0] = d->pos * (uint64_t)d->dp_size;
 	return 1;
 }
 
@@ -429,7 +431,12 @@ int data_set_state(pp_data *d, const uint64_t *state, int n, pp_err *e)
 {
 	if (n < 1)
 		return pp_errorf(e, PP_ERUNTIME, "data position missing from the checkpoint");
-	d->pos = state[0];
+	if (state[0] % (uint64_t)d->dp_size)
+		return pp_errorf(e, PP_EUSAGE,
+				 "the checkpoint's data position (%llu sequences) does not split over dp=%d "
+				 "ranks; resume with a dp that divides it",
+				 (unsigned long long)state[0], d->dp_size);
+	d->pos = state[0] / (uint64_t)d->dp_size;
 	return 0;
 }
 

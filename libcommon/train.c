@@ -106,6 +106,10 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	}
 	if (rc)
 		return rc;
+#ifdef PP_CUDA
+	if (!strcmp(c->device, "cuda") && (rc = pp_cuda_init(boot_device(&t->proc), e)))
+		return rc;
+#endif
 
 	const pp_mesh *me = &t->mesh;
 	sched_kind kind = SCHED_1F1B;
@@ -200,10 +204,12 @@ static void entry_of(const pp_param *p, int block, ckpt_tensor *c)
 		c->shape[1] = c->global_shape[1] = 1;
 }
 
-/* Host copies of one chunk's parameters and full AdamW state (ZeRO-1 shards
- * gathered over dp). */
+/* Host copies of one chunk's parameters (all of them) and of this rank's
+ * AdamW state: elements [lo, hi) of the flat buffer, which is all of it
+ * without ZeRO-1. */
 typedef struct {
 	pp_real *w, *m, *v;
+	size_t lo, hi;
 } host_state;
 
 static int gather_state(trainer *t, int k, host_state *h, pp_err *e)
@@ -211,31 +217,15 @@ static int gather_state(trainer *t, int k, host_state *h, pp_err *e)
 	const pp_stage *st = &t->chunks[k];
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
-	size_t n = st->n_elems, bytes = n * sizeof(pp_real);
-	h->w = malloc(bytes);
-	h->m = calloc(n ? n : 1, sizeof(pp_real));
-	h->v = calloc(n ? n : 1, sizeof(pp_real));
-	ops->to_host(h->w, st->w, bytes);
-	if (o->lo == 0 && o->hi == n) {
-		ops->to_host(h->m, o->m, bytes);
-		ops->to_host(h->v, o->v, bytes);
-		return 0;
-	}
-	/* shards of equal length share = hi - lo (the last one padded) */
-	size_t share = (n + (size_t)t->mesh.dp - 1) / (size_t)t->mesh.dp;
-	pp_real *send = calloc(share, sizeof(pp_real)), *all = malloc(share * (size_t)t->mesh.dp * sizeof(pp_real));
-	pp_real *dst[2] = {h->m, h->v}, *src[2] = {o->m, o->v};
-	int rc = 0;
-	for (int i = 0; i < 2 && !rc; i++) {
-		memset(send, 0, share * sizeof(pp_real));
-		ops->to_host(send, src[i], (o->hi - o->lo) * sizeof(pp_real));
-		rc = comm_all_gather(t->mesh.dp_comm, send, all, share, PP_DT_REAL, e);
-		if (!rc)
-			memcpy(dst[i], all, bytes);
-	}
-	free(send);
-	free(all);
-	return rc;
+	size_t n = st->n_elems, share = o->hi - o->lo;
+	*h = (host_state){malloc(n * sizeof(pp_real) + 1), malloc(share * sizeof(pp_real) + 1),
+			  malloc(share * sizeof(pp_real) + 1), o->lo, o->hi};
+	if (!h->w || !h->m || !h->v)
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
+	ops->to_host(h->w, st->w, n * sizeof(pp_real));
+	ops->to_host(h->m, o->m, share * sizeof(pp_real));
+	ops->to_host(h->v, o->v, share * sizeof(pp_real));
+	return 0;
 }
 
 /* A fused projection split over tp (GPT-2's c_attn) is not one slice of the
@@ -246,10 +236,10 @@ static int gather_fused(trainer *t, const pp_param *p, const host_state *h, pp_r
 {
 	const int tp = t->mesh.tp;
 	const size_t n = p->n, cols = (size_t)p->shape[1], rows = (size_t)p->block_rows;
-	const pp_real *src[3] = {h->w + p->off, h->m + p->off, h->v + p->off};
+	const pp_real *src[3] = {h->w + p->off, h->m ? h->m + p->off : NULL, h->v ? h->v + p->off : NULL};
 	pp_real *all = malloc(n * (size_t)tp * sizeof(pp_real));
 	int rc = 0;
-	for (int i = 0; i < 3 && !rc; i++) {
+	for (int i = 0; i < 3 && src[i] && !rc; i++) {
 		whole[i] = malloc(n * (size_t)tp * sizeof(pp_real));
 		rc = comm_all_gather(t->mesh.tp_comm, src[i], all, n, PP_DT_REAL, e);
 		/* rank r's block b goes to global rows b * tp * rows + r * rows */
@@ -262,31 +252,91 @@ static int gather_fused(trainer *t, const pp_param *p, const host_state *h, pp_r
 	return rc;
 }
 
-/* This rank's shard of the checkpoint: every tensor of its chunks that it
- * owns (one copy of replicated ones, not the tied embedding's second copy). */
-static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, pp_real ***extra, int *n_extra,
-		       pp_err *e)
+/* Under ZeRO-1, the part of p's AdamW state in this rank's range
+ * [h->lo, h->hi) as ranges of the block the shard saves p's params in: one
+ * range of p's slice, or, for a fused projection split over tp (whose rows
+ * here are several blocks of the whole), up to one per row block. The
+ * range arrays go to owned. */
+static int add_optim_part(const pp_param *p, const host_state *h, bool fused, ckpt_state *cs, void **owned,
+			  int *n_owned, pp_err *e)
+{
+	size_t a = h->lo > p->off ? h->lo : p->off, b = h->hi < p->off + p->n ? h->hi : p->off + p->n;
+	if (a >= b)
+		return 0;
+	ckpt_tensor c;
+	entry_of(p, 0, &c);
+	if (p->n_blocks > 1) { /* the whole rows, as build_shard saves them */
+		c.shape[0] = c.global_shape[0];
+		c.offset[0] = 0;
+	}
+	size_t cols = (size_t)p->shape[1], max_ranges = fused ? (b - a) / cols + 2 : 1;
+	int64_t *begin = malloc(max_ranges * sizeof *begin), *end = malloc(max_ranges * sizeof *end);
+	owned[(*n_owned)++] = begin;
+	owned[(*n_owned)++] = end;
+	if (!begin || !end)
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
+	int n = 0;
+	for (size_t j = a - p->off; j < b - p->off;) {
+		/* row by row: local row r is row block_row[r / block_rows] + r %
+		 * block_rows of the whole */
+		size_t r = j / cols, next = (r + 1) * cols < b - p->off ? (r + 1) * cols : b - p->off;
+		int64_t at = (int64_t)j;
+		if (fused)
+			at = (p->block_row[r / (size_t)p->block_rows] + (int64_t)(r % (size_t)p->block_rows)) *
+				     (int64_t)cols + (int64_t)(j % cols);
+		if (n && end[n - 1] == at) {
+			end[n - 1] += (int64_t)(next - j);
+		} else {
+			begin[n] = at;
+			end[n++] = at + (int64_t)(next - j);
+		}
+		j = next;
+	}
+	ckpt_optim_part *q = &cs->optim[cs->n_optim++];
+	*q = (ckpt_optim_part){.name = p->name, .ndim = p->ndim, .n_ranges = n, .begin = begin, .end = end,
+			       .m = h->m + (a - h->lo), .v = h->v + (a - h->lo)};
+	memcpy(q->shape, c.shape, sizeof q->shape);
+	memcpy(q->global_shape, c.global_shape, sizeof q->global_shape);
+	memcpy(q->offset, c.offset, sizeof q->offset);
+	return 0;
+}
+
+/* This rank's part of the checkpoint: in cs->tensors every tensor of its
+ * chunks that it owns (one copy of replicated ones, not the tied
+ * embedding's second copy), with m and v unless cs->optim_per_dp; then, in
+ * cs->optim, the parts of their AdamW state this rank holds. What it
+ * allocates goes to *owned. */
+static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, void ***owned, int *n_owned, pp_err *e)
 {
 	int cap = 0, rc = 0;
 	for (int k = 0; k < t->mesh.v; k++)
 		cap += t->chunks[k].n_params;
-	cs->tensors = calloc((size_t)cap, sizeof *cs->tensors);
-	*extra = calloc((size_t)cap * 3, sizeof **extra);
-	*n_extra = 0;
+	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
+	cs->optim = cs->optim_per_dp ? calloc((size_t)cap + 1, sizeof *cs->optim) : NULL;
+	*owned = calloc((size_t)cap * 5 + 1, sizeof **owned); /* per tensor: 3 gathered arrays, 2 range arrays */
+	*n_owned = 0;
+	if (!cs->tensors || !*owned || (cs->optim_per_dp && !cs->optim))
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
 	for (int k = 0; k < t->mesh.v && !rc; k++) {
 		const pp_stage *st = &t->chunks[k];
+		/* under ZeRO-1 only parameters are gathered */
+		const host_state src = cs->optim_per_dp ? (host_state){.w = hs[k].w} : hs[k];
 		for (int i = 0; i < st->n_params && !rc; i++) {
 			const pp_param *p = &st->params[i];
 			if (is_embedding_copy(st, p))
 				continue;
 			pp_real *whole[3] = {NULL, NULL, NULL};
 			bool fused = p->n_blocks > 1 && t->mesh.tp > 1;
-			if (fused && (rc = gather_fused(t, p, &hs[k], whole, e)))
+			if (fused && (rc = gather_fused(t, p, &src, whole, e)))
 				break;
 			if (fused)
 				for (int j = 0; j < 3; j++)
-					(*extra)[(*n_extra)++] = whole[j];
-			if (!p->tp_owner || (fused && t->mesh.tp_rank != 0))
+					(*owned)[(*n_owned)++] = whole[j];
+			if (!p->tp_owner)
+				continue;
+			if (cs->optim_per_dp && (rc = add_optim_part(p, &hs[k], fused, cs, *owned, n_owned, e)))
+				break;
+			if (fused && t->mesh.tp_rank != 0)
 				continue;
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
 			entry_of(p, 0, c);
@@ -294,9 +344,11 @@ static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, pp_real ***ex
 				c->shape[0] = c->global_shape[0];
 				c->offset[0] = 0;
 			}
-			c->param = fused ? whole[0] : hs[k].w + p->off;
-			c->m = fused ? whole[1] : hs[k].m + p->off;
-			c->v = fused ? whole[2] : hs[k].v + p->off;
+			c->param = fused ? whole[0] : src.w + p->off;
+			if (!cs->optim_per_dp) { /* [lo, hi) is everything */
+				c->m = fused ? whole[1] : src.m + p->off;
+				c->v = fused ? whole[2] : src.v + p->off;
+			}
 		}
 	}
 	return rc;
@@ -315,6 +367,8 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->pp_size = me->pp;
 	cs->tp_size = me->tp;
 	cs->dp_size = me->dp;
+	/* ZeRO-1: each dp rank saves the AdamW state it holds */
+	cs->optim_per_dp = t->cfg->shard_optimizer && me->dp > 1;
 }
 
 int trainer_save(trainer *t, pp_err *e)
@@ -333,25 +387,29 @@ int trainer_save(trainer *t, pp_err *e)
 	host_state *hs = calloc((size_t)me->v, sizeof *hs);
 	for (int k = 0; k < me->v && !rc; k++)
 		rc = gather_state(t, k, &hs[k], e);
+	rc = agree(t, rc, e); /* build_shard gathers fused tensors over tp */
 	ckpt_state cs = {0};
-	pp_real **extra = NULL;
-	int n_extra = 0;
+	void **owned = NULL;
+	int n_owned = 0;
 	fill_header(t, &cs);
 	if (!rc)
-		rc = build_shard(t, hs, &cs, &extra, &n_extra, e);
+		rc = build_shard(t, hs, &cs, &owned, &n_owned, e);
 	char *json = pp_config_dump(t->cfg);
 	cs.config_json = json;
 	if (!rc && me->dp_rank == 0)
 		rc = ckpt_write_shard(tmp, &cs, e);
+	if (!rc && cs.optim_per_dp)
+		rc = ckpt_write_optim_shard(tmp, &cs, e);
 	rc = agree(t, rc, e);
 	if (!rc && me->rank == 0)
 		rc = ckpt_commit(t->cfg->run_dir, tmp, t->step, t->cfg->keep, e);
 	rc = agree(t, rc, e);
 	free(json);
 	free(cs.tensors);
-	for (int i = 0; i < n_extra; i++)
-		free(extra[i]);
-	free(extra);
+	free(cs.optim);
+	for (int i = 0; i < n_owned; i++)
+		free(owned[i]);
+	free(owned);
 	for (int k = 0; k < me->v; k++) {
 		free(hs[k].w);
 		free(hs[k].m);
@@ -400,34 +458,45 @@ static int check_same_model(trainer *t, const char *dir, pp_err *e)
 }
 
 /* Loads this rank's tensors (any layout the checkpoint was saved in: the
- * reader assembles each requested slice from the shards that hold it). */
+ * reader assembles each requested slice from the files that hold it), and
+ * the AdamW state of its range [lo, hi): m and v are read, into host
+ * buffers of the whole chunk, for the blocks that meet the range only. */
 static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
 	int cap = 0, rc = 0;
 	for (int k = 0; k < me->v; k++)
 		cap += 3 * t->chunks[k].n_params;
-	cs->tensors = calloc((size_t)cap, sizeof *cs->tensors);
-	host_state *hs = calloc((size_t)me->v, sizeof *hs);
-	for (int k = 0; k < me->v; k++) {
+	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
+	host_state *hs = calloc(me->v > 0 ? (size_t)me->v : 1, sizeof *hs);
+	if (!cs->tensors || !hs)
+		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of memory");
+	for (int k = 0; k < me->v && !rc; k++) {
 		const pp_stage *st = &t->chunks[k];
+		const optim_state *o = &t->opt[k];
 		size_t n = st->n_elems;
-		hs[k] = (host_state){malloc(n * sizeof(pp_real)), malloc(n * sizeof(pp_real)),
-				     malloc(n * sizeof(pp_real))};
-		for (int i = 0; i < st->n_params; i++) {
+		hs[k] = (host_state){malloc(n * sizeof(pp_real) + 1), calloc(n + 1, sizeof(pp_real)),
+				     calloc(n + 1, sizeof(pp_real)), o->lo, o->hi};
+		if (!hs[k].w || !hs[k].m || !hs[k].v)
+			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
+		for (int i = 0; i < st->n_params && !rc; i++) {
 			const pp_param *p = &st->params[i];
+			size_t len = (size_t)(p->block_rows * p->shape[1]);
 			for (int b = 0; b < p->n_blocks; b++) {
 				ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
 				entry_of(p, b, c);
-				size_t at = p->off + (size_t)b * (size_t)(p->block_rows * p->shape[1]);
+				size_t at = p->off + (size_t)b * len;
 				c->param = hs[k].w + at;
-				c->m = hs[k].m + at;
-				c->v = hs[k].v + at;
+				if (at < o->hi && at + len > o->lo) {
+					c->m = hs[k].m + at;
+					c->v = hs[k].v + at;
+				}
 			}
 		}
 	}
-	rc = ckpt_load(dir, cs, e);
-	for (int k = 0; k < me->v; k++) {
+	if (!rc)
+		rc = ckpt_load(dir, cs, e);
+	for (int k = 0; hs && k < me->v; k++) {
 		const pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];
 		if (!rc) {

@@ -522,15 +522,29 @@ static void test_load_errors(void)
 	snprintf(path, sizeof path, "%s/manifest.json", d);
 	char *text = slurp(path), *v = text ? strstr(text, "\"version\": 1") : NULL;
 	if (v)
+		v[11] = '3';
+	if (text)
+		spit(path, text);
+	free(text);
+	rc = load_into(d, &e);
+	CHECK(v && rc && strstr(e.msg, "version 3") && strstr(e.msg, "reads versions 1 to 2"), "ckpt/err_version",
+	      "rc %d: %s", rc, e.msg);
+	rc = ckpt_verify(d, &e);
+	CHECK(rc && strstr(e.msg, "version 3"), "ckpt/verify_version", "rc %d: %s", rc, e.msg);
+	/* a version-1 checkpoint relabelled 2 lacks the optimizer files, and
+	 * its shard says 1 */
+	d = copy_ckpt("err_version2");
+	snprintf(path, sizeof path, "%s/manifest.json", d);
+	text = slurp(path);
+	v = text ? strstr(text, "\"version\": 1") : NULL;
+	if (v)
 		v[11] = '2';
 	if (text)
 		spit(path, text);
 	free(text);
 	rc = load_into(d, &e);
-	CHECK(v && rc && strstr(e.msg, "version 2") && strstr(e.msg, "reads version 1"), "ckpt/err_version", "rc %d: %s",
-	      rc, e.msg);
-	rc = ckpt_verify(d, &e);
-	CHECK(rc && strstr(e.msg, "version 2"), "ckpt/verify_version", "rc %d: %s", rc, e.msg);
+	CHECK(v && rc && strstr(e.msg, "optim-pp000-tp000-dp000.h5") && strstr(e.msg, "version 2"),
+	      "ckpt/err_version2_without_optim_files", "rc %d: %s", rc, e.msg);
 
 	d = copy_ckpt("err_manifest");
 	snprintf(path, sizeof path, "%s/manifest.json", d);
@@ -727,6 +741,255 @@ static void test_multi_shard(void)
 	int rc2 = rc ? rc : ckpt_commit(run, tmp, 4, 0, &e);
 	CHECK(rc == 0 && rc2 && strstr(e.msg, "overlap") && strstr(e.msg, names[3]), "ckpt/commit_overlap",
 	      "rc %d/%d: %s", rc, rc2, e.msg);
+}
+
+/* ------------------------------------------- ZeRO-1: optimizer files */
+
+/* Two dp ranks of one (pp, tp) shard, simulated in one process. A, B and D
+ * lie in a flat buffer of 60 elements, [0, 30) on dp rank 0 and [30, 60) on
+ * rank 1 (A straddles the two); C's state is split into interleaved ranges
+ * of its rows, two per rank, the way a fused projection's is. */
+enum { ZN = 4, ZC = 2 /* index of C */ };
+static const char *znames[ZN] = {"model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight",
+				 "transformer.h.0.attn.c_attn.weight", "model.norm.weight"};
+static const int64_t zshape[ZN][2] = {{8, 4}, {4, 6}, {6, 2}, {4, 0}};
+static const int64_t zflat_off[ZN] = {0, 32, -1, 56}; /* C is not in the flat buffer */
+static const int64_t zc_begin[2][2] = {{0, 4}, {2, 6}}, zc_end[2][2] = {{2, 6}, {4, 12}};
+
+typedef struct {
+	pp_real *x[ZN][3]; /* whole param, m, v */
+	ckpt_tensor t[ZN]; /* the shard: params only */
+	ckpt_optim_part parts[2][ZN];
+	int64_t begin[2][ZN][2], end[2][ZN][2];
+	pp_real *cm[2], *cv[2]; /* C's ranges, concatenated */
+	ckpt_state s[2];
+} zero_fixture;
+
+static int64_t znumel(int i) { return zshape[i][0] * (zshape[i][1] ? zshape[i][1] : 1); }
+
+/* lo_shift moves dp rank 1's first range (overlap: -1, gap: +1) */
+static void zero_init(zero_fixture *z, long step, int lo_shift)
+{
+	memset(z, 0, sizeof *z);
+	for (int i = 0; i < ZN; i++) {
+		for (int k = 0; k < 3; k++) {
+			z->x[i][k] = malloc((size_t)znumel(i) * sizeof(pp_real));
+			for (int64_t j = 0; j < znumel(i); j++)
+				z->x[i][k][j] = val(step, 20 + i + 10 * k, j);
+		}
+		z->t[i] = (ckpt_tensor){.name = znames[i], .ndim = zshape[i][1] ? 2 : 1,
+					.shape = {zshape[i][0], zshape[i][1]}, .param = z->x[i][0]};
+	}
+	for (int r = 0; r < 2; r++) {
+		int n = 0;
+		int64_t lo = 30 * r + (r ? lo_shift : 0), hi = 30 * (r + 1);
+		for (int i = 0; i < ZN; i++) {
+			ckpt_optim_part *q = &z->parts[r][n];
+			*q = (ckpt_optim_part){.name = znames[i], .ndim = z->t[i].ndim,
+					       .shape = {zshape[i][0], zshape[i][1]}, .n_ranges = 1,
+					       .begin = z->begin[r][n], .end = z->end[r][n]};
+			if (i == ZC) {
+				z->cm[r] = malloc(8 * sizeof(pp_real));
+				z->cv[r] = malloc(8 * sizeof(pp_real));
+				int at = 0;
+				for (int g = 0; g < 2; g++)
+					for (int64_t j = zc_begin[r][g]; j < zc_end[r][g]; j++, at++) {
+						z->cm[r][at] = z->x[i][1][j];
+						z->cv[r][at] = z->x[i][2][j];
+					}
+				memcpy(z->begin[r][n], zc_begin[r], sizeof zc_begin[r]);
+				memcpy(z->end[r][n], zc_end[r], sizeof zc_end[r]);
+				/* described as part of the whole tensor: global_shape set */
+				q->global_shape[0] = zshape[i][0];
+				q->global_shape[1] = zshape[i][1];
+				q->n_ranges = 2;
+				q->m = z->cm[r];
+				q->v = z->cv[r];
+				n++;
+				continue;
+			}
+			int64_t off = zflat_off[i], a = lo > off ? lo : off, b = hi < off + znumel(i) ? hi : off + znumel(i);
+			if (a >= b)
+				continue;
+			z->begin[r][n][0] = a - off;
+			z->end[r][n][0] = b - off;
+			q->m = z->x[i][1] + (a - off);
+			q->v = z->x[i][2] + (a - off);
+			n++;
+		}
+		z->s[r] = (ckpt_state){.step = step, .config_json = "{}", .pp_size = 1, .tp_size = 1, .dp_size = 2,
+				       .dp_rank = r, .n_tensors = ZN, .tensors = z->t, .optim_per_dp = true,
+				       .n_optim = n, .optim = z->parts[r]};
+	}
+}
+
+static void zero_free(zero_fixture *z)
+{
+	for (int i = 0; i < ZN; i++)
+		for (int k = 0; k < 3; k++)
+			free(z->x[i][k]);
+	for (int r = 0; r < 2; r++) {
+		free(z->cm[r]);
+		free(z->cv[r]);
+	}
+}
+
+/* begin, the shard, the optimizer files of the ranks in mask, commit */
+static int zero_save(const char *run, zero_fixture *z, int mask, pp_err *e)
+{
+	char tmp[1024];
+	int rc = ckpt_begin(run, z->s[0].step, tmp, sizeof tmp, e);
+	if (!rc)
+		rc = ckpt_write_shard(tmp, &z->s[0], e);
+	for (int r = 0; r < 2 && !rc; r++)
+		if (mask & (1 << r))
+			rc = ckpt_write_optim_shard(tmp, &z->s[r], e);
+	return rc ? rc : ckpt_commit(run, tmp, z->s[0].step, 0, e);
+}
+
+/* Loads the given block of tensor i (m and v too) and compares it with the
+ * saved whole, bitwise. */
+static bool zero_load_matches(const char *dir, const zero_fixture *z, int i, const int64_t *offset, const int64_t *shape,
+			      pp_err *e)
+{
+	int nd = z->t[i].ndim;
+	int64_t n = shape[0] * (nd == 2 ? shape[1] : 1), cols = nd == 2 ? zshape[i][1] : 1;
+	pp_real *buf[3];
+	for (int k = 0; k < 3; k++)
+		buf[k] = calloc((size_t)n, sizeof(pp_real));
+	ckpt_tensor t = {.name = znames[i], .ndim = nd, .shape = {shape[0], nd == 2 ? shape[1] : 0},
+			 .global_shape = {zshape[i][0], zshape[i][1]}, .offset = {offset[0], nd == 2 ? offset[1] : 0},
+			 .param = buf[0], .m = buf[1], .v = buf[2]};
+	ckpt_state s = {.n_tensors = 1, .tensors = &t, .pp_size = 1, .tp_size = 1, .dp_size = 1};
+	bool ok = ckpt_load(dir, &s, e) == 0;
+	int64_t w = nd == 2 ? shape[1] : 1;
+	for (int64_t j = 0; ok && j < n; j++) {
+		int64_t row = offset[0] + j / w, col = (nd == 2 ? offset[1] : 0) + j % w;
+		for (int k = 0; k < 3; k++)
+			ok = ok && memcmp(&buf[k][j], &z->x[i][k][row * cols + col], sizeof(pp_real)) == 0;
+	}
+	for (int k = 0; k < 3; k++)
+		free(buf[k]);
+	return ok;
+}
+
+static void test_zero(void)
+{
+	const char *run = at("run7");
+	pp_err e = {0};
+	zero_fixture z;
+	zero_init(&z, 9, 0);
+	int rc = zero_save(run, &z, 1, &e);
+	CHECK(rc && strstr(e.msg, "optim-pp000-tp000-dp001.h5") && strstr(e.msg, "missing"), "ckpt/zero_commit_missing_optim_file",
+	      "rc %d: %s", rc, e.msg);
+	rc = zero_save(run, &z, 3, &e);
+	CHECK(rc == 0, "ckpt/zero_save", "%s", e.msg);
+	const char *dir = at("run7/checkpoints/step_00000009");
+	rc = ckpt_verify(dir, &e);
+	CHECK(rc == 0, "ckpt/zero_verify", "%s", e.msg);
+
+	ckpt_manifest m;
+	rc = ckpt_read_manifest(dir, &m, &e);
+	if (rc == 0) {
+		const ckpt_tensor_info *a = ckpt_manifest_tensor(&m, znames[0]), *c = ckpt_manifest_tensor(&m, znames[2]);
+		CHECK(m.version == 2 && m.n_files == 3 && strcmp(m.files[0].name, "optim-pp000-tp000-dp000.h5") == 0 &&
+			      strcmp(m.files[1].name, "optim-pp000-tp000-dp001.h5") == 0 && a && a->adam &&
+			      a->n_shards == 1 && !a->shards[0].adam && a->n_ranges == 2 && c && c->n_ranges == 4,
+		      "ckpt/zero_manifest", "version %d, %d files", m.version, m.n_files);
+		pp_real whole[12];
+		rc = ckpt_read_tensor(dir, &m, znames[2], "adam_v", whole, &e);
+		CHECK(rc == 0 && memcmp(whole, z.x[2][2], sizeof whole) == 0, "ckpt/zero_read_tensor_adam_v", "rc %d: %s",
+		      rc, e.msg);
+		ckpt_manifest_free(&m);
+	} else {
+		CHECK(0, "ckpt/zero_manifest", "%s", e.msg);
+	}
+	json_error_t jerr;
+	char mpath[1100];
+	snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
+	json_t *mj = json_load_file(mpath, 0, &jerr);
+	json_t *o0 = json_array_get(json_object_get(json_object_get(json_object_get(mj, "tensors"), znames[2]), "optim"), 0);
+	CHECK(json_integer_value(json_object_get(mj, "version")) == 2 &&
+		      json_integer_value(json_array_get(json_object_get(o0, "slice_begin"), 1)) == 4 &&
+		      json_integer_value(json_array_get(json_object_get(o0, "slice_end"), 1)) == 6,
+	      "ckpt/zero_manifest_json", "optim entry of %s unexpected", znames[2]);
+	json_decref(mj);
+
+	/* the optimizer file, read with the HDF5 API */
+	char path[1100];
+	snprintf(path, sizeof path, "%s/optim-pp000-tp000-dp000.h5", dir);
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	bool ok = f >= 0 && H5Lexists(f, "params", H5P_DEFAULT) == 0;
+	char dpath[256];
+	snprintf(dpath, sizeof dpath, "adam_m/%s", znames[2]);
+	hid_t ds = ok ? H5Dopen2(f, dpath, H5P_DEFAULT) : -1, sp = ds >= 0 ? H5Dget_space(ds) : -1;
+	int64_t sb[2] = {0}, se[2] = {0}, dp = -1;
+	float mv[4] = {0};
+	if (ds >= 0) {
+		hid_t x = H5Aopen(ds, "slice_begin", H5P_DEFAULT), y = H5Aopen(ds, "slice_end", H5P_DEFAULT),
+		      d = H5Aopen(f, "dp_rank", H5P_DEFAULT);
+		ok = H5Aread(x, H5T_NATIVE_INT64, sb) >= 0 && H5Aread(y, H5T_NATIVE_INT64, se) >= 0 &&
+		     H5Aread(d, H5T_NATIVE_INT64, &dp) >= 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
+		     H5Sget_simple_extent_npoints(sp) == 4 &&
+		     H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, mv) >= 0;
+		H5Aclose(x);
+		H5Aclose(y);
+		H5Aclose(d);
+	}
+	ok = ok && sb[0] == 0 && se[0] == 2 && sb[1] == 4 && se[1] == 6 && dp == 0 && mv[2] == (float)z.x[2][1][4];
+	CHECK(ok, "ckpt/zero_h5_optim_file", "1-d adam_m with slice_begin/slice_end of its ranges expected in %s", path);
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (ds >= 0)
+		H5Dclose(ds);
+	if (f >= 0)
+		H5Fclose(f);
+
+	/* into a layout without ZeRO: whole tensors, bitwise; and slices of
+	 * another split (tp = 2 by columns, rows of the interleaved one) */
+	ok = true;
+	for (int i = 0; i < ZN && ok; i++)
+		ok = zero_load_matches(dir, &z, i, (int64_t[2]){0, 0}, zshape[i], &e);
+	CHECK(ok, "ckpt/zero_load_whole_bitwise", "%s", e.msg);
+	ok = zero_load_matches(dir, &z, 1, (int64_t[2]){0, 3}, (int64_t[2]){4, 3}, &e) &&
+	     zero_load_matches(dir, &z, 0, (int64_t[2]){4, 0}, (int64_t[2]){4, 4}, &e) &&
+	     zero_load_matches(dir, &z, 2, (int64_t[2]){1, 1}, (int64_t[2]){4, 1}, &e);
+	CHECK(ok, "ckpt/zero_load_other_split", "%s", e.msg);
+
+	/* a missing optimizer file is named */
+	const char *d = at("err_zero_missing");
+	sh("rm -rf '%s' && cp -a '%s' '%s' && rm '%s/optim-pp000-tp000-dp001.h5'", d, dir, d, d);
+	ok = !zero_load_matches(d, &z, 0, (int64_t[2]){0, 0}, zshape[0], &e);
+	CHECK(ok && strstr(e.msg, "optim-pp000-tp000-dp001.h5"), "ckpt/zero_err_missing_optim_file", "%s", e.msg);
+	zero_free(&z);
+
+	/* ranges that overlap or leave a gap are refused at commit */
+	zero_init(&z, 10, -1);
+	rc = zero_save(run, &z, 3, &e);
+	CHECK(rc && strstr(e.msg, "both hold") && strstr(e.msg, "optim-pp000-tp000-dp000.h5") &&
+		      strstr(e.msg, "optim-pp000-tp000-dp001.h5") && strstr(e.msg, znames[0]),
+	      "ckpt/zero_commit_overlap", "rc %d: %s", rc, e.msg);
+	zero_free(&z);
+	zero_init(&z, 10, 1);
+	rc = zero_save(run, &z, 3, &e);
+	CHECK(rc && strstr(e.msg, "[30, 31)") && strstr(e.msg, "no optimizer file") && strstr(e.msg, znames[0]),
+	      "ckpt/zero_commit_gap", "rc %d: %s", rc, e.msg);
+
+	/* the shard of a checkpoint with optimizer files says version 2 */
+	z.s[0].optim_per_dp = false;
+	rc = zero_save(run, &z, 2, &e);
+	CHECK(rc && strstr(e.msg, "version"), "ckpt/zero_commit_mixed_versions", "rc %d: %s", rc, e.msg);
+	char tmp[1024];
+	rc = ckpt_begin(run, 11, tmp, sizeof tmp, &e);
+	rc = rc ? rc : ckpt_write_optim_shard(tmp, &z.s[0], &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "optim_per_dp"), "ckpt/zero_err_optim_without_flag", "rc %d: %s", rc, e.msg);
+	z.s[1].tensors[0].m = z.x[0][1];
+	z.s[1].tensors[0].v = z.x[0][2];
+	rc = ckpt_write_shard(tmp, &z.s[1], &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, znames[0]), "ckpt/zero_err_shard_with_adam", "rc %d: %s", rc, e.msg);
+	z.s[1].tensors[0].m = z.s[1].tensors[0].v = NULL;
+	zero_free(&z);
+	sh("rm -rf '%s'", tmp);
 }
 
 /* ------------------------------------------------------- full disk */
@@ -932,6 +1195,75 @@ static void test_kill_mid_save(void)
 	sh("rm -rf '%s'", run);
 }
 
+/* ------------------------------------------- damaged manifests (fuzzing) */
+
+/* Manifests whose numbers overflowed int64 or int in the checks (found by
+ * tests/fuzz/fuzz_manifest.c under UBSan): each was accepted, or checked
+ * with undefined arithmetic. Each must now be an error naming the manifest. */
+static void test_manifest_overflow(void)
+{
+	static const char *const sha = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+	static const struct {
+		const char *name, *version, *mesh, *optim_file, *tensor, *want;
+	} cases[] = {
+		/* 2^62 * 4 elements: the count wrapped to 0, and so did the shard's */
+		{"volume", "1", "1, \"tp\": 1, \"dp\": 1", NULL,
+		 "\"global_shape\": [4611686018427387904, 4], \"shards\": [{\"file\": \"shard-pp000-tp000.h5\", "
+		 "\"offset\": [0, 0], \"shape\": [4611686018427387904, 4]}]",
+		 "global shape [4611686018427387904, 4]"},
+		/* offset + shape wrapped below the global shape */
+		{"offset", "1", "1, \"tp\": 1, \"dp\": 1", NULL,
+		 "\"global_shape\": [10], \"shards\": [{\"file\": \"shard-pp000-tp000.h5\", \"offset\": [0], "
+		 "\"shape\": [9]}, {\"file\": \"shard-pp000-tp000.h5\", \"offset\": [9223372036854775807], "
+		 "\"shape\": [1]}]",
+		 "lies outside its global shape"},
+		/* read as pp=1 */
+		{"mesh", "1", "4294967297, \"tp\": 1, \"dp\": 1", NULL,
+		 "\"global_shape\": [2], \"shards\": [{\"file\": \"shard-pp000-tp000.h5\", \"offset\": [0], "
+		 "\"shape\": [2]}]",
+		 "\"mesh\" must be"},
+		/* end - begin overflowed */
+		{"range", "2", "1, \"tp\": 1, \"dp\": 1", "optim-pp000-tp000-dp000.h5",
+		 "\"adam\": true, \"global_shape\": [2], \"shards\": [{\"file\": \"shard-pp000-tp000.h5\", "
+		 "\"offset\": [0], \"shape\": [2], \"adam\": false}], \"optim\": [{\"file\": "
+		 "\"optim-pp000-tp000-dp000.h5\", \"offset\": [0], \"shape\": [2], \"slice_begin\": "
+		 "[-9223372036854775807], \"slice_end\": [2]}]",
+		 "ranges must be non-empty"},
+		/* the element count of a range's block overflowed */
+		{"range_block", "2", "1, \"tp\": 1, \"dp\": 1", "optim-pp000-tp000-dp000.h5",
+		 "\"adam\": true, \"global_shape\": [2], \"shards\": [{\"file\": \"shard-pp000-tp000.h5\", "
+		 "\"offset\": [0], \"shape\": [2], \"adam\": false}], \"optim\": [{\"file\": "
+		 "\"optim-pp000-tp000-dp000.h5\", \"offset\": [0], \"shape\": [4611686018427387904, 4], "
+		 "\"slice_begin\": [0], \"slice_end\": [1]}]",
+		 "tensor x"},
+	};
+	const char *d = at("manifest_overflow");
+	mkdir(d, 0755);
+	char path[1100], text[4096];
+	snprintf(path, sizeof path, "%s/manifest.json", d);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char optim[256] = "";
+		if (cases[i].optim_file)
+			snprintf(optim, sizeof optim, ", {\"name\": \"%s\", \"bytes\": 1, \"sha256\": \"%s\"}",
+				 cases[i].optim_file, sha);
+		snprintf(text, sizeof text,
+			 "{\"format\": \"pp-checkpoint\", \"version\": %s, \"step\": 0, \"mesh\": {\"pp\": %s}, "
+			 "\"files\": [{\"name\": \"shard-pp000-tp000.h5\", \"bytes\": 1, \"sha256\": \"%s\"}%s], "
+			 "\"tensors\": {\"x\": {%s}}}",
+			 cases[i].version, cases[i].mesh, sha, optim, cases[i].tensor);
+		spit(path, text);
+		ckpt_manifest m;
+		pp_err e = {0};
+		int rc = ckpt_read_manifest(d, &m, &e);
+		char name[96];
+		snprintf(name, sizeof name, "ckpt/manifest_overflow/%s", cases[i].name);
+		CHECK(rc == PP_ERUNTIME && strstr(e.msg, "manifest.json") && strstr(e.msg, cases[i].want), name,
+		      "rc %d: %s", rc, rc ? e.msg : "(accepted)");
+		if (!rc)
+			ckpt_manifest_free(&m);
+	}
+}
+
 int main(void)
 {
 	snprintf(root, sizeof root, "/tmp/pp-test-ckpt.XXXXXX");
@@ -945,8 +1277,10 @@ int main(void)
 	test_keep();
 	test_find_latest();
 	test_load_errors();
+	test_manifest_overflow();
 	test_stale_and_replace();
 	test_multi_shard();
+	test_zero();
 	test_disk_full();
 	test_kill_mid_save();
 	if (!th_failed)

@@ -140,3 +140,52 @@ for i in $(seq 600); do [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break; sl
 state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z]*')
 check sbatch/completed test "$state" = JobState=COMPLETED
 check sbatch/trained test -f $T/sbatch/checkpoints/step_00000020/manifest.json
+
+# --- ZeRO-1: AdamW state saved per dp rank ------------------------------------------
+# dp=2 shard_optimizer=true: each dp rank writes its optimizer file, the run
+# resumes bitwise in its layout after a SIGTERM just after step 10's
+# checkpoint (parameters, and the AdamW state of every optimizer file), and
+# its checkpoint loads into a dp=1 run without ZeRO just as the plain dp=2
+# run's checkpoint does. 60 steps, so that the SIGTERM lands mid-run.
+runz() { srun -n 2 --mpi=pmix pp-train $base steps=60 dp=2 checkpoint_period=10 "$@" --quiet; }
+runz shard_optimizer=true run_dir=$T/z_ref 2>/dev/null
+runz shard_optimizer=true run_dir=$T/z_cut 2>/dev/null &
+pid=$!
+while [ ! -d $T/z_cut/checkpoints/step_00000010 ] && kill -0 $pid 2>/dev/null; do sleep 0.05; done
+pkill -TERM -f "^([^ ]*/)?pp-train .*run_dir=$T/z_cut"
+wait $pid
+check zero/sigterm_exit_75 test $? -eq 75
+zero_manifest() {
+	jq -e '.version == 2 and ([.files[].name] | index("optim-pp000-tp000-dp000.h5") != null and
+		index("optim-pp000-tp000-dp001.h5") != null)' $T/z_cut/checkpoints/step_00000010/manifest.json >/dev/null
+}
+check zero/manifest_lists_optim_files zero_manifest
+runz shard_optimizer=true run_dir=$T/z_cut 2>$T/z_cut.log
+zero_bitwise() {
+	local a=$T/z_ref/checkpoints/step_00000060 b=$T/z_cut/checkpoints/step_00000060 f
+	grep -q "resumed from step" $T/z_cut.log && diff <(losses $T/z_ref) <(losses $T/z_cut) >/dev/null &&
+		$compare $a $b 0 >/dev/null || return 1
+	for f in $a/optim-*.h5; do
+		h5diff -q $f $b/${f##*/} /adam_m && h5diff -q $f $b/${f##*/} /adam_v || return 1
+	done
+}
+check zero/resume_bitwise zero_bitwise
+runz run_dir=$T/z_plain 2>/dev/null
+cp -a $T/z_ref $T/z_ref1 && cp -a $T/z_plain $T/z_plain1
+pp-train $base steps=70 run_dir=$T/z_ref1 --quiet 2>$T/z_ref1.log
+check zero/loads_into_dp1 grep -q "resumed from step 60" $T/z_ref1.log
+pp-train $base steps=70 run_dir=$T/z_plain1 --quiet 2>/dev/null
+check zero/dp1_resume_matches_plain_dp2 $compare $T/z_ref1/checkpoints/step_00000070 $T/z_plain1/checkpoints/step_00000070 $TOL
+
+# --- a resume in another layout continues the same run ---------------------------
+# 10 steps at dp=2 x tp=2 (ZeRO-1), then the other 10 in one process: the
+# data position and every tensor carry over, so the result matches the
+# single-process run.
+srun -n 4 --mpi=pmix pp-train $base dp=2 tp=2 shard_optimizer=true checkpoint_period=10 run_dir=$T/relayout --quiet 2>/dev/null
+rm -rf $T/relayout/checkpoints/step_00000020
+pp-train $base run_dir=$T/relayout --quiet 2>$T/relayout.log
+relayout_same() {
+	grep -q "resumed from step 10" $T/relayout.log && losses_close $T/llama-tiny/base $T/relayout &&
+		$compare $T/llama-tiny/base/checkpoints/step_00000020 $T/relayout/checkpoints/step_00000020 $TOL >$T/cmp.log
+}
+check relayout/dp2_tp2_then_single relayout_same
