@@ -746,14 +746,14 @@ static int check_consistency(const pp_config *c, pp_err *e)
 	REQUIRE((long)c->pp * c->virtual_stages <= m->n_layers,
 		"model.n_layers %d is fewer than pp * virtual_stages = %d * %d pipeline stages",
 		m->n_layers, c->pp, c->virtual_stages);
-	int sum = 0;
+	long sum = 0; /* up to PP_MAX_CHUNKS counts of up to INT_MAX each */
 	for (int i = 0; i < c->n_stage_layers; i++)
 		sum += c->stage_layers[i];
 	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
 		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
 		c->pp, c->virtual_stages);
 	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
-		"stage_layers adds up to %d layers, but model.n_layers is %d", sum, m->n_layers);
+		"stage_layers adds up to %ld layers, but model.n_layers is %d", sum, m->n_layers);
 
 	REQUIRE(m->n_heads % c->tp == 0, "model.n_heads %d is not divisible by tp %d", m->n_heads,
 		c->tp);

@@ -519,6 +519,11 @@ static const struct err_case {
 	 {"microbatches 3 divisible by pp 2"}},
 	{"rule/layers_per_stage", NULL, {"model=llama-tiny", "pp=4"},
 	 {"model.n_layers 2 is fewer than pp * virtual_stages = 4 * 1"}},
+	/* the sum of the stages once wrapped around int (UBSan under tests/fuzz/fuzz_config.c):
+	 * 2 * INT_MAX + 5 read as 3 */
+	{"rule/stage_layers_overflow", NULL,
+	 {"model=llama-tiny", "model.n_layers=3", "pp=3", "stage_layers=2147483647,2147483647,5"},
+	 {"stage_layers adds up to 4294967299 layers, but model.n_layers is 3"}},
 	{"rule/tp_heads", NULL, {"model=llama-tiny", "tp=3"}, {"model.n_heads 4 is not divisible by tp 3"}},
 	{"rule/tp_kv", NULL,
 	 {"model=llama-tiny", "model.n_heads=12", "model.head_dim=16", "model.n_kv_heads=4", "tp=6"},

@@ -1,0 +1,98 @@
+/* libFuzzer target: the pp-tokens dataset reader (dataset.h) on arbitrary
+ * bytes written to one temporary .h5 file per process: tokens_open (HDF5
+ * open, then every check of the format), and on success the first and last
+ * tokens and document offsets of each split, and reads past the end, which
+ * must fail. HDF5 itself may reject the file (an error is fine); a crash, a
+ * hang or a sanitizer report in pp's code is not. Built and run by
+ * tests/test_fuzz.sh, which tells reports inside libhdf5 itself (not built
+ * with sanitizers; HDF5 bugs on corrupt files that pp does not validate
+ * before calling HDF5) from pp's. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../libcommon/dataset.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define WINDOW 64 /* tokens and offsets read at each end of a split */
+
+static char dir[4096], path[4200];
+
+static void cleanup(void)
+{
+	unlink(path);
+	rmdir(dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	/* under $TMPDIR: test_fuzz.sh points it at its own temporary directory,
+	 * which also takes what a process killed on a report leaves */
+	const char *tmp = getenv("TMPDIR");
+	if (snprintf(dir, sizeof dir, "%s/pp-fuzz-tokens.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+		(int)sizeof dir || !mkdtemp(dir)) {
+		perror("fuzz_tokens: mkdtemp");
+		exit(2);
+	}
+	snprintf(path, sizeof path, "%s/fuzz.h5", dir);
+	atexit(cleanup);
+	return 0;
+}
+
+static void read_split(tokens_file *f, int k)
+{
+	const tokens_info *m = tokens_get_info(f);
+	uint64_t n_tok = m->tokens[k], n_off = m->docs[k] + 1;
+	uint32_t tok[WINDOW];
+	uint64_t off[WINDOW];
+	pp_err e = {0};
+	size_t n = n_tok < WINDOW ? (size_t)n_tok : WINDOW;
+	/* a read may fail (a damaged chunk), but must say why */
+	if (tokens_read(f, k, 0, n, tok, &e) && !e.msg[0])
+		__builtin_trap();
+	if (tokens_read(f, k, n_tok - n, n, tok, &e) && !e.msg[0])
+		__builtin_trap();
+	n = n_off < WINDOW ? (size_t)n_off : WINDOW;
+	if (!tokens_read_offsets(f, k, 0, n, off, &e) && n && off[0] != 0)
+		__builtin_trap(); /* tokens_open checked that doc_offsets starts at 0 */
+	if (!tokens_read_offsets(f, k, n_off - n, n, off, &e) && n && off[n - 1] != n_tok)
+		__builtin_trap(); /* ... and ends at the token count */
+	/* past the end */
+	if (!tokens_read(f, k, n_tok, 1, tok, &e) || !tokens_read(f, k, n_tok + 1, 0, tok, &e) ||
+	    !tokens_read_offsets(f, k, n_off, 1, off, &e))
+		__builtin_trap();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	FILE *fp = fopen(path, "wb");
+	if (!fp || fwrite(data, 1, size, fp) != size || fclose(fp)) {
+		perror("fuzz_tokens: writing the dataset");
+		exit(2);
+	}
+	tokens_file *f;
+	pp_err e = {0};
+	if (tokens_open(&f, path, &e)) {
+		if (!e.msg[0] || !strstr(e.msg, path))
+			__builtin_trap(); /* an error must say what and where */
+		return 0;
+	}
+	const tokens_info *m = tokens_get_info(f);
+	if (m->vocab_size < 1 || m->bos_id < -1 || m->bos_id >= m->vocab_size ||
+	    m->eos_id < -1 || m->eos_id >= m->vocab_size || m->n_sources < 0 ||
+	    (m->n_sources && !m->sources))
+		__builtin_trap();
+	for (int i = 0; i < m->n_sources; i++)
+		if (!m->sources[i])
+			__builtin_trap();
+	for (int k = 0; k < TOKENS_NSPLITS; k++)
+		read_split(f, k);
+	tokens_close(f);
+	return 0;
+}
