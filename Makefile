@@ -13,6 +13,27 @@ LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) -lopenblas -lm -fopenmp
 
 B       := build
 LIBSRC  := $(wildcard libcommon/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+
+# The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
+# the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt and
+# NCCL, but touch no GPU until device=cuda is asked for, so they also start on
+# machines without one. The F64 test build never includes CUDA.
+CUDA    ?= 1
+NVCC    := $(if $(filter 0,$(CUDA)),,$(shell command -v nvcc 2>/dev/null || \
+	     { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; }))
+ifneq ($(NVCC),)
+CUDA_HOME   ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
+CUSRC       := $(wildcard kernels/cuda/*.cu)
+# -DPP_CUDA for the fp32 objects only (cmd/, tests/ and the library)
+CUDA_CFLAGS := -DPP_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+NVFLAGS     ?= -O3
+NVFLAGS     += -std=c++17 -g -lineinfo -DPP_CUDA \
+	       -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	       -Xcompiler -Wall,-Wextra,-Werror,-fno-math-errno --Werror all-warnings
+endif
+# objects rebuild when the build switches between CUDA and CPU-only
+VARIANT := $(B)/obj/.variant-$(if $(NVCC),cuda,cpu)
 TOOLS   := $(patsubst cmd/%.c,$(B)/bin/%,$(wildcard cmd/pp-*.c))
 LIB     := $(B)/libpp.a
 LIB64   := $(B)/f64/libpp.a
@@ -23,25 +44,31 @@ TESTBIN := $(patsubst tests/%.c,$(B)/tests/%,$(TESTSRC) $(wildcard tests/tool_*.
 
 all: $(TOOLS)
 
-$(B)/obj/%.o: %.c
+$(B)/obj/%.o: %.c $(VARIANT)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -MMD -MP -c $< -o $@
+$(B)/obj/%.o: %.cu $(VARIANT)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(VARIANT):
+	@mkdir -p $(dir $@)
+	@rm -f $(B)/obj/.variant-*; touch $@
 $(B)/f64/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DPP_F64 -MMD -MP -c $< -o $@
 
-$(LIB): $(patsubst %.c,$(B)/obj/%.o,$(LIBSRC))
+$(LIB): $(patsubst %.c,$(B)/obj/%.o,$(LIBSRC)) $(patsubst %.cu,$(B)/obj/%.o,$(CUSRC))
 	@rm -f $@; ar rcs $@ $^
 $(LIB64): $(patsubst %.c,$(B)/f64/obj/%.o,$(LIBSRC))
 	@rm -f $@; ar rcs $@ $^
 
 $(B)/bin/%: $(B)/obj/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 $(addprefix $(B)/tests/,$(F64TESTS)): $(B)/tests/%: $(B)/f64/obj/tests/%.o $(LIB64)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DPP_F64 $^ -o $@ $(LDLIBS)

@@ -132,6 +132,24 @@ typedef struct pp_ops {
 
 extern const pp_ops pp_ops_cpu;
 
+#ifdef PP_CUDA
+#include "../libcommon/error.h"
+
+/* The fp32 CUDA backend (kernels/cuda), built when nvcc is found. Its ops
+ * run on the current device's default stream; call pp_cuda_init once,
+ * before the first op, from the thread that will issue them. */
+extern const pp_ops pp_ops_cuda;
+
+/* Selects GPU `device` (an index among the visible ones) and creates the
+ * cuBLASLt handle and workspace. Fails with PP_EUSAGE when the machine has
+ * no usable CUDA device (no GPU, no driver, index out of range), naming the
+ * CUDA error; with PP_ERUNTIME when the device is there but cannot be set
+ * up. Calling it again for the same device does nothing. Nothing touches
+ * CUDA before this call: binaries linked with the backend start on machines
+ * without a GPU. */
+int pp_cuda_init(int device, pp_err *e);
+#endif
+
 /* The table for "cpu" or "cuda"; NULL if that backend is not built in. */
 const pp_ops *pp_ops_find(const char *device);
 

@@ -1,0 +1,438 @@
+/* Causal attention with grouped kv heads and an optional sliding window,
+ * flash style in plain CUDA fp32: no (T,T) matrix is ever stored.
+ *
+ *   forward   one block per (query block, q head, batch row); key tiles in
+ *             shared memory, an online softmax per query row (one warp holds
+ *             a row: lane j scores key j of the tile, lanes own the output's
+ *             head dims). Writes out and lse.
+ *   backward  delta = rowsum(dout * out), then two kernels that recompute
+ *             P = exp(S - lse):
+ *             dq    one block per (query block, q head, batch row), as the
+ *                   forward pass;
+ *             dk,dv one block per (key block, kv head, batch row), looping
+ *                   over the group's query heads and the query tiles in
+ *                   order: each dk, dv row is summed by one warp in a fixed
+ *                   order, so no atomics and the same bits on every run.
+ *
+ * Head dims up to ATT_MAXD; the per-lane arrays are sized at compile time
+ * (DPL = head dims per lane), one instance per power of two.
+ * Query i sees keys j with first_key(i) <= j <= i: i - window < j when
+ * window > 0 (Mistral's sliding window), else every j <= i. */
+#include "cuda.h"
+
+#define ATT_MAXD 256
+#define ATT_WARPS 8
+#define ATT_THREADS (ATT_WARPS * 32)
+/* query-side kernels: query rows per warp, and so per block; keys per tile
+ * (one per lane) */
+#define ATT_QROWS 2
+#define ATT_BQ (ATT_WARPS * ATT_QROWS)
+#define ATT_KT 32
+/* key-side kernel: keys per warp, and so per block; queries per tile (one
+ * per lane) */
+#define ATT_KROWS 2
+#define ATT_BK (ATT_WARPS * ATT_KROWS)
+#define ATT_QT 32
+
+#define FULL 0xffffffffu
+
+typedef struct {
+	int B, T, Hq, Hkv, D, window;
+	int G;         /* query heads per kv head */
+	int KP;        /* row stride of shared tiles read across lanes: odd, so
+			  lanes reading rows j at one column hit distinct banks */
+	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
+	size_t ldo;    /* row stride of out and dout: Hq*D */
+	float scale;   /* 1/sqrt(D) */
+} att_shape;
+
+static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
+{
+	PP_CUDA_REQUIRE(D >= 1 && D <= ATT_MAXD,
+			"attention: head dim %d; the CUDA kernels take 1 to %d", D, ATT_MAXD);
+	PP_CUDA_REQUIRE(Hkv >= 1 && Hq % Hkv == 0,
+			"attention: %d query heads do not group over %d kv heads", Hq, Hkv);
+	att_shape a;
+	a.B = B, a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.D = D, a.window = window;
+	a.G = Hq / Hkv;
+	a.KP = D | 1;
+	a.ld = (size_t)(Hq + 2 * Hkv) * D;
+	a.ldo = (size_t)Hq * D;
+	a.scale = (float)(1 / sqrt((double)D));
+	return a;
+}
+
+/* first key query i sees: i - window < j <= i */
+__device__ __forceinline__ int first_key(int i, int window)
+{
+	return window > 0 && i >= window ? i - window + 1 : 0;
+}
+
+__device__ __forceinline__ float dot(const float *a, const float *b, int n)
+{
+	float s = 0;
+#pragma unroll 4
+	for (int d = 0; d < n; d++)
+		s += a[d] * b[d];
+	return s;
+}
+
+/* rows [r0, r0+nr) of a (.,D) head view with rows ld apart into a shared
+ * tile with rows stride apart */
+__device__ __forceinline__ void load_rows(float *tile, int stride, const float *src, size_t ld,
+					  int r0, int nr, int D)
+{
+	for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
+		const int r = e / D, d = e % D;
+		tile[r * stride + d] = src[(size_t)(r0 + r) * ld + d];
+	}
+}
+
+/* ---- forward --------------------------------------------------------------- */
+
+/* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D).
+ * grid (ceil(T/ATT_BQ), Hq, B), ATT_THREADS threads; shared: q (BQ,D),
+ * k (KT,KP), v (KT,D) */
+template <int DPL>
+__global__ void __launch_bounds__(ATT_THREADS)
+	attention_fwd_kernel(float *out, float *lse, const float *qkv, att_shape a)
+{
+	extern __shared__ float sm[];
+	const int D = a.D, KP = a.KP;
+	float *q_s = sm, *k_s = q_s + ATT_BQ * D, *v_s = k_s + ATT_KT * KP;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	/* the last query blocks see the most keys: start them first */
+	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
+	const float *base = qkv + (size_t)b * a.T * a.ld;
+	const float *qg = base + (size_t)h * D;
+	const float *kg = base + (size_t)(a.Hq + h / a.G) * D;
+	const float *vg = kg + (size_t)a.Hkv * D;
+	load_rows(q_s, D, qg, a.ld, i0, nq, D);
+
+	float m[ATT_QROWS], l[ATT_QROWS], o[ATT_QROWS][DPL];
+#pragma unroll
+	for (int r = 0; r < ATT_QROWS; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0;
+#pragma unroll
+		for (int u = 0; u < DPL; u++)
+			o[r][u] = 0;
+	}
+	const int k_hi = i0 + nq - 1;
+	for (int j0 = first_key(i0, a.window); j0 <= k_hi; j0 += ATT_KT) {
+		const int nk = min(ATT_KT, k_hi - j0 + 1);
+		__syncthreads(); /* the previous tile is consumed (and q is loaded) */
+		load_rows(k_s, KP, kg, a.ld, j0, nk, D);
+		load_rows(v_s, D, vg, a.ld, j0, nk, D);
+		__syncthreads();
+#pragma unroll
+		for (int r = 0; r < ATT_QROWS; r++) {
+			const int qr = warp * ATT_QROWS + r, i = i0 + qr, j = j0 + lane;
+			if (qr >= nq)
+				continue; /* the whole warp */
+			float s = -INFINITY;
+			if (lane < nk && j >= first_key(i, a.window) && j <= i)
+				s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale;
+			const float mt = pp_warp_max(s);
+			if (mt == -INFINITY)
+				continue; /* no key of this tile is visible to row i */
+			const float mn = fmaxf(m[r], mt);
+			const float alpha = expf(m[r] - mn); /* 0 while m is -inf */
+			const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+			l[r] = l[r] * alpha + pp_warp_sum(p);
+			m[r] = mn;
+#pragma unroll
+			for (int u = 0; u < DPL; u++)
+				o[r][u] *= alpha;
+			for (int jj = 0; jj < nk; jj++) {
+				const float pj = __shfl_sync(FULL, p, jj);
+				const float *vv = v_s + jj * D;
+#pragma unroll
+				for (int u = 0; u < DPL; u++) {
+					const int d = lane + 32 * u;
+					if (d < D)
+						o[r][u] += pj * vv[d];
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < ATT_QROWS; r++) {
+		const int qr = warp * ATT_QROWS + r, i = i0 + qr;
+		if (qr >= nq)
+			continue;
+		/* the diagonal is always visible: l > 0 */
+		const float inv = 1.0f / l[r];
+		float *og = out + ((size_t)b * a.T + i) * a.ldo + (size_t)h * D;
+#pragma unroll
+		for (int u = 0; u < DPL; u++) {
+			const int d = lane + 32 * u;
+			if (d < D)
+				og[d] = o[r][u] * inv;
+		}
+		if (lane == 0)
+			lse[((size_t)b * a.Hq + h) * a.T + i] = m[r] + logf(l[r]);
+	}
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+/* delta (B,Hq,T) = rowsum(dout * out) per head, in double and in d order as
+ * the CPU backend sums it */
+__global__ void attention_delta_kernel(float *delta, const float *dout, const float *out,
+				       att_shape a)
+{
+	const size_t n = (size_t)a.B * a.Hq * a.T;
+	for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+	     idx += (size_t)gridDim.x * blockDim.x) {
+		const int i = (int)(idx % a.T), h = (int)(idx / a.T % a.Hq);
+		const size_t b = idx / a.T / a.Hq;
+		const size_t at = (b * a.T + i) * a.ldo + (size_t)h * a.D;
+		double acc = 0;
+		for (int d = 0; d < a.D; d++)
+			acc += (double)dout[at + d] * out[at + d];
+		delta[idx] = (float)acc;
+	}
+}
+
+/* dq part of dqkv (overwritten) = scale * dS @ k, dS = P * (dout @ v^T - delta).
+ * grid (ceil(T/ATT_BQ), Hq, B), ATT_THREADS threads; shared: q (BQ,D),
+ * dout (BQ,D), k (KT,KP), v (KT,KP) */
+template <int DPL>
+__global__ void __launch_bounds__(ATT_THREADS)
+	attention_dq_kernel(float *dqkv, const float *dout, const float *lse, const float *delta,
+			    const float *qkv, att_shape a)
+{
+	extern __shared__ float sm[];
+	const int D = a.D, KP = a.KP;
+	float *q_s = sm, *do_s = q_s + ATT_BQ * D, *k_s = do_s + ATT_BQ * D, *v_s = k_s + ATT_KT * KP;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
+	const float *base = qkv + (size_t)b * a.T * a.ld;
+	const float *kg = base + (size_t)(a.Hq + h / a.G) * D;
+	const float *vg = kg + (size_t)a.Hkv * D;
+	load_rows(q_s, D, base + (size_t)h * D, a.ld, i0, nq, D);
+	load_rows(do_s, D, dout + (size_t)b * a.T * a.ldo + (size_t)h * D, a.ldo, i0, nq, D);
+	const size_t row0 = ((size_t)b * a.Hq + h) * a.T; /* of lse, delta */
+
+	float L[ATT_QROWS], dl[ATT_QROWS], dq[ATT_QROWS][DPL];
+#pragma unroll
+	for (int r = 0; r < ATT_QROWS; r++) {
+		const int qr = warp * ATT_QROWS + r;
+		L[r] = qr < nq ? lse[row0 + i0 + qr] : 0;
+		dl[r] = qr < nq ? delta[row0 + i0 + qr] : 0;
+#pragma unroll
+		for (int u = 0; u < DPL; u++)
+			dq[r][u] = 0;
+	}
+	const int k_hi = i0 + nq - 1;
+	for (int j0 = first_key(i0, a.window); j0 <= k_hi; j0 += ATT_KT) {
+		const int nk = min(ATT_KT, k_hi - j0 + 1);
+		__syncthreads();
+		load_rows(k_s, KP, kg, a.ld, j0, nk, D);
+		load_rows(v_s, KP, vg, a.ld, j0, nk, D);
+		__syncthreads();
+#pragma unroll
+		for (int r = 0; r < ATT_QROWS; r++) {
+			const int qr = warp * ATT_QROWS + r, i = i0 + qr, j = j0 + lane;
+			if (qr >= nq)
+				continue;
+			float ds = 0;
+			if (lane < nk && j >= first_key(i, a.window) && j <= i) {
+				const float s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale;
+				const float p = expf(s - L[r]);
+				const float dp = dot(do_s + qr * D, v_s + lane * KP, D);
+				ds = p * (dp - dl[r]);
+			}
+			for (int jj = 0; jj < nk; jj++) {
+				const float dsj = __shfl_sync(FULL, ds, jj);
+				const float *kk = k_s + jj * KP;
+#pragma unroll
+				for (int u = 0; u < DPL; u++) {
+					const int d = lane + 32 * u;
+					if (d < D)
+						dq[r][u] += dsj * kk[d];
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < ATT_QROWS; r++) {
+		const int qr = warp * ATT_QROWS + r, i = i0 + qr;
+		if (qr >= nq)
+			continue;
+		float *g = dqkv + ((size_t)b * a.T + i) * a.ld + (size_t)h * D;
+#pragma unroll
+		for (int u = 0; u < DPL; u++) {
+			const int d = lane + 32 * u;
+			if (d < D)
+				g[d] = a.scale * dq[r][u];
+		}
+	}
+}
+
+/* dk, dv parts of dqkv (overwritten): dk = scale * dS^T @ q, dv = P^T @ dout,
+ * summed over the G query heads of kv head kvh. Each warp owns ATT_KROWS
+ * keys and sums their rows over heads, then query tiles, then queries, in
+ * order. grid (ceil(T/ATT_BK), Hkv, B), ATT_THREADS threads; shared:
+ * k (BK,D), v (BK,D), q (QT,KP), dout (QT,KP), lse (QT), delta (QT) */
+template <int DPL>
+__global__ void __launch_bounds__(ATT_THREADS)
+	attention_dkv_kernel(float *dqkv, const float *dout, const float *lse, const float *delta,
+			     const float *qkv, att_shape a)
+{
+	extern __shared__ float sm[];
+	const int D = a.D, KP = a.KP;
+	float *k_s = sm, *v_s = k_s + ATT_BK * D, *q_s = v_s + ATT_BK * D, *do_s = q_s + ATT_QT * KP;
+	float *lse_s = do_s + ATT_QT * KP, *dl_s = lse_s + ATT_QT;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int kvh = blockIdx.y, b = blockIdx.z;
+	const int j0 = blockIdx.x * ATT_BK, nkeys = min(ATT_BK, a.T - j0);
+	const float *base = qkv + (size_t)b * a.T * a.ld;
+	load_rows(k_s, D, base + (size_t)(a.Hq + kvh) * D, a.ld, j0, nkeys, D);
+	load_rows(v_s, D, base + (size_t)(a.Hq + a.Hkv + kvh) * D, a.ld, j0, nkeys, D);
+
+	float dk[ATT_KROWS][DPL], dv[ATT_KROWS][DPL];
+#pragma unroll
+	for (int r = 0; r < ATT_KROWS; r++)
+#pragma unroll
+		for (int u = 0; u < DPL; u++)
+			dk[r][u] = dv[r][u] = 0;
+	/* the last query that sees one of the block's keys */
+	const int i_hi = a.window > 0 ? min(a.T - 1, j0 + nkeys - 1 + a.window - 1) : a.T - 1;
+	for (int h = kvh * a.G; h < (kvh + 1) * a.G; h++) {
+		const float *qg = base + (size_t)h * D;
+		const float *dog = dout + (size_t)b * a.T * a.ldo + (size_t)h * D;
+		const size_t row0 = ((size_t)b * a.Hq + h) * a.T;
+		for (int q0 = j0; q0 <= i_hi; q0 += ATT_QT) {
+			const int nqt = min(ATT_QT, i_hi - q0 + 1);
+			__syncthreads(); /* the previous tile is consumed (and k, v loaded) */
+			load_rows(q_s, KP, qg, a.ld, q0, nqt, D);
+			load_rows(do_s, KP, dog, a.ldo, q0, nqt, D);
+			for (int e = threadIdx.x; e < nqt; e += blockDim.x) {
+				lse_s[e] = lse[row0 + q0 + e];
+				dl_s[e] = delta[row0 + q0 + e];
+			}
+			__syncthreads();
+#pragma unroll
+			for (int r = 0; r < ATT_KROWS; r++) {
+				const int kr = warp * ATT_KROWS + r, j = j0 + kr, i = q0 + lane;
+				if (kr >= nkeys)
+					continue; /* the whole warp */
+				float p = 0, ds = 0;
+				if (lane < nqt && i >= j && (a.window <= 0 || j > i - a.window)) {
+					const float s = dot(q_s + lane * KP, k_s + kr * D, D) * a.scale;
+					p = expf(s - lse_s[lane]);
+					const float dp = dot(do_s + lane * KP, v_s + kr * D, D);
+					ds = p * (dp - dl_s[lane]);
+				}
+				for (int ii = 0; ii < nqt; ii++) {
+					const float pi = __shfl_sync(FULL, p, ii);
+					const float dsi = __shfl_sync(FULL, ds, ii);
+					const float *qq = q_s + ii * KP, *gg = do_s + ii * KP;
+#pragma unroll
+					for (int u = 0; u < DPL; u++) {
+						const int d = lane + 32 * u;
+						if (d < D) {
+							dv[r][u] += pi * gg[d];
+							dk[r][u] += dsi * qq[d];
+						}
+					}
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < ATT_KROWS; r++) {
+		const int kr = warp * ATT_KROWS + r, j = j0 + kr;
+		if (kr >= nkeys)
+			continue;
+		float *gk = dqkv + ((size_t)b * a.T + j) * a.ld + (size_t)(a.Hq + kvh) * D;
+		float *gv = gk + (size_t)a.Hkv * D;
+#pragma unroll
+		for (int u = 0; u < DPL; u++) {
+			const int d = lane + 32 * u;
+			if (d < D) {
+				gk[d] = a.scale * dk[r][u];
+				gv[d] = dv[r][u];
+			}
+		}
+	}
+}
+
+/* ---- launches ------------------------------------------------------------- */
+
+/* F<DPL>(args...) with DPL the head dims per lane that D needs */
+#define ATT_DISPATCH(D, F, ...)                  \
+	do {                                     \
+		if ((D) <= 32)                   \
+			F<1>(__VA_ARGS__);       \
+		else if ((D) <= 64)              \
+			F<2>(__VA_ARGS__);       \
+		else if ((D) <= 128)             \
+			F<4>(__VA_ARGS__);       \
+		else                             \
+			F<8>(__VA_ARGS__);       \
+	} while (0)
+
+template <int DPL>
+static void fwd_launch(float *out, float *lse, const float *qkv, const att_shape &a)
+{
+	const size_t smem =
+		sizeof(float) * ((size_t)ATT_BQ * a.D + (size_t)ATT_KT * a.KP + (size_t)ATT_KT * a.D);
+	pp_cuda_smem((const void *)attention_fwd_kernel<DPL>, smem, "attention_fwd_kernel");
+	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
+	attention_fwd_kernel<DPL><<<grid, ATT_THREADS, smem>>>(out, lse, qkv, a);
+	PP_CUDA_LAUNCHED("attention_fwd_kernel");
+}
+
+template <int DPL>
+static void dq_launch(float *dqkv, const float *dout, const float *lse, const float *delta,
+		      const float *qkv, const att_shape &a)
+{
+	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BQ * a.D + 2 * (size_t)ATT_KT * a.KP);
+	pp_cuda_smem((const void *)attention_dq_kernel<DPL>, smem, "attention_dq_kernel");
+	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
+	attention_dq_kernel<DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
+	PP_CUDA_LAUNCHED("attention_dq_kernel");
+}
+
+template <int DPL>
+static void dkv_launch(float *dqkv, const float *dout, const float *lse, const float *delta,
+		       const float *qkv, const att_shape &a)
+{
+	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BK * a.D + 2 * (size_t)ATT_QT * a.KP +
+					     2 * (size_t)ATT_QT);
+	pp_cuda_smem((const void *)attention_dkv_kernel<DPL>, smem, "attention_dkv_kernel");
+	const dim3 grid((a.T + ATT_BK - 1) / ATT_BK, a.Hkv, a.B);
+	attention_dkv_kernel<DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
+	PP_CUDA_LAUNCHED("attention_dkv_kernel");
+}
+
+/* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
+void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+			   int Hkv, int D, int window)
+{
+	if (B <= 0 || T <= 0 || Hq <= 0)
+		return;
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	ATT_DISPATCH(D, fwd_launch, out, lse, qkv, a);
+}
+
+/* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
+void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
+			   const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+			   int D, int window)
+{
+	if (B <= 0 || T <= 0 || Hq <= 0)
+		return;
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	const size_t n = (size_t)B * Hq * T;
+	float *delta = (float *)pp_cuda_scratch(sizeof(float) * n);
+	attention_delta_kernel<<<pp_cuda_blocks(n, 256), 256>>>(delta, dout, out, a);
+	PP_CUDA_LAUNCHED("attention_delta_kernel");
+	ATT_DISPATCH(D, dq_launch, dqkv, dout, lse, delta, qkv, a);
+	ATT_DISPATCH(D, dkv_launch, dqkv, dout, lse, delta, qkv, a);
+}

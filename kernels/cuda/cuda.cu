@@ -1,0 +1,206 @@
+/* The CUDA backend: fp32 kernels in plain CUDA and matrix products through
+ * cuBLASLt, checked op by op against the CPU backend (tests/tool_cuda_check.c).
+ * This file holds the op table, device selection and the error checks; see
+ * cuda.h for the execution, numerics, determinism and error conventions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, 0, 0, 0};
+
+/* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+
+static int ready;
+
+/* ---- errors --------------------------------------------------------------- */
+
+void pp_cuda_fatal(const char *file, int line, const char *what, const char *why)
+{
+	fprintf(stderr, "pp: cuda backend: %s:%d: %s: %s\n", file, line, what, why);
+	fprintf(stderr, "pp: cuda backend: aborting: an op has no error path, and after a "
+			"failed CUDA call the device state is undefined\n");
+	fflush(stderr);
+	abort();
+}
+
+void pp_cuda_check_(cudaError_t err, const char *file, int line, const char *what)
+{
+	if (err == cudaSuccess)
+		return;
+	char why[256];
+	snprintf(why, sizeof why, "%s (CUDA error %d)", cudaGetErrorString(err), (int)err);
+	pp_cuda_fatal(file, line, what, why);
+}
+
+void pp_cublas_check_(cublasStatus_t st, const char *file, int line, const char *what)
+{
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return;
+	char why[256];
+	snprintf(why, sizeof why, "%s (cuBLAS status %d)", cublasLtGetStatusString(st), (int)st);
+	pp_cuda_fatal(file, line, what, why);
+}
+
+void pp_cuda_launched_(const char *file, int line, const char *kernel)
+{
+	pp_cuda_check_(cudaGetLastError(), file, line, kernel);
+	if (pp_cuda.sync)
+		pp_cuda_check_(cudaDeviceSynchronize(), file, line, kernel);
+}
+
+/* ---- shared resources ------------------------------------------------------ */
+
+static void *scratch;
+static size_t scratch_bytes;
+
+void *pp_cuda_scratch(size_t bytes)
+{
+	if (bytes <= scratch_bytes)
+		return scratch;
+	size_t want = bytes > 2 * scratch_bytes ? bytes : 2 * scratch_bytes;
+	want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+	if (scratch) {
+		/* earlier ops may still read it */
+		PP_CUDA_CHECK(cudaDeviceSynchronize());
+		PP_CUDA_CHECK(cudaFree(scratch));
+		scratch = NULL;
+		scratch_bytes = 0;
+	}
+	PP_CUDA_CHECK(cudaMalloc(&scratch, want));
+	scratch_bytes = want;
+	return scratch;
+}
+
+void pp_cuda_smem(const void *kernel, size_t bytes, const char *what)
+{
+	if (bytes <= 48 * 1024)
+		return;
+	if (bytes > pp_cuda.smem_optin) {
+		char why[256];
+		snprintf(why, sizeof why,
+			 "needs %zu bytes of shared memory per block; this GPU allows %zu", bytes,
+			 pp_cuda.smem_optin);
+		pp_cuda_fatal(__FILE__, __LINE__, what, why);
+	}
+	PP_CUDA_CHECK(
+		cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+/* ---- device selection ------------------------------------------------------ */
+
+/* The kernel that pp_cuda_init asks the runtime about: it fails to load when
+ * the build holds no machine code for the device. */
+__global__ void pp_cuda_probe(int *x)
+{
+	if (x)
+		*x = 0;
+}
+
+static int env_flag(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+int pp_cuda_init(int device, pp_err *e)
+{
+	if (ready) {
+		if (device == pp_cuda.device)
+			return 0;
+		return pp_errorf(e, PP_EUSAGE,
+				 "device=cuda: this process already drives GPU %d (asked for GPU %d): "
+				 "one process, one GPU",
+				 pp_cuda.device, device);
+	}
+	int n = 0;
+	cudaError_t q = cudaGetDeviceCount(&n);
+	if (q == cudaSuccess && n == 0)
+		q = cudaErrorNoDevice;
+	if (q != cudaSuccess) {
+		(void)cudaGetLastError();
+		return pp_errorf(e, PP_EUSAGE,
+				 "device=cuda: no usable CUDA device: %s (CUDA error %d); check the GPU "
+				 "and its driver with nvidia-smi, or train with device=cpu",
+				 cudaGetErrorString(q), (int)q);
+	}
+	if (device < 0 || device >= n) {
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+		return pp_errorf(e, PP_EUSAGE,
+				 "device=cuda: no usable CUDA device: this rank needs GPU %d but sees %d%s%s%s "
+				 "(ranks on a node use one GPU each)",
+				 device, n, vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
+				 vis ? ")" : "");
+	}
+	cudaDeviceProp prop;
+	if ((q = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+	    (q = cudaSetDevice(device)) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return pp_errorf(e, PP_ERUNTIME, "device=cuda: cannot use GPU %d: %s (CUDA error %d)",
+				 device, cudaGetErrorString(q), (int)q);
+	}
+	cudaFuncAttributes fa;
+	if (prop.major < 8 || (q = cudaFuncGetAttributes(&fa, pp_cuda_probe)) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return pp_errorf(e, PP_EUSAGE,
+				 "device=cuda: GPU %d (%s) has compute capability %d.%d: this build of pp "
+				 "holds kernels for 8.x (sm_80) and 9.0 (sm_90)%s%s",
+				 device, prop.name, prop.major, prop.minor,
+				 q != cudaSuccess ? ": " : "", q != cudaSuccess ? cudaGetErrorString(q) : "");
+	}
+	cublasStatus_t st = cublasLtCreate(&pp_cuda.lt);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return pp_errorf(e, PP_ERUNTIME, "device=cuda: GPU %d (%s): cuBLASLt: %s", device,
+				 prop.name, cublasLtGetStatusString(st));
+	if ((q = cudaMalloc(&pp_cuda.workspace, WORKSPACE_BYTES)) != cudaSuccess) {
+		(void)cudaGetLastError();
+		cublasLtDestroy(pp_cuda.lt);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "device=cuda: GPU %d (%s): cannot allocate the %zu MiB cuBLASLt "
+				 "workspace: %s",
+				 device, prop.name, WORKSPACE_BYTES >> 20, cudaGetErrorString(q));
+	}
+	pp_cuda.device = device;
+	pp_cuda.workspace_bytes = WORKSPACE_BYTES;
+	pp_cuda.tf32 = env_flag("PP_CUDA_TF32");
+	pp_cuda.sync = env_flag("PP_CUDA_SYNC");
+	pp_cuda.num_sms = prop.multiProcessorCount;
+	pp_cuda.smem_optin = prop.sharedMemPerBlockOptin;
+	ready = 1;
+	return 0;
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+const pp_ops pp_ops_cuda = {
+	.name = "cuda",
+	.alloc = pp_cuda_alloc,
+	.free = pp_cuda_free,
+	.to_device = pp_cuda_copy,
+	.to_host = pp_cuda_copy,
+	.zero = pp_cuda_zero,
+	.matmul_fwd = pp_cuda_matmul_fwd,
+	.matmul_bwd = pp_cuda_matmul_bwd,
+	.embed_fwd = pp_cuda_embed_fwd,
+	.embed_bwd = pp_cuda_embed_bwd,
+	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd,
+	.rmsnorm_bwd = pp_cuda_rmsnorm_bwd,
+	.layernorm_fwd = pp_cuda_layernorm_fwd,
+	.layernorm_bwd = pp_cuda_layernorm_bwd,
+	.rope_fwd = pp_cuda_rope_fwd,
+	.rope_bwd = pp_cuda_rope_bwd,
+	.attention_fwd = pp_cuda_attention_fwd,
+	.attention_bwd = pp_cuda_attention_bwd,
+	.glu_fwd = pp_cuda_glu_fwd,
+	.glu_bwd = pp_cuda_glu_bwd,
+	.gelu_fwd = pp_cuda_gelu_fwd,
+	.gelu_bwd = pp_cuda_gelu_bwd,
+	.add = pp_cuda_add,
+	.scale = pp_cuda_scale,
+	.sumsq = pp_cuda_sumsq,
+	.crossentropy = pp_cuda_crossentropy,
+	.logsumexp_rows = pp_cuda_logsumexp_rows,
+	.softmax_grad = pp_cuda_softmax_grad,
+	.adamw = pp_cuda_adamw,
+};

@@ -1,0 +1,227 @@
+/* Private to the CUDA backend: the ops of pp_ops_cuda (one file per family),
+ * the state they share and the helpers they use. Shapes use the letter code
+ * of kernels/ops.h; every pointer an op receives is device memory.
+ *
+ * Execution: every op is enqueued on the legacy default stream of the device
+ * that pp_cuda_init selected, so ops run in call order and a to_host copy
+ * (cudaMemcpy) sees every op issued before it. Ops are called from one host
+ * thread.
+ *
+ * Numerics: fp32 in and out. Matrix products run in exact fp32 on cuBLASLt
+ * (CUBLAS_COMPUTE_32F) unless PP_CUDA_TF32=1 asks for TF32 tensor cores.
+ * Row statistics (norms, log-sum-exp, sum of squares) accumulate in double,
+ * as the CPU backend does.
+ *
+ * Determinism: no float atomics anywhere. Every reduction has a fixed
+ * shape that depends on the op's sizes only (a fixed grid, a fixed tree in
+ * shared memory, a fixed loop order), so the same inputs give the same bits
+ * on every run: parameter gradients (dw, dbias, norm weights, embeddings)
+ * are column sums where one thread owns a column's sum; attention's dk, dv
+ * belong to one block per (batch row, kv head, key block) that loops over
+ * its query heads and query tiles in order.
+ *
+ * Errors: the op table has no error path (an op returns nothing), and a
+ * failed launch or a failed CUDA call leaves the device and the data in an
+ * undefined state, so training on would give wrong numbers silently. Every
+ * CUDA and cuBLASLt call is checked: a failure prints file:line, the call and
+ * the error string to stderr and aborts the process. pp_cuda_init, which
+ * has an error path, returns its failures as values. Kernel faults surface
+ * asynchronously, at the next synchronising call; PP_CUDA_SYNC=1
+ * synchronises after every launch so that the message names the kernel. */
+#ifndef PP_KERNELS_CUDA_H
+#define PP_KERNELS_CUDA_H
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "../ops.h"
+}
+
+#ifdef PP_F64
+#error "the CUDA backend is fp32 only: it is never built with -DPP_F64"
+#endif
+
+/* ---- error checks (abort: see above) ------------------------------------- */
+
+[[noreturn]] void pp_cuda_fatal(const char *file, int line, const char *what, const char *why);
+void pp_cuda_check_(cudaError_t err, const char *file, int line, const char *what);
+void pp_cublas_check_(cublasStatus_t st, const char *file, int line, const char *what);
+void pp_cuda_launched_(const char *file, int line, const char *kernel);
+
+/* a CUDA runtime call */
+#define PP_CUDA_CHECK(call) pp_cuda_check_((call), __FILE__, __LINE__, #call)
+/* a cuBLAS / cuBLASLt call */
+#define PP_CUBLAS_CHECK(call) pp_cublas_check_((call), __FILE__, __LINE__, #call)
+/* after each kernel launch: the launch error, and with PP_CUDA_SYNC=1 the
+ * kernel's own */
+#define PP_CUDA_LAUNCHED(kernel) pp_cuda_launched_(__FILE__, __LINE__, kernel)
+/* a condition an op needs (a supported size); the message says which */
+#define PP_CUDA_REQUIRE(cond, ...)                                                   \
+	do {                                                                         \
+		if (!(cond)) {                                                       \
+			char why_[256];                                              \
+			snprintf(why_, sizeof why_, __VA_ARGS__);                    \
+			pp_cuda_fatal(__FILE__, __LINE__, #cond, why_);              \
+		}                                                                    \
+	} while (0)
+
+/* ---- state shared by the ops (cuda.cu) ------------------------------------ */
+
+typedef struct {
+	int device;
+	cublasLtHandle_t lt;
+	void *workspace; /* cuBLASLt workspace */
+	size_t workspace_bytes;
+	int tf32;          /* PP_CUDA_TF32=1: matrix products on TF32 tensor cores */
+	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
+	int num_sms;       /* multiprocessors */
+	size_t smem_optin; /* the most dynamic shared memory a block may ask for */
+} pp_cuda_state;
+
+extern pp_cuda_state pp_cuda;
+
+/* Device scratch of at least `bytes`, valid until the next call (it may move
+ * when it grows; growing synchronises the device, so nothing still uses the
+ * old one). For use inside one op. */
+void *pp_cuda_scratch(size_t bytes);
+
+/* Raises a kernel's dynamic shared-memory limit when it needs more than the
+ * default 48 KiB; aborts with a message naming `what` if the device cannot. */
+void pp_cuda_smem(const void *kernel, size_t bytes, const char *what);
+
+/* Blocks for a grid-stride loop over n elements with `threads` per block */
+static inline unsigned pp_cuda_blocks(size_t n, int threads)
+{
+	size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+	size_t cap = (size_t)(pp_cuda.num_sms > 0 ? pp_cuda.num_sms : 1) * 32;
+	return (unsigned)(b < 1 ? 1 : b < cap ? b : cap);
+}
+
+/* ---- reductions that give the same bits on every run ----------------------- */
+
+/* Butterfly sum: lane l adds lane l^o's value, so after each step the lanes
+ * of a group hold the same value (a + b == b + a): every lane ends with the
+ * same bits. */
+template <typename T> __device__ __forceinline__ T pp_warp_sum(T v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+template <typename T> __device__ __forceinline__ T pp_warp_max(T v)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		T w = __shfl_xor_sync(0xffffffffu, v, o);
+		v = w > v ? w : v;
+	}
+	return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024),
+ * returned to every thread. red: 32 entries of shared memory. Warps sum
+ * their lanes, then every warp sums the warp sums in the same order. */
+template <typename T> __device__ T pp_block_sum(T v, T *red)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = pp_warp_sum(v);
+	__syncthreads(); /* red may still be read by an earlier reduction */
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	return pp_warp_sum(lane < nw ? red[lane] : (T)0);
+}
+
+template <typename T> __device__ T pp_block_max(T v, T *red)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = pp_warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	return pp_warp_max(lane < nw ? red[lane] : red[0]);
+}
+
+/* ---- the ops ------------------------------------------------------------- */
+
+/* mem.cu */
+void *pp_cuda_alloc(size_t bytes);
+void pp_cuda_free(void *p);
+void pp_cuda_copy(void *dst, const void *src, size_t bytes);
+void pp_cuda_zero(void *p, size_t bytes);
+
+/* vec.cu */
+void pp_cuda_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
+void pp_cuda_scale(pp_real *x, pp_real s, size_t n);
+double pp_cuda_sumsq(const pp_real *x, size_t n);
+
+/* matmul.cu */
+void pp_cuda_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+			int N, int C, int OC);
+void pp_cuda_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
+			const pp_real *inp, const pp_real *w, int N, int C, int OC);
+/* Column sums over the N rows of (N,C) matrices, for dbias and the norms'
+ * weight gradients; one thread owns each column's sum (no atomics).
+ * dst (C) += sum_n src[n] */
+void pp_cuda_colsum(pp_real *dst, const pp_real *src, int N, int C);
+/* dw (C) += sum_n dout[n] * x[n] * rstd[n] */
+void pp_cuda_colsum_rms(pp_real *dw, const pp_real *dout, const pp_real *x, const pp_real *rstd,
+			int N, int C);
+/* dw (C) += sum_n dout[n] * (x[n] - mean[n]) * rstd[n]; db (C) += sum_n dout[n] */
+void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const pp_real *dout, const pp_real *x,
+		       const pp_real *mean, const pp_real *rstd, int N, int C);
+
+/* embed.cu */
+void pp_cuda_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+		       pp_real scale, int B, int T, int C, int pos0);
+void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+		       pp_real scale, int B, int T, int C, int pos0);
+
+/* norm.cu */
+void pp_cuda_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+			 pp_real eps, pp_real offset, int N, int C);
+void pp_cuda_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
+			 const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C);
+void pp_cuda_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
+			   const pp_real *w, const pp_real *b, pp_real eps, int N, int C);
+void pp_cuda_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
+			   const pp_real *x, const pp_real *w, const pp_real *mean,
+			   const pp_real *rstd, int N, int C);
+
+/* rope.cu */
+void pp_cuda_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+void pp_cuda_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+		      int pos0);
+
+/* attention.cu */
+void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+			   int Hkv, int D, int window);
+void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
+			   const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+			   int D, int window);
+
+/* mlp.cu */
+void pp_cuda_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);
+void pp_cuda_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
+void pp_cuda_gelu_fwd(pp_real *out, const pp_real *x, size_t n);
+void pp_cuda_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
+
+/* loss.cu */
+void pp_cuda_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+			  const int *targets, int N, int V, pp_real dscale);
+void pp_cuda_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, const int *targets,
+			    int N, int V);
+void pp_cuda_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+			  const int *targets, int N, int V, pp_real dscale);
+
+/* optim.cu */
+void pp_cuda_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
+		   float b1, float b2, float eps, float wd, long t, float gscale);
+
+#endif

@@ -1,0 +1,80 @@
+/* Elementwise vector ops over n elements, and the sum of squares. */
+#include "cuda.h"
+
+#define THREADS 256
+/* sumsq: blocks of the first pass, at most; their partial sums fit one
+ * block of the second pass */
+#define SUMSQ_BLOCKS 1024
+
+/* out (n) = a + b; out may alias a or b */
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		out[i] = a[i] + b[i];
+}
+
+/* x (n) *= s */
+__global__ void scale_kernel(float *x, float s, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] *= s;
+}
+
+/* part (gridDim.x) = per-block sums of x^2 in double: each thread strides
+ * the whole vector, the block sums its threads in a fixed tree */
+__global__ void sumsq_part_kernel(double *part, const float *x, size_t n)
+{
+	__shared__ double red[32];
+	double acc = 0;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		acc += (double)x[i] * x[i];
+	acc = pp_block_sum(acc, red);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = acc;
+}
+
+/* out (1) = sum of part (n <= blockDim.x) */
+__global__ void sumsq_total_kernel(double *out, const double *part, int n)
+{
+	__shared__ double red[32];
+	double v = pp_block_sum(threadIdx.x < (unsigned)n ? part[threadIdx.x] : 0.0, red);
+	if (threadIdx.x == 0)
+		out[0] = v;
+}
+
+void pp_cuda_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
+{
+	if (!n)
+		return;
+	add_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(out, a, b, n);
+	PP_CUDA_LAUNCHED("add_kernel");
+}
+
+void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
+{
+	if (!n)
+		return;
+	scale_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(x, s, n);
+	PP_CUDA_LAUNCHED("scale_kernel");
+}
+
+/* The grid depends on n only, so the order of the additions, and the
+ * result's bits, are the same on every run. */
+double pp_cuda_sumsq(const pp_real *x, size_t n)
+{
+	if (!n)
+		return 0;
+	size_t want = (n + THREADS * 8 - 1) / (THREADS * 8);
+	int blocks = want < SUMSQ_BLOCKS ? (int)want : SUMSQ_BLOCKS;
+	double *part = (double *)pp_cuda_scratch(sizeof(double) * (SUMSQ_BLOCKS + 1));
+	sumsq_part_kernel<<<blocks, THREADS>>>(part + 1, x, n);
+	PP_CUDA_LAUNCHED("sumsq_part_kernel");
+	sumsq_total_kernel<<<1, SUMSQ_BLOCKS>>>(part, part + 1, blocks);
+	PP_CUDA_LAUNCHED("sumsq_total_kernel");
+	double s;
+	PP_CUDA_CHECK(cudaMemcpy(&s, part, sizeof s, cudaMemcpyDeviceToHost));
+	return s;
+}

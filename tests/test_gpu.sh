@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# GPU checks of the CUDA backend, on a machine where nvidia-smi lists a GPU
+# and pp was built with CUDA:
+#   - every op against the CPU backend (build/tests/tool_cuda_check: its own
+#     PASS/FAIL line per op, relative error <= 1e-5);
+#   - pp-train on device=cuda against device=cpu, 20 steps of each tiny
+#     family (llama: rope + GQA + SwiGLU; gpt: learned positions, LayerNorm,
+#     biases, GELU; mistral: sliding window; gemma: norm offset, GeGLU,
+#     embedding scale): every step's loss within 1e-4 relative (fp32 on
+#     both; thread-count changes on the CPU alone move these losses by 1e-8);
+#   - a bitwise resume on the GPU: 20 steps in one go, and the same run
+#     resumed from its step-10 checkpoint, give identical losses and
+#     checkpoints (deterministic kernels).
+# Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
+# the training checks with cpu in place of cuda: a test of this script on a
+# machine without a GPU.
+. "$(dirname "$0")/lib.sh"
+cd "$PP_ROOT" || exit 1
+dev=${PP_TEST_GPU_DEVICE:-cuda}
+families=(llama gpt mistral gemma)
+checks=(ops)
+for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
+checks+=(resume_bitwise)
+skip_all() {
+	local c
+	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
+	exit 0
+}
+if [ "$dev" = cuda ]; then
+	gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+	[ "$gpus" -gt 0 ] || skip_all "no GPU on this machine"
+	[ -f build/obj/.variant-cuda ] || skip_all "pp was built without CUDA (nvcc not found, or make CUDA=0)"
+	nvidia-smi -L | head -n 1
+fi
+
+# --- every op against the CPU backend ---------------------------------------------
+if [ "$dev" = cuda ]; then
+	build/tests/tool_cuda_check >$T/ops.log 2>&1
+	rc=$?
+	cat $T/ops.log
+	grep -q '^FAIL: ' $T/ops.log || [ "$rc" -eq 0 ] || fail gpu/ops "tool_cuda_check exited $rc: $(tail -n 3 $T/ops.log)"
+	[ "$rc" -eq 0 ] && pass gpu/ops
+else
+	skip gpu/ops "PP_TEST_GPU_DEVICE=$dev"
+fi
+
+# --- training: device=cuda against device=cpu ------------------------------------------
+run="data=synthetic global_batch=8 microbatch=4 seq_len=32 steps=20 log_period=1 lr=3e-3"
+# max relative difference of two runs' per-step losses; fails when they do
+# not log the same steps
+loss_diff() {
+	diff <(losses "$1" | cut -d' ' -f1) <(losses "$2" | cut -d' ' -f1) >/dev/null || { echo inf; return; }
+	paste -d' ' <(losses "$1") <(losses "$2") |
+		awk '{ d = ($2 - $4) / $4; d = d < 0 ? -d : d; if (d > m) m = d } END { printf "%.3g\n", m + 0 }'
+}
+for f in "${families[@]}"; do
+	pp-train model=$f-tiny $run device=cpu run_dir=$T/$f-cpu --quiet 2>$T/$f-cpu.log
+	pp-train model=$f-tiny $run device=$dev run_dir=$T/$f-dev --quiet 2>$T/$f-dev.log
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		fail gpu/${f}_cuda_vs_cpu "device=$dev exited $rc: $(tail -n 3 $T/$f-dev.log)"
+		continue
+	fi
+	d=$(loss_diff $T/$f-cpu $T/$f-dev)
+	echo "$f-tiny: 20 steps, loss at step 20: cpu $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
+		"$dev $(losses $T/$f-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
+	check gpu/${f}_cuda_vs_cpu awk -v d="$d" 'BEGIN { exit !(d <= 1e-4) }'
+done
+
+# --- bitwise resume on the GPU -----------------------------------------------------------
+# The reference runs 20 steps saving at 10 and 20; the other run starts from
+# a copy of the reference's step-10 checkpoint. Steps 11..20 must log the
+# same losses and step 20 must save the same parameters and AdamW state.
+cfg="model=llama-tiny model.d_model=128 model.n_heads=4 model.n_kv_heads=2 $run seq_len=64 checkpoint_period=10 device=$dev"
+resume_ok() {
+	pp-train $cfg run_dir=$T/ref --quiet 2>$T/ref.log || { tail -n 3 $T/ref.log; return 1; }
+	mkdir -p $T/res/checkpoints
+	cp -r $T/ref/checkpoints/step_00000010 $T/res/checkpoints/
+	pp-train $cfg run_dir=$T/res 2>$T/res.log || { tail -n 3 $T/res.log; return 1; }
+	grep -q "resumed from step 10" $T/res.log &&
+		diff <(losses $T/ref | awk '$1 > 10') <(losses $T/res) &&
+		same_tensors $T/ref/checkpoints/step_00000020/shard-pp000-tp000.h5 \
+			$T/res/checkpoints/step_00000020/shard-pp000-tp000.h5
+}
+check gpu/resume_bitwise resume_ok

@@ -1,0 +1,800 @@
+/* The CUDA backend against the CPU backend, op by op, on a machine with a
+ * GPU: every op of kernels/ops.h runs on fresh random inputs of small
+ * realistic shapes on pp_ops_cpu and on pp_ops_cuda, and every output and
+ * gradient is compared.
+ *
+ *   error      max |gpu - cpu| / max |cpu| over each output (normwise
+ *              relative error; NaN anywhere counts as infinite), the worst
+ *              output of the op. Both sides are fp32 with different
+ *              summation orders; the bound is 1e-5 (PP_CHECK_TOL overrides).
+ *   written    outputs that an op overwrites start as NaN on the GPU: an
+ *              element the kernel forgets stays NaN and fails the check.
+ *   untouched  inputs are compared bitwise after the GPU run.
+ *   determinism  the GPU runs every op twice on the same inputs: the
+ *              outputs must be bitwise equal (the second run is timed; the
+ *              first also loads the kernels).
+ *
+ * One PASS:/FAIL: line per check, then a table (op, shape, max rel err, CPU
+ * ms, GPU ms). The seed is printed; PP_CHECK_SEED=N repeats a run,
+ * PP_CHECK_ONLY=NAME runs the checks of the ops whose name contains NAME.
+ * Exit status 1 when a check fails or no GPU can be used. Built without
+ * CUDA it prints one SKIP line. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../kernels/ops.h"
+
+#ifndef PP_CUDA
+
+int main(void)
+{
+	printf("SKIP: cuda: built without CUDA\n");
+	return 0;
+}
+
+#else
+
+#include <cuda_runtime.h>
+
+#define MAXT 8 /* tensors per check */
+
+enum { IN, OUT, ACC, INOUT }; /* OUT is overwritten by the op; ACC, INOUT start with data */
+enum { F32, F32_POS, TOK, TGT, TGT_SPLIT };
+
+typedef struct {
+	const char *name;
+	size_t n;
+	int role, kind;
+	double scale; /* F32: uniform in [-scale, scale) */
+} tensor;
+
+struct check;
+typedef void (*run_fn)(const pp_ops *o, void *const *p, const struct check *c);
+
+typedef struct check {
+	const char *op;
+	char shape[80];
+	run_fn run;
+	/* derives inputs on the host from the others, with the CPU backend
+	 * (attention_bwd needs the out and lse of its qkv) */
+	void (*prep)(void *const *host, const struct check *c);
+	int nt;
+	tensor t[MAXT];
+	int a[10];   /* sizes and flags, per op */
+	float f[6];  /* scalars, per op */
+	int vocab;   /* token and target range */
+} check;
+
+static double tol = 1e-5;
+static int failed, passed;
+static const char *only; /* PP_CHECK_ONLY: the ops whose name contains it */
+
+static int selected(const char *op)
+{
+	return !only || strstr(op, only);
+}
+
+/* ---- random data ------------------------------------------------------------ */
+
+static uint64_t rng;
+
+static uint64_t next_u64(void)
+{
+	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static double rnd(void)
+{
+	return (double)(next_u64() >> 11) / (double)(1ull << 52) - 1;
+}
+
+static int rnd_int(int n)
+{
+	return (int)(next_u64() % (uint64_t)n);
+}
+
+static void fill(void *buf, const tensor *t, int vocab)
+{
+	float *f = buf;
+	int *x = buf;
+	for (size_t i = 0; i < t->n; i++) {
+		int u = rnd_int(10);
+		switch (t->kind) {
+		case F32:
+			f[i] = t->role == OUT ? NAN : (float)(rnd() * t->scale);
+			break;
+		case F32_POS:
+			f[i] = (float)(fabs(rnd()) * t->scale);
+			break;
+		case TOK: /* 1 in 10 in another rank's vocabulary shard */
+			x[i] = u == 0 ? -1 : rnd_int(vocab);
+			break;
+		case TGT: /* 1 in 10 ignored */
+			x[i] = u == 0 ? PP_IGNORE_INDEX : rnd_int(vocab);
+			break;
+		case TGT_SPLIT: /* also targets in other slices, below and above */
+			x[i] = u == 0 ? PP_IGNORE_INDEX : u == 1 ? -1 : u == 2 ? vocab + 3 : rnd_int(vocab);
+			break;
+		}
+	}
+}
+
+static size_t bytes_of(const tensor *t)
+{
+	return t->n * (t->kind == F32 || t->kind == F32_POS ? sizeof(float) : sizeof(int));
+}
+
+static int is_real(const tensor *t)
+{
+	return t->kind == F32 || t->kind == F32_POS;
+}
+
+/* ---- measuring ---------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void gpu_sync(void)
+{
+	cudaError_t q = cudaDeviceSynchronize();
+	if (q != cudaSuccess) {
+		fprintf(stderr, "cudaDeviceSynchronize: %s\n", cudaGetErrorString(q));
+		exit(1);
+	}
+}
+
+/* max |g - c| / max |c|; NaN or inf anywhere gives INFINITY */
+static double rel_err(const float *c, const float *g, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(c[i]) || !isfinite(g[i]))
+			return INFINITY;
+		double d = fabs((double)g[i] - c[i]);
+		num = d > num ? d : num;
+		den = fabs(c[i]) > den ? fabs(c[i]) : den;
+	}
+	return den > 0 ? num / den : num;
+}
+
+typedef struct {
+	char op[24], shape[80];
+	double err, cpu_ms, gpu_ms;
+	int ok;
+} row;
+
+static row table[128];
+static int n_rows;
+
+static void report(const char *op, const char *shape, int ok, double err, double cpu_ms,
+		   double gpu_ms, const char *why)
+{
+	if (ok) {
+		printf("PASS: cuda/%s[%s]\n", op, shape);
+		passed++;
+	} else {
+		printf("FAIL: cuda/%s[%s]: %s\n", op, shape, why);
+		failed++;
+	}
+	fflush(stdout);
+	if (n_rows < (int)(sizeof table / sizeof table[0])) {
+		row *r = &table[n_rows++];
+		snprintf(r->op, sizeof r->op, "%s", op);
+		snprintf(r->shape, sizeof r->shape, "%s", shape);
+		r->err = err, r->cpu_ms = cpu_ms, r->gpu_ms = gpu_ms, r->ok = ok;
+	}
+}
+
+/* ---- the driver ------------------------------------------------------------- */
+
+static void run_check(check *c)
+{
+	void *host[MAXT], *cpu[MAXT], *dev[MAXT], *got[2][MAXT];
+	if (!selected(c->op))
+		return;
+	for (int i = 0; i < c->nt; i++) {
+		size_t b = bytes_of(&c->t[i]) + 4;
+		host[i] = malloc(b);
+		cpu[i] = malloc(b);
+		got[0][i] = malloc(b);
+		got[1][i] = malloc(b);
+		fill(host[i], &c->t[i], c->vocab);
+	}
+	if (c->prep)
+		c->prep(host, c);
+	for (int i = 0; i < c->nt; i++)
+		memcpy(cpu[i], host[i], bytes_of(&c->t[i]));
+	double t0 = now_ms();
+	c->run(&pp_ops_cpu, cpu, c);
+	double cpu_ms = now_ms() - t0, gpu_ms = 0;
+
+	for (int rep = 0; rep < 2; rep++) {
+		for (int i = 0; i < c->nt; i++) {
+			dev[i] = pp_ops_cuda.alloc(bytes_of(&c->t[i]));
+			if (!dev[i]) {
+				fprintf(stderr, "out of GPU memory\n");
+				exit(1);
+			}
+			pp_ops_cuda.to_device(dev[i], host[i], bytes_of(&c->t[i]));
+		}
+		gpu_sync();
+		t0 = now_ms();
+		c->run(&pp_ops_cuda, dev, c);
+		gpu_sync();
+		gpu_ms = now_ms() - t0;
+		for (int i = 0; i < c->nt; i++) {
+			pp_ops_cuda.to_host(got[rep][i], dev[i], bytes_of(&c->t[i]));
+			pp_ops_cuda.free(dev[i]);
+		}
+	}
+
+	double worst = 0;
+	char why[256] = "";
+	for (int i = 0; i < c->nt; i++) {
+		const tensor *t = &c->t[i];
+		size_t b = bytes_of(t);
+		if (t->role == IN) {
+			if (memcmp(got[1][i], host[i], b) && !why[0])
+				snprintf(why, sizeof why, "input %s was modified", t->name);
+			continue;
+		}
+		if (memcmp(got[0][i], got[1][i], b) && !why[0])
+			snprintf(why, sizeof why, "%s differs between two runs on the same inputs",
+				 t->name);
+		double err = is_real(t) ? rel_err(cpu[i], got[1][i], t->n)
+					: (memcmp(cpu[i], got[1][i], b) ? INFINITY : 0);
+		if (err > tol && !why[0])
+			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err, tol);
+		worst = err > worst ? err : worst;
+	}
+	report(c->op, c->shape, !why[0], worst, cpu_ms, gpu_ms, why);
+	for (int i = 0; i < c->nt; i++) {
+		free(host[i]);
+		free(cpu[i]);
+		free(got[0][i]);
+		free(got[1][i]);
+	}
+}
+
+#define P(i) ((pp_real *)p[i])
+#define I(i) ((int *)p[i])
+#define TS(...) ((tensor){__VA_ARGS__})
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static void check_memory(void)
+{
+	const size_t n = 1000003;
+	if (!selected("memory"))
+		return;
+	float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
+	for (size_t i = 0; i < n; i++)
+		h[i] = (float)rnd();
+	float *a = pp_ops_cuda.alloc(n * sizeof *a), *b = pp_ops_cuda.alloc(n * sizeof *b);
+	int ok = a && b;
+	if (ok) {
+		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		for (size_t i = 0; i < n && ok; i++)
+			ok = back[i] == 0;
+	}
+	int zero_fill = ok;
+	if (ok) { /* host -> device -> device -> host, then zero */
+		pp_ops_cuda.to_device(a, h, n * sizeof *h);
+		pp_ops_cuda.to_device(b, a, n * sizeof *h);
+		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		ok = !memcmp(back, h, n * sizeof *h);
+	}
+	int copies = ok;
+	if (ok) {
+		pp_ops_cuda.zero(b + 10, 100 * sizeof *b);
+		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		for (size_t i = 0; i < n && ok; i++)
+			ok = back[i] == (i >= 10 && i < 110 ? 0 : h[i]);
+	}
+	pp_ops_cuda.free(a);
+	pp_ops_cuda.free(b);
+	report("memory", "alloc zero-filled, copies, zero", ok, 0, 0, 0,
+	       !zero_fill ? "alloc is not zero-filled"
+	       : !copies  ? "host/device/device copies differ"
+			  : "zero cleared the wrong range");
+	free(h);
+	free(back);
+}
+
+/* ---- matmul ------------------------------------------------------------------- */
+
+static void r_matmul_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->matmul_fwd(P(0), P(1), P(2), c->a[3] ? P(3) : NULL, c->a[0], c->a[1], c->a[2]);
+}
+
+static void r_matmul_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->matmul_bwd(c->a[4] ? P(0) : NULL, P(1), c->a[3] ? P(2) : NULL, P(3), P(4), P(5), c->a[0],
+		      c->a[1], c->a[2]);
+}
+
+static void check_matmul(int N, int C, int OC, int bias, int dinp)
+{
+	check c = {.op = "matmul_fwd", .run = r_matmul_fwd, .nt = 4, .a = {N, C, OC, bias}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d%s", N, C, OC, bias ? " bias" : "");
+	c.t[0] = TS("out", (size_t)N * OC, OUT, F32, 1);
+	c.t[1] = TS("inp", (size_t)N * C, IN, F32, 1);
+	c.t[2] = TS("w", (size_t)OC * C, IN, F32, 0.1);
+	c.t[3] = TS("bias", (size_t)OC, IN, F32, 1);
+	run_check(&c);
+
+	check d = {.op = "matmul_bwd", .run = r_matmul_bwd, .nt = 6, .a = {N, C, OC, bias, dinp}};
+	snprintf(d.shape, sizeof d.shape, "N=%d C=%d OC=%d%s%s", N, C, OC, bias ? " dbias" : "",
+		 dinp ? "" : " no dinp");
+	d.t[0] = TS("dinp", (size_t)N * C, OUT, F32, 1);
+	d.t[1] = TS("dw", (size_t)OC * C, ACC, F32, 1);
+	d.t[2] = TS("dbias", (size_t)OC, ACC, F32, 1);
+	d.t[3] = TS("dout", (size_t)N * OC, IN, F32, 1);
+	d.t[4] = TS("inp", (size_t)N * C, IN, F32, 1);
+	d.t[5] = TS("w", (size_t)OC * C, IN, F32, 0.1);
+	if (!dinp)
+		d.t[0].role = INOUT; /* untouched: stays as it was */
+	run_check(&d);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+static void r_embed_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->embed_fwd(P(0), I(1), P(2), c->a[4] ? P(3) : NULL, c->f[0], c->a[0], c->a[1], c->a[2],
+		     c->a[3]);
+}
+
+static void r_embed_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->embed_bwd(P(0), c->a[4] ? P(1) : NULL, P(2), I(3), c->f[0], c->a[0], c->a[1], c->a[2],
+		     c->a[3]);
+}
+
+static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float scale)
+{
+	const int maxT = pos0 + T + 5;
+	check c = {.op = "embed_fwd", .run = r_embed_fwd, .nt = 4, .a = {B, T, C, pos0, wpe},
+		   .f = {scale}, .vocab = V};
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d C=%d V=%d pos0=%d%s scale=%g", B, T, C, V, pos0,
+		 wpe ? " wpe" : "", scale);
+	c.t[0] = TS("out", (size_t)B * T * C, OUT, F32, 1);
+	c.t[1] = TS("tok", (size_t)B * T, IN, TOK, 0);
+	c.t[2] = TS("wte", (size_t)V * C, IN, F32, 1);
+	c.t[3] = TS("wpe", (size_t)maxT * C, IN, F32, 1);
+	run_check(&c);
+
+	check d = {.op = "embed_bwd", .run = r_embed_bwd, .nt = 4, .a = {B, T, C, pos0, wpe},
+		   .f = {scale}, .vocab = V};
+	memcpy(d.shape, c.shape, sizeof d.shape);
+	d.t[0] = TS("dwte", (size_t)V * C, ACC, F32, 1);
+	d.t[1] = TS("dwpe", (size_t)maxT * C, ACC, F32, 1);
+	d.t[2] = TS("dout", (size_t)B * T * C, IN, F32, 1);
+	d.t[3] = TS("tok", (size_t)B * T, IN, TOK, 0);
+	run_check(&d);
+}
+
+/* ---- norms --------------------------------------------------------------------- */
+
+static void r_rmsnorm_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->rmsnorm_fwd(P(0), P(1), P(2), P(3), c->f[0], c->f[1], c->a[0], c->a[1]);
+}
+
+static void r_rmsnorm_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->rmsnorm_bwd(P(0), P(1), P(2), P(3), P(4), P(5), c->f[1], c->a[0], c->a[1]);
+}
+
+/* rstd of the rows of x, as the forward pass saves it */
+static void prep_rstd(void *const *host, const check *c)
+{
+	const int N = c->a[0], C = c->a[1];
+	float *out = malloc(sizeof(float) * (size_t)N * C);
+	pp_ops_cpu.rmsnorm_fwd(out, host[5], host[3], host[4], c->f[0], c->f[1], N, C);
+	free(out);
+}
+
+static void r_layernorm_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->layernorm_fwd(P(0), P(1), P(2), P(3), P(4), P(5), c->f[0], c->a[0], c->a[1]);
+}
+
+static void r_layernorm_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->layernorm_bwd(P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), c->a[0], c->a[1]);
+}
+
+static void prep_mean_rstd(void *const *host, const check *c)
+{
+	const int N = c->a[0], C = c->a[1];
+	float *out = malloc(sizeof(float) * (size_t)N * C), *b = calloc((size_t)C, sizeof(float));
+	pp_ops_cpu.layernorm_fwd(out, host[6], host[7], host[4], host[5], b, c->f[0], N, C);
+	free(out);
+	free(b);
+}
+
+static void check_norms(int N, int C, float offset)
+{
+	const float eps = 1e-5f;
+	check c = {.op = "rmsnorm_fwd", .run = r_rmsnorm_fwd, .nt = 4, .a = {N, C}, .f = {eps, offset}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g", N, C, offset);
+	c.t[0] = TS("out", (size_t)N * C, OUT, F32, 1);
+	c.t[1] = TS("rstd", (size_t)N, OUT, F32, 1);
+	c.t[2] = TS("x", (size_t)N * C, IN, F32, 3);
+	c.t[3] = TS("w", (size_t)C, IN, F32, 1);
+	run_check(&c);
+
+	check d = {.op = "rmsnorm_bwd", .run = r_rmsnorm_bwd, .prep = prep_rstd, .nt = 6,
+		   .a = {N, C}, .f = {eps, offset}};
+	memcpy(d.shape, c.shape, sizeof d.shape);
+	d.t[0] = TS("dx", (size_t)N * C, ACC, F32, 1);
+	d.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
+	d.t[2] = TS("dout", (size_t)N * C, IN, F32, 1);
+	d.t[3] = TS("x", (size_t)N * C, IN, F32, 3);
+	d.t[4] = TS("w", (size_t)C, IN, F32, 1);
+	d.t[5] = TS("rstd", (size_t)N, IN, F32, 1);
+	run_check(&d);
+
+	if (offset != 0)
+		return;
+	check l = {.op = "layernorm_fwd", .run = r_layernorm_fwd, .nt = 6, .a = {N, C}, .f = {eps}};
+	snprintf(l.shape, sizeof l.shape, "N=%d C=%d", N, C);
+	l.t[0] = TS("out", (size_t)N * C, OUT, F32, 1);
+	l.t[1] = TS("mean", (size_t)N, OUT, F32, 1);
+	l.t[2] = TS("rstd", (size_t)N, OUT, F32, 1);
+	l.t[3] = TS("x", (size_t)N * C, IN, F32, 3);
+	l.t[4] = TS("w", (size_t)C, IN, F32, 1);
+	l.t[5] = TS("b", (size_t)C, IN, F32, 1);
+	run_check(&l);
+
+	check m = {.op = "layernorm_bwd", .run = r_layernorm_bwd, .prep = prep_mean_rstd, .nt = 8,
+		   .a = {N, C}, .f = {eps}};
+	memcpy(m.shape, l.shape, sizeof m.shape);
+	m.t[0] = TS("dx", (size_t)N * C, ACC, F32, 1);
+	m.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
+	m.t[2] = TS("db", (size_t)C, ACC, F32, 1);
+	m.t[3] = TS("dout", (size_t)N * C, IN, F32, 1);
+	m.t[4] = TS("x", (size_t)N * C, IN, F32, 3);
+	m.t[5] = TS("w", (size_t)C, IN, F32, 1);
+	m.t[6] = TS("mean", (size_t)N, IN, F32, 1);
+	m.t[7] = TS("rstd", (size_t)N, IN, F32, 1);
+	run_check(&m);
+}
+
+/* ---- rope ------------------------------------------------------------------------- */
+
+static void r_rope(const pp_ops *o, void *const *p, const check *c)
+{
+	(c->a[5] ? o->rope_bwd : o->rope_fwd)(P(0), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
+					      c->f[0], c->a[6]);
+}
+
+static void check_rope(int B, int T, int Hq, int Hkv, int D, float theta, int pos0)
+{
+	for (int bwd = 0; bwd < 2; bwd++) {
+		check c = {.op = bwd ? "rope_bwd" : "rope_fwd", .run = r_rope, .nt = 1,
+			   .a = {B, T, Hq, Hkv, D, bwd, pos0}, .f = {theta}};
+		snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d theta=%g pos0=%d", B, T,
+			 Hq, Hkv, D, theta, pos0);
+		c.t[0] = TS("qkv", (size_t)B * T * (Hq + 2 * Hkv) * D, INOUT, F32, 1);
+		run_check(&c);
+	}
+}
+
+/* ---- attention ----------------------------------------------------------------------- */
+
+static void r_attention_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->attention_fwd(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
+
+static void r_attention_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->attention_bwd(P(0), P(1), P(2), P(3), P(4), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
+			 c->a[5]);
+}
+
+/* out and lse of qkv, as the forward pass saves them */
+static void prep_attention(void *const *host, const check *c)
+{
+	pp_ops_cpu.attention_fwd(host[2], host[3], host[4], c->a[0], c->a[1], c->a[2], c->a[3],
+				 c->a[4], c->a[5]);
+}
+
+static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
+{
+	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
+	const size_t nlse = (size_t)B * Hq * T;
+	check c = {.op = "attention_fwd", .run = r_attention_fwd, .nt = 3,
+		   .a = {B, T, Hq, Hkv, D, window}};
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
+		 window);
+	c.t[0] = TS("out", nout, OUT, F32, 1);
+	c.t[1] = TS("lse", nlse, OUT, F32, 1);
+	c.t[2] = TS("qkv", nqkv, IN, F32, 2);
+	run_check(&c);
+
+	check d = {.op = "attention_bwd", .run = r_attention_bwd, .prep = prep_attention, .nt = 5,
+		   .a = {B, T, Hq, Hkv, D, window}};
+	memcpy(d.shape, c.shape, sizeof d.shape);
+	d.t[0] = TS("dqkv", nqkv, OUT, F32, 1);
+	d.t[1] = TS("dout", nout, IN, F32, 1);
+	d.t[2] = TS("out", nout, IN, F32, 1);
+	d.t[3] = TS("lse", nlse, IN, F32, 1);
+	d.t[4] = TS("qkv", nqkv, IN, F32, 2);
+	run_check(&d);
+}
+
+/* ---- mlp --------------------------------------------------------------------------- */
+
+static void r_glu_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->glu_fwd(P(0), P(1), c->a[0], c->a[1], c->a[2]);
+}
+
+static void r_glu_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->glu_bwd(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2]);
+}
+
+static void r_gelu_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->gelu_fwd(P(0), P(1), (size_t)c->a[0]);
+}
+
+static void r_gelu_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->gelu_bwd(P(0), P(1), P(2), (size_t)c->a[0]);
+}
+
+static void check_mlp(int N, int F)
+{
+	for (int act = 0; act < 2; act++) {
+		const char *name = act == PP_ACT_SILU ? "silu" : "gelu_tanh";
+		check c = {.op = "glu_fwd", .run = r_glu_fwd, .nt = 2, .a = {N, F, act}};
+		snprintf(c.shape, sizeof c.shape, "N=%d F=%d %s", N, F, name);
+		c.t[0] = TS("out", (size_t)N * F, OUT, F32, 1);
+		c.t[1] = TS("gu", (size_t)N * 2 * F, IN, F32, 4);
+		run_check(&c);
+		check d = {.op = "glu_bwd", .run = r_glu_bwd, .nt = 3, .a = {N, F, act}};
+		memcpy(d.shape, c.shape, sizeof d.shape);
+		d.t[0] = TS("dgu", (size_t)N * 2 * F, OUT, F32, 1);
+		d.t[1] = TS("dout", (size_t)N * F, IN, F32, 1);
+		d.t[2] = TS("gu", (size_t)N * 2 * F, IN, F32, 4);
+		run_check(&d);
+	}
+	const int n = N * F;
+	check g = {.op = "gelu_fwd", .run = r_gelu_fwd, .nt = 2, .a = {n}};
+	snprintf(g.shape, sizeof g.shape, "n=%d", n);
+	g.t[0] = TS("out", (size_t)n, OUT, F32, 1);
+	g.t[1] = TS("x", (size_t)n, IN, F32, 5);
+	run_check(&g);
+	check h = {.op = "gelu_bwd", .run = r_gelu_bwd, .nt = 3, .a = {n}};
+	memcpy(h.shape, g.shape, sizeof h.shape);
+	h.t[0] = TS("dx", (size_t)n, OUT, F32, 1);
+	h.t[1] = TS("dout", (size_t)n, IN, F32, 1);
+	h.t[2] = TS("x", (size_t)n, IN, F32, 5);
+	run_check(&h);
+}
+
+/* ---- vectors ---------------------------------------------------------------------------- */
+
+static void r_add(const pp_ops *o, void *const *p, const check *c)
+{
+	if (c->a[1]) /* in place: out is a */
+		o->add(P(0), P(0), P(1), (size_t)c->a[0]);
+	else
+		o->add(P(0), P(1), P(2), (size_t)c->a[0]);
+}
+
+static void r_scale(const pp_ops *o, void *const *p, const check *c)
+{
+	o->scale(P(0), c->f[0], (size_t)c->a[0]);
+}
+
+static void check_vec(int n)
+{
+	check c = {.op = "add", .run = r_add, .nt = 3, .a = {n, 0}};
+	snprintf(c.shape, sizeof c.shape, "n=%d", n);
+	c.t[0] = TS("out", (size_t)n, OUT, F32, 1);
+	c.t[1] = TS("a", (size_t)n, IN, F32, 1);
+	c.t[2] = TS("b", (size_t)n, IN, F32, 1);
+	run_check(&c);
+	check d = {.op = "add", .run = r_add, .nt = 2, .a = {n, 1}};
+	snprintf(d.shape, sizeof d.shape, "n=%d out=a", n);
+	d.t[0] = TS("a", (size_t)n, INOUT, F32, 1);
+	d.t[1] = TS("b", (size_t)n, IN, F32, 1);
+	run_check(&d);
+	check s = {.op = "scale", .run = r_scale, .nt = 1, .a = {n}, .f = {0.37f}};
+	snprintf(s.shape, sizeof s.shape, "n=%d s=0.37", n);
+	s.t[0] = TS("x", (size_t)n, INOUT, F32, 1);
+	run_check(&s);
+}
+
+/* sumsq returns a double: its own comparison */
+static void check_sumsq(size_t n)
+{
+	if (!selected("sumsq"))
+		return;
+	float *h = malloc(n * sizeof *h);
+	for (size_t i = 0; i < n; i++)
+		h[i] = (float)rnd();
+	double t0 = now_ms();
+	double want = pp_ops_cpu.sumsq(h, n);
+	double cpu_ms = now_ms() - t0;
+	float *d = pp_ops_cuda.alloc(n * sizeof *d);
+	pp_ops_cuda.to_device(d, h, n * sizeof *h);
+	double first = pp_ops_cuda.sumsq(d, n);
+	t0 = now_ms();
+	double got = pp_ops_cuda.sumsq(d, n);
+	double gpu_ms = now_ms() - t0;
+	pp_ops_cuda.free(d);
+	double err = fabs(got - want) / want;
+	char shape[32], why[128] = "";
+	snprintf(shape, sizeof shape, "n=%zu", n);
+	if (memcmp(&first, &got, sizeof got))
+		snprintf(why, sizeof why, "differs between two runs (%.17g, %.17g)", first, got);
+	else if (!(err <= tol))
+		snprintf(why, sizeof why, "relative error %.3g > %.0e", err, tol);
+	report("sumsq", shape, !why[0], err, cpu_ms, gpu_ms, why);
+	free(h);
+}
+
+/* ---- losses ---------------------------------------------------------------------------- */
+
+static void r_crossentropy(const pp_ops *o, void *const *p, const check *c)
+{
+	/* a[2]: 0 no dlogits, 1 dlogits apart, 2 dlogits in place of logits */
+	pp_real *dlogits = c->a[2] == 0 ? NULL : c->a[2] == 1 ? P(1) : P(2);
+	o->crossentropy(P(0), dlogits, P(2), I(3), c->a[0], c->a[1], c->f[0]);
+}
+
+static void r_logsumexp_rows(const pp_ops *o, void *const *p, const check *c)
+{
+	o->logsumexp_rows(P(0), P(1), P(2), I(3), c->a[0], c->a[1]);
+}
+
+static void r_softmax_grad(const pp_ops *o, void *const *p, const check *c)
+{
+	o->softmax_grad(P(0), P(1), P(2), I(3), c->a[0], c->a[1], c->f[0]);
+}
+
+/* lse of a wider vocabulary than the slice: the slice's own, plus a bit */
+static void prep_lse(void *const *host, const check *c)
+{
+	const int N = c->a[0], V = c->a[1];
+	float *tgt = malloc(sizeof(float) * (size_t)N);
+	pp_ops_cpu.logsumexp_rows(host[2], tgt, host[1], host[3], N, V);
+	for (int n = 0; n < N; n++)
+		((float *)host[2])[n] += 0.5f;
+	free(tgt);
+}
+
+static void check_loss(int N, int V)
+{
+	const float dscale = 1.0f / N;
+	for (int mode = 0; mode < 3; mode++) {
+		check c = {.op = "crossentropy", .run = r_crossentropy, .nt = 4, .a = {N, V, mode},
+			   .f = {dscale}, .vocab = V};
+		snprintf(c.shape, sizeof c.shape, "N=%d V=%d %s", N, V,
+			 mode == 0 ? "no dlogits" : mode == 1 ? "dlogits" : "dlogits=logits");
+		c.t[0] = TS("losses", (size_t)N, OUT, F32, 1);
+		c.t[1] = TS("dlogits", (size_t)N * V, mode == 1 ? OUT : INOUT, F32, 1);
+		c.t[2] = TS("logits", (size_t)N * V, mode == 2 ? INOUT : IN, F32, 4);
+		c.t[3] = TS("targets", (size_t)N, IN, TGT, 0);
+		run_check(&c);
+	}
+	check l = {.op = "logsumexp_rows", .run = r_logsumexp_rows, .nt = 4, .a = {N, V}, .vocab = V};
+	snprintf(l.shape, sizeof l.shape, "N=%d V=%d", N, V);
+	l.t[0] = TS("lse", (size_t)N, OUT, F32, 1);
+	l.t[1] = TS("tgt", (size_t)N, OUT, F32, 1);
+	l.t[2] = TS("logits", (size_t)N * V, IN, F32, 4);
+	l.t[3] = TS("targets", (size_t)N, IN, TGT_SPLIT, 0);
+	run_check(&l);
+	check s = {.op = "softmax_grad", .run = r_softmax_grad, .prep = prep_lse, .nt = 4,
+		   .a = {N, V}, .f = {dscale}, .vocab = V};
+	memcpy(s.shape, l.shape, sizeof s.shape);
+	s.t[0] = TS("dlogits", (size_t)N * V, OUT, F32, 1);
+	s.t[1] = TS("logits", (size_t)N * V, IN, F32, 4);
+	s.t[2] = TS("lse", (size_t)N, IN, F32, 1);
+	s.t[3] = TS("targets", (size_t)N, IN, TGT_SPLIT, 0);
+	run_check(&s);
+}
+
+/* ---- optimizer --------------------------------------------------------------------------- */
+
+static void r_adamw(const pp_ops *o, void *const *p, const check *c)
+{
+	o->adamw(P(0), P(1), P(2), P(3), (size_t)c->a[0], c->f[0], c->f[1], c->f[2], c->f[3],
+		 c->f[4], c->a[1], c->f[5]);
+}
+
+static void check_adamw(int n, long t)
+{
+	check c = {.op = "adamw", .run = r_adamw, .nt = 4, .a = {n, (int)t},
+		   .f = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f}};
+	snprintf(c.shape, sizeof c.shape, "n=%d t=%ld", n, t);
+	c.t[0] = TS("p", (size_t)n, INOUT, F32, 1);
+	c.t[1] = TS("g", (size_t)n, IN, F32, 1);
+	c.t[2] = TS("m", (size_t)n, INOUT, F32, 0.1);
+	c.t[3] = TS("v", (size_t)n, INOUT, F32_POS, 0.01);
+	run_check(&c);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+int main(void)
+{
+	const char *s = getenv("PP_CHECK_SEED");
+	rng = s && *s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	only = getenv("PP_CHECK_ONLY");
+	only = only && *only ? only : NULL;
+	const char *tv = getenv("PP_CHECK_TOL");
+	if (tv && *tv)
+		tol = atof(tv);
+	printf("seed %llu (PP_CHECK_SEED), tolerance %.0e on max |gpu - cpu| / max |cpu| per output\n",
+	       (unsigned long long)rng, tol);
+	pp_err e;
+	if (pp_cuda_init(0, &e)) {
+		printf("FAIL: cuda/init: %s\n", e.msg);
+		return 1;
+	}
+	struct cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+		printf("device 0: %s, compute capability %d.%d\n", prop.name, prop.major, prop.minor);
+
+	check_memory();
+	/* llama-tiny-ish widths, then odd sizes (unaligned rows for cuBLASLt) */
+	check_matmul(256, 192, 576, 1, 1);
+	check_matmul(256, 192, 576, 0, 0);
+	check_matmul(100, 77, 33, 1, 1);
+	check_embed(2, 64, 96, 500, 0, 1, 1.0f);
+	check_embed(3, 50, 70, 300, 7, 0, 8.3666f);
+	check_norms(256, 192, 0);
+	check_norms(100, 77, 1);
+	check_rope(2, 64, 4, 2, 32, 10000, 0);
+	check_rope(1, 33, 2, 1, 128, 500000, 4000);
+	check_attention(2, 100, 4, 2, 32, 0);
+	check_attention(1, 130, 4, 1, 64, 48);
+	check_attention(2, 70, 2, 2, 128, 0);
+	check_attention(1, 40, 2, 1, 256, 0);
+	check_attention(1, 33, 3, 1, 80, 7);
+	check_attention(1, 1, 2, 1, 16, 0);
+	check_attention(2, 17, 4, 4, 48, 1);
+	check_attention(1, 512, 8, 2, 64, 0);
+	check_mlp(256, 320);
+	check_vec(100003);
+	check_sumsq(1000003);
+	check_sumsq(17);
+	check_loss(128, 1000);
+	check_loss(7, 50257);
+	check_adamw(100003, 1);
+	check_adamw(4099, 1000);
+
+	printf("\n%-15s %-44s %12s %9s %9s\n", "op", "shape", "max rel err", "CPU ms", "GPU ms");
+	for (int i = 0; i < n_rows; i++) {
+		const row *r = &table[i];
+		printf("%-15s %-44s %12.3g %9.3f %9.3f%s\n", r->op, r->shape, r->err, r->cpu_ms,
+		       r->gpu_ms, r->ok ? "" : "  FAIL");
+	}
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
+
+#endif
