@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 /* The Makefile adds `pkg-config --cflags pmix`; without it this file builds
- * a stub whose boot_init explains what is missing, so a build without PMIx
+ * only a boot_init that explains what is missing, so a build without PMIx
  * still links every tool that does not need ranks. */
 #if defined(__has_include)
 #if __has_include(<pmix.h>)
