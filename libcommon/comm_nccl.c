@@ -353,7 +353,10 @@ static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double ti
 		return NULL;
 	}
 	c->impl = s;
-	cudaError_t q = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+	/* a blocking stream: it waits for the kernels the ops enqueued on the
+	 * legacy default stream, so a collective never reads a buffer that a
+	 * kernel is still filling, and the default stream waits for it in turn */
+	cudaError_t q = cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault);
 	if (q == cudaSuccess)
 		q = cudaMalloc((void **)&s->scratch, sizeof(int) * 2 * (size_t)size);
 	if (q != cudaSuccess) {
