@@ -1,8 +1,9 @@
 /* Token data for training and evaluation. One interface, several sources:
- * "synthetic" (a seeded, learnable token stream) now; token datasets plug in
- * behind the same calls. A source is sharded by data-parallel rank and its
- * exact position is saved in checkpoints, so a resumed run sees the same
- * batches bitwise. */
+ * "synthetic" (a seeded, learnable token stream), pp-tokens HDF5 datasets,
+ * Megatron-LM indexed datasets and llm.c shards. Documents are packed into
+ * windows and shuffled per epoch from the seed; a source is sharded by
+ * data-parallel rank and its exact (global) position is saved in
+ * checkpoints, so a resumed run sees the same batches bitwise. */
 #ifndef PP_DATA_H
 #define PP_DATA_H
 
