@@ -2,7 +2,7 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
-PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson \
+PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson libcrypto \
            pmix ompi-c
 
 CFLAGS  ?= -O3

@@ -760,9 +760,12 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 	}
 	sha256_ctx sc;
 	uint8_t d[SHA256_BYTES];
-	sha256_init(&sc);
+	int rc = sha256_init(&sc, e);
+	if (rc) {
+		json_decref(root);
+		return rc;
+	}
 	sha256_update(&sc, buf, n);
-	int rc = 0;
 	added_tok *added = NULL;
 	size_t nadded = 0;
 	char *mtxt = NULL, *mpath = NULL;
@@ -869,6 +872,7 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 	sha256_final(&sc, d);
 	sha256_hex(d, fingerprint);
 out:
+	sha256_discard(&sc); /* after sha256_final, a no-op */
 	free(added);
 	free(mtxt);
 	free(mpath);

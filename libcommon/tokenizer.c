@@ -428,10 +428,9 @@ int tok_load(pp_tokenizer **t, const char *path, pp_err *e)
 		rc = tok_bpe_load_json(t, path, buf, n, fp, e);
 	} else {
 		rc = tok_spm_load(t, path, (const unsigned char *)buf, n, e);
-		if (!rc) {
-			sha256_ctx c;
+		sha256_ctx c;
+		if (!rc && !(rc = sha256_init(&c, e))) {
 			uint8_t d[SHA256_BYTES];
-			sha256_init(&c);
 			sha256_update(&c, buf, n);
 			sha256_final(&c, d);
 			sha256_hex(d, fp);

@@ -44,8 +44,8 @@ want() { [[ " $targets " == *" $1 "* ]]; }
 mkdir -p "$out/artifacts" "$out/obj"
 h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
-	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson $h5))
-libs=($(pkg-config --libs jansson $h5) -lpthread -lm)
+	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto $h5))
+libs=($(pkg-config --libs jansson libcrypto $h5) -lpthread -lm)
 tok_src="tokenizer tok_spm tok_bpe tok_unicode sha256 error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
