@@ -89,6 +89,31 @@ typedef struct pp_ops {
 			      const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
 			      int D, int window);
 
+	/* Decoding with a KV cache: kcache, vcache (B,Tmax,Hkv*D), entry j of
+	 * sequence b holding the key / value of position j. kv_append copies the
+	 * k and v heads of qkv (B,n,(Hq+2Hkv)*D), tokens at positions pos0..
+	 * pos0+n-1, into cache entries pos0..pos0+n-1 (pos0 + n <= Tmax). */
+	void (*kv_append)(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n,
+			  int Hq, int Hkv, int D, int Tmax, int pos0);
+	/* The query heads of the n rows of qkv (B,n,(Hq+2Hkv)*D) at positions pos0 + i
+	 * attend causally to the cache: query i sees entries j with
+	 * i + pos0 - window < j <= i + pos0 (window 0: all j <= i + pos0),
+	 * grouped kv heads and scale as attention_fwd. out (B,n,Hq*D). */
+	void (*attention_cached)(pp_real *out, const pp_real *qkv, const pp_real *kcache,
+				 const pp_real *vcache, int B, int n, int Hq, int Hkv, int D,
+				 int Tmax, int pos0, int window);
+
+	/* Optional (NULL where the backend has none): the ops issued between
+	 * graph_begin and graph_end are recorded, not run, and graph_end returns
+	 * a handle that graph_launch replays. Given the handle of an earlier
+	 * recording of the same sequence of ops (sizes and pointers may differ),
+	 * graph_end updates it in place and returns it, or frees it and returns
+	 * a new one. No op between begin and end may copy to or from the host. */
+	void (*graph_begin)(void);
+	void *(*graph_end)(void *prev);
+	void (*graph_launch)(void *graph);
+	void (*graph_free)(void *graph);
+
 	/* Gated MLP: gu (N,2F) holds [gate | up] per row; out (N,F) = act(gate) * up */
 	void (*glu_fwd)(pp_real *out, const pp_real *gu, int N, int F, int act);
 	void (*glu_bwd)(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);

@@ -333,11 +333,12 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	const size_t NH = (size_t)s->B * s->n_heads * s->T;
 
 	s->w = ops->alloc(s->n_elems * sizeof(pp_real));
-	s->g = ops->alloc(s->n_elems * sizeof(pp_real));
-	if (!s->w || !s->g)
+	s->g = spec->no_grad ? NULL : ops->alloc(s->n_elems * sizeof(pp_real));
+	if (!s->w || (!s->g && !spec->no_grad))
 		goto oom;
+	const size_t Nb = spec->no_grad ? 0 : N; /* backward scratch */
 	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce};
-	const size_t scratch_n[] = {N * C, N * C, N * HD, N * QKV, N * UP, N * F, 2 * N};
+	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F, 2 * N};
 	if (alloc_all(ops, scratch, scratch_n, NELEMS(scratch)))
 		goto oom;
 	a->host = calloc(3 * N, sizeof(double));
@@ -491,11 +492,11 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 	};
 }
 
-static void norm_fwd(const pp_stage *s, pp_real *out, pp_real *mean, pp_real *rstd,
+/* over N rows of (N,C) */
+static void norm_fwd(const pp_stage *s, int N, pp_real *out, pp_real *mean, pp_real *rstd,
 		     const pp_real *x, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
-	int N = s->B * s->T;
 	if (m->norm == PP_NORM_LAYER)
 		s->ops->layernorm_fwd(out, mean, rstd, x, W(s, wi), W(s, bi), (pp_real)m->norm_eps, N,
 				      m->d_model);
@@ -522,26 +523,42 @@ static int act_kind(const pp_model_cfg *m)
 	return m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH;
 }
 
-static int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, pp_err *e)
+/* Where a layer's attention finds its keys and values: in the T rows of
+ * the microbatch itself (training, NULL), or in a KV cache that the rows,
+ * at positions pos0.., are appended to (decoding). */
+typedef struct {
+	pp_real *k, *v; /* this layer's (B,Tmax,Hkv*D) */
+	int Tmax, pos0;
+} layer_kv;
+
+/* One layer over B sequences of T rows (t's buffers hold B*T rows). */
+static int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, int B,
+			 int T, const layer_kv *kv, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
-	const int B = s->B, T = s->T, N = B * T, C = m->d_model, F = s->d_ff, D = m->head_dim;
+	const int N = B * T, C = m->d_model, F = s->d_ff, D = m->head_dim;
 	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
 	const bool gelu = m->mlp == PP_MLP_GELU;
 	int rc;
 
-	norm_fwd(s, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
+	norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
 	o->matmul_fwd(t->qkv, t->h1, W(s, li->qkv_w), W(s, li->qkv_b), N, C, QKV);
 	if (m->pos == PP_POS_ROPE)
-		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, 0);
-	o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window);
+		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv ? kv->pos0 : 0);
+	if (kv) {
+		o->kv_append(kv->k, kv->v, t->qkv, B, T, Hq, Hkv, D, kv->Tmax, kv->pos0);
+		o->attention_cached(t->att, t->qkv, kv->k, kv->v, B, T, Hq, Hkv, D, kv->Tmax,
+				    kv->pos0, m->sliding_window);
+	} else {
+		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window);
+	}
 	o->matmul_fwd(t->mid, t->att, W(s, li->o_w), W0(s, li->o_b), N, HD, C);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
 		return rc;
 	o->add(t->mid, t->mid, t->x, (size_t)N * C);
 
-	norm_fwd(s, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
+	norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
 	o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, gelu ? F : 2 * F);
 	if (gelu)
 		o->gelu_fwd(t->act, t->up, (size_t)N * F);
@@ -701,7 +718,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 	}
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = layer_forward(s, &a->layer[l], &t, e)))
+		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, e)))
 			return rc;
 	}
 	pp_real *x = sa->res + (size_t)L * N * C;
@@ -709,7 +726,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 		*out = x;
 		return 0;
 	}
-	norm_fwd(s, sa->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
+	norm_fwd(s, N, sa->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
 	o->matmul_fwd(sa->logits, sa->hf, W(s, a->head_w), NULL, N, C, s->vocab);
 	long valid = 0;
 	for (int i = 0; i < N; i++) {
@@ -780,7 +797,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 	}
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
-		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, e)))
+		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, e)))
 			return rc;
 		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)))
 			return rc;
@@ -818,5 +835,125 @@ int stage_reduce_replica_grads(pp_stage *s, pp_err *e)
 		if (rc)
 			return rc;
 	}
+	return 0;
+}
+
+/* ---- decoding with a KV cache ------------------------------------------- */
+
+int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, pp_err *e)
+{
+	const pp_model_cfg *m = s->cfg;
+	const pp_ops *o = s->ops;
+	memset(c, 0, sizeof *c);
+	if (!s->first || !s->last || s->spec.tp.size != 1)
+		return pp_errorf(e, PP_EUSAGE,
+				 "a KV cache needs a stage holding every layer without tensor parallelism");
+	if (B < 1 || n_max < 1 || Tmax < n_max)
+		return pp_errorf(e, PP_EUSAGE, "KV cache of batch %d, %d positions, %d new at once",
+				 B, Tmax, n_max);
+	if (m->pos == PP_POS_RELATIVE)
+		return pp_errorf(e, PP_EUSAGE,
+				 "model '%s' uses relative position biases: decoding supports rope and "
+				 "learned positions",
+				 m->preset);
+	if (Tmax > m->max_seq_len)
+		return pp_errorf(e, PP_EUSAGE,
+				 "%d positions exceed the context of model '%s' (max_seq_len=%d)", Tmax,
+				 m->preset, m->max_seq_len);
+	const size_t L = (size_t)m->n_layers, C = m->d_model, F = s->d_ff, V = s->vocab;
+	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, HD = (size_t)s->n_heads * m->head_dim;
+	const size_t QKV = HD + 2 * KV, UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
+	const size_t N = (size_t)B * n_max;
+	c->ops = o;
+	c->B = B;
+	c->Tmax = Tmax;
+	c->n_max = n_max;
+	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * sizeof(pp_real);
+	pp_real **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->stat, &c->qkv, &c->att,
+			 &c->mid, &c->up, &c->act, &c->last, &c->logits};
+	const size_t n[] = {L * B * Tmax * KV, L * B * Tmax * KV, N * C, N * C, N * C, 2 * N,
+			    N * QKV, N * HD, N * C, N * UP, N * F, (size_t)B * C, (size_t)B * V};
+	c->tok = o->alloc(N * sizeof(int));
+	c->host = malloc(N * sizeof(int));
+	if (!c->tok || !c->host || alloc_all(o, p, n, NELEMS(p))) {
+		kv_cache_free(c);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "out of memory for a KV cache of batch %d x %d positions (%.3g GB)", B,
+				 Tmax, 1e-9 * (double)(2 * L * (size_t)B * Tmax * KV * sizeof(pp_real)));
+	}
+	return 0;
+}
+
+void kv_cache_free(pp_kv_cache *c)
+{
+	const pp_ops *o = c->ops;
+	if (!o)
+		return;
+	void *p[] = {c->k, c->v, c->x[0], c->x[1], c->h, c->stat, c->qkv, c->att,
+		     c->mid, c->up, c->act, c->last, c->logits, c->tok};
+	for (int i = 0; i < NELEMS(p); i++)
+		o->free(p[i]);
+	free(c->host);
+	memset(c, 0, sizeof *c);
+}
+
+int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n, pp_err *e)
+{
+	const int V = s->cfg->vocab_size;
+	if (n < 1 || n > c->n_max)
+		return pp_errorf(e, PP_EUSAGE, "%d new tokens: the KV cache takes 1 to %d at once", n,
+				 c->n_max);
+	if (c->len + n > c->Tmax)
+		return pp_errorf(e, PP_EUSAGE,
+				 "position %d is past the KV cache's %d positions", c->len + n - 1,
+				 c->Tmax);
+	for (int i = 0; i < c->B * n; i++) {
+		if (tokens[i] < 0 || tokens[i] >= V)
+			return pp_errorf(e, PP_EUSAGE,
+					 "token %d at position %d is outside the vocabulary [0, %d)",
+					 tokens[i], c->len + i % n, V);
+		c->host[i] = tokens[i];
+	}
+	c->ops->to_device(c->tok, c->host, (size_t)c->B * n * sizeof(int));
+	c->n = n;
+	return 0;
+}
+
+int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
+{
+	const pp_model_cfg *m = s->cfg;
+	const pp_ops *o = s->ops;
+	pp_stage_acts *a = s->acts;
+	const int B = c->B, n = c->n, N = B * n, C = m->d_model, pos0 = c->len;
+	const int L = s->layer_end - s->layer_begin;
+	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, layer = (size_t)B * c->Tmax * KV;
+	int rc;
+	if (n < 1)
+		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
+	pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
+	o->embed_fwd(c->x[0], c->tok, W(s, a->embed_w), W(s, a->embed_pos), scale, B, n, C, pos0);
+	for (int l = 0; l < L; l++) {
+		/* one set of buffers serves every layer; h holds h1, then h2 */
+		layer_acts t = {.x = c->x[l % 2], .out = c->x[(l + 1) % 2], .h1 = c->h,
+				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
+				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
+				.up = c->up, .act = c->act};
+		layer_kv kv = {c->k + (size_t)l * layer, c->v + (size_t)l * layer, c->Tmax, pos0};
+		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
+			return rc;
+	}
+	/* the last new row of each sequence: all of them when n is 1 (and no copy,
+	 * so that a backend graph can record the step) */
+	pp_real *x = c->x[L % 2], *last = x;
+	if (n > 1) {
+		last = c->last;
+		for (int b = 0; b < B; b++)
+			o->to_device(last + (size_t)b * C, x + ((size_t)b * n + n - 1) * C,
+				     (size_t)C * sizeof(pp_real));
+	}
+	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
+	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);
+	c->len += n;
+	c->n = 0;
 	return 0;
 }

@@ -46,6 +46,7 @@ typedef struct {
 	int n_slots;                /* microbatches in flight */
 	bool recompute;             /* keep layer inputs only; rebuild the rest in backward */
 	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
+	bool no_grad;               /* inference only: no gradients, no backward scratch */
 	pp_tp tp;
 } stage_spec;
 
@@ -143,5 +144,40 @@ void stage_zero_grad(pp_stage *s);
  * several tp ranks hold (tp > kv heads), each of which saw only its own
  * query heads. Other replicated tensors come out identical by construction. */
 int stage_reduce_replica_grads(pp_stage *s, pp_err *e);
+
+/* ---- decoding ------------------------------------------------------------
+ *
+ * A KV cache for a stage holding every layer without tp: per layer the
+ * keys and values of B sequences at positions [0, len), (B,Tmax,Hkv*D)
+ * each, on the stage's device, and the scratch of one cached forward of up
+ * to n_max new tokens per sequence. Positions run to Tmax <= max_seq_len
+ * (a sliding window still keeps every position: the kernel skips the old). */
+typedef struct {
+	const pp_ops *ops;
+	int B, Tmax, n_max;
+	int len;            /* positions cached (issued) so far */
+	int n;              /* new tokens set by kv_cache_tokens, 0 after the forward */
+	size_t kv_bytes;    /* of k and v together */
+	pp_real *k, *v;     /* (L,B,Tmax,Hkv*D) */
+	pp_real *x[2], *h, *stat, *qkv, *att, *mid, *up, *act; /* (B*n_max, ...) scratch */
+	pp_real *last;      /* (B,C) each sequence's last new row */
+	pp_real *logits;    /* (B,V) after stage_forward_cached */
+	int *tok, *host;    /* (B,n_max) device and host tokens */
+} pp_kv_cache;
+
+int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, pp_err *e);
+void kv_cache_free(pp_kv_cache *c);
+
+/* The next n new tokens of each sequence, tokens (B,n) host ints: checked
+ * against the vocabulary and the cache's room, and copied to the device. */
+int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n, pp_err *e);
+
+/* Forward of the tokens set by kv_cache_tokens at positions len..len+n-1:
+ * appends their keys and values to the cache, leaves the logits of each
+ * sequence's last new token in c->logits (B,V) on the device and advances
+ * len. The same layer code as stage_forward; only attention reads the cache.
+ * With n == 1 it only issues ops (no host copies), so a backend graph may
+ * record it. */
+int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
 
 #endif

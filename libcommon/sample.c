@@ -2,60 +2,84 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "rng.h"
 
-/* next token from logits (V): argmax, or a draw from softmax(logits / temp) */
-static int pick(const pp_real *logits, int V, double temp, uint64_t key, uint64_t index)
+sample_params sample_defaults(void)
+{
+	return (sample_params){.temperature = 0.8, .top_k = 0, .top_p = 1, .seed = 1234};
+}
+
+int sample_check(const sample_params *p, pp_err *e)
+{
+	if (!(p->temperature >= 0 && p->temperature <= 100))
+		return pp_errorf(e, PP_EUSAGE, "--temperature %g: expected a number from 0 to 100",
+				 p->temperature);
+	if (p->top_k < 0)
+		return pp_errorf(e, PP_EUSAGE, "--top-k %d: expected 0 (off) or a token count",
+				 p->top_k);
+	if (!(p->top_p > 0 && p->top_p <= 1))
+		return pp_errorf(e, PP_EUSAGE, "--top-p %g: expected a probability in (0, 1]",
+				 p->top_p);
+	return 0;
+}
+
+/* descending by weight, then ascending by id (a total order: qsort is not stable) */
+static int by_weight(const void *a, const void *b, void *weights)
+{
+	const double *w = weights;
+	int i = *(const int *)a, j = *(const int *)b;
+	if (w[i] != w[j])
+		return w[i] > w[j] ? -1 : 1;
+	return (i > j) - (i < j);
+}
+
+int sample_pick(const pp_real *logits, int V, const sample_params *p, uint64_t index,
+		void *scratch)
 {
 	int best = 0;
 	for (int v = 1; v < V; v++)
 		if (logits[v] > logits[best])
 			best = v;
-	if (temp <= 0)
+	if (p->temperature <= 0)
 		return best;
-	double sum = 0;
-	for (int v = 0; v < V; v++)
-		sum += exp((logits[v] - logits[best]) / temp);
-	double u = rng_uniform(key, index) * sum;
+	void *own = scratch ? NULL : malloc((size_t)V * (sizeof(int) + sizeof(double)));
+	double *w = (double *)(scratch ? scratch : own);
+	int *id = (int *)(w + V);
+	if (!w)
+		return best;
+	/* unnormalised probabilities, the most likely token at weight 1 */
+	int n = V;
 	for (int v = 0; v < V; v++) {
-		u -= exp((logits[v] - logits[best]) / temp);
-		if (u <= 0)
-			return v;
+		w[v] = exp((logits[v] - logits[best]) / p->temperature);
+		id[v] = v;
 	}
-	return best;
-}
-
-int sample_generate(pp_stage *s, const int *prompt, int n_prompt, int n_new, double temperature,
-		    uint64_t seed, int *out, pp_err *e)
-{
-	if (!s->first || !s->last)
-		return pp_errorf(e, PP_EUSAGE, "sampling needs a stage holding every layer");
-	if (n_prompt < 1)
-		return pp_errorf(e, PP_EUSAGE, "sampling needs a prompt of at least one token");
-	const int B = s->B, T = s->T, V = s->cfg->vocab_size;
-	const size_t N = (size_t)B * T;
-	int *tok = calloc(N, sizeof(int)), *tgt = malloc(N * sizeof(int));
-	pp_real *row = malloc((size_t)V * sizeof(pp_real));
-	for (size_t i = 0; i < N; i++)
-		tgt[i] = PP_IGNORE_INDEX;
-	memcpy(out, prompt, (size_t)n_prompt * sizeof(int));
-	uint64_t key = rng_key(seed, "sample");
-	int rc = 0, len = n_prompt;
-	for (int k = 0; k < n_new && !rc; k++) {
-		int ctx = len < T ? len : T; /* the last ctx tokens, left-aligned in row 0 */
-		memcpy(tok, out + len - ctx, (size_t)ctx * sizeof(int));
-		rc = stage_forward(s, 0, tok, NULL, tgt, 0, NULL, NULL, NULL, e);
-		if (rc)
+	if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1) {
+		qsort_r(id, (size_t)V, sizeof *id, by_weight, w);
+		if (p->top_k > 0 && p->top_k < n)
+			n = p->top_k;
+		if (p->top_p < 1) {
+			double total = 0, run = 0;
+			for (int r = 0; r < n; r++)
+				total += w[id[r]];
+			int keep = 0;
+			while (keep < n && run < p->top_p * total)
+				run += w[id[keep++]];
+			n = keep > 0 ? keep : 1;
+		}
+	}
+	double sum = 0;
+	for (int r = 0; r < n; r++)
+		sum += w[id[r]];
+	double u = rng_uniform(rng_key(p->seed, "sample"), index) * sum;
+	int pick = id[n - 1];
+	for (int r = 0; r < n; r++) {
+		u -= w[id[r]];
+		if (u <= 0) {
+			pick = id[r];
 			break;
-		/* causal attention: positions after ctx - 1 do not change its logits */
-		s->ops->to_host(row, stage_logits(s, 0) + (size_t)(ctx - 1) * V,
-				(size_t)V * sizeof(pp_real));
-		out[len++] = pick(row, V, temperature, key, (uint64_t)k);
+		}
 	}
-	free(tok);
-	free(tgt);
-	free(row);
-	return rc;
+	free(own);
+	return pick;
 }

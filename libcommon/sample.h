@@ -1,18 +1,31 @@
-/* Generation from a trained stage holding every layer: a minimal loop that
- * re-runs the forward pass over the window for each new token (pp-decode
- * keeps a KV cache instead). Row 0 of the stage's microbatch carries the
- * sequence; the window is the stage's T. */
+/* Choosing the next token from a row of logits: greedy, or a draw from the
+ * softmax at a temperature, cut to the top k tokens and to the top p of the
+ * probability (nucleus). Generation itself is in decode.h. */
 #ifndef PP_SAMPLE_H
 #define PP_SAMPLE_H
 
 #include <stdint.h>
 
-#include "model.h"
+#include "error.h"
+#include "../kernels/ops.h"
 
-/* Appends n_new tokens to the prompt (n_prompt >= 1), keeping the last T as
- * context. temperature 0 is greedy; otherwise softmax(logits / temperature)
- * sampled with a stream keyed by seed. out receives n_prompt + n_new ids. */
-int sample_generate(pp_stage *s, const int *prompt, int n_prompt, int n_new, double temperature,
-		    uint64_t seed, int *out, pp_err *e);
+typedef struct {
+	double temperature; /* 0: greedy (argmax, the lowest id on ties) */
+	int top_k;          /* keep the k most likely tokens; 0 keeps all */
+	double top_p;       /* then the fewest whose probability reaches p; 1 keeps all */
+	uint64_t seed;      /* draws come from a stream keyed by seed */
+} sample_params;
+
+/* Defaults: temperature 0.8, no top-k or top-p cut, seed 1234. */
+sample_params sample_defaults(void);
+
+/* Checks the ranges (temperature >= 0, top_k >= 0, 0 < top_p <= 1),
+ * naming the option at fault. */
+int sample_check(const sample_params *p, pp_err *e);
+
+/* The next token from logits (V): draw number `index` of the stream.
+ * scratch holds V ints and V doubles (NULL: allocated for the call). */
+int sample_pick(const pp_real *logits, int V, const sample_params *p, uint64_t index,
+		void *scratch);
 
 #endif

@@ -11,7 +11,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
-#include "sample.h"
+#include "decode.h"
 #include "tokenizer.h"
 
 static double now(void)
@@ -420,7 +420,7 @@ int trainer_save(trainer *t, pp_err *e)
 }
 
 /* A checkpoint must hold the same model as the config that resumes it. */
-static int check_same_model(trainer *t, const char *dir, pp_err *e)
+static int check_same_model(const pp_config *c, const char *dir, pp_err *e)
 {
 	char *text = NULL;
 	int rc = ckpt_read_config(dir, &text, e);
@@ -429,7 +429,7 @@ static int check_same_model(trainer *t, const char *dir, pp_err *e)
 	json_error_t je;
 	json_t *saved = json_loads(text, 0, &je);
 	free(text);
-	json_t *a = json_object_get(saved, "model"), *b = json_object_get(t->cfg->json, "model");
+	json_t *a = json_object_get(saved, "model"), *b = json_object_get(c->json, "model");
 	rc = 0;
 	if (!a || !b) {
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its stored config has no model", dir);
@@ -457,6 +457,26 @@ static int check_same_model(trainer *t, const char *dir, pp_err *e)
 	return rc;
 }
 
+/* The checkpoint entries of a chunk's parameters, read into h->w (the whole
+ * chunk) and, for the blocks that meet [h->lo, h->hi), h->m and h->v. */
+static void add_entries(const pp_stage *st, const host_state *h, ckpt_state *cs)
+{
+	for (int i = 0; i < st->n_params; i++) {
+		const pp_param *p = &st->params[i];
+		size_t len = (size_t)(p->block_rows * p->shape[1]);
+		for (int b = 0; b < p->n_blocks; b++) {
+			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
+			entry_of(p, b, c);
+			size_t at = p->off + (size_t)b * len;
+			c->param = h->w + at;
+			if (h->m && at < h->hi && at + len > h->lo) {
+				c->m = h->m + at;
+				c->v = h->v + at;
+			}
+		}
+	}
+}
+
 /* Loads this rank's tensors (any layout the checkpoint was saved in: the
  * reader assembles each requested slice from the files that hold it), and
  * the AdamW state of its range [lo, hi): m and v are read, into host
@@ -479,20 +499,8 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 				     calloc(n + 1, sizeof(pp_real)), o->lo, o->hi};
 		if (!hs[k].w || !hs[k].m || !hs[k].v)
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
-		for (int i = 0; i < st->n_params && !rc; i++) {
-			const pp_param *p = &st->params[i];
-			size_t len = (size_t)(p->block_rows * p->shape[1]);
-			for (int b = 0; b < p->n_blocks; b++) {
-				ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
-				entry_of(p, b, c);
-				size_t at = p->off + (size_t)b * len;
-				c->param = hs[k].w + at;
-				if (at < o->hi && at + len > o->lo) {
-					c->m = hs[k].m + at;
-					c->v = hs[k].v + at;
-				}
-			}
-		}
+		if (!rc)
+			add_entries(st, &hs[k], cs);
 	}
 	if (!rc)
 		rc = ckpt_load(dir, cs, e);
@@ -521,7 +529,7 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	if (rc || step < 0)
 		return agree(t, rc, e);
 	ckpt_state cs = {0};
-	if (!(rc = check_same_model(t, dir, e)))
+	if (!(rc = check_same_model(t->cfg, dir, e)))
 		rc = load_chunks(t, dir, &cs, e);
 	if (!rc && t->train)
 		rc = data_set_state(t->train, cs.data_state, cs.n_data_state, e);
@@ -536,6 +544,43 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	t->step = cs.step;
 	*resumed = true;
 	return 0;
+}
+
+int trainer_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
+		       size_t found_size, long *step, pp_err *e)
+{
+	char newest[PP_PATH_MAX + 64];
+	int rc = 0;
+	*step = -1;
+	if (!dir) {
+		if ((rc = ckpt_find_newest(c->run_dir, newest, sizeof newest, step, e)))
+			return rc;
+		if (*step < 0)
+			return pp_errorf(e, PP_EUSAGE,
+					 "run_dir %s holds no checkpoint (train, or pp-init -o, first)",
+					 c->run_dir);
+		dir = newest;
+	}
+	snprintf(found, found_size, "%s", dir);
+	ckpt_state cs = {0};
+	host_state h = {.w = malloc(s->n_elems * sizeof(pp_real) + 1)};
+	cs.tensors = calloc(3 * (size_t)s->n_params + 1, sizeof *cs.tensors);
+	if (!h.w || !cs.tensors)
+		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters",
+			       s->n_elems);
+	if (!rc && !(rc = check_same_model(c, dir, e))) {
+		add_entries(s, &h, &cs);
+		rc = ckpt_load(dir, &cs, e);
+	}
+	if (!rc) {
+		s->ops->to_device(s->w, h.w, s->n_elems * sizeof(pp_real));
+		*step = cs.step;
+	} else {
+		pp_err_prefix(e, "loading %s", dir);
+	}
+	free(h.w);
+	free(cs.tensors);
+	return rc;
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -825,37 +870,6 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 
 /* ---- sampling ------------------------------------------------------------ */
 
-/* prompt ids: the tokenizer's BOS then the encoded text, or the ids given
- * as numbers when there is no tokenizer */
-static int prompt_ids(const pp_tokenizer *tk, const char *prompt, int V, tok_ids *ids, pp_err *e)
-{
-	if (tk) {
-		if (tok_bos(tk) >= 0) {
-			int bos = tok_bos(tk);
-			ids->ids = malloc(sizeof(int));
-			ids->ids[0] = bos;
-			ids->n = ids->cap = 1;
-		}
-		return tok_encode(tk, prompt, strlen(prompt), ids, e);
-	}
-	for (const char *p = prompt; *p;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p)
-			return pp_errorf(e, PP_EUSAGE,
-					 "--prompt '%s': without a tokenizer the prompt is token ids", prompt);
-		if (v < 0 || v >= V)
-			return pp_errorf(e, PP_EUSAGE, "--prompt: token %ld is outside [0, %d)", v, V);
-		if (ids->n == ids->cap) {
-			ids->cap = ids->cap ? 2 * ids->cap : 16;
-			ids->ids = realloc(ids->ids, ids->cap * sizeof(int));
-		}
-		ids->ids[ids->n++] = (int)v;
-		p = end;
-	}
-	return 0;
-}
-
 int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FILE *out,
 		   pp_err *e)
 {
@@ -864,26 +878,19 @@ int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FI
 		return pp_errorf(e, PP_EUSAGE, "--sample runs in a single process (pp=1 dp=1 tp=1)");
 	pp_tokenizer *tk = NULL;
 	tok_ids ids = {0};
-	tok_text text = {0};
 	int rc = c->tokenizer[0] ? tok_load(&tk, c->tokenizer, e) : 0;
 	if (!rc)
-		rc = prompt_ids(tk, prompt, c->model.vocab_size, &ids, e);
-	if (!rc && ids.n == 0) /* no prompt and no BOS: start from token 0 */
-		rc = prompt_ids(NULL, "0", c->model.vocab_size, &ids, e);
+		rc = decode_prompt_ids(tk, prompt, c->model.vocab_size, &ids, e);
+	decode_opts o = {.n_new = n, .batch = 1, .sample = sample_defaults(), .eos = -1, .tk = tk,
+			 .out = out};
+	o.sample.temperature = temperature;
+	o.sample.seed = c->seed;
 	int *gen = rc ? NULL : malloc((ids.n + (size_t)n) * sizeof(int));
+	decode_stats st;
 	if (!rc)
-		rc = sample_generate(&t->chunks[0], ids.ids, (int)ids.n, n, temperature, c->seed, gen, e);
-	if (!rc && tk) {
-		rc = tok_decode(tk, gen, ids.n + (size_t)n, &text, e);
-		if (!rc)
-			fprintf(out, "%.*s\n", (int)text.n, text.s);
-	} else if (!rc) {
-		for (size_t i = 0; i < ids.n + (size_t)n; i++)
-			fprintf(out, "%d%c", gen[i], i + 1 < ids.n + (size_t)n ? ' ' : '\n');
-	}
+		rc = decode_generate(&t->chunks[0], ids.ids, (int)ids.n, &o, gen, &st, e);
 	free(gen);
 	tok_ids_free(&ids);
-	tok_text_free(&text);
 	if (tk)
 		tok_free(tk);
 	return rc;

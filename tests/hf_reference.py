@@ -11,7 +11,9 @@ of Hugging Face's), and a root attribute "config" holding pp's resolved config
 JSON. The matching Hugging Face model is built from that config with random
 weights (no hub access), every parameter is loaded from the dump by name, and
 the logits, the mean cross-entropy over targets != -100 and every parameter's
-gradient are compared. The reference runs in float64 by default, so what is
+gradient are compared. When the dump holds /generate/prompt and
+/generate/tokens (tool_hf_dump --generate N), pp's greedy decoding must also
+give Hugging Face's greedy tokens (generate(do_sample=False)'s loop). The reference runs in float64 by default, so what is
 measured is pp's fp32 error (Hugging Face still computes RMSNorm and the RoPE
 tables in fp32 internally, about 1e-7 relative).
 
@@ -152,6 +154,28 @@ def hf_layout(family, name, arr):
     return arr
 
 
+def check_generate(r, model, gen):
+    """pp's greedy tokens against Hugging Face's greedy decoding, no end-of-sequence
+    stop. This is generate(do_sample=False)'s loop written out (argmax of the
+    last logits, fed back through the model's own KV cache): generate() itself
+    imports torch.distributed, which some torch builds cannot import."""
+    prompt = torch.from_numpy(gen["prompt"])[None]
+    want = gen["tokens"]
+    n_new = len(want) - prompt.shape[1]
+    seq, past, inp = prompt, None, prompt
+    with torch.no_grad():
+        for _ in range(n_new):
+            out = model(input_ids=inp, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            inp = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+            seq = torch.cat([seq, inp], dim=1)
+    hf = seq[0].numpy()
+    bad = [i for i in range(len(want)) if hf[i] != want[i]]
+    r.check(not bad, "generate",
+            f"{n_new} greedy tokens after a prompt of {prompt.shape[1]} match" if not bad
+            else f"first difference at position {bad[0]}: pp {want.tolist()} hf {hf.tolist()}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dump")
@@ -175,6 +199,8 @@ def main():
         loss_pp = float(np.asarray(f["loss"]))
         params = {k: np.asarray(v) for k, v in f["params"].items()}
         grads = {k: np.asarray(v) for k, v in f["grads"].items()}
+        gen = {k: np.asarray(v, dtype=np.int64) for k, v in f["generate"].items()} \
+            if "generate" in f else None
     except (OSError, KeyError, ValueError) as ex:
         print(f"hf_reference: {a.dump}: {ex}", file=sys.stderr)
         return 2
@@ -254,6 +280,9 @@ def main():
     r.check(n_ok == n_cmp and n_cmp > 0, "grads",
             f"worst {worst_name} rel={worst:.2e} ({n_cmp} tensors)" if n_ok == n_cmp
             else f"{n_cmp - n_ok} of {n_cmp} tensors over {a.tol:g}; worst {worst_name} rel={worst:.2e}")
+
+    if gen is not None:
+        check_generate(r, model, gen)
 
     # The reference must itself apply the sliding window, or the comparison
     # above would prove nothing about it: the same weights without the window

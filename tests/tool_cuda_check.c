@@ -541,6 +541,46 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 	run_check(&d);
 }
 
+/* ---- decoding with a KV cache --------------------------------------------------------- */
+
+static void r_kv_append(const pp_ops *o, void *const *p, const check *c)
+{
+	o->kv_append(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5],
+		     c->a[6]);
+}
+
+static void r_attention_cached(const pp_ops *o, void *const *p, const check *c)
+{
+	o->attention_cached(P(0), P(1), P(2), P(3), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
+			    c->a[5], c->a[6], c->a[7]);
+}
+
+/* n new rows at positions pos0.. of B sequences against a cache of Tmax
+ * entries (random beyond pos0 + n: the op must not read them) */
+static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos0, int window)
+{
+	const size_t nqkv = (size_t)B * n * (Hq + 2 * Hkv) * D, nout = (size_t)B * n * Hq * D;
+	const size_t ncache = (size_t)B * Tmax * Hkv * D;
+	check c = {.op = "kv_append", .run = r_kv_append, .nt = 3,
+		   .a = {B, n, Hq, Hkv, D, Tmax, pos0}};
+	snprintf(c.shape, sizeof c.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d Tmax=%d pos0=%d", B, n, Hq,
+		 Hkv, D, Tmax, pos0);
+	c.t[0] = TS("kcache", ncache, INOUT, F32, 1);
+	c.t[1] = TS("vcache", ncache, INOUT, F32, 1);
+	c.t[2] = TS("qkv", nqkv, IN, F32, 1);
+	run_check(&c);
+
+	check d = {.op = "attention_cached", .run = r_attention_cached, .nt = 4,
+		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window}};
+	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d", B, n, Hq,
+		 Hkv, D, Tmax, pos0, window);
+	d.t[0] = TS("out", nout, OUT, F32, 1);
+	d.t[1] = TS("qkv", nqkv, IN, F32, 2);
+	d.t[2] = TS("kcache", ncache, IN, F32, 2);
+	d.t[3] = TS("vcache", ncache, IN, F32, 1);
+	run_check(&d);
+}
+
 /* ---- mlp --------------------------------------------------------------------------- */
 
 static void r_glu_fwd(const pp_ops *o, void *const *p, const check *c)
@@ -778,6 +818,12 @@ int main(void)
 	check_attention(1, 1, 2, 1, 16, 0);
 	check_attention(2, 17, 4, 4, 48, 1);
 	check_attention(1, 512, 8, 2, 64, 0);
+	/* one token (several key splits of 256), a prefill, a window, GQA and MQA */
+	check_decode(1, 1, 32, 8, 128, 1024, 700, 0);
+	check_decode(2, 1, 4, 2, 64, 300, 299, 0);
+	check_decode(1, 37, 4, 1, 64, 100, 0, 0);
+	check_decode(2, 5, 4, 2, 32, 600, 400, 48);
+	check_decode(1, 1, 2, 1, 256, 8, 3, 0);
 	check_mlp(256, 320);
 	check_vec(100003);
 	check_sumsq(1000003);

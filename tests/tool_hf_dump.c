@@ -2,7 +2,7 @@
  * every layer), written to HDF5 for tests/hf_reference.py to compare with
  * Hugging Face transformers.
  *
- *   tool_hf_dump --cfg FILE [key=value...] -o OUT.h5 [--batch B] [--seed N]
+ *   tool_hf_dump --cfg FILE [key=value...] -o OUT.h5 [--batch B] [--seed N] [--generate N]
  *
  * OUT.h5:
  *   /tokens (B,T) int32, /targets (B,T) int32 (a few PP_IGNORE_INDEX)
@@ -11,6 +11,9 @@
  *   /params/NAME, /grads/NAME  every tensor of the params table, stored layout
  *                        (Linear weights (out, in), GPT-2's Conv1D included)
  *   attribute "config"   the resolved config JSON (pp_config_dump)
+ *   with --generate N:   /generate/prompt (P) int32, the first P = T/2 tokens of
+ *                        row 0, and /generate/tokens (P+N) int32, the prompt and
+ *                        N greedy tokens from pp's decoder (KV cache, no EOS)
  * Tensors are float32 (float64 in a -DPP_F64 build). The file is written
  * under a temporary name and renamed into place. */
 #include <hdf5.h>
@@ -22,6 +25,7 @@
 
 #include "../libcommon/cli.h"
 #include "../libcommon/config.h"
+#include "../libcommon/decode.h"
 #include "../libcommon/log.h"
 #include "../libcommon/model.h"
 #include "../libcommon/rng.h"
@@ -97,6 +101,8 @@ typedef struct {
 	pp_real *logits; /* (B,T,V) host */
 	double loss;
 	pp_real *w, *g;  /* host copies, n_elems */
+	int n_prompt, n_gen; /* --generate: P and N */
+	int *gen;            /* (P+N) */
 } dump;
 
 static int write_dump(const char *out, const pp_config *c, const pp_stage *s, const dump *d,
@@ -126,6 +132,11 @@ static int write_dump(const char *out, const pp_config *c, const pp_stage *s, co
 		rc = write_tensors(f, "params", s, d->w, e);
 	if (!rc)
 		rc = write_tensors(f, "grads", s, d->g, e);
+	hsize_t np = (hsize_t)d->n_prompt, ng = (hsize_t)(d->n_prompt + d->n_gen);
+	if (!rc && d->gen)
+		rc = write_array(f, "generate/prompt", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &np, d->gen, e);
+	if (!rc && d->gen)
+		rc = write_array(f, "generate/tokens", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &ng, d->gen, e);
 	free(json);
 	if (H5Fclose(f) < 0 && !rc)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot close", tmp);
@@ -138,7 +149,7 @@ static int write_dump(const char *out, const pp_config *c, const pp_stage *s, co
 	return rc;
 }
 
-static int run(const pp_config *c, int B, uint64_t seed, const char *out, pp_err *e)
+static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *out, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
 	const pp_ops *ops = pp_ops_find(c->device);
@@ -200,6 +211,16 @@ static int run(const pp_config *c, int B, uint64_t seed, const char *out, pp_err
 	}
 	d.loss = loss_sum / (double)n_valid;
 	ops->to_host(d.g, s.g, s.n_elems * sizeof *d.g);
+	if (n_gen > 0) {
+		decode_opts o = {.n_new = n_gen, .batch = 1, .sample = sample_defaults(), .eos = -1};
+		decode_stats st;
+		o.sample.temperature = 0;
+		d.n_prompt = d.T / 2 > 0 ? d.T / 2 : 1;
+		d.n_gen = n_gen;
+		d.gen = malloc((size_t)(d.n_prompt + n_gen) * sizeof *d.gen);
+		if (!d.gen || (rc = decode_generate(&s, d.tokens, d.n_prompt, &o, d.gen, &st, e)))
+			goto done;
+	}
 	rc = write_dump(out, c, &s, &d, e);
 	if (!rc)
 		log_info("%s: %s, B=%d T=%d, %d tensors, %zu parameters, loss %.6f over %ld targets",
@@ -211,22 +232,24 @@ done:
 	free(d.logits);
 	free(d.w);
 	free(d.g);
+	free(d.gen);
 	stage_free(&s);
 	return rc;
 }
 
 int main(int argc, char **argv)
 {
-	const char *out = NULL, *batch = "2", *seed = "1234";
+	const char *out = NULL, *batch = "2", *seed = "1234", *gen = "0";
 	const cli_opt opts[] = {
 		{"-o", "OUT.h5", "output file (required)", &out, NULL},
 		{"--batch", "B", "sequences in the batch (default 2)", &batch, NULL},
 		{"--seed", "N", "seed of weights, noise and tokens (default 1234)", &seed, NULL},
+		{"--generate", "N", "also N greedy tokens after half of row 0 (default 0)", &gen, NULL},
 		{NULL, NULL, NULL, NULL, NULL},
 	};
 	const cli_spec spec = {
 		.tool = "tool_hf_dump",
-		.usage = "--cfg FILE [key=value...] -o OUT.h5 [--batch B] [--seed N]",
+		.usage = "--cfg FILE [key=value...] -o OUT.h5 [--batch B] [--seed N] [--generate N]",
 		.summary = "Writes one forward and backward of the whole model to HDF5 for "
 			   "tests/hf_reference.py.",
 		.opts = opts,
@@ -241,13 +264,15 @@ int main(int argc, char **argv)
 		cli_free(&args);
 		return 0;
 	}
-	char *bend, *send;
-	long B = strtol(batch, &bend, 10);
+	char *bend, *send, *gend;
+	long B = strtol(batch, &bend, 10), G = strtol(gen, &gend, 10);
 	unsigned long long sd = strtoull(seed, &send, 10);
 	if (!rc && !out)
 		rc = pp_errorf(&e, PP_EUSAGE, "-o OUT.h5 is required");
 	if (!rc && (*bend || B < 1 || B > 1024))
 		rc = pp_errorf(&e, PP_EUSAGE, "--batch %s: expected an integer in [1, 1024]", batch);
+	if (!rc && (*gend || G < 0 || G > 4096))
+		rc = pp_errorf(&e, PP_EUSAGE, "--generate %s: expected an integer in [0, 4096]", gen);
 	if (!rc && (*send || seed[0] == '-'))
 		rc = pp_errorf(&e, PP_EUSAGE, "--seed %s: expected a non-negative integer", seed);
 	pp_config c;
@@ -255,7 +280,7 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = pp_config_load(&c, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc)
-		rc = run(&c, (int)B, (uint64_t)sd, out, &e);
+		rc = run(&c, (int)B, (uint64_t)sd, (int)G, out, &e);
 	if (rc)
 		rc = cli_fail(&spec, &e);
 	pp_config_free(&c);

@@ -245,3 +245,64 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 		}
 	free(part);
 }
+
+/* ---- decoding with a KV cache ---------------------------------------------- */
+
+/* kcache, vcache (B,Tmax,Hkv*D) entries pos0..pos0+n-1 = the k and v heads
+ * of qkv (B,n,(Hq+2Hkv)*D) */
+void pp_cpu_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+		      int Hkv, int D, int Tmax, int pos0)
+{
+	const size_t ld = (size_t)(Hq + 2 * Hkv) * D, KV = (size_t)Hkv * D;
+#pragma omp parallel for collapse(2) schedule(static)
+	for (int b = 0; b < B; b++)
+		for (int i = 0; i < n; i++) {
+			const pp_real *k = qkv + ((size_t)b * n + i) * ld + (size_t)Hq * D;
+			size_t at = ((size_t)b * Tmax + (size_t)(pos0 + i)) * KV;
+			memcpy(kcache + at, k, sizeof(pp_real) * KV);
+			memcpy(vcache + at, k + KV, sizeof(pp_real) * KV);
+		}
+}
+
+/* out (B,n,Hq*D): the queries of qkv (B,n,(Hq+2Hkv)*D) at positions
+ * pos0.. against the cache (B,Tmax,Hkv*D). A task is one head of one
+ * sequence and ATT_BQ query rows; positions are absolute, so att_probs masks
+ * the causal and window bounds as in the full forward. */
+void pp_cpu_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
+			     const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+			     int pos0, int window)
+{
+	const att_shape a = att_shape_of(B, pos0 + n, Hq, Hkv, D, window);
+	const size_t ldk = (size_t)Hkv * D;
+	const int nblk = (n + ATT_BQ - 1) / ATT_BQ;
+	int blas = pp_cpu_blas_serial_begin();
+#pragma omp parallel
+	{
+		pp_real *s = pp_cpu_scratch(sizeof(pp_real) * ATT_BQ * (pos0 + n));
+		pp_real lse[ATT_BQ];
+#pragma omp for collapse(3) schedule(dynamic)
+		for (int b = 0; b < B; b++)
+			for (int h = 0; h < Hq; h++)
+				for (int blk = nblk - 1; blk >= 0; blk--) {
+					att_block bl = {.i0 = pos0 + blk * ATT_BQ};
+					bl.nq = n - blk * ATT_BQ < ATT_BQ ? n - blk * ATT_BQ : ATT_BQ;
+					bl.k0 = att_first_key(&a, bl.i0);
+					bl.nk = bl.i0 + bl.nq - bl.k0;
+					const pp_real *q = qkv + ((size_t)b * n + (size_t)blk * ATT_BQ) * a.ld +
+							   (size_t)h * D;
+					size_t kv = ((size_t)b * Tmax + (size_t)bl.k0) * ldk +
+						    (size_t)(h / a.G) * D;
+					pp_cpu_gemm(0, 1, bl.nq, bl.nk, D, a.scale, q, (int)a.ld,
+						    kcache + kv, (int)ldk, 0, s, bl.nk);
+					att_probs(s, &a, bl, NULL, lse);
+					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
+					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk, vcache + kv,
+						    (int)ldk, 0,
+						    out + ((size_t)b * n + (size_t)blk * ATT_BQ) * a.ldo +
+							    (size_t)h * D,
+						    (int)a.ldo);
+				}
+		free(s);
+	}
+	pp_cpu_blas_serial_end(blas);
+}

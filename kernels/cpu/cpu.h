@@ -168,6 +168,11 @@ void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B,
 void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
 			  const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
 			  int D, int window);
+void pp_cpu_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+		      int Hkv, int D, int Tmax, int pos0);
+void pp_cpu_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
+			     const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+			     int pos0, int window);
 
 /* mlp.c */
 void pp_cpu_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);

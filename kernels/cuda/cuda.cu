@@ -7,7 +7,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -46,7 +46,7 @@ void pp_cublas_check_(cublasStatus_t st, const char *file, int line, const char 
 void pp_cuda_launched_(const char *file, int line, const char *kernel)
 {
 	pp_cuda_check_(cudaGetLastError(), file, line, kernel);
-	if (pp_cuda.sync)
+	if (pp_cuda.sync && !pp_cuda.capturing) /* a recorded launch has not run */
 		pp_cuda_check_(cudaDeviceSynchronize(), file, line, kernel);
 }
 
@@ -61,6 +61,9 @@ void *pp_cuda_scratch(size_t bytes)
 		return scratch;
 	size_t want = bytes > 2 * scratch_bytes ? bytes : 2 * scratch_bytes;
 	want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+	PP_CUDA_REQUIRE(!pp_cuda.capturing,
+			"an op needs %zu bytes of scratch while a graph records (the step "
+			"must not need more than the ops before it)", bytes);
 	if (scratch) {
 		/* earlier ops may still read it */
 		PP_CUDA_CHECK(cudaDeviceSynchronize());
@@ -192,6 +195,12 @@ const pp_ops pp_ops_cuda = {
 	.rope_bwd = pp_cuda_rope_bwd,
 	.attention_fwd = pp_cuda_attention_fwd,
 	.attention_bwd = pp_cuda_attention_bwd,
+	.kv_append = pp_cuda_kv_append,
+	.attention_cached = pp_cuda_attention_cached,
+	.graph_begin = pp_cuda_graph_begin,
+	.graph_end = pp_cuda_graph_end,
+	.graph_launch = pp_cuda_graph_launch,
+	.graph_free = pp_cuda_graph_free,
 	.glu_fwd = pp_cuda_glu_fwd,
 	.glu_bwd = pp_cuda_glu_bwd,
 	.gelu_fwd = pp_cuda_gelu_fwd,

@@ -5,7 +5,11 @@
  * Execution: every op is enqueued on the legacy default stream of the device
  * that pp_cuda_init selected, so ops run in call order and a to_host copy
  * (cudaMemcpy) sees every op issued before it. Ops are called from one host
- * thread.
+ * thread. The exception is a CUDA graph (decode.cu): the ops of a decoding
+ * step (embed, norm, matmul, rope, kv_append, attention_cached, add, glu and
+ * gelu forwards) launch on pp_cuda.stream, which graph_begin points at a
+ * capture stream; that stream is a blocking one, so a graph launched on it
+ * runs after earlier work on the default stream and before later work.
  *
  * Numerics: fp32 in and out. Matrix products run in exact fp32 on cuBLASLt
  * (CUBLAS_COMPUTE_32F) unless PP_CUDA_TF32=1 asks for TF32 tensor cores.
@@ -81,6 +85,10 @@ typedef struct {
 	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
 	int num_sms;       /* multiprocessors */
 	size_t smem_optin; /* the most dynamic shared memory a block may ask for */
+	/* The stream the ops of a decoding step launch on: the legacy default
+	 * stream (0), or while graph_begin records, the capture stream. */
+	cudaStream_t stream;
+	int capturing;
 } pp_cuda_state;
 
 extern pp_cuda_state pp_cuda;
@@ -219,6 +227,17 @@ void pp_cuda_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, c
 			    int N, int V);
 void pp_cuda_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
 			  const int *targets, int N, int V, pp_real dscale);
+
+/* decode.cu */
+void pp_cuda_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+		       int Hkv, int D, int Tmax, int pos0);
+void pp_cuda_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
+			      const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+			      int pos0, int window);
+void pp_cuda_graph_begin(void);
+void *pp_cuda_graph_end(void *prev);
+void pp_cuda_graph_launch(void *graph);
+void pp_cuda_graph_free(void *graph);
 
 /* optim.cu */
 void pp_cuda_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,

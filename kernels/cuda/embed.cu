@@ -57,7 +57,8 @@ void pp_cuda_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const p
 	const size_t n = (size_t)B * T * C;
 	if (!n)
 		return;
-	embed_fwd_kernel<<<pp_cuda_blocks(n, 256), 256>>>(out, tok, wte, wpe, scale, T, C, pos0, n);
+	embed_fwd_kernel<<<pp_cuda_blocks(n, 256), 256, 0, pp_cuda.stream>>>(out, tok, wte, wpe, scale,
+									     T, C, pos0, n);
 	PP_CUDA_LAUNCHED("embed_fwd_kernel");
 }
 

@@ -106,7 +106,7 @@ static int lt_matmul(const gemm_args *g, int with_bias)
 		const float alpha = 1;
 		PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, desc, &alpha, g->A, la, g->B, lb, &g->beta,
 					       g->D, ld, g->D, ld, &h.algo, pp_cuda.workspace,
-					       pp_cuda.workspace_bytes, 0));
+					       pp_cuda.workspace_bytes, pp_cuda.stream));
 		PP_CUDA_LAUNCHED("cublasLtMatmul");
 	}
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
@@ -143,7 +143,8 @@ static void gemm(const gemm_args *g)
 	}
 	if (g->bias) {
 		size_t n = (size_t)g->m * g->n;
-		add_bias_kernel<<<pp_cuda_blocks(n, 256), 256>>>(g->D, g->bias, g->m, g->n, g->ldd);
+		add_bias_kernel<<<pp_cuda_blocks(n, 256), 256, 0, pp_cuda.stream>>>(g->D, g->bias, g->m,
+										    g->n, g->ldd);
 		PP_CUDA_LAUNCHED("add_bias_kernel");
 	}
 }

@@ -69,7 +69,7 @@ void pp_cuda_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act)
 	const size_t n = (size_t)N * F;
 	if (!n)
 		return;
-	glu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(out, gu, F, n, act);
+	glu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, gu, F, n, act);
 	PP_CUDA_LAUNCHED("glu_fwd_kernel");
 }
 
@@ -86,7 +86,7 @@ void pp_cuda_gelu_fwd(pp_real *out, const pp_real *x, size_t n)
 {
 	if (!n)
 		return;
-	gelu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(out, x, n);
+	gelu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, x, n);
 	PP_CUDA_LAUNCHED("gelu_fwd_kernel");
 }
 

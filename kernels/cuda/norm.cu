@@ -98,7 +98,7 @@ void pp_cuda_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp
 {
 	if (N <= 0)
 		return;
-	rmsnorm_fwd_kernel<<<N, THREADS>>>(out, rstd, x, w, eps, offset, C);
+	rmsnorm_fwd_kernel<<<N, THREADS, 0, pp_cuda.stream>>>(out, rstd, x, w, eps, offset, C);
 	PP_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
 }
 
@@ -119,7 +119,7 @@ void pp_cuda_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_
 {
 	if (N <= 0)
 		return;
-	layernorm_fwd_kernel<<<N, THREADS>>>(out, mean, rstd, x, w, b, eps, C);
+	layernorm_fwd_kernel<<<N, THREADS, 0, pp_cuda.stream>>>(out, mean, rstd, x, w, b, eps, C);
 	PP_CUDA_LAUNCHED("layernorm_fwd_kernel");
 }
 

@@ -37,8 +37,8 @@ static void rope(float *qkv, int B, int T, int Hq, int Hkv, int D, float theta, 
 	const size_t n = (size_t)B * T * (D / 2);
 	if (!n)
 		return;
-	rope_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(qkv, B, T, Hq, Hkv, D, (double)theta,
-							     pos0, sign);
+	rope_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(
+		qkv, B, T, Hq, Hkv, D, (double)theta, pos0, sign);
 	PP_CUDA_LAUNCHED("rope_kernel");
 }
 

@@ -49,7 +49,7 @@ void pp_cuda_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 {
 	if (!n)
 		return;
-	add_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(out, a, b, n);
+	add_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, a, b, n);
 	PP_CUDA_LAUNCHED("add_kernel");
 }
 

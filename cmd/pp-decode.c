@@ -1,0 +1,231 @@
+/* pp-decode: generates text from a checkpoint (or seeded weights) with a KV cache. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../libcommon/cli.h"
+#include "../libcommon/decode.h"
+#include "../libcommon/log.h"
+#include "../libcommon/train.h"
+
+typedef struct {
+	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
+	bool random_init, ignore_eos, json;
+} decode_args;
+
+/* a whole number in [lo, hi] for option `name` */
+static int parse_long(const char *name, const char *s, long lo, long hi, long *v, pp_err *e)
+{
+	char *end;
+	errno = 0;
+	*v = strtol(s, &end, 10);
+	if (!*s || *end || errno || *v < lo || *v > hi)
+		return pp_errorf(e, PP_EUSAGE, "%s %s: expected a whole number from %ld to %ld", name,
+				 s, lo, hi);
+	return 0;
+}
+
+static int parse_double(const char *name, const char *s, double *v, pp_err *e)
+{
+	char *end;
+	*v = strtod(s, &end);
+	if (!*s || *end)
+		return pp_errorf(e, PP_EUSAGE, "%s %s: expected a number", name, s);
+	return 0;
+}
+
+static int read_file(const char *path, char **text, pp_err *e)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return pp_errorf(e, PP_EUSAGE, "--prompt-file %s: %s", path, strerror(errno));
+	size_t n = 0, cap = 4096;
+	char *s = malloc(cap);
+	for (size_t got; s && (got = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+		n += got;
+		if (cap - n - 1 == 0) {
+			char *t = realloc(s, cap *= 2);
+			if (!t)
+				free(s);
+			s = t;
+		}
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (!s || bad) {
+		free(s);
+		return pp_errorf(e, PP_ERUNTIME, "--prompt-file %s: cannot read it", path);
+	}
+	s[n] = 0;
+	if (strlen(s) != n) {
+		free(s);
+		return pp_errorf(e, PP_EUSAGE, "--prompt-file %s: holds a NUL byte; expected text", path);
+	}
+	*text = s;
+	return 0;
+}
+
+static void print_json(const decode_stats *st, const pp_config *cfg, const char *source,
+		       const char *text)
+{
+	double rate = decode_step_rate(st), steps = st->decode_s > 0 ? (st->n_generated - 1) / st->decode_s : 0;
+	double bytes = st->param_bytes + st->kv_bytes;
+	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+			      "s:f, s:b, s:b, s:s}",
+			      "model", cfg->model.preset, "device", cfg->device, "weights", source,
+			      "batch", st->batch, "prompt_tokens", st->n_prompt, "generated_tokens",
+			      st->n_generated, "prefill_s", st->prefill_s, "prefill_tok_s",
+			      decode_prefill_rate(st), "decode_s", st->decode_s, "decode_tok_s", rate,
+			      "param_bytes", st->param_bytes, "kv_bytes_per_step", st->kv_bytes,
+			      "bytes_per_token", st->batch ? bytes / st->batch : 0,
+			      "bandwidth_gb_s", 1e-9 * bytes * steps, "cuda_graph", st->graph,
+			      "stopped_at_eos", st->stopped_at_eos, "text", text ? text : "");
+	char *s = json_dumps(o, JSON_COMPACT);
+	puts(s);
+	free(s);
+	json_decref(o);
+}
+
+static int run(const decode_args *a, pp_config *cfg, pp_err *e)
+{
+	long n = 128, top_k = 0, batch = 1, seed = (long)cfg->seed;
+	sample_params sp = sample_defaults();
+	int rc = 0;
+	if (a->prompt && a->prompt_file)
+		return pp_errorf(e, PP_EUSAGE, "give --prompt or --prompt-file, not both");
+	if (a->ckpt && a->random_init)
+		return pp_errorf(e, PP_EUSAGE, "give --ckpt or --random-init, not both");
+	if ((a->n && (rc = parse_long("-n", a->n, 1, 1000000, &n, e))) ||
+	    (a->top_k && (rc = parse_long("--top-k", a->top_k, 0, 1L << 30, &top_k, e))) ||
+	    (a->batch && (rc = parse_long("--batch", a->batch, 1, 4096, &batch, e))) ||
+	    (a->seed && (rc = parse_long("--seed", a->seed, 0, __LONG_MAX__, &seed, e))) ||
+	    (a->temperature && (rc = parse_double("--temperature", a->temperature, &sp.temperature, e))) ||
+	    (a->top_p && (rc = parse_double("--top-p", a->top_p, &sp.top_p, e))))
+		return rc;
+	sp.top_k = (int)top_k;
+	sp.seed = (uint64_t)seed;
+	if ((rc = sample_check(&sp, e)))
+		return rc;
+
+	const pp_ops *ops = pp_ops_find(cfg->device);
+	if (!ops)
+		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
+				 cfg->device, cfg->device);
+#ifdef PP_CUDA
+	if (!strcmp(cfg->device, "cuda") && (rc = pp_cuda_init(0, e)))
+		return rc;
+#endif
+	pp_tokenizer *tk = NULL;
+	char *file_text = NULL, source[PP_PATH_MAX + 64] = "random-init";
+	tok_ids ids = {0};
+	pp_stage s = {0};
+	int *out = NULL;
+	if (cfg->tokenizer[0] && (rc = tok_load(&tk, cfg->tokenizer, e)))
+		return rc;
+	if (tk && tok_vocab_size(tk) > cfg->model.vocab_size)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
+			       "read its ids",
+			       cfg->tokenizer, tok_vocab_size(tk), cfg->model.vocab_size);
+	if (!rc && a->prompt_file)
+		rc = read_file(a->prompt_file, &file_text, e);
+	if (!rc)
+		rc = decode_prompt_ids(tk, file_text ? file_text : a->prompt ? a->prompt : "",
+				       cfg->model.vocab_size, &ids, e);
+	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, false);
+	spec.no_grad = true;
+	if (!rc)
+		rc = stage_create(&s, &cfg->model, ops, &spec, e);
+	long step = -1;
+	if (!rc && a->random_init)
+		stage_init_params(&s, cfg->seed);
+	else if (!rc)
+		rc = trainer_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
+	decode_opts o = {.n_new = (int)n, .batch = (int)batch, .sample = sp,
+			 .eos = tk && !a->ignore_eos ? tok_eos(tk) : -1, .tk = tk,
+			 .out = a->json ? NULL : stdout};
+	decode_stats st = {0};
+	if (!rc) {
+		out = malloc((ids.n + (size_t)n) * (size_t)batch * sizeof(int));
+		rc = decode_generate(&s, ids.ids, (int)ids.n, &o, out, &st, e);
+	}
+	tok_text text = {0};
+	if (!rc && a->json && tk)
+		rc = tok_decode(tk, out, ids.n + (size_t)st.n_generated, &text, e);
+	if (!rc && a->json) {
+		/* the text (ids without a tokenizer) of sequence 0 */
+		if (!tk)
+			for (size_t i = 0; i < ids.n + (size_t)st.n_generated; i++) {
+				char num[16];
+				int len = snprintf(num, sizeof num, i ? " %d" : "%d", out[i]);
+				for (int j = 0; j < len; j++) {
+					if (text.n + 1 >= text.cap) {
+						text.cap = text.cap ? 2 * text.cap : 256;
+						text.s = realloc(text.s, text.cap);
+					}
+					text.s[text.n++] = num[j];
+				}
+			}
+		if (text.s)
+			text.s[text.n] = 0;
+		print_json(&st, cfg, source, text.s);
+	} else if (!rc) {
+		double bytes = st.param_bytes + st.kv_bytes;
+		double steps = st.decode_s > 0 ? (st.n_generated - 1) / st.decode_s : 0;
+		log_info("prompt %d tokens, prefill %.1f tok/s; %d tokens at %.1f tok/s (batch %d%s); "
+			 "%.3g GB read per step (parameters %.3g GB + KV cache %.3g GB), %.1f GB/s%s",
+			 st.n_prompt, decode_prefill_rate(&st), st.n_generated,
+			 decode_step_rate(&st), st.batch, st.graph ? ", CUDA graph" : "",
+			 1e-9 * bytes, 1e-9 * st.param_bytes, 1e-9 * st.kv_bytes,
+			 1e-9 * bytes * steps, st.stopped_at_eos ? "; stopped at EOS" : "");
+	}
+	tok_text_free(&text);
+	free(out);
+	stage_free(&s);
+	tok_ids_free(&ids);
+	free(file_text);
+	if (tk)
+		tok_free(tk);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	decode_args a = {0};
+	const cli_opt opts[] = {
+		{"--ckpt", "DIR", "checkpoint directory (default: the newest in run_dir)", &a.ckpt, NULL},
+		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer)", &a.prompt, NULL},
+		{"--prompt-file", "F", "read the prompt from file F", &a.prompt_file, NULL},
+		{"-n", "N", "tokens to generate (default 128)", &a.n, NULL},
+		{"--temperature", "T", "softmax temperature, 0 for greedy (default 0.8)", &a.temperature, NULL},
+		{"--top-k", "K", "sample among the K most likely tokens (default 0: all)", &a.top_k, NULL},
+		{"--top-p", "P", "sample among the most likely tokens holding P of the probability (default 1)", &a.top_p, NULL},
+		{"--seed", "S", "seed of the draws (default: the config's seed)", &a.seed, NULL},
+		{"--batch", "B", "decode B sequences of the same prompt at once (default 1)", &a.batch, NULL},
+		{"--random-init", NULL, "seeded initial weights instead of a checkpoint (benchmarks)", NULL, &a.random_init},
+		{"--ignore-eos", NULL, "generate N tokens even after the end-of-sequence token", NULL, &a.ignore_eos},
+		{"--json", NULL, "print one JSON object (figures and text) on stdout, no summary", NULL, &a.json},
+		{0},
+	};
+	const cli_spec spec = {"pp-decode",
+			       "--cfg FILE [key=value ...] [--ckpt DIR | --random-init] [--prompt TEXT | "
+			       "--prompt-file F] [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
+			       "[--batch B] [--json]",
+			       "Generate text from a checkpoint with a KV cache.", opts, true};
+	log_set_prefix("pp-decode", 0, 1);
+	pp_err e = {0};
+	cli_args args;
+	pp_config cfg = {0};
+	int rc = cli_parse(&spec, argc, argv, &args, &e);
+	if (rc < 0)
+		return 0;
+	if (!rc)
+		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
+	if (!rc)
+		rc = run(&a, &cfg, &e);
+	pp_config_free(&cfg);
+	cli_free(&args);
+	return rc ? cli_fail(&spec, &e) : 0;
+}

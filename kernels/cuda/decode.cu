@@ -1,0 +1,202 @@
+/* Decoding with a KV cache, and the CUDA graph that replays a decoding step.
+ *
+ * attention_cached is flash-decoding: with one new token per sequence there
+ * are only B x Hq query rows, too few blocks to fill the GPU, so the keys of
+ * each row are split into chunks of KEYS_PER_SPLIT that separate blocks
+ * attend to (partial output, max score, sum of exponentials), and a second
+ * kernel combines the chunks with the log-sum-exp. The chunks sit at fixed
+ * key positions and their number depends on Tmax only, so the result does
+ * not depend on how the keys spread over the GPU, and every run gives the
+ * same bits; a chunk past a row's keys contributes an exact 0. */
+#include "cuda.h"
+
+#define THREADS 128
+#define KEYS_PER_SPLIT 256
+
+/* kcache, vcache (B,Tmax,Hkv*D) rows pos0.. = k, v heads of qkv (B,n,(Hq+2Hkv)*D) */
+__global__ void kv_append_kernel(float *kc, float *vc, const float *qkv, int n, int Hq, int Hkv,
+				 int D, int Tmax, int pos0, size_t total)
+{
+	const size_t KV = (size_t)Hkv * D, ld = (size_t)(Hq + 2 * Hkv) * D;
+	for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+	     idx += (size_t)gridDim.x * blockDim.x) {
+		size_t row = idx / KV, j = idx % KV, b = row / (size_t)n, i = row % (size_t)n;
+		size_t at = (b * (size_t)Tmax + (size_t)pos0 + i) * KV + j;
+		const float *k = qkv + row * ld + (size_t)Hq * D;
+		kc[at] = k[j];
+		vc[at] = k[KV + j];
+	}
+}
+
+void pp_cuda_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+		       int Hkv, int D, int Tmax, int pos0)
+{
+	size_t total = (size_t)B * n * Hkv * D;
+	if (!total)
+		return;
+	kv_append_kernel<<<pp_cuda_blocks(total, 256), 256, 0, pp_cuda.stream>>>(
+		kcache, vcache, qkv, n, Hq, Hkv, D, Tmax, pos0, total);
+	PP_CUDA_LAUNCHED("kv_append_kernel");
+}
+
+/* Block (split c, head h, row r = b*n + i): query row r at position pos0+i
+ * against its keys in [c*KEYS_PER_SPLIT, (c+1)*KEYS_PER_SPLIT).
+ * part (B*n,Hq,S,D) = sum_j exp(s_j - m) v_j, ml (B*n,Hq,S,2) = (m, sum_j
+ * exp(s_j - m)); m = -inf, sum 0 and part 0 for a chunk without keys.
+ * Shared memory: q (D), then the chunk's scores (KEYS_PER_SPLIT), then 32
+ * for reductions. */
+__global__ void attn_split_kernel(float *part, float *ml, const float *qkv, const float *kc,
+				  const float *vc, int n, int Hq, int Hkv, int D, int Tmax, int pos0,
+				  int window, float scale)
+{
+	extern __shared__ float sm[];
+	float *q = sm, *p = sm + D, *red = p + KEYS_PER_SPLIT;
+	const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z, S = gridDim.x;
+	const int b = row / n, pos = pos0 + row % n;
+	const int lo = window > 0 && pos >= window ? pos - window + 1 : 0;
+	const int k0 = max(lo, c * KEYS_PER_SPLIT), k1 = min(pos + 1, (c + 1) * KEYS_PER_SPLIT);
+	const size_t slot = ((size_t)row * Hq + h) * S + c, KV = (size_t)Hkv * D;
+	float *o = part + slot * D;
+	if (k0 >= k1) {
+		for (int d = threadIdx.x; d < D; d += blockDim.x)
+			o[d] = 0;
+		if (threadIdx.x == 0) {
+			ml[2 * slot] = -INFINITY;
+			ml[2 * slot + 1] = 0;
+		}
+		return;
+	}
+	const float *qr = qkv + (size_t)row * (Hq + 2 * Hkv) * D + (size_t)h * D;
+	for (int d = threadIdx.x; d < D; d += blockDim.x)
+		q[d] = qr[d] * scale;
+	__syncthreads();
+	const size_t head = (size_t)(h / (Hq / Hkv)) * D;
+	const float *K = kc + (size_t)b * Tmax * KV + head, *V = vc + (size_t)b * Tmax * KV + head;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	/* a warp per key: lanes stride the head dimension */
+	for (int j = k0 + warp; j < k1; j += nw) {
+		float s = 0;
+		for (int d = lane; d < D; d += 32)
+			s += q[d] * K[(size_t)j * KV + d];
+		s = pp_warp_sum(s);
+		if (lane == 0)
+			p[j - k0] = s;
+	}
+	__syncthreads();
+	float mx = -INFINITY;
+	for (int j = threadIdx.x; j < k1 - k0; j += blockDim.x)
+		mx = fmaxf(mx, p[j]);
+	mx = pp_block_max(mx, red);
+	float l = 0;
+	for (int j = threadIdx.x; j < k1 - k0; j += blockDim.x) {
+		float e = expf(p[j] - mx);
+		p[j] = e;
+		l += e;
+	}
+	l = pp_block_sum(l, red); /* its barriers also publish p */
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float acc = 0;
+		for (int j = 0; j < k1 - k0; j++)
+			acc += p[j] * V[(size_t)(k0 + j) * KV + d];
+		o[d] = acc;
+	}
+	if (threadIdx.x == 0) {
+		ml[2 * slot] = mx;
+		ml[2 * slot + 1] = l;
+	}
+}
+
+/* Block (h, row): out (B*n, Hq*D) = the S chunks combined in order */
+__global__ void attn_combine_kernel(float *out, const float *part, const float *ml, int Hq, int D,
+				    int S)
+{
+	const int h = blockIdx.x, row = blockIdx.y;
+	const size_t slot0 = ((size_t)row * Hq + h) * S;
+	float M = -INFINITY;
+	for (int c = 0; c < S; c++)
+		M = fmaxf(M, ml[2 * (slot0 + c)]);
+	float L = 0;
+	for (int c = 0; c < S; c++)
+		L += ml[2 * (slot0 + c) + 1] * expf(ml[2 * (slot0 + c)] - M);
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float acc = 0;
+		for (int c = 0; c < S; c++)
+			acc += part[(slot0 + c) * D + d] * expf(ml[2 * (slot0 + c)] - M);
+		out[((size_t)row * Hq + h) * D + d] = acc / L;
+	}
+}
+
+void pp_cuda_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
+			      const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+			      int pos0, int window)
+{
+	const int S = (Tmax + KEYS_PER_SPLIT - 1) / KEYS_PER_SPLIT, rows = B * n;
+	if (!rows || !Hq)
+		return;
+	PP_CUDA_REQUIRE(rows <= 65535, "attention_cached: B*n = %d rows, at most 65535", rows);
+	const size_t slots = (size_t)rows * Hq * S;
+	float *part = (float *)pp_cuda_scratch(sizeof(float) * slots * (D + 2));
+	float *ml = part + slots * D;
+	const size_t smem = sizeof(float) * (D + KEYS_PER_SPLIT + 32);
+	pp_cuda_smem((const void *)attn_split_kernel, smem, "attn_split_kernel");
+	attn_split_kernel<<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(
+		part, ml, qkv, kcache, vcache, n, Hq, Hkv, D, Tmax, pos0, window,
+		(float)(1 / sqrt((double)D)));
+	PP_CUDA_LAUNCHED("attn_split_kernel");
+	attn_combine_kernel<<<dim3(Hq, rows), THREADS, 0, pp_cuda.stream>>>(out, part, ml, Hq, D,
+									    S);
+	PP_CUDA_LAUNCHED("attn_combine_kernel");
+}
+
+/* ---- graphs ----------------------------------------------------------------- */
+
+static cudaStream_t capture_stream;
+
+void pp_cuda_graph_begin(void)
+{
+	PP_CUDA_REQUIRE(!pp_cuda.capturing, "graph_begin while a graph records");
+	if (!capture_stream)
+		PP_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamDefault));
+	PP_CUDA_CHECK(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeGlobal));
+	pp_cuda.stream = capture_stream;
+	pp_cuda.capturing = 1;
+}
+
+/* The recording as an executable graph: prev updated in place when the
+ * recording has its shape (the same kernels; arguments such as positions
+ * may differ), else a new one. */
+void *pp_cuda_graph_end(void *prev)
+{
+	PP_CUDA_REQUIRE(pp_cuda.capturing, "graph_end without graph_begin");
+	cudaGraph_t g;
+	cudaError_t err = cudaStreamEndCapture(capture_stream, &g);
+	pp_cuda.stream = 0;
+	pp_cuda.capturing = 0;
+	PP_CUDA_CHECK(err);
+	cudaGraphExec_t exec = (cudaGraphExec_t)prev;
+	if (exec) {
+		cudaGraphExecUpdateResultInfo info;
+		if (cudaGraphExecUpdate(exec, g, &info) != cudaSuccess) {
+			(void)cudaGetLastError();
+			PP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+			exec = NULL;
+		}
+	}
+	if (!exec)
+		PP_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+	PP_CUDA_CHECK(cudaGraphDestroy(g));
+	return (void *)exec;
+}
+
+void pp_cuda_graph_launch(void *graph)
+{
+	PP_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, capture_stream));
+	if (pp_cuda.sync)
+		PP_CUDA_CHECK(cudaStreamSynchronize(capture_stream));
+}
+
+void pp_cuda_graph_free(void *graph)
+{
+	if (graph)
+		PP_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
