@@ -13,7 +13,7 @@ tiny="model=llama-tiny data=synthetic global_batch=8 microbatch=4 seq_len=32 ste
 no_gpu='device=cuda: no usable CUDA device: .*\(CUDA error [0-9]+\)'
 
 checks=(archs_sm80_sm90 library_holds_kernels links_cudart_cublaslt_cudnn no_driver_library
-	starts_without_gpu no_gpu_message no_gpu_hidden_devices pp_init_no_gpu tool_no_gpu
+	starts_without_gpu no_gpu_message no_gpu_hidden_devices bad_attention_env pp_init_no_gpu tool_no_gpu
 	make_cuda0_cpu_only f64_cpu_only)
 skip_all() {
 	local c
@@ -93,6 +93,10 @@ fi
 # with every device hidden the same path runs on a GPU machine too
 expect_fail cuda_build/no_gpu_hidden_devices 2 "$no_gpu" \
 	env CUDA_VISIBLE_DEVICES=-1 pp-train $tiny device=cuda run_dir=$T/hidden
+# PP_CUDA_ATTENTION is read before any GPU is looked for: a wrong value is a
+# usage error on any machine
+expect_fail cuda_build/bad_attention_env 2 'PP_CUDA_ATTENTION=flash: expected cudnn .* or plain' \
+	env PP_CUDA_ATTENTION=flash pp-train $tiny device=cuda run_dir=$T/att
 init_no_gpu() {
 	local err rc
 	err=$(CUDA_VISIBLE_DEVICES=-1 pp-init $tiny device=cuda -o $T/init 2>&1 >/dev/null)

@@ -25,7 +25,9 @@
  * (B,T,(Hq+2Hkv)*D) through strided (B,H,T,D) descriptors (K as the
  * transposed (B,Hkv,D,T) view); dQ, dK, dV are written the same way into a
  * packed dqkv. O and dO are (B,T,Hq*D); Stats is our lse (B,Hq,T): cuDNN's
- * statistics are exactly our convention, so it is written and read in place.
+ * statistics are exactly our convention, so lse is copied as it is (through
+ * a 16-byte aligned buffer: a layer's lse inside the model's saved
+ * activations need not be).
  *
  * Precision: cuDNN's flash kernels take bf16 (or fp16) operands with fp32
  * accumulation and fp32 statistics. The backend is fp32, so q, k, v (and
@@ -791,9 +793,10 @@ int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int 
 	if (!g)
 		return 0;
 	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
+	const size_t nrows = (size_t)B * Hq * T;
 	size_t at = 0;
 	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
-	const size_t o_ws = piece(&at, (size_t)g->ws);
+	const size_t o_stats = piece(&at, nrows * 4), o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
 	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
 
@@ -802,9 +805,10 @@ int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int 
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
 			       UID_WINDOW};
 	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
-			     lse, &scale, &neg_inf, &win};
+			     base + o_stats, &scale, &neg_inf, &win};
 	execute(g, has_window(&s) ? 8 : 7, uid, ptr, base + o_ws, "cuDNN attention forward");
 	to_f32(out, out16, nout);
+	PP_CUDA_CHECK(cudaMemcpyAsync(lse, base + o_stats, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	return 1;
 }
 
@@ -820,7 +824,8 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	size_t at = 0;
 	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
 	const size_t o_dout = piece(&at, nout * 2), o_dqkv = piece(&at, nqkv * 2);
-	const size_t o_sum = piece(&at, nrows * 4), o_acc = piece(&at, nout * 4);
+	const size_t o_stats = piece(&at, nrows * 4), o_sum = piece(&at, nrows * 4);
+	const size_t o_acc = piece(&at, nout * 4);
 	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
 	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
@@ -830,6 +835,7 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	to_bf16(qkv16, qkv, nqkv);
 	to_bf16(out16, out, nout);
 	to_bf16(dout16, dout, nout);
+	PP_CUDA_CHECK(cudaMemcpyAsync(base + o_stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
 	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, one = 1, win = (float)window;
@@ -837,7 +843,7 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
 			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
 			       UID_ONE, UID_WINDOW};
-	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, (void *)lse, dqkv16,
+	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, base + o_stats, dqkv16,
 			     dqkv16 + k_at, dqkv16 + v_at, base + o_sum, base + o_acc, &scale,
 			     &neg_inf, &one, &win};
 	execute(g, has_window(&s) ? 15 : 14, uid, ptr, base + o_ws, "cuDNN attention backward");
