@@ -15,7 +15,7 @@ B       := build
 LIBSRC  := $(wildcard libcommon/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 
 # The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
-# the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt and
+# the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt, cuDNN and
 # NCCL, but touch no GPU until device=cuda is asked for, so they also start on
 # machines without one. The F64 test build never includes CUDA.
 CUDA    ?= 1
@@ -26,7 +26,7 @@ CUDA_HOME   ?= $(patsubst %/bin/,%,$(dir $(realpath $(NVCC))))
 CUSRC       := $(wildcard kernels/cuda/*.cu)
 # -DPP_CUDA for the fp32 objects only (cmd/, tests/ and the library)
 CUDA_CFLAGS := -DPP_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lstdc++
 NVFLAGS     ?= -O3
 NVFLAGS     += -std=c++17 -g -lineinfo -DPP_CUDA \
 	       -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \

@@ -46,6 +46,12 @@ typedef struct pp_ops {
 	 * Any of dinp, dw, dbias may be NULL. */
 	void (*matmul_bwd)(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
 			   const pp_real *inp, const pp_real *w, int N, int C, int OC);
+	/* A linear layer and the GELU (tanh) after it: pre (N,OC) = inp (N,C) @
+	 * w (OC,C)^T + bias (OC), out (N,OC) = gelu(pre); pre is kept for
+	 * gelu_bwd. bias may be NULL. The same numbers as matmul_fwd, then
+	 * gelu_fwd (one fused product where the backend can). */
+	void (*matmul_gelu_fwd)(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
+				const pp_real *bias, int N, int C, int OC);
 
 	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T).
 	 * A token below 0 lies in another rank's vocabulary shard: its row is
@@ -173,6 +179,20 @@ extern const pp_ops pp_ops_cuda;
  * CUDA before this call: binaries linked with the backend start on machines
  * without a GPU. */
 int pp_cuda_init(int device, pp_err *e);
+
+/* Attention on the CUDA backend. pp_cuda_init reads PP_CUDA_ATTENTION:
+ * plain (the default) runs the fp32 flash-style kernels; cudnn runs cuDNN's
+ * fused flash attention (cuDNN 9), which rounds q, k, v, out and dout to
+ * bf16 and keeps fp32 statistics (lse): results move by about 1e-2
+ * relative, dq is not bitwise reproducible, and a shape cuDNN does not take
+ * falls back to the plain kernels (reported once on stderr).
+ * pp_cuda_set_attention switches after pp_cuda_init (tests). */
+enum { PP_CUDA_ATTENTION_PLAIN = 0, PP_CUDA_ATTENTION_CUDNN = 1 };
+void pp_cuda_set_attention(int mode);
+/* 1 when cuDNN takes attention of this shape forward and backward (their
+ * plans are then built and cached); else 0 with the reason in why. */
+int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
+				  size_t n);
 #endif
 
 /* The table for "cpu" or "cuda"; NULL if that backend is not built in. */

@@ -559,11 +559,12 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	o->add(t->mid, t->mid, t->x, (size_t)N * C);
 
 	norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
-	o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, gelu ? F : 2 * F);
-	if (gelu)
-		o->gelu_fwd(t->act, t->up, (size_t)N * F);
-	else
+	if (gelu) {
+		o->matmul_gelu_fwd(t->act, t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
+	} else {
+		o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, 2 * F);
 		o->glu_fwd(t->act, t->up, N, F, act_kind(m));
+	}
 	o->matmul_fwd(t->out, t->act, W(s, li->down_w), W0(s, li->down_b), N, F, C);
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
 		return rc;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA build, checked on any machine (no GPU needed): kernels/cuda is
 # compiled for sm_80 and sm_90 into the library, the tools link the CUDA
-# runtime and cuBLASLt (never the driver library), they start without a GPU
+# runtime, cuBLASLt and cuDNN (never the driver library), they start without a GPU
 # and device=cuda then fails with a clear message, and the CPU-only builds
 # (make CUDA=0, the F64 test library) hold no CUDA. Every check is one
 # counted SKIP when nvcc is absent, or when build/ is a CUDA=0 build.
@@ -12,8 +12,8 @@ tiny="model=llama-tiny data=synthetic global_batch=8 microbatch=4 seq_len=32 ste
 # device=cuda without a usable GPU: usage error (2) with the CUDA error named
 no_gpu='device=cuda: no usable CUDA device: .*\(CUDA error [0-9]+\)'
 
-checks=(archs_sm80_sm90 library_holds_kernels links_cudart_cublaslt no_driver_library
-	starts_without_gpu no_gpu_message no_gpu_hidden_devices pp_init_no_gpu tool_no_gpu
+checks=(archs_sm80_sm90 library_holds_kernels links_cudart_cublaslt_cudnn no_driver_library
+	starts_without_gpu no_gpu_message no_gpu_hidden_devices bad_attention_env pp_init_no_gpu tool_no_gpu
 	make_cuda0_cpu_only f64_cpu_only)
 skip_all() {
 	local c
@@ -72,8 +72,11 @@ check cuda_build/library_holds_kernels test "$n" -eq ${#srcs[@]}
 
 # --- linking ----------------------------------------------------------------------
 libs=$(ldd $B/bin/pp-train 2>&1)
-links_cuda() { grep -q 'libcudart\.so' <<<"$libs" && grep -q 'libcublasLt\.so' <<<"$libs"; }
-check cuda_build/links_cudart_cublaslt links_cuda
+links_cuda() {
+	grep -q 'libcudart\.so' <<<"$libs" && grep -q 'libcublasLt\.so' <<<"$libs" &&
+		grep -q 'libcudnn\.so' <<<"$libs"
+}
+check cuda_build/links_cudart_cublaslt_cudnn links_cuda
 # the driver library is the GPU machine's, never linked: against its stub a
 # program would not even start here
 no_driver() { ! grep -q 'libcuda\.so' <<<"$libs"; }
@@ -90,6 +93,10 @@ fi
 # with every device hidden the same path runs on a GPU machine too
 expect_fail cuda_build/no_gpu_hidden_devices 2 "$no_gpu" \
 	env CUDA_VISIBLE_DEVICES=-1 pp-train $tiny device=cuda run_dir=$T/hidden
+# PP_CUDA_ATTENTION is read before any GPU is looked for: a wrong value is a
+# usage error on any machine
+expect_fail cuda_build/bad_attention_env 2 'PP_CUDA_ATTENTION=flash: expected cudnn .* or plain' \
+	env PP_CUDA_ATTENTION=flash pp-train $tiny device=cuda run_dir=$T/att
 init_no_gpu() {
 	local err rc
 	err=$(CUDA_VISIBLE_DEVICES=-1 pp-init $tiny device=cuda -o $T/init 2>&1 >/dev/null)

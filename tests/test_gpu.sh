@@ -8,6 +8,9 @@
 #     biases, GELU; mistral: sliding window; gemma: norm offset, GeGLU,
 #     embedding scale): every step's loss within 1e-4 relative (fp32 on
 #     both; thread-count changes on the CPU alone move these losses by 1e-8);
+#   - cuDNN attention (PP_CUDA_ATTENTION=cudnn, bf16 inside): 20 llama
+#     steps at seq_len 128 against device=cpu, every step's loss within
+#     1e-2 relative; cuDNN must have taken the shape (no fallback line);
 #   - a bitwise resume on the GPU: 20 steps in one go, and the same run
 #     resumed from its step-10 checkpoint, give identical losses and
 #     checkpoints (deterministic kernels).
@@ -20,7 +23,7 @@ dev=${PP_TEST_GPU_DEVICE:-cuda}
 families=(llama gpt mistral gemma)
 checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
-checks+=(resume_bitwise)
+checks+=(llama_cudnn_vs_cpu resume_bitwise)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -66,6 +69,29 @@ for f in "${families[@]}"; do
 		"$dev $(losses $T/$f-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
 	check gpu/${f}_cuda_vs_cpu awk -v d="$d" 'BEGIN { exit !(d <= 1e-4) }'
 done
+
+# --- cuDNN attention against device=cpu ------------------------------------------------------
+# bf16 attention moves the losses by far more than fp32 reordering does, so
+# the bound is 1e-2; a shape cuDNN rejected would run the fp32 kernels and
+# prove nothing, so its fallback line fails the check
+crun="model=llama-tiny ${run/seq_len=32/seq_len=128}"
+cudnn_ok() {
+	pp-train $crun device=cpu run_dir=$T/cudnn-cpu --quiet 2>$T/cudnn-cpu.log ||
+		{ tail -n 3 $T/cudnn-cpu.log; return 1; }
+	PP_CUDA_ATTENTION=cudnn pp-train $crun device=$dev run_dir=$T/cudnn-dev --quiet \
+		2>$T/cudnn-dev.log || { tail -n 3 $T/cudnn-dev.log; return 1; }
+	if grep 'cuDNN attention' $T/cudnn-dev.log; then
+		echo "cuDNN did not take the shape"
+		return 1
+	fi
+	local d
+	d=$(loss_diff $T/cudnn-cpu $T/cudnn-dev)
+	echo "llama-tiny cudnn attention: 20 steps at seq_len 128, loss at step 20:" \
+		"cpu $(losses $T/cudnn-cpu | tail -n 1 | cut -d' ' -f2)," \
+		"$dev $(losses $T/cudnn-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
+	awk -v d="$d" 'BEGIN { exit !(d <= 1e-2) }'
+}
+check gpu/llama_cudnn_vs_cpu cudnn_ok
 
 # --- bitwise resume on the GPU -----------------------------------------------------------
 # The reference runs 20 steps saving at 10 and 20; the other run starts from

@@ -585,6 +585,39 @@ static void test_gelu(void)
 	case_free(c);
 }
 
+/* The linear layer with its GELU: pre against the naive product (plus
+ * bias), out against the GELU of it; both are overwritten (they start
+ * random). */
+static void test_matmul_gelu(int bias)
+{
+	const int N = 5, C = 7, OC = 6;
+	const size_t n = (size_t)N * OC;
+	pp_real *inp = rnd_buf((size_t)N * C, 1), *w = rnd_buf((size_t)OC * C, 1);
+	pp_real *b = bias ? rnd_buf(OC, 1) : NULL;
+	pp_real *out = rnd_buf(n, 1), *pre = rnd_buf(n, 1);
+	pp_real *want_pre = malloc(sizeof(pp_real) * n), *want_out = malloc(sizeof(pp_real) * n);
+	for (int r = 0; r < N; r++)
+		for (int o = 0; o < OC; o++) {
+			double s = bias ? b[o] : 0;
+			for (int k = 0; k < C; k++)
+				s += inp[r * C + k] * w[o * C + k];
+			want_pre[r * OC + o] = s;
+			want_out[r * OC + o] = ref_act(s, PP_ACT_GELU_TANH);
+		}
+	ops->matmul_gelu_fwd(out, pre, inp, w, b, N, C, OC);
+	check_close(bias ? "ops/matmul_gelu_fwd_bias_pre" : "ops/matmul_gelu_fwd_pre", pre, want_pre,
+		    n, FWD_TOL);
+	check_close(bias ? "ops/matmul_gelu_fwd_bias_out" : "ops/matmul_gelu_fwd_out", out, want_out,
+		    n, FWD_TOL);
+	free(inp);
+	free(w);
+	free(b);
+	free(out);
+	free(pre);
+	free(want_pre);
+	free(want_out);
+}
+
 /* ---- loss ---- */
 
 /* out = losses (N); dout is filled with dscale, so that the finite
@@ -882,6 +915,8 @@ int main(void)
 	test_glu(PP_ACT_SILU, "ops/glu_fwd_silu", "ops/glu_bwd_silu");
 	test_glu(PP_ACT_GELU_TANH, "ops/glu_fwd_gelu", "ops/glu_bwd_gelu");
 	test_gelu();
+	test_matmul_gelu(0);
+	test_matmul_gelu(1);
 	test_crossentropy();
 	test_crossentropy_split();
 	test_adamw();

@@ -13,6 +13,11 @@
  *   determinism  the GPU runs every op twice on the same inputs: the
  *              outputs must be bitwise equal (the second run is timed; the
  *              first also loads the kernels).
+ *   cudnn      attention through cuDNN (PP_CUDA_ATTENTION=cudnn) is checked
+ *              against the same CPU attention at a bf16 bound, 1e-2; its dq
+ *              accumulates with atomics, so its backward is not asked to be
+ *              bitwise repeatable. A shape cuDNN does not take is one
+ *              counted SKIP line with cuDNN's reason.
  *
  * One PASS:/FAIL: line per check, then a table (op, shape, max rel err, CPU
  * ms, GPU ms). The seed is printed; PP_CHECK_SEED=N repeats a run,
@@ -52,6 +57,7 @@ typedef struct {
 	size_t n;
 	int role, kind;
 	double scale; /* F32: uniform in [-scale, scale) */
+	double tol;   /* bound on this output's error; 0: the global one */
 } tensor;
 
 struct check;
@@ -69,10 +75,12 @@ typedef struct check {
 	int a[10];   /* sizes and flags, per op */
 	float f[6];  /* scalars, per op */
 	int vocab;   /* token and target range */
+	int attention; /* PP_CUDA_ATTENTION_* for the GPU runs */
+	int nondet;    /* outputs may differ between two GPU runs */
 } check;
 
 static double tol = 1e-5;
-static int failed, passed;
+static int failed, passed, skipped;
 static const char *only; /* PP_CHECK_ONLY: the ops whose name contains it */
 
 static int selected(const char *op)
@@ -222,6 +230,7 @@ static void run_check(check *c)
 	c->run(&pp_ops_cpu, cpu, c);
 	double cpu_ms = now_ms() - t0, gpu_ms = 0;
 
+	pp_cuda_set_attention(c->attention);
 	for (int rep = 0; rep < 2; rep++) {
 		for (int i = 0; i < c->nt; i++) {
 			dev[i] = pp_ops_cuda.alloc(bytes_of(&c->t[i]));
@@ -241,6 +250,7 @@ static void run_check(check *c)
 			pp_ops_cuda.free(dev[i]);
 		}
 	}
+	pp_cuda_set_attention(PP_CUDA_ATTENTION_PLAIN);
 
 	double worst = 0;
 	char why[256] = "";
@@ -252,13 +262,14 @@ static void run_check(check *c)
 				snprintf(why, sizeof why, "input %s was modified", t->name);
 			continue;
 		}
-		if (memcmp(got[0][i], got[1][i], b) && !why[0])
+		if (!c->nondet && memcmp(got[0][i], got[1][i], b) && !why[0])
 			snprintf(why, sizeof why, "%s differs between two runs on the same inputs",
 				 t->name);
 		double err = is_real(t) ? rel_err(cpu[i], got[1][i], t->n)
 					: (memcmp(cpu[i], got[1][i], b) ? INFINITY : 0);
-		if (err > tol && !why[0])
-			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err, tol);
+		const double bound = t->tol > 0 ? t->tol : tol;
+		if (err > bound && !why[0])
+			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err, bound);
 		worst = err > worst ? err : worst;
 	}
 	report(c->op, c->shape, !why[0], worst, cpu_ms, gpu_ms, why);
@@ -272,7 +283,9 @@ static void run_check(check *c)
 
 #define P(i) ((pp_real *)p[i])
 #define I(i) ((int *)p[i])
-#define TS(...) ((tensor){__VA_ARGS__})
+#define TS(...) ((tensor){__VA_ARGS__, 0})
+/* the same with its own error bound */
+#define TSB(...) ((tensor){__VA_ARGS__})
 
 /* ---- memory ------------------------------------------------------------------ */
 
@@ -350,6 +363,27 @@ static void check_matmul(int N, int C, int OC, int bias, int dinp)
 	if (!dinp)
 		d.t[0].role = INOUT; /* untouched: stays as it was */
 	run_check(&d);
+}
+
+static void r_matmul_gelu_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->matmul_gelu_fwd(P(0), P(1), P(2), P(3), c->a[3] ? P(4) : NULL, c->a[0], c->a[1], c->a[2]);
+}
+
+/* OC a multiple of 8 takes cuBLASLt's GELU epilogue, others the fallback.
+ * The epilogue may evaluate tanh with the hardware approximation (about
+ * 2^-11 relative): out gets 1e-3, pre the usual bound. */
+static void check_matmul_gelu(int N, int C, int OC, int bias)
+{
+	check c = {.op = "matmul_gelu_fwd", .run = r_matmul_gelu_fwd, .nt = 5,
+		   .a = {N, C, OC, bias}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d%s", N, C, OC, bias ? " bias" : "");
+	c.t[0] = TSB("out", (size_t)N * OC, OUT, F32, 1, 1e-3);
+	c.t[1] = TS("pre", (size_t)N * OC, OUT, F32, 1);
+	c.t[2] = TS("inp", (size_t)N * C, IN, F32, 1);
+	c.t[3] = TS("w", (size_t)OC * C, IN, F32, 0.1);
+	c.t[4] = TS("bias", (size_t)OC, IN, F32, 1);
+	run_check(&c);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
@@ -581,6 +615,42 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 	run_check(&d);
 }
 
+/* The same checks with cuDNN's attention, at the bf16 bound; a shape cuDNN
+ * rejects is a counted skip */
+static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int window)
+{
+	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
+	const size_t nlse = (size_t)B * Hq * T;
+	const double bf16 = 1e-2;
+	check c = {.op = "cudnn_attention_fwd", .run = r_attention_fwd, .nt = 3,
+		   .a = {B, T, Hq, Hkv, D, window}, .attention = PP_CUDA_ATTENTION_CUDNN};
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
+		 window);
+	if (!selected(c.op))
+		return;
+	char why[300];
+	if (!pp_cuda_cudnn_attention_check(B, T, Hq, Hkv, D, window, why, sizeof why)) {
+		printf("SKIP: cuda/cudnn_attention[%s]: cuDNN does not take it: %s\n", c.shape, why);
+		skipped++;
+		return;
+	}
+	c.t[0] = TSB("out", nout, OUT, F32, 1, bf16);
+	c.t[1] = TSB("lse", nlse, OUT, F32, 1, bf16);
+	c.t[2] = TS("qkv", nqkv, IN, F32, 2);
+	run_check(&c);
+
+	check d = {.op = "cudnn_attention_bwd", .run = r_attention_bwd, .prep = prep_attention,
+		   .nt = 5, .a = {B, T, Hq, Hkv, D, window}, .attention = PP_CUDA_ATTENTION_CUDNN,
+		   .nondet = 1};
+	memcpy(d.shape, c.shape, sizeof d.shape);
+	d.t[0] = TSB("dqkv", nqkv, OUT, F32, 1, bf16);
+	d.t[1] = TS("dout", nout, IN, F32, 1);
+	d.t[2] = TS("out", nout, IN, F32, 1);
+	d.t[3] = TS("lse", nlse, IN, F32, 1);
+	d.t[4] = TS("qkv", nqkv, IN, F32, 2);
+	run_check(&d);
+}
+
 /* ---- mlp --------------------------------------------------------------------------- */
 
 static void r_glu_fwd(const pp_ops *o, void *const *p, const check *c)
@@ -804,6 +874,9 @@ int main(void)
 	check_matmul(256, 192, 576, 1, 1);
 	check_matmul(256, 192, 576, 0, 0);
 	check_matmul(100, 77, 33, 1, 1);
+	check_matmul_gelu(256, 192, 768, 1);
+	check_matmul_gelu(256, 192, 768, 0);
+	check_matmul_gelu(100, 77, 33, 1);
 	check_embed(2, 64, 96, 500, 0, 1, 1.0f);
 	check_embed(3, 50, 70, 300, 7, 0, 8.3666f);
 	check_norms(256, 192, 0);
@@ -818,6 +891,14 @@ int main(void)
 	check_attention(1, 1, 2, 1, 16, 0);
 	check_attention(2, 17, 4, 4, 48, 1);
 	check_attention(1, 512, 8, 2, 64, 0);
+	check_attention_cudnn(2, 100, 4, 2, 32, 0);
+	check_attention_cudnn(1, 130, 4, 1, 64, 48);
+	check_attention_cudnn(2, 70, 2, 2, 128, 0);
+	check_attention_cudnn(1, 256, 8, 2, 128, 64);
+	check_attention_cudnn(1, 512, 8, 2, 64, 0);
+	check_attention_cudnn(2, 32, 4, 2, 16, 4);
+	check_attention_cudnn(1, 1, 2, 1, 16, 0);
+	check_attention_cudnn(1, 33, 3, 1, 20, 7); /* head dim 20: cuDNN wants multiples of 8 */
 	/* one token (several key splits of 256), a prefill, a window, GQA and MQA */
 	check_decode(1, 1, 32, 8, 128, 1024, 700, 0);
 	check_decode(2, 1, 4, 2, 64, 300, 299, 0);
@@ -839,7 +920,7 @@ int main(void)
 		printf("%-15s %-44s %12.3g %9.3f %9.3f%s\n", r->op, r->shape, r->err, r->cpu_ms,
 		       r->gpu_ms, r->ok ? "" : "  FAIL");
 	}
-	printf("%d passed, %d failed\n", passed, failed);
+	printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
 	return failed ? 1 : 0;
 }
 

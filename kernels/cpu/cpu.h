@@ -178,6 +178,8 @@ void pp_cpu_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kc
 void pp_cpu_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);
 void pp_cpu_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
 void pp_cpu_gelu_fwd(pp_real *out, const pp_real *x, size_t n);
+void pp_cpu_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
+			    const pp_real *bias, int N, int C, int OC);
 void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
 
 /* loss.c */

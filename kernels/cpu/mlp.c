@@ -107,3 +107,11 @@ void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t 
 		act_bwd_span(dx + i, NULL, dout + i, x + i, NULL, n - i < SPAN ? n - i : SPAN,
 			     PP_ACT_GELU_TANH);
 }
+
+/* pre (N,OC) = inp (N,C) @ w (OC,C)^T + bias; out (N,OC) = gelu(pre) */
+void pp_cpu_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
+			    const pp_real *bias, int N, int C, int OC)
+{
+	pp_cpu_matmul_fwd(pre, inp, w, bias, N, C, OC);
+	pp_cpu_gelu_fwd(out, pre, (size_t)N * OC);
+}

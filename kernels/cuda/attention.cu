@@ -418,6 +418,9 @@ void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B
 	if (B <= 0 || T <= 0 || Hq <= 0)
 		return;
 	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	if (pp_cuda.attention == PP_CUDA_ATTENTION_CUDNN &&
+	    pp_cuda_sdpa_fwd(out, lse, qkv, B, T, Hq, Hkv, D, window))
+		return;
 	ATT_DISPATCH(D, fwd_launch, out, lse, qkv, a);
 }
 
@@ -429,6 +432,9 @@ void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *ou
 	if (B <= 0 || T <= 0 || Hq <= 0)
 		return;
 	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	if (pp_cuda.attention == PP_CUDA_ATTENTION_CUDNN &&
+	    pp_cuda_sdpa_bwd(dqkv, dout, out, lse, qkv, B, T, Hq, Hkv, D, window))
+		return;
 	const size_t n = (size_t)B * Hq * T;
 	float *delta = (float *)pp_cuda_scratch(sizeof(float) * n);
 	attention_delta_kernel<<<pp_cuda_blocks(n, 256), 256>>>(delta, dout, out, a);

@@ -7,7 +7,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_PLAIN, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -107,6 +107,11 @@ static int env_flag(const char *name)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
+void pp_cuda_set_attention(int mode)
+{
+	pp_cuda.attention = mode == PP_CUDA_ATTENTION_CUDNN ? mode : PP_CUDA_ATTENTION_PLAIN;
+}
+
 int pp_cuda_init(int device, pp_err *e)
 {
 	if (ready) {
@@ -116,6 +121,16 @@ int pp_cuda_init(int device, pp_err *e)
 				 "device=cuda: this process already drives GPU %d (asked for GPU %d): "
 				 "one process, one GPU",
 				 pp_cuda.device, device);
+	}
+	const char *att = getenv("PP_CUDA_ATTENTION");
+	int attention = PP_CUDA_ATTENTION_PLAIN;
+	if (att && *att && strcmp(att, "plain") != 0) {
+		if (strcmp(att, "cudnn") != 0)
+			return pp_errorf(e, PP_EUSAGE,
+					 "PP_CUDA_ATTENTION=%s: expected cudnn (cuDNN flash attention, "
+					 "bf16) or plain (the fp32 kernels, the default)",
+					 att);
+		attention = PP_CUDA_ATTENTION_CUDNN;
 	}
 	int n = 0;
 	cudaError_t q = cudaGetDeviceCount(&n);
@@ -167,6 +182,7 @@ int pp_cuda_init(int device, pp_err *e)
 	pp_cuda.device = device;
 	pp_cuda.workspace_bytes = WORKSPACE_BYTES;
 	pp_cuda.tf32 = env_flag("PP_CUDA_TF32");
+	pp_cuda.attention = attention;
 	pp_cuda.sync = env_flag("PP_CUDA_SYNC");
 	pp_cuda.num_sms = prop.multiProcessorCount;
 	pp_cuda.smem_optin = prop.sharedMemPerBlockOptin;
@@ -185,6 +201,7 @@ const pp_ops pp_ops_cuda = {
 	.zero = pp_cuda_zero,
 	.matmul_fwd = pp_cuda_matmul_fwd,
 	.matmul_bwd = pp_cuda_matmul_bwd,
+	.matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd,
 	.embed_fwd = pp_cuda_embed_fwd,
 	.embed_bwd = pp_cuda_embed_bwd,
 	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd,

@@ -13,6 +13,11 @@
  *
  * Numerics: fp32 in and out. Matrix products run in exact fp32 on cuBLASLt
  * (CUBLAS_COMPUTE_32F) unless PP_CUDA_TF32=1 asks for TF32 tensor cores.
+ * Attention runs on the fp32 kernels of attention.cu unless
+ * PP_CUDA_ATTENTION=cudnn asks for cuDNN's fused flash attention
+ * (sdpa_cudnn.cu), which computes in bf16 with fp32 statistics: about 1e-2
+ * relative from the fp32 result, and its dq is not bitwise reproducible.
+ * Shapes cuDNN does not take fall back to the fp32 kernels.
  * Row statistics (norms, log-sum-exp, sum of squares) accumulate in double,
  * as the CPU backend does.
  *
@@ -82,6 +87,7 @@ typedef struct {
 	void *workspace; /* cuBLASLt workspace */
 	size_t workspace_bytes;
 	int tf32;          /* PP_CUDA_TF32=1: matrix products on TF32 tensor cores */
+	int attention;     /* PP_CUDA_ATTENTION: PP_CUDA_ATTENTION_PLAIN or _CUDNN */
 	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
 	int num_sms;       /* multiprocessors */
 	size_t smem_optin; /* the most dynamic shared memory a block may ask for */
@@ -174,6 +180,10 @@ void pp_cuda_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, cons
 			int N, int C, int OC);
 void pp_cuda_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
 			const pp_real *inp, const pp_real *w, int N, int C, int OC);
+/* pre (N,OC) = inp @ w^T + bias, out = gelu(pre): one product with cuBLASLt's
+ * GELU_AUX(_BIAS) epilogue where it applies, else matmul then gelu */
+void pp_cuda_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
+			     const pp_real *bias, int N, int C, int OC);
 /* Column sums over the N rows of (N,C) matrices, for dbias and the norms'
  * weight gradients; one thread owns each column's sum (no atomics).
  * dst (C) += sum_n src[n] */
@@ -213,6 +223,15 @@ void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B
 void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
 			   const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
 			   int D, int window);
+
+/* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside). They
+ * return 1 when cuDNN ran it, 0 when cuDNN does not take the shape (decided
+ * once per shape, reported once on stderr): the caller then runs the plain
+ * kernels. */
+int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+		     int D, int window);
+int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
+		     const pp_real *qkv, int B, int T, int Hq, int Hkv, int D, int window);
 
 /* mlp.cu */
 void pp_cuda_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);

@@ -13,7 +13,9 @@
 #define ROWS 16
 
 /* D (m,n) = alpha * op(A) @ op(B) + beta * D, column-major, fp32; with bias
- * (m), D += bias broadcast over the columns (the cuBLASLt bias epilogue). */
+ * (m), D += bias broadcast over the columns (the cuBLASLt bias epilogue).
+ * With aux (the GELU epilogue): aux (m,n), leading dimension ldd, receives
+ * the product (plus bias) and D its GELU. */
 typedef struct {
 	int transa, transb, m, n, k;
 	const float *A;
@@ -24,7 +26,11 @@ typedef struct {
 	float *D;
 	int ldd;
 	const float *bias;
+	float *aux;
 } gemm_args;
+
+/* the epilogues lt_matmul asks cuBLASLt for */
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU = 2 };
 
 /* the largest power of two, at most 256, that divides p's address: what
  * cuBLASLt may assume about it */
@@ -48,9 +54,9 @@ __global__ void add_bias_kernel(float *out, const float *bias, int rows, int col
 	}
 }
 
-/* One cuBLASLt product; returns 0 when cuBLASLt has no algorithm for it
- * (only asked with the bias epilogue, which then falls back). */
-static int lt_matmul(const gemm_args *g, int with_bias)
+/* One cuBLASLt product with epilogue epi; returns 0 when cuBLASLt has no
+ * algorithm for it (only asked with an epilogue, which then falls back). */
+static int lt_matmul(const gemm_args *g, int epi)
 {
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, ld;
@@ -62,15 +68,28 @@ static int lt_matmul(const gemm_args *g, int with_bias)
 	PP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
 	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
 	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-	if (with_bias) {
-		const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-		const cudaDataType_t bt = CUDA_R_32F;
+	if (epi != EPI_NONE) {
+		const cublasLtEpilogue_t e =
+			epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
+			: g->bias	? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+					: CUBLASLT_EPILOGUE_GELU_AUX;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-							       &epi, sizeof epi));
+							       &e, sizeof e));
+	}
+	if (epi != EPI_NONE && g->bias) {
+		const cudaDataType_t bt = CUDA_R_32F;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 							       &g->bias, sizeof g->bias));
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+	}
+	if (epi == EPI_GELU) {
+		/* the GELU input, laid out as D; its type defaults to D's (fp32) */
+		const int64_t ld = g->ldd;
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+							       &ld, sizeof ld));
 	}
 	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, g->transa ? g->k : g->m,
 						   g->transa ? g->m : g->k, g->lda));
@@ -114,7 +133,7 @@ static int lt_matmul(const gemm_args *g, int with_bias)
 	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
 	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
 	PP_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
-	if (!ok && !with_bias) {
+	if (!ok && epi == EPI_NONE) {
 		char why[160];
 		snprintf(why, sizeof why, "no cuBLASLt algorithm for m=%d n=%d k=%d (%s%s)", g->m,
 			 g->n, g->k, g->transa ? "T" : "N", g->transb ? "T" : "N");
@@ -134,12 +153,12 @@ static void gemm(const gemm_args *g)
 			for (int c = 0; c < g->n; c++)
 				PP_CUDA_CHECK(cudaMemset(g->D + (size_t)c * g->ldd, 0,
 							 sizeof(float) * g->m));
-	} else if (g->bias && alignment(g->bias) >= 16 && lt_matmul(g, 1)) {
+	} else if (g->bias && alignment(g->bias) >= 16 && lt_matmul(g, EPI_BIAS)) {
 		/* the epilogue only for a 16-byte aligned bias: cuBLASLt takes no
 		 * alignment preference for it, so play safe; else the kernel below */
 		return;
 	} else {
-		lt_matmul(g, 0);
+		lt_matmul(g, EPI_NONE);
 	}
 	if (g->bias) {
 		size_t n = (size_t)g->m * g->n;
@@ -154,8 +173,28 @@ void pp_cuda_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, cons
 			int N, int C, int OC)
 {
 	gemm_args g = {.transa = 1, .transb = 0, .m = OC, .n = N, .k = C, .A = w, .lda = C,
-		       .B = inp, .ldb = C, .beta = 0, .D = out, .ldd = OC, .bias = bias};
+		       .B = inp, .ldb = C, .beta = 0, .D = out, .ldd = OC, .bias = bias, .aux = NULL};
 	gemm(&g);
+}
+
+/* pre (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); out (N,OC) = gelu(pre).
+ * cuBLASLt's GELU_AUX(_BIAS) epilogue writes both in one product. It wants
+ * the GELU input's leading dimension (OC) divisible by 8; the pointers are
+ * asked 16-byte aligned, as for the bias epilogue. Otherwise, or when
+ * cuBLASLt has no algorithm, the product and then the GELU kernel. */
+void pp_cuda_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
+			     const pp_real *bias, int N, int C, int OC)
+{
+	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
+	if (N <= 0 || OC <= 0)
+		return;
+	gemm_args g = {.transa = 1, .transb = 0, .m = OC, .n = N, .k = C, .A = w, .lda = C,
+		       .B = inp, .ldb = C, .beta = 0, .D = out, .ldd = OC, .bias = bias, .aux = pre};
+	if (C > 0 && OC % 8 == 0 && alignment(pre) >= 16 && alignment(out) >= 16 &&
+	    (!bias || alignment(bias) >= 16) && lt_matmul(&g, EPI_GELU))
+		return;
+	pp_cuda_matmul_fwd(pre, inp, w, bias, N, C, OC);
+	pp_cuda_gelu_fwd(out, pre, (size_t)N * OC);
 }
 
 enum { COLSUM_PLAIN = 0, COLSUM_RMS = 1, COLSUM_LN = 2 };
@@ -217,13 +256,13 @@ void pp_cuda_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_rea
 	if (dinp) {
 		/* column-major dinp^T (C,N) = w^T (C,OC) @ dout^T (OC,N) */
 		gemm_args g = {.transa = 0, .transb = 0, .m = C, .n = N, .k = OC, .A = w, .lda = C,
-			       .B = dout, .ldb = OC, .beta = 0, .D = dinp, .ldd = C, .bias = NULL};
+			       .B = dout, .ldb = OC, .beta = 0, .D = dinp, .ldd = C, .bias = NULL, .aux = NULL};
 		gemm(&g);
 	}
 	if (dw) {
 		/* column-major dw^T (C,OC) += inp^T (C,N) @ dout (N,OC) */
 		gemm_args g = {.transa = 0, .transb = 1, .m = C, .n = OC, .k = N, .A = inp, .lda = C,
-			       .B = dout, .ldb = OC, .beta = 1, .D = dw, .ldd = C, .bias = NULL};
+			       .B = dout, .ldb = OC, .beta = 1, .D = dw, .ldd = C, .bias = NULL, .aux = NULL};
 		gemm(&g);
 	}
 	if (dbias)

@@ -1,0 +1,862 @@
+/* Causal attention through cuDNN's fused flash attention (SDPA), built with
+ * the cuDNN 9 backend API: tensor and operation descriptors, an operation
+ * graph, engine heuristics, an execution plan, a variant pack.
+ *
+ * The graph is the pattern that cuDNN's runtime fusion engines recognise as
+ * scaled dot-product attention (cuDNN 9.0 and later, sm_80 and newer):
+ *
+ *   forward   S = Q @ K^T (fp32), S *= scale, causal mask (row >= col),
+ *             sliding-window mask (col + window > row), softmax with its
+ *             statistics (max, sub, exp, sum, log, add: Stats = max +
+ *             log(sum exp(S - max)), natural log of the scaled, masked
+ *             scores), P = exp / sum, O = P @ V.
+ *   backward  softmax_sum = rowsum(dO * O); P = exp(scale Q K^T - Stats)
+ *             masked; dV = P^T @ dO; dS = P * (dO @ V^T - softmax_sum) *
+ *             scale; dK = dS^T @ Q; dQ = dS @ K through an fp32 accumulator.
+ *             Grouped kv heads: dK, dV are formed per query head and summed
+ *             over each group by a reduction.
+ *
+ * cuDNN's dedicated SDPA operations (CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD)
+ * take no causal or band mask before cuDNN 9.21, so this file uses the
+ * pattern. Masks are the pre-9.21 pointwise form: generated row and column
+ * indices, a comparison, a binary select of -inf.
+ *
+ * Layouts: Q, K, V are read in place from the packed rows of qkv
+ * (B,T,(Hq+2Hkv)*D) through strided (B,H,T,D) descriptors (K as the
+ * transposed (B,Hkv,D,T) view); dQ, dK, dV are written the same way into a
+ * packed dqkv. O and dO are (B,T,Hq*D); Stats is our lse (B,Hq,T): cuDNN's
+ * statistics are exactly our convention, so lse is copied as it is (through
+ * a 16-byte aligned buffer: a layer's lse inside the model's saved
+ * activations need not be).
+ *
+ * Precision: cuDNN's flash kernels take bf16 (or fp16) operands with fp32
+ * accumulation and fp32 statistics. The backend is fp32, so q, k, v (and
+ * out, dout in the backward) are rounded to bf16 on the way in and the
+ * results widened to fp32 on the way out: results agree with the fp32
+ * kernels to about 1e-2 relative, and the backward's dQ accumulation uses
+ * atomics inside cuDNN, so dq is not bitwise reproducible. Hence
+ * PP_CUDA_ATTENTION=plain is the default.
+ *
+ * Fallback: a shape (B,T,Hq,Hkv,D,window) cuDNN rejects (version too old,
+ * head dim, no engine, a failed finalize) is decided once per direction,
+ * cached and reported once on stderr; the caller then runs the plain
+ * kernels. A failure while executing a built plan is fatal like any other
+ * failed CUDA call (see cuda.h). */
+#include <cuda_bf16.h>
+#include <cudnn_graph.h>
+
+#include "cuda.h"
+
+/* cuDNN versions (cudnnGetVersion: major*10000 + minor*100 + patch) */
+#define SDPA_MIN_VERSION 90000      /* the flash-attention fusion engines of cuDNN 9 */
+#define SDPA_BAD_FWD_LO 91000       /* 9.10.0 and 9.10.1: known wrong bf16 forward results */
+#define SDPA_BAD_FWD_HI 91001
+#define SDPA_BWD_ANY_T_VERSION 91600 /* before: the backward needs T % 128 == 0 */
+
+#define SDPA_CACHE 16  /* shapes with cached plans */
+#define SDPA_MAXDESC 128
+#define SDPA_MAXOPS 48
+#define SDPA_MAXCFG 16 /* engine configurations tried per graph */
+
+enum { FWD = 0, BWD = 1 };
+enum { UNKNOWN = 0, READY = 1, REJECTED = 2 };
+
+/* tensor ids of the variant packs */
+enum {
+	UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_WINDOW,
+	UID_DO, UID_DQ, UID_DK, UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_ONE,
+	UID_VIRTUAL = 100 /* virtual tensors count up from here */
+};
+
+/* One graph under construction, and then its plan: every descriptor it
+ * created (destroyed together), the first failure (sticky: later calls do
+ * nothing, so a build reads straight through and is checked once). */
+typedef struct {
+	cudnnBackendDescriptor_t desc[SDPA_MAXDESC];
+	int ndesc;
+	cudnnBackendDescriptor_t ops[SDPA_MAXOPS];
+	int nops;
+	int64_t next_uid;
+	int failed;
+	char why[256];
+	cudnnBackendDescriptor_t plan;
+	int64_t ws; /* the plan's workspace bytes */
+} sdpa_graph;
+
+typedef struct {
+	int B, T, Hq, Hkv, D, window;
+} sdpa_shape;
+
+typedef struct {
+	sdpa_shape s;
+	int used;
+	unsigned long last; /* for eviction: least recently used goes */
+	int state[2];       /* per direction: UNKNOWN, READY, REJECTED */
+	sdpa_graph *g[2];
+	char why[2][256];   /* why cuDNN rejected it */
+} sdpa_entry;
+
+static cudnnHandle_t handle;
+static int handle_state; /* UNKNOWN, READY, REJECTED */
+static char handle_why[256];
+static size_t version;
+static sdpa_entry cache[SDPA_CACHE];
+static unsigned long clock_;
+
+/* ---- descriptors, with the first failure recorded ------------------------------- */
+
+static int failed_(sdpa_graph *g, cudnnStatus_t st, const char *step, const char *what)
+{
+	if (st == CUDNN_STATUS_SUCCESS)
+		return 0;
+	if (!g->failed) {
+		g->failed = 1;
+		snprintf(g->why, sizeof g->why, "%s: %s: %s (cudnnStatus %d)", step, what,
+			 cudnnGetErrorString(st), (int)st);
+	}
+	return 1;
+}
+
+static cudnnBackendDescriptor_t make(sdpa_graph *g, cudnnBackendDescriptorType_t type,
+				     const char *step)
+{
+	cudnnBackendDescriptor_t d = NULL;
+	if (g->failed)
+		return NULL;
+	if (g->ndesc == SDPA_MAXDESC) {
+		g->failed = 1;
+		snprintf(g->why, sizeof g->why, "%s: more than %d descriptors", step, SDPA_MAXDESC);
+		return NULL;
+	}
+	if (failed_(g, cudnnBackendCreateDescriptor(type, &d), step, "cudnnBackendCreateDescriptor"))
+		return NULL;
+	g->desc[g->ndesc++] = d;
+	return d;
+}
+
+static void set(sdpa_graph *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t attr,
+		cudnnBackendAttributeType_t type, int64_t n, const void *value, const char *step)
+{
+	if (g->failed)
+		return;
+	char what[64];
+	snprintf(what, sizeof what, "cudnnBackendSetAttribute(attribute %d)", (int)attr);
+	failed_(g, cudnnBackendSetAttribute(d, attr, type, n, value), step, what);
+}
+
+static void finalize(sdpa_graph *g, cudnnBackendDescriptor_t d, const char *step)
+{
+	if (!g->failed)
+		failed_(g, cudnnBackendFinalize(d), step, "cudnnBackendFinalize");
+}
+
+static void graph_free(sdpa_graph *g)
+{
+	if (!g)
+		return;
+	if (g->plan)
+		cudnnBackendDestroyDescriptor(g->plan);
+	for (int i = g->ndesc - 1; i >= 0; i--)
+		cudnnBackendDestroyDescriptor(g->desc[i]);
+	free(g);
+}
+
+/* A tensor of 4 dims. by_value: a host scalar passed in the variant pack. */
+static cudnnBackendDescriptor_t tensor(sdpa_graph *g, int64_t uid, cudnnDataType_t type,
+				       const int64_t *dim, const int64_t *stride, bool is_virtual,
+				       bool by_value, const char *name)
+{
+	const int64_t align = 16;
+	cudnnBackendDescriptor_t t = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, name);
+	set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, name);
+	set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, name);
+	set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, name);
+	set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride, name);
+	set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, name);
+	set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, name);
+	if (by_value)
+		set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, name);
+	finalize(g, t, name);
+	return t;
+}
+
+/* a virtual (intermediate) tensor: dims and strides given */
+static cudnnBackendDescriptor_t vtensor(sdpa_graph *g, cudnnDataType_t type, int64_t d0, int64_t d1,
+					int64_t d2, int64_t d3, int64_t s0, int64_t s1, int64_t s2,
+					int64_t s3, const char *name)
+{
+	const int64_t dim[4] = {d0, d1, d2, d3}, stride[4] = {s0, s1, s2, s3};
+	return tensor(g, g->next_uid++, type, dim, stride, true, false, name);
+}
+
+/* a host scalar of the variant pack */
+static cudnnBackendDescriptor_t scalar(sdpa_graph *g, int64_t uid, const char *name)
+{
+	const int64_t one[4] = {1, 1, 1, 1};
+	return tensor(g, uid, CUDNN_DATA_FLOAT, one, one, false, true, name);
+}
+
+static void add_op(sdpa_graph *g, cudnnBackendDescriptor_t op, const char *step)
+{
+	if (g->failed)
+		return;
+	if (g->nops == SDPA_MAXOPS) {
+		g->failed = 1;
+		snprintf(g->why, sizeof g->why, "%s: more than %d operations", step, SDPA_MAXOPS);
+		return;
+	}
+	g->ops[g->nops++] = op;
+}
+
+/* y = mode(x[, b[, t]]) computed in `prec`; axis >= 0 for GEN_INDEX */
+static void pointwise(sdpa_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+		      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+		      cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis,
+		      const char *name)
+{
+	cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, name);
+	set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, name);
+	set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, name);
+	if (axis >= 0)
+		set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, name);
+	finalize(g, pw, name);
+	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, name);
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
+	    name);
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, name);
+	if (b)
+		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
+		    name);
+	if (t)
+		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
+		    name);
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, name);
+	finalize(g, op, name);
+	add_op(g, op, name);
+}
+
+/* c = a @ b over the two last dims, batched over the first two (broadcast
+ * where b has fewer heads: grouped kv heads), fp32 accumulation */
+static void matmul(sdpa_graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+		   cudnnBackendDescriptor_t c, const char *name)
+{
+	const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+	cudnnBackendDescriptor_t mm = make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, name);
+	set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, name);
+	finalize(g, mm, name);
+	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, name);
+	set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, name);
+	set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, name);
+	set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, name);
+	set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, name);
+	finalize(g, op, name);
+	add_op(g, op, name);
+}
+
+/* y = reduce(x) over the dims where y has extent 1 (or fewer heads) */
+static void reduction(sdpa_graph *g, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
+		      cudnnBackendDescriptor_t y, const char *name)
+{
+	const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+	cudnnBackendDescriptor_t rd = make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, name);
+	set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, name);
+	set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, name);
+	finalize(g, rd, name);
+	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, name);
+	finalize(g, op, name);
+	add_op(g, op, name);
+}
+
+/* y: the same elements as x seen through other dims and strides */
+static void reshape(sdpa_graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
+		    const char *name)
+{
+	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, name);
+	set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, name);
+	set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, name);
+	finalize(g, op, name);
+	add_op(g, op, name);
+}
+
+/* The causal and sliding-window masks on scores s (B,Hq,T,T) fp32: entries
+ * outside i - window < j <= i become -inf. Returns the masked scores. */
+static cudnnBackendDescriptor_t mask(sdpa_graph *g, const sdpa_shape *s,
+				     cudnnBackendDescriptor_t sc, cudnnBackendDescriptor_t neg_inf,
+				     cudnnBackendDescriptor_t window)
+{
+	const int64_t B = s->B, H = s->Hq, T = s->T;
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
+	/* right bound: keep row >= col */
+	cudnnBackendDescriptor_t row = SCORES(CUDNN_DATA_INT32, "causal mask: row index");
+	cudnnBackendDescriptor_t col = SCORES(CUDNN_DATA_INT32, "causal mask: column index");
+	cudnnBackendDescriptor_t keep = SCORES(CUDNN_DATA_BOOLEAN, "causal mask: row >= col");
+	cudnnBackendDescriptor_t out = SCORES(CUDNN_DATA_FLOAT, "causal mask: masked scores");
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, sc, NULL, NULL, row, 2,
+		  "causal mask: row index");
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, sc, NULL, NULL, col, 3,
+		  "causal mask: column index");
+	pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1,
+		  "causal mask: row >= col");
+	pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, sc, neg_inf, keep, out, -1,
+		  "causal mask: select");
+	if (!window)
+		return out;
+	/* left bound: keep col + window > row */
+	cudnnBackendDescriptor_t in = out;
+	row = SCORES(CUDNN_DATA_INT32, "window mask: row index");
+	col = SCORES(CUDNN_DATA_INT32, "window mask: column index");
+	cudnnBackendDescriptor_t colw = SCORES(CUDNN_DATA_FLOAT, "window mask: col + window");
+	keep = SCORES(CUDNN_DATA_BOOLEAN, "window mask: col + window > row");
+	out = SCORES(CUDNN_DATA_FLOAT, "window mask: masked scores");
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, in, NULL, NULL, row, 2,
+		  "window mask: row index");
+	pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, in, NULL, NULL, col, 3,
+		  "window mask: column index");
+	pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, col, window, NULL, colw, 3,
+		  "window mask: col + window");
+	pointwise(g, CUDNN_POINTWISE_CMP_GT, CUDNN_DATA_BOOLEAN, colw, row, NULL, keep, -1,
+		  "window mask: col + window > row");
+	pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, in, neg_inf, keep, out, -1,
+		  "window mask: select");
+#undef SCORES
+	return out;
+}
+
+/* whether the graph needs the window mask: a window of T or more masks
+ * nothing the causal mask leaves */
+static int has_window(const sdpa_shape *s)
+{
+	return s->window > 0 && s->window < s->T;
+}
+
+/* The tensors read from and written to qkv-shaped rows, (B,H,T,D) views at
+ * head offset `head` (in units of D) of rows ld elements long; transposed:
+ * the (B,H,D,T) view. */
+static cudnnBackendDescriptor_t qkv_view(sdpa_graph *g, int64_t uid, const sdpa_shape *s, int H,
+					 int transposed, const char *name)
+{
+	const int64_t T = s->T, D = s->D, ld = (int64_t)(s->Hq + 2 * s->Hkv) * D;
+	const int64_t dim[4] = {s->B, H, transposed ? D : T, transposed ? T : D};
+	const int64_t stride[4] = {T * ld, D, transposed ? 1 : ld, transposed ? ld : 1};
+	return tensor(g, uid, CUDNN_DATA_BFLOAT16, dim, stride, false, false, name);
+}
+
+/* out-shaped rows (B,T,Hq*D) as (B,Hq,T,D) */
+static cudnnBackendDescriptor_t out_view(sdpa_graph *g, int64_t uid, const sdpa_shape *s,
+					 const char *name)
+{
+	const int64_t T = s->T, D = s->D, H = s->Hq;
+	const int64_t dim[4] = {s->B, H, T, D}, stride[4] = {T * H * D, D, H * D, 1};
+	return tensor(g, uid, CUDNN_DATA_BFLOAT16, dim, stride, false, false, name);
+}
+
+/* lse (B,Hq,T) as (B,Hq,T,1) fp32 */
+static cudnnBackendDescriptor_t row_stats(sdpa_graph *g, int64_t uid, const sdpa_shape *s,
+					  bool is_virtual, const char *name)
+{
+	const int64_t H = s->Hq, T = s->T;
+	const int64_t dim[4] = {s->B, H, T, 1}, stride[4] = {H * T, T, 1, 1};
+	return tensor(g, uid, CUDNN_DATA_FLOAT, dim, stride, is_virtual, false, name);
+}
+
+static void build_fwd(sdpa_graph *g, const sdpa_shape *s)
+{
+	const int64_t B = s->B, H = s->Hq, T = s->T;
+	cudnnBackendDescriptor_t q = qkv_view(g, UID_Q, s, s->Hq, 0, "tensor Q");
+	cudnnBackendDescriptor_t kt = qkv_view(g, UID_K, s, s->Hkv, 1, "tensor K^T");
+	cudnnBackendDescriptor_t v = qkv_view(g, UID_V, s, s->Hkv, 0, "tensor V");
+	cudnnBackendDescriptor_t o = out_view(g, UID_O, s, "tensor O");
+	cudnnBackendDescriptor_t stats = row_stats(g, UID_STATS, s, false, "tensor Stats");
+	cudnnBackendDescriptor_t scale = scalar(g, UID_SCALE, "scalar scale");
+	cudnnBackendDescriptor_t neg_inf = scalar(g, UID_NEG_INF, "scalar -inf");
+	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window") : NULL;
+
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
+#define ROWS(name) vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H * T, T, 1, 1, name)
+	cudnnBackendDescriptor_t sc = SCORES(CUDNN_DATA_FLOAT, "S = Q K^T");
+	matmul(g, q, kt, sc, "matmul S = Q K^T");
+	cudnnBackendDescriptor_t ss = SCORES(CUDNN_DATA_FLOAT, "S * scale");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, sc, scale, NULL, ss, -1, "S * scale");
+	cudnnBackendDescriptor_t sm = mask(g, s, ss, neg_inf, window);
+
+	cudnnBackendDescriptor_t mx = ROWS("softmax: row max");
+	reduction(g, CUDNN_REDUCE_TENSOR_MAX, sm, mx, "softmax: row max");
+	cudnnBackendDescriptor_t z = SCORES(CUDNN_DATA_FLOAT, "softmax: S - max");
+	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, mx, NULL, z, -1, "softmax: S - max");
+	cudnnBackendDescriptor_t ex = SCORES(CUDNN_DATA_FLOAT, "softmax: exp");
+	pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, z, NULL, NULL, ex, -1, "softmax: exp");
+	cudnnBackendDescriptor_t sum = ROWS("softmax: row sum");
+	reduction(g, CUDNN_REDUCE_TENSOR_ADD, ex, sum, "softmax: row sum");
+	cudnnBackendDescriptor_t lg = ROWS("softmax: log sum");
+	pointwise(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, lg, -1,
+		  "softmax: log sum");
+	pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, lg, NULL, stats, -1,
+		  "softmax: Stats = max + log sum");
+	/* P enters the second product as bf16, as cuDNN requires */
+	cudnnBackendDescriptor_t p = SCORES(CUDNN_DATA_BFLOAT16, "softmax: P");
+	pointwise(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, sum, NULL, p, -1, "softmax: P");
+	matmul(g, p, v, o, "matmul O = P V");
+#undef SCORES
+#undef ROWS
+}
+
+static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
+{
+	const int64_t B = s->B, H = s->Hq, T = s->T, D = s->D;
+	const int grouped = s->Hq != s->Hkv;
+	cudnnBackendDescriptor_t q = qkv_view(g, UID_Q, s, s->Hq, 0, "tensor Q");
+	cudnnBackendDescriptor_t kt = qkv_view(g, UID_K, s, s->Hkv, 1, "tensor K^T");
+	cudnnBackendDescriptor_t vt = qkv_view(g, UID_V, s, s->Hkv, 1, "tensor V^T");
+	cudnnBackendDescriptor_t o = out_view(g, UID_O, s, "tensor O");
+	cudnnBackendDescriptor_t dout = out_view(g, UID_DO, s, "tensor dO");
+	cudnnBackendDescriptor_t stats = row_stats(g, UID_STATS, s, false, "tensor Stats");
+	cudnnBackendDescriptor_t dq = qkv_view(g, UID_DQ, s, s->Hq, 0, "tensor dQ");
+	cudnnBackendDescriptor_t dk = qkv_view(g, UID_DK, s, s->Hkv, 0, "tensor dK");
+	cudnnBackendDescriptor_t dv = qkv_view(g, UID_DV, s, s->Hkv, 0, "tensor dV");
+	cudnnBackendDescriptor_t scale = scalar(g, UID_SCALE, "scalar scale");
+	cudnnBackendDescriptor_t neg_inf = scalar(g, UID_NEG_INF, "scalar -inf");
+	cudnnBackendDescriptor_t one = scalar(g, UID_ONE, "scalar 1");
+	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window") : NULL;
+	/* fp32 buffers the kernels need in device memory: rowsum(dO * O), and
+	 * the dQ accumulator (B,Hq,T,D) */
+	cudnnBackendDescriptor_t softmax_sum =
+		row_stats(g, UID_SOFTMAX_SUM, s, false, "tensor rowsum(dO * O)");
+	const int64_t acc_dim[4] = {B, H, T, D}, acc_stride[4] = {H * T * D, T * D, D, 1};
+	cudnnBackendDescriptor_t dq_acc = tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, acc_dim,
+						 acc_stride, false, false, "tensor dQ accumulator");
+
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
+#define SCORES_T(name) vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, T, H * T * T, T * T, 1, T, name)
+#define ROWS(name) vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H * T, T, 1, 1, name)
+	/* softmax_sum = rowsum(dO * O) */
+	cudnnBackendDescriptor_t doo =
+		vtensor(g, CUDNN_DATA_FLOAT, B, H, T, D, H * T * D, T * D, H * D, 1, "dO * O");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, o, NULL, doo, -1, "dO * O");
+	cudnnBackendDescriptor_t rs = ROWS("rowsum(dO * O)");
+	reduction(g, CUDNN_REDUCE_TENSOR_ADD, doo, rs, "rowsum(dO * O)");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rs, one, NULL, softmax_sum, -1,
+		  "rowsum(dO * O) to memory");
+
+	/* P = exp(scale Q K^T - Stats), masked */
+	cudnnBackendDescriptor_t sc = SCORES(CUDNN_DATA_FLOAT, "S = Q K^T");
+	matmul(g, q, kt, sc, "matmul S = Q K^T");
+	cudnnBackendDescriptor_t ss = SCORES(CUDNN_DATA_FLOAT, "S * scale");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, sc, scale, NULL, ss, -1, "S * scale");
+	cudnnBackendDescriptor_t sl = SCORES(CUDNN_DATA_FLOAT, "S - Stats");
+	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, ss, stats, NULL, sl, -1, "S - Stats");
+	cudnnBackendDescriptor_t sm = mask(g, s, sl, neg_inf, window);
+	cudnnBackendDescriptor_t p = SCORES(CUDNN_DATA_FLOAT, "P = exp(S - Stats)");
+	pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sm, NULL, NULL, p, -1,
+		  "P = exp(S - Stats)");
+
+	/* dV = P^T dO, summed over each group of query heads */
+	cudnnBackendDescriptor_t pt = SCORES_T("P^T");
+	reshape(g, p, pt, "P^T");
+	if (grouped) {
+		cudnnBackendDescriptor_t dvh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D, H * T * D,
+						       T * D, D, 1, "dV per query head");
+		matmul(g, pt, dout, dvh, "matmul dV = P^T dO");
+		reduction(g, CUDNN_REDUCE_TENSOR_ADD, dvh, dv, "dV: sum over the group");
+	} else {
+		matmul(g, pt, dout, dv, "matmul dV = P^T dO");
+	}
+
+	/* dS = P * (dO V^T - rowsum(dO * O)) * scale */
+	cudnnBackendDescriptor_t dp = SCORES(CUDNN_DATA_FLOAT, "dP = dO V^T");
+	matmul(g, dout, vt, dp, "matmul dP = dO V^T");
+	cudnnBackendDescriptor_t dps = SCORES(CUDNN_DATA_FLOAT, "dP - rowsum(dO * O)");
+	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, softmax_sum, NULL, dps, -1,
+		  "dP - rowsum(dO * O)");
+	cudnnBackendDescriptor_t dsp = SCORES(CUDNN_DATA_FLOAT, "dS = P (dP - rowsum)");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dps, p, NULL, dsp, -1,
+		  "dS = P (dP - rowsum)");
+	cudnnBackendDescriptor_t ds = SCORES(CUDNN_DATA_FLOAT, "dS * scale");
+	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dsp, scale, NULL, ds, -1, "dS * scale");
+
+	/* dK = dS^T Q, summed over each group */
+	cudnnBackendDescriptor_t dst = SCORES_T("dS^T");
+	reshape(g, ds, dst, "dS^T");
+	if (grouped) {
+		cudnnBackendDescriptor_t dkh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D, H * T * D,
+						       T * D, D, 1, "dK per query head");
+		matmul(g, dst, q, dkh, "matmul dK = dS^T Q");
+		reduction(g, CUDNN_REDUCE_TENSOR_ADD, dkh, dk, "dK: sum over the group");
+	} else {
+		matmul(g, dst, q, dk, "matmul dK = dS^T Q");
+	}
+
+	/* dQ = dS K through the fp32 accumulator */
+	const int64_t ld = (int64_t)(s->Hq + 2 * s->Hkv) * D;
+	cudnnBackendDescriptor_t k = vtensor(g, CUDNN_DATA_FLOAT, B, s->Hkv, T, D, T * ld, D, ld, 1,
+					     "K from K^T");
+	reshape(g, kt, k, "K from K^T");
+	matmul(g, ds, k, dq_acc, "matmul dQ = dS K");
+	pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, NULL, NULL, dq, -1,
+		  "dQ from its accumulator");
+#undef SCORES
+#undef SCORES_T
+#undef ROWS
+}
+
+/* The operation graph of g's ops, then the first engine configuration of
+ * cuDNN's heuristics that finalizes into an execution plan. */
+static void build_plan(sdpa_graph *g)
+{
+	cudnnBackendDescriptor_t graph = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+					      "operation graph");
+	set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
+	    "operation graph");
+	set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops,
+	    "operation graph");
+	finalize(g, graph, "operation graph");
+
+	const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+	cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+					     "engine heuristics");
+	set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+	    "engine heuristics");
+	set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "engine heuristics");
+	finalize(g, heur, "engine heuristics");
+	int64_t count = 0;
+	if (g->failed ||
+	    failed_(g,
+		    cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+					     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL),
+		    "engine heuristics", "cudnnBackendGetAttribute(results: count)"))
+		return;
+	if (count <= 0) {
+		g->failed = 1;
+		snprintf(g->why, sizeof g->why, "engine heuristics: no engine for this graph");
+		return;
+	}
+	count = count < SDPA_MAXCFG ? count : SDPA_MAXCFG;
+	cudnnBackendDescriptor_t cfg[SDPA_MAXCFG];
+	for (int64_t i = 0; i < count; i++)
+		cfg[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configuration");
+	int64_t got = 0;
+	if (g->failed ||
+	    failed_(g,
+		    cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+					     CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg),
+		    "engine heuristics", "cudnnBackendGetAttribute(results)"))
+		return;
+	char last[200] = "no engine configuration returned";
+	for (int64_t i = 0; i < got && i < count; i++) {
+		cudnnBackendDescriptor_t plan = NULL;
+		cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+								&plan);
+		if (st == CUDNN_STATUS_SUCCESS)
+			st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+						      CUDNN_TYPE_HANDLE, 1, &handle);
+		if (st == CUDNN_STATUS_SUCCESS)
+			st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+						      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+		if (st == CUDNN_STATUS_SUCCESS)
+			st = cudnnBackendFinalize(plan);
+		int64_t ws = 0, n = 0;
+		if (st == CUDNN_STATUS_SUCCESS)
+			st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+						      CUDNN_TYPE_INT64, 1, &n, &ws);
+		if (st == CUDNN_STATUS_SUCCESS) {
+			g->plan = plan;
+			g->ws = ws > 0 ? ws : 0;
+			return;
+		}
+		snprintf(last, sizeof last, "engine configuration %lld of %lld: %s (cudnnStatus %d)",
+			 (long long)i + 1, (long long)got, cudnnGetErrorString(st), (int)st);
+		if (plan)
+			cudnnBackendDestroyDescriptor(plan);
+	}
+	g->failed = 1;
+	snprintf(g->why, sizeof g->why, "execution plan: no engine configuration finalizes (last: %s)",
+		 last);
+}
+
+/* ---- the cache ------------------------------------------------------------------- */
+
+static const char *dir_name(int dir)
+{
+	return dir == FWD ? "forward" : "backward";
+}
+
+/* Why cuDNN cannot take this shape before any graph is built, or NULL */
+static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
+{
+	if (handle_state == REJECTED)
+		return handle_why;
+	if (version < SDPA_MIN_VERSION) {
+		snprintf(buf, n, "cuDNN %zu.%zu.%zu is older than 9.0, the first with these fused "
+				 "attention engines",
+			 version / 10000, version / 100 % 100, version % 100);
+		return buf;
+	}
+	if (dir == FWD && version >= SDPA_BAD_FWD_LO && version <= SDPA_BAD_FWD_HI) {
+		snprintf(buf, n, "cuDNN 9.10.0 and 9.10.1 compute wrong bf16 attention; use 9.10.2 "
+				 "or newer");
+		return buf;
+	}
+	if (s->D % 8 || s->D > 256) {
+		snprintf(buf, n, "head dim %d: cuDNN takes multiples of 8 up to 256", s->D);
+		return buf;
+	}
+	if (dir == BWD && version < SDPA_BWD_ANY_T_VERSION && s->T % 128) {
+		snprintf(buf, n, "cuDNN %zu.%zu before 9.16 needs T %% 128 == 0 in the backward (T=%d)",
+			 version / 10000, version / 100 % 100, s->T);
+		return buf;
+	}
+	return NULL;
+}
+
+/* the handle, on the first use of cuDNN (never before pp_cuda_init) */
+static void open_handle(void)
+{
+	if (handle_state != UNKNOWN)
+		return;
+	version = cudnnGetVersion();
+	cudnnStatus_t st = cudnnCreate(&handle);
+	if (st != CUDNN_STATUS_SUCCESS) {
+		handle_state = REJECTED;
+		snprintf(handle_why, sizeof handle_why, "cudnnCreate: %s (cudnnStatus %d)",
+			 cudnnGetErrorString(st), (int)st);
+		return;
+	}
+	/* the legacy default stream, where every op of the backend runs */
+	st = cudnnSetStream(handle, 0);
+	if (st != CUDNN_STATUS_SUCCESS) {
+		handle_state = REJECTED;
+		snprintf(handle_why, sizeof handle_why, "cudnnSetStream: %s (cudnnStatus %d)",
+			 cudnnGetErrorString(st), (int)st);
+		return;
+	}
+	handle_state = READY;
+}
+
+static int same(const sdpa_shape *a, const sdpa_shape *b)
+{
+	return a->B == b->B && a->T == b->T && a->Hq == b->Hq && a->Hkv == b->Hkv && a->D == b->D &&
+	       a->window == b->window;
+}
+
+static sdpa_entry *entry_of(const sdpa_shape *s)
+{
+	sdpa_entry *e = NULL, *lru = &cache[0];
+	for (int i = 0; i < SDPA_CACHE && !e; i++) {
+		if (cache[i].used && same(&cache[i].s, s))
+			e = &cache[i];
+		else if (!cache[i].used ? lru->used : cache[i].last < lru->last)
+			lru = &cache[i];
+	}
+	if (!e) {
+		e = lru;
+		if (e->used) {
+			/* nothing may still run a plan we destroy */
+			PP_CUDA_CHECK(cudaDeviceSynchronize());
+			graph_free(e->g[FWD]);
+			graph_free(e->g[BWD]);
+		}
+		memset(e, 0, sizeof *e);
+		e->s = *s;
+		e->used = 1;
+	}
+	e->last = ++clock_;
+	return e;
+}
+
+/* The plan for shape s in direction dir, built on first use; NULL when
+ * cuDNN does not take it (the reason in why, reported on stderr once). */
+static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
+{
+	open_handle();
+	sdpa_entry *e = entry_of(s);
+	if (e->state[dir] == READY)
+		return e->g[dir];
+	if (e->state[dir] == UNKNOWN) {
+		const char *reason = precheck(s, dir, e->why[dir], sizeof e->why[dir]);
+		if (!reason) {
+			sdpa_graph *g = (sdpa_graph *)calloc(1, sizeof *g);
+			PP_CUDA_REQUIRE(g, "cuDNN attention: out of host memory");
+			g->next_uid = UID_VIRTUAL;
+			if (dir == FWD)
+				build_fwd(g, s);
+			else
+				build_bwd(g, s);
+			if (!g->failed)
+				build_plan(g);
+			if (!g->failed) {
+				e->g[dir] = g;
+				e->state[dir] = READY;
+				return g;
+			}
+			snprintf(e->why[dir], sizeof e->why[dir], "%s", g->why);
+			graph_free(g);
+		} else if (reason != e->why[dir]) {
+			snprintf(e->why[dir], sizeof e->why[dir], "%s", reason);
+		}
+		e->state[dir] = REJECTED;
+		fprintf(stderr,
+			"pp: cuda backend: cuDNN attention %s, B=%d T=%d Hq=%d Hkv=%d D=%d window=%d: "
+			"%s; this shape runs on the plain kernels\n",
+			dir_name(dir), s->B, s->T, s->Hq, s->Hkv, s->D, s->window, e->why[dir]);
+	}
+	if (why)
+		snprintf(why, n, "%s: %s", dir_name(dir), e->why[dir]);
+	return NULL;
+}
+
+/* ---- conversions --------------------------------------------------------------------- */
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __bfloat162float(src[i]);
+}
+
+static void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	to_bf16_kernel<<<pp_cuda_blocks(n, 256), 256>>>(dst, src, n);
+	PP_CUDA_LAUNCHED("to_bf16_kernel");
+}
+
+static void to_f32(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+	to_f32_kernel<<<pp_cuda_blocks(n, 256), 256>>>(dst, src, n);
+	PP_CUDA_LAUNCHED("to_f32_kernel");
+}
+
+/* ---- execution -------------------------------------------------------------------------- */
+
+/* consecutive pieces of one scratch buffer, each 256-byte aligned */
+static size_t piece(size_t *at, size_t bytes)
+{
+	size_t off = *at;
+	*at = (off + bytes + 255) & ~(size_t)255;
+	return off;
+}
+
+/* Runs g's plan with the tensors uid[i] at ptr[i] */
+static void execute(sdpa_graph *g, int n, const int64_t *uid, void *const *ptr, void *ws,
+		    const char *what)
+{
+	cudnnBackendDescriptor_t pack = NULL;
+	cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+	const char *step = "cudnnBackendCreateDescriptor(variant pack)";
+	if (st == CUDNN_STATUS_SUCCESS) {
+		step = "variant pack: unique ids";
+		st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+					      CUDNN_TYPE_INT64, n, uid);
+	}
+	if (st == CUDNN_STATUS_SUCCESS) {
+		step = "variant pack: data pointers";
+		st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+					      CUDNN_TYPE_VOID_PTR, n, ptr);
+	}
+	if (st == CUDNN_STATUS_SUCCESS) {
+		step = "variant pack: workspace";
+		st = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+					      CUDNN_TYPE_VOID_PTR, 1, &ws);
+	}
+	if (st == CUDNN_STATUS_SUCCESS) {
+		step = "variant pack: finalize";
+		st = cudnnBackendFinalize(pack);
+	}
+	if (st == CUDNN_STATUS_SUCCESS) {
+		step = "cudnnBackendExecute";
+		st = cudnnBackendExecute(handle, g->plan, pack);
+	}
+	if (pack)
+		cudnnBackendDestroyDescriptor(pack);
+	if (st != CUDNN_STATUS_SUCCESS) {
+		char why[256];
+		snprintf(why, sizeof why, "%s: %s (cudnnStatus %d)", step, cudnnGetErrorString(st),
+			 (int)st);
+		pp_cuda_fatal(__FILE__, __LINE__, what, why);
+	}
+	PP_CUDA_LAUNCHED(what);
+}
+
+int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+		     int D, int window)
+{
+	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	sdpa_graph *g = plan_of(&s, FWD, NULL, 0);
+	if (!g)
+		return 0;
+	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
+	const size_t nrows = (size_t)B * Hq * T;
+	size_t at = 0;
+	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
+	const size_t o_stats = piece(&at, nrows * 4), o_ws = piece(&at, (size_t)g->ws);
+	char *base = (char *)pp_cuda_scratch(at);
+	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
+
+	to_bf16(qkv16, qkv, nqkv);
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, win = (float)window;
+	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
+			       UID_WINDOW};
+	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
+			     base + o_stats, &scale, &neg_inf, &win};
+	execute(g, has_window(&s) ? 8 : 7, uid, ptr, base + o_ws, "cuDNN attention forward");
+	to_f32(out, out16, nout);
+	PP_CUDA_CHECK(cudaMemcpyAsync(lse, base + o_stats, nrows * 4, cudaMemcpyDeviceToDevice, 0));
+	return 1;
+}
+
+int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
+		     const pp_real *qkv, int B, int T, int Hq, int Hkv, int D, int window)
+{
+	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	sdpa_graph *g = plan_of(&s, BWD, NULL, 0);
+	if (!g)
+		return 0;
+	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
+	const size_t nrows = (size_t)B * Hq * T;
+	size_t at = 0;
+	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
+	const size_t o_dout = piece(&at, nout * 2), o_dqkv = piece(&at, nqkv * 2);
+	const size_t o_stats = piece(&at, nrows * 4), o_sum = piece(&at, nrows * 4);
+	const size_t o_acc = piece(&at, nout * 4);
+	const size_t o_ws = piece(&at, (size_t)g->ws);
+	char *base = (char *)pp_cuda_scratch(at);
+	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
+	__nv_bfloat16 *dout16 = (__nv_bfloat16 *)(base + o_dout);
+	__nv_bfloat16 *dqkv16 = (__nv_bfloat16 *)(base + o_dqkv);
+
+	to_bf16(qkv16, qkv, nqkv);
+	to_bf16(out16, out, nout);
+	to_bf16(dout16, dout, nout);
+	PP_CUDA_CHECK(cudaMemcpyAsync(base + o_stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
+	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
+	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, one = 1, win = (float)window;
+	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
+	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
+			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
+			       UID_ONE, UID_WINDOW};
+	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, base + o_stats, dqkv16,
+			     dqkv16 + k_at, dqkv16 + v_at, base + o_sum, base + o_acc, &scale,
+			     &neg_inf, &one, &win};
+	execute(g, has_window(&s) ? 15 : 14, uid, ptr, base + o_ws, "cuDNN attention backward");
+	to_f32(dqkv, dqkv16, nqkv);
+	return 1;
+}
+
+int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
+				  size_t n)
+{
+	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
+	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	if (!plan_of(&s, FWD, why, n))
+		return 0;
+	return plan_of(&s, BWD, why, n) != NULL;
+}
