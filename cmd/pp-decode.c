@@ -7,6 +7,7 @@
 
 #include "../libcommon/cli.h"
 #include "../libcommon/decode.h"
+#include "../libcommon/fsutil.h"
 #include "../libcommon/log.h"
 #include "../libcommon/train.h"
 
@@ -15,55 +16,19 @@ typedef struct {
 	bool random_init, ignore_eos, json;
 } decode_args;
 
-/* a whole number in [lo, hi] for option `name` */
-static int parse_long(const char *name, const char *s, long lo, long hi, long *v, pp_err *e)
+/* the prompt file as text */
+static int read_prompt(const char *path, char **text, pp_err *e)
 {
-	char *end;
-	errno = 0;
-	*v = strtol(s, &end, 10);
-	if (!*s || *end || errno || *v < lo || *v > hi)
-		return pp_errorf(e, PP_EUSAGE, "%s %s: expected a whole number from %ld to %ld", name,
-				 s, lo, hi);
-	return 0;
-}
-
-static int parse_double(const char *name, const char *s, double *v, pp_err *e)
-{
-	char *end;
-	*v = strtod(s, &end);
-	if (!*s || *end)
-		return pp_errorf(e, PP_EUSAGE, "%s %s: expected a number", name, s);
-	return 0;
-}
-
-static int read_file(const char *path, char **text, pp_err *e)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return pp_errorf(e, PP_EUSAGE, "--prompt-file %s: %s", path, strerror(errno));
-	size_t n = 0, cap = 4096;
-	char *s = malloc(cap);
-	for (size_t got; s && (got = fread(s + n, 1, cap - n - 1, f)) > 0;) {
-		n += got;
-		if (cap - n - 1 == 0) {
-			char *t = realloc(s, cap *= 2);
-			if (!t)
-				free(s);
-			s = t;
-		}
+	size_t n;
+	if (fs_read_file(path, text, &n, e)) {
+		e->code = PP_EUSAGE; /* a file named on the command line */
+		return pp_err_prefix(e, "--prompt-file");
 	}
-	int bad = ferror(f);
-	fclose(f);
-	if (!s || bad) {
-		free(s);
-		return pp_errorf(e, PP_ERUNTIME, "--prompt-file %s: cannot read it", path);
-	}
-	s[n] = 0;
-	if (strlen(s) != n) {
-		free(s);
+	if (strlen(*text) != n) {
+		free(*text);
+		*text = NULL;
 		return pp_errorf(e, PP_EUSAGE, "--prompt-file %s: holds a NUL byte; expected text", path);
 	}
-	*text = s;
 	return 0;
 }
 
@@ -97,12 +62,12 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "give --prompt or --prompt-file, not both");
 	if (a->ckpt && a->random_init)
 		return pp_errorf(e, PP_EUSAGE, "give --ckpt or --random-init, not both");
-	if ((a->n && (rc = parse_long("-n", a->n, 1, 1000000, &n, e))) ||
-	    (a->top_k && (rc = parse_long("--top-k", a->top_k, 0, 1L << 30, &top_k, e))) ||
-	    (a->batch && (rc = parse_long("--batch", a->batch, 1, 4096, &batch, e))) ||
-	    (a->seed && (rc = parse_long("--seed", a->seed, 0, __LONG_MAX__, &seed, e))) ||
-	    (a->temperature && (rc = parse_double("--temperature", a->temperature, &sp.temperature, e))) ||
-	    (a->top_p && (rc = parse_double("--top-p", a->top_p, &sp.top_p, e))))
+	if ((a->n && (rc = cli_long("-n", a->n, 1, 1000000, &n, e))) ||
+	    (a->top_k && (rc = cli_long("--top-k", a->top_k, 0, 1L << 30, &top_k, e))) ||
+	    (a->batch && (rc = cli_long("--batch", a->batch, 1, 4096, &batch, e))) ||
+	    (a->seed && (rc = cli_long("--seed", a->seed, 0, __LONG_MAX__, &seed, e))) ||
+	    (a->temperature && (rc = cli_double("--temperature", a->temperature, 0, 100, &sp.temperature, e))) ||
+	    (a->top_p && (rc = cli_double("--top-p", a->top_p, 0, 1, &sp.top_p, e))))
 		return rc;
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
@@ -130,7 +95,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 			       "read its ids",
 			       cfg->tokenizer, tok_vocab_size(tk), cfg->model.vocab_size);
 	if (!rc && a->prompt_file)
-		rc = read_file(a->prompt_file, &file_text, e);
+		rc = read_prompt(a->prompt_file, &file_text, e);
 	if (!rc)
 		rc = decode_prompt_ids(tk, file_text ? file_text : a->prompt ? a->prompt : "",
 				       cfg->model.vocab_size, &ids, e);

@@ -77,27 +77,22 @@ static int check_args(args *a, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "--one-doc-per-file, --one-doc-per-line and "
 					       "--separator exclude each other");
 	a->mode = a->per_line ? DOCS_PER_LINE : a->separator ? DOCS_SEPARATOR : DOCS_PER_FILE;
-	char *end;
-	if (a->val_fraction) {
-		a->fraction = strtod(a->val_fraction, &end);
-		if (end == a->val_fraction || *end || !(a->fraction >= 0 && a->fraction < 1))
-			return pp_errorf(e, PP_EUSAGE,
-					 "--val-fraction '%s': expected a number in [0, 1)",
-					 a->val_fraction);
-	}
+	long deflate = 0;
+	if (a->val_fraction &&
+	    (cli_double("--val-fraction", a->val_fraction, 0, 1, &a->fraction, e) ||
+	     a->fraction == 1))
+		return pp_errorf(e, PP_EUSAGE, "--val-fraction '%s': expected a number in [0, 1)",
+				 a->val_fraction);
 	if (a->seed) {
+		char *end;
 		a->seed_value = strtoull(a->seed, &end, 10);
 		if (end == a->seed || *end || a->seed[0] == '-')
 			return pp_errorf(e, PP_EUSAGE, "--seed '%s': expected an integer >= 0",
 					 a->seed);
 	}
-	if (a->deflate) {
-		long v = strtol(a->deflate, &end, 10);
-		if (end == a->deflate || *end || v < 0 || v > 9)
-			return pp_errorf(e, PP_EUSAGE, "--deflate '%s': expected a level 0..9",
-					 a->deflate);
-		a->deflate_level = (int)v;
-	}
+	if (a->deflate && cli_long("--deflate", a->deflate, 0, 9, &deflate, e))
+		return PP_EUSAGE;
+	a->deflate_level = (int)deflate;
 	return 0;
 }
 

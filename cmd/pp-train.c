@@ -38,13 +38,12 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	char *end_n = NULL, *end_t = NULL;
-	long n_sample = sample ? strtol(sample, &end_n, 10) : 0;
-	double temp = strtod(temperature, &end_t);
-	if (!rc && sample && (*end_n || n_sample < 1 || n_sample > 1000000))
-		rc = pp_errorf(&e, PP_EUSAGE, "--sample %s: expected a token count from 1 to 1000000", sample);
-	if (!rc && (*end_t || !(temp >= 0 && temp <= 100)))
-		rc = pp_errorf(&e, PP_EUSAGE, "--temperature %s: expected a number from 0 to 100", temperature);
+	long n_sample = 0;
+	double temp = 0;
+	if (!rc && sample)
+		rc = cli_long("--sample", sample, 1, 1000000, &n_sample, &e);
+	if (!rc)
+		rc = cli_double("--temperature", temperature, 0, 100, &temp, &e);
 	if (!rc)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && print_config) {

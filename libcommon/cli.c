@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,4 +82,25 @@ int cli_fail(const cli_spec *s, const pp_err *e)
 	if (e->msg[0]) /* empty when already printed */
 		log_error("%s", e->msg);
 	return e->code ? e->code : PP_ERUNTIME;
+}
+
+int cli_long(const char *opt, const char *s, long lo, long hi, long *v, pp_err *e)
+{
+	char *end;
+	errno = 0;
+	*v = strtol(s, &end, 10);
+	if (!*s || *end || errno || *v < lo || *v > hi)
+		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a whole number from %ld to %ld", opt,
+				 s, lo, hi);
+	return 0;
+}
+
+int cli_double(const char *opt, const char *s, double lo, double hi, double *v, pp_err *e)
+{
+	char *end;
+	*v = strtod(s, &end);
+	if (!*s || *end || !(*v >= lo && *v <= hi))
+		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a number from %g to %g", opt, s, lo,
+				 hi);
+	return 0;
 }

@@ -34,6 +34,12 @@ typedef struct {
 int cli_parse(const cli_spec *spec, int argc, char **argv, cli_args *out, pp_err *e);
 void cli_free(cli_args *a);
 
+/* The argument s of option `opt` as a whole number in [lo, hi], or as a
+ * finite number in [lo, hi]; PP_EUSAGE naming the option and the range
+ * otherwise. */
+int cli_long(const char *opt, const char *s, long lo, long hi, long *v, pp_err *e);
+int cli_double(const char *opt, const char *s, double lo, double hi, double *v, pp_err *e);
+
 /* Prints the error once as "tool: error: msg" and returns the exit status. */
 int cli_fail(const cli_spec *spec, const pp_err *e);
 

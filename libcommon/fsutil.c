@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,4 +78,39 @@ int fs_rm_rf(const char *path)
 {
 	int rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return rc != 0 && errno == ENOENT ? 0 : rc;
+}
+
+int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e)
+{
+	*buf = NULL;
+	*n = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap);
+	for (;;) {
+		if (!b) {
+			fclose(f);
+			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+		}
+		len += fread(b + len, 1, cap - len - 1, f);
+		if (len < cap - 1)
+			break;
+		cap *= 2;
+		char *p = realloc(b, cap);
+		if (!p)
+			free(b);
+		b = p;
+	}
+	int err = ferror(f);
+	fclose(f);
+	if (err) {
+		free(b);
+		return pp_errorf(e, PP_ERUNTIME, "%s: read error", path);
+	}
+	b[len] = 0;
+	*buf = b;
+	*n = len;
+	return 0;
 }

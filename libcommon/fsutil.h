@@ -4,6 +4,8 @@
 #ifndef PP_FSUTIL_H
 #define PP_FSUTIL_H
 
+#include <stddef.h>
+
 #include "error.h"
 
 /* fsync a file or directory by path (a directory that cannot be fsynced on
@@ -15,5 +17,9 @@ int fs_fsync_parent(const char *path, pp_err *e);
 int fs_mkdir_p(const char *path, pp_err *e);
 /* rm -rf: files first, then the directories (depth first). 0 or -1 (errno). */
 int fs_rm_rf(const char *path);
+
+/* Reads the whole file into *buf (malloc'd, NUL-terminated; *n bytes without
+ * the NUL). Errors name the file. */
+int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "fsutil.h"
 #include "tok_internal.h"
 
 /* more than any real vocabulary (Gemma's is 256000), and a bound on what a
@@ -851,7 +852,7 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 		}
 		mpath = sibling(path, "merges.txt");
 		size_t mn;
-		if (!mpath || tok_read_file(mpath, &mtxt, &mn, e)) {
+		if (!mpath || fs_read_file(mpath, &mtxt, &mn, e)) {
 			rc = pp_err_prefix(e, "%s is a GPT-2 vocab.json and needs merges.txt beside it",
 					   path);
 			goto out;

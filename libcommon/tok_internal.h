@@ -142,8 +142,6 @@ tok_cache *tok_cache_get(const pp_tokenizer *t);
 int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids, size_t *k);
 void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k);
 
-/* Whole file into memory (NUL-terminated); errors name the file. */
-int tok_read_file(const char *path, char **buf, size_t *n, pp_err *e);
 
 /* Loaders (tok_spm.c, tok_bpe.c): fill a new tokenizer from the file's
  * bytes. The fingerprint is filled by the caller. */

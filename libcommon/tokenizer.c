@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsutil.h"
 #include "tok_internal.h"
 
 /* ---- hashing ---- */
@@ -270,41 +271,6 @@ size_t tok_utf8_put(uint32_t cp, char *b)
 	return 4;
 }
 
-int tok_read_file(const char *path, char **buf, size_t *n, pp_err *e)
-{
-	*buf = NULL;
-	*n = 0;
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	for (;;) {
-		if (!b) {
-			fclose(f);
-			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
-		}
-		len += fread(b + len, 1, cap - len - 1, f);
-		if (len < cap - 1)
-			break;
-		cap *= 2;
-		char *p = realloc(b, cap);
-		if (!p)
-			free(b);
-		b = p;
-	}
-	int err = ferror(f);
-	fclose(f);
-	if (err) {
-		free(b);
-		return pp_errorf(e, PP_ERUNTIME, "%s: read error", path);
-	}
-	b[len] = 0;
-	*buf = b;
-	*n = len;
-	return 0;
-}
-
 /* ---- the per-thread cache of encoded words ----
  * tok_encode takes a const tokenizer and may run in many threads at once,
  * so each thread has its own bounded cache, emptied when full or when used
@@ -412,7 +378,7 @@ int tok_load(pp_tokenizer **t, const char *path, pp_err *e)
 	*t = NULL;
 	char *buf;
 	size_t n;
-	int rc = tok_read_file(path, &buf, &n, e);
+	int rc = fs_read_file(path, &buf, &n, e);
 	if (rc)
 		return rc;
 	size_t i = 0;

@@ -83,7 +83,7 @@ expect_fail decode/prompt_too_long 2 "prompt is 130 tokens, longer than the cont
 	pp-decode $cfg --random-init --prompt "$long"
 expect_fail decode/past_context 2 "ask for at most 126" pp-decode $cfg --random-init --prompt "1 2 3" -n 200
 expect_fail decode/bad_token 2 "token 999 is outside \[0, 256\)" pp-decode $cfg --random-init --prompt "1 999"
-expect_fail decode/bad_top_p 2 "--top-p 1.5" pp-decode $cfg --random-init --top-p 1.5
-expect_fail decode/bad_n 2 "^pp-decode: error: -n x" pp-decode $cfg --random-init -n x
+expect_fail decode/bad_top_p 2 "--top-p .1\.5." pp-decode $cfg --random-init --top-p 1.5
+expect_fail decode/bad_n 2 "^pp-decode: error: -n 'x'" pp-decode $cfg --random-init -n x
 expect_fail decode/prompt_and_file 2 "not both" pp-decode $cfg --random-init --prompt 1 --prompt-file /dev/null
-expect_fail decode/missing_prompt_file 2 "--prompt-file $T/none" pp-decode $cfg --random-init --prompt-file $T/none
+expect_fail decode/missing_prompt_file 2 "--prompt-file: $T/none" pp-decode $cfg --random-init --prompt-file $T/none
