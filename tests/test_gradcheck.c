@@ -211,7 +211,7 @@ static void *tp_main(void *arg)
 		return NULL;
 	copy_weights(&s, r->full);
 	r->loss = loss_of(&s, true, STAGE_BWD_FULL, &r->e);
-	r->rc = stage_reduce_replica_grads(&s, &r->e);
+	r->rc = stage_reduce_replica_grads(&s, 0, s.n_elems, &r->e);
 	const char *worst = "";
 	r->gdiff = grad_diff_named(&s, r->full, r->full_g, &worst);
 	snprintf(r->worst, sizeof r->worst, "%s", worst);
