@@ -9,9 +9,11 @@
  * final, while the backward pass goes on, and gradsync_finish reduces the
  * rest and waits for all of it before the gradient norm and the optimizer.
  *
- * Per element the sum is the one a single reduction of the whole buffer
- * computes (with two dp ranks it is one addition, a + b, whatever the
- * bucket); the buckets change only when the sums travel.
+ * The buckets change when the sums travel, not what is summed: with two dp
+ * ranks each element's sum is one addition, a + b, whatever the bucket, so
+ * the run is bitwise that of one reduction after the backward; with more,
+ * MPI or NCCL may pick another summation order for another message size
+ * (rounding differences only).
  *
  * A chunk's first `hold` elements (a tied embedding, which is summed with
  * the other end of the pipeline first) wait for gradsync_finish.
