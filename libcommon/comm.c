@@ -1,5 +1,6 @@
 /* What the comm backends share: argument checks, the split plan, the
- * timeout message that names the peer at fault, and the polling pace. */
+ * timeout message that names the peer at fault, and the one wait loop
+ * (comm_poll) with its polling pace. */
 #include "comm.h"
 
 #include <sched.h>
@@ -133,15 +134,19 @@ double comm_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void comm_watch_start(comm_watch *w, const pp_comm *c, const char *op, const int *peers, int n)
-{
-	memset(w, 0, sizeof *w);
-	w->c = c, w->op = op, w->peers = peers, w->npeers = n;
-	w->t0 = comm_now();
-	w->next_scan = w->t0 + 1.0;
-}
+/* The state of one wait (see comm_poll). */
+typedef struct {
+	const pp_comm *c;
+	const char *op;
+	const int *peers; /* NULL: all of c */
+	int npeers;
+	double t0, next_scan;
+	int seen_dead;  /* the last scan found a suspect gone */
+	char dead[640]; /* who, as the first scan that saw it said */
+} watch;
 
-int comm_watch_poll(comm_watch *w, pp_err *e)
+/* 0 while the wait may go on; the error that ends it otherwise */
+static int watch_poll(watch *w, pp_err *e)
 {
 	const pp_comm *c = w->c;
 	char at[96];
@@ -175,6 +180,45 @@ int comm_watch_poll(comm_watch *w, pp_err *e)
 		nanosleep(&ts, NULL);
 	}
 	return 0;
+}
+
+int comm_poll(const pp_comm *c, const char *op, const int *peers, int npeers,
+	      int (*poll)(void *arg, int *done, pp_err *e), void *arg, pp_err *e)
+{
+	watch w = {.c = c, .op = op, .peers = peers, .npeers = npeers};
+	w.t0 = comm_now();
+	w.next_scan = w.t0 + 1.0;
+	for (;;) {
+		int done = 0, rc = poll(arg, &done, e);
+		if (rc || done)
+			return rc;
+		if ((rc = watch_poll(&w, e)))
+			return rc;
+	}
+}
+
+static int poll_req(void *arg, int *done, pp_err *e)
+{
+	pp_comm_req *r = arg;
+	return r->c->ops->progress(r, done, e);
+}
+
+int comm_wait(pp_comm_req *r, pp_err *e)
+{
+	int rc = comm_poll(r->c, r->op, r->npeers ? r->peers : NULL, r->npeers, poll_req, r, e);
+	r->c->ops->release(r, rc != 0);
+	return rc;
+}
+
+int comm_test(pp_comm_req *r, int *done, pp_err *e)
+{
+	*done = 0;
+	int rc = r->c->ops->progress(r, done, e);
+	if (rc || *done) {
+		r->c->ops->release(r, rc != 0);
+		*done = 1;
+	}
+	return rc;
 }
 
 int comm_check_exchange(const pp_comm *c, const char *op, pp_dtype t, int dst, int src, int tag,

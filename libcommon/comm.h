@@ -7,7 +7,20 @@
  * host memory (a loss, a status, a path), copied through the device, which
  * is slower. count is in elements.
  *
- * Calls are synchronous: on return the data is in place.
+ * Calls are synchronous: on return the data is in place. The nonblocking
+ * forms (comm_iallreduce, comm_ireduce_scatter) return a request at once;
+ * the buffers belong to the operation until comm_wait returns, or comm_test
+ * says it is done (either frees the request). Several may be in flight on one
+ * communicator, and blocking calls on it or on others may come in between;
+ * they complete in the order they were posted on each communicator. On
+ * "nccl" an operation runs on the communicator's own stream, after every
+ * kernel the ops issued before the call; kernels issued after the request
+ * completes run after it.
+ *
+ *   pp_comm_req *r[2];
+ *   comm_iallreduce(dp, g + a, n, PP_DT_REAL, PP_OP_SUM, &r[0], &e);
+ *   ... compute that does not touch g[a, a + n) ...
+ *   comm_wait(r[0], &e);
  *
  * Every call is bounded: a communicator has a timeout (seconds, inherited by
  * the communicators split from it), and a call that does not complete in
@@ -16,6 +29,7 @@
  *   "allreduce on 'dp' (rank 1 of 4) timed out after 120 s: every peer on
  *    this host is still running (one may be stuck, or calling a different
  *    operation)"
+ * (For a nonblocking call the time counts from the start of comm_wait.)
  * A wait also checks, once a second, whether a peer on this host has exited
  * (kill(pid, 0) on the pids boot_init exchanged): then it fails within about
  * two seconds instead of at the timeout:
@@ -69,6 +83,15 @@ typedef enum { PP_OP_SUM, PP_OP_MAX } pp_redop;
 
 typedef struct pp_comm pp_comm;
 
+/* An operation in flight, from a nonblocking call. Backends embed this as
+ * the first member of their own request. */
+typedef struct pp_comm_req {
+	pp_comm *c;
+	const char *op; /* "allreduce", ... for messages */
+	int peers[2];   /* the suspects named on failure (npeers of them); */
+	int npeers;     /* 0: every rank of c */
+} pp_comm_req;
+
 typedef struct pp_comm_ops {
 	const char *name; /* "mpi", "nccl" */
 
@@ -91,6 +114,21 @@ typedef struct pp_comm_ops {
 	 * send may be recv + c->rank * count (in place) */
 	int (*all_gather)(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			  pp_err *e);
+	/* Nonblocking allreduce: *req is the operation in flight. */
+	int (*iallreduce)(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
+			  pp_comm_req **req, pp_err *e);
+	/* Nonblocking reduce-scatter with a block size per rank: recv
+	 * (counts[c->rank]) = block c->rank of op over ranks of send (the sum
+	 * of counts, the blocks in rank order); counts (c->size) are the same
+	 * on every rank and may be zero; send and recv do not overlap. */
+	int (*ireduce_scatter)(pp_comm *c, const void *send, void *recv, const size_t *counts,
+			       pp_dtype t, pp_redop op, pp_comm_req **req, pp_err *e);
+	/* For comm_test and comm_wait: advances req without waiting; *done once
+	 * it has completed and its data is in place. An error fails it. */
+	int (*progress)(pp_comm_req *req, int *done, pp_err *e);
+	/* Frees req. failed: it ended in an error or a timeout, and may still be
+	 * pending: the backend gives up on the communicator. */
+	void (*release)(pp_comm_req *req, int failed);
 	/* buf (count) = root's buf */
 	int (*broadcast)(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e);
 
@@ -201,6 +239,25 @@ static inline int comm_all_gather(pp_comm *c, const void *send, void *recv, size
 {
 	return c->ops->all_gather(c, send, recv, count, t, e);
 }
+static inline int comm_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
+				  pp_comm_req **req, pp_err *e)
+{
+	return c->ops->iallreduce(c, buf, count, t, op, req, e);
+}
+static inline int comm_ireduce_scatter(pp_comm *c, const void *send, void *recv,
+				       const size_t *counts, pp_dtype t, pp_redop op,
+				       pp_comm_req **req, pp_err *e)
+{
+	return c->ops->ireduce_scatter(c, send, recv, counts, t, op, req, e);
+}
+/* Waits for req to complete (bounded like every call: the communicator's
+ * timeout from now, and a dead peer on this host), then frees it. */
+int comm_wait(pp_comm_req *req, pp_err *e);
+/* Whether req has completed, without waiting (it also advances the
+ * operation: MPI moves nonblocking collectives forward only inside its
+ * calls, so test what is in flight now and then). *done: req was freed, as
+ * it is on an error; else it stays in flight. */
+int comm_test(pp_comm_req *req, int *done, pp_err *e);
 static inline int comm_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root,
 				 pp_err *e)
 {
@@ -268,30 +325,29 @@ void comm_split_plan(const pp_comm *c, const int *ckeys, int *rank, int *size, i
 int comm_fail_error(const pp_comm *c, const char *op, const int *peers, int n, const char *why,
 		    pp_err *e);
 
-/* The wait for one pending operation, polled by the backend's loop:
- *   comm_watch w; comm_watch_start(&w, c, op, peers, n);
- *   while (!done(...)) if ((rc = comm_watch_poll(&w, e))) { clean up; return rc; }
- * Between polls it yields, then (after a second) sleeps 100 us, so a stuck
- * wait does not starve the node's other ranks. It ends the wait with
- * PP_ERUNTIME
+/* The one wait loop of every backend: calls poll(arg, &done, e) until it
+ * says done or fails, for an operation op on c whose suspects are peers
+ * (npeers ranks of c; NULL: all of c). Between polls it yields, then
+ * (after a second) sleeps 100 us, so a stuck wait does not starve the
+ * node's other ranks. It ends the wait with PP_ERUNTIME
  *   - at the communicator's timeout: "op on 'dp' (rank 1 of 4) timed out
  *     after 120 s: <who did not respond>";
  *   - early, when a suspect on this host has exited and the operation is
  *     still pending a second later (so a peer that exits right after
  *     sending its last message is not blamed): "op ... failed after 2 s:
  *     rank 2 (pid 1234 on host a) has exited". The peers named are those
- *     seen dead first, not the ranks that gave up on their own timeout since. */
-typedef struct {
-	const pp_comm *c;
-	const char *op;
-	const int *peers; /* NULL: all of c */
-	int npeers;
-	double t0, next_scan;
-	int seen_dead;  /* the last scan found a suspect gone */
-	char dead[640]; /* who, as the first scan that saw it said */
-} comm_watch;
-void comm_watch_start(comm_watch *w, const pp_comm *c, const char *op, const int *peers, int n);
-int comm_watch_poll(comm_watch *w, pp_err *e);
+ *     seen dead first, not the ranks that gave up on their own timeout since.
+ * The caller cleans up after a failure (the operation may still be pending). */
+int comm_poll(const pp_comm *c, const char *op, const int *peers, int npeers,
+	      int (*poll)(void *arg, int *done, pp_err *e), void *arg, pp_err *e);
+/* A request's common part, for a backend's post. */
+static inline void comm_req_init(pp_comm_req *r, pp_comm *c, const char *op, const int *peers,
+				 int npeers)
+{
+	r->c = c, r->op = op, r->npeers = 0;
+	for (int i = 0; peers && i < npeers && i < 2; i++)
+		r->peers[r->npeers++] = peers[i];
+}
 /* Seconds on a monotonic clock. */
 double comm_now(void);
 

@@ -1,7 +1,8 @@
 /* The comm interface over MPI, on host memory.
  *
  * Every operation is the non-blocking MPI call (MPI_Iallreduce, MPI_Issend,
- * ...) polled with MPI_Test against the communicator's deadline, so a dead
+ * ...) held in a request; a blocking call posts it and waits in comm_wait,
+ * which polls MPI_Testall against the communicator's deadline, so a dead
  * or stuck peer turns into an error that names it instead of a hang. Error
  * handlers are MPI_ERRORS_RETURN: a peer that drops its connection is
  * reported the same way. After the first failure MPI is never finalized
@@ -71,28 +72,82 @@ static int mpi_error(const pp_comm *c, const char *op, const int *peers, int n, 
 	return comm_fail_error(c, op, peers, n, why, e);
 }
 
-/* Waits for reqs (n) to complete, or for the error, the timeout or the dead
- * peer that ends the call (comm_watch). rc is what posting them returned. peers (npeers ranks of c, or
- * NULL for all of c) are the suspects named on failure. st (n) may be NULL. */
-static int settle(const pp_comm *c, const char *op, const int *peers, int npeers, int rc, int n,
-		  MPI_Request *reqs, MPI_Status *st, pp_err *e)
+/* An operation in flight: n MPI requests, completed together. */
+typedef struct {
+	pp_comm_req base;
+	pp_dtype t;
+	int recv_at, expect; /* a receive (index) that must bring expect elements, or -1 */
+	int src;
+	int *counts; /* MPI_Ireduce_scatter's counts: MPI reads them until completion */
+	int n;
+	MPI_Request r[]; /* (n) */
+} mpi_req;
+
+static mpi_req *req_new(pp_comm *c, const char *op, const int *peers, int npeers, int n,
+			pp_err *e)
 {
-	if (rc != MPI_SUCCESS)
-		return mpi_error(c, op, peers, npeers, rc, e);
-	comm_watch w;
-	comm_watch_start(&w, c, op, peers, npeers);
-	for (;;) {
-		int done = 0;
-		rc = MPI_Testall(n, reqs, &done, st ? st : MPI_STATUSES_IGNORE);
-		if (rc != MPI_SUCCESS)
-			return mpi_error(c, op, peers, npeers, rc, e);
-		if (done)
-			return 0;
-		if ((rc = comm_watch_poll(&w, e))) {
-			mpi_broken = 1; /* the requests stay pending: MPI is done for */
-			return rc;
-		}
+	mpi_req *q = calloc(1, sizeof *q + sizeof(MPI_Request) * (size_t)(n > 0 ? n : 1));
+	if (!q) {
+		pp_errorf(e, PP_ERUNTIME, "%s on '%s': out of memory", op, c->name);
+		return NULL;
 	}
+	comm_req_init(&q->base, c, op, peers, npeers);
+	q->recv_at = -1;
+	q->n = n;
+	for (int i = 0; i < n; i++)
+		q->r[i] = MPI_REQUEST_NULL;
+	return q;
+}
+
+static void mpi_release(pp_comm_req *base, int failed)
+{
+	mpi_req *q = (mpi_req *)base;
+	if (failed)
+		mpi_broken = 1; /* requests may stay pending: MPI is done for */
+	free(q->counts);
+	free(q);
+}
+
+/* *out = q, posted with status rc (what the last MPI call returned) */
+static int posted(mpi_req *q, int rc, pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	if (rc != MPI_SUCCESS) {
+		rc = mpi_error(q->base.c, q->base.op, q->base.npeers ? q->base.peers : NULL,
+			       q->base.npeers, rc, e);
+		mpi_release(&q->base, 1);
+		return rc;
+	}
+	*out = &q->base;
+	return 0;
+}
+
+static int mpi_progress(pp_comm_req *base, int *done, pp_err *e)
+{
+	mpi_req *q = (mpi_req *)base;
+	const pp_comm *c = base->c;
+	const int *peers = base->npeers ? base->peers : NULL;
+	MPI_Status st[2];
+	int rc = q->n <= 2 ? MPI_Testall(q->n, q->r, done, st)
+			   : MPI_Testall(q->n, q->r, done, MPI_STATUSES_IGNORE);
+	if (rc != MPI_SUCCESS)
+		return mpi_error(c, base->op, peers, base->npeers, rc, e);
+	int got = q->expect;
+	if (*done && q->recv_at >= 0 &&
+	    MPI_Get_count(&st[q->recv_at], mpi_type(q->t), &got) == MPI_SUCCESS && got != q->expect) {
+		char why[128];
+		snprintf(why, sizeof why, "received %d elements from rank %d, expected %d", got,
+			 q->src, q->expect);
+		mpi_broken = 1;
+		return comm_fail_error(c, base->op, &q->src, 1, why, e);
+	}
+	return 0;
+}
+
+/* The blocking calls: rc from posting *r, then the wait */
+static int finish(int rc, pp_comm_req **r, pp_err *e)
+{
+	return rc || !*r ? rc : comm_wait(*r, e);
 }
 
 static size_t min_size(size_t a, size_t b)
@@ -100,18 +155,36 @@ static size_t min_size(size_t a, size_t b)
 	return a < b ? a : b;
 }
 
+static MPI_Op mpi_op(pp_redop op)
+{
+	return op == PP_OP_MAX ? MPI_MAX : MPI_SUM;
+}
+
+static int mpi_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
+			  pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = comm_check(c, "allreduce", t, (int)op, e);
+	if (rc)
+		return rc;
+	size_t esz = comm_dtype_size(t), pieces = (count + CHUNK - 1) / CHUNK;
+	mpi_req *q = req_new(c, "allreduce", NULL, 0, (int)pieces, e);
+	if (!q)
+		return PP_ERUNTIME;
+	rc = MPI_SUCCESS;
+	for (size_t k = 0; k < pieces && rc == MPI_SUCCESS; k++) {
+		size_t off = k * CHUNK;
+		rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz,
+				    (int)min_size(CHUNK, count - off), mpi_type(t), mpi_op(op),
+				    handle(c), &q->r[k]);
+	}
+	return posted(q, rc, out, e);
+}
+
 static int mpi_allreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "allreduce", t, (int)op, e);
-	size_t esz = comm_dtype_size(t);
-	for (size_t off = 0; !rc && off < count; off += CHUNK) {
-		MPI_Request r = MPI_REQUEST_NULL;
-		int n = (int)min_size(CHUNK, count - off);
-		rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esz, n, mpi_type(t),
-				    op == PP_OP_MAX ? MPI_MAX : MPI_SUM, handle(c), &r);
-		rc = settle(c, "allreduce", NULL, 0, rc, 1, &r, NULL, e);
-	}
-	return rc;
+	pp_comm_req *r;
+	return finish(mpi_iallreduce(c, buf, count, t, op, &r, e), &r, e);
 }
 
 static int too_long(const pp_comm *c, const char *op, size_t count, pp_err *e)
@@ -122,16 +195,55 @@ static int too_long(const pp_comm *c, const char *op, size_t count, pp_err *e)
 			 op, c->name, count, INT_MAX);
 }
 
+/* A request for one MPI request: the caller posts into *r, then posted() */
+static int one(pp_comm *c, const char *op, const int *peers, int npeers, pp_comm_req **out,
+	       MPI_Request **r, pp_err *e)
+{
+	mpi_req *q = req_new(c, op, peers, npeers, 1, e);
+	*out = q ? &q->base : NULL;
+	*r = q ? &q->r[0] : NULL;
+	return q ? 0 : PP_ERUNTIME;
+}
+
 static int mpi_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			      pp_redop op, pp_err *e)
 {
 	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
 	if (rc || (rc = too_long(c, "reduce_scatter", count, e)) || !count)
 		return rc;
-	MPI_Request r = MPI_REQUEST_NULL;
-	rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t),
-				       op == PP_OP_MAX ? MPI_MAX : MPI_SUM, handle(c), &r);
-	return settle(c, "reduce_scatter", NULL, 0, rc, 1, &r, NULL, e);
+	pp_comm_req *q;
+	MPI_Request *r;
+	if ((rc = one(c, "reduce_scatter", NULL, 0, &q, &r, e)))
+		return rc;
+	rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(op), handle(c),
+				       r);
+	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
+}
+
+static int mpi_ireduce_scatter(pp_comm *c, const void *send, void *recv, const size_t *counts,
+			       pp_dtype t, pp_redop op, pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = comm_check(c, "reduce_scatter", t, (int)op, e), any = 0;
+	for (int i = 0; !rc && i < c->size; i++) {
+		rc = too_long(c, "reduce_scatter", counts[i], e);
+		any |= counts[i] > 0;
+	}
+	if (rc)
+		return rc;
+	mpi_req *q = req_new(c, "reduce_scatter", NULL, 0, any, e);
+	if (!q)
+		return PP_ERUNTIME;
+	if (!any)
+		return posted(q, MPI_SUCCESS, out, e);
+	if (!(q->counts = malloc(sizeof(int) * (size_t)c->size))) {
+		mpi_release(&q->base, 0);
+		return pp_errorf(e, PP_ERUNTIME, "reduce_scatter on '%s': out of memory", c->name);
+	}
+	for (int i = 0; i < c->size; i++)
+		q->counts[i] = (int)counts[i];
+	rc = MPI_Ireduce_scatter(send, recv, q->counts, mpi_type(t), mpi_op(op), handle(c), &q->r[0]);
+	return posted(q, rc, out, e);
 }
 
 static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
@@ -142,10 +254,13 @@ static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count
 		return rc;
 	size_t esz = comm_dtype_size(t);
 	int in_place = send == (const char *)recv + (size_t)c->rank * count * esz;
-	MPI_Request r = MPI_REQUEST_NULL;
+	pp_comm_req *q;
+	MPI_Request *r;
+	if ((rc = one(c, "all_gather", NULL, 0, &q, &r, e)))
+		return rc;
 	rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv,
-			    (int)count, mpi_type(t), handle(c), &r);
-	return settle(c, "all_gather", NULL, 0, rc, 1, &r, NULL, e);
+			    (int)count, mpi_type(t), handle(c), r);
+	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
 }
 
 static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
@@ -155,12 +270,15 @@ static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int ro
 		rc = comm_check_rank(c, "broadcast", "root", root, 0, e);
 	size_t esz = comm_dtype_size(t);
 	for (size_t off = 0; !rc && off < count; off += CHUNK) {
-		MPI_Request r = MPI_REQUEST_NULL;
+		pp_comm_req *q;
+		MPI_Request *r;
 		int n = (int)min_size(CHUNK, count - off);
-		rc = MPI_Ibcast((char *)buf + off * esz, n, mpi_type(t), root, handle(c), &r);
 		/* the root is the one every other rank waits for */
-		rc = settle(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1,
-			    rc, 1, &r, NULL, e);
+		if ((rc = one(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1,
+			      &q, &r, e)))
+			break;
+		rc = MPI_Ibcast((char *)buf + off * esz, n, mpi_type(t), root, handle(c), r);
+		rc = finish(posted((mpi_req *)q, rc, &q, e), &q, e);
 	}
 	return rc;
 }
@@ -185,29 +303,25 @@ static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount,
 		peers[np++] = src;
 	/* an empty message still travels: it is how the two sides agree */
 	for (size_t off = 0; off == 0 || off < scount || off < rcount; off += CHUNK) {
-		MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-		MPI_Status st[2];
 		int sn = off <= scount ? (int)min_size(CHUNK, scount - off) : 0;
 		int rn = off <= rcount ? (int)min_size(CHUNK, rcount - off) : 0;
 		int post_s = dst >= 0 && (off == 0 || off < scount);
 		int post_r = src >= 0 && (off == 0 || off < rcount);
+		mpi_req *q = req_new(c, op, peers, np, 2, e);
+		if (!q)
+			return PP_ERUNTIME;
+		q->t = t, q->src = src, q->expect = rn;
+		q->recv_at = post_r ? 1 : -1;
 		rc = MPI_SUCCESS;
 		if (post_r)
 			rc = MPI_Irecv((char *)rbuf + off * esz, rn, mpi_type(t), src, tag, handle(c),
-				       &r[1]);
+				       &q->r[1]);
 		if (post_s && rc == MPI_SUCCESS)
 			rc = MPI_Issend((const char *)sbuf + off * esz, sn, mpi_type(t), dst, tag,
-					handle(c), &r[0]);
-		if ((rc = settle(c, op, peers, np, rc, 2, r, st, e)))
+					handle(c), &q->r[0]);
+		pp_comm_req *r;
+		if ((rc = finish(posted(q, rc, &r, e), &r, e)))
 			return rc;
-		int got = rn;
-		if (post_r && MPI_Get_count(&st[1], mpi_type(t), &got) == MPI_SUCCESS && got != rn) {
-			char why[128];
-			snprintf(why, sizeof why, "received %d elements from rank %d, expected %d",
-				 got, src, rn);
-			mpi_broken = 1;
-			return comm_fail_error(c, op, &src, 1, why, e);
-		}
 	}
 	return 0;
 }
@@ -235,9 +349,13 @@ static int mpi_sendrecv(pp_comm *c, const void *sbuf, size_t scount, int dst, vo
 
 static int mpi_barrier(pp_comm *c, pp_err *e)
 {
-	MPI_Request r = MPI_REQUEST_NULL;
-	int rc = MPI_Ibarrier(handle(c), &r);
-	return settle(c, "barrier", NULL, 0, rc, 1, &r, NULL, e);
+	pp_comm_req *q;
+	MPI_Request *r;
+	int rc = one(c, "barrier", NULL, 0, &q, &r, e);
+	if (rc)
+		return rc;
+	rc = MPI_Ibarrier(handle(c), r);
+	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
 }
 
 static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout,
@@ -338,9 +456,14 @@ static int mpi_init(pp_comm **out, pp_proc *p, double timeout, pp_err *e)
 		c->world[r] = r;
 	/* our own world, so that no one else's messages can match ours */
 	mpi_impl *m = c->impl;
-	MPI_Request r = MPI_REQUEST_NULL;
-	int rc = MPI_Comm_idup(MPI_COMM_WORLD, &m->comm, &r);
-	if ((rc = settle(c, "init", NULL, 0, rc, 1, &r, NULL, e))) {
+	pp_comm_req *q;
+	MPI_Request *r;
+	int rc = one(c, "init", NULL, 0, &q, &r, e);
+	if (!rc) {
+		rc = MPI_Comm_idup(MPI_COMM_WORLD, &m->comm, r);
+		rc = finish(posted((mpi_req *)q, rc, &q, e), &q, e);
+	}
+	if (rc) {
 		free(m), comm_delete(c);
 		return rc;
 	}
@@ -380,6 +503,10 @@ const pp_comm_ops pp_comm_mpi = {
 	.split = mpi_split,
 	.allreduce = mpi_allreduce,
 	.reduce_scatter = mpi_reduce_scatter,
+	.iallreduce = mpi_iallreduce,
+	.ireduce_scatter = mpi_ireduce_scatter,
+	.progress = mpi_progress,
+	.release = mpi_release,
 	.all_gather = mpi_all_gather,
 	.broadcast = mpi_broadcast,
 	.send = mpi_send,

@@ -3,14 +3,30 @@
  * The unique id travels from rank 0 through PMIx (boot_allgather), together
  * with every rank's verdict on its GPU, so that a rank without a usable
  * device makes every rank fail at init instead of leaving the others
- * waiting. Communicators are non-blocking (config.blocking = 0): each call
- * is enqueued on the communicator's own stream, then polled
- * (ncclCommGetAsyncError, cudaStreamQuery) against the deadline through
- * comm_watch; on a timeout, a dead peer or an asynchronous error the
- * communicator is aborted (ncclCommAbort) and the call returns PP_ERUNTIME.
- * Calls are synchronous for the caller: the data is in place on return.
- * Host buffers are accepted too (copied through the device: meant for small
- * values such as a loss, a status or a path).
+ * waiting. Communicators are non-blocking (config.blocking = 0).
+ *
+ * Streams: the ops run on the legacy default stream (kernels/cuda/cuda.h),
+ * the compute stream. Each communicator has its own stream (so the dp
+ * reduction, the pp transfers and the tp sums each have theirs), created
+ * non-blocking: it runs beside the compute stream, ordered only by events.
+ * Every operation first records an event on the compute stream and makes
+ * the communicator's stream wait for it (a collective never reads a buffer a
+ * kernel is still filling), is enqueued, then records its own "done" event.
+ * Completion is cudaEventQuery of that event, polled with
+ * ncclCommGetAsyncError in comm_wait (comm.c) against the deadline; once
+ * done, the compute stream waits for the event too, so kernels issued later
+ * read what the operation wrote. A blocking call posts and waits; a
+ * nonblocking one (iallreduce, ireduce_scatter) returns the request, and
+ * the compute stream goes on meanwhile.
+ *
+ * A non-blocking communicator may answer a call with ncclInProgress before
+ * the operation is on the stream; the post waits (bounded) until the
+ * communicator is ready again, and only then records "done", so the event
+ * always follows the operation and no call is issued to a communicator
+ * still busy with the last. On a timeout, a dead peer or an asynchronous
+ * error the communicator is aborted (ncclCommAbort) and the call returns
+ * PP_ERUNTIME. Host buffers are accepted too (copied through the device:
+ * meant for small values such as a loss, a status or a path).
  *
  * Built only with -DPP_CUDA; links with -lnccl -lcudart (runtime API only). */
 #ifdef PP_CUDA
@@ -24,9 +40,17 @@
 #include <string.h>
 #include <unistd.h>
 
+/* the stream the ops enqueue their kernels on (kernels/cuda/cuda.h) */
+#define COMPUTE_STREAM cudaStreamLegacy
+
+enum { POOL = 16 };
+
 typedef struct {
 	ncclComm_t nc;
-	cudaStream_t stream;
+	cudaStream_t stream; /* non-blocking: ordered by events only */
+	cudaEvent_t after;   /* recorded on the compute stream before each operation */
+	cudaEvent_t pool[POOL]; /* spare "done" events */
+	int npool;
 	int *scratch; /* device (2 * size) ints: split plans, barrier */
 	int aborted;
 } nccl_impl;
@@ -94,39 +118,38 @@ static int cuda_error(pp_comm *c, const char *op, cudaError_t r, pp_err *e)
 	return comm_fail_error(c, op, NULL, 0, why, e);
 }
 
-/* Waits until the communicator has taken the call (non-blocking NCCL
- * returns ncclInProgress while it sets up) and the stream has run it. */
-static int settle(pp_comm *c, const char *op, const int *peers, int npeers, ncclResult_t issued,
-		  pp_err *e)
+/* The wait for communicators to leave ncclInProgress: c's own (when it
+ * has one yet) and parent's (a split), for comm_poll. */
+typedef struct {
+	pp_comm *c;
+	const char *op;
+	ncclComm_t parent;
+} state_wait;
+
+static int poll_state(void *arg, int *done, pp_err *e)
 {
-	nccl_impl *s = impl(c);
-	if (s->aborted)
-		return pp_errorf(e, PP_ERUNTIME, "%s on '%s': the communicator was aborted by an "
-				 "earlier failure", op, c->name);
-	if (issued != ncclSuccess && issued != ncclInProgress)
-		return nccl_error(c, op, peers, npeers, issued, e);
-	comm_watch w;
-	comm_watch_start(&w, c, op, peers, npeers);
-	for (;;) {
-		ncclResult_t state = ncclSuccess;
-		ncclResult_t r = ncclCommGetAsyncError(s->nc, &state);
-		if (r != ncclSuccess)
-			return nccl_error(c, op, peers, npeers, r, e);
-		if (state != ncclSuccess && state != ncclInProgress)
-			return nccl_error(c, op, peers, npeers, state, e);
-		if (state == ncclSuccess) {
-			cudaError_t q = cudaStreamQuery(s->stream);
-			if (q == cudaSuccess)
-				return 0;
-			if (q != cudaErrorNotReady)
-				return cuda_error(c, op, q, e);
-		}
-		int rc = comm_watch_poll(&w, e);
-		if (rc) {
-			abort_comm(c);
-			return rc;
-		}
-	}
+	state_wait *w = arg;
+	nccl_impl *s = impl(w->c);
+	ncclResult_t a = ncclSuccess, b = ncclSuccess;
+	if (s->nc && ncclCommGetAsyncError(s->nc, &a) != ncclSuccess)
+		a = ncclInternalError;
+	if (w->parent && ncclCommGetAsyncError(w->parent, &b) != ncclSuccess)
+		b = ncclInternalError;
+	if (a != ncclSuccess && a != ncclInProgress)
+		return nccl_error(w->c, w->op, NULL, 0, a, e);
+	if (b != ncclSuccess && b != ncclInProgress)
+		return nccl_error(w->c, w->op, NULL, 0, b, e);
+	*done = a == ncclSuccess && b == ncclSuccess;
+	return 0;
+}
+
+static int wait_state(pp_comm *c, const char *op, ncclComm_t parent, pp_err *e)
+{
+	state_wait w = {c, op, parent};
+	int rc = comm_poll(c, op, NULL, 0, poll_state, &w, e);
+	if (rc)
+		abort_comm(c);
+	return rc;
 }
 
 /* NCCL reads and writes device memory only. A host buffer (a loss, a
@@ -135,6 +158,7 @@ static int settle(pp_comm *c, const char *op, const int *peers, int npeers, nccl
 typedef struct {
 	void *host, *dev;
 	size_t bytes;
+	int copy_out; /* back to host once the operation is done */
 } bounce;
 
 static int on_host(const void *p)
@@ -147,41 +171,150 @@ static int on_host(const void *p)
 	return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
 }
 
-/* *use = p, or a device copy of p's bytes (filled from p when copy_in) */
-static int bounce_in(pp_comm *c, const char *op, const void *p, size_t bytes, int copy_in,
-		     bounce *b, void **use, pp_err *e)
+/* An operation in flight. */
+typedef struct {
+	pp_comm_req base;
+	cudaEvent_t done; /* recorded on the communicator's stream after the operation */
+	bounce b[2];
+} nccl_req;
+
+static void nccl_release(pp_comm_req *base, int failed)
 {
-	memset(b, 0, sizeof *b);
+	nccl_req *q = (nccl_req *)base;
+	nccl_impl *s = impl(base->c);
+	if (failed)
+		abort_comm(base->c);
+	for (int i = 0; i < 2; i++)
+		if (q->b[i].dev)
+			cudaFree(q->b[i].dev);
+	if (q->done && !failed && s->npool < POOL)
+		s->pool[s->npool++] = q->done;
+	else if (q->done)
+		cudaEventDestroy(q->done); /* a pending one is released when it completes */
+	free(q);
+}
+
+/* A request for op on c, its "done" event ready. */
+static int req_new(pp_comm *c, const char *op, const int *peers, int npeers, nccl_req **out,
+		   pp_err *e)
+{
+	nccl_impl *s = impl(c);
+	*out = NULL;
+	if (s->aborted)
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s on '%s': the communicator was aborted by an earlier failure", op,
+				 c->name);
+	nccl_req *q = calloc(1, sizeof *q);
+	if (!q)
+		return pp_errorf(e, PP_ERUNTIME, "%s on '%s': out of memory", op, c->name);
+	comm_req_init(&q->base, c, op, peers, npeers);
+	cudaError_t r = cudaSuccess;
+	if (s->npool)
+		q->done = s->pool[--s->npool];
+	else
+		r = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+	if (r != cudaSuccess) {
+		q->done = NULL;
+		int rc = cuda_error(c, op, r, e);
+		nccl_release(&q->base, 1);
+		return rc;
+	}
+	*out = q;
+	return 0;
+}
+
+/* *use = p, or (host memory) the device copy b->dev of p's bytes, filled
+ * from p when copy_in, copied back when the operation completes when
+ * copy_out. */
+static int bounce_in(nccl_req *q, int i, const void *p, size_t bytes, int copy_in, int copy_out,
+		     void **use, pp_err *e)
+{
+	bounce *b = &q->b[i];
 	*use = (void *)p;
 	if (!bytes || !p || !on_host(p))
 		return 0;
-	cudaError_t q = cudaMalloc(&b->dev, bytes);
-	if (q == cudaSuccess && copy_in)
-		q = cudaMemcpy(b->dev, p, bytes, cudaMemcpyHostToDevice);
-	if (q != cudaSuccess) {
-		if (b->dev)
-			cudaFree(b->dev);
-		b->dev = NULL;
-		return cuda_error(c, op, q, e);
-	}
-	b->host = (void *)p, b->bytes = bytes;
+	cudaError_t r = cudaMalloc(&b->dev, bytes);
+	if (r == cudaSuccess && copy_in)
+		r = cudaMemcpy(b->dev, p, bytes, cudaMemcpyHostToDevice);
+	if (r != cudaSuccess)
+		return cuda_error(q->base.c, q->base.op, r, e);
+	b->host = (void *)p, b->bytes = bytes, b->copy_out = copy_out;
 	*use = b->dev;
 	return 0;
 }
 
-/* Copies a device copy back (when copy_out and the call succeeded), frees it. */
-static int bounce_out(pp_comm *c, const char *op, bounce *b, int copy_out, int rc, pp_err *e)
+/* The communicator's stream waits for everything issued on the compute
+ * stream so far (the kernels that fill the buffers, the bounce copies). */
+static int after_compute(nccl_req *q, pp_err *e)
 {
-	if (!b->dev)
+	nccl_impl *s = impl(q->base.c);
+	cudaError_t r = cudaEventRecord(s->after, COMPUTE_STREAM);
+	if (r == cudaSuccess)
+		r = cudaStreamWaitEvent(s->stream, s->after, 0);
+	return r == cudaSuccess ? 0 : cuda_error(q->base.c, q->base.op, r, e);
+}
+
+/* After the NCCL call (issued: what it returned): waits until NCCL has put
+ * the operation on the stream, then records "done" after it. Frees q on
+ * failure; *out = q otherwise. rc: an error before the call (then issued
+ * is ignored). */
+static int posted(nccl_req *q, int rc, ncclResult_t issued, pp_comm_req **out, pp_err *e)
+{
+	pp_comm *c = q->base.c;
+	const char *op = q->base.op;
+	*out = NULL;
+	if (!rc && issued != ncclSuccess && issued != ncclInProgress)
+		rc = nccl_error(c, op, q->base.npeers ? q->base.peers : NULL, q->base.npeers, issued,
+				e);
+	if (!rc && issued == ncclInProgress)
+		rc = wait_state(c, op, NULL, e);
+	cudaError_t r;
+	if (!rc && (r = cudaEventRecord(q->done, impl(c)->stream)) != cudaSuccess)
+		rc = cuda_error(c, op, r, e);
+	if (rc) {
+		nccl_release(&q->base, 1);
 		return rc;
-	if (!rc && copy_out) {
-		cudaError_t q = cudaMemcpy(b->host, b->dev, b->bytes, cudaMemcpyDeviceToHost);
-		if (q != cudaSuccess)
-			rc = cuda_error(c, op, q, e);
 	}
-	cudaFree(b->dev);
-	b->dev = NULL;
-	return rc;
+	*out = &q->base;
+	return 0;
+}
+
+static int nccl_progress(pp_comm_req *base, int *done, pp_err *e)
+{
+	nccl_req *q = (nccl_req *)base;
+	pp_comm *c = base->c;
+	nccl_impl *s = impl(c);
+	const int *peers = base->npeers ? base->peers : NULL;
+	*done = 0;
+	if (s->aborted)
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s on '%s': the communicator was aborted by an earlier failure",
+				 base->op, c->name);
+	ncclResult_t state = ncclSuccess, r = ncclCommGetAsyncError(s->nc, &state);
+	if (r != ncclSuccess)
+		return nccl_error(c, base->op, peers, base->npeers, r, e);
+	if (state != ncclSuccess && state != ncclInProgress)
+		return nccl_error(c, base->op, peers, base->npeers, state, e);
+	cudaError_t st = cudaEventQuery(q->done);
+	if (st == cudaErrorNotReady)
+		return 0;
+	/* kernels issued from now on read what the operation wrote */
+	if (st == cudaSuccess)
+		st = cudaStreamWaitEvent(COMPUTE_STREAM, q->done, 0);
+	for (int i = 0; i < 2 && st == cudaSuccess; i++)
+		if (q->b[i].dev && q->b[i].copy_out)
+			st = cudaMemcpy(q->b[i].host, q->b[i].dev, q->b[i].bytes,
+					cudaMemcpyDeviceToHost);
+	if (st != cudaSuccess)
+		return cuda_error(c, base->op, st, e);
+	*done = 1;
+	return 0;
+}
+
+/* The blocking calls: rc from posting *r, then the wait */
+static int finish(int rc, pp_comm_req **r, pp_err *e)
+{
+	return rc || !*r ? rc : comm_wait(*r, e);
 }
 
 static ncclRedOp_t nccl_op(pp_redop op)
@@ -189,66 +322,113 @@ static ncclRedOp_t nccl_op(pp_redop op)
 	return op == PP_OP_MAX ? ncclMax : ncclSum;
 }
 
+static int nccl_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
+			   pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = comm_check(c, "allreduce", t, (int)op, e);
+	nccl_req *q;
+	if (rc || (rc = req_new(c, "allreduce", NULL, 0, &q, e)))
+		return rc;
+	void *d;
+	ncclResult_t r = ncclSuccess;
+	rc = bounce_in(q, 0, buf, count * comm_dtype_size(t), 1, 1, &d, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc && count)
+		r = ncclAllReduce(d, d, count, nccl_type(t), nccl_op(op), impl(c)->nc,
+				  impl(c)->stream);
+	return posted(q, rc, r, out, e);
+}
+
 static int nccl_allreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "allreduce", t, (int)op, e);
-	if (rc || !count)
+	pp_comm_req *r;
+	return finish(nccl_iallreduce(c, buf, count, t, op, &r, e), &r, e);
+}
+
+static int nccl_ireduce_scatter(pp_comm *c, const void *send, void *recv, const size_t *counts,
+				pp_dtype t, pp_redop op, pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
+	nccl_req *q;
+	if (rc || (rc = req_new(c, "reduce_scatter", NULL, 0, &q, e)))
 		return rc;
-	bounce b;
-	void *d;
-	if ((rc = bounce_in(c, "allreduce", buf, count * comm_dtype_size(t), 1, &b, &d, e)))
-		return rc;
-	ncclResult_t r =
-		ncclAllReduce(d, d, count, nccl_type(t), nccl_op(op), impl(c)->nc, impl(c)->stream);
-	rc = settle(c, "allreduce", NULL, 0, r, e);
-	return bounce_out(c, "allreduce", &b, 1, rc, e);
+	nccl_impl *s = impl(c);
+	size_t esz = comm_dtype_size(t), total = 0;
+	for (int i = 0; i < c->size; i++)
+		total += counts[i];
+	void *ds, *dr;
+	ncclResult_t r = ncclSuccess;
+	rc = bounce_in(q, 0, send, total * esz, 1, 0, &ds, e);
+	if (!rc)
+		rc = bounce_in(q, 1, recv, counts[c->rank] * esz, 0, 1, &dr, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc && total) {
+		/* one reduce per block, to the rank that keeps it, in one group */
+		r = ncclGroupStart();
+		size_t at = 0;
+		for (int i = 0; i < c->size; i++) {
+			char *blk = (char *)ds + at * esz;
+			if (r == ncclSuccess && counts[i])
+				r = ncclReduce(blk, i == c->rank ? dr : blk, counts[i], nccl_type(t),
+					       nccl_op(op), i, s->nc, s->stream);
+			at += counts[i];
+		}
+		ncclResult_t end = ncclGroupEnd();
+		r = r != ncclSuccess ? r : end;
+	}
+	return posted(q, rc, r, out, e);
 }
 
 static int nccl_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			       pp_redop op, pp_err *e)
 {
 	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
-	if (rc || !count)
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	if (rc || !count || (rc = req_new(c, "reduce_scatter", NULL, 0, &q, e)))
 		return rc;
 	size_t esz = comm_dtype_size(t);
-	bounce bs, br;
 	void *ds, *dr;
-	if ((rc = bounce_in(c, "reduce_scatter", send, (size_t)c->size * count * esz, 1, &bs, &ds,
-			    e)))
-		return rc;
-	if ((rc = bounce_in(c, "reduce_scatter", recv, count * esz, 0, &br, &dr, e)))
-		return bounce_out(c, "reduce_scatter", &bs, 0, rc, e);
-	ncclResult_t r = ncclReduceScatter(ds, dr, count, nccl_type(t), nccl_op(op), impl(c)->nc,
+	ncclResult_t issued = ncclSuccess;
+	rc = bounce_in(q, 0, send, (size_t)c->size * count * esz, 1, 0, &ds, e);
+	if (!rc)
+		rc = bounce_in(q, 1, recv, count * esz, 0, 1, &dr, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc)
+		issued = ncclReduceScatter(ds, dr, count, nccl_type(t), nccl_op(op), impl(c)->nc,
 					   impl(c)->stream);
-	rc = settle(c, "reduce_scatter", NULL, 0, r, e);
-	rc = bounce_out(c, "reduce_scatter", &br, 1, rc, e);
-	return bounce_out(c, "reduce_scatter", &bs, 0, rc, e);
+	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
 static int nccl_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			   pp_err *e)
 {
 	int rc = comm_check(c, "all_gather", t, -1, e);
-	if (rc || !count)
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	if (rc || !count || (rc = req_new(c, "all_gather", NULL, 0, &q, e)))
 		return rc;
 	size_t esz = comm_dtype_size(t);
-	bounce bs, br;
-	void *ds, *dr;
+	void *ds = NULL, *dr;
+	ncclResult_t issued = ncclSuccess;
 	/* in place (send == recv + rank * count) is NCCL's own convention; a
 	 * host buffer in place is copied in whole, so it stays in place */
 	int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * esz;
-	if ((rc = bounce_in(c, "all_gather", recv, (size_t)c->size * count * esz, in_place, &br,
-			    &dr, e)))
-		return rc;
-	memset(&bs, 0, sizeof bs);
-	if (in_place)
+	rc = bounce_in(q, 1, recv, (size_t)c->size * count * esz, in_place, 1, &dr, e);
+	if (!rc && in_place)
 		ds = (char *)dr + (size_t)c->rank * count * esz;
-	else if ((rc = bounce_in(c, "all_gather", send, count * esz, 1, &bs, &ds, e)))
-		return bounce_out(c, "all_gather", &br, 0, rc, e);
-	ncclResult_t r = ncclAllGather(ds, dr, count, nccl_type(t), impl(c)->nc, impl(c)->stream);
-	rc = settle(c, "all_gather", NULL, 0, r, e);
-	rc = bounce_out(c, "all_gather", &bs, 0, rc, e);
-	return bounce_out(c, "all_gather", &br, 1, rc, e);
+	else if (!rc)
+		rc = bounce_in(q, 0, send, count * esz, 1, 0, &ds, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc)
+		issued = ncclAllGather(ds, dr, count, nccl_type(t), impl(c)->nc, impl(c)->stream);
+	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
 static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
@@ -256,21 +436,28 @@ static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int r
 	int rc = comm_check(c, "broadcast", t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, "broadcast", "root", root, 0, e);
-	if (rc || !count)
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	/* the root is the one every other rank waits for */
+	if (rc || !count ||
+	    (rc = req_new(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1,
+			  &q, e)))
 		return rc;
-	bounce b;
 	void *d;
-	if ((rc = bounce_in(c, "broadcast", buf, count * comm_dtype_size(t), c->rank == root, &b, &d,
-			    e)))
-		return rc;
-	ncclResult_t r =
-		ncclBroadcast(d, d, count, nccl_type(t), root, impl(c)->nc, impl(c)->stream);
-	rc = settle(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1, r, e);
-	return bounce_out(c, "broadcast", &b, c->rank != root, rc, e);
+	ncclResult_t issued = ncclSuccess;
+	rc = bounce_in(q, 0, buf, count * comm_dtype_size(t), c->rank == root, c->rank != root, &d,
+		       e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc)
+		issued = ncclBroadcast(d, d, count, nccl_type(t), root, impl(c)->nc, impl(c)->stream);
+	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
-/* One send and one receive in a group (either peer -1). NCCL has no tags
- * and allows empty messages: a zero count still pairs with its peer's. */
+/* One send and one receive in a group (either peer -1), on the
+ * communicator's stream: the send after the kernels that produced its
+ * buffer, the kernels issued after the call after the receive. NCCL has no
+ * tags and allows empty messages: a zero count still pairs with its peer's. */
 static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount, int dst,
 		    void *rbuf, size_t rcount, int src, pp_dtype t, int tag, pp_err *e)
 {
@@ -284,21 +471,27 @@ static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount,
 		peers[np++] = src;
 	nccl_impl *s = impl(c);
 	size_t esz = comm_dtype_size(t);
-	bounce bs, br;
-	void *ds, *dr;
-	if ((rc = bounce_in(c, op, dst >= 0 ? sbuf : NULL, scount * esz, 1, &bs, &ds, e)))
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	if ((rc = req_new(c, op, peers, np, &q, e)))
 		return rc;
-	if ((rc = bounce_in(c, op, src >= 0 ? rbuf : NULL, rcount * esz, 0, &br, &dr, e)))
-		return bounce_out(c, op, &bs, 0, rc, e);
-	ncclResult_t r = ncclGroupStart();
-	if (r == ncclSuccess && dst >= 0)
-		r = ncclSend(ds, scount, nccl_type(t), dst, s->nc, s->stream);
-	if (r == ncclSuccess && src >= 0)
-		r = ncclRecv(dr, rcount, nccl_type(t), src, s->nc, s->stream);
-	ncclResult_t end = ncclGroupEnd();
-	rc = settle(c, op, peers, np, r != ncclSuccess ? r : end, e);
-	rc = bounce_out(c, op, &br, 1, rc, e);
-	return bounce_out(c, op, &bs, 0, rc, e);
+	void *ds = NULL, *dr = NULL;
+	ncclResult_t issued = ncclSuccess;
+	rc = bounce_in(q, 0, dst >= 0 ? sbuf : NULL, scount * esz, 1, 0, &ds, e);
+	if (!rc)
+		rc = bounce_in(q, 1, src >= 0 ? rbuf : NULL, rcount * esz, 0, 1, &dr, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc) {
+		issued = ncclGroupStart();
+		if (issued == ncclSuccess && dst >= 0)
+			issued = ncclSend(ds, scount, nccl_type(t), dst, s->nc, s->stream);
+		if (issued == ncclSuccess && src >= 0)
+			issued = ncclRecv(dr, rcount, nccl_type(t), src, s->nc, s->stream);
+		ncclResult_t end = ncclGroupEnd();
+		issued = issued != ncclSuccess ? issued : end;
+	}
+	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
 static int nccl_send(pp_comm *c, const void *buf, size_t count, pp_dtype t, int peer, int tag,
@@ -327,9 +520,17 @@ static int nccl_sendrecv(pp_comm *c, const void *sbuf, size_t scount, int dst, v
 static int nccl_barrier(pp_comm *c, pp_err *e)
 {
 	nccl_impl *s = impl(c);
-	ncclResult_t r =
-		ncclAllReduce(s->scratch, s->scratch, 1, ncclInt32, ncclSum, s->nc, s->stream);
-	return settle(c, "barrier", NULL, 0, r, e);
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	int rc = req_new(c, "barrier", NULL, 0, &q, e);
+	if (rc)
+		return rc;
+	ncclResult_t issued = ncclSuccess;
+	rc = after_compute(q, e);
+	if (!rc)
+		issued = ncclAllReduce(s->scratch, s->scratch, 1, ncclInt32, ncclSum, s->nc,
+				       s->stream);
+	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
 static ncclConfig_t config_for(const char *name)
@@ -340,8 +541,24 @@ static ncclConfig_t config_for(const char *name)
 	return cfg;
 }
 
-/* A communicator around nc (may be NULL until init completes): its stream
- * and scratch buffer. */
+static void release(pp_comm *c)
+{
+	nccl_impl *s = impl(c);
+	track(c, 0);
+	if (s->scratch)
+		cudaFree(s->scratch);
+	while (s->npool)
+		cudaEventDestroy(s->pool[--s->npool]);
+	if (s->after)
+		cudaEventDestroy(s->after);
+	if (s->stream)
+		cudaStreamDestroy(s->stream);
+	free(s);
+	comm_delete(c);
+}
+
+/* A communicator around nc (may be NULL until init completes): its stream,
+ * events and scratch buffer. */
 static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout,
 		     pp_err *e)
 {
@@ -353,61 +570,22 @@ static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double ti
 		return NULL;
 	}
 	c->impl = s;
-	/* a blocking stream: it waits for the kernels the ops enqueued on the
-	 * legacy default stream, so a collective never reads a buffer that a
-	 * kernel is still filling, and the default stream waits for it in turn */
-	cudaError_t q = cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault);
+	track(c, 1);
+	/* non-blocking: it runs beside the compute stream, ordered by events
+	 * (after_compute, nccl_progress), not by the legacy stream's implicit
+	 * synchronisation, which would serialise it with every kernel */
+	cudaError_t q = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+	if (q == cudaSuccess)
+		q = cudaEventCreateWithFlags(&s->after, cudaEventDisableTiming);
 	if (q == cudaSuccess)
 		q = cudaMalloc((void **)&s->scratch, sizeof(int) * 2 * (size_t)size);
 	if (q != cudaSuccess) {
 		pp_errorf(e, PP_ERUNTIME, "communicator '%s' (rank %d): CUDA: %s", name, rank,
 			  cudaGetErrorString(q));
-		if (s->stream)
-			cudaStreamDestroy(s->stream);
-		free(s);
-		comm_delete(c);
+		release(c);
 		return NULL;
 	}
-	track(c, 1);
 	return c;
-}
-
-static void release(pp_comm *c)
-{
-	nccl_impl *s = impl(c);
-	track(c, 0);
-	if (s->scratch)
-		cudaFree(s->scratch);
-	if (s->stream)
-		cudaStreamDestroy(s->stream);
-	free(s);
-	comm_delete(c);
-}
-
-/* Waits for a communicator being created (init or split) to be ready. */
-static int settle_new(pp_comm *c, const char *op, ncclComm_t parent, pp_err *e)
-{
-	nccl_impl *s = impl(c);
-	comm_watch w;
-	comm_watch_start(&w, c, op, NULL, 0);
-	for (;;) {
-		ncclResult_t a = ncclSuccess, b = ncclSuccess;
-		if (s->nc && ncclCommGetAsyncError(s->nc, &a) != ncclSuccess)
-			a = ncclInternalError;
-		if (parent && ncclCommGetAsyncError(parent, &b) != ncclSuccess)
-			b = ncclInternalError;
-		if (a != ncclSuccess && a != ncclInProgress)
-			return nccl_error(c, op, NULL, 0, a, e);
-		if (b != ncclSuccess && b != ncclInProgress)
-			return nccl_error(c, op, NULL, 0, b, e);
-		if (a == ncclSuccess && b == ncclSuccess)
-			return 0;
-		int rc = comm_watch_poll(&w, e);
-		if (rc) {
-			abort_comm(c);
-			return rc;
-		}
-	}
 }
 
 /* What each rank tells the others at init: its GPU verdict, and rank 0's id */
@@ -478,7 +656,7 @@ static int nccl_init(pp_comm **out, pp_proc *p, double timeout, pp_err *e)
 	ncclConfig_t cfg = config_for("world");
 	ncclResult_t r = ncclCommInitRankConfig(&impl(c)->nc, p->size, id, p->rank, &cfg);
 	int rc = r != ncclSuccess && r != ncclInProgress ? nccl_error(c, "init", NULL, 0, r, e)
-							 : settle_new(c, "init", NULL, e);
+							 : wait_state(c, "init", NULL, e);
 	if (rc) {
 		release(c);
 		return rc;
@@ -533,10 +711,10 @@ static int nccl_split(pp_comm *c, int color, int key, const char *name, pp_comm 
 		rc = nccl_error(c, "split", NULL, 0, r, e);
 	} else if (g) {
 		impl(g)->nc = nc;
-		rc = settle_new(g, "split", s->nc, e);
+		rc = wait_state(g, "split", s->nc, e);
 	} else {
 		/* no group for this rank: wait for the parent to finish the split */
-		rc = settle(c, "split", NULL, 0, ncclInProgress, e);
+		rc = wait_state(c, "split", NULL, e);
 	}
 	if (rc) {
 		if (g) {
@@ -590,6 +768,10 @@ const pp_comm_ops pp_comm_nccl = {
 	.split = nccl_split,
 	.allreduce = nccl_allreduce,
 	.reduce_scatter = nccl_reduce_scatter,
+	.iallreduce = nccl_iallreduce,
+	.ireduce_scatter = nccl_ireduce_scatter,
+	.progress = nccl_progress,
+	.release = nccl_release,
 	.all_gather = nccl_all_gather,
 	.broadcast = nccl_broadcast,
 	.send = nccl_send,

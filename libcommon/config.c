@@ -116,6 +116,7 @@ static const key_desc keys[] = {
 	ENUM("schedule", K_STRING, schedule, schedule_names, "\"1f1b\"", 0),
 	BOOL("recompute", recompute, "false", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
+	NUM("grad_bucket_mb", K_REAL, grad_bucket_mb, "25", R_GE0, 0),
 	NUM("comm_timeout", K_REAL, comm_timeout, "120", R_GT0, 0),
 	{.path = "stage_layers", .kind = K_LAYERS, FIELD(stage_layers), .def = "[]"},
 

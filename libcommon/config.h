@@ -66,6 +66,7 @@ typedef struct {
 	char schedule[16];  /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
 	bool recompute;     /* recompute activations in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
+	double grad_bucket_mb; /* dp gradient sum in buckets of this many MiB, overlapped with the backward; 0: after it */
 	double comm_timeout;  /* seconds a collective may wait for its peers */
 	/* layers of each pipeline stage (virtual stage order); 0 stages = an
 	 * even split with the remainder to the first stages */

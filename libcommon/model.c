@@ -753,6 +753,24 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 	return 0;
 }
 
+/* Where layer l's tensors start in the buffer (its first is norm1_w), and
+ * where what follows the layers starts (the final norm, the head). */
+static size_t layer_from(const pp_stage *s, int l)
+{
+	return s->params[s->acts->layer[l].norm1_w].off;
+}
+static size_t tail_from(const pp_stage *s)
+{
+	return s->last ? s->params[s->acts->normf_w].off : s->n_elems;
+}
+
+/* Tells spec.grad_ready that g[from, n_elems) is final, when report. */
+static int grads_final(pp_stage *s, bool report, size_t from, pp_err *e)
+{
+	const stage_grad_hook *h = &s->spec.grad_ready;
+	return report && h->fn ? h->fn(h->ctx, s, from, e) : 0;
+}
+
 int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
@@ -762,6 +780,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = s->vocab;
 	const int L = s->layer_end - s->layer_begin;
 	const size_t NC = (size_t)N * C;
+	const bool report = (part & STAGE_BWD_LAST) && (part & ~STAGE_BWD_LAST) != STAGE_BWD_INPUT;
+	part &= ~STAGE_BWD_LAST;
 	const bool wgrad = part != STAGE_BWD_INPUT;
 	int rc;
 
@@ -772,14 +792,19 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 			return pp_errorf(e, PP_ERUNTIME,
 					 "weight-gradient pass of slot %d before its input-gradient pass",
 					 slot);
+		/* the head first: the buffer's end becomes final first */
+		if (s->last)
+			o->matmul_bwd(NULL, G(s, a->head_w), NULL, sa->logits, sa->hf, NULL, N, C, V);
+		if ((rc = grads_final(s, report, tail_from(s), e)))
+			return rc;
 		for (int l = L - 1; l >= 0; l--) {
 			layer_acts t = layer_view(s, sa, l);
 			layer_backward(s, &a->layer[l], &t, part, e);
+			if ((rc = grads_final(s, report, layer_from(s, l), e)))
+				return rc;
 		}
-		if (s->last)
-			o->matmul_bwd(NULL, G(s, a->head_w), NULL, sa->logits, sa->hf, NULL, N, C, V);
 		sa->has_input_grad = 0;
-		return 0;
+		return grads_final(s, report, 0, e);
 	}
 	if (s->last) {
 		if (!sa->has_grad)
@@ -796,11 +821,14 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 	} else {
 		o->to_device(a->d_res, dout, NC * sizeof(pp_real));
 	}
+	if ((rc = grads_final(s, report, tail_from(s), e)))
+		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
 		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, e)))
 			return rc;
-		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)))
+		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) ||
+		    (rc = grads_final(s, report, layer_from(s, l), e)))
 			return rc;
 	}
 	if (s->first) {
@@ -810,10 +838,10 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 		*din = a->d_res;
 	}
 	sa->has_input_grad = part == STAGE_BWD_INPUT;
-	return 0;
+	return grads_final(s, report, 0, e);
 }
 
-int stage_reduce_replica_grads(pp_stage *s, pp_err *e)
+int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 {
 	const pp_tp *tp = &s->spec.tp;
 	/* kv heads shared by several ranks: each rank's gradient covers only its
@@ -821,7 +849,7 @@ int stage_reduce_replica_grads(pp_stage *s, pp_err *e)
 	 * allreduce over the whole group of a buffer with one slot per head. */
 	for (int i = 0; i < s->n_params; i++) {
 		pp_param *p = &s->params[i];
-		if (!p->grad_partial)
+		if (!p->grad_partial || p->off < lo || p->off >= hi)
 			continue;
 		size_t heads = (size_t)(p->global_shape[0] / p->shape[0]);
 		size_t slot = (size_t)(p->block_row[0] / p->shape[0]);

@@ -39,6 +39,23 @@ typedef struct {
  * the input-gradient part (what the previous stage waits for) and the
  * weight-gradient part (deferred to fill pipeline bubbles). */
 enum { STAGE_BWD_FULL, STAGE_BWD_INPUT, STAGE_BWD_WEIGHT };
+/* Or'ed into part for the last backward pass that a step runs on a stage
+ * (its last STAGE_BWD_FULL, or under the split its last STAGE_BWD_WEIGHT):
+ * stage_backward then reports gradients to spec.grad_ready as they become
+ * final. */
+enum { STAGE_BWD_LAST = 16 };
+
+struct pp_stage;
+/* Told, during a step's last backward pass of a stage, that the gradients
+ * g[from, n_elems) are final: the backward walks the parameter buffer from
+ * its end (head, final norm, then each layer from the last) to its start
+ * (embeddings), so from only decreases, and the last call of the pass has
+ * from = 0. Called after the head and final norm, after each layer's
+ * weight gradients, and at the end. An error stops the backward pass. */
+typedef struct {
+	int (*fn)(void *ctx, struct pp_stage *s, size_t from, pp_err *e);
+	void *ctx;
+} stage_grad_hook;
 
 typedef struct {
 	int layer_begin, layer_end; /* this stage's layers */
@@ -48,6 +65,7 @@ typedef struct {
 	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
 	bool no_grad;               /* inference only: no gradients, no backward scratch */
 	pp_tp tp;
+	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 } stage_spec;
 
 typedef struct {
@@ -75,7 +93,7 @@ typedef struct {
 
 typedef struct pp_stage_acts pp_stage_acts;
 
-typedef struct {
+typedef struct pp_stage {
 	const pp_model_cfg *cfg;
 	const pp_ops *ops;
 	stage_spec spec;
@@ -130,7 +148,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
  *   last stage: uses the logits gradient kept by forward; others: dout (B,T,C).
  *   other than first stage: *din receives the (B,T,C) input gradient.
  * part is STAGE_BWD_FULL, or STAGE_BWD_INPUT then later STAGE_BWD_WEIGHT
- * (dout and din unused) with spec.split_backward. */
+ * (dout and din unused) with spec.split_backward; | STAGE_BWD_LAST on the
+ * step's last pass that computes weight gradients. */
 int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din,
 		   pp_err *e);
 
@@ -142,8 +161,10 @@ void stage_zero_grad(pp_stage *s);
 
 /* After the last backward of a step: sums the gradients of kv heads that
  * several tp ranks hold (tp > kv heads), each of which saw only its own
- * query heads. Other replicated tensors come out identical by construction. */
-int stage_reduce_replica_grads(pp_stage *s, pp_err *e);
+ * query heads. Other replicated tensors come out identical by construction.
+ * Only the tensors that start in [lo, hi) of the buffer: a collective over
+ * tp, called with the same range on every tp rank. */
+int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e);
 
 /* ---- decoding ------------------------------------------------------------
  *

@@ -56,11 +56,17 @@ int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p,
 		max_slots = chunks[c].n_slots > max_slots ? chunks[c].n_slots : max_slots;
 	pl->free_slots = calloc((size_t)v * (size_t)max_slots, sizeof(int));
 	pl->n_free = calloc((size_t)v, sizeof(int));
+	pl->last_bwd = calloc((size_t)v, sizeof(int));
 	if (!pl->act_in || !pl->grad_in || !pl->din || !pl->out || !pl->slot || !pl->free_slots ||
-	    !pl->n_free) {
+	    !pl->n_free || !pl->last_bwd) {
 		pipeline_free(pl);
 		return pp_errorf(e, PP_ERUNTIME, "out of memory for %d microbatches in flight", m);
 	}
+	for (int c = 0; c < v; c++)
+		pl->last_bwd[c] = -1;
+	for (int i = 0; i < pl->n_acts; i++)
+		if (pl->acts[i].op == SCHED_BWD || pl->acts[i].op == SCHED_BWD_W)
+			pl->last_bwd[pl->acts[i].vstage / p] = i;
 	for (int c = 0; c < v; c++) {
 		pl->n_free[c] = chunks[c].n_slots;
 		for (int k = 0; k < chunks[c].n_slots; k++)
@@ -82,6 +88,7 @@ void pipeline_free(pipeline *pl)
 	free(pl->slot);
 	free(pl->free_slots);
 	free(pl->n_free);
+	free(pl->last_bwd);
 	memset(pl, 0, sizeof *pl);
 }
 
@@ -128,7 +135,8 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		int part = a->op == SCHED_BWD ? STAGE_BWD_FULL : a->op == SCHED_BWD_I ? STAGE_BWD_INPUT : STAGE_BWD_WEIGHT;
 		const pp_real *dout = st->last ? NULL : p > 1 ? buf(pl, pl->grad_in, mb, c) : buf(pl, pl->din, mb, c + 1);
 		pp_real *din = NULL;
-		rc = stage_backward(st, pl->slot[k], part, dout, &din, e);
+		int last = a - pl->acts == pl->last_bwd[c] ? STAGE_BWD_LAST : 0;
+		rc = stage_backward(st, pl->slot[k], part | last, dout, &din, e);
 		if (!rc && din && part != STAGE_BWD_WEIGHT)
 			st->ops->to_device(buf(pl, pl->din, mb, c), din, pl->width * sizeof(pp_real));
 		if (!rc && frees_slot(a->op))

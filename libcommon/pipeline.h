@@ -23,6 +23,8 @@ typedef struct {
 	int *slot;        /* stage slot holding a microbatch */
 	int *free_slots;  /* per chunk: a stack of free slot ids (v, n_slots) */
 	int *n_free;
+	int *last_bwd; /* per chunk: the index in acts of the step's last pass
+			* that computes its weight gradients (BWD, or BWD_W) */
 	size_t width; /* B * T * C */
 } pipeline;
 
@@ -38,7 +40,9 @@ void pipeline_free(pipeline *pl);
 
 /* One training step's passes: tokens and targets (m, B*T) host; every
  * microbatch's loss gradient scaled by dscale. The summed token loss of
- * this rank's last-stage microbatches is added to *loss_sum. */
+ * this rank's last-stage microbatches is added to *loss_sum. Each chunk's
+ * last backward pass runs with STAGE_BWD_LAST, so that its stage reports
+ * final gradients (stage_spec.grad_ready) while the pipeline goes on. */
 int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real dscale,
 		   double *loss_sum, pp_err *e);
 

@@ -49,6 +49,8 @@ static int agree(trainer *t, int rc, pp_err *e)
 
 /* ---- opening ------------------------------------------------------------- */
 
+static int grads_final(void *ctx, pp_stage *s, size_t from, pp_err *e);
+
 static bool is_embedding_copy(const pp_stage *st, const pp_param *p)
 {
 	/* the last stage's copy of a tied embedding; the first stage's counts */
@@ -122,6 +124,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		return rc;
 	t->chunks = calloc((size_t)me->v, sizeof *t->chunks);
 	t->opt = calloc((size_t)me->v, sizeof *t->opt);
+	size_t hold[64] = {0};
 	for (int k = 0; k < me->v; k++) {
 		stage_spec sp = stage_spec_whole(m, params_only ? 1 : c->microbatch,
 						 params_only ? 1 : c->seq_len, c->recompute);
@@ -129,21 +132,26 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		sp.n_slots = params_only ? 1 : slots[k];
 		sp.split_backward = kind == SCHED_ZBH1 && !params_only;
 		sp.tp = (pp_tp){me->tp_rank, me->tp, tp_allreduce, me->tp_comm};
-		if ((rc = stage_create(&t->chunks[k], m, t->ops, &sp, e)))
+		if (!params_only && me->dp_comm && c->grad_bucket_mb > 0)
+			sp.grad_ready = (stage_grad_hook){grads_final, t};
+		pp_stage *st = &t->chunks[k];
+		if ((rc = stage_create(st, m, t->ops, &sp, e)))
 			return rc;
 		/* ZeRO-1: this dp rank updates elements [lo, hi) of the flat buffer */
-		size_t n = t->chunks[k].n_elems, lo = 0, hi = n;
-		if (c->shard_optimizer && me->dp > 1) {
-			size_t share = (n + (size_t)me->dp - 1) / (size_t)me->dp;
-			lo = share * (size_t)me->dp_rank;
-			lo = lo < n ? lo : n;
-			hi = lo + share < n ? lo + share : n;
-		}
+		size_t n = st->n_elems, lo = 0, hi = n;
+		if (c->shard_optimizer && me->dp > 1)
+			gradsync_shard(n, me->dp, me->dp_rank, &lo, &hi);
 		if ((rc = optim_create(&t->opt[k], t->ops, lo, hi, e)))
 			return rc;
+		/* a tied embedding is summed with the pipeline's other end first */
+		if (m->tied_embeddings && (me->pp > 1 || me->v > 1) && (st->first || st->last))
+			hold[k] = st->params[0].n;
 	}
 	if (params_only)
 		return 0;
+	if ((rc = gradsync_init(&t->sync, t->chunks, me->v, hold, c->shard_optimizer && me->dp > 1,
+				me->dp_comm, t->ops, c->grad_bucket_mb, e)))
+		return rc;
 	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
 				me->pp_comm, e)))
 		return rc;
@@ -159,6 +167,7 @@ void trainer_close(trainer *t)
 	data_close(t->train);
 	data_close(t->val);
 	pipeline_free(&t->pl);
+	gradsync_free(&t->sync);
 	for (int k = 0; t->chunks && k < t->mesh.v; k++) {
 		optim_free(&t->opt[k]);
 		stage_free(&t->chunks[k]);
@@ -680,16 +689,29 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 	return 0;
 }
 
+/* The stage hook during a chunk's last backward pass of the step: g[from,
+ * n) is final. Its shared kv heads are summed over tp first (the same
+ * tensors on every tp rank, in the same order), then the buckets go. */
+static int grads_final(void *ctx, pp_stage *s, size_t from, pp_err *e)
+{
+	trainer *t = ctx;
+	size_t upto = t->sync.chunks[s - t->chunks].ready;
+	int rc = from < upto ? stage_reduce_replica_grads(s, from, upto, e) : 0;
+	return rc ? rc : gradsync_ready(&t->sync, s, from, e);
+}
+
 /* Gradient exchanges after the last backward of a step: kv heads shared in
  * tp, the tied embedding between the first and last stage, then the sum
- * over dp (all of it, or each rank's ZeRO-1 shard). */
+ * over dp (all of it, or each rank's ZeRO-1 shard), of which the buckets
+ * that became final during the backward are already under way. */
 static int sync_grads(trainer *t, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
 	const int v = me->v;
 	int rc = 0;
+	/* what grads_final has not seen */
 	for (int k = 0; k < v && !rc; k++)
-		rc = stage_reduce_replica_grads(&t->chunks[k], e);
+		rc = stage_reduce_replica_grads(&t->chunks[k], 0, t->sync.chunks[k].ready, e);
 	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1)) {
 		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank hold
 		 * it, as their first tensor */
@@ -704,23 +726,8 @@ static int sync_grads(trainer *t, pp_err *e)
 					    PP_OP_SUM, e);
 		}
 	}
-	for (int k = 0; k < v && !rc && me->dp_comm; k++) {
-		pp_stage *st = &t->chunks[k];
-		const optim_state *o = &t->opt[k];
-		if (o->lo == 0 && o->hi == st->n_elems) {
-			rc = comm_allreduce(me->dp_comm, st->g, st->n_elems, PP_DT_REAL, PP_OP_SUM, e);
-			continue;
-		}
-		/* equal shares of share elements: the buffer padded, the last shard shorter */
-		size_t share = (st->n_elems + (size_t)me->dp - 1) / (size_t)me->dp;
-		pp_real *padded = t->ops->alloc(share * ((size_t)me->dp + 1) * sizeof(pp_real));
-		pp_real *mine = padded + share * (size_t)me->dp;
-		t->ops->to_device(padded, st->g, st->n_elems * sizeof(pp_real));
-		rc = comm_reduce_scatter(me->dp_comm, padded, mine, share, PP_DT_REAL, PP_OP_SUM, e);
-		if (!rc)
-			t->ops->to_device(st->g + o->lo, mine, (o->hi - o->lo) * sizeof(pp_real));
-		t->ops->free(padded);
-	}
+	if (!rc)
+		rc = gradsync_finish(&t->sync, e);
 	return rc;
 }
 
@@ -861,6 +868,10 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 				       t->step);
 		}
 	}
+	if (!rc && !o->quiet && trainer_leader(t) && t->mesh.dp_comm)
+		log_info("gradient sum over dp: %d reduction(s) overlapped with the backward passes, "
+			 "%d after them (grad_bucket_mb=%g)",
+			 t->sync.early, t->sync.late, c->grad_bucket_mb);
 	free(tok);
 	free(tgt);
 	if (lg.metrics)

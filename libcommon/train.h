@@ -11,6 +11,7 @@
 #include "boot.h"
 #include "config.h"
 #include "data.h"
+#include "gradsync.h"
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
@@ -25,6 +26,7 @@ typedef struct {
 	pp_stage *chunks;  /* mesh.v chunks of this pp rank */
 	optim_state *opt;  /* per chunk: all of it, or this dp rank's shard (ZeRO-1) */
 	pipeline pl;
+	gradsync sync;        /* the sum over dp, overlapped with the backward */
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	long step;            /* optimizer steps completed */
 } trainer;

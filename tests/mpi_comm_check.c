@@ -2,8 +2,11 @@
  * ranks: every collective's result, on communicators of every size 1..N
  * (prefix groups, ranked in reverse by key) and on a split by rank parity,
  * for lengths 0, 1, 7, 1000 and 65537, both real types; integer and byte
- * types; point to point around a ring and with tags; barrier; argument
- * errors; and, on request, a rank that dies or hangs mid-operation.
+ * types; point to point around a ring and with tags; barrier; the
+ * nonblocking allreduce and reduce-scatter (uneven and empty blocks, several
+ * in flight at once with blocking calls between them, finished in another
+ * order, by comm_wait or by polling comm_test); argument errors; and, on
+ * request, a rank that dies or hangs mid-operation.
  *
  * Built with -DPP_CUDA it can check the "nccl" backend instead
  * (PP_CHECK_BACKEND=nccl): buffers are then CUDA managed memory, which both
@@ -21,9 +24,10 @@
  *   PP_CHECK_FAULT=kill|hang  instead of the checks, rank PP_CHECK_FAULT_RANK
  *                           kills itself (SIGKILL) or stops answering (sleeps
  *                           three timeouts, then exits 3) while the others
- *                           are in PP_CHECK_FAULT_OP ("allreduce", or "recv":
- *                           a receive from that rank); none: the boot
- *                           checks only
+ *                           are in PP_CHECK_FAULT_OP ("allreduce", "recv":
+ *                           a receive from that rank, or "iallreduce": the
+ *                           wait for a nonblocking allreduce); none: the
+ *                           boot checks only
  *   PP_CHECK_DEVICE=D       boot_device() must be D under the launcher's
  *                           own CUDA_VISIBLE_DEVICES
  *   PP_CHECK_ON_ERROR=exit  on a comm error print it and _exit(1) instead of
@@ -307,6 +311,86 @@ static void check_ring(pp_comm *c, const char *label)
 	report(ok, name, "%s", why);
 }
 
+/* Nonblocking collectives: K allreduces in flight at once (a blocking one
+ * between the posts), finished in reverse order; a reduce-scatter with
+ * uneven blocks (some empty) finished by polling comm_test. */
+static void check_nonblocking(pp_comm *c, const char *label, pp_dtype t)
+{
+	enum { K = 4 };
+	char name[160], why[256] = "";
+	pp_err e = {0};
+	int ok = 1, n = c ? c->size : 0, r = c ? c->rank : 0;
+	double rsum = (double)n * (n + 1) / 2;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l];
+		void *x[K];
+		pp_comm_req *q[K];
+		int64_t *mid = alloc(1, PP_DT_I64);
+		for (int k = 0; k < K; k++) {
+			x[k] = alloc(len, t);
+			for (size_t i = 0; i < len; i++)
+				put(x[k], t, i, (r + 1) * (k + 1) + (double)(i % 13));
+			if (comm_iallreduce(c, x[k], len, t, PP_OP_SUM, &q[k], &e))
+				fatal("iallreduce", &e);
+			if (k == 1) { /* a blocking call while two are in flight */
+				*mid = r;
+				if (comm_allreduce(c, mid, 1, PP_DT_I64, PP_OP_MAX, &e))
+					fatal("allreduce between iallreduces", &e);
+			}
+		}
+		for (int k = K - 1; k >= 0; k--)
+			if (comm_wait(q[k], &e))
+				fatal("comm_wait", &e);
+		for (int k = 0; k < K && ok; k++)
+			EXPECT(x[k], t, len, rsum * (k + 1) + (double)n * (i % 13), why);
+		if (ok && *mid != n - 1) {
+			snprintf(why, sizeof why, "the blocking allreduce between them gave %lld",
+				 (long long)*mid);
+			ok = 0;
+		}
+		for (int k = 0; k < K; k++)
+			release(x[k]);
+		release(mid);
+	}
+	snprintf(name, sizeof name, "iallreduce x%d in flight, waited in reverse, %s on %s", K,
+		 comm_dtype_name(t), label);
+	report(ok, name, "%s", why);
+
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		/* rank i's block: (len + 3 * i) % 5 elements, so some are empty */
+		size_t counts[64], total = 0, at = 0;
+		for (int i = 0; i < n && i < 64; i++) {
+			counts[i] = (lengths[l] + 3 * (size_t)i) % 5 * (lengths[l] > 7 ? 100 : 1);
+			total += counts[i];
+			if (i < r)
+				at += counts[i];
+		}
+		void *snd = alloc(total, t), *x = alloc(counts[r], t);
+		for (size_t j = 0; j < total; j++)
+			put(snd, t, j, (r + 1) + (double)(j % 13));
+		for (size_t i = 0; i < counts[r]; i++)
+			put(x, t, i, -1);
+		pp_comm_req *q;
+		int done = 0, polls = 0;
+		if (comm_ireduce_scatter(c, snd, x, counts, t, PP_OP_SUM, &q, &e))
+			fatal("ireduce_scatter", &e);
+		while (!done && polls++ < 10000000)
+			if (comm_test(q, &done, &e))
+				fatal("comm_test", &e);
+		if (!done) {
+			snprintf(why, sizeof why, "comm_test never said done");
+			ok = 0;
+		}
+		if (ok)
+			EXPECT(x, t, counts[r], rsum + (double)n * (double)((at + i) % 13), why);
+		release(snd), release(x);
+	}
+	snprintf(name, sizeof name, "ireduce_scatter with uneven blocks %s on %s (comm_test)",
+		 comm_dtype_name(t), label);
+	report(ok, name, "%s", why);
+}
+
 static void check_barrier(pp_comm *c, const char *label)
 {
 	char name[160];
@@ -321,6 +405,8 @@ static void check_group(pp_comm *c, const char *label)
 {
 	check_collectives(c, label, PP_DT_F32);
 	check_collectives(c, label, PP_DT_F64);
+	check_nonblocking(c, label, PP_DT_F32);
+	check_nonblocking(c, label, PP_DT_F64);
 	check_ring(c, label);
 	check_barrier(c, label);
 }
@@ -444,6 +530,10 @@ static void check_errors(void)
 	       "tag out of range is a usage error", "%s", e.msg);
 	report(comm_broadcast(world, &f, 1, PP_DT_F32, -1, &e) == PP_EUSAGE,
 	       "broadcast from root -1 is a usage error", "%s", e.msg);
+	pp_comm_req *q = NULL;
+	report(comm_iallreduce(world, &byte, 1, PP_DT_BYTE, PP_OP_SUM, &q, &e) == PP_EUSAGE && !q &&
+		       strstr(e.msg, "allreduce on 'world'"),
+	       "iallreduce of bytes is a usage error, no request", "%s", e.msg);
 	report(comm_find("mpi") == &pp_comm_mpi && comm_find("gloo") == NULL,
 	       "comm_find knows mpi, refuses unknown names", "%s", "");
 }
@@ -499,8 +589,12 @@ static void fault_in_the_middle(const char *how, int victim)
 			_exit(3);
 		}
 		int rc;
+		pp_comm_req *q;
 		if (!strcmp(op, "recv") && it == 10 && r != victim)
 			rc = comm_recv(world, x, 64, PP_DT_F32, victim, 1, &e);
+		else if (!strcmp(op, "iallreduce"))
+			rc = comm_iallreduce(world, x, 64, PP_DT_F32, PP_OP_SUM, &q, &e) ||
+			     comm_wait(q, &e);
 		else
 			rc = comm_allreduce(world, x, 64, PP_DT_F32, PP_OP_SUM, &e);
 		if (rc)

@@ -4,7 +4,9 @@
 # srun --mpi=pmix on a one-node Slurm cluster; srun --mpi=none refused with a
 # clear message; a rank killed (or stuck) in the middle of an operation makes
 # the others exit non-zero within the timeout, naming it. With CUDA present,
-# the "nccl" backend too (a clear error where there is no GPU).
+# the "nccl" backend too (a clear error where there is no GPU). The
+# nonblocking calls are checked like the others, and a stuck or killed rank
+# while the others wait for one.
 #
 # tests/mpi_comm_check.c runs the checks as N ranks; this script builds it
 # (it needs the PMIx and MPI flags) and forwards rank 0's PASS/FAIL lines,
@@ -113,11 +115,13 @@ done
 # --enable-recovery keeps mpirun from killing the survivors itself, so that
 # our own detection is what ends them; each reports and _exits 1.
 rec=("${mpirun[@]}" --enable-recovery -x PP_CHECK_TIMEOUT -x PP_CHECK_FAULT -x PP_CHECK_FAULT_RANK -x PP_CHECK_FAULT_OP -x PP_CHECK_ON_ERROR)
-for op in allreduce recv; do
+# (iallreduce: the survivors wait for a nonblocking allreduce; its
+# messages say "allreduce")
+for op in allreduce recv iallreduce; do
 	fault "mpirun kill rank 2 in $op" $T/k$op.out $T/k$op.err \
 		PP_CHECK_FAULT=kill PP_CHECK_FAULT_RANK=2 PP_CHECK_FAULT_OP=$op PP_CHECK_ON_ERROR=exit \
 		"${rec[@]}" -n 4 sh -c "$bin; echo \"rank \$OMPI_COMM_WORLD_RANK exit \$?\" >>$T/k$op.exits"
-	check comm/mpirun_kill_in_${op}_survivors_name_rank_2 survivors_named $T/k$op.out $op 0 1 3
+	check comm/mpirun_kill_in_${op}_survivors_name_rank_2 survivors_named $T/k$op.out ${op#i} 0 1 3
 	check comm/mpirun_kill_in_${op}_survivors_exit_1 test "$(grep -c 'exit 1$' $T/k$op.exits)" -eq 3
 	check comm/mpirun_kill_in_${op}_bounded within $BOUND
 done
@@ -135,6 +139,13 @@ fault "mpirun rank 2 stuck" $T/hang.out $T/hang.err PP_CHECK_FAULT=hang PP_CHECK
 check comm/mpirun_stuck_rank_job_fails test $rc -ne 0 -a $rc -ne 124
 check comm/mpirun_stuck_rank_timeout_message grep -qE "allreduce on 'world' \(rank [013] of 4\) timed out after 5 s: every peer on this host is still running" $T/hang.out
 check comm/mpirun_stuck_rank_aborts_bounded within $BOUND
+# the same while the others wait for a nonblocking allreduce
+fault "mpirun rank 2 stuck, nonblocking" $T/ihang.out $T/ihang.err PP_CHECK_FAULT=hang \
+	PP_CHECK_FAULT_RANK=2 PP_CHECK_FAULT_OP=iallreduce \
+	"${mpirun[@]}" -x PP_CHECK_TIMEOUT -x PP_CHECK_FAULT -x PP_CHECK_FAULT_RANK -x PP_CHECK_FAULT_OP -n 4 $bin
+check comm/mpirun_stuck_rank_iallreduce_job_fails test $rc -ne 0 -a $rc -ne 124
+check comm/mpirun_stuck_rank_iallreduce_timeout_message grep -qE "allreduce on 'world' \(rank [013] of 4\) timed out after 5 s: every peer on this host is still running" $T/ihang.out
+check comm/mpirun_stuck_rank_iallreduce_bounded within $BOUND
 
 # --- srun --mpi=pmix on a one-node Slurm cluster ------------------------------------
 slurm_checks() {

@@ -6,7 +6,11 @@
  *     pass (input part, then weight part) give the same loss and gradients;
  *   - tensor parallelism over tp = 2 and 4 (threads standing in for ranks,
  *     kv heads replicated when tp > kv heads) gives the same loss, and each
- *     rank's gradient slice equals the matching slice of the full gradient. */
+ *     rank's gradient slice equals the matching slice of the full gradient;
+ *   - the last backward pass (STAGE_BWD_LAST) reports final gradients to the
+ *     stage's grad_ready hook: a shrinking suffix g[from, n), each already
+ *     equal to its value at the end, the last report from 0; other passes
+ *     report nothing, and an error from the hook stops the pass. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -211,7 +215,7 @@ static void *tp_main(void *arg)
 		return NULL;
 	copy_weights(&s, r->full);
 	r->loss = loss_of(&s, true, STAGE_BWD_FULL, &r->e);
-	r->rc = stage_reduce_replica_grads(&s, &r->e);
+	r->rc = stage_reduce_replica_grads(&s, 0, s.n_elems, &r->e);
 	const char *worst = "";
 	r->gdiff = grad_diff_named(&s, r->full, r->full_g, &worst);
 	snprintf(r->worst, sizeof r->worst, "%s", worst);
@@ -254,6 +258,115 @@ static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *
 }
 
 /* ---- per family ---------------------------------------------------------- */
+
+/* What a stage's grad_ready hook was told: each from, and g at the time. */
+typedef struct {
+	int n, fail_at; /* fail_at: the call that returns an error (-1: none) */
+	size_t from[64];
+	pp_real *snap[64];
+} hook_log;
+
+static int record(void *ctx, struct pp_stage *s, size_t from, pp_err *e)
+{
+	hook_log *h = ctx;
+	if (h->n < 64) {
+		h->from[h->n] = from;
+		h->snap[h->n] = malloc(s->n_elems * sizeof(pp_real));
+		memcpy(h->snap[h->n], s->g, s->n_elems * sizeof(pp_real));
+	}
+	if (h->n++ == h->fail_at)
+		return pp_errorf(e, PP_ERUNTIME, "hook failure %d", h->n - 1);
+	return 0;
+}
+
+static void hook_reset(hook_log *h)
+{
+	for (int i = 0; i < h->n && i < 64; i++)
+		free(h->snap[i]);
+	memset(h, 0, sizeof *h);
+	h->fail_at = -1;
+}
+
+/* the reports came with from decreasing to 0, at least one per layer, and
+ * g[from, n) already had its final value at each */
+static int hook_ok(const hook_log *h, const pp_stage *s, char *why, size_t len)
+{
+	int L = s->layer_end - s->layer_begin;
+	if (h->n < L + 1 || h->n > 64 || h->from[h->n - 1] != 0) {
+		snprintf(why, len, "%d reports, the last from %zu", h->n,
+			 h->n ? h->from[h->n - 1] : (size_t)0);
+		return 0;
+	}
+	for (int i = 0; i < h->n; i++) {
+		if (i && h->from[i] > h->from[i - 1]) {
+			snprintf(why, len, "report %d: from %zu after %zu", i, h->from[i], h->from[i - 1]);
+			return 0;
+		}
+		for (size_t j = h->from[i]; j < s->n_elems; j++)
+			if (h->snap[i][j] != s->g[j]) {
+				snprintf(why, len, "report %d (from %zu): g[%zu] = %g, final %g", i,
+					 h->from[i], j, (double)h->snap[i][j], (double)s->g[j]);
+				return 0;
+			}
+	}
+	return 1;
+}
+
+static void check_grad_hook(const char *preset, const pp_model_cfg *m, const pp_stage *ref,
+			    const pp_real *g)
+{
+	char name[128], why[256] = "";
+	pp_err e = {0};
+	hook_log h = {.fail_at = -1};
+	stage_spec sp = spec_of(m, 0, m->n_layers);
+	sp.split_backward = true;
+	sp.grad_ready = (stage_grad_hook){record, &h};
+	pp_stage s;
+	stage_create(&s, m, &pp_ops_cpu, &sp, &e);
+	copy_weights(&s, ref);
+	pp_real dscale = 1.0 / (double)n_valid();
+
+	/* the whole backward as the step's last */
+	stage_zero_grad(&s);
+	int rc = stage_forward(&s, 0, tokens, NULL, targets, dscale, NULL, NULL, NULL, &e) ||
+		 stage_backward(&s, 0, STAGE_BWD_FULL | STAGE_BWD_LAST, NULL, NULL, &e);
+	int ok = !rc && hook_ok(&h, &s, why, sizeof why) && !memcmp(s.g, g, s.n_elems * sizeof *g);
+	snprintf(name, sizeof name, "gradcheck/%s/grad_hook/full_pass", preset);
+	CHECK(ok, name, "%s", rc ? e.msg : why[0] ? why : "gradients differ");
+
+	/* not the last: no reports */
+	hook_reset(&h);
+	stage_zero_grad(&s);
+	rc = stage_forward(&s, 0, tokens, NULL, targets, dscale, NULL, NULL, NULL, &e) ||
+	     stage_backward(&s, 0, STAGE_BWD_FULL, NULL, NULL, &e);
+	snprintf(name, sizeof name, "gradcheck/%s/grad_hook/not_last_silent", preset);
+	CHECK(!rc && h.n == 0, name, "%d reports", h.n);
+
+	/* split: nothing in the input part, all in the weight part */
+	hook_reset(&h);
+	stage_zero_grad(&s);
+	rc = stage_forward(&s, 0, tokens, NULL, targets, dscale, NULL, NULL, NULL, &e) ||
+	     stage_backward(&s, 0, STAGE_BWD_INPUT | STAGE_BWD_LAST, NULL, NULL, &e);
+	int n_input = h.n;
+	rc = rc || stage_backward(&s, 0, STAGE_BWD_WEIGHT | STAGE_BWD_LAST, NULL, NULL, &e);
+	ok = !rc && n_input == 0 && hook_ok(&h, &s, why, sizeof why) &&
+	     !memcmp(s.g, g, s.n_elems * sizeof *g);
+	snprintf(name, sizeof name, "gradcheck/%s/grad_hook/split_weight_pass", preset);
+	CHECK(ok, name, "%d reports in the input part; %s", n_input,
+	      rc ? e.msg : why[0] ? why : "gradients differ");
+
+	/* an error from the hook ends the pass with it */
+	hook_reset(&h);
+	h.fail_at = 1;
+	stage_zero_grad(&s);
+	rc = stage_forward(&s, 0, tokens, NULL, targets, dscale, NULL, NULL, NULL, &e);
+	rc = rc || stage_backward(&s, 0, STAGE_BWD_FULL | STAGE_BWD_LAST, NULL, NULL, &e);
+	snprintf(name, sizeof name, "gradcheck/%s/grad_hook/error_stops_pass", preset);
+	CHECK(rc && h.n == 2 && strstr(e.msg, "hook failure 1"), name, "rc %d, %d reports: %s", rc,
+	      h.n, e.msg);
+	hook_reset(&h);
+	stage_free(&s);
+}
 
 static void check_family(const char *preset)
 {
@@ -339,6 +452,7 @@ static void check_family(const char *preset)
 
 	for (int tp = 2; tp <= 4; tp *= 2)
 		check_tp(preset, m, &s, g, L0, tp);
+	check_grad_hook(preset, m, &s, g);
 
 	free(g);
 	stage_free(&s);

@@ -4,8 +4,9 @@
 # pp x dp x tp layout reproduces the single-process run: per-step losses and
 # final parameters agree to 1e-5 relative (fp32; per tensor ||a - b|| / ||b||).
 # The layouts run under srun --mpi=pmix on a local Slurm cluster, one also
-# under mpirun. Then: a bitwise resume at pp=2 x dp=2 x tp=2, kill -9 of one
-# rank, srun --mpi=none, and the layout errors.
+# under mpirun. Then: dp gradient sums in buckets overlapped with the backward
+# bitwise equal to one sum after it, a bitwise resume at pp=2 x dp=2 x tp=2,
+# kill -9 of one rank, srun --mpi=none, and the layout errors.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/slurm-lib.sh"
 export OMP_NUM_THREADS=1
@@ -83,6 +84,36 @@ if mpirun -n 8 --allow-run-as-root --oversubscribe pp-train $base pp=2 dp=2 tp=2
 else
 	fail "layouts/mpirun/pp=2,dp=2,tp=2" "$(grep -m1 error $T/mpirun.log) $(cat $T/cmp.log 2>/dev/null)"
 fi
+
+# --- dp gradient sums in buckets, overlapped with the backward ----------------------
+# Bitwise the same run as one sum after the backward (grad_bucket_mb=0):
+# 0.002 MiB (524 fp32) cuts these models into hundreds of buckets, most of
+# them launched during the backward (the log line counts them); interleaved
+# chunks, the zero-bubble weight pass, the tied embedding of gpt-tiny held for
+# its sum across the pipeline, and ZeRO-1 shards.
+buckets=(
+	"2 llama-tiny dp=2"
+	"4 llama-tiny pp=2 dp=2 schedule=interleaved1f1b virtual_stages=2"
+	"4 gpt-tiny pp=2 dp=2 schedule=zbh1"
+	"2 gpt-tiny dp=2 shard_optimizer=true"
+)
+for l in "${buckets[@]}"; do
+	read -r n model kv <<<"$l"
+	dir=$T/buckets/$model/${kv// /_}
+	name="buckets/$model/${kv// /,}"
+	run="srun -n $n --mpi=pmix pp-train model=$model $common $kv"
+	if ! $run grad_bucket_mb=0 run_dir=$dir/off --quiet 2>$T/b.log ||
+		! $run grad_bucket_mb=0.002 run_dir=$dir/on 2>$T/b.log; then
+		fail "$name" "srun failed: $(grep -m1 error $T/b.log)"
+	elif ! grep -qE "gradient sum over dp: [1-9][0-9]* reduction\(s\) overlapped" $T/b.log; then
+		fail "$name" "no bucket went during the backward: $(grep -m1 'gradient sum' $T/b.log)"
+	elif ! diff <(losses $dir/off) <(losses $dir/on) >/dev/null ||
+		! $compare $dir/off/checkpoints/step_00000020 $dir/on/checkpoints/step_00000020 0 >$T/cmp.log; then
+		fail "$name" "not bitwise the same as grad_bucket_mb=0: $(cat $T/cmp.log)"
+	else
+		pass "$name"
+	fi
+done
 
 # --- bitwise resume in the 8-rank layout ------------------------------------------
 run8() { srun -n 8 --mpi=pmix pp-train $base pp=2 dp=2 tp=2 checkpoint_period=10 "$@" --quiet; }
