@@ -148,6 +148,9 @@ extern const pp_ops pp_ops_cuda;
  * CUDA before this call: binaries linked with the backend start on machines
  * without a GPU. */
 int pp_cuda_init(int device, pp_err *e);
+/* The CUDA name of the GPU pp_cuda_init selected ("NVIDIA H100 80GB HBM3"),
+ * for the peak that MFU is measured against; NULL before pp_cuda_init. */
+const char *pp_cuda_device_name(void);
 #endif
 
 /* The table for "cpu" or "cuda"; NULL if that backend is not built in. */
