@@ -600,7 +600,7 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	lg->t_avg = lg->t_avg > 0 ? 0.9 * lg->t_avg + 0.1 * dt : dt;
 	char mfu[64] = "null";
 	if (lg->peak > 0)
-		snprintf(mfu, sizeof mfu, "%.4f", fps / lg->peak);
+		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
 	fprintf(lg->metrics,
 		"{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s}\n",
