@@ -115,8 +115,8 @@ for seq in $seqs; do
 				die "pp-init --plan rejected ${keys[*]} microbatch=$m: $(tail -n 1 "$bench_tmp/$tag.plan.log")"
 			plans+=("$m=$bench_tmp/$tag.mb$m.plan")
 		done
-		budget=$(python3 -c "print($gpu_mib / 1024 * $mem_fraction)")
-		mb=$(benchlib fit-microbatch "$batch" "$budget" "${plans[@]}") || exit 1
+		mem_gib=$(python3 -c "print($gpu_mib / 1024 * $mem_fraction)")
+		mb=$(benchlib fit-microbatch "$batch" "$mem_gib" "${plans[@]}") || exit 1
 	fi
 	[ $((batch % mb)) -eq 0 ] || usage_error "--microbatch $mb does not divide the batch of $batch sequences at seq $seq"
 	keys+=(microbatch="$mb")

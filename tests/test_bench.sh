@@ -73,6 +73,12 @@ python3 bench/benchlib.py gpu-report $T/rep/meta.json $T/rep "s8 s16" $T/rep/out
 check bench/report_mfu jqt '.rows[0] | .peak_tflops == 1000 and .pp.mfu == 0.5 and .torch.mfu == 0.4 and .torch.tflops == 400 and .pp.tflops == 500 and .pp_over_torch == 0.5' $T/rep/out.json
 check bench/report_failed_row eval 'jqt ".rows[1] | .pp == null and .pp_error == \"pp-train exited 1: out of memory\" and .torch_error == \"not run\"" $T/rep/out.json && grep -q "^16 .* failed " $T/rep/table.txt && grep -q "seq 16: pp failed: pp-train exited 1: out of memory" $T/rep/table.txt && grep -q "peak 1000.0 TFLOP/s" $T/rep/table.txt'
 
+# the microbatch: the largest that divides the batch and fits the budget
+for mb in 1 2 4; do echo "{\"memory\": {\"total\": $((mb * 10 * 1024 * 1024 * 1024))}}" >$T/mb$mb.plan; done
+fit() { python3 bench/benchlib.py fit-microbatch "$@" 1=$T/mb1.plan 2=$T/mb2.plan 4=$T/mb4.plan; }
+check bench/fit_microbatch eval '[ "$(fit 8 45)" = 4 ] && [ "$(fit 8 39.9)" = 2 ] && [ "$(fit 2 100)" = 2 ] && [ "$(fit 8 10)" = 1 ]'
+expect_fail bench/fit_microbatch_none 1 "no microbatch fits 9.0 GiB: microbatch 1 is planned at 10.0 GiB" fit 8 9
+
 # --- gpu-decode.sh ------------------------------------------------------------------
 fake=$T/fake-decode
 printf '#!/bin/sh\necho "prompt and text"\necho '"'"'{"prompt_tokens": 8, "prefill_tokens_per_s": 900.5, "decode_tokens_per_s": 125.0, "bytes_per_token": 4000000000}'"'"'\n' >$fake
