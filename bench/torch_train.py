@@ -10,8 +10,9 @@ few steps on random tokens and prints one JSON line with its throughput.
 Same work per step as pp-train: one forward and backward of global_batch x
 seq_len tokens (microbatches of `microbatch`), global-norm clipping at
 clip_norm, AdamW with pp's betas, eps and weight decay on matrices only.
-Dropout is off. The model is built by tests/hf_reference.py's build_model,
-the code the reference test checks pp against.
+Dropout is off and the KV cache unused. The model is built by
+tests/hf_reference.py's build_model, the code the reference test checks pp
+against.
 
 The defaults are bench/cpu-vs-torch.sh's settings: fp32, eager attention, no
 compilation (torch 1.13 has neither scaled_dot_product_attention nor
@@ -143,7 +144,7 @@ def main():
         for k in range(0, GB, MB):
             x, y = data[k:k + MB, :-1], data[k:k + MB, 1:]
             with autocast():
-                logits = model(input_ids=x).logits
+                logits = model(input_ids=x, use_cache=False).logits
             loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1)) * (x.shape[0] / GB)
             loss.backward()
             total += loss.detach()
