@@ -72,8 +72,10 @@ rows=() failed=0
 # record STAGE STATUS SECONDS DETAIL
 record() {
 	rows+=("$(printf '%-8s %-8s %6s  %s' "$1" "$2" "$3" "$4")")
-	printf '{"stage": "%s", "status": "%s", "seconds": %s, "detail": "%s"}\n' "$1" "$2" "${3/-/null}" \
-		"$(printf '%s' "$4" | sed 's/\\/\\\\/g; s/"/\\"/g')" >>"$out/summary.jsonl"
+	python3 -c 'import json, sys
+s, st, t, d = sys.argv[1:]
+print(json.dumps({"stage": s, "status": st, "seconds": int(t) if t.isdigit() else None, "detail": d}))' \
+		"$1" "$2" "$3" "$4" >>"$out/summary.jsonl"
 	[ "$2" = pass ] || failed=1
 }
 summary() {
