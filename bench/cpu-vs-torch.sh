@@ -14,11 +14,11 @@
 # scripts/setup-reference.sh (Debian's torch 1.13.1 + pinned transformers).
 # Prints a table on stdout; progress goes to stderr.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
+. "$(dirname "$0")/lib.sh"
+bench_init cpu-vs-torch
 
 models="gpt-126m llama-110m" warmup=1 steps=3 seq=256 batch=4
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--models) models=$2; shift 2 ;;
@@ -27,76 +27,33 @@ while [ $# -gt 0 ]; do
 	--seq) seq=$2; shift 2 ;;
 	--batch) batch=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
-	*) echo "cpu-vs-torch: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+	*) usage_error "unknown argument '$1'" ;;
 	esac
 done
-for v in warmup steps seq batch; do
-	[[ ${!v} =~ ^[0-9]+$ ]] || { echo "cpu-vs-torch: --$v ${!v}: expected an integer" >&2; exit 2; }
-done
-[ "$steps" -ge 1 ] || { echo "cpu-vs-torch: --steps must be at least 1" >&2; exit 2; }
+bench_ints warmup steps seq batch
+[ "$steps" -ge 1 ] || usage_error "--steps must be at least 1"
 
-pp=$root/build/bin/pp-train
-[ -x "$pp" ] || { echo "cpu-vs-torch: $pp not found: run make first" >&2; exit 1; }
-export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
+bench_tool pp-train >/dev/null
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-py=$(scripts/setup-reference.sh) || {
-	echo "cpu-vs-torch: the PyTorch environment is not available (scripts/setup-reference.sh)" >&2
-	exit 1
-}
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-bench-cpu-vs-torch.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+py=$(bench_python cpu)
 total=$((warmup + steps))
 load0=$(cut -d' ' -f1 /proc/loadavg)
-echo "cpu-vs-torch: $OMP_NUM_THREADS threads, batch $batch x seq $seq, $warmup warm-up + $steps timed steps" >&2
+say "$OMP_NUM_THREADS threads, batch $batch x seq $seq, $warmup warm-up + $steps timed steps"
 
 rows=()
 for m in $models; do
-	args=(model.preset="$m" steps="$total" global_batch="$batch" microbatch="$batch" seq_len="$seq"
-		data=synthetic run_dir="$tmp/run-$m" checkpoint_period=0 keep=1 eval_interval=0 log_period=1)
-	"$pp" "${args[@]}" --print-config >"$tmp/$m.json" 2>"$tmp/$m.cfg.log" || {
-		echo "cpu-vs-torch: pp-train rejected the config for $m: $(tail -n 1 "$tmp/$m.cfg.log")" >&2
-		exit 1
-	}
-
-	echo "cpu-vs-torch: $m: pp-train ..." >&2
-	t0=$SECONDS
-	if ! "$pp" "${args[@]}" 2>"$tmp/$m.pp.log"; then
-		echo "cpu-vs-torch: pp-train failed on $m; last lines:" >&2
-		tail -n 15 "$tmp/$m.pp.log" >&2
-		exit 1
-	fi
-	pp_res=$(/usr/bin/python3 - "$tmp/run-$m/metrics.jsonl" "$warmup" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows = [r for r in rows if "tokens_per_s" in r]
-steady = [r["tokens_per_s"] for r in rows if r["step"] > int(sys.argv[2])]
-if not steady:
-    sys.exit("no steady-state steps in " + sys.argv[1])
-print(sum(steady) / len(steady), max(steady), rows[0]["loss"])
-EOF
-	) || { echo "cpu-vs-torch: cannot read pp's metrics for $m" >&2; exit 1; }
-	read -r pp_tps pp_best pp_loss <<<"$pp_res"
-	echo "cpu-vs-torch: $m: pp-train $(printf '%.1f' "$pp_tps") tok/s ($((SECONDS - t0)) s with start-up and checkpoint)" >&2
-
-	echo "cpu-vs-torch: $m: PyTorch ..." >&2
-	t0=$SECONDS
-	if ! "$py" bench/torch_train.py --config "$tmp/$m.json" --steps $total --warmup "$warmup" \
-		>"$tmp/$m.torch.json" 2>"$tmp/$m.torch.log"; then
-		echo "cpu-vs-torch: torch_train.py failed on $m; last lines:" >&2
-		tail -n 15 "$tmp/$m.torch.log" >&2
-		exit 1
-	fi
-	read -r th_tps th_best th_loss th_params th_ver <<<"$(/usr/bin/python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(r["tokens_per_s"], r["tokens_per_s_best"], r["loss_first"], r["params"],
-      "torch-%s/transformers-%s" % (r["torch"], r["transformers"]))' "$tmp/$m.torch.json")"
-	echo "cpu-vs-torch: $m: PyTorch $(printf '%.1f' "$th_tps") tok/s ($((SECONDS - t0)) s)" >&2
+	bench_pp_train "$m" "$warmup" 0 model.preset="$m" steps="$total" global_batch="$batch" \
+		microbatch="$batch" seq_len="$seq" data=synthetic checkpoint_period=0 keep=1 \
+		eval_interval=0 log_period=1 || exit 1
+	read -r pp_tps pp_best pp_loss <<<"$(benchlib get "$bench_tmp/$m.pp.json" tokens_per_s tokens_per_s_best loss_first)"
+	bench_torch "$m" "$py" 0 --steps $total --warmup "$warmup" || exit 1
+	read -r th_tps th_best th_loss th_params th_torch th_tf <<<"$(benchlib get "$bench_tmp/$m.torch.json" \
+		tokens_per_s tokens_per_s_best loss_first params torch transformers)"
+	th_ver="torch-$th_torch/transformers-$th_tf"
 	rows+=("$(printf '%-12s %8.1fM %12.1f %12.1f %9.2f %10.2f %10.3f %12.3f' "$m" \
-		"$(/usr/bin/python3 -c "print($th_params / 1e6)")" "$pp_tps" "$th_tps" \
-		"$(/usr/bin/python3 -c "print($pp_tps / $th_tps)")" \
-		"$(/usr/bin/python3 -c "print($pp_best / $th_best)")" "$pp_loss" "$th_loss")")
+		"$(python3 -c "print($th_params / 1e6)")" "$pp_tps" "$th_tps" \
+		"$(python3 -c "print($pp_tps / $th_tps)")" \
+		"$(python3 -c "print($pp_best / $th_best)")" "$pp_loss" "$th_loss")")
 done
 
 echo "# CPU training throughput: $OMP_NUM_THREADS threads of $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), fp32, batch $batch x seq $seq, mean of $steps steps after $warmup warm-up (best-step: pp/torch of each side's fastest step, less sensitive to other load)"

@@ -193,6 +193,10 @@ void pp_cuda_set_attention(int mode);
  * plans are then built and cached); else 0 with the reason in why. */
 int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
 				  size_t n);
+
+/* The CUDA name of the GPU pp_cuda_init selected ("NVIDIA H100 80GB HBM3"),
+ * for the peak that MFU is measured against; NULL before pp_cuda_init. */
+const char *pp_cuda_device_name(void);
 #endif
 
 /* The table for "cpu" or "cuda"; NULL if that backend is not built in. */

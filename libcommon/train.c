@@ -654,7 +654,7 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	lg->t_avg = lg->t_avg > 0 ? 0.9 * lg->t_avg + 0.1 * dt : dt;
 	char mfu[64] = "null";
 	if (lg->peak > 0)
-		snprintf(mfu, sizeof mfu, "%.4f", fps / lg->peak);
+		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
 	fprintf(lg->metrics,
 		"{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s}\n",
@@ -668,7 +668,7 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 		snprintf(rate, sizeof rate, "%.1f TFLOP/s/device | MFU %.1f%%", fps / 1e12,
 			 100 * fps / lg->peak);
 	else
-		snprintf(rate, sizeof rate, "%.1f GFLOP/s/device", fps / 1e9);
+		snprintf(rate, sizeof rate, "%.3g TFLOP/s/device", fps / 1e12);
 	log_duration(eta, sizeof eta, lg->t_avg * (double)(c->steps - t->step));
 	log_info("step %ld/%ld | loss %.4f | lr %.2e | grad_norm %.3f | %.3f s | %s tok/s | %s | "
 		 "ETA %s%s",
@@ -831,6 +831,13 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	if ((rc = agree(t, rc, e)))
 		return rc;
 	lg.flops_per_token = plan_flops_per_token(&c->model, c->seq_len);
+	const char *device = c->device;
+#ifdef PP_CUDA
+	if (!strcmp(c->device, "cuda"))
+		device = pp_cuda_device_name();
+#endif
+	/* MFU only against a known dense bf16 peak (plan.c's table) */
+	lg.peak = plan_peak_tflops(device) * 1e12;
 
 	size_t n = (size_t)c->microbatches * c->microbatch * c->seq_len;
 	int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
@@ -841,6 +848,13 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			 c->model.preset, t->mesh.world, t->mesh.world > 1 ? "s" : "", c->pp, c->dp,
 			 c->tp, c->schedule, c->microbatches, c->steps, t->step, lg.flops_per_token,
 			 c->global_batch, c->seq_len);
+	if (!o->quiet && trainer_leader(t)) {
+		if (lg.peak > 0)
+			log_info("device %s: MFU against its dense bf16 peak of %.1f TFLOP/s", device,
+				 lg.peak / 1e12);
+		else
+			log_info("device %s: no known peak, so no MFU", device);
+	}
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();
 		bool skipped;

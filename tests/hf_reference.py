@@ -85,7 +85,10 @@ def get(m, *keys, default=None):
     raise KeyError(f"config has none of the keys {keys}")
 
 
-def build_model(cfg, family, dtype):
+def build_model(cfg, family, dtype, attn="eager"):
+    """The Hugging Face model of pp config cfg, random init (seed 0), in
+    dtype, with attention implementation attn ("eager", or "sdpa" where the
+    torch version has it: ValueError otherwise)."""
     import transformers
 
     m = cfg["model"]
@@ -104,7 +107,7 @@ def build_model(cfg, family, dtype):
                   num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
                   max_position_embeddings=maxT, rms_norm_eps=eps, rope_theta=theta,
                   tie_word_embeddings=tied, attention_dropout=0.0,
-                  attn_implementation="eager")
+                  attn_implementation=attn)
     if family == "llama":
         hc = transformers.LlamaConfig(hidden_act="silu", attention_bias=False, mlp_bias=False,
                                       **common)
@@ -134,16 +137,16 @@ def build_model(cfg, family, dtype):
                                      n_inner=ff, n_positions=maxT,
                                      activation_function="gelu_new", layer_norm_epsilon=eps,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     tie_word_embeddings=tied, attn_implementation="eager")
+                                     tie_word_embeddings=tied, attn_implementation=attn)
         cls = transformers.GPT2LMHeadModel
     else:
         raise ValueError(f"no Hugging Face model for family {family!r}")
     torch.manual_seed(0)
     model = cls(hc).to(dtype)
     model.eval()  # no dropout; gradients still flow
-    impl = getattr(model.config, "_attn_implementation", "eager")
-    if impl != "eager":
-        raise ValueError(f"Hugging Face chose attention {impl!r}, wanted eager")
+    impl = getattr(model.config, "_attn_implementation", attn)
+    if impl != attn:
+        raise ValueError(f"Hugging Face chose attention {impl!r}, wanted {attn}")
     return model
 
 

@@ -135,6 +135,7 @@ static const struct anchor {
 	{"gpt-126m", PP_FAMILY_GPT, 768, 12, 12, 64, 3072, 12, 50304, 2048, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
 	{"gpt-5b", PP_FAMILY_GPT, 4096, 32, 32, 128, 16384, 24, 50304, 2048, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
 	{"glam-126m-64e", PP_FAMILY_MIXTRAL, 768, 12, 12, 64, 3072, 12, 50304, 1024, PP_MLP_GEGLU, RMS, 1e-6, PP_POS_RELATIVE, 1e4, 0, true, 64, 2},
+	{"llama-1b", LL, 2048, 32, 4, 64, 5632, 22, 32000, 2048, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
 	{"llama-110m", LL, 768, 12, 12, 64, 2048, 12, 32000, 1024, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
 	{"llama-tiny", LL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
 	{"mistral-tiny", PP_FAMILY_MISTRAL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e6, 4, false, 0, 0},

@@ -13,6 +13,7 @@ pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_PLAIN, 0, 0, 0,
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
 static int ready;
+static char device_name[256];
 
 /* ---- errors --------------------------------------------------------------- */
 
@@ -186,9 +187,12 @@ int pp_cuda_init(int device, pp_err *e)
 	pp_cuda.sync = env_flag("PP_CUDA_SYNC");
 	pp_cuda.num_sms = prop.multiProcessorCount;
 	pp_cuda.smem_optin = prop.sharedMemPerBlockOptin;
+	snprintf(device_name, sizeof device_name, "%s", prop.name);
 	ready = 1;
 	return 0;
 }
+
+const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 
 /* ---- the table ------------------------------------------------------------- */
 

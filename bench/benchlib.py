@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""The arithmetic and the tables of the bench/*.sh scripts, in one place.
+
+    benchlib.py get FILE KEY...               values of top-level keys of a JSON file, one line
+    benchlib.py pp-metrics METRICS WARMUP     steady-state figures of a pp-train run (JSON)
+    benchlib.py fit-microbatch BATCH BUDGET PLAN...
+                                              the largest microbatch whose planned memory fits
+    benchlib.py gpu-report META DIR TAGS [JSON]
+                                              bench/gpu.sh's table (stdout) and JSON file
+    benchlib.py decode-metrics FILE           tok/s and bytes/token of pp-decode --json (JSON)
+    benchlib.py decode-report META DIR TAGS [JSON]
+                                              bench/gpu-decode.sh's table and JSON file
+
+Standard library only: it runs under any python3, with or without torch.
+Exit status 1 with a message naming the file when an input is missing or
+malformed.
+"""
+import json
+import sys
+
+
+def die(msg):
+    sys.exit(f"benchlib: {msg}")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        die(f"{path}: {err}")
+
+
+def load_or_none(path):
+    """A JSON file that a failed run may have left absent or empty: None then."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def lookup(d, key):
+    """d[key], where key may be a dotted path ("model.max_seq_len")"""
+    for part in key.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def cmd_get(path, *keys):
+    d = load(path)
+    vals = [lookup(d, k) for k in keys]
+    missing = [k for k, v in zip(keys, vals) if v is None]
+    if missing:
+        die(f"{path}: no key {', '.join(missing)} (keys: {', '.join(d)})")
+    print(" ".join(str(v) for v in vals))
+
+
+def cmd_pp_metrics(path, warmup):
+    """Mean tokens/s, FLOP/s and MFU over the steps after `warmup` of a
+    pp-train metrics.jsonl (its per-step lines: step, loss, tokens_per_s,
+    flops_per_s, mfu, null when the device's peak is unknown)."""
+    rows = []
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError as err:
+                        die(f"{path}:{n}: {err}")
+    except OSError as err:
+        die(f"{path}: {err}")
+    rows = [r for r in rows if "tokens_per_s" in r]
+    steady = [r for r in rows if r["step"] > int(warmup)]
+    if not steady:
+        die(f"{path}: no step after the {warmup} warm-up steps")
+    mfus = [r.get("mfu") for r in steady]
+    print(json.dumps({
+        "steps": len(steady),
+        "tokens_per_s": mean([r["tokens_per_s"] for r in steady]),
+        "tokens_per_s_best": max(r["tokens_per_s"] for r in steady),
+        "flops_per_s": mean([r["flops_per_s"] for r in steady]),
+        "mfu": None if None in mfus else mean(mfus),
+        "loss_first": rows[0]["loss"],
+        "loss_last": rows[-1]["loss"],
+    }))
+
+
+def cmd_fit_microbatch(batch, budget_gib, *plans):
+    """plans: MB=FILE pairs of pp-init --plan --json outputs; prints the
+    largest MB that divides batch and whose memory.total fits budget_gib,
+    else exits 1 naming the smallest plan's need."""
+    batch, budget = int(batch), float(budget_gib) * 2**30
+    fits, need = [], {}
+    for p in plans:
+        mb, path = p.split("=", 1)
+        total = load(path)["memory"]["total"]
+        need[int(mb)] = total
+        if batch % int(mb) == 0 and total <= budget:
+            fits.append(int(mb))
+    if not fits:
+        mb = min(need)
+        die(f"no microbatch fits {float(budget_gib):.1f} GiB: microbatch {mb} is planned at "
+            f"{need[mb] / 2**30:.1f} GiB")
+    print(max(fits))
+
+
+def fmt(x, spec, none="-"):
+    return none if x is None else format(x, spec)
+
+
+def human(n):
+    """1100048384 -> 1.10B, 94528 -> 94.5K"""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return str(n)
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def read_rows(tmp, tags, sides):
+    """Per tag: TAG.row.json (the row's settings) and, for each side, its
+    result TAG.SIDE.json or the reason it failed, TAG.SIDE.err."""
+    rows = []
+    for tag in tags.split():
+        r = load(f"{tmp}/{tag}.row.json")
+        for side in sides:
+            r[side] = load_or_none(f"{tmp}/{tag}.{side}.json")
+            if r[side] is None:
+                try:
+                    with open(f"{tmp}/{tag}.{side}.err") as f:
+                        r[side + "_error"] = f.read().strip() or "failed"
+                except OSError:
+                    r[side + "_error"] = "not run"
+        rows.append(r)
+    return rows
+
+
+def cmd_gpu_report(meta_path, tmp, tags, json_path=None):
+    """meta: model, params, matmul_params, device, date, commit, warmup,
+    steps, pp_dtype, pp_note; per tag in tmp: TAG.row.json {seq,
+    global_batch, microbatch, flops_per_token}, TAG.pp.json (pp-metrics),
+    TAG.torch.json (torch_train.py), or their .err files."""
+    meta = load(meta_path)
+    out_rows, torch_info, pp_dtype = [], None, meta.get("pp_dtype", "fp32")
+    for r in read_rows(tmp, tags, ("pp", "torch")):
+        pp, th = r["pp"], r["torch"]
+        fpt = float(r["flops_per_token"])
+        row = {"seq": r["seq"], "global_batch": r["global_batch"], "microbatch": r["microbatch"],
+               "flops_per_token": fpt, "pp": None, "torch": None, "pp_over_torch": None}
+        peak = None
+        if pp:
+            tflops = pp["flops_per_s"] / 1e12
+            row["pp"] = {"dtype": pp_dtype, "tokens_per_s": pp["tokens_per_s"],
+                         "tflops": tflops, "mfu": pp["mfu"], "loss_first": pp["loss_first"]}
+            if pp["mfu"]:  # the peak pp-train used: its own table in libcommon/plan.c
+                peak = pp["flops_per_s"] / pp["mfu"]
+        else:
+            row["pp_error"] = r["pp_error"]
+        if th:
+            torch_info = th
+            tps = th["tokens_per_s"]
+            row["torch"] = {"dtype": th["dtype"], "precision": th["precision"],
+                            "tokens_per_s": tps,
+                            "tflops": tps * fpt / 1e12,
+                            "mfu": tps * fpt / peak if peak else None,
+                            "loss_first": th["loss_first"], "attn": th["attn"],
+                            "compile": th["compile"], "fused_adamw": th["fused_adamw"],
+                            "notes": th["notes"]}
+        else:
+            row["torch_error"] = r["torch_error"]
+        if pp and th:
+            row["pp_over_torch"] = ratio(pp["tokens_per_s"], th["tokens_per_s"])
+        row["peak_tflops"] = peak / 1e12 if peak else None
+        out_rows.append(row)
+
+    peaks = {x["peak_tflops"] for x in out_rows if x["peak_tflops"]}
+    print(f"# GPU training throughput: {meta['model']} ({human(meta['params'])} parameters) "
+          f"on {meta['device']}; mean of {meta['steps']} steps after {meta['warmup']} warm-up; "
+          f"{meta['date']}, commit {meta['commit']}")
+    print(f"# FLOPs/token = 6N + 6*L*Hq*D*T (N = {meta['matmul_params']:,} parameters in "
+          f"matrix products); MFU against the dense bf16 peak "
+          + (", ".join(f"{p:.1f}" for p in sorted(peaks)) + " TFLOP/s" if peaks
+             else "(unknown for this device: no MFU)"))
+    print(f"# pp: {pp_dtype} (the CUDA backend is fp32 today; {meta.get('pp_note', '')})")
+    if torch_info:
+        print(f"# PyTorch {torch_info['torch']}, transformers {torch_info['transformers']}: "
+              f"Hugging Face model, {torch_info['precision']}, attention {torch_info['attn']}, "
+              f"torch.compile {'on (each decoder layer)' if torch_info['compile'] else 'off'}, "
+              f"AdamW fused={torch_info['fused_adamw']}")
+        for note in torch_info["notes"]:
+            print(f"# PyTorch fallback: {note}")
+    head = ("seq", "batch", "mb", "pp dtype", "pp tok/s", "pp TFLOP/s", "pp MFU",
+            "torch dtype", "torch tok/s", "torch MFU", "pp/torch")
+    print("%-6s %5s %4s %-8s %10s %10s %7s %-12s %11s %9s %8s" % head)
+    for x in out_rows:
+        pp, th = x["pp"] or {}, x["torch"] or {}
+        print("%-6d %5d %4d %-8s %10s %10s %7s %-12s %11s %9s %8s" % (
+            x["seq"], x["global_batch"], x["microbatch"], pp_dtype,
+            fmt(pp.get("tokens_per_s"), ".1f", "failed"), fmt(pp.get("tflops"), ".3g"),
+            fmt(pp.get("mfu") and 100 * pp["mfu"], ".1f"),
+            th.get("dtype") or "-",
+            fmt(th.get("tokens_per_s"), ".1f", "failed"),
+            fmt(th.get("mfu") and 100 * th["mfu"], ".1f"),
+            fmt(x["pp_over_torch"], ".3f")))
+    for x in out_rows:
+        for side in ("pp", "torch"):
+            if x.get(side + "_error"):
+                print(f"# seq {x['seq']}: {side} failed: {x[side + '_error']}")
+    if json_path:
+        doc = dict(meta, rows=out_rows, columns={
+            "tflops": "achieved model TFLOP/s per device", "mfu": "fraction of peak_tflops",
+            "pp_over_torch": "pp tokens/s divided by PyTorch tokens/s"})
+        if torch_info:
+            doc["torch"] = {k: torch_info[k] for k in ("torch", "transformers", "dtype",
+                                                       "precision", "attn", "compile",
+                                                       "fused_adamw", "notes")}
+        with open(json_path, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+
+
+# pp-decode --json: the names its figures may go by, most specific first
+DECODE_TPS = ("decode_tokens_per_s", "decode_tok_per_s", "decode_tok_s", "tokens_per_s",
+              "tok_per_s", "tok_s")
+DECODE_BYTES = ("bytes_per_token", "decode_bytes_per_token", "bytes_read_per_token",
+                "read_bytes_per_token")
+
+
+def pick(d, names, what, path):
+    for k in names:
+        if isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool):
+            return k, float(d[k])
+    die(f"{path}: pp-decode --json gave no {what} (looked for {', '.join(names)}; "
+        f"keys: {', '.join(d)})")
+
+
+def cmd_decode_metrics(path):
+    """The last JSON object line of pp-decode --json's stdout, normalised."""
+    obj = None
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        pass
+    except OSError as err:
+        die(f"{path}: {err}")
+    if not isinstance(obj, dict):
+        die(f"{path}: pp-decode --json printed no JSON object")
+    ktps, tps = pick(obj, DECODE_TPS, "tokens per second", path)
+    kbytes, nbytes = pick(obj, DECODE_BYTES, "bytes read per token", path)
+    if not (tps > 0 and nbytes > 0):
+        die(f"{path}: {ktps} = {tps}, {kbytes} = {nbytes}: expected positive figures")
+    print(json.dumps({"tokens_per_s": tps, "bytes_per_token": nbytes, "raw": obj}))
+
+
+def cmd_decode_report(meta_path, tmp, tags, json_path=None):
+    """meta: device, bandwidth_gbs (null when not measured), bandwidth_note,
+    n, prompt_tokens, date, commit; per tag in tmp: TAG.row.json {model,
+    params, dtype}, TAG.decode.json (decode-metrics) or TAG.decode.err."""
+    meta = load(meta_path)
+    bw = meta.get("bandwidth_gbs")
+    out_rows = []
+    for r in read_rows(tmp, tags, ("decode",)):
+        res = r["decode"]
+        row = {"model": r["model"], "params": r["params"], "dtype": r["dtype"],
+               "tokens_per_s": None, "bytes_per_token": None, "achieved_gbs": None, "mbu": None}
+        if res:
+            achieved = res["tokens_per_s"] * res["bytes_per_token"] / 1e9
+            row.update(tokens_per_s=res["tokens_per_s"], bytes_per_token=res["bytes_per_token"],
+                       achieved_gbs=achieved, mbu=achieved / bw if bw else None,
+                       pp_decode=res["raw"])
+        else:
+            row["error"] = r["decode_error"]
+        out_rows.append(row)
+    print(f"# Batch-1 decode on {meta['device']}: {meta['n']} generated tokens after a "
+          f"{meta['prompt_tokens']}-token prompt, random weights; {meta['date']}, commit "
+          f"{meta['commit']}")
+    print("# MBU = bytes read per token x tokens/s / bandwidth"
+          + (f" ({bw:.1f} GB/s: {meta.get('bandwidth_note', '')})" if bw
+             else f" (bandwidth not measured: {meta.get('bandwidth_note', '')}; no MBU)"))
+    print("%-12s %8s %-6s %10s %12s %12s %7s" % ("model", "params", "dtype", "tok/s",
+                                                  "GB/token", "GB/s", "MBU"))
+    for x in out_rows:
+        print("%-12s %8s %-6s %10s %12s %12s %7s" % (
+            x["model"], human(x["params"]), x["dtype"], fmt(x["tokens_per_s"], ".1f", "failed"),
+            fmt(x["bytes_per_token"] and x["bytes_per_token"] / 1e9, ".4g"),
+            fmt(x["achieved_gbs"], ".1f"), fmt(x["mbu"] and 100 * x["mbu"], ".1f")))
+    for x in out_rows:
+        if x.get("error"):
+            print(f"# {x['model']}: failed: {x['error']}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(dict(meta, rows=out_rows), f, indent=1)
+            f.write("\n")
+
+
+COMMANDS = {"get": cmd_get, "pp-metrics": cmd_pp_metrics, "fit-microbatch": cmd_fit_microbatch,
+            "gpu-report": cmd_gpu_report, "decode-metrics": cmd_decode_metrics,
+            "decode-report": cmd_decode_report}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        die("usage: benchlib.py " + "|".join(COMMANDS) + " ARGS... (see the file's docstring)")
+    import inspect
+    try:
+        inspect.signature(COMMANDS[sys.argv[1]]).bind(*sys.argv[2:])
+    except TypeError as err:
+        die(f"{sys.argv[1]}: wrong arguments ({err})")
+    COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Builds, checks and benchmarks pp on a machine with one GPU, in stages that
+# each fit in one 10-minute command, and collects every log and result in
+# one directory.
+#
+#   scripts/gpu-check.sh [--smoke] [build|test|bench|decode|all]... [OUTDIR]
+#
+# Stages (default: all, which is all four in order):
+#   build   make -j$(nproc) tests (incremental; every other stage runs it
+#           first, so a stage alone works on a fresh checkout), then the
+#           versions (nvidia-smi, driver, nvcc, cuDNN, NCCL, gcc, python,
+#           torch, transformers, commit) into versions.txt. Stops here with
+#           exit status 3 and says so when the machine has no GPU.
+#   test    tests/test_gpu.sh: every CUDA op against the CPU backend,
+#           pp-train device=cuda against device=cpu for each tiny family,
+#           a bitwise resume on the GPU.
+#   bench   bench/gpu.sh: llama-1b training at seq 2048 and 4096, pp
+#           against PyTorch (table and JSON).
+#   decode  bench/gpu-decode.sh: batch-1 decode of llama-1b and llama2-7b
+#           with pp-decode, against the measured copy bandwidth.
+# Each stage runs under a limit of PP_GPU_CHECK_STAGE_LIMIT seconds
+# (default 530) and prints its time; the run ends with one summary table,
+# also written to OUTDIR/summary.txt and OUTDIR/summary.json.
+#
+# OUTDIR (default $OUT when set, else build/gpu-check) receives per stage
+# STAGE.log (its standard error: progress, logs) and its results (standard
+# output): build.txt + versions.txt, test-gpu.txt, bench-gpu.txt +
+# bench-gpu.json, bench-decode.txt + bench-decode.json. The terminal gets the
+# results, the end of a failed stage's log and the summary.
+#
+# --smoke runs the stages on the CPU (test: PP_TEST_GPU_DEVICE=cpu, where
+# the op check skips; bench, decode: their --smoke modes) and skips the GPU
+# requirement: a check of this script on a machine without a GPU
+# (tests/test_bench.sh). Without it a skipped GPU test fails the stage.
+#
+# Exit status: 0 every stage passed; 1 a stage failed; 2 usage; 3 no GPU.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+self=$root/scripts/gpu-check.sh
+usage() { sed -n '2,36s/^# \{0,1\}//p' "$self"; }
+
+smoke=0 stages=() out=
+for a in "$@"; do
+	case $a in
+	-h | --help) usage; exit 0 ;;
+	--smoke) smoke=1 ;;
+	build | test | bench | decode) stages+=("$a") ;;
+	all) stages+=(build test bench decode) ;;
+	-*) echo "gpu-check: unknown option '$a' (see --help)" >&2; exit 2 ;;
+	*)
+		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, decode, all) and OUTDIR is already $out" >&2; exit 2; }
+		out=$a
+		;;
+	esac
+done
+[ ${#stages[@]} -gt 0 ] || stages=(build test bench decode)
+# build first, once, whatever was asked
+run=(build)
+for s in "${stages[@]}"; do
+	[[ " ${run[*]} " == *" $s "* ]] || run+=("$s")
+done
+out=${out:-${OUT:-$root/build/gpu-check}}
+mkdir -p "$out" || { echo "gpu-check: cannot create $out" >&2; exit 1; }
+out=$(cd "$out" && pwd)
+limit=${PP_GPU_CHECK_STAGE_LIMIT:-530}
+[[ $limit =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: PP_GPU_CHECK_STAGE_LIMIT=$limit: expected seconds" >&2; exit 2; }
+smoke_arg=()
+[ "$smoke" = 0 ] || smoke_arg=(--smoke)
+
+rows=() failed=0
+# record STAGE STATUS SECONDS DETAIL
+record() {
+	rows+=("$(printf '%-8s %-8s %6s  %s' "$1" "$2" "$3" "$4")")
+	python3 -c 'import json, sys
+s, st, t, d = sys.argv[1:]
+print(json.dumps({"stage": s, "status": st, "seconds": int(t) if t.isdigit() else None, "detail": d}))' \
+		"$1" "$2" "$3" "$4" >>"$out/summary.jsonl"
+	[ "$2" = pass ] || failed=1
+}
+summary() {
+	{
+		echo "# gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname), outputs in $out"
+		printf '%-8s %-8s %6s  %s\n' stage status "s" detail
+		printf '%s\n' "${rows[@]}"
+	} | tee "$out/summary.txt"
+	python3 -c 'import json, sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1])], indent=1))' \
+		"$out/summary.jsonl" >"$out/summary.json" 2>/dev/null
+	rm -f "$out/summary.jsonl"
+}
+rm -f "$out/summary.jsonl"
+
+# stage_run NAME RESULT CMD...: CMD under the stage limit, its stdout into
+# RESULT, its stderr into NAME.log; prints RESULT, and on a failure the end
+# of the log (the whole of both is in OUTDIR); sets $rc and $secs
+stage_run() {
+	local name=$1 result=$2; shift 2
+	local t0=$SECONDS
+	echo "==== gpu-check: $name: $*"
+	timeout --kill-after=15 "$limit" "$@" >"$result" 2>"$out/$name.log"
+	rc=$?
+	secs=$((SECONDS - t0))
+	if [ "$name" = build ]; then
+		tail -n 2 "$result"
+	else
+		cat "$result"
+	fi
+	if [ "$rc" -ne 0 ]; then
+		echo "---- last lines of $out/$name.log"
+		tail -n 15 "$out/$name.log"
+	fi
+	echo "==== gpu-check: $name: exit $rc after $secs s"
+}
+limit_hit() { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }
+
+versions() {
+	echo "commit    $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+	echo "kernel    $(uname -srm)"
+	echo "cpu       $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+	local nvcc
+	nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+	echo "nvcc      $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
+	echo "gcc       $(cc --version | head -n 1)"
+	local inc=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc" 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}/include h
+	h=$(ls "$inc/cudnn_version.h" /usr/include/cudnn_version.h /usr/include/*/cudnn_version.h 2>/dev/null | head -n 1)
+	echo "cudnn     $([ -n "$h" ] && awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v=v (v ? "." : "") $3} END {print v}' "$h" || echo 'no cudnn_version.h')"
+	h=$(ls "$inc/nccl.h" /usr/include/nccl.h 2>/dev/null | head -n 1)
+	echo "nccl      $([ -n "$h" ] && awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v=v (v ? "." : "") $3} END {print v}' "$h" || echo 'no nccl.h')"
+	echo "python    $(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo 'not found')"
+	echo "torch     $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available" if torch.cuda.is_available() else "no GPU")' 2>/dev/null || echo 'not importable')"
+	echo "transformers $(HF_HUB_OFFLINE=1 python3 -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo 'not importable')"
+	echo "pp build  $(ls build/obj/.variant-* 2>/dev/null | sed 's/.*variant-//')"
+	echo "---- nvidia-smi"
+	if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1; else echo "nvidia-smi: not found"; fi
+	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
+}
+
+for stage in "${run[@]}"; do
+	case $stage in
+	build)
+		stage_run build "$out/build.txt" make -j"$(nproc)" tests
+		if [ "$rc" -ne 0 ]; then
+			record build fail $secs "make exited $rc: $(grep -m1 -E 'error:|Error [0-9]' "$out/build.log" || tail -n 1 "$out/build.log")"
+			break
+		fi
+		versions >"$out/versions.txt" 2>&1
+		cat "$out/versions.txt"
+		variant=$(ls build/obj/.variant-* 2>/dev/null | sed 's/.*variant-//')
+		gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+		if [ "$smoke" = 0 ] && [ "${gpus:-0}" -eq 0 ]; then
+			record build pass $secs "built ($variant)"
+			record gpu "no-GPU" - "nvidia-smi lists no GPU: test, bench and decode need one"
+			echo "gpu-check: no GPU on this machine (nvidia-smi lists none): pp is built ($variant build), but the test, bench and decode stages need a GPU"
+			summary
+			exit 3
+		fi
+		if [ "$smoke" = 0 ] && [ "$variant" != cuda ]; then
+			record build fail $secs "pp was built without CUDA (nvcc not found, or CUDA=0)"
+			break
+		fi
+		record build pass $secs "built ($variant); $(nvidia-smi -L 2>/dev/null | head -n 1 || echo 'smoke: no GPU needed')"
+		;;
+	test)
+		if [ "$smoke" = 1 ]; then
+			stage_run test "$out/test-gpu.txt" env PP_TEST_GPU_DEVICE=cpu bash tests/test_gpu.sh
+		else
+			stage_run test "$out/test-gpu.txt" bash tests/test_gpu.sh
+		fi
+		counts="$(grep -c '^PASS: ' "$out/test-gpu.txt") passed, $(grep -c '^FAIL: ' "$out/test-gpu.txt") failed, $(grep -c '^SKIP: ' "$out/test-gpu.txt") skipped"
+		if limit_hit; then
+			record test fail $secs "ran past the ${limit} s stage limit"
+		elif [ "$rc" -eq 0 ] && [[ $counts == *" 0 failed, "* ]] && [[ $counts != "0 passed"* ]] &&
+			{ [[ $counts == *" 0 skipped" ]] || [ "$smoke" = 1 ]; }; then
+			record test pass $secs "$counts"
+		else
+			record test fail $secs "$counts, exit $rc$(grep -m3 -E '^(FAIL|SKIP): ' "$out/test-gpu.txt" | sed 's/^/; /' | tr -d '\n')"
+		fi
+		;;
+	bench | decode)
+		script=bench/gpu.sh
+		[ "$stage" = bench ] || script=bench/gpu-decode.sh
+		name=bench-gpu
+		[ "$stage" = bench ] || name=bench-decode
+		# the script's own budget ends it, table written, before the stage limit kills it
+		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" --budget $((limit > 90 ? limit - 45 : limit / 2)) \
+			--json "$out/$name.json"
+		if limit_hit; then
+			record "$stage" fail $secs "ran past the ${limit} s stage limit"
+		elif [ "$rc" -eq 0 ]; then
+			record "$stage" pass $secs "$(python3 - "$out/$name.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+if d["bench"] == "gpu":
+    print("; ".join(f"seq {r['seq']}: pp/torch {r['pp_over_torch']:.3f}" for r in d["rows"]))
+else:
+    print("; ".join(f"{r['model']}: {r['tokens_per_s']:.1f} tok/s"
+                    + (f", MBU {100 * r['mbu']:.1f}%" if r["mbu"] else "") for r in d["rows"]))
+EOF
+)"
+		else
+			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
+		fi
+		;;
+	esac
+done
+summary
+exit $failed
