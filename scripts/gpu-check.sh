@@ -7,7 +7,9 @@
 #
 # Stages (default: all, which is all four in order):
 #   build   make -j$(nproc) tests (incremental; every other stage runs it
-#           first, so a stage alone works on a fresh checkout), then the
+#           first, so a stage alone works on a fresh checkout), or, where
+#           .gpu/pp-gpu.tar.xz was carried in (scripts/gpu-pack.sh, for a
+#           machine without pp's build dependencies), unpacks it; then the
 #           versions (nvidia-smi, driver, nvcc, cuDNN, NCCL, gcc, python,
 #           torch, transformers, commit) into versions.txt. Stops here with
 #           exit status 3 and says so when the machine has no GPU.
@@ -138,9 +140,18 @@ versions() {
 for stage in "${run[@]}"; do
 	case $stage in
 	build)
-		stage_run build "$out/build.txt" make -j"$(nproc)" tests
+		if [ -f .gpu/pp-gpu.tar.xz ]; then
+			# a build packed elsewhere (scripts/gpu-pack.sh): this machine
+			# lacks pp's build dependencies
+			stage_run build "$out/build.txt" bash -c '. scripts/gpu-env.sh && echo "unpacked .gpu/pp-gpu.tar.xz"'
+			[ "$rc" -ne 0 ] || . scripts/gpu-env.sh
+			what="unpacking .gpu/pp-gpu.tar.xz"
+		else
+			stage_run build "$out/build.txt" make -j"$(nproc)" tests
+			what=make
+		fi
 		if [ "$rc" -ne 0 ]; then
-			record build fail $secs "make exited $rc: $(grep -m1 -E 'error:|Error [0-9]' "$out/build.log" || tail -n 1 "$out/build.log")"
+			record build fail $secs "$what exited $rc: $(grep -m1 -E 'error:|Error [0-9]|gpu-env:' "$out/build.log" || tail -n 1 "$out/build.log")"
 			break
 		fi
 		versions >"$out/versions.txt" 2>&1
