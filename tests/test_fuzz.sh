@@ -46,14 +46,14 @@ h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto $h5))
 libs=($(pkg-config --libs jansson libcrypto $h5) -lpthread -lm)
-tok_src="tokenizer tok_spm tok_bpe tok_unicode sha256 error"
+tok_src="tokenizer tok_spm tok_bpe tok_unicode sha256 fsutil error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
 	[fuzz_config]="config error"
 	[fuzz_manifest]="ckpt fsutil h5util sha256 error"
 	[fuzz_tokens]="dataset fsutil h5util rng error"
-	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset fsutil h5util rng $tok_src"
+	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
