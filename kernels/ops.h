@@ -74,6 +74,21 @@ typedef struct pp_ops {
 	void (*layernorm_bwd)(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
 			      const pp_real *x, const pp_real *w, const pp_real *mean,
 			      const pp_real *rstd, int N, int C);
+	/* The residual add fused with the norm after it, one pass over the rows:
+	 * res_out (N,C) = x + y, then out and rstd (and mean) as rmsnorm_fwd /
+	 * layernorm_fwd of res_out, with the same bits as add then the norm.
+	 * res_out may alias x or y.
+	 * There is no fused backward: the gradient of res_out is the gradient of
+	 * x and of y alike, and the norm's dx already accumulates into that
+	 * residual gradient (see the conventions above), so the add's backward
+	 * is no op at all; the norm backward has nothing to fuse with. */
+	void (*rmsnorm_residual_fwd)(pp_real *res_out, pp_real *out, pp_real *rstd,
+				     const pp_real *x, const pp_real *y, const pp_real *w,
+				     pp_real eps, pp_real offset, int N, int C);
+	void (*layernorm_residual_fwd)(pp_real *res_out, pp_real *out, pp_real *mean,
+				       pp_real *rstd, const pp_real *x, const pp_real *y,
+				       const pp_real *w, const pp_real *b, pp_real eps, int N,
+				       int C);
 
 	/* Rotary embedding, Hugging Face rotate-half convention, in place on the
 	 * q and k heads of qkv (B,T,(Hq+2Hkv)*D); v is untouched. Position of

@@ -505,6 +505,20 @@ static void norm_fwd(const pp_stage *s, int N, pp_real *out, pp_real *mean, pp_r
 				    (pp_real)m->norm_offset, N, m->d_model);
 }
 
+/* res (N,C) = x + y (res may alias x or y), then out, mean, rstd as norm_fwd
+ * of res: one pass over the rows */
+static void norm_residual_fwd(const pp_stage *s, int N, pp_real *res, pp_real *out, pp_real *mean,
+			      pp_real *rstd, const pp_real *x, const pp_real *y, int wi, int bi)
+{
+	const pp_model_cfg *m = s->cfg;
+	if (m->norm == PP_NORM_LAYER)
+		s->ops->layernorm_residual_fwd(res, out, mean, rstd, x, y, W(s, wi), W(s, bi),
+					       (pp_real)m->norm_eps, N, m->d_model);
+	else
+		s->ops->rmsnorm_residual_fwd(res, out, rstd, x, y, W(s, wi), (pp_real)m->norm_eps,
+					     (pp_real)m->norm_offset, N, m->d_model);
+}
+
 static void norm_bwd(const pp_stage *s, pp_real *dx, const pp_real *dout, const pp_real *x,
 		     const pp_real *mean, const pp_real *rstd, int wi, int bi)
 {
@@ -556,9 +570,9 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	o->matmul_fwd(t->mid, t->att, W(s, li->o_w), W0(s, li->o_b), N, HD, C);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
 		return rc;
-	o->add(t->mid, t->mid, t->x, (size_t)N * C);
-
-	norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
+	/* mid = x + the attention branch, h2 = norm2(mid) */
+	norm_residual_fwd(s, N, t->mid, t->h2, t->mean2, t->rstd2, t->x, t->mid, li->norm2_w,
+			  li->norm2_b);
 	if (gelu) {
 		o->matmul_gelu_fwd(t->act, t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
 	} else {
@@ -568,6 +582,9 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	o->matmul_fwd(t->out, t->act, W(s, li->down_w), W0(s, li->down_b), N, F, C);
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
 		return rc;
+	/* A plain add: the norm of out belongs to the next layer (or the head),
+	 * and recompute, the stage boundary and the cached decode all start a
+	 * layer from its input alone. */
 	o->add(t->out, t->out, t->mid, (size_t)N * C);
 	return 0;
 }

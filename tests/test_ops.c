@@ -376,6 +376,67 @@ static void test_layernorm(void)
 	case_free(c);
 }
 
+/* The residual add fused with the norm: res = x + y and the norm of res,
+ * bitwise as add then the plain norm (checked against loops above), also
+ * where res is x or y. C = 300 spans two summation blocks of the row sums,
+ * N = 37 rows several threads. */
+static void test_norm_residual(int layer, pp_real offset, const char *name)
+{
+	enum { N = 37, C = 300 };
+	const size_t NC = (size_t)N * C;
+	const pp_real eps = 1e-5;
+	pp_real *x = rnd_buf(NC, 3), *y = rnd_buf(NC, 1), *w = rnd_buf(C, 1), *b = rnd_buf(C, 1);
+	/* an offset row mean, as in test_layernorm */
+	for (size_t i = 0; i < NC; i += 7)
+		x[i] += 50;
+	pp_real *res = malloc(sizeof(pp_real) * NC), *want_out = malloc(sizeof(pp_real) * NC);
+	pp_real *want_mean = malloc(sizeof(pp_real) * N), *want_rstd = malloc(sizeof(pp_real) * N);
+	pp_real *want_res = malloc(sizeof(pp_real) * NC);
+	ops->add(want_res, x, y, NC);
+	if (layer)
+		ops->layernorm_fwd(want_out, want_mean, want_rstd, want_res, w, b, eps, N, C);
+	else
+		ops->rmsnorm_fwd(want_out, want_rstd, want_res, w, eps, offset, N, C);
+
+	static const char *const alias[] = {"", "_res_is_x", "_res_is_y"};
+	for (int a = 0; a < 3; a++) {
+		pp_real *xa = copy_buf(x, NC), *ya = copy_buf(y, NC);
+		pp_real *r = a == 1 ? xa : a == 2 ? ya : res;
+		pp_real *out = rnd_buf(NC, 1), *mean = rnd_buf(N, 1), *rstd = rnd_buf(N, 1);
+		if (layer)
+			ops->layernorm_residual_fwd(r, out, mean, rstd, xa, ya, w, b, eps, N, C);
+		else
+			ops->rmsnorm_residual_fwd(r, out, rstd, xa, ya, w, eps, offset, N, C);
+		char what[80];
+		snprintf(what, sizeof what, "%s%s", name, alias[a]);
+		int same = !memcmp(r, want_res, sizeof(pp_real) * NC) &&
+			   !memcmp(out, want_out, sizeof(pp_real) * NC) &&
+			   !memcmp(rstd, want_rstd, sizeof(pp_real) * N) &&
+			   (!layer || !memcmp(mean, want_mean, sizeof(pp_real) * N));
+		/* the input that res does not overwrite is left alone */
+		int kept = (a == 1 || !memcmp(xa, x, sizeof(pp_real) * NC)) &&
+			   (a == 2 || !memcmp(ya, y, sizeof(pp_real) * NC));
+		CHECK(same && kept, what,
+		      "res off add by %.3g, out off the norm by %.3g, rstd by %.3g%s",
+		      rel_diff(r, want_res, NC), rel_diff(out, want_out, NC),
+		      rel_diff(rstd, want_rstd, N), kept ? "" : "; an input changed");
+		free(xa);
+		free(ya);
+		free(out);
+		free(mean);
+		free(rstd);
+	}
+	free(x);
+	free(y);
+	free(w);
+	free(b);
+	free(res);
+	free(want_out);
+	free(want_mean);
+	free(want_rstd);
+	free(want_res);
+}
+
 /* ---- rope ---- */
 
 static size_t qkv_size(const op_case *c)
@@ -897,6 +958,9 @@ int main(void)
 	test_rmsnorm(0, "ops/rmsnorm_fwd", "ops/rmsnorm_bwd");
 	test_rmsnorm(1, "ops/rmsnorm_fwd_offset1", "ops/rmsnorm_bwd_offset1");
 	test_layernorm();
+	test_norm_residual(0, 0, "ops/rmsnorm_residual_fwd");
+	test_norm_residual(0, 1, "ops/rmsnorm_residual_fwd_offset1");
+	test_norm_residual(1, 0, "ops/layernorm_residual_fwd");
 	test_rope();
 	/* T = 7 fits one query block; T = 70 spans two (blocks are 64 rows),
 	 * with the window cutting off the second block's early keys */

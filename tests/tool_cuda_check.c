@@ -511,6 +511,54 @@ static void check_norms(int N, int C, float offset)
 	run_check(&m);
 }
 
+/* The residual add fused with the norm. a[2] = 1 runs it in place, res_out
+ * on top of x: tensor 0 holds x, then res. Else x is the last tensor. */
+static void r_rmsnorm_residual_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->rmsnorm_residual_fwd(P(0), P(3), P(4), c->a[2] ? P(0) : P(5), P(1), P(2), c->f[0],
+				c->f[1], c->a[0], c->a[1]);
+}
+
+static void r_layernorm_residual_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->layernorm_residual_fwd(P(0), P(4), P(5), P(6), c->a[2] ? P(0) : P(7), P(1), P(2), P(3),
+				  c->f[0], c->a[0], c->a[1]);
+}
+
+/* widths from one register step per thread to past the widest register
+ * variant (8192), where the row is read back from memory */
+static void check_norm_residual(int N, int C, float offset, int in_place)
+{
+	const float eps = 1e-5f;
+	const size_t NC = (size_t)N * C;
+	check c = {.op = "rmsnorm_residual_fwd", .run = r_rmsnorm_residual_fwd,
+		   .nt = in_place ? 5 : 6, .a = {N, C, in_place}, .f = {eps, offset}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g%s", N, C, offset,
+		 in_place ? " res=x" : "");
+	c.t[0] = in_place ? TS("x, then res", NC, INOUT, F32, 3) : TS("res", NC, OUT, F32, 1);
+	c.t[1] = TS("y", NC, IN, F32, 1);
+	c.t[2] = TS("w", (size_t)C, IN, F32, 1);
+	c.t[3] = TS("out", NC, OUT, F32, 1);
+	c.t[4] = TS("rstd", (size_t)N, OUT, F32, 1);
+	c.t[5] = TS("x", NC, IN, F32, 3);
+	run_check(&c);
+
+	if (offset != 0)
+		return;
+	check l = {.op = "layernorm_residual_fwd", .run = r_layernorm_residual_fwd,
+		   .nt = in_place ? 7 : 8, .a = {N, C, in_place}, .f = {eps}};
+	snprintf(l.shape, sizeof l.shape, "N=%d C=%d%s", N, C, in_place ? " res=x" : "");
+	l.t[0] = c.t[0];
+	l.t[1] = c.t[1];
+	l.t[2] = c.t[2];
+	l.t[3] = TS("b", (size_t)C, IN, F32, 1);
+	l.t[4] = TS("out", NC, OUT, F32, 1);
+	l.t[5] = TS("mean", (size_t)N, OUT, F32, 1);
+	l.t[6] = TS("rstd", (size_t)N, OUT, F32, 1);
+	l.t[7] = TS("x", NC, IN, F32, 3);
+	run_check(&l);
+}
+
 /* ---- rope ------------------------------------------------------------------------- */
 
 static void r_rope(const pp_ops *o, void *const *p, const check *c)
@@ -881,6 +929,11 @@ int main(void)
 	check_embed(3, 50, 70, 300, 7, 0, 8.3666f);
 	check_norms(256, 192, 0);
 	check_norms(100, 77, 1);
+	check_norm_residual(256, 192, 0, 0);
+	check_norm_residual(100, 77, 1, 1);
+	check_norm_residual(64, 2304, 0, 1);
+	check_norm_residual(16, 8192, 0, 0);
+	check_norm_residual(8, 9000, 0, 1);
 	check_rope(2, 64, 4, 2, 32, 10000, 0);
 	check_rope(1, 33, 2, 1, 128, 500000, 4000);
 	check_attention(2, 100, 4, 2, 32, 0);

@@ -157,6 +157,12 @@ void pp_cpu_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_r
 void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
 			  const pp_real *x, const pp_real *w, const pp_real *mean,
 			  const pp_real *rstd, int N, int C);
+void pp_cpu_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd, const pp_real *x,
+				 const pp_real *y, const pp_real *w, pp_real eps, pp_real offset,
+				 int N, int C);
+void pp_cpu_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
+				   const pp_real *x, const pp_real *y, const pp_real *w,
+				   const pp_real *b, pp_real eps, int N, int C);
 
 /* rope.c */
 void pp_cpu_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);

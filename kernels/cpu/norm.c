@@ -147,3 +147,40 @@ void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *
 	}
 	partials_add((pp_real *const[]){dw, db}, part, nt, 2, C);
 }
+
+/* one row: r (C) = x + y; r may alias x or y (each element is read before
+ * it is written), so no restrict here */
+static PP_CPU_CLONES void residual_row(pp_real *r, const pp_real *x, const pp_real *y, int C)
+{
+#pragma omp simd
+	for (int c = 0; c < C; c++)
+		r[c] = x[c] + y[c];
+}
+
+/* res_out (N,C) = x + y; out (N,C), rstd (N) of res_out. Row by row the same
+ * arithmetic as pp_cpu_add then pp_cpu_rmsnorm_fwd, so the same bits; the
+ * norm reads its row back from cache rather than from memory. */
+void pp_cpu_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd, const pp_real *x,
+				 const pp_real *y, const pp_real *w, pp_real eps, pp_real offset,
+				 int N, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++) {
+		const size_t row = (size_t)n * C;
+		residual_row(res_out + row, x + row, y + row, C);
+		rstd[n] = rmsnorm_row(out + row, res_out + row, w, eps, offset, C);
+	}
+}
+
+/* res_out (N,C) = x + y; out (N,C), mean (N), rstd (N) of res_out, as above */
+void pp_cpu_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
+				   const pp_real *x, const pp_real *y, const pp_real *w,
+				   const pp_real *b, pp_real eps, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++) {
+		const size_t row = (size_t)n * C;
+		residual_row(res_out + row, x + row, y + row, C);
+		layernorm_row(out + row, mean + n, rstd + n, res_out + row, w, b, eps, C);
+	}
+}

@@ -6,10 +6,11 @@
  * that pp_cuda_init selected, so ops run in call order and a to_host copy
  * (cudaMemcpy) sees every op issued before it. Ops are called from one host
  * thread. The exception is a CUDA graph (decode.cu): the ops of a decoding
- * step (embed, norm, matmul, rope, kv_append, attention_cached, add, glu and
- * gelu forwards) launch on pp_cuda.stream, which graph_begin points at a
- * capture stream; that stream is a blocking one, so a graph launched on it
- * runs after earlier work on the default stream and before later work.
+ * step (embed, norm and norm with the residual add, matmul, rope, kv_append,
+ * attention_cached, add, glu and gelu forwards) launch on pp_cuda.stream,
+ * which graph_begin points at a capture stream; that stream is a blocking
+ * one, so a graph launched on it runs after earlier work on the default
+ * stream and before later work.
  *
  * Numerics: fp32 in and out. Matrix products run in exact fp32 on cuBLASLt
  * (CUBLAS_COMPUTE_32F) unless PP_CUDA_TF32=1 asks for TF32 tensor cores.
@@ -211,6 +212,12 @@ void pp_cuda_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_
 void pp_cuda_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
 			   const pp_real *x, const pp_real *w, const pp_real *mean,
 			   const pp_real *rstd, int N, int C);
+void pp_cuda_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd,
+				  const pp_real *x, const pp_real *y, const pp_real *w, pp_real eps,
+				  pp_real offset, int N, int C);
+void pp_cuda_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
+				    const pp_real *x, const pp_real *y, const pp_real *w,
+				    const pp_real *b, pp_real eps, int N, int C);
 
 /* rope.cu */
 void pp_cuda_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
