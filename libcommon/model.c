@@ -271,7 +271,10 @@ static int alloc_all(const pp_ops *ops, pp_real **ptrs[], const size_t counts[],
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
 {
 	double rows = floor((mb > 0 ? mb : PP_LOSS_CHUNK_MB) * 1048576.0 / ((double)V * (double)elem));
-	return rows < 1 ? 1 : rows >= (double)N ? N : (int64_t)rows;
+	if (rows >= (double)N)
+		return N;
+	/* whole tiles of 128 rows for the GPU's matrix products, where they fit */
+	return rows < 1 ? 1 : rows < 128 ? (int64_t)rows : (int64_t)rows / 128 * 128;
 }
 
 stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute)

@@ -120,8 +120,9 @@ typedef struct pp_stage {
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
 		 pp_err *e);
 /* Rows per chunk of the last stage's head and loss: as many rows of V
- * logits of elem bytes as fit in mb MiB (PP_LOSS_CHUNK_MB if 0), at least
- * one, at most N. The plan counts the same scratch. */
+ * logits of elem bytes as fit in mb MiB (PP_LOSS_CHUNK_MB if 0), rounded
+ * down to a multiple of 128 where 128 fit, at least one, at most N. The
+ * plan counts the same scratch. */
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb);
 
 /* The spec of a single stage holding every layer, without tensor parallelism. */
