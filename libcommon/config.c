@@ -67,6 +67,8 @@ static const char *const dtype_names[] = {"fp32", "bf16", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const nan_names[] = {"abort", "skip", NULL};
 
+#define PP_STR_(x) #x
+#define PP_STR(x) PP_STR_(x)
 #define FIELD(f) .off = offsetof(pp_config, f), .size = sizeof(((pp_config *)0)->f)
 #define OBJ(p) {.path = p, .kind = K_OBJECT}
 #define NUM(p, k, f, d, r, fl) {.path = p, .kind = k, FIELD(f), .def = d, .range = r, .flags = fl}
@@ -117,6 +119,7 @@ static const key_desc keys[] = {
 	BOOL("recompute", recompute, "false", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
 	NUM("grad_bucket_mb", K_REAL, grad_bucket_mb, "25", R_GE0, 0),
+	NUM("loss_chunk_mb", K_REAL, loss_chunk_mb, PP_STR(PP_LOSS_CHUNK_MB), R_GT0, 0),
 	NUM("comm_timeout", K_REAL, comm_timeout, "120", R_GT0, 0),
 	{.path = "stage_layers", .kind = K_LAYERS, FIELD(stage_layers), .def = "[]"},
 

@@ -16,6 +16,7 @@
 
 #define PP_PATH_MAX 4096
 #define PP_MAX_CHUNKS 256 /* pipeline stages: pp * virtual_stages */
+#define PP_LOSS_CHUNK_MB 64 /* default loss_chunk_mb */
 
 enum { PP_MLP_SWIGLU, PP_MLP_GEGLU, PP_MLP_GELU };
 enum { PP_NORM_RMS, PP_NORM_LAYER };
@@ -67,6 +68,7 @@ typedef struct {
 	bool recompute;     /* recompute activations in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
 	double grad_bucket_mb; /* dp gradient sum in buckets of this many MiB, overlapped with the backward; 0: after it */
+	double loss_chunk_mb;  /* logits of the head and loss computed this many MiB at a time */
 	double comm_timeout;  /* seconds a collective may wait for its peers */
 	/* layers of each pipeline stage (virtual stage order); 0 stages = an
 	 * even split with the remainder to the first stages */

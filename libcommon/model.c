@@ -34,9 +34,10 @@ typedef struct {
 	pp_real *h2, *mean2, *rstd2;   /* (L', N, C), (L', N), (L', N) */
 	pp_real *up;                   /* (L', N, UP) gate|up, or before gelu */
 	pp_real *act;                  /* (L', N, F) */
-	pp_real *hf, *meanf, *rstdf;   /* (N, C), (N), (N): final norm */
-	pp_real *logits;               /* (N, V); holds dlogits after a training forward */
-	pp_real *losses;               /* (N) */
+	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
+	pp_real *dhf;                  /* (N, C) gradient of the head's input, from a training
+					* forward (partial over tp until stage_backward sums it) */
+	pp_real *logits;               /* (N, V) with spec.keep_logits; dlogits after a training forward */
 	/* split backward: gradients the weight part consumes, (L, ...) each */
 	pp_real *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
 	int *tok, *tgt;                /* (N) device copies; tok local to the vocab shard */
@@ -51,6 +52,10 @@ struct pp_stage_acts {
 	/* backward scratch, shared by all slots */
 	pp_real *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
+	/* the last stage's head and loss, shared by all slots */
+	int loss_rows;                 /* R: rows per chunk */
+	pp_real *hf, *losses;          /* (N, C) final norm output, (N) */
+	pp_real *logits;               /* (R, V) one chunk, unless spec.keep_logits */
 	double *host;                  /* (3N) */
 	int *host_ids;                 /* (N) */
 	pp_real *host_real;            /* (2N) */
@@ -263,6 +268,15 @@ static int alloc_all(const pp_ops *ops, pp_real **ptrs[], const size_t counts[],
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
+{
+	double rows = floor((mb > 0 ? mb : PP_LOSS_CHUNK_MB) * 1048576.0 / ((double)V * (double)elem));
+	if (rows >= (double)N)
+		return N;
+	/* whole tiles of 128 rows for the GPU's matrix products, where they fit */
+	return rows < 1 ? 1 : rows < 128 ? (int64_t)rows : (int64_t)rows / 128 * 128;
+}
+
 stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute)
 {
 	return (stage_spec){.layer_begin = 0, .layer_end = cfg->n_layers, .B = B, .T = T,
@@ -337,8 +351,12 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	if (!s->w || (!s->g && !spec->no_grad))
 		goto oom;
 	const size_t Nb = spec->no_grad ? 0 : N; /* backward scratch */
-	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce};
-	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F, 2 * N};
+	const size_t last = s->last ? 1 : 0, keep = spec->keep_logits ? 1 : 0;
+	a->loss_rows = (int)stage_loss_rows((int64_t)N, (int64_t)V, sizeof(pp_real), spec->loss_chunk_mb);
+	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce,
+			       &a->hf, &a->losses, &a->logits};
+	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F, 2 * N,
+				    last * N * C, last * N, last * (1 - keep) * a->loss_rows * V};
 	if (alloc_all(ops, scratch, scratch_n, NELEMS(scratch)))
 		goto oom;
 	a->host = calloc(3 * N, sizeof(double));
@@ -349,15 +367,15 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 		goto oom;
 	for (int k = 0; k < s->n_slots; k++) {
 		slot_acts *sa = &a->slot[k];
-		const size_t last = s->last ? 1 : 0;
+		const size_t lastg = spec->no_grad ? 0 : last;
 		pp_real **p[] = {&sa->res, &sa->h1, &sa->mean1, &sa->rstd1, &sa->qkv, &sa->att,
 				 &sa->lse, &sa->mid, &sa->h2, &sa->mean2, &sa->rstd2, &sa->up,
-				 &sa->act, &sa->hf, &sa->meanf, &sa->rstdf, &sa->logits, &sa->losses,
+				 &sa->act, &sa->meanf, &sa->rstdf, &sa->dhf, &sa->logits,
 				 &sa->g_out, &sa->g_up, &sa->g_mid, &sa->g_qkv};
 		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N, Ls * N, Ls * N * QKV,
 				    Ls * N * HD, Ls * NH, Ls * N * C, Ls * N * C, Ls * N, Ls * N,
-				    Ls * N * UP, Ls * N * F, last * N * C, last * N, last * N,
-				    last * N * V, last * N, Lg * N * C, Lg * N * UP, Lg * N * C,
+				    Ls * N * UP, Ls * N * F, last * N, last * N, lastg * N * C,
+				    last * keep * N * V, Lg * N * C, Lg * N * UP, Lg * N * C,
 				    Lg * N * QKV};
 		if (alloc_all(ops, p, n, NELEMS(p)))
 			goto oom;
@@ -386,12 +404,13 @@ void stage_free(pp_stage *s)
 			slot_acts *sa = &a->slot[k];
 			void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att,
 				     sa->lse, sa->mid, sa->h2, sa->mean2, sa->rstd2, sa->up,
-				     sa->act, sa->hf, sa->meanf, sa->rstdf, sa->logits, sa->losses,
+				     sa->act, sa->meanf, sa->rstdf, sa->dhf, sa->logits,
 				     sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
 			for (int i = 0; i < NELEMS(p); i++)
 				ops->free(p[i]);
 		}
-		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce};
+		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce,
+			     a->hf, a->losses, a->logits};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);
@@ -656,54 +675,80 @@ static void to_shard(const pp_stage *s, int *dst, const int *src, int N)
 	}
 }
 
-/* Loss of the last stage into sa->losses; with dscale != 0 the logits become
- * their gradient. With tp the vocabulary is split: each rank's log-sum-exp
- * and target logit are combined across the group, and no rank holds the
- * full (N, V) logits. */
-static int stage_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
+/* Loss of R rows of logits (R,V) into losses (R), tgt (R) their device
+ * targets; with dscale != 0 the logits become their gradient. With tp the
+ * vocabulary is split: each rank's log-sum-exp and target logit are
+ * combined across the group, and no rank holds the full (R, V) logits. */
+static int chunk_loss(pp_stage *s, pp_real *logits, const int *tgt_ids, pp_real *losses, int R,
+		      pp_real dscale, pp_err *e)
 {
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
 	const pp_tp *tp = &s->spec.tp;
-	const int N = s->B * s->T, V = s->vocab;
-	pp_real *dlogits = dscale != 0 ? sa->logits : NULL;
+	const int V = s->vocab;
+	pp_real *dlogits = dscale != 0 ? logits : NULL;
 	if (tp->size == 1) {
-		o->crossentropy(sa->losses, dlogits, sa->logits, sa->tgt, N, V, dscale);
+		o->crossentropy(losses, dlogits, logits, tgt_ids, R, V, dscale);
 		return 0;
 	}
-	pp_real *lse = a->ce, *tgt = a->ce + N, *h = a->host_real;
-	double *M = a->host, *S = a->host + N;
-	o->logsumexp_rows(lse, tgt, sa->logits, sa->tgt, N, V);
-	int rc = tp->allreduce(tp->ctx, tgt, (size_t)N, PP_REDUCE_SUM, e);
-	o->to_host(h, lse, (size_t)N * sizeof(pp_real));
-	for (int i = 0; i < N; i++)
+	pp_real *lse = a->ce, *tgt = a->ce + R, *h = a->host_real;
+	double *M = a->host, *S = a->host + R;
+	o->logsumexp_rows(lse, tgt, logits, tgt_ids, R, V);
+	int rc = tp->allreduce(tp->ctx, tgt, (size_t)R, PP_REDUCE_SUM, e);
+	o->to_host(h, lse, (size_t)R * sizeof(pp_real));
+	for (int i = 0; i < R; i++)
 		M[i] = h[i];
 	/* global lse = M + log(sum over ranks of exp(lse_r - M)), M the max over ranks */
 	if (!rc)
-		rc = tp->allreduce(tp->ctx, lse, (size_t)N, PP_REDUCE_MAX, e);
+		rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_REDUCE_MAX, e);
 	if (rc)
 		return rc;
-	o->to_host(h + N, lse, (size_t)N * sizeof(pp_real));
-	for (int i = 0; i < N; i++) {
+	o->to_host(h + R, lse, (size_t)R * sizeof(pp_real));
+	for (int i = 0; i < R; i++) {
 		S[i] = M[i];
-		M[i] = h[N + i];
+		M[i] = h[R + i];
 		h[i] = (pp_real)exp(S[i] - M[i]);
 	}
-	o->to_device(lse, h, (size_t)N * sizeof(pp_real));
-	if ((rc = tp->allreduce(tp->ctx, lse, (size_t)N, PP_REDUCE_SUM, e)))
+	o->to_device(lse, h, (size_t)R * sizeof(pp_real));
+	if ((rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_REDUCE_SUM, e)))
 		return rc;
-	o->to_host(h, lse, (size_t)N * sizeof(pp_real));
-	o->to_host(h + N, tgt, (size_t)N * sizeof(pp_real));
-	o->to_host(a->host_ids, sa->tgt, (size_t)N * sizeof(int));
-	for (int i = 0; i < N; i++) {
+	o->to_host(h, lse, (size_t)R * sizeof(pp_real));
+	o->to_host(h + R, tgt, (size_t)R * sizeof(pp_real));
+	o->to_host(a->host_ids, tgt_ids, (size_t)R * sizeof(int));
+	for (int i = 0; i < R; i++) {
 		double l = M[i] + log((double)h[i]);
 		h[i] = (pp_real)l;
-		h[N + i] = a->host_ids[i] == PP_IGNORE_INDEX ? 0 : (pp_real)(l - (double)h[N + i]);
+		h[R + i] = a->host_ids[i] == PP_IGNORE_INDEX ? 0 : (pp_real)(l - (double)h[R + i]);
 	}
-	o->to_device(lse, h, (size_t)N * sizeof(pp_real));
-	o->to_device(sa->losses, h + N, (size_t)N * sizeof(pp_real));
+	o->to_device(lse, h, (size_t)R * sizeof(pp_real));
+	o->to_device(losses, h + R, (size_t)R * sizeof(pp_real));
 	if (dlogits)
-		o->softmax_grad(dlogits, sa->logits, lse, sa->tgt, N, V, dscale);
+		o->softmax_grad(dlogits, logits, lse, tgt_ids, R, V, dscale);
+	return 0;
+}
+
+/* The output head and the loss of the last stage over a->hf (N,C), in
+ * chunks of R rows (Liger's fused linear cross-entropy, llm.c's chunked
+ * classifier): logits (R,V) = hf_chunk W^T, their loss, and with dscale != 0
+ * at once dhf_chunk (R,C) = dlogits W and dW += dlogits^T hf_chunk, so the
+ * logits die with their chunk. Per-row losses into a->losses (N). */
+static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
+{
+	const pp_ops *o = s->ops;
+	pp_stage_acts *a = s->acts;
+	const int N = s->B * s->T, C = s->cfg->d_model, V = s->vocab;
+	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
+		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
+		const pp_real *h = a->hf + (size_t)r0 * C;
+		pp_real *logits = s->spec.keep_logits ? sa->logits + (size_t)r0 * V : a->logits;
+		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
+		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
+		if (rc)
+			return rc;
+		if (dscale != 0)
+			o->matmul_bwd(sa->dhf + (size_t)r0 * C, G(s, a->head_w), NULL, logits, h,
+				      W(s, a->head_w), R, C, V);
+	}
 	return 0;
 }
 
@@ -744,8 +789,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 		*out = x;
 		return 0;
 	}
-	norm_fwd(s, N, sa->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
-	o->matmul_fwd(sa->logits, sa->hf, W(s, a->head_w), NULL, N, C, s->vocab);
+	if (dscale != 0 && s->spec.no_grad)
+		return pp_errorf(e, PP_EUSAGE, "training forward on a stage built for inference only");
 	long valid = 0;
 	for (int i = 0; i < N; i++) {
 		if (targets[i] >= V || (targets[i] < 0 && targets[i] != PP_IGNORE_INDEX))
@@ -756,10 +801,12 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 	}
 	to_shard(s, a->host_ids, targets, N);
 	o->to_device(sa->tgt, a->host_ids, (size_t)N * sizeof(int));
-	if ((rc = stage_loss(s, sa, dscale, e)))
+	norm_fwd(s, N, a->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
+	sa->has_grad = 0;
+	if ((rc = head_and_loss(s, sa, dscale, e)))
 		return rc;
 	sa->has_grad = dscale != 0;
-	o->to_host(a->host_real, sa->losses, (size_t)N * sizeof(pp_real));
+	o->to_host(a->host_real, a->losses, (size_t)N * sizeof(pp_real));
 	double sum = 0;
 	for (int i = 0; i < N; i++)
 		sum += a->host_real[i];
@@ -794,12 +841,11 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
 	slot_acts *sa = &a->slot[slot];
-	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = s->vocab;
+	const int B = s->B, T = s->T, N = B * T, C = m->d_model;
 	const int L = s->layer_end - s->layer_begin;
 	const size_t NC = (size_t)N * C;
 	const bool report = (part & STAGE_BWD_LAST) && (part & ~STAGE_BWD_LAST) != STAGE_BWD_INPUT;
 	part &= ~STAGE_BWD_LAST;
-	const bool wgrad = part != STAGE_BWD_INPUT;
 	int rc;
 
 	if (part != STAGE_BWD_FULL && !s->spec.split_backward)
@@ -809,9 +855,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 			return pp_errorf(e, PP_ERUNTIME,
 					 "weight-gradient pass of slot %d before its input-gradient pass",
 					 slot);
-		/* the head first: the buffer's end becomes final first */
-		if (s->last)
-			o->matmul_bwd(NULL, G(s, a->head_w), NULL, sa->logits, sa->hf, NULL, N, C, V);
+		/* the head's weight gradient came in the forward; the final norm's
+		 * in the input part: the buffer's end is final first */
 		if ((rc = grads_final(s, report, tail_from(s), e)))
 			return rc;
 		for (int l = L - 1; l >= 0; l--) {
@@ -829,11 +874,9 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 					 "backward of microbatch slot %d without a training forward", slot);
 		pp_real *x = sa->res + (size_t)L * NC;
 		o->zero(a->d_res, NC * sizeof(pp_real));
-		o->matmul_bwd(a->d_h, wgrad ? G(s, a->head_w) : NULL, NULL, sa->logits, sa->hf,
-			      W(s, a->head_w), N, C, V);
-		if ((rc = tp_sum(s, a->d_h, NC, e)))
+		if ((rc = tp_sum(s, sa->dhf, NC, e)))
 			return rc;
-		norm_bwd(s, a->d_res, a->d_h, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
+		norm_bwd(s, a->d_res, sa->dhf, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
 		sa->has_grad = 0;
 	} else {
 		o->to_device(a->d_res, dout, NC * sizeof(pp_real));

@@ -64,6 +64,8 @@ typedef struct {
 	bool recompute;             /* keep layer inputs only; rebuild the rest in backward */
 	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
 	bool no_grad;               /* inference only: no gradients, no backward scratch */
+	bool keep_logits;           /* last stage: keep each slot's (B,T,V) logits (stage_logits) */
+	double loss_chunk_mb;       /* last stage: MiB of logits per chunk of rows; 0: PP_LOSS_CHUNK_MB */
 	pp_tp tp;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 } stage_spec;
@@ -117,6 +119,12 @@ typedef struct pp_stage {
  * load. Errors: a width that tp does not divide, or memory. */
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
 		 pp_err *e);
+/* Rows per chunk of the last stage's head and loss: as many rows of V
+ * logits of elem bytes as fit in mb MiB (PP_LOSS_CHUNK_MB if 0), rounded
+ * down to a multiple of 128 where 128 fit, at least one, at most N. The
+ * plan counts the same scratch. */
+int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb);
+
 /* The spec of a single stage holding every layer, without tensor parallelism. */
 stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute);
 void stage_free(pp_stage *s);
@@ -134,10 +142,14 @@ uint64_t param_global_index(const pp_param *p, size_t j);
 /* Forward of one microbatch into slot.
  *   first stage: tokens (B,T) host ints;   other stages: in (B,T,C) device
  *   last stage:  targets (B,T) host ints (PP_IGNORE_INDEX to skip); adds the
- *                summed token loss to *loss_sum. If dscale != 0 the
- *                gradient of (dscale * summed loss) w.r.t. the logits is kept
- *                for stage_backward (dscale = 1 / tokens in the whole step
- *                gives the mean loss). n_valid counts non-ignored targets.
+ *                summed token loss to *loss_sum. The head and the loss run
+ *                over chunks of rows (spec.loss_chunk_mb of logits each).
+ *                If dscale != 0 each chunk's gradient of (dscale * summed
+ *                loss) is taken through the head at once: the head's weight
+ *                gradient accumulates into g here, in the forward, and the
+ *                gradient of the head's input is kept for stage_backward
+ *                (dscale = 1 / tokens in the whole step gives the mean
+ *                loss). n_valid counts non-ignored targets.
  *   other stages: *out receives the (B,T,C) output (device, owned by slot).
  * pos0 is the position of the first token (0 in training). */
 int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
@@ -145,7 +157,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 		  pp_real **out, pp_err *e);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
- *   last stage: uses the logits gradient kept by forward; others: dout (B,T,C).
+ *   last stage: starts from the head input's gradient kept by forward (the
+ *               head's weight gradient is already in g); others: dout (B,T,C).
  *   other than first stage: *din receives the (B,T,C) input gradient.
  * part is STAGE_BWD_FULL, or STAGE_BWD_INPUT then later STAGE_BWD_WEIGHT
  * (dout and din unused) with spec.split_backward; | STAGE_BWD_LAST on the
@@ -154,7 +167,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 		   pp_err *e);
 
 /* Logits (B,T,V) of the last forward in slot (device), for sampling and
- * tests; valid after stage_forward with dscale == 0. */
+ * tests; valid after stage_forward with dscale == 0 on a stage built with
+ * spec.keep_logits (else NULL: training keeps no full logits). */
 const pp_real *stage_logits(const pp_stage *s, int slot);
 
 void stage_zero_grad(pp_stage *s);

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "model.h"
+
 /* The model's dimensions with defaults resolved. */
 typedef struct {
 	int64_t V, C, Hq, Hkv, D, F, L, E, K, every, max_seq;
@@ -334,12 +336,16 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		out->activations = in_flight * chunk_layers_max * B * T * s.C * b + layer_act_max;
 	else
 		out->activations = in_flight * chunk_act_max;
-	/* Logits (B, T, V/tp) in the training dtype; the loss gradient is
-	 * written over them and kept until the backward of that microbatch: m
-	 * buffers under gpipe, else 1 (the last stage runs each microbatch's
-	 * backward right after its forward). */
-	if (out->last)
-		out->logits = (strcmp(c->schedule, "gpipe") ? 1 : m) * B * T * ceil_div(s.V, tp) * b;
+	/* The head and the loss run over chunks of rows: one (R, V/tp) chunk of
+	 * logits in the training dtype, shared by all microbatches. What a
+	 * microbatch keeps from its forward to its backward is the gradient of
+	 * the head's input (B, T, C): m of them under gpipe, else 1 (the last
+	 * stage runs each microbatch's backward right after its forward). */
+	if (out->last) {
+		int64_t V = ceil_div(s.V, tp);
+		out->logits = stage_loss_rows(B * T, V, b, c->loss_chunk_mb) * V * b;
+		out->activations += (strcmp(c->schedule, "gpipe") ? 1 : m) * B * T * s.C * b;
+	}
 	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits;
 	return PP_OK;
 }

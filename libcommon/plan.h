@@ -74,7 +74,7 @@ typedef struct {
 	int64_t grads;       /* param_count * dtype bytes */
 	int64_t optimizer;   /* AdamW m, v (+ fp32 master under bf16), / dp if sharded */
 	int64_t activations; /* saved for backward, peak */
-	int64_t logits;      /* (B,T,V/tp) buffers on the last stage */
+	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
 	int64_t total;
 } plan_memory_t;
 

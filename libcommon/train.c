@@ -131,6 +131,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		mesh_chunk_layers(me, c, k, &sp.layer_begin, &sp.layer_end);
 		sp.n_slots = params_only ? 1 : slots[k];
 		sp.split_backward = kind == SCHED_ZBH1 && !params_only;
+		sp.loss_chunk_mb = c->loss_chunk_mb;
 		sp.tp = (pp_tp){me->tp_rank, me->tp, tp_allreduce, me->tp_comm};
 		if (!params_only && me->dp_comm && c->grad_bucket_mb > 0)
 			sp.grad_ready = (stage_grad_hook){grads_final, t};

@@ -460,6 +460,7 @@ static const struct err_case {
 	{"range/weight_decay", NULL, {"model=llama-tiny", "adamw.weight_decay=-1"}, {"key 'adamw.weight_decay'", ">= 0"}},
 	{"range/clip_norm", NULL, {"model=llama-tiny", "clip_norm=-1"}, {"key 'clip_norm'", ">= 0"}},
 	{"range/grad_bucket_mb", NULL, {"model=llama-tiny", "grad_bucket_mb=-1"}, {"key 'grad_bucket_mb'", ">= 0", "got -1"}},
+	{"range/loss_chunk_mb", NULL, {"model=llama-tiny", "loss_chunk_mb=0"}, {"key 'loss_chunk_mb'", "> 0", "got 0"}},
 	{"range/final_fraction", NULL, {"model=llama-tiny", "lr_schedule.final_fraction=1.5"},
 	 {"key 'lr_schedule.final_fraction'", "in [0, 1]", "1.5"}},
 	{"range/warmup_steps", NULL, {"model=llama-tiny", "lr_schedule.warmup_steps=-2"},
@@ -617,13 +618,13 @@ static void test_resolved_json(void)
 			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
 			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
 			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
-			       NULL, "stage_layers"};
+			       NULL, "stage_layers", NULL, "loss_chunk_mb"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 34, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 35, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

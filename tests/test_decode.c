@@ -94,6 +94,7 @@ static void check_family(const char *preset)
 	const pp_model_cfg *m = &cfg.model;
 	pp_stage s;
 	stage_spec sp = stage_spec_whole(m, B, T, false);
+	sp.keep_logits = true;
 	if (stage_create(&s, m, pp_ops_find("cpu"), &sp, &e)) {
 		CHECK(0, name, "%s", e.msg);
 		pp_config_free(&cfg);

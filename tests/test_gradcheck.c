@@ -7,6 +7,9 @@
  *   - tensor parallelism over tp = 2 and 4 (threads standing in for ranks,
  *     kv heads replicated when tp > kv heads) gives the same loss, and each
  *     rank's gradient slice equals the matching slice of the full gradient;
+ *   - the head and loss over several uneven chunks of rows (a tiny
+ *     loss_chunk_mb) give the same loss, gradients and kept logits as one
+ *     chunk, alone, with the split backward and with tp = 2;
  *   - the last backward pass (STAGE_BWD_LAST) reports final gradients to the
  *     stage's grad_ready hook: a shrinking suffix g[from, n), each already
  *     equal to its value at the end, the last report from 0; other passes
@@ -179,6 +182,7 @@ typedef struct {
 	const pp_model_cfg *m;
 	const pp_stage *full;
 	const pp_real *full_g;
+	double chunk_mb; /* spec.loss_chunk_mb */
 	double loss, gdiff;
 	char worst[96]; /* the tensor of gdiff (the stage is gone by then) */
 	int rc;
@@ -210,6 +214,7 @@ static void *tp_main(void *arg)
 	tp_rank *r = arg;
 	stage_spec sp = spec_of(r->m, 0, r->m->n_layers);
 	sp.tp = (pp_tp){r->rank, r->size, thread_allreduce, r};
+	sp.loss_chunk_mb = r->chunk_mb;
 	pp_stage s;
 	if ((r->rc = stage_create(&s, r->m, &pp_ops_cpu, &sp, &r->e)))
 		return NULL;
@@ -224,7 +229,7 @@ static void *tp_main(void *arg)
 }
 
 static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *full,
-		     const pp_real *g, double L0, int size)
+		     const pp_real *g, double L0, int size, double chunk_mb, const char *label)
 {
 	char name[128];
 	tp_group grp;
@@ -232,7 +237,8 @@ static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *
 	pthread_t th[8];
 	pthread_barrier_init(&grp.bar, NULL, (unsigned)size);
 	for (int k = 0; k < size; k++) {
-		ranks[k] = (tp_rank){.g = &grp, .rank = k, .size = size, .m = m, .full = full, .full_g = g};
+		ranks[k] = (tp_rank){.g = &grp, .rank = k, .size = size, .m = m, .full = full, .full_g = g,
+				     .chunk_mb = chunk_mb};
 		pthread_create(&th[k], NULL, tp_main, &ranks[k]);
 	}
 	double worst_loss = 0, worst_g = 0;
@@ -251,10 +257,77 @@ static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *
 		}
 	}
 	pthread_barrier_destroy(&grp.bar);
-	snprintf(name, sizeof name, "gradcheck/%s/tp%d", preset, size);
+	snprintf(name, sizeof name, "gradcheck/%s/tp%d%s", preset, size, label);
 	CHECK(!rc && worst_loss < SAME_TOL && worst_g < SAME_TOL, name,
 	      "%s loss relative difference %.3g, worst gradient %.3g (%s)", msg, worst_loss, worst_g,
 	      worst);
+}
+
+/* ---- the head and loss in chunks of rows --------------------------------- */
+
+/* loss_chunk_mb that gives chunks of CHUNK_ROWS rows of V logits: N = 16
+ * rows run as 5, 5, 5, 1 */
+#define CHUNK_ROWS 5
+static double chunk_mb(int V) { return (CHUNK_ROWS + 0.5) * V * sizeof(pp_real) / 1048576.0; }
+
+static void check_chunks(const char *preset, const pp_model_cfg *m, const pp_stage *full,
+			 const pp_real *g, double L0)
+{
+	char name[128];
+	pp_err e = {0};
+	const int V = m->vocab_size;
+	int64_t rows = stage_loss_rows(N, V, sizeof(pp_real), chunk_mb(V));
+	snprintf(name, sizeof name, "gradcheck/%s/chunks/rows", preset);
+	CHECK(rows == CHUNK_ROWS && stage_loss_rows(N, V, sizeof(pp_real), 0) == N &&
+		      stage_loss_rows(N, V, sizeof(pp_real), 1e-9) == 1,
+	      name, "%lld rows per chunk, want %d", (long long)rows, CHUNK_ROWS);
+
+	/* alone and with the split backward: the same loss and gradients (the
+	 * head's weight gradient sums its rows in another order) */
+	for (int split = 0; split < 2; split++) {
+		stage_spec sp = spec_of(m, 0, m->n_layers);
+		sp.loss_chunk_mb = chunk_mb(V);
+		sp.split_backward = split;
+		pp_stage c;
+		if (stage_create(&c, m, &pp_ops_cpu, &sp, &e)) {
+			CHECK(0, "gradcheck/chunks/create", "%s", e.msg);
+			return;
+		}
+		copy_weights(&c, full);
+		double Lc = loss_of(&c, true, split ? STAGE_BWD_INPUT : STAGE_BWD_FULL, &e);
+		double gerr = grad_diff(&c, full, g);
+		snprintf(name, sizeof name, "gradcheck/%s/chunks/%s", preset, split ? "split_backward" : "whole");
+		CHECK(fabs(Lc - L0) <= SAME_TOL * fabs(L0) && gerr < SAME_TOL && !stage_logits(&c, 0),
+		      name, "loss %.17g vs %.17g, worst gradient relative difference %.3g", Lc, L0, gerr);
+		stage_free(&c);
+	}
+
+	/* the logits kept for tools: chunked the same as whole */
+	stage_spec sp = spec_of(m, 0, m->n_layers);
+	sp.keep_logits = true;
+	pp_stage k1, kc;
+	stage_create(&k1, m, &pp_ops_cpu, &sp, &e);
+	sp.loss_chunk_mb = chunk_mb(V);
+	stage_create(&kc, m, &pp_ops_cpu, &sp, &e);
+	copy_weights(&k1, full);
+	copy_weights(&kc, full);
+	double l1 = 0, lc = 0;
+	int rc = stage_forward(&k1, 0, tokens, NULL, targets, 0, &l1, NULL, NULL, &e) ||
+		 stage_forward(&kc, 0, tokens, NULL, targets, 0, &lc, NULL, NULL, &e);
+	/* the product of fewer rows may round differently in the BLAS */
+	const pp_real *a = stage_logits(&k1, 0), *b = stage_logits(&kc, 0);
+	double d = a && b ? 0 : INFINITY;
+	for (size_t i = 0; a && b && i < (size_t)N * V; i++)
+		d = fmax(d, fabs(a[i] - b[i]) / fmax(fabs(a[i]), 1));
+	snprintf(name, sizeof name, "gradcheck/%s/chunks/keep_logits", preset);
+	CHECK(!rc && d < SAME_TOL && fabs(lc - l1) <= SAME_TOL * fabs(l1) &&
+		      fabs(l1 / (double)n_valid() - L0) <= SAME_TOL * fabs(L0),
+	      name, "rc %d %s: logits differ by %.3g, loss %.17g vs %.17g", rc, e.msg, d, lc, l1);
+	stage_free(&k1);
+	stage_free(&kc);
+
+	/* vocabulary-parallel: the three allreduces per chunk of each rank's V/2 */
+	check_tp(preset, m, full, g, L0, 2, chunk_mb(V / 2), "/chunks");
 }
 
 /* ---- per family ---------------------------------------------------------- */
@@ -451,7 +524,8 @@ static void check_family(const char *preset)
 	stage_free(&s1);
 
 	for (int tp = 2; tp <= 4; tp *= 2)
-		check_tp(preset, m, &s, g, L0, tp);
+		check_tp(preset, m, &s, g, L0, tp, 0, "");
+	check_chunks(preset, m, &s, g, L0);
 	check_grad_hook(preset, m, &s, g);
 
 	free(g);

@@ -200,6 +200,22 @@ static void test_memory(void)
 	      "plan/mem/logits-and-total", "logits %lld in_flight %d", (long long)m1.logits,
 	      m1.in_flight);
 
+	/* a large vocabulary: one chunk of as many rows as fit in loss_chunk_mb
+	 * (64 MiB: 130 rows of 128256 fp32 logits, rounded down to 128), not
+	 * B x T rows */
+	pp_config cv = c;
+	cv.model.vocab_size = 128256;
+	cv.microbatch = 1;
+	cv.seq_len = 8192;
+	plan_memory_t mv, mv1;
+	rc = plan_memory(&cv, &mv, &e);
+	cv.loss_chunk_mb = 1;
+	rc = rc || plan_memory(&cv, &mv1, &e);
+	CHECK(rc == 0 && mv.logits == 128LL * 128256 * 4 && mv1.logits == 2LL * 128256 * 4 &&
+		      mv.total - mv1.total == 126LL * 128256 * 4,
+	      "plan/mem/logits-chunk", "logits %lld and %lld", (long long)mv.logits,
+	      (long long)mv1.logits);
+
 	/* bf16: 2-byte weights and grads, 12 bytes of optimizer state */
 	pp_config cb = c;
 	snprintf(cb.dtype, sizeof cb.dtype, "bf16");
@@ -269,8 +285,8 @@ static void test_memory(void)
 	cg.microbatches = 8;
 	plan_memory_t g3;
 	plan_memory_rank(&cg, 3, &g3, &e);
-	CHECK(g3.in_flight == 8 && g3.activations == 8 * r3.activations, "plan/mem/gpipe",
-	      "in flight %d", g3.in_flight);
+	CHECK(g3.in_flight == 8 && g3.activations == 8 * r3.activations && g3.logits == r3.logits,
+	      "plan/mem/gpipe", "in flight %d", g3.in_flight);
 	/* interleaved, v = 2, pp = 4, m = 8: rank 0 holds 2*3 + 4 + 1 = 11
 	 * chunk-microbatches */
 	pp_config ci = cp;

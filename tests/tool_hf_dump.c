@@ -157,6 +157,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 		return pp_errorf(e, PP_EUSAGE, "device %s is not built in", c->device);
 	pp_stage s;
 	stage_spec spec = stage_spec_whole(m, B, c->seq_len, c->recompute);
+	spec.keep_logits = true; /* the dump holds the full logits */
 	if (stage_create(&s, m, ops, &spec, e))
 		return e->code;
 
