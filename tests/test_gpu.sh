@@ -13,7 +13,10 @@
 #     1e-2 relative; cuDNN must have taken the shape (no fallback line);
 #   - a bitwise resume on the GPU: 20 steps in one go, and the same run
 #     resumed from its step-10 checkpoint, give identical losses and
-#     checkpoints (deterministic kernels).
+#     checkpoints (deterministic kernels);
+#   - pp-decode on the GPU, greedy, from each family's 20-step CPU
+#     checkpoint: the same tokens as on the CPU, and with the step's CUDA
+#     graph (the default) the same text as without it (PP_CUDA_GRAPH=0).
 # Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
 # the training checks with cpu in place of cuda: a test of this script on a
 # machine without a GPU.
@@ -24,6 +27,8 @@ families=(llama gpt mistral gemma)
 checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu resume_bitwise)
+for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
+checks+=(decode_graph_vs_eager)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -109,3 +114,25 @@ resume_ok() {
 			$T/res/checkpoints/step_00000020/shard-pp000-tp000.h5
 }
 check gpu/resume_bitwise resume_ok
+
+# --- decoding on the GPU ------------------------------------------------------------------
+# Greedy decoding from each family's trained CPU checkpoint: fp32 on both
+# sides, so the argmax agrees unless two logits tie to 1e-6 (20 trained
+# steps leave none). The CUDA graph replays the same kernels as the eager
+# steps, so those two texts must be identical.
+dec="--prompt '1 2 3 4 5 6 7 8' -n 24 --temperature 0 --ignore-eos"
+for f in "${families[@]}"; do
+	[ -d $T/$f-cpu/checkpoints ] || { fail gpu/${f}_decode_vs_cpu "no checkpoint from the training check"; continue; }
+	eval pp-decode model=$f-tiny run_dir=$T/$f-cpu device=cpu $dec >$T/$f-dec-cpu.txt 2>$T/$f-dec-cpu.log
+	eval pp-decode model=$f-tiny run_dir=$T/$f-cpu device=$dev $dec >$T/$f-dec-dev.txt 2>$T/$f-dec-dev.log
+	rc=$?
+	echo "$f-tiny decode: cpu '$(cat $T/$f-dec-cpu.txt)', $dev '$(cat $T/$f-dec-dev.txt)': $(tail -n 1 $T/$f-dec-dev.log)"
+	check gpu/${f}_decode_vs_cpu test "$rc" -eq 0 -a -s $T/$f-dec-cpu.txt -a "$(cat $T/$f-dec-cpu.txt)" = "$(cat $T/$f-dec-dev.txt)"
+done
+graph_same() {
+	eval PP_CUDA_GRAPH=0 pp-decode model=llama-tiny run_dir=$T/llama-cpu device=$dev $dec >$T/eager.txt 2>$T/eager.log ||
+		{ tail -n 3 $T/eager.log; return 1; }
+	[ "$dev" = cpu ] || grep -q "CUDA graph" $T/llama-dec-dev.log || { echo "the default run did not use a CUDA graph"; return 1; }
+	cmp $T/eager.txt $T/llama-dec-dev.txt
+}
+check gpu/decode_graph_vs_eager graph_same
