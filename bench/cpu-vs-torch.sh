@@ -43,7 +43,7 @@ say "$OMP_NUM_THREADS threads, batch $batch x seq $seq, $warmup warm-up + $steps
 rows=()
 for m in $models; do
 	bench_pp_train "$m" "$warmup" 0 model.preset="$m" steps="$total" global_batch="$batch" \
-		microbatch="$batch" seq_len="$seq" data=synthetic checkpoint_period=0 keep=1 \
+		microbatch="$batch" seq_len="$seq" data=synthetic save_on_completion=false \
 		eval_interval=0 log_period=1 || exit 1
 	read -r pp_tps pp_best pp_loss <<<"$(benchlib get "$bench_tmp/$m.pp.json" tokens_per_s tokens_per_s_best loss_first)"
 	bench_torch "$m" "$py" 0 --steps $total --warmup "$warmup" || exit 1

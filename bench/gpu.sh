@@ -128,7 +128,7 @@ for seq in $seqs; do
 	say "seq $seq: $batch sequences per step in microbatches of $mb (pp's plan: $(printf %.1f "$gib") GiB)"
 
 	bench_pp_train "$tag" "$warmup" "$(bench_limit "$time_limit" "$budget" $runs_left)" "${keys[@]}" \
-		steps="$total" data=synthetic checkpoint_period=0 keep=1 eval_interval=0 log_period=1 || failed=1
+		steps="$total" data=synthetic checkpoint_period=0 save_on_completion=false eval_interval=0 log_period=1 || failed=1
 	runs_left=$((runs_left - 1))
 	if [ -s "$bench_tmp/$tag.json" ]; then
 		bench_torch "$tag" "$py" "$(bench_limit "$time_limit" "$budget" $runs_left)" \

@@ -119,7 +119,6 @@ bench_pp_train() {
 		>"$bench_tmp/$tag.pp.json" 2>"$bench_tmp/$tag.pp.err"; then
 		rc=1
 	fi
-	rm -rf "$bench_tmp/run-$tag/checkpoints" # the final save: gigabytes for the big models
 	if [ "$rc" -ne 0 ]; then
 		rm -f "$bench_tmp/$tag.pp.json"
 		say "$tag: pp-train failed: $(cat "$bench_tmp/$tag.pp.err"); last lines of its log:"

@@ -99,7 +99,7 @@ trap 'rm -rf "$tmp"' EXIT
 total=$((warmup + steps))
 model=(model=llama-tiny model.n_layers="$layers" model.d_model="$dmodel" model.n_heads=8
 	model.n_kv_heads=8 model.d_ff=$((3 * dmodel)) seq_len="$seq" microbatch=1 data=synthetic
-	checkpoint_period=0 keep=1 log_period=1 steps="$total")
+	save_on_completion=false log_period=1 steps="$total")
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 # median of the steady steps' step_time in the metrics files given

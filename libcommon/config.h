@@ -99,6 +99,7 @@ typedef struct {
 	bool data_eos;               /* insert EOS between documents */
 	char run_dir[PP_PATH_MAX];
 	long checkpoint_period; /* 0 = only at the end */
+	bool save_on_completion; /* save after the last step (benchmarks turn it off) */
 	int keep;               /* keep the newest K checkpoints (0 = all) */
 	long eval_interval;     /* 0 = off */
 	int eval_batches;

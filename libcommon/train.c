@@ -870,7 +870,8 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		if (!rc)
 			rc = sum_over(t->mesh.world_comm, &stop, 1, PP_DT_I32, PP_OP_MAX, e);
 		bool period = c->checkpoint_period > 0 && t->step % c->checkpoint_period == 0;
-		if (!rc && (period || stop || t->step == c->steps)) {
+		bool last = t->step == c->steps && c->save_on_completion;
+		if (!rc && (period || stop || last)) {
 			double s0 = now();
 			rc = trainer_save(t, e);
 			if (!rc && !o->quiet && trainer_leader(t))

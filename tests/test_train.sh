@@ -21,6 +21,9 @@ check train/loss_below_2 awk -v l="$last" 'BEGIN { exit !(l < 2.0) }'
 check train/val_loss_below_2 awk -v l="$val" 'BEGIN { exit !(l < 2.0) }'
 check train/metrics_fields jq -se '[.[] | select(.step == 150 and .loss != null)] | length == 1 and (.[0] | has("tokens_per_s") and has("flops_per_s") and has("lr") and has("grad_norm") and (.mfu == null))' $run/metrics.jsonl
 check train/final_checkpoint test -f $run/checkpoints/step_00000150/manifest.json
+# save_on_completion=false (benchmarks): a periodic save still happens, no final one
+pp-train $tiny steps=6 checkpoint_period=4 save_on_completion=false run_dir=$T/nofinal --quiet 2>/dev/null
+check train/no_final_save test "$(ls $T/nofinal/checkpoints 2>/dev/null | tr '\n' ' ')" = "step_00000004 "
 
 # --- pp-init writes step 0 and pp-train starts from it -----------------------------
 cfg="$tiny steps=20 checkpoint_period=10 lr_schedule.type=constant"
