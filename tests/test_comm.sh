@@ -8,8 +8,8 @@
 # nonblocking calls are checked like the others, and a stuck or killed rank
 # while the others wait for one.
 #
-# tests/mpi_comm_check.c runs the checks as N ranks; this script builds it
-# (it needs the PMIx and MPI flags) and forwards rank 0's PASS/FAIL lines,
+# build/tests/tool_comm_check (tests/tool_comm_check.c, built by make tests)
+# runs the checks as N ranks; this script forwards rank 0's PASS/FAIL lines,
 # labelled with the launcher.
 . "$(dirname "$0")/lib.sh"
 cd "$PP_ROOT" || exit 1
@@ -31,14 +31,8 @@ plain_build() {
 	done
 }
 check comm/builds_without_pmix_mpi_flags plain_build || head -n 5 $T/plain.log
-cflags="$warn -O2 -g $(pkg-config --cflags pmix) $(mpicc --showme:compile)"
-libs="$(pkg-config --libs pmix) $(mpicc --showme:link) -lm"
-src="tests/mpi_comm_check.c libcommon/boot.c libcommon/comm.c libcommon/comm_mpi.c libcommon/error.c libcommon/log.c"
-bin=$T/mpi_comm_check
-if ! cc $cflags $src -o $bin $libs 2>$T/build.log; then
-	fail comm/build "$(head -n 5 $T/build.log)"
-	exit 1
-fi
+bin=$PP_ROOT/build/tests/tool_comm_check
+[ -x $bin ] || { fail comm/build "$bin is not built (make tests)"; exit 1; }
 pass comm/build
 
 # --- helpers ----------------------------------------------------------------------
@@ -201,20 +195,13 @@ case $? in
 esac
 
 # --- nccl: built with CUDA; a clear error where there is no GPU --------------------------
-if [ -r /usr/local/cuda/include/nccl.h ] && [ -e /usr/local/cuda/lib64/libnccl.so -o -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-	cuda=$T/cuda_comm_check
-	if cc $cflags -DPP_CUDA -I/usr/local/cuda/include $src libcommon/comm_nccl.c -o $cuda $libs \
-		-L/usr/local/cuda/lib64 -lnccl -lcudart 2>$T/cuda.log; then
-		pass comm/nccl_builds
-		if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-			run_checks "nccl singleton" 30 env PP_CHECK_BACKEND=nccl $cuda
-		else
-			expect_fail comm/nccl_without_gpu_clear_error 1 'has no usable GPU: .*CUDA error [0-9]+.*use the mpi backend' \
-				env PP_CHECK_BACKEND=nccl $cuda
-		fi
+if [ -f $PP_ROOT/build/obj/.variant-cuda ]; then
+	if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+		run_checks "nccl singleton" 30 env PP_CHECK_BACKEND=nccl $bin
 	else
-		fail comm/nccl_builds "$(head -n 5 $T/cuda.log)"
+		expect_fail comm/nccl_without_gpu_clear_error 1 'has no usable GPU: .*CUDA error [0-9]+.*use the mpi backend' \
+			env PP_CHECK_BACKEND=nccl $bin
 	fi
 else
-	skip comm/nccl "CUDA/NCCL not installed in /usr/local/cuda"
+	skip comm/nccl "pp was built without CUDA (nvcc not found, or make CUDA=0)"
 fi

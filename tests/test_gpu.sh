@@ -14,6 +14,8 @@
 #   - a bitwise resume on the GPU: 20 steps in one go, and the same run
 #     resumed from its step-10 checkpoint, give identical losses and
 #     checkpoints (deterministic kernels);
+#   - the NCCL comm backend with size-1 communicators (every collective,
+#     point-to-point and nonblocking call of build/tests/tool_comm_check);
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
 #     checkpoint: the same tokens as on the CPU, and with the step's CUDA
 #     graph (the default) the same text as without it (PP_CUDA_GRAPH=0).
@@ -28,7 +30,7 @@ checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu resume_bitwise)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
-checks+=(decode_graph_vs_eager)
+checks+=(decode_graph_vs_eager nccl_singleton)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -136,3 +138,15 @@ graph_same() {
 	cmp $T/eager.txt $T/llama-dec-dev.txt
 }
 check gpu/decode_graph_vs_eager graph_same
+
+# --- NCCL with size-1 communicators ---------------------------------------------------------
+if [ "$dev" = cuda ]; then
+	PP_CHECK_BACKEND=nccl timeout 120 build/tests/tool_comm_check >$T/nccl.out 2>$T/nccl.err
+	rc=$?
+	n=$(grep -c '^PASS: ' $T/nccl.out)
+	grep '^FAIL: ' $T/nccl.out
+	echo "NCCL singleton: exit $rc, $n checks passed$(grep -m1 -i 'nccl' $T/nccl.err | sed 's/^/; /')"
+	check gpu/nccl_singleton test "$rc" -eq 0 -a "$n" -ge 30 -a "$(grep -c '^FAIL: ' $T/nccl.out)" -eq 0
+else
+	skip gpu/nccl_singleton "PP_TEST_GPU_DEVICE=$dev"
+fi

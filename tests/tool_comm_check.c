@@ -608,11 +608,11 @@ int main(void)
 {
 	pp_err e = {0};
 	if (boot_init(&proc, &e)) {
-		log_set_prefix("mpi_comm_check", 0, 1);
+		log_set_prefix("tool_comm_check", 0, 1);
 		log_error("%s", e.msg);
 		return e.code;
 	}
-	log_set_prefix("mpi_comm_check", proc.rank, proc.size);
+	log_set_prefix("tool_comm_check", proc.rank, proc.size);
 	const char *backend = env_str("PP_CHECK_BACKEND", "mpi");
 	on_device = !strcmp(backend, "nccl");
 	double timeout = atof(env_str("PP_CHECK_TIMEOUT", "60"));
