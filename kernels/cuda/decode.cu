@@ -175,11 +175,18 @@ void *pp_cuda_graph_end(void *prev)
 	PP_CUDA_CHECK(err);
 	cudaGraphExec_t exec = (cudaGraphExec_t)prev;
 	if (exec) {
+		/* cudaErrorGraphExecUpdateFailure: the update was not performed
+		 * (a changed topology, kernel or attribute), so the recording is
+		 * instantiated anew. Any other code is a real error, possibly
+		 * from an earlier asynchronous launch, and is fatal. */
 		cudaGraphExecUpdateResultInfo info;
-		if (cudaGraphExecUpdate(exec, g, &info) != cudaSuccess) {
+		cudaError_t up = cudaGraphExecUpdate(exec, g, &info);
+		if (up == cudaErrorGraphExecUpdateFailure) {
 			(void)cudaGetLastError();
 			PP_CUDA_CHECK(cudaGraphExecDestroy(exec));
 			exec = NULL;
+		} else {
+			PP_CUDA_CHECK(up);
 		}
 	}
 	if (!exec)
