@@ -169,10 +169,9 @@ void *pp_cuda_graph_end(void *prev)
 {
 	PP_CUDA_REQUIRE(pp_cuda.capturing, "graph_end without graph_begin");
 	cudaGraph_t g;
-	cudaError_t err = cudaStreamEndCapture(capture_stream, &g);
+	PP_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &g)); /* fatal: still capturing */
 	pp_cuda.stream = 0;
 	pp_cuda.capturing = 0;
-	PP_CUDA_CHECK(err);
 	cudaGraphExec_t exec = (cudaGraphExec_t)prev;
 	if (exec) {
 		/* cudaErrorGraphExecUpdateFailure: the update was not performed
