@@ -20,6 +20,9 @@ static char device_name[256];
 void pp_cuda_fatal(const char *file, int line, const char *what, const char *why)
 {
 	fprintf(stderr, "pp: cuda backend: %s:%d: %s: %s\n", file, line, what, why);
+	if (pp_cuda.capturing)
+		fprintf(stderr, "pp: cuda backend: this happened while a CUDA graph recorded a "
+				"decoding step (PP_CUDA_GRAPH=0 decodes without graphs)\n");
 	fprintf(stderr, "pp: cuda backend: aborting: an op has no error path, and after a "
 			"failed CUDA call the device state is undefined\n");
 	fflush(stderr);

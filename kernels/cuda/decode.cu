@@ -169,17 +169,23 @@ void *pp_cuda_graph_end(void *prev)
 {
 	PP_CUDA_REQUIRE(pp_cuda.capturing, "graph_end without graph_begin");
 	cudaGraph_t g;
-	cudaError_t err = cudaStreamEndCapture(capture_stream, &g);
+	PP_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &g)); /* fatal: still capturing */
 	pp_cuda.stream = 0;
 	pp_cuda.capturing = 0;
-	PP_CUDA_CHECK(err);
 	cudaGraphExec_t exec = (cudaGraphExec_t)prev;
 	if (exec) {
+		/* cudaErrorGraphExecUpdateFailure: the update was not performed
+		 * (a changed topology, kernel or attribute), so the recording is
+		 * instantiated anew. Any other code is a real error, possibly
+		 * from an earlier asynchronous launch, and is fatal. */
 		cudaGraphExecUpdateResultInfo info;
-		if (cudaGraphExecUpdate(exec, g, &info) != cudaSuccess) {
+		cudaError_t up = cudaGraphExecUpdate(exec, g, &info);
+		if (up == cudaErrorGraphExecUpdateFailure) {
 			(void)cudaGetLastError();
 			PP_CUDA_CHECK(cudaGraphExecDestroy(exec));
 			exec = NULL;
+		} else {
+			PP_CUDA_CHECK(up);
 		}
 	}
 	if (!exec)

@@ -148,11 +148,13 @@ static void gemm(const gemm_args *g)
 	if (g->m <= 0 || g->n <= 0)
 		return;
 	if (g->k <= 0) {
-		/* an empty sum: D = beta * D (+ bias) */
+		/* an empty sum: D = beta * D (+ bias); on pp_cuda.stream, as a
+		 * matmul_fwd inside a recorded decoding step must be (cudaMemset
+		 * would use the legacy stream, which breaks the capture) */
 		if (g->beta == 0)
 			for (int c = 0; c < g->n; c++)
-				PP_CUDA_CHECK(cudaMemset(g->D + (size_t)c * g->ldd, 0,
-							 sizeof(float) * g->m));
+				PP_CUDA_CHECK(cudaMemsetAsync(g->D + (size_t)c * g->ldd, 0,
+							      sizeof(float) * g->m, pp_cuda.stream));
 	} else if (g->bias && alignment(g->bias) >= 16 && lt_matmul(g, EPI_BIAS)) {
 		/* the epilogue only for a 16-byte aligned bias: cuBLASLt takes no
 		 * alignment preference for it, so play safe; else the kernel below */
