@@ -540,6 +540,8 @@ static int nccl_barrier(pp_comm *c, pp_err *e)
 	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
+/* NCCL keeps the commName pointer (not a copy) for the communicator's
+ * life (its profiler and logs read it): pass the pp_comm's own name. */
 static ncclConfig_t config_for(const char *name)
 {
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -660,7 +662,7 @@ static int nccl_init(pp_comm **out, pp_proc *p, double timeout, pp_err *e)
 		return PP_ERUNTIME;
 	for (int r = 0; r < p->size; r++)
 		c->world[r] = r;
-	ncclConfig_t cfg = config_for("world");
+	ncclConfig_t cfg = config_for(c->name);
 	ncclResult_t r = ncclCommInitRankConfig(&impl(c)->nc, p->size, id, p->rank, &cfg);
 	int rc = r != ncclSuccess && r != ncclInProgress ? nccl_error(c, "init", NULL, 0, r, e)
 							 : wait_state(c, "init", NULL, e);
@@ -716,7 +718,7 @@ static int nccl_split(pp_comm *c, int color, int key, const char *name, pp_comm 
 	 * which outlives the wait (a rank without a group gets NULL, stored in
 	 * no_group). The parent is ncclInProgress until then. */
 	static ncclComm_t no_group;
-	ncclConfig_t cfg = config_for(name);
+	ncclConfig_t cfg = config_for(g ? g->name : NULL);
 	ncclResult_t r = ncclCommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
 				       g ? &impl(g)->nc : &no_group, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress)
