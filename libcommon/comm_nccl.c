@@ -303,8 +303,14 @@ static int nccl_progress(pp_comm_req *base, int *done, pp_err *e)
 	if (state != ncclSuccess && state != ncclInProgress)
 		return nccl_error(c, base->op, peers, base->npeers, state, e);
 	cudaError_t st = cudaEventQuery(q->done);
-	if (st == cudaErrorNotReady)
+	if (st == cudaErrorNotReady) {
+		/* "not ready" is no error, but a runtime may still keep it as the
+		 * last error, which the next kernel launch check (cudaGetLastError
+		 * in kernels/cuda) would then report as its own failure */
+		if (cudaPeekAtLastError() == cudaErrorNotReady)
+			(void)cudaGetLastError();
 		return 0;
+	}
 	/* kernels issued from now on read what the operation wrote */
 	if (st == cudaSuccess)
 		st = cudaStreamWaitEvent(COMPUTE_STREAM, q->done, 0);
