@@ -161,7 +161,12 @@ static int wait_state(pp_comm *c, const char *op, pp_comm *child, pp_err *e)
 
 /* NCCL reads and writes device memory only. A host buffer (a loss, a
  * status flag, a path: small values) goes through a device copy, so the
- * interface takes host memory on both backends. */
+ * interface takes host memory on both backends. The copy's cudaMalloc and
+ * cudaFree may synchronize the whole device, that is wait for NCCL kernels
+ * of other communicators that wait on their peers (NCCL's guide, "Using
+ * multiple NCCL communicators concurrently"): use host buffers only while
+ * no nonblocking operation is in flight (the trainer's come before the
+ * pipeline or after gradsync_finish). */
 typedef struct {
 	void *host, *dev;
 	size_t bytes;
