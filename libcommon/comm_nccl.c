@@ -118,34 +118,41 @@ static int cuda_error(pp_comm *c, const char *op, cudaError_t r, pp_err *e)
 	return comm_fail_error(c, op, NULL, 0, why, e);
 }
 
-/* The wait for communicators to leave ncclInProgress: c's own (when it
- * has one yet) and parent's (a split), for comm_poll. */
+/* The wait for communicators to leave ncclInProgress, for comm_poll: c's
+ * own, then (a split) the new one, child, which a non-blocking split
+ * stores in impl(child)->nc from NCCL's own thread only when it completes:
+ * that pointer is read only once c, the parent, says the split is done. */
 typedef struct {
 	pp_comm *c;
 	const char *op;
-	ncclComm_t parent;
+	pp_comm *child;
 } state_wait;
+
+static ncclResult_t comm_state(ncclComm_t nc)
+{
+	ncclResult_t a = ncclSuccess;
+	if (nc && ncclCommGetAsyncError(nc, &a) != ncclSuccess)
+		a = ncclInternalError;
+	return a;
+}
 
 static int poll_state(void *arg, int *done, pp_err *e)
 {
 	state_wait *w = arg;
-	nccl_impl *s = impl(w->c);
-	ncclResult_t a = ncclSuccess, b = ncclSuccess;
-	if (s->nc && ncclCommGetAsyncError(s->nc, &a) != ncclSuccess)
-		a = ncclInternalError;
-	if (w->parent && ncclCommGetAsyncError(w->parent, &b) != ncclSuccess)
-		b = ncclInternalError;
+	ncclResult_t a = comm_state(impl(w->c)->nc);
+	if (a == ncclSuccess && w->child)
+		a = comm_state(impl(w->child)->nc);
 	if (a != ncclSuccess && a != ncclInProgress)
 		return nccl_error(w->c, w->op, NULL, 0, a, e);
-	if (b != ncclSuccess && b != ncclInProgress)
-		return nccl_error(w->c, w->op, NULL, 0, b, e);
-	*done = a == ncclSuccess && b == ncclSuccess;
+	*done = a == ncclSuccess;
 	return 0;
 }
 
-static int wait_state(pp_comm *c, const char *op, ncclComm_t parent, pp_err *e)
+/* Waits until c (and child, see state_wait) leave ncclInProgress; on a
+ * failure c is aborted, which also ends a split still in progress. */
+static int wait_state(pp_comm *c, const char *op, pp_comm *child, pp_err *e)
 {
-	state_wait w = {c, op, parent};
+	state_wait w = {c, op, child};
 	int rc = comm_poll(c, op, NULL, 0, poll_state, &w, e);
 	if (rc)
 		abort_comm(c);
@@ -154,7 +161,12 @@ static int wait_state(pp_comm *c, const char *op, ncclComm_t parent, pp_err *e)
 
 /* NCCL reads and writes device memory only. A host buffer (a loss, a
  * status flag, a path: small values) goes through a device copy, so the
- * interface takes host memory on both backends. */
+ * interface takes host memory on both backends. The copy's cudaMalloc and
+ * cudaFree may synchronize the whole device, that is wait for NCCL kernels
+ * of other communicators that wait on their peers (NCCL's guide, "Using
+ * multiple NCCL communicators concurrently"): use host buffers only while
+ * no nonblocking operation is in flight (the trainer's come before the
+ * pipeline or after gradsync_finish). */
 typedef struct {
 	void *host, *dev;
 	size_t bytes;
@@ -296,8 +308,14 @@ static int nccl_progress(pp_comm_req *base, int *done, pp_err *e)
 	if (state != ncclSuccess && state != ncclInProgress)
 		return nccl_error(c, base->op, peers, base->npeers, state, e);
 	cudaError_t st = cudaEventQuery(q->done);
-	if (st == cudaErrorNotReady)
+	if (st == cudaErrorNotReady) {
+		/* "not ready" is no error, but a runtime may still keep it as the
+		 * last error, which the next kernel launch check (cudaGetLastError
+		 * in kernels/cuda) would then report as its own failure */
+		if (cudaPeekAtLastError() == cudaErrorNotReady)
+			(void)cudaGetLastError();
 		return 0;
+	}
 	/* kernels issued from now on read what the operation wrote */
 	if (st == cudaSuccess)
 		st = cudaStreamWaitEvent(COMPUTE_STREAM, q->done, 0);
@@ -533,6 +551,8 @@ static int nccl_barrier(pp_comm *c, pp_err *e)
 	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
+/* NCCL keeps the commName pointer (not a copy) for the communicator's
+ * life (its profiler and logs read it): pass the pp_comm's own name. */
 static ncclConfig_t config_for(const char *name)
 {
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -653,7 +673,7 @@ static int nccl_init(pp_comm **out, pp_proc *p, double timeout, pp_err *e)
 		return PP_ERUNTIME;
 	for (int r = 0; r < p->size; r++)
 		c->world[r] = r;
-	ncclConfig_t cfg = config_for("world");
+	ncclConfig_t cfg = config_for(c->name);
 	ncclResult_t r = ncclCommInitRankConfig(&impl(c)->nc, p->size, id, p->rank, &cfg);
 	int rc = r != ncclSuccess && r != ncclInProgress ? nccl_error(c, "init", NULL, 0, r, e)
 							 : wait_state(c, "init", NULL, e);
@@ -704,19 +724,32 @@ static int nccl_split(pp_comm *c, int color, int key, const char *name, pp_comm 
 	if (g)
 		memcpy(g->world, world, sizeof(int) * (size_t)size);
 	free(world);
-	ncclConfig_t cfg = config_for(name);
-	ncclComm_t nc = NULL;
-	ncclResult_t r = ncclCommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg);
-	if (r != ncclSuccess && r != ncclInProgress) {
+	/* A non-blocking split returns before the new communicator exists and
+	 * NCCL's thread stores it when the split completes: into g's state,
+	 * which outlives the wait (a rank without a group gets NULL, stored in
+	 * no_group). The parent is ncclInProgress until then. */
+	static ncclComm_t no_group;
+	ncclConfig_t cfg = config_for(g ? g->name : NULL);
+	ncclResult_t r = ncclCommSplit(s->nc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+				       g ? &impl(g)->nc : &no_group, &cfg);
+	if (r != ncclSuccess && r != ncclInProgress)
 		rc = nccl_error(c, "split", NULL, 0, r, e);
-	} else if (g) {
-		impl(g)->nc = nc;
-		rc = wait_state(g, "split", s->nc, e);
-	} else {
-		/* no group for this rank: wait for the parent to finish the split */
-		rc = wait_state(c, "split", NULL, e);
+	else
+		rc = wait_state(c, "split", g, e);
+	/* NCCL's ranks must be ours: reduce_scatter's blocks, every message */
+	int nr = -1, nn = -1;
+	if (!rc && g &&
+	    (!impl(g)->nc || ncclCommUserRank(impl(g)->nc, &nr) != ncclSuccess ||
+	     ncclCommCount(impl(g)->nc, &nn) != ncclSuccess || nr != g->rank || nn != g->size)) {
+		char why[160];
+		snprintf(why, sizeof why,
+			 "NCCL made this rank %d of %d in '%s', the split plan %d of %d", nr, nn,
+			 name, g->rank, g->size);
+		abort_comm(c);
+		rc = comm_fail_error(c, "split", NULL, 0, why, e);
 	}
 	if (rc) {
+		/* c is aborted (that ended the split), so g's nc no longer changes */
 		if (g) {
 			abort_comm(g);
 			release(g);
