@@ -19,7 +19,8 @@
  * cuDNN's dedicated SDPA operations (CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD)
  * take no causal or band mask before cuDNN 9.21, so this file uses the
  * pattern. Masks are the pre-9.21 pointwise form: generated row and column
- * indices, a comparison, a binary select of -inf.
+ * indices, a comparison, a binary select of -inf (of the lowest float
+ * before 9.10, as cudnn-frontend does).
  *
  * Layouts: Q, K, V are read in place from the packed rows of qkv
  * (B,T,(Hq+2Hkv)*D) through strided (B,H,T,D) descriptors (K as the
@@ -44,6 +45,7 @@
  * failed CUDA call (see cuda.h). */
 #include <cuda_bf16.h>
 #include <cudnn_graph.h>
+#include <float.h>
 
 #include "cuda.h"
 
@@ -52,6 +54,7 @@
 #define SDPA_BAD_FWD_LO 91000       /* 9.10.0 and 9.10.1: known wrong bf16 forward results */
 #define SDPA_BAD_FWD_HI 91001
 #define SDPA_BWD_ANY_T_VERSION 91600 /* before: the backward needs T % 128 == 0 */
+#define SDPA_INF_MASK_VERSION 91000  /* before: masks fill with the lowest float, not -inf */
 
 #define SDPA_CACHE 16  /* shapes with cached plans */
 #define SDPA_MAXDESC 128
@@ -736,6 +739,14 @@ static void to_f32(float *dst, const __nv_bfloat16 *src, size_t n)
 
 /* ---- execution -------------------------------------------------------------------------- */
 
+/* What the masks put in place of a hidden score: cuDNN before 9.10 wants
+ * the lowest finite float (as cudnn-frontend's sdpa nodes pass it), later
+ * ones -inf. exp() of either is 0. */
+static float mask_fill(void)
+{
+	return version < SDPA_INF_MASK_VERSION ? -FLT_MAX : -INFINITY;
+}
+
 /* consecutive pieces of one scratch buffer, each 256-byte aligned */
 static size_t piece(size_t *at, size_t bytes)
 {
@@ -801,7 +812,7 @@ int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int 
 	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
 
 	to_bf16(qkv16, qkv, nqkv);
-	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, win = (float)window;
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), win = (float)window;
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
 			       UID_WINDOW};
 	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
@@ -838,7 +849,8 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	PP_CUDA_CHECK(cudaMemcpyAsync(base + o_stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
 	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
-	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, one = 1, win = (float)window;
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
+	      win = (float)window;
 	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
 			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
