@@ -19,7 +19,8 @@
  * cuDNN's dedicated SDPA operations (CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD)
  * take no causal or band mask before cuDNN 9.21, so this file uses the
  * pattern. Masks are the pre-9.21 pointwise form: generated row and column
- * indices, a comparison, a binary select of -inf.
+ * indices, a comparison, a binary select of -inf (of the lowest float
+ * before 9.10, as cudnn-frontend does).
  *
  * Layouts: Q, K, V are read in place from the packed rows of qkv
  * (B,T,(Hq+2Hkv)*D) through strided (B,H,T,D) descriptors (K as the
@@ -38,20 +39,24 @@
  * PP_CUDA_ATTENTION=plain is the default.
  *
  * Fallback: a shape (B,T,Hq,Hkv,D,window) cuDNN rejects (version too old,
- * head dim, no engine, a failed finalize) is decided once per direction,
- * cached and reported once on stderr; the caller then runs the plain
- * kernels. A failure while executing a built plan is fatal like any other
- * failed CUDA call (see cuda.h). */
+ * head dim for this GPU, one token, no engine, a failed finalize) is
+ * decided once per direction, cached and reported once on stderr; the
+ * caller then runs the plain kernels. A failure while executing a built
+ * plan is fatal like any other failed CUDA call (see cuda.h). */
 #include <cuda_bf16.h>
 #include <cudnn_graph.h>
+#include <float.h>
 
 #include "cuda.h"
 
 /* cuDNN versions (cudnnGetVersion: major*10000 + minor*100 + patch) */
 #define SDPA_MIN_VERSION 90000      /* the flash-attention fusion engines of cuDNN 9 */
-#define SDPA_BAD_FWD_LO 91000       /* 9.10.0 and 9.10.1: known wrong bf16 forward results */
-#define SDPA_BAD_FWD_HI 91001
+#define SDPA_BAD_LO 91000           /* 9.10.0 and 9.10.1: known wrong bf16 results, */
+#define SDPA_BAD_HI 91001           /* forward and backward */
+#define SDPA_WIDE_D_VERSION 91000   /* before: the forward takes head dims > 128 on sm_90 only */
+#define SDPA_FWD_ONE_T_VERSION 91000 /* before: the masked forward does not take T == 1 */
 #define SDPA_BWD_ANY_T_VERSION 91600 /* before: the backward needs T % 128 == 0 */
+#define SDPA_INF_MASK_VERSION 91000  /* before: masks fill with the lowest float, not -inf */
 
 #define SDPA_CACHE 16  /* shapes with cached plans */
 #define SDPA_MAXDESC 128
@@ -100,6 +105,7 @@ static cudnnHandle_t handle;
 static int handle_state; /* UNKNOWN, READY, REJECTED */
 static char handle_why[256];
 static size_t version;
+static int sm_major; /* the device's compute capability, major */
 static sdpa_entry cache[SDPA_CACHE];
 static unsigned long clock_;
 
@@ -582,7 +588,10 @@ static const char *dir_name(int dir)
 	return dir == FWD ? "forward" : "backward";
 }
 
-/* Why cuDNN cannot take this shape before any graph is built, or NULL */
+/* Why cuDNN cannot take this shape before any graph is built, or NULL.
+ * These are the limits cudnn-frontend's sdpa and sdpa_backward nodes check
+ * before they build the same graphs (sdpa_support_surface.h): outside them
+ * the backend may still finalize a plan, with no promise about its results. */
 static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 {
 	if (handle_state == REJECTED)
@@ -593,13 +602,30 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 			 version / 10000, version / 100 % 100, version % 100);
 		return buf;
 	}
-	if (dir == FWD && version >= SDPA_BAD_FWD_LO && version <= SDPA_BAD_FWD_HI) {
+	if (version >= SDPA_BAD_LO && version <= SDPA_BAD_HI) {
 		snprintf(buf, n, "cuDNN 9.10.0 and 9.10.1 compute wrong bf16 attention; use 9.10.2 "
 				 "or newer");
 		return buf;
 	}
 	if (s->D % 8 || s->D > 256) {
 		snprintf(buf, n, "head dim %d: cuDNN takes multiples of 8 up to 256", s->D);
+		return buf;
+	}
+	if (dir == FWD && s->D > 128 && sm_major != 9 && version < SDPA_WIDE_D_VERSION) {
+		snprintf(buf, n, "head dim %d: cuDNN %zu.%zu takes head dims over 128 on sm_90 only "
+				 "(9.10 and newer on other GPUs)",
+			 s->D, version / 10000, version / 100 % 100);
+		return buf;
+	}
+	if (dir == BWD && s->D > 128 && sm_major != 9) {
+		snprintf(buf, n, "head dim %d: cuDNN's backward takes head dims over 128 on sm_90 only "
+				 "(this GPU: compute capability %d.x)",
+			 s->D, sm_major);
+		return buf;
+	}
+	if (s->T == 1 && (dir == BWD || version < SDPA_FWD_ONE_T_VERSION)) {
+		snprintf(buf, n, "T=1: cuDNN's %s", dir == BWD ? "backward does not take one token"
+							     : "masked forward before 9.10 does not take one token");
 		return buf;
 	}
 	if (dir == BWD && version < SDPA_BWD_ANY_T_VERSION && s->T % 128) {
@@ -616,6 +642,8 @@ static void open_handle(void)
 	if (handle_state != UNKNOWN)
 		return;
 	version = cudnnGetVersion();
+	PP_CUDA_CHECK(cudaDeviceGetAttribute(&sm_major, cudaDevAttrComputeCapabilityMajor,
+					     pp_cuda.device));
 	cudnnStatus_t st = cudnnCreate(&handle);
 	if (st != CUDNN_STATUS_SUCCESS) {
 		handle_state = REJECTED;
@@ -736,6 +764,14 @@ static void to_f32(float *dst, const __nv_bfloat16 *src, size_t n)
 
 /* ---- execution -------------------------------------------------------------------------- */
 
+/* What the masks put in place of a hidden score: cuDNN before 9.10 wants
+ * the lowest finite float (as cudnn-frontend's sdpa nodes pass it), later
+ * ones -inf. exp() of either is 0. */
+static float mask_fill(void)
+{
+	return version < SDPA_INF_MASK_VERSION ? -FLT_MAX : -INFINITY;
+}
+
 /* consecutive pieces of one scratch buffer, each 256-byte aligned */
 static size_t piece(size_t *at, size_t bytes)
 {
@@ -801,7 +837,7 @@ int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int 
 	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
 
 	to_bf16(qkv16, qkv, nqkv);
-	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, win = (float)window;
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), win = (float)window;
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
 			       UID_WINDOW};
 	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
@@ -838,7 +874,8 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	PP_CUDA_CHECK(cudaMemcpyAsync(base + o_stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
 	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
-	float scale = (float)(1 / sqrt((double)D)), neg_inf = -INFINITY, one = 1, win = (float)window;
+	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
+	      win = (float)window;
 	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
 			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
