@@ -52,6 +52,7 @@ struct pp_stage_acts {
 	/* backward scratch, shared by all slots */
 	pp_real *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
+	pp_real *replica;              /* kv heads shared over tp: one slot per head of the largest */
 	/* the last stage's head and loss, shared by all slots */
 	int loss_rows;                 /* R: rows per chunk */
 	pp_real *hf, *losses;          /* (N, C) final norm output, (N) */
@@ -353,10 +354,18 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	const size_t Nb = spec->no_grad ? 0 : N; /* backward scratch */
 	const size_t last = s->last ? 1 : 0, keep = spec->keep_logits ? 1 : 0;
 	a->loss_rows = (int)stage_loss_rows((int64_t)N, (int64_t)V, sizeof(pp_real), spec->loss_chunk_mb);
+	/* allocated here, not in the backward pass, where freeing device memory
+	 * would wait for the dp gradient sums in flight */
+	size_t replica = 0;
+	for (int i = 0; !spec->no_grad && i < s->n_params; i++) {
+		const pp_param *p = &s->params[i];
+		size_t n = p->grad_partial ? (size_t)(p->global_shape[0] / p->shape[0]) * p->n : 0;
+		replica = n > replica ? n : replica;
+	}
 	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce,
-			       &a->hf, &a->losses, &a->logits};
+			       &a->hf, &a->losses, &a->logits, &a->replica};
 	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F, 2 * N,
-				    last * N * C, last * N, last * (1 - keep) * a->loss_rows * V};
+				    last * N * C, last * N, last * (1 - keep) * a->loss_rows * V, replica};
 	if (alloc_all(ops, scratch, scratch_n, NELEMS(scratch)))
 		goto oom;
 	a->host = calloc(3 * N, sizeof(double));
@@ -410,7 +419,7 @@ void stage_free(pp_stage *s)
 				ops->free(p[i]);
 		}
 		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce,
-			     a->hf, a->losses, a->logits};
+			     a->hf, a->losses, a->logits, a->replica};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);
@@ -913,16 +922,13 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 			continue;
 		size_t heads = (size_t)(p->global_shape[0] / p->shape[0]);
 		size_t slot = (size_t)(p->block_row[0] / p->shape[0]);
-		pp_real *buf = s->ops->alloc(heads * p->n * sizeof(pp_real));
-		if (!buf)
-			return pp_errorf(e, PP_ERUNTIME, "out of memory reducing %s", p->name);
+		pp_real *buf = s->acts->replica; /* (heads, n), sized in stage_create */
+		s->ops->zero(buf, heads * p->n * sizeof(pp_real));
 		s->ops->to_device(buf + slot * p->n, s->g + p->off, p->n * sizeof(pp_real));
 		int rc = tp->allreduce(tp->ctx, buf, heads * p->n, PP_REDUCE_SUM, e);
-		if (!rc)
-			s->ops->to_device(s->g + p->off, buf + slot * p->n, p->n * sizeof(pp_real));
-		s->ops->free(buf);
 		if (rc)
 			return rc;
+		s->ops->to_device(s->g + p->off, buf + slot * p->n, p->n * sizeof(pp_real));
 	}
 	return 0;
 }
