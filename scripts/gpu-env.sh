@@ -1,7 +1,8 @@
 # Sourced on a GPU machine (`. scripts/gpu-env.sh`) from the repository root:
 # unpacks .gpu/pp-gpu.tar.xz (made by scripts/gpu-pack.sh) into build/ when
 # there is one, and puts build/lib and the machine's own CUDA libraries
-# (cuBLASLt, NCCL, cuDNN: under /usr/local/cuda or in PyTorch's nvidia-*
+# (cuBLASLt, NCCL, cuDNN, and NVRTC, which cuDNN's fused attention engines
+# load to compile kernels: under /usr/local/cuda or in PyTorch's nvidia-*
 # wheels) on LD_LIBRARY_PATH and build/bin on PATH. Returns non-zero, saying
 # which library is missing, when pp-train still cannot load.
 gpu_env() {
@@ -10,7 +11,7 @@ gpu_env() {
 	fi
 	[ -x build/bin/pp-train ] || { echo "gpu-env: no build/bin/pp-train: run make, or scripts/gpu-pack.sh on the build machine" >&2; return 1; }
 	local dirs=$PWD/build/lib d lib py
-	for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
+	for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
 		d=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l { print $NF; exit }')
 		[ -n "$d" ] && continue # the loader finds it already
 		py=$(python3 -c 'import os, nvidia; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
