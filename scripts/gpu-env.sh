@@ -6,8 +6,13 @@
 # wheels) on LD_LIBRARY_PATH and build/bin on PATH. Returns non-zero, saying
 # which library is missing, when pp-train still cannot load.
 gpu_env() {
-	if [ -f .gpu/pp-gpu.tar.xz ] && [ .gpu/pp-gpu.tar.xz -nt build/.gpu-unpacked ]; then
-		mkdir -p build && tar -C build -xJf .gpu/pp-gpu.tar.xz && touch build/.gpu-unpacked || return 1
+	local sum
+	if [ -f .gpu/pp-gpu.tar.xz ]; then # unpacked again when the pack changes
+		sum=$(sha256sum .gpu/pp-gpu.tar.xz | cut -d' ' -f1)
+		if [ "$sum" != "$(cat build/.gpu-unpacked 2>/dev/null)" ]; then
+			mkdir -p build && tar -C build -xJf .gpu/pp-gpu.tar.xz &&
+				echo "$sum" >build/.gpu-unpacked || return 1
+		fi
 	fi
 	[ -x build/bin/pp-train ] || { echo "gpu-env: no build/bin/pp-train: run make, or scripts/gpu-pack.sh on the build machine" >&2; return 1; }
 	local dirs=$PWD/build/lib d lib py
