@@ -125,7 +125,7 @@ bench_pp_train() {
 		tail -n 5 "$bench_tmp/$tag.pp.log" >&2
 		return 1
 	fi
-	say "$tag: pp-train $(printf %.1f "$(benchlib get "$bench_tmp/$tag.pp.json" tokens_per_s)") tok/s ($((SECONDS - t0)) s with start-up and the final checkpoint)"
+	say "$tag: pp-train $(printf %.1f "$(benchlib get "$bench_tmp/$tag.pp.json" tokens_per_s)") tok/s ($((SECONDS - t0)) s with start-up)"
 }
 
 # bench_torch TAG PYTHON LIMIT ARGS...: bench/torch_train.py on the resolved
