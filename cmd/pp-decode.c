@@ -121,21 +121,14 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		rc = tok_decode(tk, out, ids.n + (size_t)st.n_generated, &text, e);
 	if (!rc && a->json) {
 		/* the text (ids without a tokenizer) of sequence 0 */
-		if (!tk)
-			for (size_t i = 0; i < ids.n + (size_t)st.n_generated; i++) {
-				char num[16];
-				int len = snprintf(num, sizeof num, i ? " %d" : "%d", out[i]);
-				for (int j = 0; j < len; j++) {
-					if (text.n + 1 >= text.cap) {
-						text.cap = text.cap ? 2 * text.cap : 256;
-						text.s = realloc(text.s, text.cap);
-					}
-					text.s[text.n++] = num[j];
-				}
-			}
-		if (text.s)
-			text.s[text.n] = 0;
-		print_json(&st, cfg, source, text.s);
+		for (size_t i = 0; !tk && !rc && i < ids.n + (size_t)st.n_generated; i++) {
+			char num[16];
+			int len = snprintf(num, sizeof num, i ? " %d" : "%d", out[i]);
+			if (tok_text_append(&text, num, (size_t)len))
+				rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+		}
+		if (!rc)
+			print_json(&st, cfg, source, text.s);
 	} else if (!rc) {
 		double bytes = st.param_bytes + st.kv_bytes;
 		double steps = st.decode_s > 0 ? (st.n_generated - 1) / st.decode_s : 0;

@@ -11,25 +11,11 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int push_id(tok_ids *ids, int v)
-{
-	if (ids->n == ids->cap) {
-		size_t cap = ids->cap ? 2 * ids->cap : 16;
-		int *p = realloc(ids->ids, cap * sizeof(int));
-		if (!p)
-			return -1;
-		ids->ids = p;
-		ids->cap = cap;
-	}
-	ids->ids[ids->n++] = v;
-	return 0;
-}
-
 int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e)
 {
 	int rc = 0;
 	if (tk) {
-		if (tok_bos(tk) >= 0 && push_id(ids, tok_bos(tk)))
+		if (tok_bos(tk) >= 0 && tok_ids_push(ids, tok_bos(tk)))
 			return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
 		rc = tok_encode(tk, text, strlen(text), ids, e);
 	} else {
@@ -49,12 +35,12 @@ int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *
 			if (v < 0 || v >= V)
 				return pp_errorf(e, PP_EUSAGE, "prompt: token %ld is outside [0, %d)", v,
 						 V);
-			if (push_id(ids, (int)v))
+			if (tok_ids_push(ids, (int)v))
 				return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
 			p = end;
 		}
 	}
-	if (!rc && ids->n == 0 && push_id(ids, 0))
+	if (!rc && ids->n == 0 && tok_ids_push(ids, 0))
 		return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
 	return rc;
 }

@@ -92,8 +92,6 @@ int tok_set_piece(pp_tokenizer *t, int id, const char *s, size_t n);
 /* Builds t->map from the pieces; duplicates are an error naming the piece. */
 int tok_index_pieces(pp_tokenizer *t, const char *path, pp_err *e);
 
-int tok_ids_push(tok_ids *v, int id);
-int tok_text_append(tok_text *v, const char *s, size_t n);
 
 /* Length of the UTF-8 character at s (n > 0 bytes left): 1 to 4, with its
  * code point in *cp; an invalid or truncated sequence is one byte with

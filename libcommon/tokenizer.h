@@ -45,6 +45,9 @@ typedef struct {
  * decode(encode(x)) == x for any valid UTF-8 x. */
 int tok_decode(const pp_tokenizer *t, const int *ids, size_t n, tok_text *out, pp_err *e);
 
+/* Append one id / n bytes (kept NUL-terminated); 0, or -1 out of memory. */
+int tok_ids_push(tok_ids *v, int id);
+int tok_text_append(tok_text *v, const char *s, size_t n);
 void tok_ids_free(tok_ids *v);
 void tok_text_free(tok_text *v);
 
