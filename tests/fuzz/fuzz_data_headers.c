@@ -26,6 +26,8 @@
 
 #include "../../libcommon/data.h"
 
+#include "fuzz_dir.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,47 +35,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_BIN ((size_t)1 << 20)
 #define N_SEQ 2
 
-static char dir[4096];
-
-static const char *file(const char *name)
-{
-	static char buf[4][4200];
-	static int k;
-	char *b = buf[k++ % 4];
-	snprintf(b, sizeof buf[0], "%s/%s", dir, name);
-	return b;
-}
 
 static void put(const char *name, const void *p, size_t n)
 {
-	FILE *f = fopen(file(name), "wb");
+	FILE *f = fopen(fuzz_file(name), "wb");
 	if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f)) {
 		perror("fuzz_data_headers: writing a file");
 		exit(2);
 	}
 }
 
-static void cleanup(void)
-{
-	static const char *const names[] = {"m.idx", "m.bin", "s_000.bin", "s_001.bin", "s_001.keep", "tok.json"};
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-		unlink(file(names[i]));
-	rmdir(dir);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	/* under $TMPDIR: test_fuzz.sh points it at its own temporary directory,
-	 * which also takes what a process killed on a report leaves */
-	const char *tmp = getenv("TMPDIR");
-	if (snprintf(dir, sizeof dir, "%s/pp-fuzz-data.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-		(int)sizeof dir || !mkdtemp(dir)) {
-		perror("fuzz_data_headers: mkdtemp");
-		exit(2);
-	}
-	atexit(cleanup);
+	fuzz_dir_init("fuzz-data");
 	/* a BPE vocabulary of VOCAB tokens, <|endoftext|> (the EOS) first */
 	char json[8192];
 	size_t n = (size_t)snprintf(json, sizeof json,
@@ -149,10 +125,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *body = data + 2;
 	size_t n = size - 2;
 	/* only the files of this input */
-	unlink(file("m.idx"));
-	unlink(file("m.bin"));
-	unlink(file("s_000.bin"));
-	unlink(file("s_001.bin"));
+	unlink(fuzz_file("m.idx"));
+	unlink(fuzz_file("m.bin"));
+	unlink(fuzz_file("s_000.bin"));
+	unlink(fuzz_file("s_001.bin"));
 
 	pp_config c;
 	memset(&c, 0, sizeof c);
@@ -161,14 +137,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c.seed = 7;
 	c.data_eos = true;
 	if (flags & 2)
-		snprintf(c.tokenizer, sizeof c.tokenizer, "%s", file("tok.json"));
+		snprintf(c.tokenizer, sizeof c.tokenizer, "%s", fuzz_file("tok.json"));
 	if (!(flags & 1)) {
 		size_t width, nb = bin_size(body, n, &width) + !!(flags & 8);
 		unsigned char *bin = tokens(body, n, nb, width, flags & 16);
 		put("m.idx", body, n);
 		put("m.bin", bin, nb);
 		free(bin);
-		snprintf(c.data, sizeof c.data, "%s", file("m"));
+		snprintf(c.data, sizeof c.data, "%s", fuzz_file("m"));
 	} else {
 		/* a shard that starts like an HDF5 file is the pp-tokens reader's
 		 * (its probe checks the signature before HDF5 sees the file):
@@ -177,13 +153,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			return 0;
 		put("s_000.bin", body, n);
 		if (flags & 8) {
-			if (link(file("s_001.keep"), file("s_001.bin"))) {
+			if (link(fuzz_file("s_001.keep"), fuzz_file("s_001.bin"))) {
 				perror("fuzz_data_headers: link");
 				exit(2);
 			}
-			snprintf(c.data, sizeof c.data, "%s", file("s_*.bin"));
+			snprintf(c.data, sizeof c.data, "%s", fuzz_file("s_*.bin"));
 		} else {
-			snprintf(c.data, sizeof c.data, "%s", file("s_000.bin"));
+			snprintf(c.data, sizeof c.data, "%s", fuzz_file("s_000.bin"));
 		}
 	}
 

@@ -13,31 +13,19 @@
 
 #include "../../libcommon/ckpt.h"
 
+#include "fuzz_dir.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[4096], path[4200];
-
-static void cleanup(void)
-{
-	unlink(path);
-	rmdir(dir);
-}
+static char path[4200];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	/* under $TMPDIR: test_fuzz.sh points it at its own temporary directory,
-	 * which also takes what a process killed on a report leaves */
-	const char *tmp = getenv("TMPDIR");
-	if (snprintf(dir, sizeof dir, "%s/pp-fuzz-manifest.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-		(int)sizeof dir || !mkdtemp(dir)) {
-		perror("fuzz_manifest: mkdtemp");
-		exit(2);
-	}
-	snprintf(path, sizeof path, "%s/manifest.json", dir);
-	atexit(cleanup);
+	fuzz_dir_init("fuzz-manifest");
+	snprintf(path, sizeof path, "%s", fuzz_file("manifest.json"));
 	return 0;
 }
 
@@ -116,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	ckpt_manifest m;
 	pp_err e = {0};
-	if (ckpt_read_manifest(dir, &m, &e)) {
+	if (ckpt_read_manifest(fuzz_dir_path, &m, &e)) {
 		if (!e.msg[0])
 			__builtin_trap(); /* an error must say what is wrong */
 		if (m.files || m.tensors || m.n_files || m.n_tensors)

@@ -15,33 +15,21 @@
 
 #include "../../libcommon/dataset.h"
 
+#include "fuzz_dir.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define WINDOW 64 /* tokens and offsets read at each end of a split */
 
-static char dir[4096], path[4200];
-
-static void cleanup(void)
-{
-	unlink(path);
-	rmdir(dir);
-}
+static char path[4200];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	/* under $TMPDIR: test_fuzz.sh points it at its own temporary directory,
-	 * which also takes what a process killed on a report leaves */
-	const char *tmp = getenv("TMPDIR");
-	if (snprintf(dir, sizeof dir, "%s/pp-fuzz-tokens.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-		(int)sizeof dir || !mkdtemp(dir)) {
-		perror("fuzz_tokens: mkdtemp");
-		exit(2);
-	}
-	snprintf(path, sizeof path, "%s/fuzz.h5", dir);
-	atexit(cleanup);
+	fuzz_dir_init("fuzz-tokens");
+	snprintf(path, sizeof path, "%s", fuzz_file("fuzz.h5"));
 	return 0;
 }
 
