@@ -11,8 +11,20 @@
  *   - matmul dinp, attention dqkv, glu/gelu dx are overwritten: =
  *   - norm dx accumulates (+=): it is the residual stream's gradient.
  *
- * pp_real is float in production builds; tests build the same sources with
- * -DPP_F64 so that finite differences run in double precision. */
+ * Two element types:
+ *   pp_real  float in production builds (tests build the same sources with
+ *            -DPP_F64 so that finite differences run in double precision):
+ *            the master weights, their gradients, the optimizer state, the
+ *            row statistics (mean, rstd, lse) and the losses.
+ *   pp_act   the backend's compute type (act_type below): activations, their
+ *            gradients, logits, the KV cache and the compute copy of the
+ *            weights that the forward and backward read. It is pp_real on
+ *            the CPU and on the fp32 CUDA table, bf16 on the bf16 CUDA
+ *            table. The pointer is untyped so that one model drives either;
+ *            an element takes pp_act_size(ops) bytes.
+ * Products and reductions accumulate in fp32 (or wider) whatever the
+ * compute type; parameter gradients are pp_real, so they accumulate in fp32
+ * across microbatches. */
 #ifndef PP_OPS_H
 #define PP_OPS_H
 
@@ -24,6 +36,9 @@ typedef double pp_real;
 typedef float pp_real;
 #endif
 
+typedef void pp_act;
+enum { PP_TYPE_REAL = 0, PP_TYPE_BF16 = 1 };
+
 enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 
 /* Targets below zero (Hugging Face uses -100) are ignored by the loss. */
@@ -31,6 +46,7 @@ enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 
 typedef struct pp_ops {
 	const char *name;
+	int act_type; /* PP_TYPE_REAL or PP_TYPE_BF16: what a pp_act element is */
 
 	/* memory on the backend's device */
 	void *(*alloc)(size_t bytes); /* zero-filled; NULL on failure */
@@ -38,41 +54,46 @@ typedef struct pp_ops {
 	void (*to_device)(void *dst, const void *host_src, size_t bytes);
 	void (*to_host)(void *host_dst, const void *src, size_t bytes);
 	void (*zero)(void *p, size_t bytes);
+	/* Conversions to and from the compute type: dst (n) on the device from
+	 * src (n) on the device (the compute copy of the weights), and host
+	 * pp_real from device activations (logits for sampling, tests). */
+	void (*to_act)(pp_act *dst, const pp_real *src, size_t n);
+	void (*act_to_host)(pp_real *host_dst, const pp_act *src, size_t n);
 
 	/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); bias may be NULL */
-	void (*matmul_fwd)(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+	void (*matmul_fwd)(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
 			   int N, int C, int OC);
 	/* dinp (N,C) = dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
 	 * Any of dinp, dw, dbias may be NULL. */
-	void (*matmul_bwd)(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
-			   const pp_real *inp, const pp_real *w, int N, int C, int OC);
+	void (*matmul_bwd)(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			   const pp_act *inp, const pp_act *w, int N, int C, int OC);
 	/* A linear layer and the GELU (tanh) after it: pre (N,OC) = inp (N,C) @
 	 * w (OC,C)^T + bias (OC), out (N,OC) = gelu(pre); pre is kept for
 	 * gelu_bwd. bias may be NULL. The same numbers as matmul_fwd, then
 	 * gelu_fwd (one fused product where the backend can). */
-	void (*matmul_gelu_fwd)(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
-				const pp_real *bias, int N, int C, int OC);
+	void (*matmul_gelu_fwd)(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
+				const pp_act *bias, int N, int C, int OC);
 
 	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T).
 	 * A token below 0 lies in another rank's vocabulary shard: its row is
 	 * zero (plus wpe), and it adds nothing to dwte. */
-	void (*embed_fwd)(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+	void (*embed_fwd)(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
 			  pp_real scale, int B, int T, int C, int pos0);
 	/* dwte += scatter(dout * scale); dwpe (if not NULL) += sum_b dout */
-	void (*embed_bwd)(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+	void (*embed_bwd)(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
 			  pp_real scale, int B, int T, int C, int pos0);
 
 	/* RMSNorm over rows: out (N,C) = x * rstd * (offset + w); rstd (N) saved.
 	 * offset is 0 (Llama) or 1 (Gemma). */
-	void (*rmsnorm_fwd)(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+	void (*rmsnorm_fwd)(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
 			    pp_real eps, pp_real offset, int N, int C);
-	void (*rmsnorm_bwd)(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
-			    const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C);
+	void (*rmsnorm_bwd)(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
+			    const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C);
 	/* LayerNorm with bias: out = (x - mean) * rstd * w + b; mean, rstd (N) saved */
-	void (*layernorm_fwd)(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
-			      const pp_real *w, const pp_real *b, pp_real eps, int N, int C);
-	void (*layernorm_bwd)(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
-			      const pp_real *x, const pp_real *w, const pp_real *mean,
+	void (*layernorm_fwd)(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
+			      const pp_act *w, const pp_act *b, pp_real eps, int N, int C);
+	void (*layernorm_bwd)(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout,
+			      const pp_act *x, const pp_act *w, const pp_real *mean,
 			      const pp_real *rstd, int N, int C);
 	/* The residual add fused with the norm after it, one pass over the rows:
 	 * res_out (N,C) = x + y, then out and rstd (and mean) as rmsnorm_fwd /
@@ -82,20 +103,19 @@ typedef struct pp_ops {
 	 * x and of y alike, and the norm's dx already accumulates into that
 	 * residual gradient (see the conventions above), so the add's backward
 	 * is no op at all; the norm backward has nothing to fuse with. */
-	void (*rmsnorm_residual_fwd)(pp_real *res_out, pp_real *out, pp_real *rstd,
-				     const pp_real *x, const pp_real *y, const pp_real *w,
-				     pp_real eps, pp_real offset, int N, int C);
-	void (*layernorm_residual_fwd)(pp_real *res_out, pp_real *out, pp_real *mean,
-				       pp_real *rstd, const pp_real *x, const pp_real *y,
-				       const pp_real *w, const pp_real *b, pp_real eps, int N,
-				       int C);
+	void (*rmsnorm_residual_fwd)(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
+				     const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
+				     int N, int C);
+	void (*layernorm_residual_fwd)(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
+				       const pp_act *x, const pp_act *y, const pp_act *w,
+				       const pp_act *b, pp_real eps, int N, int C);
 
 	/* Rotary embedding, Hugging Face rotate-half convention, in place on the
 	 * q and k heads of qkv (B,T,(Hq+2Hkv)*D); v is untouched. Position of
 	 * token t is pos0 + t; frequency i is theta^(-2i/D). rope_bwd applies the
 	 * inverse rotation to dqkv in place. */
-	void (*rope_fwd)(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-	void (*rope_bwd)(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+	void (*rope_fwd)(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+	void (*rope_bwd)(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
 
 	/* Causal attention with grouped kv heads (query head h reads kv head
 	 * h / (Hq/Hkv)), scale 1/sqrt(D). qkv (B,T,(Hq+2Hkv)*D) holds q heads,
@@ -103,25 +123,25 @@ typedef struct pp_ops {
 	 * keys j with i - window < j <= i (Mistral's sliding window).
 	 * out (B,T,Hq*D); lse (B,Hq,T) is the log-sum-exp of each score row,
 	 * saved for the backward pass. */
-	void (*attention_fwd)(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+	void (*attention_fwd)(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
 			      int Hkv, int D, int window);
 	/* dqkv (B,T,(Hq+2Hkv)*D) = gradient w.r.t. qkv, given dout (B,T,Hq*D) */
-	void (*attention_bwd)(pp_real *dqkv, const pp_real *dout, const pp_real *out,
-			      const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+	void (*attention_bwd)(pp_act *dqkv, const pp_act *dout, const pp_act *out,
+			      const pp_real *lse, const pp_act *qkv, int B, int T, int Hq, int Hkv,
 			      int D, int window);
 
 	/* Decoding with a KV cache: kcache, vcache (B,Tmax,Hkv*D), entry j of
 	 * sequence b holding the key / value of position j. kv_append copies the
 	 * k and v heads of qkv (B,n,(Hq+2Hkv)*D), tokens at positions pos0..
 	 * pos0+n-1, into cache entries pos0..pos0+n-1 (pos0 + n <= Tmax). */
-	void (*kv_append)(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n,
+	void (*kv_append)(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n,
 			  int Hq, int Hkv, int D, int Tmax, int pos0);
 	/* The query heads of the n rows of qkv (B,n,(Hq+2Hkv)*D) at positions pos0 + i
 	 * attend causally to the cache: query i sees entries j with
 	 * i + pos0 - window < j <= i + pos0 (window 0: all j <= i + pos0),
 	 * grouped kv heads and scale as attention_fwd. out (B,n,Hq*D). */
-	void (*attention_cached)(pp_real *out, const pp_real *qkv, const pp_real *kcache,
-				 const pp_real *vcache, int B, int n, int Hq, int Hkv, int D,
+	void (*attention_cached)(pp_act *out, const pp_act *qkv, const pp_act *kcache,
+				 const pp_act *vcache, int B, int n, int Hq, int Hkv, int D,
 				 int Tmax, int pos0, int window);
 
 	/* Optional (NULL where the backend has none): the ops issued between
@@ -136,14 +156,16 @@ typedef struct pp_ops {
 	void (*graph_free)(void *graph);
 
 	/* Gated MLP: gu (N,2F) holds [gate | up] per row; out (N,F) = act(gate) * up */
-	void (*glu_fwd)(pp_real *out, const pp_real *gu, int N, int F, int act);
-	void (*glu_bwd)(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
+	void (*glu_fwd)(pp_act *out, const pp_act *gu, int N, int F, int act);
+	void (*glu_bwd)(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act);
 	/* GELU (tanh approximation), elementwise over n */
-	void (*gelu_fwd)(pp_real *out, const pp_real *x, size_t n);
-	void (*gelu_bwd)(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
+	void (*gelu_fwd)(pp_act *out, const pp_act *x, size_t n);
+	void (*gelu_bwd)(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n);
 
-	/* out = a + b (out may alias a or b) */
-	void (*add)(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
+	/* out = a + b (out may alias a or b): activations, and (add_real)
+	 * gradients */
+	void (*add)(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
+	void (*add_real)(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 	/* x *= s */
 	void (*scale)(pp_real *x, pp_real s, size_t n);
 	/* sum of squares, accumulated in double */
@@ -153,7 +175,7 @@ typedef struct pp_ops {
 	 * (0 where target < 0). If dlogits is not NULL it receives
 	 * (softmax - onehot(target)) * dscale (0 rows for ignored targets);
 	 * dlogits may alias logits. */
-	void (*crossentropy)(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+	void (*crossentropy)(pp_real *losses, pp_act *dlogits, const pp_act *logits,
 			     const int *targets, int N, int V, pp_real dscale);
 
 	/* The same loss with the vocabulary split across ranks, in two halves
@@ -162,11 +184,11 @@ typedef struct pp_ops {
 	 * [0,V) means the target lies in another slice.
 	 * lse (N) = log sum exp of each row of the slice; tgt (N) = the target's
 	 * logit where it lies in the slice, else 0. */
-	void (*logsumexp_rows)(pp_real *lse, pp_real *tgt, const pp_real *logits,
+	void (*logsumexp_rows)(pp_real *lse, pp_real *tgt, const pp_act *logits,
 			       const int *targets, int N, int V);
 	/* dlogits (N,V) = (exp(logits - lse) - onehot(target)) * dscale given the
 	 * global lse (N); 0 rows for ignored targets; dlogits may alias logits. */
-	void (*softmax_grad)(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+	void (*softmax_grad)(pp_act *dlogits, const pp_act *logits, const pp_real *lse,
 			     const int *targets, int N, int V, pp_real dscale);
 
 	/* AdamW on n parameters, step t >= 1 (bias correction), gradient
@@ -181,10 +203,15 @@ extern const pp_ops pp_ops_cpu;
 #ifdef PP_CUDA
 #include "../libcommon/error.h"
 
-/* The fp32 CUDA backend (kernels/cuda), built when nvcc is found. Its ops
- * run on the current device's default stream; call pp_cuda_init once,
- * before the first op, from the thread that will issue them. */
+/* The CUDA backend (kernels/cuda), built when nvcc is found, in two
+ * tables over the same kernels: pp_ops_cuda computes in fp32, and
+ * pp_ops_cuda_bf16 keeps activations and the compute copy of the weights in
+ * bf16 (tensor-core products with fp32 accumulation, fp32 statistics,
+ * gradients and optimizer). Their ops run on the current device's default
+ * stream; call pp_cuda_init once, before the first op, from the thread that
+ * will issue them. */
 extern const pp_ops pp_ops_cuda;
+extern const pp_ops pp_ops_cuda_bf16;
 
 /* Selects GPU `device` (an index among the visible ones) and creates the
  * cuBLASLt handle and workspace. Fails with PP_EUSAGE when the machine has
@@ -195,14 +222,16 @@ extern const pp_ops pp_ops_cuda;
  * without a GPU. */
 int pp_cuda_init(int device, pp_err *e);
 
-/* Attention on the CUDA backend. pp_cuda_init reads PP_CUDA_ATTENTION:
- * plain (the default) runs the fp32 flash-style kernels; cudnn runs cuDNN's
- * fused flash attention (cuDNN 9), which rounds q, k, v, out and dout to
- * bf16 and keeps fp32 statistics (lse): results move by about 1e-2
- * relative, dq is not bitwise reproducible, and a shape cuDNN does not take
- * falls back to the plain kernels (reported once on stderr).
- * pp_cuda_set_attention switches after pp_cuda_init (tests). */
-enum { PP_CUDA_ATTENTION_PLAIN = 0, PP_CUDA_ATTENTION_CUDNN = 1 };
+/* Attention on the CUDA backend: the plain flash-style kernels, or cuDNN's
+ * fused flash attention (cuDNN 9), which computes in bf16 with fp32
+ * statistics (lse); its dq is not bitwise reproducible, and a shape cuDNN
+ * does not take falls back to the plain kernels (reported once on stderr).
+ * The bf16 table uses cuDNN, the fp32 table the plain kernels (cuDNN would
+ * round q, k, v, out and dout to bf16: about 1e-2 relative). pp_cuda_init
+ * reads PP_CUDA_ATTENTION=plain|cudnn, which overrides that choice for both
+ * tables; pp_cuda_set_attention switches after pp_cuda_init (tests), and
+ * PP_CUDA_ATTENTION_AUTO restores the per-table choice. */
+enum { PP_CUDA_ATTENTION_AUTO = -1, PP_CUDA_ATTENTION_PLAIN = 0, PP_CUDA_ATTENTION_CUDNN = 1 };
 void pp_cuda_set_attention(int mode);
 /* 1 when cuDNN takes attention of this shape forward and backward (their
  * plans are then built and cached); else 0 with the reason in why. */
@@ -214,7 +243,15 @@ int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int wind
 const char *pp_cuda_device_name(void);
 #endif
 
-/* The table for "cpu" or "cuda"; NULL if that backend is not built in. */
-const pp_ops *pp_ops_find(const char *device);
+/* Bytes of one pp_act element of the table's compute type. */
+static inline size_t pp_act_size(const pp_ops *o)
+{
+	return o->act_type == PP_TYPE_BF16 ? 2 : sizeof(pp_real);
+}
+
+/* The table for a device ("cpu", "cuda") and a compute type ("fp32",
+ * "bf16"); NULL if that backend is not built in or does not compute in
+ * that type (the CPU backend computes in fp32 only). */
+const pp_ops *pp_ops_find(const char *device, const char *dtype);
 
 #endif
