@@ -1,5 +1,7 @@
 /* Causal attention with grouped kv heads and an optional sliding window,
- * flash style in plain CUDA fp32: no (T,T) matrix is ever stored.
+ * flash style in plain CUDA: no (T,T) matrix is ever stored. Tensors are
+ * of the compute type T (lse fp32); tiles are converted to fp32 in shared
+ * memory as they load, and all arithmetic is fp32.
  *
  *   forward   one block per (query block, q head, batch row); key tiles in
  *             shared memory, an online softmax per query row (one warp holds
@@ -44,6 +46,7 @@ typedef struct {
 	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
 	size_t ldo;    /* row stride of out and dout: Hq*D */
 	float scale;   /* 1/sqrt(D) */
+	bool vec;      /* head rows are 16-byte aligned in every tensor: 16-byte loads */
 } att_shape;
 
 static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
@@ -59,6 +62,7 @@ static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
 	a.ld = (size_t)(Hq + 2 * Hkv) * D;
 	a.ldo = (size_t)Hq * D;
 	a.scale = (float)(1 / sqrt((double)D));
+	a.vec = false;
 	return a;
 }
 
@@ -77,14 +81,26 @@ __device__ __forceinline__ float dot(const float *a, const float *b, int n)
 	return s;
 }
 
-/* rows [r0, r0+nr) of a (.,D) head view with rows ld apart into a shared
- * tile with rows stride apart */
-__device__ __forceinline__ void load_rows(float *tile, int stride, const float *src, size_t ld,
-					  int r0, int nr, int D)
+/* rows [r0, r0+nr) of a (.,D) head view of T with rows ld apart into a
+ * shared fp32 tile with rows stride apart, in packs of PP_VEC(T) */
+template <typename T>
+__device__ __forceinline__ void load_rows(float *tile, int stride, const T *src, size_t ld, int r0,
+					  int nr, int D, bool vec)
 {
-	for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
-		const int r = e / D, d = e % D;
-		tile[r * stride + d] = src[(size_t)(r0 + r) * ld + d];
+	constexpr int P = PP_VEC(T);
+	const int packs = (D + P - 1) / P;
+	for (int e = threadIdx.x; e < nr * packs; e += blockDim.x) {
+		const int r = e / packs, d = e % packs * P;
+		const T *row = src + (size_t)(r0 + r) * ld;
+		float f[P];
+		if (vec)
+			pp_load<T, true>(f, row, d, D);
+		else
+			pp_load<T, false>(f, row, d, D);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			if (d + j < D)
+				tile[r * stride + d + j] = f[j];
 	}
 }
 
@@ -93,9 +109,9 @@ __device__ __forceinline__ void load_rows(float *tile, int stride, const float *
 /* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D).
  * grid (ceil(T/ATT_BQ), Hq, B), ATT_THREADS threads; shared: q (BQ,D),
  * k (KT,KP), v (KT,D) */
-template <int DPL>
+template <typename T, int DPL>
 __global__ void __launch_bounds__(ATT_THREADS)
-	attention_fwd_kernel(float *out, float *lse, const float *qkv, att_shape a)
+	attention_fwd_kernel(T *out, float *lse, const T *qkv, att_shape a)
 {
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
@@ -104,11 +120,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	/* the last query blocks see the most keys: start them first */
 	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
-	const float *base = qkv + (size_t)b * a.T * a.ld;
-	const float *qg = base + (size_t)h * D;
-	const float *kg = base + (size_t)(a.Hq + h / a.G) * D;
-	const float *vg = kg + (size_t)a.Hkv * D;
-	load_rows(q_s, D, qg, a.ld, i0, nq, D);
+	const T *base = qkv + (size_t)b * a.T * a.ld;
+	const T *qg = base + (size_t)h * D;
+	const T *kg = base + (size_t)(a.Hq + h / a.G) * D;
+	const T *vg = kg + (size_t)a.Hkv * D;
+	load_rows(q_s, D, qg, a.ld, i0, nq, D, a.vec);
 
 	float m[ATT_QROWS], l[ATT_QROWS], o[ATT_QROWS][DPL];
 #pragma unroll
@@ -123,8 +139,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	for (int j0 = first_key(i0, a.window); j0 <= k_hi; j0 += ATT_KT) {
 		const int nk = min(ATT_KT, k_hi - j0 + 1);
 		__syncthreads(); /* the previous tile is consumed (and q is loaded) */
-		load_rows(k_s, KP, kg, a.ld, j0, nk, D);
-		load_rows(v_s, D, vg, a.ld, j0, nk, D);
+		load_rows(k_s, KP, kg, a.ld, j0, nk, D, a.vec);
+		load_rows(v_s, D, vg, a.ld, j0, nk, D, a.vec);
 		__syncthreads();
 #pragma unroll
 		for (int r = 0; r < ATT_QROWS; r++) {
@@ -164,12 +180,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
 			continue;
 		/* the diagonal is always visible: l > 0 */
 		const float inv = 1.0f / l[r];
-		float *og = out + ((size_t)b * a.T + i) * a.ldo + (size_t)h * D;
+		T *og = out + ((size_t)b * a.T + i) * a.ldo + (size_t)h * D;
 #pragma unroll
 		for (int u = 0; u < DPL; u++) {
 			const int d = lane + 32 * u;
 			if (d < D)
-				og[d] = o[r][u] * inv;
+				og[d] = pp_to<T>(o[r][u] * inv);
 		}
 		if (lane == 0)
 			lse[((size_t)b * a.Hq + h) * a.T + i] = m[r] + logf(l[r]);
@@ -180,8 +196,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* delta (B,Hq,T) = rowsum(dout * out) per head, in double and in d order as
  * the CPU backend sums it */
-__global__ void attention_delta_kernel(float *delta, const float *dout, const float *out,
-				       att_shape a)
+template <typename T>
+__global__ void attention_delta_kernel(float *delta, const T *dout, const T *out, att_shape a)
 {
 	const size_t n = (size_t)a.B * a.Hq * a.T;
 	for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
@@ -191,7 +207,7 @@ __global__ void attention_delta_kernel(float *delta, const float *dout, const fl
 		const size_t at = (b * a.T + i) * a.ldo + (size_t)h * a.D;
 		double acc = 0;
 		for (int d = 0; d < a.D; d++)
-			acc += (double)dout[at + d] * out[at + d];
+			acc += (double)pp_f(dout[at + d]) * pp_f(out[at + d]);
 		delta[idx] = (float)acc;
 	}
 }
@@ -199,10 +215,10 @@ __global__ void attention_delta_kernel(float *delta, const float *dout, const fl
 /* dq part of dqkv (overwritten) = scale * dS @ k, dS = P * (dout @ v^T - delta).
  * grid (ceil(T/ATT_BQ), Hq, B), ATT_THREADS threads; shared: q (BQ,D),
  * dout (BQ,D), k (KT,KP), v (KT,KP) */
-template <int DPL>
+template <typename T, int DPL>
 __global__ void __launch_bounds__(ATT_THREADS)
-	attention_dq_kernel(float *dqkv, const float *dout, const float *lse, const float *delta,
-			    const float *qkv, att_shape a)
+	attention_dq_kernel(T *dqkv, const T *dout, const float *lse, const float *delta,
+			    const T *qkv, att_shape a)
 {
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
@@ -210,11 +226,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
-	const float *base = qkv + (size_t)b * a.T * a.ld;
-	const float *kg = base + (size_t)(a.Hq + h / a.G) * D;
-	const float *vg = kg + (size_t)a.Hkv * D;
-	load_rows(q_s, D, base + (size_t)h * D, a.ld, i0, nq, D);
-	load_rows(do_s, D, dout + (size_t)b * a.T * a.ldo + (size_t)h * D, a.ldo, i0, nq, D);
+	const T *base = qkv + (size_t)b * a.T * a.ld;
+	const T *kg = base + (size_t)(a.Hq + h / a.G) * D;
+	const T *vg = kg + (size_t)a.Hkv * D;
+	load_rows(q_s, D, base + (size_t)h * D, a.ld, i0, nq, D, a.vec);
+	load_rows(do_s, D, dout + (size_t)b * a.T * a.ldo + (size_t)h * D, a.ldo, i0, nq, D, a.vec);
 	const size_t row0 = ((size_t)b * a.Hq + h) * a.T; /* of lse, delta */
 
 	float L[ATT_QROWS], dl[ATT_QROWS], dq[ATT_QROWS][DPL];
@@ -231,8 +247,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	for (int j0 = first_key(i0, a.window); j0 <= k_hi; j0 += ATT_KT) {
 		const int nk = min(ATT_KT, k_hi - j0 + 1);
 		__syncthreads();
-		load_rows(k_s, KP, kg, a.ld, j0, nk, D);
-		load_rows(v_s, KP, vg, a.ld, j0, nk, D);
+		load_rows(k_s, KP, kg, a.ld, j0, nk, D, a.vec);
+		load_rows(v_s, KP, vg, a.ld, j0, nk, D, a.vec);
 		__syncthreads();
 #pragma unroll
 		for (int r = 0; r < ATT_QROWS; r++) {
@@ -263,12 +279,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
 		const int qr = warp * ATT_QROWS + r, i = i0 + qr;
 		if (qr >= nq)
 			continue;
-		float *g = dqkv + ((size_t)b * a.T + i) * a.ld + (size_t)h * D;
+		T *g = dqkv + ((size_t)b * a.T + i) * a.ld + (size_t)h * D;
 #pragma unroll
 		for (int u = 0; u < DPL; u++) {
 			const int d = lane + 32 * u;
 			if (d < D)
-				g[d] = a.scale * dq[r][u];
+				g[d] = pp_to<T>(a.scale * dq[r][u]);
 		}
 	}
 }
@@ -278,10 +294,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
  * keys and sums their rows over heads, then query tiles, then queries, in
  * order. grid (ceil(T/ATT_BK), Hkv, B), ATT_THREADS threads; shared:
  * k (BK,D), v (BK,D), q (QT,KP), dout (QT,KP), lse (QT), delta (QT) */
-template <int DPL>
+template <typename T, int DPL>
 __global__ void __launch_bounds__(ATT_THREADS)
-	attention_dkv_kernel(float *dqkv, const float *dout, const float *lse, const float *delta,
-			     const float *qkv, att_shape a)
+	attention_dkv_kernel(T *dqkv, const T *dout, const float *lse, const float *delta,
+			     const T *qkv, att_shape a)
 {
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
@@ -290,9 +306,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int kvh = blockIdx.y, b = blockIdx.z;
 	const int j0 = blockIdx.x * ATT_BK, nkeys = min(ATT_BK, a.T - j0);
-	const float *base = qkv + (size_t)b * a.T * a.ld;
-	load_rows(k_s, D, base + (size_t)(a.Hq + kvh) * D, a.ld, j0, nkeys, D);
-	load_rows(v_s, D, base + (size_t)(a.Hq + a.Hkv + kvh) * D, a.ld, j0, nkeys, D);
+	const T *base = qkv + (size_t)b * a.T * a.ld;
+	load_rows(k_s, D, base + (size_t)(a.Hq + kvh) * D, a.ld, j0, nkeys, D, a.vec);
+	load_rows(v_s, D, base + (size_t)(a.Hq + a.Hkv + kvh) * D, a.ld, j0, nkeys, D, a.vec);
 
 	float dk[ATT_KROWS][DPL], dv[ATT_KROWS][DPL];
 #pragma unroll
@@ -303,14 +319,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	/* the last query that sees one of the block's keys */
 	const int i_hi = a.window > 0 ? min(a.T - 1, j0 + nkeys - 1 + a.window - 1) : a.T - 1;
 	for (int h = kvh * a.G; h < (kvh + 1) * a.G; h++) {
-		const float *qg = base + (size_t)h * D;
-		const float *dog = dout + (size_t)b * a.T * a.ldo + (size_t)h * D;
+		const T *qg = base + (size_t)h * D;
+		const T *dog = dout + (size_t)b * a.T * a.ldo + (size_t)h * D;
 		const size_t row0 = ((size_t)b * a.Hq + h) * a.T;
 		for (int q0 = j0; q0 <= i_hi; q0 += ATT_QT) {
 			const int nqt = min(ATT_QT, i_hi - q0 + 1);
 			__syncthreads(); /* the previous tile is consumed (and k, v loaded) */
-			load_rows(q_s, KP, qg, a.ld, q0, nqt, D);
-			load_rows(do_s, KP, dog, a.ldo, q0, nqt, D);
+			load_rows(q_s, KP, qg, a.ld, q0, nqt, D, a.vec);
+			load_rows(do_s, KP, dog, a.ldo, q0, nqt, D, a.vec);
 			for (int e = threadIdx.x; e < nqt; e += blockDim.x) {
 				lse_s[e] = lse[row0 + q0 + e];
 				dl_s[e] = delta[row0 + q0 + e];
@@ -349,14 +365,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
 		const int kr = warp * ATT_KROWS + r, j = j0 + kr;
 		if (kr >= nkeys)
 			continue;
-		float *gk = dqkv + ((size_t)b * a.T + j) * a.ld + (size_t)(a.Hq + kvh) * D;
-		float *gv = gk + (size_t)a.Hkv * D;
+		T *gk = dqkv + ((size_t)b * a.T + j) * a.ld + (size_t)(a.Hq + kvh) * D;
+		T *gv = gk + (size_t)a.Hkv * D;
 #pragma unroll
 		for (int u = 0; u < DPL; u++) {
 			const int d = lane + 32 * u;
 			if (d < D) {
-				gk[d] = a.scale * dk[r][u];
-				gv[d] = dv[r][u];
+				gk[d] = pp_to<T>(a.scale * dk[r][u]);
+				gv[d] = pp_to<T>(dv[r][u]);
 			}
 		}
 	}
@@ -364,81 +380,95 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ---- launches ------------------------------------------------------------- */
 
-/* F<DPL>(args...) with DPL the head dims per lane that D needs */
-#define ATT_DISPATCH(D, F, ...)                  \
-	do {                                     \
-		if ((D) <= 32)                   \
-			F<1>(__VA_ARGS__);       \
-		else if ((D) <= 64)              \
-			F<2>(__VA_ARGS__);       \
-		else if ((D) <= 128)             \
-			F<4>(__VA_ARGS__);       \
-		else                             \
-			F<8>(__VA_ARGS__);       \
+/* F<T, DPL>(args...) with DPL the head dims per lane that D needs */
+#define ATT_DISPATCH(D, F, ...)                     \
+	do {                                        \
+		if ((D) <= 32)                      \
+			F<T, 1>(__VA_ARGS__);       \
+		else if ((D) <= 64)                 \
+			F<T, 2>(__VA_ARGS__);       \
+		else if ((D) <= 128)                \
+			F<T, 4>(__VA_ARGS__);       \
+		else                                \
+			F<T, 8>(__VA_ARGS__);       \
 	} while (0)
 
-template <int DPL>
-static void fwd_launch(float *out, float *lse, const float *qkv, const att_shape &a)
+template <typename T, int DPL>
+static void fwd_launch(T *out, float *lse, const T *qkv, const att_shape &a)
 {
 	const size_t smem =
 		sizeof(float) * ((size_t)ATT_BQ * a.D + (size_t)ATT_KT * a.KP + (size_t)ATT_KT * a.D);
-	pp_cuda_smem((const void *)attention_fwd_kernel<DPL>, smem, "attention_fwd_kernel");
+	pp_cuda_smem((const void *)attention_fwd_kernel<T, DPL>, smem, "attention_fwd_kernel");
 	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
-	attention_fwd_kernel<DPL><<<grid, ATT_THREADS, smem>>>(out, lse, qkv, a);
+	attention_fwd_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(out, lse, qkv, a);
 	PP_CUDA_LAUNCHED("attention_fwd_kernel");
 }
 
-template <int DPL>
-static void dq_launch(float *dqkv, const float *dout, const float *lse, const float *delta,
-		      const float *qkv, const att_shape &a)
+template <typename T, int DPL>
+static void dq_launch(T *dqkv, const T *dout, const float *lse, const float *delta, const T *qkv,
+		      const att_shape &a)
 {
 	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BQ * a.D + 2 * (size_t)ATT_KT * a.KP);
-	pp_cuda_smem((const void *)attention_dq_kernel<DPL>, smem, "attention_dq_kernel");
+	pp_cuda_smem((const void *)attention_dq_kernel<T, DPL>, smem, "attention_dq_kernel");
 	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
-	attention_dq_kernel<DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
+	attention_dq_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
 	PP_CUDA_LAUNCHED("attention_dq_kernel");
 }
 
-template <int DPL>
-static void dkv_launch(float *dqkv, const float *dout, const float *lse, const float *delta,
-		       const float *qkv, const att_shape &a)
+template <typename T, int DPL>
+static void dkv_launch(T *dqkv, const T *dout, const float *lse, const float *delta, const T *qkv,
+		       const att_shape &a)
 {
 	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BK * a.D + 2 * (size_t)ATT_QT * a.KP +
 					     2 * (size_t)ATT_QT);
-	pp_cuda_smem((const void *)attention_dkv_kernel<DPL>, smem, "attention_dkv_kernel");
+	pp_cuda_smem((const void *)attention_dkv_kernel<T, DPL>, smem, "attention_dkv_kernel");
 	const dim3 grid((a.T + ATT_BK - 1) / ATT_BK, a.Hkv, a.B);
-	attention_dkv_kernel<DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
+	attention_dkv_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
 	PP_CUDA_LAUNCHED("attention_dkv_kernel");
 }
 
-/* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
-void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
-			   int Hkv, int D, int window)
+/* cuDNN for this table: asked for, or the bf16 table's own choice */
+template <typename T> static bool use_cudnn(void)
 {
-	if (B <= 0 || T <= 0 || Hq <= 0)
-		return;
-	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
-	if (pp_cuda.attention == PP_CUDA_ATTENTION_CUDNN &&
-	    pp_cuda_sdpa_fwd(out, lse, qkv, B, T, Hq, Hkv, D, window))
-		return;
-	ATT_DISPATCH(D, fwd_launch, out, lse, qkv, a);
+	return pp_cuda.attention == PP_CUDA_ATTENTION_CUDNN ||
+	       (pp_cuda.attention == PP_CUDA_ATTENTION_AUTO && pp_is_bf16<T>::value);
 }
 
+/* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
+template <typename T>
+void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T_, int Hq,
+			   int Hkv, int D, int window)
+{
+	if (B <= 0 || T_ <= 0 || Hq <= 0)
+		return;
+	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window);
+	a.vec = pp_cuda_vec<T>(D, out, qkv);
+	if (use_cudnn<T>() &&
+	    pp_cuda_sdpa_fwd<T>((T *)out, lse, (const T *)qkv, B, T_, Hq, Hkv, D, window))
+		return;
+	ATT_DISPATCH(D, fwd_launch, (T *)out, lse, (const T *)qkv, a);
+}
+PP_CUDA_BOTH(pp_cuda_attention_fwd);
+
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
-void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
-			   const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+template <typename T>
+void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
+			   const pp_real *lse, const pp_act *qkv, int B, int T_, int Hq, int Hkv,
 			   int D, int window)
 {
-	if (B <= 0 || T <= 0 || Hq <= 0)
+	if (B <= 0 || T_ <= 0 || Hq <= 0)
 		return;
-	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
-	if (pp_cuda.attention == PP_CUDA_ATTENTION_CUDNN &&
-	    pp_cuda_sdpa_bwd(dqkv, dout, out, lse, qkv, B, T, Hq, Hkv, D, window))
+	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window);
+	a.vec = pp_cuda_vec<T>(D, dqkv, dout, qkv);
+	if (use_cudnn<T>() && pp_cuda_sdpa_bwd<T>((T *)dqkv, (const T *)dout, (const T *)out, lse,
+						  (const T *)qkv, B, T_, Hq, Hkv, D, window))
 		return;
-	const size_t n = (size_t)B * Hq * T;
+	const size_t n = (size_t)B * Hq * T_;
 	float *delta = (float *)pp_cuda_scratch(sizeof(float) * n);
-	attention_delta_kernel<<<pp_cuda_blocks(n, 256), 256>>>(delta, dout, out, a);
+	attention_delta_kernel<T><<<pp_cuda_blocks(n, 256), 256>>>(delta, (const T *)dout,
+								   (const T *)out, a);
 	PP_CUDA_LAUNCHED("attention_delta_kernel");
-	ATT_DISPATCH(D, dq_launch, dqkv, dout, lse, delta, qkv, a);
-	ATT_DISPATCH(D, dkv_launch, dqkv, dout, lse, delta, qkv, a);
+	ATT_DISPATCH(D, dq_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);
+	ATT_DISPATCH(D, dkv_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);
 }
+PP_CUDA_BOTH(pp_cuda_attention_bwd);

@@ -1,13 +1,15 @@
-/* The CUDA backend: fp32 kernels in plain CUDA and matrix products through
- * cuBLASLt, checked op by op against the CPU backend (tests/tool_cuda_check.c).
- * This file holds the op table, device selection and the error checks; see
- * cuda.h for the execution, numerics, determinism and error conventions. */
+/* The CUDA backend: kernels in plain CUDA over the compute type (fp32 or
+ * bf16), matrix products through cuBLASLt, attention through cuDNN or the
+ * plain kernels, checked op by op against the CPU backend
+ * (tests/tool_cuda_check.c). This file holds the two op tables, device
+ * selection and the error checks; see cuda.h for the execution, numerics,
+ * determinism and error conventions. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_PLAIN, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -113,7 +115,9 @@ static int env_flag(const char *name)
 
 void pp_cuda_set_attention(int mode)
 {
-	pp_cuda.attention = mode == PP_CUDA_ATTENTION_CUDNN ? mode : PP_CUDA_ATTENTION_PLAIN;
+	pp_cuda.attention = mode == PP_CUDA_ATTENTION_CUDNN || mode == PP_CUDA_ATTENTION_PLAIN
+				    ? mode
+				    : PP_CUDA_ATTENTION_AUTO;
 }
 
 int pp_cuda_init(int device, pp_err *e)
@@ -127,14 +131,19 @@ int pp_cuda_init(int device, pp_err *e)
 				 pp_cuda.device, device);
 	}
 	const char *att = getenv("PP_CUDA_ATTENTION");
-	int attention = PP_CUDA_ATTENTION_PLAIN;
-	if (att && *att && strcmp(att, "plain") != 0) {
-		if (strcmp(att, "cudnn") != 0)
+	int attention = PP_CUDA_ATTENTION_AUTO;
+	if (att && *att) {
+		if (!strcmp(att, "plain"))
+			attention = PP_CUDA_ATTENTION_PLAIN;
+		else if (!strcmp(att, "cudnn"))
+			attention = PP_CUDA_ATTENTION_CUDNN;
+		else
 			return pp_errorf(e, PP_EUSAGE,
 					 "PP_CUDA_ATTENTION=%s: expected cudnn (cuDNN flash attention, "
-					 "bf16) or plain (the fp32 kernels, the default)",
+					 "bf16 inside) or plain (the flash-style kernels of the backend); "
+					 "unset, the bf16 table uses cuDNN and the fp32 table the plain "
+					 "kernels",
 					 att);
-		attention = PP_CUDA_ATTENTION_CUDNN;
 	}
 	int n = 0;
 	cudaError_t q = cudaGetDeviceCount(&n);
@@ -197,45 +206,39 @@ int pp_cuda_init(int device, pp_err *e)
 
 const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 
-/* ---- the table ------------------------------------------------------------- */
+/* ---- the tables ------------------------------------------------------------ */
+
+/* One table per compute type, over the same op templates */
+#define PP_CUDA_TABLE(T)                                              \
+	.alloc = pp_cuda_alloc, .free = pp_cuda_free, .to_device = pp_cuda_copy,   \
+	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .to_act = pp_cuda_to_act<T>, \
+	.act_to_host = pp_cuda_act_to_host<T>, .matmul_fwd = pp_cuda_matmul_fwd<T>, \
+	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>, \
+	.embed_fwd = pp_cuda_embed_fwd<T>, .embed_bwd = pp_cuda_embed_bwd<T>,       \
+	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>, .rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, \
+	.layernorm_fwd = pp_cuda_layernorm_fwd<T>, .layernorm_bwd = pp_cuda_layernorm_bwd<T>, \
+	.rmsnorm_residual_fwd = pp_cuda_rmsnorm_residual_fwd<T>,                  \
+	.layernorm_residual_fwd = pp_cuda_layernorm_residual_fwd<T>,              \
+	.rope_fwd = pp_cuda_rope_fwd<T>, .rope_bwd = pp_cuda_rope_bwd<T>,         \
+	.attention_fwd = pp_cuda_attention_fwd<T>, .attention_bwd = pp_cuda_attention_bwd<T>, \
+	.kv_append = pp_cuda_kv_append<T>, .attention_cached = pp_cuda_attention_cached<T>, \
+	.graph_begin = pp_cuda_graph_begin, .graph_end = pp_cuda_graph_end,       \
+	.graph_launch = pp_cuda_graph_launch, .graph_free = pp_cuda_graph_free,   \
+	.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,             \
+	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>,         \
+	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \
+	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,          \
+	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>, \
+	.adamw = pp_cuda_adamw
 
 const pp_ops pp_ops_cuda = {
 	.name = "cuda",
-	.alloc = pp_cuda_alloc,
-	.free = pp_cuda_free,
-	.to_device = pp_cuda_copy,
-	.to_host = pp_cuda_copy,
-	.zero = pp_cuda_zero,
-	.matmul_fwd = pp_cuda_matmul_fwd,
-	.matmul_bwd = pp_cuda_matmul_bwd,
-	.matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd,
-	.embed_fwd = pp_cuda_embed_fwd,
-	.embed_bwd = pp_cuda_embed_bwd,
-	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd,
-	.rmsnorm_bwd = pp_cuda_rmsnorm_bwd,
-	.layernorm_fwd = pp_cuda_layernorm_fwd,
-	.layernorm_bwd = pp_cuda_layernorm_bwd,
-	.rmsnorm_residual_fwd = pp_cuda_rmsnorm_residual_fwd,
-	.layernorm_residual_fwd = pp_cuda_layernorm_residual_fwd,
-	.rope_fwd = pp_cuda_rope_fwd,
-	.rope_bwd = pp_cuda_rope_bwd,
-	.attention_fwd = pp_cuda_attention_fwd,
-	.attention_bwd = pp_cuda_attention_bwd,
-	.kv_append = pp_cuda_kv_append,
-	.attention_cached = pp_cuda_attention_cached,
-	.graph_begin = pp_cuda_graph_begin,
-	.graph_end = pp_cuda_graph_end,
-	.graph_launch = pp_cuda_graph_launch,
-	.graph_free = pp_cuda_graph_free,
-	.glu_fwd = pp_cuda_glu_fwd,
-	.glu_bwd = pp_cuda_glu_bwd,
-	.gelu_fwd = pp_cuda_gelu_fwd,
-	.gelu_bwd = pp_cuda_gelu_bwd,
-	.add = pp_cuda_add,
-	.scale = pp_cuda_scale,
-	.sumsq = pp_cuda_sumsq,
-	.crossentropy = pp_cuda_crossentropy,
-	.logsumexp_rows = pp_cuda_logsumexp_rows,
-	.softmax_grad = pp_cuda_softmax_grad,
-	.adamw = pp_cuda_adamw,
+	.act_type = PP_TYPE_REAL,
+	PP_CUDA_TABLE(float),
+};
+
+const pp_ops pp_ops_cuda_bf16 = {
+	.name = "cuda",
+	.act_type = PP_TYPE_BF16,
+	PP_CUDA_TABLE(pp_bf16),
 };

@@ -1,4 +1,5 @@
-/* Private to the CUDA backend: the ops of pp_ops_cuda (one file per family),
+/* Private to the CUDA backend: the ops of pp_ops_cuda and pp_ops_cuda_bf16
+ * (one file per family),
  * the state they share and the helpers they use. Shapes use the letter code
  * of kernels/ops.h; every pointer an op receives is device memory.
  *
@@ -7,18 +8,32 @@
  * (cudaMemcpy) sees every op issued before it. Ops are called from one host
  * thread. The exception is a CUDA graph (decode.cu): the ops of a decoding
  * step (embed, norm and norm with the residual add, matmul, rope, kv_append,
- * attention_cached, add, glu and gelu forwards) launch on pp_cuda.stream,
+ * attention_cached, add, glu and gelu forwards, to_act) launch on pp_cuda.stream,
  * which graph_begin points at a capture stream; that stream is a blocking
  * one, so a graph launched on it runs after earlier work on the default
  * stream and before later work.
  *
- * Numerics: fp32 in and out. Matrix products run in exact fp32 on cuBLASLt
- * (CUBLAS_COMPUTE_32F) unless PP_CUDA_TF32=1 asks for TF32 tensor cores.
- * Attention runs on the fp32 kernels of attention.cu unless
- * PP_CUDA_ATTENTION=cudnn asks for cuDNN's fused flash attention
- * (sdpa_cudnn.cu), which computes in bf16 with fp32 statistics: about 1e-2
- * relative from the fp32 result, and its dq is not bitwise reproducible.
- * Shapes cuDNN does not take fall back to the fp32 kernels.
+ * Compute types: every op is one template over the activation type T,
+ * float or __nv_bfloat16, and the two op tables (cuda.cu) take its two
+ * instances: pp_ops_cuda (T = float) and pp_ops_cuda_bf16. Activations, their
+ * gradients, logits, the KV cache and the compute copy of the weights are T
+ * (the pp_act pointers of ops.h); master weights, parameter gradients,
+ * optimizer state, row statistics and losses are fp32 (pp_real). Kernels
+ * load T and convert to float, compute in float (statistics and reductions
+ * as below), and round to T on the store (round to nearest even). Rows are
+ * read in packs of 16 bytes (PP_VEC(T) elements) where the pointers and the
+ * row length allow it, element by element otherwise: the same packs belong
+ * to the same threads either way, so alignment never changes a result.
+ *
+ * Numerics: matrix products run on cuBLASLt with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F): exact fp32 for T = float unless PP_CUDA_TF32=1 asks
+ * for TF32 tensor cores, bf16 tensor cores for T = bf16. Attention runs on
+ * the flash-style kernels of attention.cu or on cuDNN's fused flash
+ * attention (sdpa_cudnn.cu), which computes in bf16 with fp32 statistics:
+ * the bf16 table uses cuDNN, the fp32 table the plain kernels (cuDNN would
+ * cost it about 1e-2 relative), PP_CUDA_ATTENTION overrides both. cuDNN's
+ * dq is not bitwise reproducible; shapes cuDNN does not take fall back to
+ * the plain kernels.
  * Row statistics (norms, log-sum-exp, sum of squares) accumulate in double,
  * as the CPU backend does.
  *
@@ -42,11 +57,13 @@
 #define PP_KERNELS_CUDA_H
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 extern "C" {
 #include "../ops.h"
@@ -88,7 +105,7 @@ typedef struct {
 	void *workspace; /* cuBLASLt workspace */
 	size_t workspace_bytes;
 	int tf32;          /* PP_CUDA_TF32=1: matrix products on TF32 tensor cores */
-	int attention;     /* PP_CUDA_ATTENTION: PP_CUDA_ATTENTION_PLAIN or _CUDNN */
+	int attention;     /* PP_CUDA_ATTENTION_AUTO (per table), _PLAIN or _CUDNN */
 	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
 	int num_sms;       /* multiprocessors */
 	size_t smem_optin; /* the most dynamic shared memory a block may ask for */
@@ -163,102 +180,241 @@ template <typename T> __device__ T pp_block_max(T v, T *red)
 	return pp_warp_max(lane < nw ? red[lane] : red[0]);
 }
 
+
+/* ---- the compute type ------------------------------------------------------ */
+
+typedef __nv_bfloat16 pp_bf16;
+
+/* whether T is bf16: the choices that differ per table (attention, cuBLASLt
+ * types) */
+template <typename T> struct pp_is_bf16 {
+	static constexpr bool value = false;
+};
+template <> struct pp_is_bf16<pp_bf16> {
+	static constexpr bool value = true;
+};
+
+/* elements of T in one 16-byte access: 4 floats, 8 bf16 */
+#define PP_VEC(T) ((int)(16 / sizeof(T)))
+
+__device__ __forceinline__ float pp_f(float x) { return x; }
+__device__ __forceinline__ float pp_f(pp_bf16 x) { return __bfloat162float(x); }
+/* x rounded to T (to nearest even) */
+template <typename T> __device__ __forceinline__ T pp_to(float x);
+template <> __device__ __forceinline__ float pp_to<float>(float x) { return x; }
+template <> __device__ __forceinline__ pp_bf16 pp_to<pp_bf16>(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+/* the value a store of x to T keeps */
+template <typename T> __device__ __forceinline__ float pp_round(float x)
+{
+	return pp_f(pp_to<T>(x));
+}
+
+/* f[0..PP_VEC(T)) = p[i..) as floats, 0 past n. VEC: one 16-byte load when
+ * the whole pack lies below n; the caller guarantees that p + i is then
+ * 16-byte aligned. Else element by element. */
+template <typename T, bool VEC>
+__device__ __forceinline__ void pp_load(float *f, const T *p, size_t i, size_t n)
+{
+	constexpr int N = PP_VEC(T);
+	if (VEC && i + N <= n) {
+		const int4 raw = *reinterpret_cast<const int4 *>(p + i);
+		T t[N];
+		memcpy(t, &raw, sizeof raw);
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			f[j] = pp_f(t[j]);
+	} else {
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			f[j] = i + j < n ? pp_f(p[i + j]) : 0.0f;
+	}
+}
+
+/* p[i..) = f[0..PP_VEC(T)) rounded to T, the elements below n only; VEC as
+ * pp_load */
+template <typename T, bool VEC>
+__device__ __forceinline__ void pp_store(T *p, const float *f, size_t i, size_t n)
+{
+	constexpr int N = PP_VEC(T);
+	if (VEC && i + N <= n) {
+		T t[N];
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			t[j] = pp_to<T>(f[j]);
+		int4 raw;
+		memcpy(&raw, t, sizeof raw);
+		*reinterpret_cast<int4 *>(p + i) = raw;
+	} else {
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			if (i + j < n)
+				p[i + j] = pp_to<T>(f[j]);
+	}
+}
+
+/* Whether every pointer is 16-byte aligned (NULL, an absent optional
+ * tensor, is): the VEC of pp_load and pp_store over flat arrays */
+template <typename... P> static inline bool pp_cuda_aligned(const P *...ps)
+{
+	return ((((uintptr_t)ps) % 16 == 0) && ...);
+}
+
+/* Whether the 16-byte packs of rows `len` elements long are aligned in every
+ * one of the (row-major) tensors at ps: the VEC of pp_load and pp_store over
+ * rows */
+template <typename T, typename... P> static inline bool pp_cuda_vec(size_t len, const P *...ps)
+{
+	return len % PP_VEC(T) == 0 && pp_cuda_aligned(ps...);
+}
+
+/* F(true) when cond holds, else F(false): the VEC of a launch */
+#define PP_VEC_DISPATCH(cond, F)  \
+	do {                      \
+		if (cond)         \
+			F(true);  \
+		else              \
+			F(false); \
+	} while (0)
+
+/* Instantiates the op template fn for both compute types (the op tables take
+ * their addresses in cuda.cu) */
+#define PP_CUDA_BOTH(fn)                             \
+	template decltype(fn<float>) fn<float>;      \
+	template decltype(fn<pp_bf16>) fn<pp_bf16>
+
 /* ---- the ops ------------------------------------------------------------- */
+/* Templates over the compute type T (float or pp_bf16) take the pp_act
+ * pointers of ops.h, T on the device; pp_real pointers are fp32 in both. */
 
 /* mem.cu */
 void *pp_cuda_alloc(size_t bytes);
 void pp_cuda_free(void *p);
 void pp_cuda_copy(void *dst, const void *src, size_t bytes);
 void pp_cuda_zero(void *p, size_t bytes);
+/* dst (n) = src (n) converted, device to device, on pp_cuda.stream (a copy
+ * when the types agree); D, S: float or pp_bf16 */
+template <typename D, typename S> void pp_cuda_convert(D *dst, const S *src, size_t n);
+template <typename T> void pp_cuda_to_act(pp_act *dst, const pp_real *src, size_t n);
+template <typename T> void pp_cuda_act_to_host(pp_real *host_dst, const pp_act *src, size_t n);
 
 /* vec.cu */
-void pp_cuda_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
+template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
+void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */
-void pp_cuda_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+template <typename T>
+void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
 			int N, int C, int OC);
-void pp_cuda_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
-			const pp_real *inp, const pp_real *w, int N, int C, int OC);
+template <typename T>
+void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			const pp_act *inp, const pp_act *w, int N, int C, int OC);
 /* pre (N,OC) = inp @ w^T + bias, out = gelu(pre): one product with cuBLASLt's
  * GELU_AUX(_BIAS) epilogue where it applies, else matmul then gelu */
-void pp_cuda_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
-			     const pp_real *bias, int N, int C, int OC);
-/* Column sums over the N rows of (N,C) matrices, for dbias and the norms'
- * weight gradients; one thread owns each column's sum (no atomics).
+template <typename T>
+void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
+			     const pp_act *bias, int N, int C, int OC);
+/* Column sums over the N rows of (N,C) matrices of T, into fp32, for dbias
+ * and the norms' weight gradients; fixed order, no atomics.
  * dst (C) += sum_n src[n] */
-void pp_cuda_colsum(pp_real *dst, const pp_real *src, int N, int C);
+template <typename T> void pp_cuda_colsum(pp_real *dst, const T *src, int N, int C);
 /* dw (C) += sum_n dout[n] * x[n] * rstd[n] */
-void pp_cuda_colsum_rms(pp_real *dw, const pp_real *dout, const pp_real *x, const pp_real *rstd,
-			int N, int C);
+template <typename T>
+void pp_cuda_colsum_rms(pp_real *dw, const T *dout, const T *x, const pp_real *rstd, int N, int C);
 /* dw (C) += sum_n dout[n] * (x[n] - mean[n]) * rstd[n]; db (C) += sum_n dout[n] */
-void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const pp_real *dout, const pp_real *x,
-		       const pp_real *mean, const pp_real *rstd, int N, int C);
+template <typename T>
+void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const T *dout, const T *x, const pp_real *mean,
+		       const pp_real *rstd, int N, int C);
 
 /* embed.cu */
-void pp_cuda_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
-		       pp_real scale, int B, int T, int C, int pos0);
-void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
-		       pp_real scale, int B, int T, int C, int pos0);
+template <typename T>
+void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
+		       pp_real scale, int B, int T_, int C, int pos0);
+template <typename T>
+void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
+		       pp_real scale, int B, int T_, int C, int pos0);
 
 /* norm.cu */
-void pp_cuda_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+template <typename T>
+void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
 			 pp_real eps, pp_real offset, int N, int C);
-void pp_cuda_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
-			 const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C);
-void pp_cuda_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
-			   const pp_real *w, const pp_real *b, pp_real eps, int N, int C);
-void pp_cuda_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
-			   const pp_real *x, const pp_real *w, const pp_real *mean,
+template <typename T>
+void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
+			 const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C);
+template <typename T>
+void pp_cuda_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
+			   const pp_act *w, const pp_act *b, pp_real eps, int N, int C);
+template <typename T>
+void pp_cuda_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout,
+			   const pp_act *x, const pp_act *w, const pp_real *mean,
 			   const pp_real *rstd, int N, int C);
-void pp_cuda_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd,
-				  const pp_real *x, const pp_real *y, const pp_real *w, pp_real eps,
-				  pp_real offset, int N, int C);
-void pp_cuda_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
-				    const pp_real *x, const pp_real *y, const pp_real *w,
-				    const pp_real *b, pp_real eps, int N, int C);
+template <typename T>
+void pp_cuda_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
+				  const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
+				  int N, int C);
+template <typename T>
+void pp_cuda_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
+				    const pp_act *x, const pp_act *y, const pp_act *w,
+				    const pp_act *b, pp_real eps, int N, int C);
 
 /* rope.cu */
-void pp_cuda_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-void pp_cuda_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+template <typename T>
+void pp_cuda_rope_fwd(pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta, int pos0);
+template <typename T>
+void pp_cuda_rope_bwd(pp_act *dqkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta,
 		      int pos0);
 
 /* attention.cu */
-void pp_cuda_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+template <typename T>
+void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T_, int Hq,
 			   int Hkv, int D, int window);
-void pp_cuda_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
-			   const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+template <typename T>
+void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
+			   const pp_real *lse, const pp_act *qkv, int B, int T_, int Hq, int Hkv,
 			   int D, int window);
 
-/* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside). They
+/* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside: T = bf16
+ * tensors go to cuDNN as they are, fp32 ones through bf16 copies). They
  * return 1 when cuDNN ran it, 0 when cuDNN does not take the shape (decided
  * once per shape, reported once on stderr): the caller then runs the plain
  * kernels. */
-int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
-		     int D, int window);
-int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
-		     const pp_real *qkv, int B, int T, int Hq, int Hkv, int D, int window);
+template <typename T>
+int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, int Hkv, int D,
+		     int window);
+template <typename T>
+int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, const T *qkv, int B,
+		     int T_, int Hq, int Hkv, int D, int window);
 
 /* mlp.cu */
-void pp_cuda_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);
-void pp_cuda_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
-void pp_cuda_gelu_fwd(pp_real *out, const pp_real *x, size_t n);
-void pp_cuda_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
+template <typename T> void pp_cuda_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act);
+template <typename T>
+void pp_cuda_glu_bwd(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act);
+template <typename T> void pp_cuda_gelu_fwd(pp_act *out, const pp_act *x, size_t n);
+template <typename T>
+void pp_cuda_gelu_bwd(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n);
 
 /* loss.cu */
-void pp_cuda_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+template <typename T>
+void pp_cuda_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits,
 			  const int *targets, int N, int V, pp_real dscale);
-void pp_cuda_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, const int *targets,
+template <typename T>
+void pp_cuda_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_act *logits, const int *targets,
 			    int N, int V);
-void pp_cuda_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+template <typename T>
+void pp_cuda_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *lse,
 			  const int *targets, int N, int V, pp_real dscale);
 
 /* decode.cu */
-void pp_cuda_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+template <typename T>
+void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
 		       int Hkv, int D, int Tmax, int pos0);
-void pp_cuda_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
-			      const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+template <typename T>
+void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
+			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
 			      int pos0, int window);
 void pp_cuda_graph_begin(void);
 void *pp_cuda_graph_end(void *prev);

@@ -13,44 +13,66 @@
 #define THREADS 128
 #define KEYS_PER_SPLIT 256
 
-/* kcache, vcache (B,Tmax,Hkv*D) rows pos0.. = k, v heads of qkv (B,n,(Hq+2Hkv)*D) */
-__global__ void kv_append_kernel(float *kc, float *vc, const float *qkv, int n, int Hq, int Hkv,
-				 int D, int Tmax, int pos0, size_t total)
+/* kcache, vcache (B,Tmax,Hkv*D) rows pos0.. = k, v heads of qkv (B,n,(Hq+2Hkv)*D);
+ * one thread per pack of PP_VEC(T) elements of a cache row */
+template <typename T, bool VEC>
+__global__ void kv_append_kernel(T *kc, T *vc, const T *qkv, int n, int Hq, int Hkv, int D,
+				 int Tmax, int pos0, size_t rows)
 {
+	constexpr int P = PP_VEC(T);
 	const size_t KV = (size_t)Hkv * D, ld = (size_t)(Hq + 2 * Hkv) * D;
+	const size_t packs = (KV + P - 1) / P, total = rows * packs;
 	for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
 	     idx += (size_t)gridDim.x * blockDim.x) {
-		size_t row = idx / KV, j = idx % KV, b = row / (size_t)n, i = row % (size_t)n;
-		size_t at = (b * (size_t)Tmax + (size_t)pos0 + i) * KV + j;
-		const float *k = qkv + row * ld + (size_t)Hq * D;
-		kc[at] = k[j];
-		vc[at] = k[KV + j];
+		const size_t row = idx / packs, j = idx % packs * P, b = row / (size_t)n,
+			     i = row % (size_t)n;
+		const size_t at = (b * (size_t)Tmax + (size_t)pos0 + i) * KV;
+		const T *k = qkv + row * ld + (size_t)Hq * D;
+		float f[P];
+		pp_load<T, VEC>(f, k, j, KV);
+		pp_store<T, VEC>(kc + at, f, j, KV);
+		pp_load<T, VEC>(f, k + KV, j, KV);
+		pp_store<T, VEC>(vc + at, f, j, KV);
 	}
 }
 
-void pp_cuda_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+template <typename T>
+void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
 		       int Hkv, int D, int Tmax, int pos0)
 {
-	size_t total = (size_t)B * n * Hkv * D;
+	const size_t rows = (size_t)B * n, KV = (size_t)Hkv * D;
+	const size_t total = rows * ((KV + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!total)
 		return;
-	kv_append_kernel<<<pp_cuda_blocks(total, 256), 256, 0, pp_cuda.stream>>>(
-		kcache, vcache, qkv, n, Hq, Hkv, D, Tmax, pos0, total);
+#define LAUNCH(VEC)                                                                          \
+	kv_append_kernel<T, VEC><<<pp_cuda_blocks(total, 256), 256, 0, pp_cuda.stream>>>(      \
+		(T *)kcache, (T *)vcache, (const T *)qkv, n, Hq, Hkv, D, Tmax, pos0, rows)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(D, kcache, vcache, qkv), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("kv_append_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_kv_append);
 
 /* Block (split c, head h, row r = b*n + i): query row r at position pos0+i
  * against its keys in [c*KEYS_PER_SPLIT, (c+1)*KEYS_PER_SPLIT).
  * part (B*n,Hq,S,D) = sum_j exp(s_j - m) v_j, ml (B*n,Hq,S,2) = (m, sum_j
  * exp(s_j - m)); m = -inf, sum 0 and part 0 for a chunk without keys.
- * Shared memory: q (D), then the chunk's scores (KEYS_PER_SPLIT), then 32
- * for reductions. */
-__global__ void attn_split_kernel(float *part, float *ml, const float *qkv, const float *kc,
-				  const float *vc, int n, int Hq, int Hkv, int D, int Tmax, int pos0,
-				  int window, float scale)
+ * Rows are read in packs of P = PP_VEC(T): a key's score is the work of a
+ * group of G lanes (the head's packs, G a power of two, so a warp scores
+ * 32/G keys at once); for p @ V, the THREADS threads form R = THREADS/packs
+ * key groups that each sum every R-th key of the chunk for their pack, and
+ * the R partial sums are added in group order. Shared memory: q (D), the
+ * chunk's scores (KEYS_PER_SPLIT), 32 for reductions, the partial sums
+ * (R,D). */
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+	attn_split_kernel(float *part, float *ml, const T *qkv, const T *kc, const T *vc, int n,
+			  int Hq, int Hkv, int D, int Tmax, int pos0, int window, float scale)
 {
+	constexpr int P = PP_VEC(T);
 	extern __shared__ float sm[];
-	float *q = sm, *p = sm + D, *red = p + KEYS_PER_SPLIT;
+	const int packs = (D + P - 1) / P, R = THREADS / packs;
+	float *q = sm, *p = q + D, *red = p + KEYS_PER_SPLIT, *acc_s = red + 32;
 	const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z, S = gridDim.x;
 	const int b = row / n, pos = pos0 + row % n;
 	const int lo = window > 0 && pos >= window ? pos - window + 1 : 0;
@@ -66,20 +88,38 @@ __global__ void attn_split_kernel(float *part, float *ml, const float *qkv, cons
 		}
 		return;
 	}
-	const float *qr = qkv + (size_t)row * (Hq + 2 * Hkv) * D + (size_t)h * D;
-	for (int d = threadIdx.x; d < D; d += blockDim.x)
-		q[d] = qr[d] * scale;
+	const T *qr = qkv + (size_t)row * (Hq + 2 * Hkv) * D + (size_t)h * D;
+	for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
+		float f[P];
+		pp_load<T, VEC>(f, qr, pk * P, D);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			if (pk * P + j < D)
+				q[pk * P + j] = f[j] * scale;
+	}
 	__syncthreads();
 	const size_t head = (size_t)(h / (Hq / Hkv)) * D;
-	const float *K = kc + (size_t)b * Tmax * KV + head, *V = vc + (size_t)b * Tmax * KV + head;
+	const T *K = kc + (size_t)b * Tmax * KV + head, *V = vc + (size_t)b * Tmax * KV + head;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	/* a warp per key: lanes stride the head dimension */
-	for (int j = k0 + warp; j < k1; j += nw) {
+	int G = 1;
+	while (G < packs && G < 32)
+		G <<= 1;
+	const int per_warp = 32 / G, sub = lane / G, gl = lane % G;
+	/* the scores: loop bounds uniform over the warp, for the shuffles */
+	for (int j0 = k0 + warp * per_warp; j0 < k1; j0 += nw * per_warp) {
+		const int j = j0 + sub;
 		float s = 0;
-		for (int d = lane; d < D; d += 32)
-			s += q[d] * K[(size_t)j * KV + d];
-		s = pp_warp_sum(s);
-		if (lane == 0)
+		if (j < k1)
+			for (int pk = gl; pk < packs; pk += G) {
+				float f[P];
+				pp_load<T, VEC>(f, K + (size_t)j * KV, pk * P, D);
+#pragma unroll
+				for (int e = 0; e < P; e++)
+					s += q[pk * P + e < D ? pk * P + e : 0] * f[e];
+			}
+		for (int off = G / 2; off > 0; off >>= 1)
+			s += __shfl_xor_sync(0xffffffffu, s, off);
+		if (gl == 0 && j < k1)
 			p[j - k0] = s;
 	}
 	__syncthreads();
@@ -94,11 +134,27 @@ __global__ void attn_split_kernel(float *part, float *ml, const float *qkv, cons
 		l += e;
 	}
 	l = pp_block_sum(l, red); /* its barriers also publish p */
+	const int pk = threadIdx.x % packs, g = threadIdx.x / packs;
+	if (g < R) {
+		float acc[P] = {};
+		for (int j = g; j < k1 - k0; j += R) {
+			float f[P];
+			pp_load<T, VEC>(f, V + (size_t)(k0 + j) * KV, pk * P, D);
+#pragma unroll
+			for (int e = 0; e < P; e++)
+				acc[e] += p[j] * f[e];
+		}
+#pragma unroll
+		for (int e = 0; e < P; e++)
+			if (pk * P + e < D)
+				acc_s[g * D + pk * P + e] = acc[e];
+	}
+	__syncthreads();
 	for (int d = threadIdx.x; d < D; d += blockDim.x) {
-		float acc = 0;
-		for (int j = 0; j < k1 - k0; j++)
-			acc += p[j] * V[(size_t)(k0 + j) * KV + d];
-		o[d] = acc;
+		float t = 0;
+		for (int r = 0; r < R; r++)
+			t += acc_s[r * D + d];
+		o[d] = t;
 	}
 	if (threadIdx.x == 0) {
 		ml[2 * slot] = mx;
@@ -106,8 +162,9 @@ __global__ void attn_split_kernel(float *part, float *ml, const float *qkv, cons
 	}
 }
 
-/* Block (h, row): out (B*n, Hq*D) = the S chunks combined in order */
-__global__ void attn_combine_kernel(float *out, const float *part, const float *ml, int Hq, int D,
+/* Block (h, row): out (B*n, Hq*D) of T = the S chunks combined in order */
+template <typename T>
+__global__ void attn_combine_kernel(T *out, const float *part, const float *ml, int Hq, int D,
 				    int S)
 {
 	const int h = blockIdx.x, row = blockIdx.y;
@@ -122,31 +179,42 @@ __global__ void attn_combine_kernel(float *out, const float *part, const float *
 		float acc = 0;
 		for (int c = 0; c < S; c++)
 			acc += part[(slot0 + c) * D + d] * expf(ml[2 * (slot0 + c)] - M);
-		out[((size_t)row * Hq + h) * D + d] = acc / L;
+		out[((size_t)row * Hq + h) * D + d] = pp_to<T>(acc / L);
 	}
 }
 
-void pp_cuda_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
-			      const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+template <typename T>
+void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
+			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
 			      int pos0, int window)
 {
 	const int S = (Tmax + KEYS_PER_SPLIT - 1) / KEYS_PER_SPLIT, rows = B * n;
 	if (!rows || !Hq)
 		return;
 	PP_CUDA_REQUIRE(rows <= 65535, "attention_cached: B*n = %d rows, at most 65535", rows);
+	const int packs = (D + PP_VEC(T) - 1) / PP_VEC(T);
+	PP_CUDA_REQUIRE(packs <= THREADS, "attention_cached: head dim %d, at most %d", D,
+			THREADS * PP_VEC(T));
 	const size_t slots = (size_t)rows * Hq * S;
 	float *part = (float *)pp_cuda_scratch(sizeof(float) * slots * (D + 2));
 	float *ml = part + slots * D;
-	const size_t smem = sizeof(float) * (D + KEYS_PER_SPLIT + 32);
-	pp_cuda_smem((const void *)attn_split_kernel, smem, "attn_split_kernel");
-	attn_split_kernel<<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(
-		part, ml, qkv, kcache, vcache, n, Hq, Hkv, D, Tmax, pos0, window,
-		(float)(1 / sqrt((double)D)));
+	const size_t smem = sizeof(float) * (D + KEYS_PER_SPLIT + 32 + (size_t)(THREADS / packs) * D);
+	const float scale = (float)(1 / sqrt((double)D));
+#define LAUNCH(VEC)                                                                          \
+	do {                                                                                 \
+		pp_cuda_smem((const void *)attn_split_kernel<T, VEC>, smem, "attn_split_kernel"); \
+		attn_split_kernel<T, VEC><<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(  \
+			part, ml, (const T *)qkv, (const T *)kcache, (const T *)vcache, n, Hq, Hkv, \
+			D, Tmax, pos0, window, scale);                                       \
+	} while (0)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(D, qkv, kcache, vcache), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("attn_split_kernel");
-	attn_combine_kernel<<<dim3(Hq, rows), THREADS, 0, pp_cuda.stream>>>(out, part, ml, Hq, D,
-									    S);
+	attn_combine_kernel<T><<<dim3(Hq, rows), THREADS, 0, pp_cuda.stream>>>((T *)out, part, ml,
+									       Hq, D, S);
 	PP_CUDA_LAUNCHED("attn_combine_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_attention_cached);
 
 /* ---- graphs ----------------------------------------------------------------- */
 

@@ -39,3 +39,75 @@ void pp_cuda_zero(void *p, size_t bytes)
 	if (bytes)
 		PP_CUDA_CHECK(cudaMemset(p, 0, bytes));
 }
+
+/* ---- the compute type ------------------------------------------------------- */
+
+/* dst (n) = src (n) converted; each thread step takes K elements, whole
+ * 16-byte packs of both types */
+template <typename D, typename S, bool VEC>
+__global__ void convert_kernel(D *dst, const S *src, size_t n)
+{
+	constexpr int N = PP_VEC(D), M = PP_VEC(S), K = N > M ? N : M;
+	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * K; i < n;
+	     i += (size_t)gridDim.x * blockDim.x * K) {
+		float f[K];
+#pragma unroll
+		for (int j = 0; j < K; j += M)
+			pp_load<S, VEC>(f + j, src, i + j, n);
+#pragma unroll
+		for (int j = 0; j < K; j += N)
+			pp_store<D, VEC>(dst, f + j, i + j, n);
+	}
+}
+
+template <typename D, typename S> void pp_cuda_convert(D *dst, const S *src, size_t n)
+{
+	if (!n)
+		return;
+	if (pp_is_bf16<D>::value == pp_is_bf16<S>::value) {
+		PP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(D), cudaMemcpyDeviceToDevice,
+					      pp_cuda.stream));
+		return;
+	}
+	const int K = PP_VEC(D) > PP_VEC(S) ? PP_VEC(D) : PP_VEC(S);
+	const unsigned blocks = pp_cuda_blocks((n + K - 1) / K, 256);
+	if (pp_cuda_aligned(dst, src))
+		convert_kernel<D, S, true><<<blocks, 256, 0, pp_cuda.stream>>>(dst, src, n);
+	else
+		convert_kernel<D, S, false><<<blocks, 256, 0, pp_cuda.stream>>>(dst, src, n);
+	PP_CUDA_LAUNCHED("convert_kernel");
+}
+
+template void pp_cuda_convert<float, float>(float *, const float *, size_t);
+template void pp_cuda_convert<pp_bf16, float>(pp_bf16 *, const float *, size_t);
+template void pp_cuda_convert<float, pp_bf16>(float *, const pp_bf16 *, size_t);
+template void pp_cuda_convert<pp_bf16, pp_bf16>(pp_bf16 *, const pp_bf16 *, size_t);
+
+/* the compute copy of the weights: dst (n) of T from src (n) fp32 */
+template <typename T> void pp_cuda_to_act(pp_act *dst, const pp_real *src, size_t n)
+{
+	pp_cuda_convert((T *)dst, src, n);
+}
+PP_CUDA_BOTH(pp_cuda_to_act);
+
+/* host_dst (n) fp32 from src (n) of T on the device. bf16 is the upper half
+ * of an fp32, so the bf16 bits land in the upper half of host_dst and widen
+ * in place, front to back: element i is written at bytes [4i, 4i+4), below
+ * the bf16 of every element after i (at 2n + 2j, j > i), so nothing is
+ * overwritten before it is read; no staging buffer anywhere. */
+template <typename T> void pp_cuda_act_to_host(pp_real *host_dst, const pp_act *src, size_t n)
+{
+	if (!pp_is_bf16<T>::value) {
+		pp_cuda_copy(host_dst, src, n * sizeof(float));
+		return;
+	}
+	if (!n)
+		return;
+	uint16_t *half = (uint16_t *)(host_dst + n) - n;
+	PP_CUDA_CHECK(cudaMemcpy(half, src, n * sizeof(uint16_t), cudaMemcpyDefault));
+	for (size_t i = 0; i < n; i++) {
+		const uint32_t bits = (uint32_t)half[i] << 16;
+		memcpy(host_dst + i, &bits, sizeof bits);
+	}
+}
+PP_CUDA_BOTH(pp_cuda_act_to_host);

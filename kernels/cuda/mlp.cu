@@ -24,76 +24,138 @@ __device__ __forceinline__ float act_grad(float x, int act)
 	return s * (1 + x * (1 - s));
 }
 
-/* out (N,F) = act(gate) * up with gu (N,2F) = [gate | up] per row */
-__global__ void glu_fwd_kernel(float *out, const float *gu, int F, size_t n, int act)
+/* out (N,F) = act(gate) * up with gu (N,2F) = [gate | up] per row. One
+ * thread per pack of PP_VEC(T) elements of out; VEC when F allows it. */
+template <typename T, bool VEC>
+__global__ void glu_fwd_kernel(T *out, const T *gu, int F, int N, int act)
 {
+	constexpr int P = PP_VEC(T);
+	const int packs = (F + P - 1) / P;
+	const size_t n = (size_t)N * packs;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		const size_t r = i / F, f = i % F;
-		const float *g = gu + r * 2 * F;
-		out[i] = act_fwd(g[f], act) * g[F + f];
+		const size_t r = i / packs;
+		const int f = (int)(i % packs) * P;
+		const T *g = gu + r * 2 * F;
+		float a[P], b[P];
+		pp_load<T, VEC>(a, g, f, F);
+		pp_load<T, VEC>(b, g + F, f, F);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			a[j] = act_fwd(a[j], act) * b[j];
+		pp_store<T, VEC>(out + r * F, a, f, F);
 	}
 }
 
 /* dgu (N,2F) = [dout * up * act'(gate) | dout * act(gate)]; dout (N,F) */
-__global__ void glu_bwd_kernel(float *dgu, const float *dout, const float *gu, int F, size_t n,
-			       int act)
+template <typename T, bool VEC>
+__global__ void glu_bwd_kernel(T *dgu, const T *dout, const T *gu, int F, int N, int act)
 {
+	constexpr int P = PP_VEC(T);
+	const int packs = (F + P - 1) / P;
+	const size_t n = (size_t)N * packs;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		const size_t r = i / F, f = i % F;
-		const float gate = gu[r * 2 * F + f], up = gu[r * 2 * F + F + f], d = dout[i];
-		dgu[r * 2 * F + f] = d * up * act_grad(gate, act);
-		dgu[r * 2 * F + F + f] = d * act_fwd(gate, act);
+		const size_t r = i / packs;
+		const int f = (int)(i % packs) * P;
+		float gate[P], up[P], d[P], dg[P], du[P];
+		pp_load<T, VEC>(gate, gu + r * 2 * F, f, F);
+		pp_load<T, VEC>(up, gu + r * 2 * F + F, f, F);
+		pp_load<T, VEC>(d, dout + r * F, f, F);
+#pragma unroll
+		for (int j = 0; j < P; j++) {
+			dg[j] = d[j] * up[j] * act_grad(gate[j], act);
+			du[j] = d[j] * act_fwd(gate[j], act);
+		}
+		pp_store<T, VEC>(dgu + r * 2 * F, dg, f, F);
+		pp_store<T, VEC>(dgu + r * 2 * F + F, du, f, F);
 	}
 }
 
-/* out (n) = gelu(x) */
-__global__ void gelu_fwd_kernel(float *out, const float *x, size_t n)
+/* out (n) = gelu(x), in packs */
+template <typename T, bool VEC> __global__ void gelu_fwd_kernel(T *out, const T *x, size_t n)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		out[i] = act_fwd(x[i], PP_ACT_GELU_TANH);
+	constexpr int P = PP_VEC(T);
+	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * P; i < n;
+	     i += (size_t)gridDim.x * blockDim.x * P) {
+		float a[P];
+		pp_load<T, VEC>(a, x, i, n);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			a[j] = act_fwd(a[j], PP_ACT_GELU_TANH);
+		pp_store<T, VEC>(out, a, i, n);
+	}
 }
 
-/* dx (n) = dout * gelu'(x) */
-__global__ void gelu_bwd_kernel(float *dx, const float *dout, const float *x, size_t n)
+/* dx (n) = dout * gelu'(x), in packs */
+template <typename T, bool VEC>
+__global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, size_t n)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		dx[i] = dout[i] * act_grad(x[i], PP_ACT_GELU_TANH);
+	constexpr int P = PP_VEC(T);
+	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * P; i < n;
+	     i += (size_t)gridDim.x * blockDim.x * P) {
+		float a[P], d[P];
+		pp_load<T, VEC>(a, x, i, n);
+		pp_load<T, VEC>(d, dout, i, n);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			a[j] = d[j] * act_grad(a[j], PP_ACT_GELU_TANH);
+		pp_store<T, VEC>(dx, a, i, n);
+	}
 }
 
-void pp_cuda_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act)
+template <typename T> void pp_cuda_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act)
 {
-	const size_t n = (size_t)N * F;
+	const size_t n = (size_t)N * ((F + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!n)
 		return;
-	glu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, gu, F, n, act);
+#define LAUNCH(VEC)                                                                       \
+	glu_fwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>( \
+		(T *)out, (const T *)gu, F, N, act)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(F, out, gu), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("glu_fwd_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_glu_fwd);
 
-void pp_cuda_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act)
+template <typename T>
+void pp_cuda_glu_bwd(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act)
 {
-	const size_t n = (size_t)N * F;
+	const size_t n = (size_t)N * ((F + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!n)
 		return;
-	glu_bwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(dgu, dout, gu, F, n, act);
+#define LAUNCH(VEC)                                                                \
+	glu_bwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS>>>(             \
+		(T *)dgu, (const T *)dout, (const T *)gu, F, N, act)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(F, dgu, dout, gu), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("glu_bwd_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_glu_bwd);
 
-void pp_cuda_gelu_fwd(pp_real *out, const pp_real *x, size_t n)
+template <typename T> void pp_cuda_gelu_fwd(pp_act *out, const pp_act *x, size_t n)
 {
 	if (!n)
 		return;
-	gelu_fwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, x, n);
+	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
+#define LAUNCH(VEC)                                                                        \
+	gelu_fwd_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>((T *)out, (const T *)x, n)
+	PP_VEC_DISPATCH(pp_cuda_aligned(out, x), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("gelu_fwd_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_gelu_fwd);
 
-void pp_cuda_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n)
+template <typename T>
+void pp_cuda_gelu_bwd(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n)
 {
 	if (!n)
 		return;
-	gelu_bwd_kernel<<<pp_cuda_blocks(n, THREADS), THREADS>>>(dx, dout, x, n);
+	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
+#define LAUNCH(VEC)                                                                 \
+	gelu_bwd_kernel<T, VEC><<<blocks, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, n)
+	PP_VEC_DISPATCH(pp_cuda_aligned(dx, dout, x), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("gelu_bwd_kernel");
 }
+PP_CUDA_BOTH(pp_cuda_gelu_bwd);

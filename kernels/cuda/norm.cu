@@ -1,300 +1,413 @@
 /* Row norms over the last dimension: one block per row, row statistics
  * summed in double in a fixed tree (as the CPU backend sums in double). The
  * weight gradients are column sums over the rows (pp_cuda_colsum_*), taken
- * before dx is updated, so they read dout as it came in. */
+ * before dx is updated, so they read dout as it came in.
+ *
+ * A row is read in packs of PP_VEC(T) elements (16 bytes): pack p covers
+ * elements p*N .. p*N + N-1, and thread t of the THREADS owns packs
+ * t, t + THREADS, ... ; its partial sums run over its packs in that order,
+ * so the bits of a row's statistics depend on C only, whether the loads are
+ * 16-byte ones (VEC) or not. The forward kernels keep the row in registers
+ * between the statistics and the output: one read of the row. */
 #include "cuda.h"
 
 #define THREADS 256
 
-/* out (N,C) = x * rstd * (offset + w); rstd (N). grid (N) */
-__global__ void rmsnorm_fwd_kernel(float *out, float *rstd, const float *x, const float *w,
-				   float eps, float offset, int C)
+/* The K packs of a row that one thread owns, kept in registers between the
+ * passes over the row. K = 0 is for rows wider than the registers hold: the
+ * values are read back from src, where the same thread read or wrote them. */
+template <typename T, int K> struct row_regs {
+	float v[K ? K : 1][PP_VEC(T)];
+	__device__ __forceinline__ void put(int k, const float *a)
+	{
+		if constexpr (K != 0) {
+#pragma unroll
+			for (int j = 0; j < PP_VEC(T); j++)
+				v[k][j] = a[j];
+		}
+	}
+	template <bool VEC>
+	__device__ __forceinline__ void get(int k, float *a, const T *src, int c, int C) const
+	{
+		if constexpr (K == 0) {
+			pp_load<T, VEC>(a, src, c, C);
+		} else {
+#pragma unroll
+			for (int j = 0; j < PP_VEC(T); j++)
+				a[j] = v[k][j];
+		}
+	}
+};
+
+/* packs per thread: K, or as many as the row needs when K is 0 */
+#define ROW_STEPS(K, C, N) ((K) ? (K) : ((C) + THREADS * (N) - 1) / (THREADS * (N)))
+
+/* The first pass over a row, shared by the norms: a (N) = x[c..] or, with
+ * RES, the residual sum x + y rounded to T, which is stored to res (res may
+ * alias x or y: each element is read, then written, by the same thread).
+ * Elements past C are 0. */
+template <typename T, bool VEC, bool RES>
+__device__ __forceinline__ void row_input(float *a, T *res, const T *x, const T *y, int c, int C)
 {
+	pp_load<T, VEC>(a, x, c, C);
+	if (RES) {
+		float b[PP_VEC(T)];
+		pp_load<T, VEC>(b, y, c, C);
+#pragma unroll
+		for (int j = 0; j < PP_VEC(T); j++)
+			a[j] = c + j < C ? pp_round<T>(a[j] + b[j]) : 0.0f;
+		pp_store<T, VEC>(res, a, c, C);
+	}
+}
+
+/* out (N,C) = v * rstd * (offset + w); rstd (N); v = x, or with RES
+ * res (N,C) = x + y first (the residual add). grid (N), THREADS threads. */
+template <typename T, int K, bool VEC, bool RES>
+__global__ void __launch_bounds__(THREADS)
+	rmsnorm_fwd_kernel(T *res, T *out, float *rstd, const T *x, const T *y, const T *w,
+			   float eps, float offset, int C)
+{
+	constexpr int N = PP_VEC(T);
 	__shared__ double red[32];
-	const float *xr = x + (size_t)blockIdx.x * C;
-	float *o = out + (size_t)blockIdx.x * C;
+	const size_t row = (size_t)blockIdx.x * C;
+	x += row;
+	out += row;
+	if (RES) {
+		y += row;
+		res += row;
+	}
+	row_regs<T, K> v;
 	double ss = 0;
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		ss += (double)xr[c] * xr[c];
+#pragma unroll
+	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+		const int c = (k * THREADS + threadIdx.x) * N;
+		if (c < C) {
+			float a[N];
+			row_input<T, VEC, RES>(a, res, x, y, c, C);
+			v.put(k, a);
+#pragma unroll
+			for (int j = 0; j < N; j++)
+				ss += (double)a[j] * a[j];
+		}
+	}
 	ss = pp_block_sum(ss, red);
 	const float r = (float)(1 / sqrt(ss / C + eps));
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		o[c] = xr[c] * r * (offset + w[c]);
+#pragma unroll
+	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+		const int c = (k * THREADS + threadIdx.x) * N;
+		if (c < C) {
+			float a[N], g[N];
+			v.template get<VEC>(k, a, RES ? res : x, c, C);
+			pp_load<T, VEC>(g, w, c, C);
+#pragma unroll
+			for (int j = 0; j < N; j++)
+				a[j] = a[j] * r * (offset + g[j]);
+			pp_store<T, VEC>(out, a, c, C);
+		}
+	}
 	if (threadIdx.x == 0)
 		rstd[blockIdx.x] = r;
 }
 
-/* dx (N,C) += d out / d x, with d rstd / d x_c = -rstd^3 x_c / C. grid (N).
- * Every read of a row comes before the barrier in the reduction, so dx may
- * alias dout. */
-__global__ void rmsnorm_bwd_kernel(float *dx, const float *dout, const float *x, const float *w,
-				   const float *rstd, float offset, int C)
+/* out (N,C) = (v - mean) * rstd * w + b; mean, rstd (N); v as
+ * rmsnorm_fwd_kernel. Two passes over the registers for the variance: no
+ * cancellation when |mean| >> std. grid (N), THREADS threads. */
+template <typename T, int K, bool VEC, bool RES>
+__global__ void __launch_bounds__(THREADS)
+	layernorm_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
+			     const T *w, const T *b, float eps, int C)
 {
+	constexpr int N = PP_VEC(T);
 	__shared__ double red[32];
 	const size_t row = (size_t)blockIdx.x * C;
-	const float r = rstd[blockIdx.x];
-	double dot = 0;
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		dot += (double)(dout[row + c] * (offset + w[c]) * x[row + c]);
-	dot = pp_block_sum(dot, red);
-	const float k = (float)(dot * r * r * r / C);
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		dx[row + c] += r * (offset + w[c]) * dout[row + c] - k * x[row + c];
-}
-
-/* out (N,C) = (x - mean) * rstd * w + b; mean, rstd (N). grid (N).
- * Two passes over the row: no cancellation when |mean| >> std. */
-__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *x,
-				     const float *w, const float *b, float eps, int C)
-{
-	__shared__ double red[32];
-	const float *xr = x + (size_t)blockIdx.x * C;
-	float *o = out + (size_t)blockIdx.x * C;
+	x += row;
+	out += row;
+	if (RES) {
+		y += row;
+		res += row;
+	}
+	const T *src = RES ? res : x;
+	row_regs<T, K> v;
 	double s = 0;
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		s += xr[c];
+#pragma unroll
+	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+		const int c = (k * THREADS + threadIdx.x) * N;
+		if (c < C) {
+			float a[N];
+			row_input<T, VEC, RES>(a, res, x, y, c, C);
+			v.put(k, a);
+#pragma unroll
+			for (int j = 0; j < N; j++)
+				s += a[j];
+		}
+	}
 	s = pp_block_sum(s, red);
 	const float m = (float)(s / C);
 	double ss = 0;
-	for (int c = threadIdx.x; c < C; c += blockDim.x) {
-		const float d = xr[c] - m;
-		ss += (double)(d * d);
+#pragma unroll
+	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+		const int c = (k * THREADS + threadIdx.x) * N;
+		if (c < C) {
+			float a[N];
+			v.template get<VEC>(k, a, src, c, C);
+#pragma unroll
+			for (int j = 0; j < N; j++) {
+				const float d = c + j < C ? a[j] - m : 0.0f;
+				ss += (double)(d * d);
+			}
+		}
 	}
 	ss = pp_block_sum(ss, red);
 	const float r = (float)(1 / sqrt(ss / C + eps));
-	for (int c = threadIdx.x; c < C; c += blockDim.x)
-		o[c] = (xr[c] - m) * r * w[c] + b[c];
+#pragma unroll
+	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+		const int c = (k * THREADS + threadIdx.x) * N;
+		if (c < C) {
+			float a[N], g[N], h[N];
+			v.template get<VEC>(k, a, src, c, C);
+			pp_load<T, VEC>(g, w, c, C);
+			pp_load<T, VEC>(h, b, c, C);
+#pragma unroll
+			for (int j = 0; j < N; j++)
+				a[j] = (a[j] - m) * r * g[j] + h[j];
+			pp_store<T, VEC>(out, a, c, C);
+		}
+	}
 	if (threadIdx.x == 0) {
 		mean[blockIdx.x] = m;
 		rstd[blockIdx.x] = r;
+	}
+}
+
+/* dx (N,C) += d out / d x, with d rstd / d x_c = -rstd^3 x_c / C. grid (N).
+ * Every read of a row comes before the barrier in the reduction, or is
+ * made by the thread that then writes the element, so dx may alias dout. */
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+	rmsnorm_bwd_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
+			   float offset, int C)
+{
+	constexpr int N = PP_VEC(T);
+	__shared__ double red[32];
+	const size_t row = (size_t)blockIdx.x * C;
+	dx += row;
+	dout += row;
+	x += row;
+	const float r = rstd[blockIdx.x];
+	double dot = 0;
+	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
+		float g[N], h[N], a[N];
+		pp_load<T, VEC>(g, dout, c, C);
+		pp_load<T, VEC>(h, w, c, C);
+		pp_load<T, VEC>(a, x, c, C);
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			dot += (double)(g[j] * (offset + h[j]) * a[j]);
+	}
+	dot = pp_block_sum(dot, red);
+	const float k = (float)(dot * r * r * r / C);
+	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
+		float d[N], g[N], h[N], a[N];
+		pp_load<T, VEC>(d, dx, c, C);
+		pp_load<T, VEC>(g, dout, c, C);
+		pp_load<T, VEC>(h, w, c, C);
+		pp_load<T, VEC>(a, x, c, C);
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			d[j] += r * (offset + h[j]) * g[j] - k * a[j];
+		pp_store<T, VEC>(dx, d, c, C);
 	}
 }
 
 /* dx (N,C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w,
  * xhat = (x - mean) * rstd. grid (N); dx may alias dout (see above). */
-__global__ void layernorm_bwd_kernel(float *dx, const float *dout, const float *x, const float *w,
-				     const float *mean, const float *rstd, int C)
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(THREADS)
+	layernorm_bwd_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean,
+			     const float *rstd, int C)
 {
+	constexpr int N = PP_VEC(T);
 	__shared__ double red[32];
 	const size_t row = (size_t)blockIdx.x * C;
+	dx += row;
+	dout += row;
+	x += row;
 	const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
 	double sg = 0, sgx = 0;
-	for (int c = threadIdx.x; c < C; c += blockDim.x) {
-		const float g = dout[row + c] * w[c];
-		sg += g;
-		sgx += (double)(g * ((x[row + c] - m) * r));
+	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
+		float g[N], h[N], a[N];
+		pp_load<T, VEC>(g, dout, c, C);
+		pp_load<T, VEC>(h, w, c, C);
+		pp_load<T, VEC>(a, x, c, C);
+#pragma unroll
+		for (int j = 0; j < N; j++) {
+			if (c + j >= C)
+				continue;
+			const float gw = g[j] * h[j];
+			sg += gw;
+			sgx += (double)(gw * ((a[j] - m) * r));
+		}
 	}
 	sg = pp_block_sum(sg, red);
 	sgx = pp_block_sum(sgx, red);
 	const float mg = (float)(sg / C), mgx = (float)(sgx / C);
-	for (int c = threadIdx.x; c < C; c += blockDim.x) {
-		const float xhat = (x[row + c] - m) * r;
-		dx[row + c] += r * (dout[row + c] * w[c] - mg - xhat * mgx);
+	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
+		float d[N], g[N], h[N], a[N];
+		pp_load<T, VEC>(d, dx, c, C);
+		pp_load<T, VEC>(g, dout, c, C);
+		pp_load<T, VEC>(h, w, c, C);
+		pp_load<T, VEC>(a, x, c, C);
+#pragma unroll
+		for (int j = 0; j < N; j++) {
+			const float xhat = (a[j] - m) * r;
+			d[j] += r * (g[j] * h[j] - mg - xhat * mgx);
+		}
+		pp_store<T, VEC>(dx, d, c, C);
 	}
 }
 
-void pp_cuda_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
-			 pp_real eps, pp_real offset, int N, int C)
+/* LAUNCH(K, VEC) with the packs per thread for rows of C: the smallest of
+ * 1, 2, 4, 8 that holds the row, else 0 (wider rows, 8 * THREADS packs of
+ * 16 bytes and more, are read back from memory), and VEC where every row
+ * of the tensors at the pointers is 16-byte aligned. */
+#define ROW_DISPATCH(T, C, VEC, LAUNCH)                                                   \
+	do {                                                                              \
+		const int steps_ = ((C) + THREADS * PP_VEC(T) - 1) / (THREADS * PP_VEC(T)); \
+		if (VEC) {                                                                \
+			if (steps_ <= 1)                                                  \
+				LAUNCH(1, true);                                          \
+			else if (steps_ <= 2)                                             \
+				LAUNCH(2, true);                                          \
+			else if (steps_ <= 4)                                             \
+				LAUNCH(4, true);                                          \
+			else if (steps_ <= 8)                                             \
+				LAUNCH(8, true);                                          \
+			else                                                              \
+				LAUNCH(0, true);                                          \
+		} else {                                                                  \
+			if (steps_ <= 1)                                                  \
+				LAUNCH(1, false);                                         \
+			else if (steps_ <= 2)                                             \
+				LAUNCH(2, false);                                         \
+			else if (steps_ <= 4)                                             \
+				LAUNCH(4, false);                                         \
+			else if (steps_ <= 8)                                             \
+				LAUNCH(8, false);                                         \
+			else                                                              \
+				LAUNCH(0, false);                                         \
+		}                                                                         \
+	} while (0)
+
+/* the norm forwards with (RES) and without the residual add: one kernel each */
+template <typename T, bool RES>
+static void rmsnorm(T *res, T *out, float *rstd, const T *x, const T *y, const T *w, float eps,
+		    float offset, int N, int C)
 {
 	if (N <= 0)
 		return;
-	rmsnorm_fwd_kernel<<<N, THREADS, 0, pp_cuda.stream>>>(out, rstd, x, w, eps, offset, C);
+	const bool vec = pp_cuda_vec<T>(C, res, out, x, y, w);
+#define LAUNCH(K, VEC)                                                                     \
+	rmsnorm_fwd_kernel<T, K, VEC, RES><<<N, THREADS, 0, pp_cuda.stream>>>(res, out, rstd, x, \
+									       y, w, eps, offset, C)
+	ROW_DISPATCH(T, C, vec, LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
 }
 
+template <typename T, bool RES>
+static void layernorm(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
+		      const T *w, const T *b, float eps, int N, int C)
+{
+	if (N <= 0)
+		return;
+	const bool vec = pp_cuda_vec<T>(C, res, out, x, y, w, b);
+#define LAUNCH(K, VEC)                                                             \
+	layernorm_fwd_kernel<T, K, VEC, RES><<<N, THREADS, 0, pp_cuda.stream>>>(        \
+		res, out, mean, rstd, x, y, w, b, eps, C)
+	ROW_DISPATCH(T, C, vec, LAUNCH);
+#undef LAUNCH
+	PP_CUDA_LAUNCHED("layernorm_fwd_kernel");
+}
+
+template <typename T>
+void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
+			 pp_real eps, pp_real offset, int N, int C)
+{
+	rmsnorm<T, false>(NULL, (T *)out, rstd, (const T *)x, NULL, (const T *)w, eps, offset, N,
+			  C);
+}
+PP_CUDA_BOTH(pp_cuda_rmsnorm_fwd);
+
+template <typename T>
+void pp_cuda_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
+				  const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
+				  int N, int C)
+{
+	rmsnorm<T, true>((T *)res_out, (T *)out, rstd, (const T *)x, (const T *)y, (const T *)w,
+			 eps, offset, N, C);
+}
+PP_CUDA_BOTH(pp_cuda_rmsnorm_residual_fwd);
+
+template <typename T>
+void pp_cuda_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
+			   const pp_act *w, const pp_act *b, pp_real eps, int N, int C)
+{
+	layernorm<T, false>(NULL, (T *)out, mean, rstd, (const T *)x, NULL, (const T *)w,
+			    (const T *)b, eps, N, C);
+}
+PP_CUDA_BOTH(pp_cuda_layernorm_fwd);
+
+template <typename T>
+void pp_cuda_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
+				    const pp_act *x, const pp_act *y, const pp_act *w,
+				    const pp_act *b, pp_real eps, int N, int C)
+{
+	layernorm<T, true>((T *)res_out, (T *)out, mean, rstd, (const T *)x, (const T *)y,
+			   (const T *)w, (const T *)b, eps, N, C);
+}
+PP_CUDA_BOTH(pp_cuda_layernorm_residual_fwd);
+
 /* dx (N,C) +=, dw (C) += */
-void pp_cuda_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
-			 const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C)
+template <typename T>
+void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
+			 const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C)
 {
 	if (N <= 0)
 		return;
 	if (dw)
-		pp_cuda_colsum_rms(dw, dout, x, rstd, N, C);
-	rmsnorm_bwd_kernel<<<N, THREADS>>>(dx, dout, x, w, rstd, offset, C);
+		pp_cuda_colsum_rms<T>(dw, (const T *)dout, (const T *)x, rstd, N, C);
+#define LAUNCH(VEC)                                                                   \
+	rmsnorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
+						   (const T *)w, rstd, offset, C)
+	if (pp_cuda_vec<T>(C, dx, dout, x, w))
+		LAUNCH(true);
+	else
+		LAUNCH(false);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
 }
-
-void pp_cuda_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
-			   const pp_real *w, const pp_real *b, pp_real eps, int N, int C)
-{
-	if (N <= 0)
-		return;
-	layernorm_fwd_kernel<<<N, THREADS, 0, pp_cuda.stream>>>(out, mean, rstd, x, w, b, eps, C);
-	PP_CUDA_LAUNCHED("layernorm_fwd_kernel");
-}
+PP_CUDA_BOTH(pp_cuda_rmsnorm_bwd);
 
 /* dx (N,C) +=, dw (C) +=, db (C) += */
-void pp_cuda_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
-			   const pp_real *x, const pp_real *w, const pp_real *mean,
+template <typename T>
+void pp_cuda_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout,
+			   const pp_act *x, const pp_act *w, const pp_real *mean,
 			   const pp_real *rstd, int N, int C)
 {
 	if (N <= 0)
 		return;
 	if (dw)
-		pp_cuda_colsum_ln(dw, db, dout, x, mean, rstd, N, C);
+		pp_cuda_colsum_ln<T>(dw, db, (const T *)dout, (const T *)x, mean, rstd, N, C);
 	else if (db)
-		pp_cuda_colsum(db, dout, N, C);
-	layernorm_bwd_kernel<<<N, THREADS>>>(dx, dout, x, w, mean, rstd, C);
+		pp_cuda_colsum<T>(db, (const T *)dout, N, C);
+#define LAUNCH(VEC)                                                                     \
+	layernorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
+						     (const T *)w, mean, rstd, C)
+	if (pp_cuda_vec<T>(C, dx, dout, x, w))
+		LAUNCH(true);
+	else
+		LAUNCH(false);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("layernorm_bwd_kernel");
 }
-
-/* ---- the residual add fused with the norm ---------------------------------- */
-
-/* The K elements of a row that one thread of a THREADS-wide block owns,
- * c = threadIdx.x + k * THREADS (the columns and the order of the plain
- * kernels above, so the row sums come out the same), kept in registers
- * between the passes over the row. K = 0 is for rows wider than the
- * registers hold: the values are read back from res_out, where the same
- * thread wrote them. */
-template <int K> struct row_regs {
-	float v[K];
-	__device__ __forceinline__ void put(int k, float s) { v[k] = s; }
-	__device__ __forceinline__ float get(int k, const float *res, int c) const
-	{
-		(void)res;
-		(void)c;
-		return v[k];
-	}
-};
-template <> struct row_regs<0> {
-	__device__ __forceinline__ void put(int, float) {}
-	__device__ __forceinline__ float get(int, const float *res, int c) const { return res[c]; }
-};
-
-/* elements per thread: K, or as many as the row needs when K is 0 */
-#define ROW_STEPS(K, C) ((K) ? (K) : ((C) + THREADS - 1) / THREADS)
-
-/* res (N,C) = x + y (res may alias x or y: each element is read, then
- * written, by the same thread); out (N,C) = res * rstd * (offset + w);
- * rstd (N). grid (N), THREADS threads. */
-template <int K>
-__global__ void rmsnorm_residual_fwd_kernel(float *res, float *out, float *rstd, const float *x,
-					    const float *y, const float *w, float eps,
-					    float offset, int C)
-{
-	__shared__ double red[32];
-	const size_t row = (size_t)blockIdx.x * C;
-	res += row;
-	out += row;
-	x += row;
-	y += row;
-	row_regs<K> v;
-	double ss = 0;
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C); k++) {
-		const int c = threadIdx.x + k * THREADS;
-		if (c < C) {
-			const float s = x[c] + y[c];
-			res[c] = s;
-			v.put(k, s);
-			ss += (double)s * s;
-		}
-	}
-	ss = pp_block_sum(ss, red);
-	const float r = (float)(1 / sqrt(ss / C + eps));
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C); k++) {
-		const int c = threadIdx.x + k * THREADS;
-		if (c < C)
-			out[c] = v.get(k, res, c) * r * (offset + w[c]);
-	}
-	if (threadIdx.x == 0)
-		rstd[blockIdx.x] = r;
-}
-
-/* res (N,C) = x + y as above; out (N,C) = (res - mean) * rstd * w + b;
- * mean, rstd (N). grid (N), THREADS threads; two passes over the row for
- * the variance, as layernorm_fwd_kernel. */
-template <int K>
-__global__ void layernorm_residual_fwd_kernel(float *res, float *out, float *mean, float *rstd,
-					      const float *x, const float *y, const float *w,
-					      const float *b, float eps, int C)
-{
-	__shared__ double red[32];
-	const size_t row = (size_t)blockIdx.x * C;
-	res += row;
-	out += row;
-	x += row;
-	y += row;
-	row_regs<K> v;
-	double s = 0;
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C); k++) {
-		const int c = threadIdx.x + k * THREADS;
-		if (c < C) {
-			const float a = x[c] + y[c];
-			res[c] = a;
-			v.put(k, a);
-			s += a;
-		}
-	}
-	s = pp_block_sum(s, red);
-	const float m = (float)(s / C);
-	double ss = 0;
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C); k++) {
-		const int c = threadIdx.x + k * THREADS;
-		if (c < C) {
-			const float d = v.get(k, res, c) - m;
-			ss += (double)(d * d);
-		}
-	}
-	ss = pp_block_sum(ss, red);
-	const float r = (float)(1 / sqrt(ss / C + eps));
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C); k++) {
-		const int c = threadIdx.x + k * THREADS;
-		if (c < C)
-			out[c] = (v.get(k, res, c) - m) * r * w[c] + b[c];
-	}
-	if (threadIdx.x == 0) {
-		mean[blockIdx.x] = m;
-		rstd[blockIdx.x] = r;
-	}
-}
-
-/* LAUNCH(K) with the register count per thread for rows of C: the smallest
- * of 4, 8, 16, 32 elements that holds the row, else 0 (rows wider than
- * 32 * THREADS = 8192 are read back from memory). */
-#define ROW_DISPATCH(C, LAUNCH)                                   \
-	do {                                                      \
-		const int steps_ = ((C) + THREADS - 1) / THREADS; \
-		if (steps_ <= 4)                                  \
-			LAUNCH(4);                                \
-		else if (steps_ <= 8)                             \
-			LAUNCH(8);                                \
-		else if (steps_ <= 16)                            \
-			LAUNCH(16);                               \
-		else if (steps_ <= 32)                            \
-			LAUNCH(32);                               \
-		else                                              \
-			LAUNCH(0);                                \
-	} while (0)
-
-void pp_cuda_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd,
-				  const pp_real *x, const pp_real *y, const pp_real *w, pp_real eps,
-				  pp_real offset, int N, int C)
-{
-	if (N <= 0)
-		return;
-#define LAUNCH(K)                                                                            \
-	rmsnorm_residual_fwd_kernel<K><<<N, THREADS, 0, pp_cuda.stream>>>(res_out, out, rstd, x, \
-									  y, w, eps, offset, C)
-	ROW_DISPATCH(C, LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("rmsnorm_residual_fwd_kernel");
-}
-
-void pp_cuda_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
-				    const pp_real *x, const pp_real *y, const pp_real *w,
-				    const pp_real *b, pp_real eps, int N, int C)
-{
-	if (N <= 0)
-		return;
-#define LAUNCH(K)                                                                 \
-	layernorm_residual_fwd_kernel<K><<<N, THREADS, 0, pp_cuda.stream>>>(       \
-		res_out, out, mean, rstd, x, y, w, b, eps, C)
-	ROW_DISPATCH(C, LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("layernorm_residual_fwd_kernel");
-}
+PP_CUDA_BOTH(pp_cuda_layernorm_bwd);

@@ -27,16 +27,18 @@
  * transposed (B,Hkv,D,T) view); dQ, dK, dV are written the same way into a
  * packed dqkv. O and dO are (B,T,Hq*D); Stats is our lse (B,Hq,T): cuDNN's
  * statistics are exactly our convention, so lse is copied as it is (through
- * a 16-byte aligned buffer: a layer's lse inside the model's saved
- * activations need not be).
+ * a 16-byte aligned buffer where it is not aligned: a layer's lse inside
+ * the model's saved activations need not be).
  *
  * Precision: cuDNN's flash kernels take bf16 (or fp16) operands with fp32
- * accumulation and fp32 statistics. The backend is fp32, so q, k, v (and
- * out, dout in the backward) are rounded to bf16 on the way in and the
- * results widened to fp32 on the way out: results agree with the fp32
- * kernels to about 1e-2 relative, and the backward's dQ accumulation uses
- * atomics inside cuDNN, so dq is not bitwise reproducible. Hence
- * PP_CUDA_ATTENTION=plain is the default.
+ * accumulation and fp32 statistics. The bf16 table hands its tensors to
+ * cuDNN as they are (the pointers into the packed rows); the fp32 table
+ * rounds q, k, v (and out, dout in the backward) to bf16 copies on the way
+ * in and widens the results on the way out, so it agrees with the fp32
+ * kernels to about 1e-2 relative (hence the plain kernels are its default).
+ * A bf16 tensor that is not 16-byte aligned (cuDNN's promise below) goes
+ * through an aligned copy. The backward's dQ accumulation uses atomics
+ * inside cuDNN, so dq is not bitwise reproducible.
  *
  * Fallback: a shape (B,T,Hq,Hkv,D,window) cuDNN rejects (version too old,
  * head dim for this GPU, one token, no engine, a failed finalize) is
@@ -734,34 +736,6 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 	return NULL;
 }
 
-/* ---- conversions --------------------------------------------------------------------- */
-
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-__global__ void to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		dst[i] = __bfloat162float(src[i]);
-}
-
-static void to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
-{
-	to_bf16_kernel<<<pp_cuda_blocks(n, 256), 256>>>(dst, src, n);
-	PP_CUDA_LAUNCHED("to_bf16_kernel");
-}
-
-static void to_f32(float *dst, const __nv_bfloat16 *src, size_t n)
-{
-	to_f32_kernel<<<pp_cuda_blocks(n, 256), 256>>>(dst, src, n);
-	PP_CUDA_LAUNCHED("to_f32_kernel");
-}
-
 /* ---- execution -------------------------------------------------------------------------- */
 
 /* What the masks put in place of a hidden score: cuDNN before 9.10 wants
@@ -821,57 +795,89 @@ static void execute(sdpa_graph *g, int n, const int64_t *uid, void *const *ptr, 
 	PP_CUDA_LAUNCHED(what);
 }
 
-int pp_cuda_sdpa_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
-		     int D, int window)
+static bool aligned16(const void *p)
 {
-	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	return (uintptr_t)p % 16 == 0;
+}
+
+/* src (n) of T as bf16 for cuDNN: src itself when it is bf16 and aligned
+ * (direct), else a bf16 copy in the scratch piece at `at` */
+template <typename T>
+static pp_bf16 *bf16_in(const T *src, size_t n, bool direct, char *base, size_t at)
+{
+	if (direct)
+		return (pp_bf16 *)src;
+	pp_bf16 *dst = (pp_bf16 *)(base + at);
+	pp_cuda_convert(dst, src, n);
+	return dst;
+}
+
+template <typename T>
+int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, int Hkv, int D,
+		     int window)
+{
+	const sdpa_shape s = {B, T_, Hq, Hkv, D, window};
 	sdpa_graph *g = plan_of(&s, FWD, NULL, 0);
 	if (!g)
 		return 0;
-	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
-	const size_t nrows = (size_t)B * Hq * T;
+	const size_t nqkv = (size_t)B * T_ * (Hq + 2 * Hkv) * D, nout = (size_t)B * T_ * Hq * D;
+	const size_t nrows = (size_t)B * Hq * T_;
+	const bool direct = pp_is_bf16<T>::value && aligned16(qkv) && aligned16(out);
 	size_t at = 0;
-	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
-	const size_t o_stats = piece(&at, nrows * 4), o_ws = piece(&at, (size_t)g->ws);
+	const size_t o_qkv = direct ? 0 : piece(&at, nqkv * 2);
+	const size_t o_out = direct ? 0 : piece(&at, nout * 2);
+	const size_t o_stats = aligned16(lse) ? 0 : piece(&at, nrows * 4);
+	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
-	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
+	pp_bf16 *qkv16 = bf16_in(qkv, nqkv, direct, base, o_qkv);
+	pp_bf16 *out16 = direct ? (pp_bf16 *)out : (pp_bf16 *)(base + o_out);
+	void *stats = aligned16(lse) ? (void *)lse : base + o_stats;
 
-	to_bf16(qkv16, qkv, nqkv);
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), win = (float)window;
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
 			       UID_WINDOW};
 	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
-			     base + o_stats, &scale, &neg_inf, &win};
+			     stats, &scale, &neg_inf, &win};
 	execute(g, has_window(&s) ? 8 : 7, uid, ptr, base + o_ws, "cuDNN attention forward");
-	to_f32(out, out16, nout);
-	PP_CUDA_CHECK(cudaMemcpyAsync(lse, base + o_stats, nrows * 4, cudaMemcpyDeviceToDevice, 0));
+	if (!direct)
+		pp_cuda_convert(out, out16, nout);
+	if (stats != (void *)lse)
+		PP_CUDA_CHECK(cudaMemcpyAsync(lse, stats, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	return 1;
 }
+template int pp_cuda_sdpa_fwd<float>(float *, pp_real *, const float *, int, int, int, int, int,
+				     int);
+template int pp_cuda_sdpa_fwd<pp_bf16>(pp_bf16 *, pp_real *, const pp_bf16 *, int, int, int, int,
+				       int, int);
 
-int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
-		     const pp_real *qkv, int B, int T, int Hq, int Hkv, int D, int window)
+template <typename T>
+int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, const T *qkv, int B,
+		     int T_, int Hq, int Hkv, int D, int window)
 {
-	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	const sdpa_shape s = {B, T_, Hq, Hkv, D, window};
 	sdpa_graph *g = plan_of(&s, BWD, NULL, 0);
 	if (!g)
 		return 0;
-	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
-	const size_t nrows = (size_t)B * Hq * T;
+	const size_t nqkv = (size_t)B * T_ * (Hq + 2 * Hkv) * D, nout = (size_t)B * T_ * Hq * D;
+	const size_t nrows = (size_t)B * Hq * T_;
+	const bool direct = pp_is_bf16<T>::value && aligned16(qkv) && aligned16(out) &&
+			    aligned16(dout) && aligned16(dqkv);
 	size_t at = 0;
-	const size_t o_qkv = piece(&at, nqkv * 2), o_out = piece(&at, nout * 2);
-	const size_t o_dout = piece(&at, nout * 2), o_dqkv = piece(&at, nqkv * 2);
-	const size_t o_stats = piece(&at, nrows * 4), o_sum = piece(&at, nrows * 4);
-	const size_t o_acc = piece(&at, nout * 4);
+	const size_t o_qkv = direct ? 0 : piece(&at, nqkv * 2);
+	const size_t o_out = direct ? 0 : piece(&at, nout * 2);
+	const size_t o_dout = direct ? 0 : piece(&at, nout * 2);
+	const size_t o_dqkv = direct ? 0 : piece(&at, nqkv * 2);
+	const size_t o_stats = aligned16(lse) ? 0 : piece(&at, nrows * 4);
+	const size_t o_sum = piece(&at, nrows * 4), o_acc = piece(&at, nout * 4);
 	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
-	__nv_bfloat16 *qkv16 = (__nv_bfloat16 *)(base + o_qkv), *out16 = (__nv_bfloat16 *)(base + o_out);
-	__nv_bfloat16 *dout16 = (__nv_bfloat16 *)(base + o_dout);
-	__nv_bfloat16 *dqkv16 = (__nv_bfloat16 *)(base + o_dqkv);
-
-	to_bf16(qkv16, qkv, nqkv);
-	to_bf16(out16, out, nout);
-	to_bf16(dout16, dout, nout);
-	PP_CUDA_CHECK(cudaMemcpyAsync(base + o_stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
+	pp_bf16 *qkv16 = bf16_in(qkv, nqkv, direct, base, o_qkv);
+	pp_bf16 *out16 = bf16_in(out, nout, direct, base, o_out);
+	pp_bf16 *dout16 = bf16_in(dout, nout, direct, base, o_dout);
+	pp_bf16 *dqkv16 = direct ? (pp_bf16 *)dqkv : (pp_bf16 *)(base + o_dqkv);
+	void *stats = aligned16(lse) ? (void *)lse : base + o_stats;
+	if (stats != (const void *)lse)
+		PP_CUDA_CHECK(cudaMemcpyAsync(stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
 	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
@@ -880,13 +886,19 @@ int pp_cuda_sdpa_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out, con
 	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
 			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
 			       UID_ONE, UID_WINDOW};
-	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, base + o_stats, dqkv16,
+	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, stats, dqkv16,
 			     dqkv16 + k_at, dqkv16 + v_at, base + o_sum, base + o_acc, &scale,
 			     &neg_inf, &one, &win};
 	execute(g, has_window(&s) ? 15 : 14, uid, ptr, base + o_ws, "cuDNN attention backward");
-	to_f32(dqkv, dqkv16, nqkv);
+	if (!direct)
+		pp_cuda_convert(dqkv, dqkv16, nqkv);
 	return 1;
 }
+template int pp_cuda_sdpa_bwd<float>(float *, const float *, const float *, const pp_real *,
+				     const float *, int, int, int, int, int, int);
+template int pp_cuda_sdpa_bwd<pp_bf16>(pp_bf16 *, const pp_bf16 *, const pp_bf16 *,
+				       const pp_real *, const pp_bf16 *, int, int, int, int, int,
+				       int);
 
 int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
 				  size_t n)

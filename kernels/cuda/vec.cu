@@ -6,12 +6,21 @@
  * block of the second pass */
 #define SUMSQ_BLOCKS 1024
 
-/* out (n) = a + b; out may alias a or b */
-__global__ void add_kernel(float *out, const float *a, const float *b, size_t n)
+/* out (n) = a + b of T, in packs; out may alias a or b */
+template <typename T, bool VEC>
+__global__ void add_kernel(T *out, const T *a, const T *b, size_t n)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x)
-		out[i] = a[i] + b[i];
+	constexpr int N = PP_VEC(T);
+	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * N; i < n;
+	     i += (size_t)gridDim.x * blockDim.x * N) {
+		float x[N], y[N];
+		pp_load<T, VEC>(x, a, i, n);
+		pp_load<T, VEC>(y, b, i, n);
+#pragma unroll
+		for (int j = 0; j < N; j++)
+			x[j] += y[j];
+		pp_store<T, VEC>(out, x, i, n);
+	}
 }
 
 /* x (n) *= s */
@@ -45,12 +54,32 @@ __global__ void sumsq_total_kernel(double *out, const double *part, int n)
 		out[0] = v;
 }
 
-void pp_cuda_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
+template <typename T, bool VEC> static void add(T *out, const T *a, const T *b, size_t n)
 {
 	if (!n)
 		return;
-	add_kernel<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(out, a, b, n);
+	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
+	add_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>(out, a, b, n);
 	PP_CUDA_LAUNCHED("add_kernel");
+}
+
+/* activations (T): the residual stream */
+template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n)
+{
+	if (pp_cuda_aligned(out, a, b))
+		add<T, true>((T *)out, (const T *)a, (const T *)b, n);
+	else
+		add<T, false>((T *)out, (const T *)a, (const T *)b, n);
+}
+PP_CUDA_BOTH(pp_cuda_add);
+
+/* gradients (fp32): any float offset, as a ZeRO shard may start anywhere */
+void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
+{
+	if (pp_cuda_aligned(out, a, b))
+		add<float, true>(out, a, b, n);
+	else
+		add<float, false>(out, a, b, n);
 }
 
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
