@@ -24,6 +24,7 @@ static void perturb(pp_stage *s)
 	for (size_t j = 0; j < s->n_elems; j++)
 		w[j] += (pp_real)(0.05 * rng_normal(rng_key(5, "test_decode"), j));
 	s->ops->to_device(s->w, w, s->n_elems * sizeof *w);
+	stage_weights_changed(s);
 	free(w);
 }
 
@@ -95,7 +96,7 @@ static void check_family(const char *preset)
 	pp_stage s;
 	stage_spec sp = stage_spec_whole(m, B, T, false);
 	sp.keep_logits = true;
-	if (stage_create(&s, m, pp_ops_find("cpu"), &sp, &e)) {
+	if (stage_create(&s, m, pp_ops_find("cpu", "fp32"), &sp, &e)) {
 		CHECK(0, name, "%s", e.msg);
 		pp_config_free(&cfg);
 		return;
