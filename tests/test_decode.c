@@ -64,7 +64,7 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 			break;
 		}
 		pos += n;
-		s->ops->to_host(got, c.logits, sizeof(pp_real) * B * V);
+		s->ops->act_to_host(got, c.logits, (size_t)B * V);
 		for (int b = 0; b < B; b++)
 			memcpy(want + (size_t)b * V, full + ((size_t)b * T + pos - 1) * V,
 			       sizeof(pp_real) * V);
@@ -112,7 +112,7 @@ static void check_family(const char *preset)
 	pp_real *full = malloc(sizeof(pp_real) * B * T * V);
 	int rc = stage_forward(&s, 0, tok, NULL, tgt, 0, NULL, NULL, NULL, &e);
 	CHECK(!rc, name, "%s", e.msg);
-	s.ops->to_host(full, stage_logits(&s, 0), sizeof(pp_real) * B * T * V);
+	s.ops->act_to_host(full, stage_logits(&s, 0), (size_t)B * T * V);
 
 	int n_pos;
 	const int one[] = {1}, chunks[] = {5, 3};

@@ -191,7 +191,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	long n_valid = 0;
 	if ((rc = stage_forward(&s, 0, d.tokens, NULL, d.targets, 0, &loss0, &n_valid, NULL, e)))
 		goto done;
-	ops->to_host(d.logits, stage_logits(&s, 0), N * (size_t)d.V * sizeof *d.logits);
+	ops->act_to_host(d.logits, stage_logits(&s, 0), N * (size_t)d.V);
 	if (n_valid <= 0) {
 		rc = pp_errorf(e, PP_ERUNTIME, "no valid targets");
 		goto done;
