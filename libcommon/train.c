@@ -854,10 +854,10 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			 c->global_batch, c->seq_len);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0)
-			log_info("device %s: MFU against its dense bf16 peak of %.1f TFLOP/s", device,
-				 lg.peak / 1e12);
+			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
+				 device, c->dtype, lg.peak / 1e12);
 		else
-			log_info("device %s: no known peak, so no MFU", device);
+			log_info("device %s, dtype %s: no known peak, so no MFU", device, c->dtype);
 	}
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();
