@@ -6,7 +6,7 @@ PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf
            pmix ompi-c
 
 CFLAGS  ?= -O3
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fopenmp -fno-math-errno -g \
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror -fopenmp -fno-math-errno -g \
            -DPP_VERSION=\"$(VERSION)\" -DPP_SHARE_DIR=\"$(PREFIX)/share/pp\" \
            $(shell pkg-config --cflags $(PKGCFG))
 # OpenBLAS built for OpenMP (Debian's libopenblas0-openmp) runs its threads in

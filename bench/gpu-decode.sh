@@ -2,7 +2,7 @@
 # Batch-1 decode speed of pp-decode on one GPU, against the GPU's measured
 # memory bandwidth.
 #
-#   bench/gpu-decode.sh [--models "llama-1b llama2-7b"] [-n 256]
+#   bench/gpu-decode.sh [--models "llama-1b llama2-7b"] [-n 256] [--dtype bf16|fp32]
 #                       [--prompt "1 2 3 4 5 6 7 8"] [--bandwidth GBS]
 #                       [--time-limit 300] [--budget 0] [--json FILE] [--smoke]
 #
@@ -10,7 +10,7 @@
 # preset it runs
 #   pp-decode --cfg CFG --random-init --prompt PROMPT -n N --batch 1
 #             --temperature 0 --json
-# with CFG = {model, device: cuda, seq_len: prompt + N}: random weights, no
+# with CFG = {model, device: cuda, dtype, seq_len: prompt + N}: random weights, no
 # checkpoint; without a tokenizer the prompt is token ids. From pp-decode's
 # JSON it takes the decode tokens/s and the bytes read per generated token
 # (parameters + KV cache), and reports
@@ -24,7 +24,7 @@
 # --budget seconds for the whole script (0: no budget), and reported as
 # failed; the table still comes out.
 #
-# --smoke: llama-tiny on the CPU, 16 tokens, without the bandwidth
+# --smoke: llama-tiny on the CPU in fp32, 16 tokens, without the bandwidth
 # measurement (no GPU: no MBU unless --bandwidth is given): a check that the
 # script works (tests/test_bench.sh).
 #
@@ -36,12 +36,13 @@ set -euo pipefail
 bench_init gpu-decode
 
 models="llama-1b llama2-7b" n=256 prompt="1 2 3 4 5 6 7 8" bandwidth= time_limit=300 budget=0 json= smoke=0
-device=cuda
+device=cuda dtype=bf16
 usage() { sed -n '2,33s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--models) models=$2; shift 2 ;;
 	-n) n=$2; shift 2 ;;
+	--dtype) dtype=$2; shift 2 ;;
 	--prompt) prompt=$2; shift 2 ;;
 	--bandwidth) bandwidth=$2; shift 2 ;;
 	--time-limit) time_limit=$2; shift 2 ;;
@@ -52,7 +53,8 @@ while [ $# -gt 0 ]; do
 	*) usage_error "unknown argument '$1'" ;;
 	esac
 done
-[ "$smoke" = 0 ] || { models=llama-tiny n=16 device=cpu; }
+[ "$smoke" = 0 ] || { models=llama-tiny n=16 device=cpu dtype=fp32; }
+[ "$dtype" = bf16 ] || [ "$dtype" = fp32 ] || usage_error "--dtype $dtype: expected bf16 or fp32"
 bench_ints n time_limit budget
 [ "$n" -ge 1 ] || usage_error "-n must be at least 1"
 if [ -n "$bandwidth" ] && ! python3 -c 'import sys; sys.exit(not float(sys.argv[1]) > 0)' "$bandwidth" 2>/dev/null; then
@@ -105,11 +107,11 @@ for m in $models; do
 		die "pp-init rejected model=$m: $(tail -n 1 "$bench_tmp/$tag.plan.log")"
 	"$pp_train" model="$m" --print-config >"$bench_tmp/$tag.preset.json" 2>"$bench_tmp/$tag.plan.log" ||
 		die "pp-train rejected model=$m: $(tail -n 1 "$bench_tmp/$tag.plan.log")"
-	read -r max_seq dtype <<<"$(benchlib get "$bench_tmp/$tag.preset.json" model.max_seq_len dtype)"
+	max_seq=$(benchlib get "$bench_tmp/$tag.preset.json" model.max_seq_len)
 	ctx=$((prompt_tokens + n))
 	[ "$ctx" -le "$max_seq" ] || die "$m: prompt ($prompt_tokens tokens) + -n $n = $ctx exceeds its context of $max_seq"
-	printf '{"model": "%s", "device": "%s", "seq_len": %d, "run_dir": "%s"}\n' \
-		"$m" "$device" "$ctx" "$bench_tmp/run-$tag" >"$bench_tmp/$tag.cfg.json"
+	printf '{"model": "%s", "device": "%s", "dtype": "%s", "seq_len": %d, "run_dir": "%s"}\n' \
+		"$m" "$device" "$dtype" "$ctx" "$bench_tmp/run-$tag" >"$bench_tmp/$tag.cfg.json"
 	printf '{"model": "%s", "params": %s, "dtype": "%s"}\n' "$m" \
 		"$(benchlib get "$bench_tmp/$tag.plan" params.total)" "$dtype" >"$bench_tmp/$tag.row.json"
 

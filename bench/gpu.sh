@@ -2,12 +2,14 @@
 # GPU training throughput of pp-train against PyTorch on one GPU.
 #
 #   bench/gpu.sh [--model llama-1b] [--seqs "2048 4096"] [--tokens 16384]
-#                [--microbatch auto|N] [--mem-fraction 0.7] [--warmup 2] [--steps 5]
+#                [--dtype bf16|fp32] [--microbatch auto|N] [--mem-fraction 0.7]
+#                [--warmup 2] [--steps 5]
 #                [--time-limit 150] [--budget 0] [--json FILE] [--smoke]
 #
 # Run from anywhere after `make` on a machine with a GPU. For each sequence
 # length it trains the model preset (default llama-1b, TinyLlama-1.1B's
-# shape) with pp-train device=cuda data=synthetic, and the same architecture
+# shape) with pp-train device=cuda dtype=bf16 data=synthetic (--dtype fp32:
+# the fp32 backend), and the same architecture
 # as a Hugging Face LlamaForCausalLM (random init) in PyTorch through
 # bench/torch_train.py with the usual fast settings: bf16 autocast over fp32
 # weights, attention "sdpa", torch.compile of each decoder layer,
@@ -25,11 +27,12 @@
 # both sides. pp's MFU is pp-train's (metrics.jsonl), against the dense bf16
 # peak of libcommon/plan.c's table (989.4 TFLOP/s for H100 SXM and H200),
 # and PyTorch's is taken against the same peak; on a device not in the table
-# neither side gets an MFU. pp's CUDA backend computes in fp32 (exact fp32
-# matrix products unless PP_CUDA_TF32=1), PyTorch in bf16: the table names
-# each side's dtype.
+# neither side gets an MFU. Under dtype=bf16 pp keeps bf16 activations and
+# compute weights with fp32 master weights, gradients and AdamW state (as
+# PyTorch's autocast does); under fp32 its products are exact fp32 unless
+# PP_CUDA_TF32=1. The table names each side's dtype.
 #
-# --smoke: llama-tiny on the CPU (seq 32 and 64, 128 tokens, microbatch 2,
+# --smoke: llama-tiny on the CPU in fp32 (seq 32 and 64, 128 tokens, microbatch 2,
 # 1 warm-up + 2 steps, PyTorch from scripts/setup-reference.sh), a check
 # that the script works end to end, in seconds (tests/test_bench.sh).
 #
@@ -42,13 +45,14 @@ set -euo pipefail
 bench_init gpu
 
 model=llama-1b seqs="2048 4096" tokens=16384 microbatch=auto mem_fraction=0.7 warmup=2 steps=5
-time_limit=150 budget=0 json= smoke=0 device=cuda
-usage() { sed -n '2,37s/^# \{0,1\}//p' "$bench_self"; }
+time_limit=150 budget=0 json= smoke=0 device=cuda dtype=bf16
+usage() { sed -n '2,42s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
 	--seqs) seqs=$2; shift 2 ;;
 	--tokens) tokens=$2; shift 2 ;;
+	--dtype) dtype=$2; shift 2 ;;
 	--microbatch) microbatch=$2; shift 2 ;;
 	--mem-fraction) mem_fraction=$2; shift 2 ;;
 	--warmup) warmup=$2; shift 2 ;;
@@ -62,8 +66,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 if [ "$smoke" = 1 ]; then
-	model=llama-tiny seqs="32 64" tokens=128 microbatch=2 warmup=1 steps=2 device=cpu
+	model=llama-tiny seqs="32 64" tokens=128 microbatch=2 warmup=1 steps=2 device=cpu dtype=fp32
 fi
+[ "$dtype" = bf16 ] || [ "$dtype" = fp32 ] || usage_error "--dtype $dtype: expected bf16 or fp32"
 bench_ints tokens warmup steps time_limit budget
 [ "$microbatch" = auto ] || bench_ints microbatch
 [ "$steps" -ge 1 ] || usage_error "--steps must be at least 1"
@@ -104,7 +109,7 @@ for seq in $seqs; do
 	tag=s$seq
 	tags+=" $tag"
 	batch=$((tokens / seq))
-	keys=(model.preset="$model" seq_len="$seq" global_batch="$batch" device="$device")
+	keys=(model.preset="$model" seq_len="$seq" global_batch="$batch" device="$device" dtype="$dtype")
 	[ "$seq" -le "$max_seq" ] || keys+=(model.max_seq_len="$seq")
 	mb=$microbatch
 	if [ "$mb" = auto ]; then
@@ -140,15 +145,19 @@ for seq in $seqs; do
 	fi
 done
 
-tf32=""
-[ "${PP_CUDA_TF32:-0}" = 0 ] || tf32=" (PP_CUDA_TF32=$PP_CUDA_TF32: TF32 tensor cores)"
+if [ "$dtype" = bf16 ]; then
+	pp_note="bf16 activations and compute weights, fp32 master weights, gradients and AdamW state on $device"
+elif [ "${PP_CUDA_TF32:-0}" = 0 ]; then
+	pp_note="matrix products in exact fp32 on $device"
+else
+	pp_note="matrix products in TF32 on $device (PP_CUDA_TF32=$PP_CUDA_TF32: TF32 tensor cores)"
+fi
 read -r params matmul <<<"$(benchlib get "$bench_tmp/preset.plan" params.total params.matmul)"
 cat >"$bench_tmp/meta.json" <<EOF
 {"bench": "gpu", "model": "$model", "params": $params, "matmul_params": $matmul,
  "device": "$device_desc", "date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "commit": "$(bench_commit)",
  "warmup": $warmup, "steps": $steps, "smoke": $([ "$smoke" = 1 ] && echo true || echo false),
- "pp_dtype": "$(benchlib get "$bench_tmp/preset.json" dtype)",
- "pp_note": "matrix products in $([ -n "$tf32" ] && echo TF32 || echo exact fp32) on $device$tf32"}
+ "pp_dtype": "$dtype", "pp_note": "$pp_note"}
 EOF
 benchlib gpu-report "$bench_tmp/meta.json" "$bench_tmp" "$tags" ${json:+"$json"}
 [ -z "$json" ] || say "wrote $json"

@@ -74,10 +74,9 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if ((rc = sample_check(&sp, e)))
 		return rc;
 
-	const pp_ops *ops = pp_ops_find(cfg->device);
-	if (!ops)
-		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
-				 cfg->device, cfg->device);
+	const pp_ops *ops = NULL;
+	if ((rc = pp_ops_select(cfg->device, cfg->dtype, &ops, e)))
+		return rc;
 #ifdef PP_CUDA
 	if (!strcmp(cfg->device, "cuda") && (rc = pp_cuda_init(0, e)))
 		return rc;

@@ -19,3 +19,14 @@ const pp_ops *pp_ops_find(const char *device, const char *dtype)
 #endif
 	return NULL;
 }
+
+int pp_ops_select(const char *device, const char *dtype, const pp_ops **ops, pp_err *e)
+{
+	if ((*ops = pp_ops_find(device, dtype)))
+		return 0;
+	if (!pp_ops_find(device, "fp32"))
+		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
+				 device, device);
+	return pp_errorf(e, PP_EUSAGE, "dtype=%s: the %s backend computes in fp32 only%s", dtype,
+			 device, strcmp(device, "cpu") ? "" : " (bf16 needs device=cuda)");
+}

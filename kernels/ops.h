@@ -200,8 +200,9 @@ typedef struct pp_ops {
 
 extern const pp_ops pp_ops_cpu;
 
-#ifdef PP_CUDA
 #include "../libcommon/error.h"
+
+#ifdef PP_CUDA
 
 /* The CUDA backend (kernels/cuda), built when nvcc is found, in two
  * tables over the same kernels: pp_ops_cuda computes in fp32, and
@@ -253,5 +254,8 @@ static inline size_t pp_act_size(const pp_ops *o)
  * "bf16"); NULL if that backend is not built in or does not compute in
  * that type (the CPU backend computes in fp32 only). */
 const pp_ops *pp_ops_find(const char *device, const char *dtype);
+/* pp_ops_find for a user's device= and dtype= keys: PP_EUSAGE naming what
+ * this build lacks when there is no such table. */
+int pp_ops_select(const char *device, const char *dtype, const pp_ops **ops, pp_err *e);
 
 #endif

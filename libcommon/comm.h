@@ -56,6 +56,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../kernels/ops.h"
 #include "boot.h"
 #include "error.h"
 
@@ -66,6 +67,7 @@ typedef enum {
 	PP_DT_I64,
 	PP_DT_U64,
 	PP_DT_BYTE, /* no reductions */
+	PP_DT_BF16, /* bfloat16: reductions on nccl only */
 } pp_dtype;
 
 /* the element type of pp_real tensors (kernels/ops.h) */
@@ -74,6 +76,13 @@ typedef enum {
 #else
 #define PP_DT_REAL PP_DT_F32
 #endif
+
+/* the element type of an op table's PP_TYPE_REAL or PP_TYPE_BF16 tensors
+ * (kernels/ops.h: activations are of the table's act_type) */
+static inline pp_dtype comm_dtype_of(int type)
+{
+	return type == PP_TYPE_BF16 ? PP_DT_BF16 : PP_DT_REAL;
+}
 
 typedef enum { PP_OP_SUM, PP_OP_MAX } pp_redop;
 
@@ -193,13 +202,15 @@ static inline size_t comm_dtype_size(pp_dtype t)
 	case PP_DT_I64:
 	case PP_DT_U64: return 8;
 	case PP_DT_BYTE: return 1;
+	case PP_DT_BF16: return 2;
 	}
 	return 0;
 }
 
 static inline const char *comm_dtype_name(pp_dtype t)
 {
-	static const char *const names[] = {"float32", "float64", "int32", "int64", "uint64", "bytes"};
+	static const char *const names[] = {"float32", "float64", "int32", "int64", "uint64", "bytes",
+					     "bfloat16"};
 	return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 

@@ -51,8 +51,21 @@ static MPI_Datatype mpi_type(pp_dtype t)
 	case PP_DT_I64: return MPI_INT64_T;
 	case PP_DT_U64: return MPI_UINT64_T;
 	case PP_DT_BYTE: return MPI_BYTE;
+	case PP_DT_BF16: return MPI_UINT16_T; /* moved, never reduced: see mpi_check */
 	}
 	return MPI_DATATYPE_NULL;
+}
+
+/* comm_check, and MPI has no bfloat16 arithmetic: bf16 tensors move
+ * (send, recv, all_gather) but reduce on nccl only. */
+static int mpi_check(const pp_comm *c, const char *op, pp_dtype t, int redop, pp_err *e)
+{
+	int rc = comm_check(c, op, t, redop, e);
+	if (!rc && redop != -1 && t == PP_DT_BF16)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s on '%s': MPI cannot reduce bfloat16 (the nccl backend can)", op,
+			       c->name);
+	return rc;
 }
 
 static MPI_Comm handle(const pp_comm *c)
@@ -164,7 +177,7 @@ static int mpi_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_re
 			  pp_comm_req **out, pp_err *e)
 {
 	*out = NULL;
-	int rc = comm_check(c, "allreduce", t, (int)op, e);
+	int rc = mpi_check(c, "allreduce", t, (int)op, e);
 	if (rc)
 		return rc;
 	size_t esz = comm_dtype_size(t), pieces = (count + CHUNK - 1) / CHUNK;
@@ -208,7 +221,7 @@ static int one(pp_comm *c, const char *op, const int *peers, int npeers, pp_comm
 static int mpi_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			      pp_redop op, pp_err *e)
 {
-	int rc = comm_check(c, "reduce_scatter", t, (int)op, e);
+	int rc = mpi_check(c, "reduce_scatter", t, (int)op, e);
 	if (rc || (rc = too_long(c, "reduce_scatter", count, e)) || !count)
 		return rc;
 	pp_comm_req *q;
@@ -224,7 +237,7 @@ static int mpi_ireduce_scatter(pp_comm *c, const void *send, void *recv, const s
 			       pp_dtype t, pp_redop op, pp_comm_req **out, pp_err *e)
 {
 	*out = NULL;
-	int rc = comm_check(c, "reduce_scatter", t, (int)op, e), any = 0;
+	int rc = mpi_check(c, "reduce_scatter", t, (int)op, e), any = 0;
 	for (int i = 0; !rc && i < c->size; i++) {
 		rc = too_long(c, "reduce_scatter", counts[i], e);
 		any |= counts[i] > 0;
@@ -249,7 +262,7 @@ static int mpi_ireduce_scatter(pp_comm *c, const void *send, void *recv, const s
 static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			  pp_err *e)
 {
-	int rc = comm_check(c, "all_gather", t, -1, e);
+	int rc = mpi_check(c, "all_gather", t, -1, e);
 	if (rc || (rc = too_long(c, "all_gather", count, e)) || !count)
 		return rc;
 	size_t esz = comm_dtype_size(t);
@@ -265,7 +278,7 @@ static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count
 
 static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
 {
-	int rc = comm_check(c, "broadcast", t, -1, e);
+	int rc = mpi_check(c, "broadcast", t, -1, e);
 	if (!rc)
 		rc = comm_check_rank(c, "broadcast", "root", root, 0, e);
 	size_t esz = comm_dtype_size(t);

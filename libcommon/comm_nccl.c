@@ -82,6 +82,7 @@ static ncclDataType_t nccl_type(pp_dtype t)
 	case PP_DT_I64: return ncclInt64;
 	case PP_DT_U64: return ncclUint64;
 	case PP_DT_BYTE: return ncclUint8;
+	case PP_DT_BF16: return ncclBfloat16;
 	}
 	return ncclUint8;
 }

@@ -73,11 +73,13 @@ static double kv_read_bytes(const pp_stage *s, int B, int len)
 {
 	const pp_model_cfg *m = s->cfg;
 	int seen = m->sliding_window > 0 && len > m->sliding_window ? m->sliding_window : len;
-	return 2.0 * m->n_layers * B * seen * s->n_kv_heads * m->head_dim * sizeof(pp_real);
+	return 2.0 * m->n_layers * B * seen * s->n_kv_heads * m->head_dim *
+	       (double)pp_act_size(s->ops);
 }
 
-/* Parameters a step reads: every one but the embedding rows it does not
- * look up (the whole table when the head shares it) and the position rows. */
+/* Parameters a step reads (their compute copy): every one but the embedding
+ * rows it does not look up (the whole table when the head shares it) and the
+ * position rows. */
 static double param_read_bytes(const pp_stage *s)
 {
 	const pp_model_cfg *m = s->cfg;
@@ -86,7 +88,7 @@ static double param_read_bytes(const pp_stage *s)
 		n -= (double)m->vocab_size * m->d_model;
 	if (m->pos == PP_POS_LEARNED)
 		n -= (double)m->max_seq_len * m->d_model;
-	return n * sizeof(pp_real);
+	return n * (double)pp_act_size(s->ops);
 }
 
 static bool graphs_off(void)
@@ -147,7 +149,7 @@ int decode_generate(pp_stage *s, const int *prompt, int n_prompt, const decode_o
 	if (!rc)
 		rc = stage_forward_cached(s, &c, e);
 	for (int k = 0; !rc; k++) {
-		ops->to_host(logits, c.logits, (size_t)B * V * sizeof(pp_real));
+		ops->act_to_host(logits, c.logits, (size_t)B * V);
 		int alive = 0;
 		for (int b = 0; b < B; b++) {
 			int tok = o->eos;

@@ -24,22 +24,26 @@ typedef struct {
 } layer_index;
 
 /* Saved activations of one microbatch. Per-layer buffers hold L copies, or
- * one when recomputing (the backward pass rebuilds them layer by layer). */
+ * one when recomputing (the backward pass rebuilds them layer by layer).
+ * Activations are in the compute type (pp_act), statistics in pp_real. */
 typedef struct {
-	pp_real *res;                  /* (L+1, N, C) input of each layer, then the stage output */
-	pp_real *h1, *mean1, *rstd1;   /* (L', N, C), (L', N), (L', N) */
-	pp_real *qkv;                  /* (L', N, QKV) after rope */
-	pp_real *att, *lse;            /* (L', N, HD), (L', B, Hq, T) */
-	pp_real *mid;                  /* (L', N, C) residual after attention */
-	pp_real *h2, *mean2, *rstd2;   /* (L', N, C), (L', N), (L', N) */
-	pp_real *up;                   /* (L', N, UP) gate|up, or before gelu */
-	pp_real *act;                  /* (L', N, F) */
+	pp_act *res;                   /* (L+1, N, C) input of each layer, then the stage output */
+	pp_act *h1;                    /* (L', N, C) */
+	pp_real *mean1, *rstd1;        /* (L', N), (L', N) */
+	pp_act *qkv;                   /* (L', N, QKV) after rope */
+	pp_act *att;                   /* (L', N, HD) */
+	pp_real *lse;                  /* (L', B, Hq, T) */
+	pp_act *mid;                   /* (L', N, C) residual after attention */
+	pp_act *h2;                    /* (L', N, C) */
+	pp_real *mean2, *rstd2;        /* (L', N), (L', N) */
+	pp_act *up;                    /* (L', N, UP) gate|up, or before gelu */
+	pp_act *act;                   /* (L', N, F) */
 	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
-	pp_real *dhf;                  /* (N, C) gradient of the head's input, from a training
+	pp_act *dhf;                   /* (N, C) gradient of the head's input, from a training
 					* forward (partial over tp until stage_backward sums it) */
-	pp_real *logits;               /* (N, V) with spec.keep_logits; dlogits after a training forward */
+	pp_act *logits;                /* (N, V) with spec.keep_logits; dlogits after a training forward */
 	/* split backward: gradients the weight part consumes, (L, ...) each */
-	pp_real *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
+	pp_act *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
 	int *tok, *tgt;                /* (N) device copies; tok local to the vocab shard */
 	int has_grad;                  /* forward kept dlogits */
 	int has_input_grad;            /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
@@ -50,13 +54,14 @@ struct pp_stage_acts {
 	layer_index *layer;            /* (L) */
 	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
 	/* backward scratch, shared by all slots */
-	pp_real *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
 	pp_real *replica;              /* kv heads shared over tp: one slot per head of the largest */
 	/* the last stage's head and loss, shared by all slots */
 	int loss_rows;                 /* R: rows per chunk */
-	pp_real *hf, *losses;          /* (N, C) final norm output, (N) */
-	pp_real *logits;               /* (R, V) one chunk, unless spec.keep_logits */
+	pp_act *hf;                    /* (N, C) final norm output */
+	pp_real *losses;               /* (N) */
+	pp_act *logits;                /* (R, V) one chunk, unless spec.keep_logits */
 	double *host;                  /* (3N) */
 	int *host_ids;                 /* (N) */
 	pp_real *host_real;            /* (2N) */
@@ -255,16 +260,36 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 
 /* ---- allocation -------------------------------------------------------- */
 
-static int alloc_all(const pp_ops *ops, pp_real **ptrs[], const size_t counts[], int n)
+/* count elements of elem bytes each (none: NULL, not a failure) */
+static void *alloc_elems(const pp_ops *ops, size_t count, size_t elem, int *failed)
 {
-	for (int i = 0; i < n; i++) {
-		if (!counts[i])
-			continue;
-		*ptrs[i] = ops->alloc(counts[i] * sizeof(pp_real));
-		if (!*ptrs[i])
-			return -1;
-	}
-	return 0;
+	void *p = count ? ops->alloc(count * elem) : NULL;
+	*failed |= count && !p;
+	return p;
+}
+
+/* Buffers of counts[i] activations (compute type) or pp_real each; -1 if
+ * one fails (those done stay allocated, for the caller's cleanup). */
+static int alloc_acts(const pp_ops *ops, pp_act **ptrs[], const size_t counts[], int n)
+{
+	int failed = 0;
+	for (int i = 0; i < n && !failed; i++)
+		*ptrs[i] = alloc_elems(ops, counts[i], pp_act_size(ops), &failed);
+	return failed ? -1 : 0;
+}
+
+static int alloc_reals(const pp_ops *ops, pp_real **ptrs[], const size_t counts[], int n)
+{
+	int failed = 0;
+	for (int i = 0; i < n && !failed; i++)
+		*ptrs[i] = alloc_elems(ops, counts[i], sizeof(pp_real), &failed);
+	return failed ? -1 : 0;
+}
+
+/* Element i of an activation buffer of the table's compute type. */
+static pp_act *act_at(const pp_ops *o, const pp_act *base, size_t i)
+{
+	return (char *)base + i * pp_act_size(o);
 }
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -349,11 +374,14 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 
 	s->w = ops->alloc(s->n_elems * sizeof(pp_real));
 	s->g = spec->no_grad ? NULL : ops->alloc(s->n_elems * sizeof(pp_real));
-	if (!s->w || (!s->g && !spec->no_grad))
+	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w
+					       : ops->alloc(s->n_elems * pp_act_size(ops));
+	if (!s->w || !s->wc || (!s->g && !spec->no_grad))
 		goto oom;
 	const size_t Nb = spec->no_grad ? 0 : N; /* backward scratch */
 	const size_t last = s->last ? 1 : 0, keep = spec->keep_logits ? 1 : 0;
-	a->loss_rows = (int)stage_loss_rows((int64_t)N, (int64_t)V, sizeof(pp_real), spec->loss_chunk_mb);
+	a->loss_rows = (int)stage_loss_rows((int64_t)N, (int64_t)V, (int64_t)pp_act_size(ops),
+					    spec->loss_chunk_mb);
 	/* allocated here, not in the backward pass, where freeing device memory
 	 * would wait for the dp gradient sums in flight */
 	size_t replica = 0;
@@ -362,11 +390,14 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 		size_t n = p->grad_partial ? (size_t)(p->global_shape[0] / p->shape[0]) * p->n : 0;
 		replica = n > replica ? n : replica;
 	}
-	pp_real **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->ce,
-			       &a->hf, &a->losses, &a->logits, &a->replica};
-	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F, 2 * N,
-				    last * N * C, last * N, last * (1 - keep) * a->loss_rows * V, replica};
-	if (alloc_all(ops, scratch, scratch_n, NELEMS(scratch)))
+	pp_act **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->hf,
+			      &a->logits};
+	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F,
+				    last * N * C, last * (1 - keep) * a->loss_rows * V};
+	pp_real **scratch_r[] = {&a->ce, &a->losses, &a->replica};
+	const size_t scratch_rn[] = {2 * N, last * N, replica};
+	if (alloc_acts(ops, scratch, scratch_n, NELEMS(scratch)) ||
+	    alloc_reals(ops, scratch_r, scratch_rn, NELEMS(scratch_r)))
 		goto oom;
 	a->host = calloc(3 * N, sizeof(double));
 	a->host_real = calloc(2 * N, sizeof(pp_real));
@@ -377,16 +408,17 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	for (int k = 0; k < s->n_slots; k++) {
 		slot_acts *sa = &a->slot[k];
 		const size_t lastg = spec->no_grad ? 0 : last;
-		pp_real **p[] = {&sa->res, &sa->h1, &sa->mean1, &sa->rstd1, &sa->qkv, &sa->att,
-				 &sa->lse, &sa->mid, &sa->h2, &sa->mean2, &sa->rstd2, &sa->up,
-				 &sa->act, &sa->meanf, &sa->rstdf, &sa->dhf, &sa->logits,
-				 &sa->g_out, &sa->g_up, &sa->g_mid, &sa->g_qkv};
-		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N, Ls * N, Ls * N * QKV,
-				    Ls * N * HD, Ls * NH, Ls * N * C, Ls * N * C, Ls * N, Ls * N,
-				    Ls * N * UP, Ls * N * F, last * N, last * N, lastg * N * C,
+		pp_act **p[] = {&sa->res, &sa->h1, &sa->qkv, &sa->att, &sa->mid, &sa->h2,
+				&sa->up, &sa->act, &sa->dhf, &sa->logits, &sa->g_out, &sa->g_up,
+				&sa->g_mid, &sa->g_qkv};
+		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N * QKV, Ls * N * HD,
+				    Ls * N * C, Ls * N * C, Ls * N * UP, Ls * N * F, lastg * N * C,
 				    last * keep * N * V, Lg * N * C, Lg * N * UP, Lg * N * C,
 				    Lg * N * QKV};
-		if (alloc_all(ops, p, n, NELEMS(p)))
+		pp_real **r[] = {&sa->mean1, &sa->rstd1, &sa->lse, &sa->mean2, &sa->rstd2,
+				 &sa->meanf, &sa->rstdf};
+		const size_t rn[] = {Ls * N, Ls * N, Ls * NH, Ls * N, Ls * N, last * N, last * N};
+		if (alloc_acts(ops, p, n, NELEMS(p)) || alloc_reals(ops, r, rn, NELEMS(r)))
 			goto oom;
 		sa->tok = ops->alloc(N * sizeof(int));
 		sa->tgt = ops->alloc(N * sizeof(int));
@@ -429,6 +461,8 @@ void stage_free(pp_stage *s)
 		free(a->host_ids);
 		free(a);
 	}
+	if (s->wc != (pp_act *)s->w)
+		ops->free(s->wc);
 	ops->free(s->w);
 	ops->free(s->g);
 	free(s->params);
@@ -461,6 +495,13 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 	}
 	s->ops->to_device(s->w, host, s->n_elems * sizeof(pp_real));
 	free(host);
+	stage_weights_changed(s);
+}
+
+void stage_weights_changed(pp_stage *s)
+{
+	if (s->wc != (pp_act *)s->w)
+		s->ops->to_act(s->wc, s->w, s->n_elems);
 }
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name)
@@ -473,30 +514,34 @@ const pp_param *stage_find_param(const pp_stage *s, const char *name)
 
 void stage_zero_grad(pp_stage *s) { s->ops->zero(s->g, s->n_elems * sizeof(pp_real)); }
 
-const pp_real *stage_logits(const pp_stage *s, int slot)
+const pp_act *stage_logits(const pp_stage *s, int slot)
 {
 	return s->last ? s->acts->slot[slot].logits : NULL;
 }
 
 /* ---- forward / backward ------------------------------------------------ */
 
-/* Parameter or gradient pointer by table index (NULL for -1). */
-static pp_real *W(const pp_stage *s, int i) { return i < 0 ? NULL : s->w + s->params[i].off; }
+/* Parameter (its compute copy) or gradient pointer by table index (NULL for -1). */
+static pp_act *W(const pp_stage *s, int i)
+{
+	return i < 0 ? NULL : act_at(s->ops, s->wc, s->params[i].off);
+}
 static pp_real *G(const pp_stage *s, int i) { return i < 0 ? NULL : s->g + s->params[i].off; }
 /* The bias of a row-parallel product is added once: on tp rank 0. */
-static pp_real *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
+static pp_act *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
 
-/* Sums a partial result across the tp group (a no-op without tp). */
-static int tp_sum(const pp_stage *s, pp_real *buf, size_t n, pp_err *e)
+/* Sums a partial activation across the tp group (a no-op without tp). */
+static int tp_sum(const pp_stage *s, pp_act *buf, size_t n, pp_err *e)
 {
 	const pp_tp *tp = &s->spec.tp;
-	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, PP_REDUCE_SUM, e) : 0;
+	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, s->ops->act_type, PP_REDUCE_SUM, e) : 0;
 }
 
 /* Pointers into one layer's saved activations. */
 typedef struct {
-	pp_real *x, *h1, *mean1, *rstd1, *qkv, *att, *lse, *mid, *h2, *mean2, *rstd2, *up, *act, *out;
-	pp_real *g_out, *g_up, *g_mid, *g_qkv;
+	pp_act *x, *h1, *qkv, *att, *mid, *h2, *up, *act, *out;
+	pp_real *mean1, *rstd1, *lse, *mean2, *rstd2;
+	pp_act *g_out, *g_up, *g_mid, *g_qkv;
 } layer_acts;
 
 static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
@@ -508,21 +553,26 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 	const size_t UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
 	const size_t k = s->recompute ? 0 : (size_t)l, g = (size_t)l;
 	const bool split = s->spec.split_backward;
+	const pp_ops *o = s->ops;
 	return (layer_acts){
-		.x = sa->res + (size_t)l * N * C, .out = sa->res + (size_t)(l + 1) * N * C,
-		.h1 = sa->h1 + k * N * C, .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
-		.qkv = sa->qkv + k * N * QKV, .att = sa->att + k * N * HD,
-		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T, .mid = sa->mid + k * N * C,
-		.h2 = sa->h2 + k * N * C, .mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
-		.up = sa->up + k * N * UP, .act = sa->act + k * N * F,
-		.g_out = split ? sa->g_out + g * N * C : NULL, .g_up = split ? sa->g_up + g * N * UP : NULL,
-		.g_mid = split ? sa->g_mid + g * N * C : NULL, .g_qkv = split ? sa->g_qkv + g * N * QKV : NULL,
+		.x = act_at(o, sa->res, (size_t)l * N * C),
+		.out = act_at(o, sa->res, (size_t)(l + 1) * N * C),
+		.h1 = act_at(o, sa->h1, k * N * C), .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
+		.qkv = act_at(o, sa->qkv, k * N * QKV), .att = act_at(o, sa->att, k * N * HD),
+		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T,
+		.mid = act_at(o, sa->mid, k * N * C), .h2 = act_at(o, sa->h2, k * N * C),
+		.mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
+		.up = act_at(o, sa->up, k * N * UP), .act = act_at(o, sa->act, k * N * F),
+		.g_out = split ? act_at(o, sa->g_out, g * N * C) : NULL,
+		.g_up = split ? act_at(o, sa->g_up, g * N * UP) : NULL,
+		.g_mid = split ? act_at(o, sa->g_mid, g * N * C) : NULL,
+		.g_qkv = split ? act_at(o, sa->g_qkv, g * N * QKV) : NULL,
 	};
 }
 
 /* over N rows of (N,C) */
-static void norm_fwd(const pp_stage *s, int N, pp_real *out, pp_real *mean, pp_real *rstd,
-		     const pp_real *x, int wi, int bi)
+static void norm_fwd(const pp_stage *s, int N, pp_act *out, pp_real *mean, pp_real *rstd,
+		     const pp_act *x, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
 	if (m->norm == PP_NORM_LAYER)
@@ -535,8 +585,8 @@ static void norm_fwd(const pp_stage *s, int N, pp_real *out, pp_real *mean, pp_r
 
 /* res (N,C) = x + y (res may alias x or y), then out, mean, rstd as norm_fwd
  * of res: one pass over the rows */
-static void norm_residual_fwd(const pp_stage *s, int N, pp_real *res, pp_real *out, pp_real *mean,
-			      pp_real *rstd, const pp_real *x, const pp_real *y, int wi, int bi)
+static void norm_residual_fwd(const pp_stage *s, int N, pp_act *res, pp_act *out, pp_real *mean,
+			      pp_real *rstd, const pp_act *x, const pp_act *y, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
 	if (m->norm == PP_NORM_LAYER)
@@ -547,7 +597,7 @@ static void norm_residual_fwd(const pp_stage *s, int N, pp_real *res, pp_real *o
 					     (pp_real)m->norm_offset, N, m->d_model);
 }
 
-static void norm_bwd(const pp_stage *s, pp_real *dx, const pp_real *dout, const pp_real *x,
+static void norm_bwd(const pp_stage *s, pp_act *dx, const pp_act *dout, const pp_act *x,
 		     const pp_real *mean, const pp_real *rstd, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
@@ -569,7 +619,7 @@ static int act_kind(const pp_model_cfg *m)
  * the microbatch itself (training, NULL), or in a KV cache that the rows,
  * at positions pos0.., are appended to (decoding). */
 typedef struct {
-	pp_real *k, *v; /* this layer's (B,Tmax,Hkv*D) */
+	pp_act *k, *v; /* this layer's (B,Tmax,Hkv*D) */
 	int Tmax, pos0;
 } layer_kv;
 
@@ -630,7 +680,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
 	const int UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
 	const bool wgrad = part != STAGE_BWD_INPUT;
-	const size_t NC = (size_t)N * C;
+	const size_t NC = (size_t)N * C, A = pp_act_size(o);
 	int rc;
 
 	if (part == STAGE_BWD_WEIGHT) {
@@ -641,7 +691,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 		return 0;
 	}
 	if (!wgrad)
-		o->to_device(t->g_out, a->d_res, NC * sizeof(pp_real));
+		o->to_device(t->g_out, a->d_res, NC * A);
 	o->matmul_bwd(a->d_act, wgrad ? G(s, li->down_w) : NULL, wgrad ? G(s, li->down_b) : NULL,
 		      a->d_res, t->act, W(s, li->down_w), N, F, C);
 	if (m->mlp == PP_MLP_GELU)
@@ -649,7 +699,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	else
 		o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
 	if (!wgrad)
-		o->to_device(t->g_up, a->d_up, (size_t)N * UP * sizeof(pp_real));
+		o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
 	o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL, a->d_up,
 		      t->h2, W(s, li->up_w), N, C, UP);
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
@@ -657,7 +707,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	norm_bwd(s, a->d_res, a->d_h, t->mid, t->mean2, t->rstd2, li->norm2_w, li->norm2_b);
 
 	if (!wgrad)
-		o->to_device(t->g_mid, a->d_res, NC * sizeof(pp_real));
+		o->to_device(t->g_mid, a->d_res, NC * A);
 	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL, a->d_res,
 		      t->att, W(s, li->o_w), N, HD, C);
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
@@ -665,7 +715,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	if (m->pos == PP_POS_ROPE)
 		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, 0);
 	if (!wgrad)
-		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * sizeof(pp_real));
+		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * A);
 	o->matmul_bwd(a->d_h, wgrad ? G(s, li->qkv_w) : NULL, wgrad ? G(s, li->qkv_b) : NULL,
 		      a->d_qkv, t->h1, W(s, li->qkv_w), N, C, QKV);
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
@@ -688,14 +738,14 @@ static void to_shard(const pp_stage *s, int *dst, const int *src, int N)
  * targets; with dscale != 0 the logits become their gradient. With tp the
  * vocabulary is split: each rank's log-sum-exp and target logit are
  * combined across the group, and no rank holds the full (R, V) logits. */
-static int chunk_loss(pp_stage *s, pp_real *logits, const int *tgt_ids, pp_real *losses, int R,
+static int chunk_loss(pp_stage *s, pp_act *logits, const int *tgt_ids, pp_real *losses, int R,
 		      pp_real dscale, pp_err *e)
 {
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
 	const pp_tp *tp = &s->spec.tp;
 	const int V = s->vocab;
-	pp_real *dlogits = dscale != 0 ? logits : NULL;
+	pp_act *dlogits = dscale != 0 ? logits : NULL;
 	if (tp->size == 1) {
 		o->crossentropy(losses, dlogits, logits, tgt_ids, R, V, dscale);
 		return 0;
@@ -703,13 +753,13 @@ static int chunk_loss(pp_stage *s, pp_real *logits, const int *tgt_ids, pp_real 
 	pp_real *lse = a->ce, *tgt = a->ce + R, *h = a->host_real;
 	double *M = a->host, *S = a->host + R;
 	o->logsumexp_rows(lse, tgt, logits, tgt_ids, R, V);
-	int rc = tp->allreduce(tp->ctx, tgt, (size_t)R, PP_REDUCE_SUM, e);
+	int rc = tp->allreduce(tp->ctx, tgt, (size_t)R, PP_TYPE_REAL, PP_REDUCE_SUM, e);
 	o->to_host(h, lse, (size_t)R * sizeof(pp_real));
 	for (int i = 0; i < R; i++)
 		M[i] = h[i];
 	/* global lse = M + log(sum over ranks of exp(lse_r - M)), M the max over ranks */
 	if (!rc)
-		rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_REDUCE_MAX, e);
+		rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_TYPE_REAL, PP_REDUCE_MAX, e);
 	if (rc)
 		return rc;
 	o->to_host(h + R, lse, (size_t)R * sizeof(pp_real));
@@ -719,7 +769,7 @@ static int chunk_loss(pp_stage *s, pp_real *logits, const int *tgt_ids, pp_real 
 		h[i] = (pp_real)exp(S[i] - M[i]);
 	}
 	o->to_device(lse, h, (size_t)R * sizeof(pp_real));
-	if ((rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_REDUCE_SUM, e)))
+	if ((rc = tp->allreduce(tp->ctx, lse, (size_t)R, PP_TYPE_REAL, PP_REDUCE_SUM, e)))
 		return rc;
 	o->to_host(h, lse, (size_t)R * sizeof(pp_real));
 	o->to_host(h + R, tgt, (size_t)R * sizeof(pp_real));
@@ -748,22 +798,22 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	const int N = s->B * s->T, C = s->cfg->d_model, V = s->vocab;
 	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
 		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
-		const pp_real *h = a->hf + (size_t)r0 * C;
-		pp_real *logits = s->spec.keep_logits ? sa->logits + (size_t)r0 * V : a->logits;
+		const pp_act *h = act_at(o, a->hf, (size_t)r0 * C);
+		pp_act *logits = s->spec.keep_logits ? act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
 		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
 		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
 		if (rc)
 			return rc;
 		if (dscale != 0)
-			o->matmul_bwd(sa->dhf + (size_t)r0 * C, G(s, a->head_w), NULL, logits, h,
+			o->matmul_bwd(act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL, logits, h,
 				      W(s, a->head_w), R, C, V);
 	}
 	return 0;
 }
 
-int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
+int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 		  const int *targets, pp_real dscale, double *loss_sum, long *n_valid,
-		  pp_real **out, pp_err *e)
+		  pp_act **out, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -786,14 +836,14 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
 		if ((rc = tp_sum(s, sa->res, (size_t)N * C, e)))
 			return rc;
 	} else {
-		o->to_device(sa->res, in, (size_t)N * C * sizeof(pp_real)); /* same device: a copy */
+		o->to_device(sa->res, in, (size_t)N * C * pp_act_size(o)); /* same device: a copy */
 	}
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, e)))
 			return rc;
 	}
-	pp_real *x = sa->res + (size_t)L * N * C;
+	pp_act *x = act_at(o, sa->res, (size_t)L * N * C);
 	if (!s->last) {
 		*out = x;
 		return 0;
@@ -844,7 +894,7 @@ static int grads_final(pp_stage *s, bool report, size_t from, pp_err *e)
 	return report && h->fn ? h->fn(h->ctx, s, from, e) : 0;
 }
 
-int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din, pp_err *e)
+int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act **din, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -881,14 +931,14 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real
 		if (!sa->has_grad)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "backward of microbatch slot %d without a training forward", slot);
-		pp_real *x = sa->res + (size_t)L * NC;
-		o->zero(a->d_res, NC * sizeof(pp_real));
+		pp_act *x = act_at(o, sa->res, (size_t)L * NC);
+		o->zero(a->d_res, NC * pp_act_size(o));
 		if ((rc = tp_sum(s, sa->dhf, NC, e)))
 			return rc;
 		norm_bwd(s, a->d_res, sa->dhf, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
 		sa->has_grad = 0;
 	} else {
-		o->to_device(a->d_res, dout, NC * sizeof(pp_real));
+		o->to_device(a->d_res, dout, NC * pp_act_size(o));
 	}
 	if ((rc = grads_final(s, report, tail_from(s), e)))
 		return rc;
@@ -925,7 +975,7 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 		pp_real *buf = s->acts->replica; /* (heads, n), sized in stage_create */
 		s->ops->zero(buf, heads * p->n * sizeof(pp_real));
 		s->ops->to_device(buf + slot * p->n, s->g + p->off, p->n * sizeof(pp_real));
-		int rc = tp->allreduce(tp->ctx, buf, heads * p->n, PP_REDUCE_SUM, e);
+		int rc = tp->allreduce(tp->ctx, buf, heads * p->n, PP_TYPE_REAL, PP_REDUCE_SUM, e);
 		if (rc)
 			return rc;
 		s->ops->to_device(s->g + p->off, buf + slot * p->n, p->n * sizeof(pp_real));
@@ -963,18 +1013,22 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_ma
 	c->B = B;
 	c->Tmax = Tmax;
 	c->n_max = n_max;
-	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * sizeof(pp_real);
-	pp_real **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->stat, &c->qkv, &c->att,
-			 &c->mid, &c->up, &c->act, &c->last, &c->logits};
-	const size_t n[] = {L * B * Tmax * KV, L * B * Tmax * KV, N * C, N * C, N * C, 2 * N,
+	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * pp_act_size(o);
+	pp_act **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->qkv, &c->att,
+			&c->mid, &c->up, &c->act, &c->last, &c->logits};
+	const size_t n[] = {L * B * Tmax * KV, L * B * Tmax * KV, N * C, N * C, N * C,
 			    N * QKV, N * HD, N * C, N * UP, N * F, (size_t)B * C, (size_t)B * V};
+	pp_real **r[] = {&c->stat};
+	const size_t rn[] = {2 * N};
 	c->tok = o->alloc(N * sizeof(int));
 	c->host = malloc(N * sizeof(int));
-	if (!c->tok || !c->host || alloc_all(o, p, n, NELEMS(p))) {
+	if (!c->tok || !c->host || alloc_acts(o, p, n, NELEMS(p)) ||
+	    alloc_reals(o, r, rn, NELEMS(r))) {
+		size_t bytes = c->kv_bytes;
 		kv_cache_free(c);
 		return pp_errorf(e, PP_ERUNTIME,
 				 "out of memory for a KV cache of batch %d x %d positions (%.3g GB)", B,
-				 Tmax, 1e-9 * (double)(2 * L * (size_t)B * Tmax * KV * sizeof(pp_real)));
+				 Tmax, 1e-9 * (double)bytes);
 	}
 	return 0;
 }
@@ -1033,18 +1087,19 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
 				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
 				.up = c->up, .act = c->act};
-		layer_kv kv = {c->k + (size_t)l * layer, c->v + (size_t)l * layer, c->Tmax, pos0};
+		layer_kv kv = {act_at(o, c->k, (size_t)l * layer), act_at(o, c->v, (size_t)l * layer),
+			       c->Tmax, pos0};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
 			return rc;
 	}
 	/* the last new row of each sequence: all of them when n is 1 (and no copy,
 	 * so that a backend graph can record the step) */
-	pp_real *x = c->x[L % 2], *last = x;
+	pp_act *x = c->x[L % 2], *last = x;
 	if (n > 1) {
 		last = c->last;
 		for (int b = 0; b < B; b++)
-			o->to_device(last + (size_t)b * C, x + ((size_t)b * n + n - 1) * C,
-				     (size_t)C * sizeof(pp_real));
+			o->to_device(act_at(o, last, (size_t)b * C),
+				     act_at(o, x, ((size_t)b * n + n - 1) * C), (size_t)C * pp_act_size(o));
 	}
 	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
 	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);

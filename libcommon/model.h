@@ -31,7 +31,9 @@
 enum { PP_REDUCE_SUM = 0, PP_REDUCE_MAX = 1 };
 typedef struct {
 	int rank, size;
-	int (*allreduce)(void *ctx, pp_real *buf, size_t n, int op, pp_err *e); /* in place */
+	/* in place over n elements of type (PP_TYPE_REAL, or the compute
+	 * type's PP_TYPE_BF16 for activations) */
+	int (*allreduce)(void *ctx, void *buf, size_t n, int type, int op, pp_err *e);
 	void *ctx;
 } pp_tp;
 
@@ -109,7 +111,9 @@ typedef struct pp_stage {
 	int n_params;
 	pp_param *params;
 	size_t n_elems;
-	pp_real *w, *g; /* device buffers, n_elems each */
+	pp_real *w, *g; /* device buffers, n_elems each: master weights, gradients */
+	pp_act *wc;     /* the weights in the compute type, which the forward and backward
+			 * read: w itself when that is pp_real, else a copy (stage_weights_changed) */
 
 	pp_stage_acts *acts; /* per-slot saved activations and scratch */
 } pp_stage;
@@ -134,12 +138,17 @@ void stage_free(pp_stage *s);
  * same model. */
 void stage_init_params(pp_stage *s, uint64_t seed);
 
+/* To be called after anything but stage_init_params writes w (a checkpoint
+ * load, an optimizer step): brings the compute copy wc up to date. */
+void stage_weights_changed(pp_stage *s);
+
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
 
 /* Index in the whole tensor (row-major) of element j of this rank's slice. */
 uint64_t param_global_index(const pp_param *p, size_t j);
 
-/* Forward of one microbatch into slot.
+/* Forward of one microbatch into slot. Activations (in, out, dout, din,
+ * logits) are in the backend's compute type (kernels/ops.h).
  *   first stage: tokens (B,T) host ints;   other stages: in (B,T,C) device
  *   last stage:  targets (B,T) host ints (PP_IGNORE_INDEX to skip); adds the
  *                summed token loss to *loss_sum. The head and the loss run
@@ -152,9 +161,9 @@ uint64_t param_global_index(const pp_param *p, size_t j);
  *                loss). n_valid counts non-ignored targets.
  *   other stages: *out receives the (B,T,C) output (device, owned by slot).
  * pos0 is the position of the first token (0 in training). */
-int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
+int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 		  const int *targets, pp_real dscale, double *loss_sum, long *n_valid,
-		  pp_real **out, pp_err *e);
+		  pp_act **out, pp_err *e);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the
@@ -163,13 +172,13 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_real *in,
  * part is STAGE_BWD_FULL, or STAGE_BWD_INPUT then later STAGE_BWD_WEIGHT
  * (dout and din unused) with spec.split_backward; | STAGE_BWD_LAST on the
  * step's last pass that computes weight gradients. */
-int stage_backward(pp_stage *s, int slot, int part, const pp_real *dout, pp_real **din,
+int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act **din,
 		   pp_err *e);
 
 /* Logits (B,T,V) of the last forward in slot (device), for sampling and
  * tests; valid after stage_forward with dscale == 0 on a stage built with
  * spec.keep_logits (else NULL: training keeps no full logits). */
-const pp_real *stage_logits(const pp_stage *s, int slot);
+const pp_act *stage_logits(const pp_stage *s, int slot);
 
 void stage_zero_grad(pp_stage *s);
 
@@ -193,10 +202,12 @@ typedef struct {
 	int len;            /* positions cached (issued) so far */
 	int n;              /* new tokens set by kv_cache_tokens, 0 after the forward */
 	size_t kv_bytes;    /* of k and v together */
-	pp_real *k, *v;     /* (L,B,Tmax,Hkv*D) */
-	pp_real *x[2], *h, *stat, *qkv, *att, *mid, *up, *act; /* (B*n_max, ...) scratch */
-	pp_real *last;      /* (B,C) each sequence's last new row */
-	pp_real *logits;    /* (B,V) after stage_forward_cached */
+	/* in the compute type but stat (pp_real) */
+	pp_act *k, *v;      /* (L,B,Tmax,Hkv*D) */
+	pp_act *x[2], *h, *qkv, *att, *mid, *up, *act; /* (B*n_max, ...) scratch */
+	pp_real *stat;      /* (2*B*n_max) norm statistics */
+	pp_act *last;       /* (B,C) each sequence's last new row */
+	pp_act *logits;     /* (B,V) after stage_forward_cached */
 	int *tok, *host;    /* (B,n_max) device and host tokens */
 } pp_kv_cache;
 

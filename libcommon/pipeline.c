@@ -46,9 +46,9 @@ int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p,
 	const pp_ops *o = chunks[0].ops;
 	pl->width = (size_t)chunks[0].B * chunks[0].T * chunks[0].cfg->d_model;
 	size_t cells = (size_t)m * v;
-	pl->act_in = o->alloc(cells * pl->width * sizeof(pp_real));
-	pl->grad_in = o->alloc(cells * pl->width * sizeof(pp_real));
-	pl->din = o->alloc(cells * pl->width * sizeof(pp_real));
+	pl->act_in = o->alloc(cells * pl->width * pp_act_size(o));
+	pl->grad_in = o->alloc(cells * pl->width * pp_act_size(o));
+	pl->din = o->alloc(cells * pl->width * pp_act_size(o));
 	pl->out = calloc(cells, sizeof *pl->out);
 	pl->slot = calloc(cells, sizeof *pl->slot);
 	int max_slots = 0;
@@ -102,9 +102,9 @@ static int max_slots(const pipeline *pl)
 
 /* cell of (microbatch, local chunk) in the (m, v) tables */
 static size_t cell(const pipeline *pl, int mb, int c) { return (size_t)mb * pl->v + c; }
-static pp_real *buf(const pipeline *pl, pp_real *base, int mb, int c)
+static pp_act *buf(const pipeline *pl, pp_act *base, int mb, int c)
 {
-	return base + cell(pl, mb, c) * pl->width;
+	return (char *)base + cell(pl, mb, c) * pl->width * pp_act_size(pl->chunks[0].ops);
 }
 
 static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,
@@ -113,7 +113,7 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 	const int p = pl->p, s = a->vstage, c = s / p, mb = a->mb;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
 	pp_stage *st = &pl->chunks[c];
-	const pp_dtype dt = PP_DT_REAL;
+	const pp_dtype dt = comm_dtype_of(st->ops->act_type);
 	size_t k = cell(pl, mb, c);
 	int rc = 0;
 
@@ -124,7 +124,7 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		int slot = pl->free_slots[c * max_slots(pl) + --pl->n_free[c]];
 		pl->slot[k] = slot;
 		/* the previous virtual stage: on another rank (p > 1), or this rank's previous chunk */
-		const pp_real *in = st->first ? NULL : p > 1 ? buf(pl, pl->act_in, mb, c) : pl->out[cell(pl, mb, c - 1)];
+		const pp_act *in = st->first ? NULL : p > 1 ? buf(pl, pl->act_in, mb, c) : pl->out[cell(pl, mb, c - 1)];
 		rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale, loss_sum, NULL,
 				   &pl->out[k], e);
 		break;
@@ -133,12 +133,12 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 	case SCHED_BWD_I:
 	case SCHED_BWD_W: {
 		int part = a->op == SCHED_BWD ? STAGE_BWD_FULL : a->op == SCHED_BWD_I ? STAGE_BWD_INPUT : STAGE_BWD_WEIGHT;
-		const pp_real *dout = st->last ? NULL : p > 1 ? buf(pl, pl->grad_in, mb, c) : buf(pl, pl->din, mb, c + 1);
-		pp_real *din = NULL;
+		const pp_act *dout = st->last ? NULL : p > 1 ? buf(pl, pl->grad_in, mb, c) : buf(pl, pl->din, mb, c + 1);
+		pp_act *din = NULL;
 		int last = a - pl->acts == pl->last_bwd[c] ? STAGE_BWD_LAST : 0;
 		rc = stage_backward(st, pl->slot[k], part | last, dout, &din, e);
 		if (!rc && din && part != STAGE_BWD_WEIGHT)
-			st->ops->to_device(buf(pl, pl->din, mb, c), din, pl->width * sizeof(pp_real));
+			st->ops->to_device(buf(pl, pl->din, mb, c), din, pl->width * pp_act_size(st->ops));
 		if (!rc && frees_slot(a->op))
 			pl->free_slots[c * max_slots(pl) + pl->n_free[c]++] = pl->slot[k];
 		break;
@@ -179,16 +179,16 @@ int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
 {
 	const int p = pl->p, S = p * pl->v;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
-	const pp_dtype dt = PP_DT_REAL;
+	const pp_dtype dt = comm_dtype_of(pl->chunks[0].ops->act_type);
 	/* every rank walks (microbatch, virtual stage) in the same global order */
 	for (int mb = 0; mb < n_mb; mb++) {
-		pp_real *prev = NULL; /* output of this rank's previous chunk (p == 1) */
+		pp_act *prev = NULL; /* output of this rank's previous chunk (p == 1) */
 		for (int s = 0; s < S; s++) {
 			int rc = 0, c = s / p;
 			if (s % p != pl->rank)
 				continue;
 			pp_stage *st = &pl->chunks[c];
-			pp_real *in = st->first ? NULL : p > 1 ? pl->act_in : prev, *out = NULL;
+			pp_act *in = st->first ? NULL : p > 1 ? pl->act_in : prev, *out = NULL;
 			if (!st->first && p > 1)
 				rc = comm_recv(pl->pp, in, pl->width, dt, (s - 1) % p, TAG_ACT, e);
 			if (!rc)

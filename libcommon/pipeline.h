@@ -16,10 +16,11 @@ typedef struct {
 	sched_action *acts;
 	int n_acts;
 	/* (m, v) tables; buffers of (B, T, C) */
-	pp_real *act_in;  /* activations received for a chunk's input */
-	pp_real *grad_in; /* gradients received for a chunk's output */
-	pp_real *din;     /* input gradients a chunk produced, kept until sent */
-	pp_real **out;    /* a chunk's output (owned by its stage slot) */
+	/* (m, v, width) activations in the compute type */
+	pp_act *act_in;  /* activations received for a chunk's input */
+	pp_act *grad_in; /* gradients received for a chunk's output */
+	pp_act *din;     /* input gradients a chunk produced, kept until sent */
+	pp_act **out;    /* a chunk's output (owned by its stage slot) */
 	int *slot;        /* stage slot holding a microbatch */
 	int *free_slots;  /* per chunk: a stack of free slot ids (v, n_slots) */
 	int *n_free;

@@ -320,13 +320,15 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		count += (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
 
 	out->param_count = count;
+	/* The weights the products read, in the training dtype. */
 	out->params = count * b;
-	/* Gradients in the training dtype, the layout of the weights. */
-	out->grads = count * b;
-	/* AdamW: m and v in fp32 (8 bytes), + an fp32 master copy (4) when the
-	 * weights are bf16; ZeRO-1 gives each dp rank 1/dp of it. */
-	int64_t per_param = 8 + (b < 4 ? 4 : 0);
-	out->optimizer = (c->shard_optimizer ? ceil_div(count, c->dp) : count) * per_param;
+	/* Gradients accumulate over microbatches in fp32 whatever the dtype. */
+	out->grads = count * 4;
+	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over dp, and
+	 * under bf16 the fp32 master weights (4), which every dp rank keeps
+	 * whole (it updates its share, then gathers the rest). */
+	out->optimizer = (c->shard_optimizer ? ceil_div(count, c->dp) : count) * 8 +
+			 (b < 4 ? count * 4 : 0);
 
 	/* Without recompute every chunk-microbatch in flight keeps its full set.
 	 * With recompute it keeps only each layer's input (B T C), and one

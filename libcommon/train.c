@@ -29,9 +29,10 @@ static int sum_over(pp_comm *c, void *buf, size_t n, pp_dtype t, pp_redop op, pp
 }
 
 /* The tp group as the model sees it. */
-static int tp_allreduce(void *ctx, pp_real *buf, size_t n, int op, pp_err *e)
+static int tp_allreduce(void *ctx, void *buf, size_t n, int type, int op, pp_err *e)
 {
-	return comm_allreduce(ctx, buf, n, PP_DT_REAL, op == PP_REDUCE_MAX ? PP_OP_MAX : PP_OP_SUM, e);
+	return comm_allreduce(ctx, buf, n, comm_dtype_of(type),
+			      op == PP_REDUCE_MAX ? PP_OP_MAX : PP_OP_SUM, e);
 }
 
 /* Agrees on a status across the job: the worst code of any rank. */
@@ -78,11 +79,9 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 				 "model '%s' uses relative position biases (pos=relative): this version "
 				 "of pp trains rope and learned positions only",
 				 m->preset);
-	t->ops = pp_ops_find(c->device);
-	if (!t->ops)
-		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
-				 c->device, c->device);
-	int rc;
+	int rc = pp_ops_select(c->device, c->dtype, &t->ops, e);
+	if (rc)
+		return rc;
 	pp_comm *world = NULL;
 	if (params_only) {
 		/* one process holds the whole model, whatever the layout */
@@ -519,6 +518,7 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 		const optim_state *o = &t->opt[k];
 		if (!rc) {
 			t->ops->to_device(st->w, hs[k].w, st->n_elems * sizeof(pp_real));
+			stage_weights_changed(&t->chunks[k]);
 			t->ops->to_device(o->m, hs[k].m + o->lo, (o->hi - o->lo) * sizeof(pp_real));
 			t->ops->to_device(o->v, hs[k].v + o->lo, (o->hi - o->lo) * sizeof(pp_real));
 		}
@@ -584,6 +584,7 @@ int trainer_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *f
 	}
 	if (!rc) {
 		s->ops->to_device(s->w, h.w, s->n_elems * sizeof(pp_real));
+		stage_weights_changed(s);
 		*step = cs.step;
 	} else {
 		pp_err_prefix(e, "loading %s", dir);
@@ -719,7 +720,7 @@ static int sync_grads(trainer *t, pp_err *e)
 		pp_stage *first = &t->chunks[0], *last = &t->chunks[v - 1];
 		if (me->pp == 1) {
 			size_t n = first->params[0].n;
-			t->ops->add(first->g, first->g, last->g, n);
+			t->ops->add_real(first->g, first->g, last->g, n);
 			t->ops->to_device(last->g, first->g, n * sizeof(pp_real));
 		} else if (me->tied_comm) {
 			pp_stage *mine = me->pp_rank == 0 ? first : last;
@@ -812,6 +813,8 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
 		if ((rc = gather_params(t, e)))
 			return rc;
+		for (int k = 0; k < t->mesh.v; k++)
+			stage_weights_changed(&t->chunks[k]);
 	}
 	t->step++;
 	return 0;
@@ -851,10 +854,10 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			 c->global_batch, c->seq_len);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0)
-			log_info("device %s: MFU against its dense bf16 peak of %.1f TFLOP/s", device,
-				 lg.peak / 1e12);
+			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
+				 device, c->dtype, lg.peak / 1e12);
 		else
-			log_info("device %s: no known peak, so no MFU", device);
+			log_info("device %s, dtype %s: no known peak, so no MFU", device, c->dtype);
 	}
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();

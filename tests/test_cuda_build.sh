@@ -13,7 +13,8 @@ tiny="model=llama-tiny data=synthetic global_batch=8 microbatch=4 seq_len=32 ste
 no_gpu='device=cuda: no usable CUDA device: .*\(CUDA error [0-9]+\)'
 
 checks=(archs_sm80_sm90 library_holds_kernels links_cudart_cublaslt_cudnn no_driver_library
-	starts_without_gpu no_gpu_message no_gpu_hidden_devices bad_attention_env pp_init_no_gpu tool_no_gpu
+	starts_without_gpu no_gpu_message no_gpu_hidden_devices bf16_on_cpu bf16_no_gpu bad_attention_env
+	pp_init_no_gpu tool_no_gpu
 	make_cuda0_cpu_only f64_cpu_only)
 skip_all() {
 	local c
@@ -93,6 +94,11 @@ fi
 # with every device hidden the same path runs on a GPU machine too
 expect_fail cuda_build/no_gpu_hidden_devices 2 "$no_gpu" \
 	env CUDA_VISIBLE_DEVICES=-1 pp-train $tiny device=cuda run_dir=$T/hidden
+# bf16 runs on the CUDA backend only: the CPU says so before any work
+expect_fail cuda_build/bf16_on_cpu 2 'dtype=bf16: the cpu backend computes in fp32 only \(bf16 needs device=cuda\)' \
+	pp-train $tiny device=cpu dtype=bf16 run_dir=$T/bf16cpu
+expect_fail cuda_build/bf16_no_gpu 2 "$no_gpu" \
+	env CUDA_VISIBLE_DEVICES=-1 pp-train $tiny device=cuda dtype=bf16 run_dir=$T/bf16hidden
 # PP_CUDA_ATTENTION is read before any GPU is looked for: a wrong value is a
 # usage error on any machine
 expect_fail cuda_build/bad_attention_env 2 'PP_CUDA_ATTENTION=flash: expected cudnn .* or plain' \

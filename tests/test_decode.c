@@ -24,6 +24,7 @@ static void perturb(pp_stage *s)
 	for (size_t j = 0; j < s->n_elems; j++)
 		w[j] += (pp_real)(0.05 * rng_normal(rng_key(5, "test_decode"), j));
 	s->ops->to_device(s->w, w, s->n_elems * sizeof *w);
+	stage_weights_changed(s);
 	free(w);
 }
 
@@ -63,7 +64,7 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 			break;
 		}
 		pos += n;
-		s->ops->to_host(got, c.logits, sizeof(pp_real) * B * V);
+		s->ops->act_to_host(got, c.logits, (size_t)B * V);
 		for (int b = 0; b < B; b++)
 			memcpy(want + (size_t)b * V, full + ((size_t)b * T + pos - 1) * V,
 			       sizeof(pp_real) * V);
@@ -95,7 +96,7 @@ static void check_family(const char *preset)
 	pp_stage s;
 	stage_spec sp = stage_spec_whole(m, B, T, false);
 	sp.keep_logits = true;
-	if (stage_create(&s, m, pp_ops_find("cpu"), &sp, &e)) {
+	if (stage_create(&s, m, pp_ops_find("cpu", "fp32"), &sp, &e)) {
 		CHECK(0, name, "%s", e.msg);
 		pp_config_free(&cfg);
 		return;
@@ -111,7 +112,7 @@ static void check_family(const char *preset)
 	pp_real *full = malloc(sizeof(pp_real) * B * T * V);
 	int rc = stage_forward(&s, 0, tok, NULL, tgt, 0, NULL, NULL, NULL, &e);
 	CHECK(!rc, name, "%s", e.msg);
-	s.ops->to_host(full, stage_logits(&s, 0), sizeof(pp_real) * B * T * V);
+	s.ops->act_to_host(full, stage_logits(&s, 0), (size_t)B * T * V);
 
 	int n_pos;
 	const int one[] = {1}, chunks[] = {5, 3};

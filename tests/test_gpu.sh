@@ -11,14 +11,21 @@
 #   - cuDNN attention (PP_CUDA_ATTENTION=cudnn, bf16 inside): 20 llama
 #     steps at seq_len 128 against device=cpu, every step's loss within
 #     1e-2 relative; cuDNN must have taken the shape (no fallback line);
-#   - a bitwise resume on the GPU: 20 steps in one go, and the same run
-#     resumed from its step-10 checkpoint, give identical losses and
-#     checkpoints (deterministic kernels);
+#   - bf16 (dtype=bf16: bf16 activations and compute weights, fp32 master
+#     weights, gradients and AdamW state; cuDNN attention) against fp32 on
+#     the CPU, 20 steps of each family: every step's loss within 2e-2
+#     relative;
+#   - a bitwise resume on the GPU, in fp32 and in bf16: 20 steps in one go,
+#     and the same run resumed from its step-10 checkpoint, give identical
+#     losses and checkpoints (deterministic kernels; the bf16 run uses the
+#     plain attention kernels, since cuDNN's dq is not bitwise
+#     reproducible);
 #   - the NCCL comm backend with size-1 communicators (every collective,
 #     point-to-point and nonblocking call of build/tests/tool_comm_check);
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
 #     checkpoint: the same tokens as on the CPU, and with the step's CUDA
-#     graph (the default) the same text as without it (PP_CUDA_GRAPH=0).
+#     graph (the default) the same text as without it (PP_CUDA_GRAPH=0), in
+#     fp32 and in bf16.
 # Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
 # the training checks with cpu in place of cuda: a test of this script on a
 # machine without a GPU.
@@ -28,9 +35,11 @@ dev=${PP_TEST_GPU_DEVICE:-cuda}
 families=(llama gpt mistral gemma)
 checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
-checks+=(llama_cudnn_vs_cpu resume_bitwise)
+checks+=(llama_cudnn_vs_cpu)
+for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
+checks+=(resume_bitwise resume_bitwise_bf16)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
-checks+=(decode_graph_vs_eager nccl_singleton)
+checks+=(decode_graph_vs_eager decode_graph_vs_eager_bf16 nccl_singleton)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -100,22 +109,50 @@ cudnn_ok() {
 }
 check gpu/llama_cudnn_vs_cpu cudnn_ok
 
+# --- bf16 against fp32 on the CPU -------------------------------------------------------------
+# Every activation rounds to 8 bits of mantissa (2^-9 relative), so the
+# losses part from fp32 by far more than 1e-4; 2e-2 still fails a wrong
+# gradient or a stale compute copy of the weights within a few steps.
+for f in "${families[@]}"; do
+	if [ "$dev" != cuda ]; then
+		skip gpu/${f}_bf16_vs_cpu "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+		continue
+	fi
+	pp-train model=$f-tiny $run device=cuda dtype=bf16 run_dir=$T/$f-bf16 --quiet 2>$T/$f-bf16.log
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		fail gpu/${f}_bf16_vs_cpu "dtype=bf16 exited $rc: $(tail -n 3 $T/$f-bf16.log)"
+		continue
+	fi
+	d=$(loss_diff $T/$f-cpu $T/$f-bf16)
+	echo "$f-tiny bf16: 20 steps, loss at step 20: cpu fp32 $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
+		"cuda bf16 $(losses $T/$f-bf16 | tail -n 1 | cut -d' ' -f2), max relative difference $d"
+	check gpu/${f}_bf16_vs_cpu awk -v d="$d" 'BEGIN { exit !(d <= 2e-2) }'
+done
+
 # --- bitwise resume on the GPU -----------------------------------------------------------
 # The reference runs 20 steps saving at 10 and 20; the other run starts from
 # a copy of the reference's step-10 checkpoint. Steps 11..20 must log the
 # same losses and step 20 must save the same parameters and AdamW state.
 cfg="model=llama-tiny model.d_model=128 model.n_heads=4 model.n_kv_heads=2 $run seq_len=64 checkpoint_period=10 device=$dev"
-resume_ok() {
-	pp-train $cfg run_dir=$T/ref --quiet 2>$T/ref.log || { tail -n 3 $T/ref.log; return 1; }
-	mkdir -p $T/res/checkpoints
-	cp -r $T/ref/checkpoints/step_00000010 $T/res/checkpoints/
-	pp-train $cfg run_dir=$T/res 2>$T/res.log || { tail -n 3 $T/res.log; return 1; }
-	grep -q "resumed from step 10" $T/res.log &&
-		diff <(losses $T/ref | awk '$1 > 10') <(losses $T/res) &&
-		same_tensors $T/ref/checkpoints/step_00000020/shard-pp000-tp000.h5 \
-			$T/res/checkpoints/step_00000020/shard-pp000-tp000.h5
+resume_ok() { # [key=value...]: extra settings of both runs
+	local tag=${1:-}
+	local ref=$T/ref${tag//=/-} res=$T/res${tag//=/-}
+	pp-train $cfg "$@" run_dir=$ref --quiet 2>$ref.log || { tail -n 3 $ref.log; return 1; }
+	mkdir -p $res/checkpoints
+	cp -r $ref/checkpoints/step_00000010 $res/checkpoints/
+	pp-train $cfg "$@" run_dir=$res 2>$res.log || { tail -n 3 $res.log; return 1; }
+	grep -q "resumed from step 10" $res.log &&
+		diff <(losses $ref | awk '$1 > 10') <(losses $res) &&
+		same_tensors $ref/checkpoints/step_00000020/shard-pp000-tp000.h5 \
+			$res/checkpoints/step_00000020/shard-pp000-tp000.h5
 }
 check gpu/resume_bitwise resume_ok
+if [ "$dev" = cuda ]; then
+	PP_CUDA_ATTENTION=plain check gpu/resume_bitwise_bf16 resume_ok dtype=bf16
+else
+	skip gpu/resume_bitwise_bf16 "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+fi
 
 # --- decoding on the GPU ------------------------------------------------------------------
 # Greedy decoding from each family's trained CPU checkpoint: fp32 on both
@@ -138,6 +175,21 @@ graph_same() {
 	cmp $T/eager.txt $T/llama-dec-dev.txt
 }
 check gpu/decode_graph_vs_eager graph_same
+# bf16: the graph and the eager steps run the same kernels on the same bf16
+# values, so their texts are identical too
+graph_same_bf16() {
+	eval pp-decode model=llama-tiny run_dir=$T/llama-cpu device=cuda dtype=bf16 $dec >$T/bf16-graph.txt 2>$T/bf16-graph.log ||
+		{ tail -n 3 $T/bf16-graph.log; return 1; }
+	eval PP_CUDA_GRAPH=0 pp-decode model=llama-tiny run_dir=$T/llama-cpu device=cuda dtype=bf16 $dec >$T/bf16-eager.txt 2>$T/bf16-eager.log ||
+		{ tail -n 3 $T/bf16-eager.log; return 1; }
+	echo "llama-tiny bf16 decode: '$(cat $T/bf16-graph.txt)' (fp32 cpu: '$(cat $T/llama-dec-cpu.txt)')"
+	grep -q "CUDA graph" $T/bf16-graph.log && [ -s $T/bf16-graph.txt ] && cmp $T/bf16-eager.txt $T/bf16-graph.txt
+}
+if [ "$dev" = cuda ]; then
+	check gpu/decode_graph_vs_eager_bf16 graph_same_bf16
+else
+	skip gpu/decode_graph_vs_eager_bf16 "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+fi
 
 # --- NCCL with size-1 communicators ---------------------------------------------------------
 if [ "$dev" = cuda ]; then

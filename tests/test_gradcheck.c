@@ -190,9 +190,11 @@ typedef struct {
 } tp_rank;
 
 /* Sum or max in rank order, so every rank computes the same bits. */
-static int thread_allreduce(void *ctx, pp_real *buf, size_t n, int op, pp_err *e)
+/* The CPU backend's activations are pp_real too: every type is one here. */
+static int thread_allreduce(void *ctx, void *buf, size_t n, int type, int op, pp_err *e)
 {
 	(void)e;
+	(void)type;
 	tp_rank *r = ctx;
 	pp_real *tmp = malloc(n * sizeof(pp_real));
 	r->g->bufs[r->rank] = buf;
@@ -501,7 +503,7 @@ static void check_family(const char *preset)
 	stage_create(&s1, m, &pp_ops_cpu, &s1p, &e);
 	copy_weights(&s0, &s);
 	copy_weights(&s1, &s);
-	pp_real *act = NULL, *dact = NULL;
+	pp_act *act = NULL, *dact = NULL;
 	double sum = 0;
 	stage_zero_grad(&s0);
 	stage_zero_grad(&s1);

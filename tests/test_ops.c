@@ -854,6 +854,15 @@ static void test_vector_ops(void)
 	}
 	double got = ops->sumsq(a, n);
 	CHECK(fabs(got - ss) <= 1e-12 * ss, "ops/sumsq", "%.17g, want %.17g", got, ss);
+	pp_real *c = malloc(sizeof(pp_real) * n);
+	ops->add_real(c, a, b, n);
+	check_close("ops/add_real", c, want, n, 0);
+	ops->to_act(c, a, n); /* the compute type is pp_real: a copy */
+	pp_real *back = malloc(sizeof(pp_real) * n);
+	ops->act_to_host(back, c, n);
+	check_close("ops/to_act_roundtrip", back, a, n, 0);
+	free(back);
+	free(c);
 	ops->add(a, a, b, n); /* out aliases a */
 	check_close("ops/add", a, want, n, 0);
 	for (int i = 0; i < n; i++)
@@ -943,11 +952,23 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 
 int main(void)
 {
-	ops = pp_ops_find("cpu");
-	CHECK(ops == &pp_ops_cpu && !pp_ops_find("tpu") && !pp_ops_find(NULL), "ops/find",
-	      "pp_ops_find(\"cpu\") = %p, want %p", (const void *)ops, (const void *)&pp_ops_cpu);
+	ops = pp_ops_find("cpu", "fp32");
+	CHECK(ops == &pp_ops_cpu && !pp_ops_find("tpu", "fp32") && !pp_ops_find(NULL, "fp32") &&
+		      !pp_ops_find("cpu", "bf16") && !pp_ops_find("cpu", NULL),
+	      "ops/find", "pp_ops_find(\"cpu\", \"fp32\") = %p, want %p", (const void *)ops,
+	      (const void *)&pp_ops_cpu);
 	if (!ops)
 		TH_EXIT();
+	const pp_ops *sel = NULL;
+	pp_err e = {0};
+	int rc = pp_ops_select("cpu", "bf16", &sel, &e);
+	CHECK(rc == PP_EUSAGE && !sel && strstr(e.msg, "dtype=bf16") && strstr(e.msg, "device=cuda"),
+	      "ops/select_bf16_cpu", "rc %d: %s", rc, e.msg);
+	rc = pp_ops_select("tpu", "fp32", &sel, &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no tpu backend"), "ops/select_unknown", "rc %d: %s",
+	      rc, e.msg);
+	CHECK(pp_act_size(ops) == sizeof(pp_real) && ops->act_type == PP_TYPE_REAL, "ops/act_size",
+	      "%zu", pp_act_size(ops));
 
 	test_memory();
 	test_vector_ops();

@@ -216,13 +216,13 @@ static void test_memory(void)
 	      "plan/mem/logits-chunk", "logits %lld and %lld", (long long)mv.logits,
 	      (long long)mv1.logits);
 
-	/* bf16: 2-byte weights and grads, 12 bytes of optimizer state */
+	/* bf16: 2-byte weights, fp32 grads, 12 bytes of optimizer state */
 	pp_config cb = c;
 	snprintf(cb.dtype, sizeof cb.dtype, "bf16");
 	plan_memory_t mb;
 	rc = plan_memory(&cb, &mb, &e);
-	CHECK(rc == 0 && mb.params == n.total * 2 && mb.optimizer == n.total * 12 &&
-		      mb.activations < m1.activations,
+	CHECK(rc == 0 && mb.params == n.total * 2 && mb.grads == n.total * 4 &&
+		      mb.optimizer == n.total * 12 && mb.activations < m1.activations,
 	      "plan/mem/bf16", "params %lld optimizer %lld", (long long)mb.params,
 	      (long long)mb.optimizer);
 

@@ -152,9 +152,9 @@ static int write_dump(const char *out, const pp_config *c, const pp_stage *s, co
 static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *out, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
-	const pp_ops *ops = pp_ops_find(c->device);
-	if (!ops)
-		return pp_errorf(e, PP_EUSAGE, "device %s is not built in", c->device);
+	const pp_ops *ops = NULL;
+	if (pp_ops_select(c->device, c->dtype, &ops, e))
+		return e->code;
 	pp_stage s;
 	stage_spec spec = stage_spec_whole(m, B, c->seq_len, c->recompute);
 	spec.keep_logits = true; /* the dump holds the full logits */
@@ -178,6 +178,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	ops->to_host(d.w, s.w, s.n_elems * sizeof *d.w);
 	perturb(d.w, &s, seed);
 	ops->to_device(s.w, d.w, s.n_elems * sizeof *d.w);
+	stage_weights_changed(&s);
 
 	uint64_t ktok = rng_key(seed, "hf_dump.tokens"), ktgt = rng_key(seed, "hf_dump.targets");
 	for (size_t i = 0; i < N; i++) {
@@ -190,7 +191,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	long n_valid = 0;
 	if ((rc = stage_forward(&s, 0, d.tokens, NULL, d.targets, 0, &loss0, &n_valid, NULL, e)))
 		goto done;
-	ops->to_host(d.logits, stage_logits(&s, 0), N * (size_t)d.V * sizeof *d.logits);
+	ops->act_to_host(d.logits, stage_logits(&s, 0), N * (size_t)d.V);
 	if (n_valid <= 0) {
 		rc = pp_errorf(e, PP_ERUNTIME, "no valid targets");
 		goto done;

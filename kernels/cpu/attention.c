@@ -94,9 +94,11 @@ static void att_scores(pp_real *s, const att_shape *a, att_block bl, const pp_re
 }
 
 /* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
-void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+void pp_cpu_attention_fwd(pp_act *out_, pp_real *lse, const pp_act *qkv_, int B, int T, int Hq,
 			  int Hkv, int D, int window)
 {
+	pp_real *out = out_;
+	const pp_real *qkv = qkv_;
 	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
 	const int nblk = (T + ATT_BQ - 1) / ATT_BQ;
 	int blas = pp_cpu_blas_serial_begin();
@@ -178,10 +180,14 @@ static pp_real *att_part(const att_shape *a, pp_real *part, int S, int b, int kv
 }
 
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
-void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
-			  const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_,
+			  const pp_real *lse, const pp_act *qkv_, int B, int T, int Hq, int Hkv,
 			  int D, int window)
 {
+	pp_real *dqkv = dqkv_;
+	const pp_real *dout = dout_;
+	const pp_real *out = out_;
+	const pp_real *qkv = qkv_;
 	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
 	const int G = a.G;
 	/* A kv head's gradient sums over its G query heads. Tasks are
@@ -250,9 +256,12 @@ void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out
 
 /* kcache, vcache (B,Tmax,Hkv*D) entries pos0..pos0+n-1 = the k and v heads
  * of qkv (B,n,(Hq+2Hkv)*D) */
-void pp_cpu_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+void pp_cpu_kv_append(pp_act *kcache_, pp_act *vcache_, const pp_act *qkv_, int B, int n, int Hq,
 		      int Hkv, int D, int Tmax, int pos0)
 {
+	pp_real *kcache = kcache_;
+	pp_real *vcache = vcache_;
+	const pp_real *qkv = qkv_;
 	const size_t ld = (size_t)(Hq + 2 * Hkv) * D, KV = (size_t)Hkv * D;
 #pragma omp parallel for collapse(2) schedule(static)
 	for (int b = 0; b < B; b++)
@@ -268,10 +277,14 @@ void pp_cpu_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int 
  * pos0.. against the cache (B,Tmax,Hkv*D). A task is one head of one
  * sequence and ATT_BQ query rows; positions are absolute, so att_probs masks
  * the causal and window bounds as in the full forward. */
-void pp_cpu_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
-			     const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kcache_,
+			     const pp_act *vcache_, int B, int n, int Hq, int Hkv, int D, int Tmax,
 			     int pos0, int window)
 {
+	pp_real *out = out_;
+	const pp_real *qkv = qkv_;
+	const pp_real *kcache = kcache_;
+	const pp_real *vcache = vcache_;
 	const att_shape a = att_shape_of(B, pos0 + n, Hq, Hkv, D, window);
 	const size_t ldk = (size_t)Hkv * D;
 	const int nblk = (n + ATT_BQ - 1) / ATT_BQ;

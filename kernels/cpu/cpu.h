@@ -129,71 +129,74 @@ void *pp_cpu_alloc(size_t bytes);
 void pp_cpu_free(void *p);
 void pp_cpu_copy(void *dst, const void *src, size_t bytes);
 void pp_cpu_zero(void *p, size_t bytes);
+void pp_cpu_to_act(pp_act *dst, const pp_real *src, size_t n);
+void pp_cpu_act_to_host(pp_real *host_dst, const pp_act *src, size_t n);
 
 /* vec.c */
-void pp_cpu_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
+void pp_cpu_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
+void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
 double pp_cpu_sumsq(const pp_real *x, size_t n);
 
 /* matmul.c */
-void pp_cpu_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+void pp_cpu_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
 		       int N, int C, int OC);
-void pp_cpu_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
-		       const pp_real *inp, const pp_real *w, int N, int C, int OC);
+void pp_cpu_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
+		       const pp_act *inp, const pp_act *w, int N, int C, int OC);
 
 /* embed.c */
-void pp_cpu_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+void pp_cpu_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
 		      pp_real scale, int B, int T, int C, int pos0);
-void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
 		      pp_real scale, int B, int T, int C, int pos0);
 
 /* norm.c */
-void pp_cpu_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+void pp_cpu_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
 			pp_real eps, pp_real offset, int N, int C);
-void pp_cpu_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
-			const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C);
-void pp_cpu_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
-			  const pp_real *w, const pp_real *b, pp_real eps, int N, int C);
-void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
-			  const pp_real *x, const pp_real *w, const pp_real *mean,
+void pp_cpu_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
+			const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C);
+void pp_cpu_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
+			  const pp_act *w, const pp_act *b, pp_real eps, int N, int C);
+void pp_cpu_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout,
+			  const pp_act *x, const pp_act *w, const pp_real *mean,
 			  const pp_real *rstd, int N, int C);
-void pp_cpu_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd, const pp_real *x,
-				 const pp_real *y, const pp_real *w, pp_real eps, pp_real offset,
+void pp_cpu_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
+				 const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
 				 int N, int C);
-void pp_cpu_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
-				   const pp_real *x, const pp_real *y, const pp_real *w,
-				   const pp_real *b, pp_real eps, int N, int C);
+void pp_cpu_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
+				   const pp_act *x, const pp_act *y, const pp_act *w,
+				   const pp_act *b, pp_real eps, int N, int C);
 
 /* rope.c */
-void pp_cpu_rope_fwd(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-void pp_cpu_rope_bwd(pp_real *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+void pp_cpu_rope_fwd(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+void pp_cpu_rope_bwd(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
 
 /* attention.c */
-void pp_cpu_attention_fwd(pp_real *out, pp_real *lse, const pp_real *qkv, int B, int T, int Hq,
+void pp_cpu_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
 			  int Hkv, int D, int window);
-void pp_cpu_attention_bwd(pp_real *dqkv, const pp_real *dout, const pp_real *out,
-			  const pp_real *lse, const pp_real *qkv, int B, int T, int Hq, int Hkv,
+void pp_cpu_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
+			  const pp_real *lse, const pp_act *qkv, int B, int T, int Hq, int Hkv,
 			  int D, int window);
-void pp_cpu_kv_append(pp_real *kcache, pp_real *vcache, const pp_real *qkv, int B, int n, int Hq,
+void pp_cpu_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
 		      int Hkv, int D, int Tmax, int pos0);
-void pp_cpu_attention_cached(pp_real *out, const pp_real *qkv, const pp_real *kcache,
-			     const pp_real *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
+void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
+			     const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
 			     int pos0, int window);
 
 /* mlp.c */
-void pp_cpu_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act);
-void pp_cpu_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act);
-void pp_cpu_gelu_fwd(pp_real *out, const pp_real *x, size_t n);
-void pp_cpu_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
-			    const pp_real *bias, int N, int C, int OC);
-void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n);
+void pp_cpu_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act);
+void pp_cpu_glu_bwd(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act);
+void pp_cpu_gelu_fwd(pp_act *out, const pp_act *x, size_t n);
+void pp_cpu_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
+			    const pp_act *bias, int N, int C, int OC);
+void pp_cpu_gelu_bwd(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n);
 
 /* loss.c */
-void pp_cpu_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+void pp_cpu_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits,
 			 const int *targets, int N, int V, pp_real dscale);
-void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, const int *targets,
+void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_act *logits, const int *targets,
 			   int N, int V);
-void pp_cpu_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+void pp_cpu_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *lse,
 			 const int *targets, int N, int V, pp_real dscale);
 
 /* optim.c */

@@ -5,9 +5,12 @@
 #define EMBED_COLS 256
 
 /* out (B,T,C) = wte (V,C)[tok] * scale + wpe (maxT,C)[pos0 + t]; tok (B,T) */
-void pp_cpu_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp_real *wpe,
+void pp_cpu_embed_fwd(pp_act *out_, const int *tok, const pp_act *wte_, const pp_act *wpe_,
 		      pp_real scale, int B, int T, int C, int pos0)
 {
+	pp_real *out = out_;
+	const pp_real *wte = wte_;
+	const pp_real *wpe = wpe_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < B * T; n++) {
 		pp_real *o = out + (size_t)n * C;
@@ -19,9 +22,10 @@ void pp_cpu_embed_fwd(pp_real *out, const int *tok, const pp_real *wte, const pp
 }
 
 /* dwte (V,C) += scatter of dout (B,T,C) * scale; dwpe (maxT,C) += sum_b dout */
-void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_real *dout, const int *tok,
+void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout_, const int *tok,
 		      pp_real scale, int B, int T, int C, int pos0)
 {
+	const pp_real *dout = dout_;
 	/* a token may repeat, so tasks own channel ranges rather than rows */
 #pragma omp parallel for schedule(static)
 	for (int c0 = 0; c0 < C; c0 += EMBED_COLS) {

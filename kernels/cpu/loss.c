@@ -14,9 +14,11 @@ static void softmax_grad_row(pp_real *d, const pp_real *l, pp_real lse, int tgt,
 }
 
 /* losses (N), dlogits (N,V) (may alias logits), logits (N,V), targets (N) */
-void pp_cpu_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logits,
+void pp_cpu_crossentropy(pp_real *losses, pp_act *dlogits_, const pp_act *logits_,
 			 const int *targets, int N, int V, pp_real dscale)
 {
+	pp_real *dlogits = dlogits_;
+	const pp_real *logits = logits_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const pp_real *l = logits + (size_t)n * V;
@@ -37,9 +39,10 @@ void pp_cpu_crossentropy(pp_real *losses, pp_real *dlogits, const pp_real *logit
 }
 
 /* lse (N), tgt (N) from a vocabulary slice logits (N,V), local targets (N) */
-void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, const int *targets,
+void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_act *logits_, const int *targets,
 			   int N, int V)
 {
+	const pp_real *logits = logits_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const pp_real *l = logits + (size_t)n * V;
@@ -49,9 +52,11 @@ void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_real *logits, co
 }
 
 /* dlogits (N,V) from logits (N,V) and the global lse (N) */
-void pp_cpu_softmax_grad(pp_real *dlogits, const pp_real *logits, const pp_real *lse,
+void pp_cpu_softmax_grad(pp_act *dlogits_, const pp_act *logits_, const pp_real *lse,
 			 const int *targets, int N, int V, pp_real dscale)
 {
+	pp_real *dlogits = dlogits_;
+	const pp_real *logits = logits_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		pp_real *d = dlogits + (size_t)n * V;

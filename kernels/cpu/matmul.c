@@ -24,9 +24,13 @@ void pp_cpu_blas_serial_end(int saved)
 }
 
 /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC) */
-void pp_cpu_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, const pp_real *bias,
+void pp_cpu_matmul_fwd(pp_act *out_, const pp_act *inp_, const pp_act *w_, const pp_act *bias_,
 		       int N, int C, int OC)
 {
+	pp_real *out = out_;
+	const pp_real *inp = inp_;
+	const pp_real *w = w_;
+	const pp_real *bias = bias_;
 	if (bias) {
 #pragma omp parallel for schedule(static)
 		for (int n = 0; n < N; n++)
@@ -38,9 +42,13 @@ void pp_cpu_matmul_fwd(pp_real *out, const pp_real *inp, const pp_real *w, const
 
 /* dinp (N,C) = dout (N,OC) @ w (OC,C); dw (OC,C) += dout^T @ inp (N,C);
  * dbias (OC) += sum over N of dout */
-void pp_cpu_matmul_bwd(pp_real *dinp, pp_real *dw, pp_real *dbias, const pp_real *dout,
-		       const pp_real *inp, const pp_real *w, int N, int C, int OC)
+void pp_cpu_matmul_bwd(pp_act *dinp_, pp_real *dw, pp_real *dbias, const pp_act *dout_,
+		       const pp_act *inp_, const pp_act *w_, int N, int C, int OC)
 {
+	pp_real *dinp = dinp_;
+	const pp_real *dout = dout_;
+	const pp_real *inp = inp_;
+	const pp_real *w = w_;
 	if (dinp)
 		pp_cpu_gemm(0, 0, N, C, OC, 1, dout, OC, w, C, 0, dinp, C);
 	if (dw)

@@ -36,6 +36,17 @@ void pp_cpu_zero(void *p, size_t bytes)
 	memset(p, 0, bytes);
 }
 
+/* The compute type is pp_real: conversions are copies. */
+void pp_cpu_to_act(pp_act *dst, const pp_real *src, size_t n)
+{
+	memcpy(dst, src, n * sizeof(pp_real));
+}
+
+void pp_cpu_act_to_host(pp_real *host_dst, const pp_act *src, size_t n)
+{
+	memcpy(host_dst, src, n * sizeof(pp_real));
+}
+
 void *pp_cpu_scratch(size_t bytes)
 {
 	void *p = pp_cpu_alloc(bytes);

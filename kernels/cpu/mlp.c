@@ -73,8 +73,10 @@ static PP_CPU_CLONES void act_bwd_span(pp_real *dx, pp_real *dup, const pp_real 
 }
 
 /* out (N,F) = act(gate) * up with gu (N,2F) = [gate | up] per row */
-void pp_cpu_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act)
+void pp_cpu_glu_fwd(pp_act *out_, const pp_act *gu_, int N, int F, int act)
 {
+	pp_real *out = out_;
+	const pp_real *gu = gu_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const pp_real *gate = gu + (size_t)n * 2 * F;
@@ -83,8 +85,11 @@ void pp_cpu_glu_fwd(pp_real *out, const pp_real *gu, int N, int F, int act)
 }
 
 /* dgu (N,2F) = [dout * up * act'(gate) | dout * act(gate)]; dout (N,F) */
-void pp_cpu_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N, int F, int act)
+void pp_cpu_glu_bwd(pp_act *dgu_, const pp_act *dout_, const pp_act *gu_, int N, int F, int act)
 {
+	pp_real *dgu = dgu_;
+	const pp_real *dout = dout_;
+	const pp_real *gu = gu_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const pp_real *gate = gu + (size_t)n * 2 * F;
@@ -93,15 +98,20 @@ void pp_cpu_glu_bwd(pp_real *dgu, const pp_real *dout, const pp_real *gu, int N,
 	}
 }
 
-void pp_cpu_gelu_fwd(pp_real *out, const pp_real *x, size_t n)
+void pp_cpu_gelu_fwd(pp_act *out_, const pp_act *x_, size_t n)
 {
+	pp_real *out = out_;
+	const pp_real *x = x_;
 #pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < n; i += SPAN)
 		act_fwd_span(out + i, x + i, NULL, n - i < SPAN ? n - i : SPAN, PP_ACT_GELU_TANH);
 }
 
-void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t n)
+void pp_cpu_gelu_bwd(pp_act *dx_, const pp_act *dout_, const pp_act *x_, size_t n)
 {
+	pp_real *dx = dx_;
+	const pp_real *dout = dout_;
+	const pp_real *x = x_;
 #pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < n; i += SPAN)
 		act_bwd_span(dx + i, NULL, dout + i, x + i, NULL, n - i < SPAN ? n - i : SPAN,
@@ -109,9 +119,14 @@ void pp_cpu_gelu_bwd(pp_real *dx, const pp_real *dout, const pp_real *x, size_t 
 }
 
 /* pre (N,OC) = inp (N,C) @ w (OC,C)^T + bias; out (N,OC) = gelu(pre) */
-void pp_cpu_matmul_gelu_fwd(pp_real *out, pp_real *pre, const pp_real *inp, const pp_real *w,
-			    const pp_real *bias, int N, int C, int OC)
+void pp_cpu_matmul_gelu_fwd(pp_act *out_, pp_act *pre_, const pp_act *inp_, const pp_act *w_,
+			    const pp_act *bias_, int N, int C, int OC)
 {
+	pp_real *out = out_;
+	pp_real *pre = pre_;
+	const pp_real *inp = inp_;
+	const pp_real *w = w_;
+	const pp_real *bias = bias_;
 	pp_cpu_matmul_fwd(pre, inp, w, bias, N, C, OC);
 	pp_cpu_gelu_fwd(out, pre, (size_t)N * OC);
 }

@@ -95,18 +95,25 @@ static PP_CPU_CLONES void layernorm_row_bwd(pp_real *restrict dx, pp_real *restr
 }
 
 /* out (N,C), rstd (N) */
-void pp_cpu_rmsnorm_fwd(pp_real *out, pp_real *rstd, const pp_real *x, const pp_real *w,
+void pp_cpu_rmsnorm_fwd(pp_act *out_, pp_real *rstd, const pp_act *x_, const pp_act *w_,
 			pp_real eps, pp_real offset, int N, int C)
 {
+	pp_real *out = out_;
+	const pp_real *x = x_;
+	const pp_real *w = w_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++)
 		rstd[n] = rmsnorm_row(out + (size_t)n * C, x + (size_t)n * C, w, eps, offset, C);
 }
 
 /* dx (N,C) +=, dw (C) += */
-void pp_cpu_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_real *x,
-			const pp_real *w, const pp_real *rstd, pp_real offset, int N, int C)
+void pp_cpu_rmsnorm_bwd(pp_act *dx_, pp_real *dw, const pp_act *dout_, const pp_act *x_,
+			const pp_act *w_, const pp_real *rstd, pp_real offset, int N, int C)
 {
+	pp_real *dx = dx_;
+	const pp_real *dout = dout_;
+	const pp_real *x = x_;
+	const pp_real *w = w_;
 	const int nt = omp_get_max_threads();
 	pp_real *part = partials_new(nt, 1, C);
 #pragma omp parallel num_threads(nt)
@@ -121,9 +128,13 @@ void pp_cpu_rmsnorm_bwd(pp_real *dx, pp_real *dw, const pp_real *dout, const pp_
 }
 
 /* out (N,C), mean (N), rstd (N) */
-void pp_cpu_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_real *x,
-			  const pp_real *w, const pp_real *b, pp_real eps, int N, int C)
+void pp_cpu_layernorm_fwd(pp_act *out_, pp_real *mean, pp_real *rstd, const pp_act *x_,
+			  const pp_act *w_, const pp_act *b_, pp_real eps, int N, int C)
 {
+	pp_real *out = out_;
+	const pp_real *x = x_;
+	const pp_real *w = w_;
+	const pp_real *b = b_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++)
 		layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, w, b, eps,
@@ -131,10 +142,14 @@ void pp_cpu_layernorm_fwd(pp_real *out, pp_real *mean, pp_real *rstd, const pp_r
 }
 
 /* dx (N,C) +=, dw (C) +=, db (C) += */
-void pp_cpu_layernorm_bwd(pp_real *dx, pp_real *dw, pp_real *db, const pp_real *dout,
-			  const pp_real *x, const pp_real *w, const pp_real *mean,
+void pp_cpu_layernorm_bwd(pp_act *dx_, pp_real *dw, pp_real *db, const pp_act *dout_,
+			  const pp_act *x_, const pp_act *w_, const pp_real *mean,
 			  const pp_real *rstd, int N, int C)
 {
+	pp_real *dx = dx_;
+	const pp_real *dout = dout_;
+	const pp_real *x = x_;
+	const pp_real *w = w_;
 	const int nt = omp_get_max_threads();
 	pp_real *part = partials_new(nt, 2, C);
 #pragma omp parallel num_threads(nt)
@@ -160,10 +175,15 @@ static PP_CPU_CLONES void residual_row(pp_real *r, const pp_real *x, const pp_re
 /* res_out (N,C) = x + y; out (N,C), rstd (N) of res_out. Row by row the same
  * arithmetic as pp_cpu_add then pp_cpu_rmsnorm_fwd, so the same bits; the
  * norm reads its row back from cache rather than from memory. */
-void pp_cpu_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd, const pp_real *x,
-				 const pp_real *y, const pp_real *w, pp_real eps, pp_real offset,
+void pp_cpu_rmsnorm_residual_fwd(pp_act *res_out_, pp_act *out_, pp_real *rstd, const pp_act *x_,
+				 const pp_act *y_, const pp_act *w_, pp_real eps, pp_real offset,
 				 int N, int C)
 {
+	pp_real *res_out = res_out_;
+	pp_real *out = out_;
+	const pp_real *x = x_;
+	const pp_real *y = y_;
+	const pp_real *w = w_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const size_t row = (size_t)n * C;
@@ -173,10 +193,16 @@ void pp_cpu_rmsnorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *rstd, 
 }
 
 /* res_out (N,C) = x + y; out (N,C), mean (N), rstd (N) of res_out, as above */
-void pp_cpu_layernorm_residual_fwd(pp_real *res_out, pp_real *out, pp_real *mean, pp_real *rstd,
-				   const pp_real *x, const pp_real *y, const pp_real *w,
-				   const pp_real *b, pp_real eps, int N, int C)
+void pp_cpu_layernorm_residual_fwd(pp_act *res_out_, pp_act *out_, pp_real *mean, pp_real *rstd,
+				   const pp_act *x_, const pp_act *y_, const pp_act *w_,
+				   const pp_act *b_, pp_real eps, int N, int C)
 {
+	pp_real *res_out = res_out_;
+	pp_real *out = out_;
+	const pp_real *x = x_;
+	const pp_real *y = y_;
+	const pp_real *w = w_;
+	const pp_real *b = b_;
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < N; n++) {
 		const size_t row = (size_t)n * C;

@@ -4,11 +4,17 @@
 
 #include "cpu.h"
 
-void pp_cpu_add(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
+void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 {
 #pragma omp parallel for simd schedule(static)
 	for (size_t i = 0; i < n; i++)
 		out[i] = a[i] + b[i];
+}
+
+/* activations are pp_real on the CPU */
+void pp_cpu_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n)
+{
+	pp_cpu_add_real(out, a, b, n);
 }
 
 void pp_cpu_scale(pp_real *x, pp_real s, size_t n)
