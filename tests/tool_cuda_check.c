@@ -1,29 +1,36 @@
 /* The CUDA backend against the CPU backend, op by op, on a machine with a
  * GPU: every op of kernels/ops.h runs on fresh random inputs of small
- * realistic shapes on pp_ops_cpu and on pp_ops_cuda, and every output and
- * gradient is compared.
+ * realistic shapes on pp_ops_cpu and on each CUDA table, pp_ops_cuda (fp32)
+ * and pp_ops_cuda_bf16 (bf16 activations), and every output and gradient
+ * is compared.
  *
  *   error      max |gpu - cpu| / max |cpu| over each output (normwise
  *              relative error; NaN anywhere counts as infinite), the worst
- *              output of the op. Both sides are fp32 with different
+ *              output of the op. fp32: both sides are fp32 with different
  *              summation orders; the bound is 1e-5 (PP_CHECK_TOL overrides).
+ *              bf16: the inputs are built on the host as fp32 values rounded
+ *              to bf16, so the CPU op (in fp32) sees exactly the inputs the
+ *              GPU sees; activations come back through act_to_host and fp32
+ *              tensors (statistics, parameter gradients, losses) as they
+ *              are; the bound is 1e-2 (PP_CHECK_TOL_BF16 overrides).
  *   written    outputs that an op overwrites start as NaN on the GPU: an
  *              element the kernel forgets stays NaN and fails the check.
  *   untouched  inputs are compared bitwise after the GPU run.
  *   determinism  the GPU runs every op twice on the same inputs: the
  *              outputs must be bitwise equal (the second run is timed; the
  *              first also loads the kernels).
- *   cudnn      attention through cuDNN (PP_CUDA_ATTENTION=cudnn) is checked
- *              against the same CPU attention at a bf16 bound, 1e-2; its dq
- *              accumulates with atomics, so its backward is not asked to be
- *              bitwise repeatable. A shape cuDNN does not take is one
- *              counted SKIP line with cuDNN's reason.
+ *   cudnn      attention through cuDNN (PP_CUDA_ATTENTION_CUDNN) is checked
+ *              against the same CPU attention at the bf16 bound, 1e-2, in
+ *              both tables; its dq accumulates with atomics, so its backward
+ *              is not asked to be bitwise repeatable. A shape cuDNN does not
+ *              take is one counted SKIP line with cuDNN's reason.
  *
- * One PASS:/FAIL: line per check, then a table (op, shape, max rel err, CPU
- * ms, GPU ms). The seed is printed; PP_CHECK_SEED=N repeats a run,
- * PP_CHECK_ONLY=NAME runs the checks of the ops whose name contains NAME.
- * Exit status 1 when a check fails or no GPU can be used. Built without
- * CUDA it prints one SKIP line. */
+ * One PASS:/FAIL: line per check, then a table (op, table, shape, max rel
+ * err, CPU ms, GPU ms). The seed is printed; PP_CHECK_SEED=N repeats a run,
+ * PP_CHECK_ONLY=NAME runs the checks of the ops whose name contains NAME,
+ * PP_CHECK_TABLE=fp32|bf16 the checks of one table. Exit status 1 when a
+ * check fails or no GPU can be used. Built without CUDA it prints one SKIP
+ * line. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -50,13 +57,15 @@ int main(void)
 #define MAXT 8 /* tensors per check */
 
 enum { IN, OUT, ACC, INOUT }; /* OUT is overwritten by the op; ACC, INOUT start with data */
-enum { F32, F32_POS, TOK, TGT, TGT_SPLIT };
+/* ACT: a pp_act tensor, of the table's compute type on the GPU; F32,
+ * F32_POS: pp_real */
+enum { ACT, F32, F32_POS, TOK, TGT, TGT_SPLIT };
 
 typedef struct {
 	const char *name;
 	size_t n;
 	int role, kind;
-	double scale; /* F32: uniform in [-scale, scale) */
+	double scale; /* ACT, F32: uniform in [-scale, scale) */
 	double tol;   /* bound on this output's error; 0: the global one */
 } tensor;
 
@@ -79,13 +88,60 @@ typedef struct check {
 	int nondet;    /* outputs may differ between two GPU runs */
 } check;
 
-static double tol = 1e-5;
+static double tol = 1e-5, tol_bf16 = 1e-2;
 static int failed, passed, skipped;
-static const char *only; /* PP_CHECK_ONLY: the ops whose name contains it */
+static const char *only;       /* PP_CHECK_ONLY: the ops whose name contains it */
+static const char *only_table; /* PP_CHECK_TABLE: fp32 or bf16 */
 
 static int selected(const char *op)
 {
 	return !only || strstr(op, only);
+}
+
+/* the GPU tables, each against the CPU */
+typedef struct {
+	const char *name;
+	const pp_ops *ops;
+} table_t;
+static const table_t tables[] = {{"fp32", &pp_ops_cuda}, {"bf16", &pp_ops_cuda_bf16}};
+enum { N_TABLES = sizeof tables / sizeof tables[0] };
+
+static int table_selected(const table_t *tb)
+{
+	return !only_table || !strcmp(only_table, tb->name);
+}
+
+static int is_bf16(const pp_ops *o)
+{
+	return o->act_type == PP_TYPE_BF16;
+}
+
+/* the error bound of a table's outputs */
+static double tol_of(const pp_ops *o)
+{
+	return is_bf16(o) ? tol_bf16 : tol;
+}
+
+/* ---- bf16 on the host ------------------------------------------------------- */
+
+/* x rounded to bf16 (to nearest even; NaN stays a quiet NaN), the upper
+ * half of its fp32 bits */
+static uint16_t bf16_bits(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static float bf16_round(float x)
+{
+	uint32_t u = (uint32_t)bf16_bits(x) << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
 }
 
 /* ---- random data ------------------------------------------------------------ */
@@ -118,6 +174,7 @@ static void fill(void *buf, const tensor *t, int vocab)
 	for (size_t i = 0; i < t->n; i++) {
 		int u = rnd_int(10);
 		switch (t->kind) {
+		case ACT:
 		case F32:
 			f[i] = t->role == OUT ? NAN : (float)(rnd() * t->scale);
 			break;
@@ -137,14 +194,58 @@ static void fill(void *buf, const tensor *t, int vocab)
 	}
 }
 
-static size_t bytes_of(const tensor *t)
-{
-	return t->n * (t->kind == F32 || t->kind == F32_POS ? sizeof(float) : sizeof(int));
-}
-
 static int is_real(const tensor *t)
 {
-	return t->kind == F32 || t->kind == F32_POS;
+	return t->kind == ACT || t->kind == F32 || t->kind == F32_POS;
+}
+
+/* bytes on the host (fp32 for every real tensor) */
+static size_t bytes_of(const tensor *t)
+{
+	return t->n * (is_real(t) ? sizeof(float) : sizeof(int));
+}
+
+/* bytes on the device of table o */
+static size_t dev_bytes(const pp_ops *o, const tensor *t)
+{
+	return t->kind == ACT ? t->n * pp_act_size(o) : bytes_of(t);
+}
+
+/* an activation tensor's host values as table o holds them: rounded to bf16
+ * in the bf16 table */
+static void round_act(const pp_ops *o, void *host, const tensor *t)
+{
+	if (t->kind != ACT || !is_bf16(o))
+		return;
+	float *f = host;
+	for (size_t i = 0; i < t->n; i++)
+		f[i] = bf16_round(f[i]);
+}
+
+/* host fp32 values to the device of table o: activations in its compute
+ * type (bf16 bits made on the host, so the upload does not depend on the
+ * ops under test) */
+static void upload(const pp_ops *o, void *dev, const void *host, const tensor *t)
+{
+	if (t->kind != ACT || !is_bf16(o)) {
+		o->to_device(dev, host, bytes_of(t));
+		return;
+	}
+	const float *f = host;
+	uint16_t *b = malloc(t->n * sizeof *b + 1);
+	for (size_t i = 0; i < t->n; i++)
+		b[i] = bf16_bits(f[i]);
+	o->to_device(dev, b, t->n * sizeof *b);
+	free(b);
+}
+
+/* device to host fp32: activations through act_to_host */
+static void download(const pp_ops *o, void *host, const void *dev, const tensor *t)
+{
+	if (t->kind == ACT)
+		o->act_to_host(host, dev, t->n);
+	else
+		o->to_host(host, dev, bytes_of(t));
 }
 
 /* ---- measuring ---------------------------------------------------------------- */
@@ -180,28 +281,29 @@ static double rel_err(const float *c, const float *g, size_t n)
 }
 
 typedef struct {
-	char op[24], shape[80];
+	char op[24], table[8], shape[80];
 	double err, cpu_ms, gpu_ms;
 	int ok;
 } row;
 
-static row table[128];
+static row table[512];
 static int n_rows;
 
-static void report(const char *op, const char *shape, int ok, double err, double cpu_ms,
-		   double gpu_ms, const char *why)
+static void report(const char *op, const table_t *tb, const char *shape, int ok, double err,
+		   double cpu_ms, double gpu_ms, const char *why)
 {
 	if (ok) {
-		printf("PASS: cuda/%s[%s]\n", op, shape);
+		printf("PASS: cuda/%s/%s[%s]\n", tb->name, op, shape);
 		passed++;
 	} else {
-		printf("FAIL: cuda/%s[%s]: %s\n", op, shape, why);
+		printf("FAIL: cuda/%s/%s[%s]: %s\n", tb->name, op, shape, why);
 		failed++;
 	}
 	fflush(stdout);
 	if (n_rows < (int)(sizeof table / sizeof table[0])) {
 		row *r = &table[n_rows++];
 		snprintf(r->op, sizeof r->op, "%s", op);
+		snprintf(r->table, sizeof r->table, "%s", tb->name);
 		snprintf(r->shape, sizeof r->shape, "%s", shape);
 		r->err = err, r->cpu_ms = cpu_ms, r->gpu_ms = gpu_ms, r->ok = ok;
 	}
@@ -209,11 +311,10 @@ static void report(const char *op, const char *shape, int ok, double err, double
 
 /* ---- the driver ------------------------------------------------------------- */
 
-static void run_check(check *c)
+static void run_check_on(check *c, const table_t *tb)
 {
+	const pp_ops *g = tb->ops;
 	void *host[MAXT], *cpu[MAXT], *dev[MAXT], *got[2][MAXT];
-	if (!selected(c->op))
-		return;
 	for (int i = 0; i < c->nt; i++) {
 		size_t b = bytes_of(&c->t[i]) + 4;
 		host[i] = malloc(b);
@@ -221,9 +322,13 @@ static void run_check(check *c)
 		got[0][i] = malloc(b);
 		got[1][i] = malloc(b);
 		fill(host[i], &c->t[i], c->vocab);
+		round_act(g, host[i], &c->t[i]);
 	}
-	if (c->prep)
+	if (c->prep) {
 		c->prep(host, c);
+		for (int i = 0; i < c->nt; i++)
+			round_act(g, host[i], &c->t[i]);
+	}
 	for (int i = 0; i < c->nt; i++)
 		memcpy(cpu[i], host[i], bytes_of(&c->t[i]));
 	double t0 = now_ms();
@@ -233,24 +338,24 @@ static void run_check(check *c)
 	pp_cuda_set_attention(c->attention);
 	for (int rep = 0; rep < 2; rep++) {
 		for (int i = 0; i < c->nt; i++) {
-			dev[i] = pp_ops_cuda.alloc(bytes_of(&c->t[i]));
+			dev[i] = g->alloc(dev_bytes(g, &c->t[i]));
 			if (!dev[i]) {
 				fprintf(stderr, "out of GPU memory\n");
 				exit(1);
 			}
-			pp_ops_cuda.to_device(dev[i], host[i], bytes_of(&c->t[i]));
+			upload(g, dev[i], host[i], &c->t[i]);
 		}
 		gpu_sync();
 		t0 = now_ms();
-		c->run(&pp_ops_cuda, dev, c);
+		c->run(g, dev, c);
 		gpu_sync();
 		gpu_ms = now_ms() - t0;
 		for (int i = 0; i < c->nt; i++) {
-			pp_ops_cuda.to_host(got[rep][i], dev[i], bytes_of(&c->t[i]));
-			pp_ops_cuda.free(dev[i]);
+			download(g, got[rep][i], dev[i], &c->t[i]);
+			g->free(dev[i]);
 		}
 	}
-	pp_cuda_set_attention(PP_CUDA_ATTENTION_PLAIN);
+	pp_cuda_set_attention(PP_CUDA_ATTENTION_AUTO);
 
 	double worst = 0;
 	char why[256] = "";
@@ -267,18 +372,28 @@ static void run_check(check *c)
 				 t->name);
 		double err = is_real(t) ? rel_err(cpu[i], got[1][i], t->n)
 					: (memcmp(cpu[i], got[1][i], b) ? INFINITY : 0);
-		const double bound = t->tol > 0 ? t->tol : tol;
+		const double bound = t->tol > tol_of(g) ? t->tol : tol_of(g);
 		if (err > bound && !why[0])
 			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err, bound);
 		worst = err > worst ? err : worst;
 	}
-	report(c->op, c->shape, !why[0], worst, cpu_ms, gpu_ms, why);
+	report(c->op, tb, c->shape, !why[0], worst, cpu_ms, gpu_ms, why);
 	for (int i = 0; i < c->nt; i++) {
 		free(host[i]);
 		free(cpu[i]);
 		free(got[0][i]);
 		free(got[1][i]);
 	}
+}
+
+/* the check on every selected table, each with fresh inputs */
+static void run_check(check *c)
+{
+	if (!selected(c->op))
+		return;
+	for (int k = 0; k < N_TABLES; k++)
+		if (table_selected(&tables[k]))
+			run_check_on(c, &tables[k]);
 }
 
 #define P(i) ((pp_real *)p[i])
@@ -289,43 +404,106 @@ static void run_check(check *c)
 
 /* ---- memory ------------------------------------------------------------------ */
 
-static void check_memory(void)
+/* the selected tables, in order */
+#define EACH_TABLE(tb)                                            \
+	for (const table_t *tb = tables; tb < tables + N_TABLES; tb++) \
+		if (table_selected(tb))
+
+static void check_memory_on(const table_t *tb)
 {
 	const size_t n = 1000003;
-	if (!selected("memory"))
-		return;
+	const pp_ops *g = tb->ops;
 	float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
 	for (size_t i = 0; i < n; i++)
 		h[i] = (float)rnd();
-	float *a = pp_ops_cuda.alloc(n * sizeof *a), *b = pp_ops_cuda.alloc(n * sizeof *b);
+	float *a = g->alloc(n * sizeof *a), *b = g->alloc(n * sizeof *b);
 	int ok = a && b;
 	if (ok) {
-		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		g->to_host(back, b, n * sizeof *back);
 		for (size_t i = 0; i < n && ok; i++)
 			ok = back[i] == 0;
 	}
 	int zero_fill = ok;
 	if (ok) { /* host -> device -> device -> host, then zero */
-		pp_ops_cuda.to_device(a, h, n * sizeof *h);
-		pp_ops_cuda.to_device(b, a, n * sizeof *h);
-		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		g->to_device(a, h, n * sizeof *h);
+		g->to_device(b, a, n * sizeof *h);
+		g->to_host(back, b, n * sizeof *back);
 		ok = !memcmp(back, h, n * sizeof *h);
 	}
 	int copies = ok;
 	if (ok) {
-		pp_ops_cuda.zero(b + 10, 100 * sizeof *b);
-		pp_ops_cuda.to_host(back, b, n * sizeof *back);
+		g->zero(b + 10, 100 * sizeof *b);
+		g->to_host(back, b, n * sizeof *back);
 		for (size_t i = 0; i < n && ok; i++)
 			ok = back[i] == (i >= 10 && i < 110 ? 0 : h[i]);
 	}
-	pp_ops_cuda.free(a);
-	pp_ops_cuda.free(b);
-	report("memory", "alloc zero-filled, copies, zero", ok, 0, 0, 0,
+	g->free(a);
+	g->free(b);
+	report("memory", tb, "alloc zero-filled, copies, zero", ok, 0, 0, 0,
 	       !zero_fill ? "alloc is not zero-filled"
 	       : !copies  ? "host/device/device copies differ"
 			  : "zero cleared the wrong range");
 	free(h);
 	free(back);
+}
+
+static void check_memory(void)
+{
+	if (!selected("memory"))
+		return;
+	EACH_TABLE(tb) check_memory_on(tb);
+}
+
+/* to_act then act_to_host: the host's rounding of every value, bit for bit
+ * (NaN for NaN), in the fp32 table the value itself. Random values of every
+ * magnitude, then specials: signed zeros, infinities, NaN, the largest
+ * float (rounds to inf), subnormals, ties that round to even (down and up).
+ * The whole vector from aligned pointers, then from one element in, where
+ * 16-byte loads do not apply. */
+static void check_to_act_on(const table_t *tb, size_t n)
+{
+	const pp_ops *g = tb->ops;
+	const float special[] = {0.0f,	  -0.0f,	  INFINITY,	 -INFINITY, NAN,
+				 3.4028235e38f, -3.4028235e38f, 1e-40f,	 -1e-41f,   1.00390625f,
+				 1.01171875f,	 -1.00390625f,	 65504.0f, 1.0f / 3};
+	const size_t ns = sizeof special / sizeof special[0];
+	float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
+	for (size_t i = 0; i < n; i++)
+		h[i] = i < ns ? special[i] : (float)(rnd() * pow(2, rnd_int(60) - 30));
+	float *src = g->alloc(n * sizeof *src);
+	void *act = g->alloc(n * pp_act_size(g));
+	g->to_device(src, h, n * sizeof *h);
+	char why[160] = "";
+	double t0 = now_ms();
+	for (int off = 0; off < 2 && !why[0]; off++) {
+		const size_t m = n - (size_t)off;
+		g->to_act((char *)act + (size_t)off * pp_act_size(g), src + off, m);
+		for (size_t i = 0; i < m; i++)
+			back[i] = -1;
+		g->act_to_host(back, (const char *)act + (size_t)off * pp_act_size(g), m);
+		for (size_t i = 0; i < m && !why[0]; i++) {
+			const float want = is_bf16(g) ? bf16_round(h[i + off]) : h[i + off];
+			if (isnan(want) ? !isnan(back[i]) : memcmp(&want, &back[i], sizeof want))
+				snprintf(why, sizeof why,
+					 "element %zu (offset %d): %.9g became %.9g, want %.9g", i, off,
+					 h[i + off], back[i], want);
+		}
+	}
+	double gpu_ms = now_ms() - t0;
+	g->free(src);
+	g->free(act);
+	char shape[48];
+	snprintf(shape, sizeof shape, "n=%zu, aligned and one in", n);
+	report("to_act+act_to_host", tb, shape, !why[0], why[0] ? INFINITY : 0, 0, gpu_ms, why);
+	free(h);
+	free(back);
+}
+
+static void check_to_act(size_t n)
+{
+	if (!selected("to_act"))
+		return;
+	EACH_TABLE(tb) check_to_act_on(tb, n);
 }
 
 /* ---- matmul ------------------------------------------------------------------- */
@@ -335,31 +513,34 @@ static void r_matmul_fwd(const pp_ops *o, void *const *p, const check *c)
 	o->matmul_fwd(P(0), P(1), P(2), c->a[3] ? P(3) : NULL, c->a[0], c->a[1], c->a[2]);
 }
 
+/* a[5] calls in a row: the parameter gradients accumulate (in fp32) */
 static void r_matmul_bwd(const pp_ops *o, void *const *p, const check *c)
 {
-	o->matmul_bwd(c->a[4] ? P(0) : NULL, P(1), c->a[3] ? P(2) : NULL, P(3), P(4), P(5), c->a[0],
-		      c->a[1], c->a[2]);
+	for (int k = 0; k < c->a[5]; k++)
+		o->matmul_bwd(c->a[4] ? P(0) : NULL, P(1), c->a[3] ? P(2) : NULL, P(3), P(4), P(5),
+			      c->a[0], c->a[1], c->a[2]);
 }
 
-static void check_matmul(int N, int C, int OC, int bias, int dinp)
+static void check_matmul(int N, int C, int OC, int bias, int dinp, int calls)
 {
 	check c = {.op = "matmul_fwd", .run = r_matmul_fwd, .nt = 4, .a = {N, C, OC, bias}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d%s", N, C, OC, bias ? " bias" : "");
-	c.t[0] = TS("out", (size_t)N * OC, OUT, F32, 1);
-	c.t[1] = TS("inp", (size_t)N * C, IN, F32, 1);
-	c.t[2] = TS("w", (size_t)OC * C, IN, F32, 0.1);
-	c.t[3] = TS("bias", (size_t)OC, IN, F32, 1);
+	c.t[0] = TS("out", (size_t)N * OC, OUT, ACT, 1);
+	c.t[1] = TS("inp", (size_t)N * C, IN, ACT, 1);
+	c.t[2] = TS("w", (size_t)OC * C, IN, ACT, 0.1);
+	c.t[3] = TS("bias", (size_t)OC, IN, ACT, 1);
 	run_check(&c);
 
-	check d = {.op = "matmul_bwd", .run = r_matmul_bwd, .nt = 6, .a = {N, C, OC, bias, dinp}};
-	snprintf(d.shape, sizeof d.shape, "N=%d C=%d OC=%d%s%s", N, C, OC, bias ? " dbias" : "",
-		 dinp ? "" : " no dinp");
-	d.t[0] = TS("dinp", (size_t)N * C, OUT, F32, 1);
+	check d = {.op = "matmul_bwd", .run = r_matmul_bwd, .nt = 6,
+		   .a = {N, C, OC, bias, dinp, calls}};
+	snprintf(d.shape, sizeof d.shape, "N=%d C=%d OC=%d%s%s%s", N, C, OC, bias ? " dbias" : "",
+		 dinp ? "" : " no dinp", calls > 1 ? " 2 calls" : "");
+	d.t[0] = TS("dinp", (size_t)N * C, OUT, ACT, 1);
 	d.t[1] = TS("dw", (size_t)OC * C, ACC, F32, 1);
 	d.t[2] = TS("dbias", (size_t)OC, ACC, F32, 1);
-	d.t[3] = TS("dout", (size_t)N * OC, IN, F32, 1);
-	d.t[4] = TS("inp", (size_t)N * C, IN, F32, 1);
-	d.t[5] = TS("w", (size_t)OC * C, IN, F32, 0.1);
+	d.t[3] = TS("dout", (size_t)N * OC, IN, ACT, 1);
+	d.t[4] = TS("inp", (size_t)N * C, IN, ACT, 1);
+	d.t[5] = TS("w", (size_t)OC * C, IN, ACT, 0.1);
 	if (!dinp)
 		d.t[0].role = INOUT; /* untouched: stays as it was */
 	run_check(&d);
@@ -378,11 +559,11 @@ static void check_matmul_gelu(int N, int C, int OC, int bias)
 	check c = {.op = "matmul_gelu_fwd", .run = r_matmul_gelu_fwd, .nt = 5,
 		   .a = {N, C, OC, bias}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d%s", N, C, OC, bias ? " bias" : "");
-	c.t[0] = TSB("out", (size_t)N * OC, OUT, F32, 1, 1e-3);
-	c.t[1] = TS("pre", (size_t)N * OC, OUT, F32, 1);
-	c.t[2] = TS("inp", (size_t)N * C, IN, F32, 1);
-	c.t[3] = TS("w", (size_t)OC * C, IN, F32, 0.1);
-	c.t[4] = TS("bias", (size_t)OC, IN, F32, 1);
+	c.t[0] = TSB("out", (size_t)N * OC, OUT, ACT, 1, 1e-3);
+	c.t[1] = TS("pre", (size_t)N * OC, OUT, ACT, 1);
+	c.t[2] = TS("inp", (size_t)N * C, IN, ACT, 1);
+	c.t[3] = TS("w", (size_t)OC * C, IN, ACT, 0.1);
+	c.t[4] = TS("bias", (size_t)OC, IN, ACT, 1);
 	run_check(&c);
 }
 
@@ -407,10 +588,10 @@ static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float sca
 		   .f = {scale}, .vocab = V};
 	snprintf(c.shape, sizeof c.shape, "B=%d T=%d C=%d V=%d pos0=%d%s scale=%g", B, T, C, V, pos0,
 		 wpe ? " wpe" : "", scale);
-	c.t[0] = TS("out", (size_t)B * T * C, OUT, F32, 1);
+	c.t[0] = TS("out", (size_t)B * T * C, OUT, ACT, 1);
 	c.t[1] = TS("tok", (size_t)B * T, IN, TOK, 0);
-	c.t[2] = TS("wte", (size_t)V * C, IN, F32, 1);
-	c.t[3] = TS("wpe", (size_t)maxT * C, IN, F32, 1);
+	c.t[2] = TS("wte", (size_t)V * C, IN, ACT, 1);
+	c.t[3] = TS("wpe", (size_t)maxT * C, IN, ACT, 1);
 	run_check(&c);
 
 	check d = {.op = "embed_bwd", .run = r_embed_bwd, .nt = 4, .a = {B, T, C, pos0, wpe},
@@ -418,7 +599,7 @@ static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float sca
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dwte", (size_t)V * C, ACC, F32, 1);
 	d.t[1] = TS("dwpe", (size_t)maxT * C, ACC, F32, 1);
-	d.t[2] = TS("dout", (size_t)B * T * C, IN, F32, 1);
+	d.t[2] = TS("dout", (size_t)B * T * C, IN, ACT, 1);
 	d.t[3] = TS("tok", (size_t)B * T, IN, TOK, 0);
 	run_check(&d);
 }
@@ -468,20 +649,20 @@ static void check_norms(int N, int C, float offset)
 	const float eps = 1e-5f;
 	check c = {.op = "rmsnorm_fwd", .run = r_rmsnorm_fwd, .nt = 4, .a = {N, C}, .f = {eps, offset}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g", N, C, offset);
-	c.t[0] = TS("out", (size_t)N * C, OUT, F32, 1);
+	c.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
 	c.t[1] = TS("rstd", (size_t)N, OUT, F32, 1);
-	c.t[2] = TS("x", (size_t)N * C, IN, F32, 3);
-	c.t[3] = TS("w", (size_t)C, IN, F32, 1);
+	c.t[2] = TS("x", (size_t)N * C, IN, ACT, 3);
+	c.t[3] = TS("w", (size_t)C, IN, ACT, 1);
 	run_check(&c);
 
 	check d = {.op = "rmsnorm_bwd", .run = r_rmsnorm_bwd, .prep = prep_rstd, .nt = 6,
 		   .a = {N, C}, .f = {eps, offset}};
 	memcpy(d.shape, c.shape, sizeof d.shape);
-	d.t[0] = TS("dx", (size_t)N * C, ACC, F32, 1);
+	d.t[0] = TS("dx", (size_t)N * C, ACC, ACT, 1);
 	d.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
-	d.t[2] = TS("dout", (size_t)N * C, IN, F32, 1);
-	d.t[3] = TS("x", (size_t)N * C, IN, F32, 3);
-	d.t[4] = TS("w", (size_t)C, IN, F32, 1);
+	d.t[2] = TS("dout", (size_t)N * C, IN, ACT, 1);
+	d.t[3] = TS("x", (size_t)N * C, IN, ACT, 3);
+	d.t[4] = TS("w", (size_t)C, IN, ACT, 1);
 	d.t[5] = TS("rstd", (size_t)N, IN, F32, 1);
 	run_check(&d);
 
@@ -489,23 +670,23 @@ static void check_norms(int N, int C, float offset)
 		return;
 	check l = {.op = "layernorm_fwd", .run = r_layernorm_fwd, .nt = 6, .a = {N, C}, .f = {eps}};
 	snprintf(l.shape, sizeof l.shape, "N=%d C=%d", N, C);
-	l.t[0] = TS("out", (size_t)N * C, OUT, F32, 1);
+	l.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
 	l.t[1] = TS("mean", (size_t)N, OUT, F32, 1);
 	l.t[2] = TS("rstd", (size_t)N, OUT, F32, 1);
-	l.t[3] = TS("x", (size_t)N * C, IN, F32, 3);
-	l.t[4] = TS("w", (size_t)C, IN, F32, 1);
-	l.t[5] = TS("b", (size_t)C, IN, F32, 1);
+	l.t[3] = TS("x", (size_t)N * C, IN, ACT, 3);
+	l.t[4] = TS("w", (size_t)C, IN, ACT, 1);
+	l.t[5] = TS("b", (size_t)C, IN, ACT, 1);
 	run_check(&l);
 
 	check m = {.op = "layernorm_bwd", .run = r_layernorm_bwd, .prep = prep_mean_rstd, .nt = 8,
 		   .a = {N, C}, .f = {eps}};
 	memcpy(m.shape, l.shape, sizeof m.shape);
-	m.t[0] = TS("dx", (size_t)N * C, ACC, F32, 1);
+	m.t[0] = TS("dx", (size_t)N * C, ACC, ACT, 1);
 	m.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
 	m.t[2] = TS("db", (size_t)C, ACC, F32, 1);
-	m.t[3] = TS("dout", (size_t)N * C, IN, F32, 1);
-	m.t[4] = TS("x", (size_t)N * C, IN, F32, 3);
-	m.t[5] = TS("w", (size_t)C, IN, F32, 1);
+	m.t[3] = TS("dout", (size_t)N * C, IN, ACT, 1);
+	m.t[4] = TS("x", (size_t)N * C, IN, ACT, 3);
+	m.t[5] = TS("w", (size_t)C, IN, ACT, 1);
 	m.t[6] = TS("mean", (size_t)N, IN, F32, 1);
 	m.t[7] = TS("rstd", (size_t)N, IN, F32, 1);
 	run_check(&m);
@@ -535,12 +716,12 @@ static void check_norm_residual(int N, int C, float offset, int in_place)
 		   .nt = in_place ? 5 : 6, .a = {N, C, in_place}, .f = {eps, offset}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g%s", N, C, offset,
 		 in_place ? " res=x" : "");
-	c.t[0] = in_place ? TS("x, then res", NC, INOUT, F32, 3) : TS("res", NC, OUT, F32, 1);
-	c.t[1] = TS("y", NC, IN, F32, 1);
-	c.t[2] = TS("w", (size_t)C, IN, F32, 1);
-	c.t[3] = TS("out", NC, OUT, F32, 1);
+	c.t[0] = in_place ? TS("x, then res", NC, INOUT, ACT, 3) : TS("res", NC, OUT, ACT, 1);
+	c.t[1] = TS("y", NC, IN, ACT, 1);
+	c.t[2] = TS("w", (size_t)C, IN, ACT, 1);
+	c.t[3] = TS("out", NC, OUT, ACT, 1);
 	c.t[4] = TS("rstd", (size_t)N, OUT, F32, 1);
-	c.t[5] = TS("x", NC, IN, F32, 3);
+	c.t[5] = TS("x", NC, IN, ACT, 3);
 	run_check(&c);
 
 	if (offset != 0)
@@ -551,11 +732,11 @@ static void check_norm_residual(int N, int C, float offset, int in_place)
 	l.t[0] = c.t[0];
 	l.t[1] = c.t[1];
 	l.t[2] = c.t[2];
-	l.t[3] = TS("b", (size_t)C, IN, F32, 1);
-	l.t[4] = TS("out", NC, OUT, F32, 1);
+	l.t[3] = TS("b", (size_t)C, IN, ACT, 1);
+	l.t[4] = TS("out", NC, OUT, ACT, 1);
 	l.t[5] = TS("mean", (size_t)N, OUT, F32, 1);
 	l.t[6] = TS("rstd", (size_t)N, OUT, F32, 1);
-	l.t[7] = TS("x", NC, IN, F32, 3);
+	l.t[7] = TS("x", NC, IN, ACT, 3);
 	run_check(&l);
 }
 
@@ -574,7 +755,7 @@ static void check_rope(int B, int T, int Hq, int Hkv, int D, float theta, int po
 			   .a = {B, T, Hq, Hkv, D, bwd, pos0}, .f = {theta}};
 		snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d theta=%g pos0=%d", B, T,
 			 Hq, Hkv, D, theta, pos0);
-		c.t[0] = TS("qkv", (size_t)B * T * (Hq + 2 * Hkv) * D, INOUT, F32, 1);
+		c.t[0] = TS("qkv", (size_t)B * T * (Hq + 2 * Hkv) * D, INOUT, ACT, 1);
 		run_check(&c);
 	}
 }
@@ -607,19 +788,19 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 		   .a = {B, T, Hq, Hkv, D, window}};
 	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
 		 window);
-	c.t[0] = TS("out", nout, OUT, F32, 1);
+	c.t[0] = TS("out", nout, OUT, ACT, 1);
 	c.t[1] = TS("lse", nlse, OUT, F32, 1);
-	c.t[2] = TS("qkv", nqkv, IN, F32, 2);
+	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&c);
 
 	check d = {.op = "attention_bwd", .run = r_attention_bwd, .prep = prep_attention, .nt = 5,
 		   .a = {B, T, Hq, Hkv, D, window}};
 	memcpy(d.shape, c.shape, sizeof d.shape);
-	d.t[0] = TS("dqkv", nqkv, OUT, F32, 1);
-	d.t[1] = TS("dout", nout, IN, F32, 1);
-	d.t[2] = TS("out", nout, IN, F32, 1);
+	d.t[0] = TS("dqkv", nqkv, OUT, ACT, 1);
+	d.t[1] = TS("dout", nout, IN, ACT, 1);
+	d.t[2] = TS("out", nout, IN, ACT, 1);
 	d.t[3] = TS("lse", nlse, IN, F32, 1);
-	d.t[4] = TS("qkv", nqkv, IN, F32, 2);
+	d.t[4] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&d);
 }
 
@@ -647,19 +828,19 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0}};
 	snprintf(c.shape, sizeof c.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d Tmax=%d pos0=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0);
-	c.t[0] = TS("kcache", ncache, INOUT, F32, 1);
-	c.t[1] = TS("vcache", ncache, INOUT, F32, 1);
-	c.t[2] = TS("qkv", nqkv, IN, F32, 1);
+	c.t[0] = TS("kcache", ncache, INOUT, ACT, 1);
+	c.t[1] = TS("vcache", ncache, INOUT, ACT, 1);
+	c.t[2] = TS("qkv", nqkv, IN, ACT, 1);
 	run_check(&c);
 
 	check d = {.op = "attention_cached", .run = r_attention_cached, .nt = 4,
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window}};
 	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0, window);
-	d.t[0] = TS("out", nout, OUT, F32, 1);
-	d.t[1] = TS("qkv", nqkv, IN, F32, 2);
-	d.t[2] = TS("kcache", ncache, IN, F32, 2);
-	d.t[3] = TS("vcache", ncache, IN, F32, 1);
+	d.t[0] = TS("out", nout, OUT, ACT, 1);
+	d.t[1] = TS("qkv", nqkv, IN, ACT, 2);
+	d.t[2] = TS("kcache", ncache, IN, ACT, 2);
+	d.t[3] = TS("vcache", ncache, IN, ACT, 1);
 	run_check(&d);
 }
 
@@ -682,20 +863,20 @@ static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int wind
 		skipped++;
 		return;
 	}
-	c.t[0] = TSB("out", nout, OUT, F32, 1, bf16);
+	c.t[0] = TSB("out", nout, OUT, ACT, 1, bf16);
 	c.t[1] = TSB("lse", nlse, OUT, F32, 1, bf16);
-	c.t[2] = TS("qkv", nqkv, IN, F32, 2);
+	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&c);
 
 	check d = {.op = "cudnn_attention_bwd", .run = r_attention_bwd, .prep = prep_attention,
 		   .nt = 5, .a = {B, T, Hq, Hkv, D, window}, .attention = PP_CUDA_ATTENTION_CUDNN,
 		   .nondet = 1};
 	memcpy(d.shape, c.shape, sizeof d.shape);
-	d.t[0] = TSB("dqkv", nqkv, OUT, F32, 1, bf16);
-	d.t[1] = TS("dout", nout, IN, F32, 1);
-	d.t[2] = TS("out", nout, IN, F32, 1);
+	d.t[0] = TSB("dqkv", nqkv, OUT, ACT, 1, bf16);
+	d.t[1] = TS("dout", nout, IN, ACT, 1);
+	d.t[2] = TS("out", nout, IN, ACT, 1);
 	d.t[3] = TS("lse", nlse, IN, F32, 1);
-	d.t[4] = TS("qkv", nqkv, IN, F32, 2);
+	d.t[4] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&d);
 }
 
@@ -727,27 +908,27 @@ static void check_mlp(int N, int F)
 		const char *name = act == PP_ACT_SILU ? "silu" : "gelu_tanh";
 		check c = {.op = "glu_fwd", .run = r_glu_fwd, .nt = 2, .a = {N, F, act}};
 		snprintf(c.shape, sizeof c.shape, "N=%d F=%d %s", N, F, name);
-		c.t[0] = TS("out", (size_t)N * F, OUT, F32, 1);
-		c.t[1] = TS("gu", (size_t)N * 2 * F, IN, F32, 4);
+		c.t[0] = TS("out", (size_t)N * F, OUT, ACT, 1);
+		c.t[1] = TS("gu", (size_t)N * 2 * F, IN, ACT, 4);
 		run_check(&c);
 		check d = {.op = "glu_bwd", .run = r_glu_bwd, .nt = 3, .a = {N, F, act}};
 		memcpy(d.shape, c.shape, sizeof d.shape);
-		d.t[0] = TS("dgu", (size_t)N * 2 * F, OUT, F32, 1);
-		d.t[1] = TS("dout", (size_t)N * F, IN, F32, 1);
-		d.t[2] = TS("gu", (size_t)N * 2 * F, IN, F32, 4);
+		d.t[0] = TS("dgu", (size_t)N * 2 * F, OUT, ACT, 1);
+		d.t[1] = TS("dout", (size_t)N * F, IN, ACT, 1);
+		d.t[2] = TS("gu", (size_t)N * 2 * F, IN, ACT, 4);
 		run_check(&d);
 	}
 	const int n = N * F;
 	check g = {.op = "gelu_fwd", .run = r_gelu_fwd, .nt = 2, .a = {n}};
 	snprintf(g.shape, sizeof g.shape, "n=%d", n);
-	g.t[0] = TS("out", (size_t)n, OUT, F32, 1);
-	g.t[1] = TS("x", (size_t)n, IN, F32, 5);
+	g.t[0] = TS("out", (size_t)n, OUT, ACT, 1);
+	g.t[1] = TS("x", (size_t)n, IN, ACT, 5);
 	run_check(&g);
 	check h = {.op = "gelu_bwd", .run = r_gelu_bwd, .nt = 3, .a = {n}};
 	memcpy(h.shape, g.shape, sizeof h.shape);
-	h.t[0] = TS("dx", (size_t)n, OUT, F32, 1);
-	h.t[1] = TS("dout", (size_t)n, IN, F32, 1);
-	h.t[2] = TS("x", (size_t)n, IN, F32, 5);
+	h.t[0] = TS("dx", (size_t)n, OUT, ACT, 1);
+	h.t[1] = TS("dout", (size_t)n, IN, ACT, 1);
+	h.t[2] = TS("x", (size_t)n, IN, ACT, 5);
 	run_check(&h);
 }
 
@@ -761,6 +942,14 @@ static void r_add(const pp_ops *o, void *const *p, const check *c)
 		o->add(P(0), P(1), P(2), (size_t)c->a[0]);
 }
 
+static void r_add_real(const pp_ops *o, void *const *p, const check *c)
+{
+	if (c->a[1])
+		o->add_real(P(0), P(0), P(1), (size_t)c->a[0]);
+	else
+		o->add_real(P(0), P(1), P(2), (size_t)c->a[0]);
+}
+
 static void r_scale(const pp_ops *o, void *const *p, const check *c)
 {
 	o->scale(P(0), c->f[0], (size_t)c->a[0]);
@@ -770,39 +959,50 @@ static void check_vec(int n)
 {
 	check c = {.op = "add", .run = r_add, .nt = 3, .a = {n, 0}};
 	snprintf(c.shape, sizeof c.shape, "n=%d", n);
-	c.t[0] = TS("out", (size_t)n, OUT, F32, 1);
-	c.t[1] = TS("a", (size_t)n, IN, F32, 1);
-	c.t[2] = TS("b", (size_t)n, IN, F32, 1);
+	c.t[0] = TS("out", (size_t)n, OUT, ACT, 1);
+	c.t[1] = TS("a", (size_t)n, IN, ACT, 1);
+	c.t[2] = TS("b", (size_t)n, IN, ACT, 1);
 	run_check(&c);
 	check d = {.op = "add", .run = r_add, .nt = 2, .a = {n, 1}};
 	snprintf(d.shape, sizeof d.shape, "n=%d out=a", n);
-	d.t[0] = TS("a", (size_t)n, INOUT, F32, 1);
-	d.t[1] = TS("b", (size_t)n, IN, F32, 1);
+	d.t[0] = TS("a", (size_t)n, INOUT, ACT, 1);
+	d.t[1] = TS("b", (size_t)n, IN, ACT, 1);
 	run_check(&d);
+	/* the same on fp32 gradients, and from one element in (no 16-byte loads) */
+	check e = {.op = "add_real", .run = r_add_real, .nt = 3, .a = {n, 0}};
+	snprintf(e.shape, sizeof e.shape, "n=%d", n);
+	e.t[0] = TS("out", (size_t)n, OUT, F32, 1);
+	e.t[1] = TS("a", (size_t)n, IN, F32, 1);
+	e.t[2] = TS("b", (size_t)n, IN, F32, 1);
+	run_check(&e);
+	check f = {.op = "add_real", .run = r_add_real, .nt = 2, .a = {n, 1}};
+	snprintf(f.shape, sizeof f.shape, "n=%d out=a", n);
+	f.t[0] = TS("a", (size_t)n, INOUT, F32, 1);
+	f.t[1] = TS("b", (size_t)n, IN, F32, 1);
+	run_check(&f);
 	check s = {.op = "scale", .run = r_scale, .nt = 1, .a = {n}, .f = {0.37f}};
 	snprintf(s.shape, sizeof s.shape, "n=%d s=0.37", n);
 	s.t[0] = TS("x", (size_t)n, INOUT, F32, 1);
 	run_check(&s);
 }
 
-/* sumsq returns a double: its own comparison */
-static void check_sumsq(size_t n)
+/* sumsq returns a double: its own comparison (fp32 gradients in both tables) */
+static void check_sumsq_on(const table_t *tb, size_t n)
 {
-	if (!selected("sumsq"))
-		return;
+	const pp_ops *g = tb->ops;
 	float *h = malloc(n * sizeof *h);
 	for (size_t i = 0; i < n; i++)
 		h[i] = (float)rnd();
 	double t0 = now_ms();
 	double want = pp_ops_cpu.sumsq(h, n);
 	double cpu_ms = now_ms() - t0;
-	float *d = pp_ops_cuda.alloc(n * sizeof *d);
-	pp_ops_cuda.to_device(d, h, n * sizeof *h);
-	double first = pp_ops_cuda.sumsq(d, n);
+	float *d = g->alloc(n * sizeof *d);
+	g->to_device(d, h, n * sizeof *h);
+	double first = g->sumsq(d, n);
 	t0 = now_ms();
-	double got = pp_ops_cuda.sumsq(d, n);
+	double got = g->sumsq(d, n);
 	double gpu_ms = now_ms() - t0;
-	pp_ops_cuda.free(d);
+	g->free(d);
 	double err = fabs(got - want) / want;
 	char shape[32], why[128] = "";
 	snprintf(shape, sizeof shape, "n=%zu", n);
@@ -810,8 +1010,15 @@ static void check_sumsq(size_t n)
 		snprintf(why, sizeof why, "differs between two runs (%.17g, %.17g)", first, got);
 	else if (!(err <= tol))
 		snprintf(why, sizeof why, "relative error %.3g > %.0e", err, tol);
-	report("sumsq", shape, !why[0], err, cpu_ms, gpu_ms, why);
+	report("sumsq", tb, shape, !why[0], err, cpu_ms, gpu_ms, why);
 	free(h);
+}
+
+static void check_sumsq(size_t n)
+{
+	if (!selected("sumsq"))
+		return;
+	EACH_TABLE(tb) check_sumsq_on(tb, n);
 }
 
 /* ---- losses ---------------------------------------------------------------------------- */
@@ -853,8 +1060,8 @@ static void check_loss(int N, int V)
 		snprintf(c.shape, sizeof c.shape, "N=%d V=%d %s", N, V,
 			 mode == 0 ? "no dlogits" : mode == 1 ? "dlogits" : "dlogits=logits");
 		c.t[0] = TS("losses", (size_t)N, OUT, F32, 1);
-		c.t[1] = TS("dlogits", (size_t)N * V, mode == 1 ? OUT : INOUT, F32, 1);
-		c.t[2] = TS("logits", (size_t)N * V, mode == 2 ? INOUT : IN, F32, 4);
+		c.t[1] = TS("dlogits", (size_t)N * V, mode == 1 ? OUT : INOUT, ACT, 1);
+		c.t[2] = TS("logits", (size_t)N * V, mode == 2 ? INOUT : IN, ACT, 4);
 		c.t[3] = TS("targets", (size_t)N, IN, TGT, 0);
 		run_check(&c);
 	}
@@ -862,14 +1069,14 @@ static void check_loss(int N, int V)
 	snprintf(l.shape, sizeof l.shape, "N=%d V=%d", N, V);
 	l.t[0] = TS("lse", (size_t)N, OUT, F32, 1);
 	l.t[1] = TS("tgt", (size_t)N, OUT, F32, 1);
-	l.t[2] = TS("logits", (size_t)N * V, IN, F32, 4);
+	l.t[2] = TS("logits", (size_t)N * V, IN, ACT, 4);
 	l.t[3] = TS("targets", (size_t)N, IN, TGT_SPLIT, 0);
 	run_check(&l);
 	check s = {.op = "softmax_grad", .run = r_softmax_grad, .prep = prep_lse, .nt = 4,
 		   .a = {N, V}, .f = {dscale}, .vocab = V};
 	memcpy(s.shape, l.shape, sizeof s.shape);
-	s.t[0] = TS("dlogits", (size_t)N * V, OUT, F32, 1);
-	s.t[1] = TS("logits", (size_t)N * V, IN, F32, 4);
+	s.t[0] = TS("dlogits", (size_t)N * V, OUT, ACT, 1);
+	s.t[1] = TS("logits", (size_t)N * V, IN, ACT, 4);
 	s.t[2] = TS("lse", (size_t)N, IN, F32, 1);
 	s.t[3] = TS("targets", (size_t)N, IN, TGT_SPLIT, 0);
 	run_check(&s);
@@ -903,11 +1110,21 @@ int main(void)
 	rng = s && *s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	only = getenv("PP_CHECK_ONLY");
 	only = only && *only ? only : NULL;
+	only_table = getenv("PP_CHECK_TABLE");
+	only_table = only_table && *only_table ? only_table : NULL;
+	if (only_table && strcmp(only_table, "fp32") && strcmp(only_table, "bf16")) {
+		printf("FAIL: cuda/init: PP_CHECK_TABLE=%s: expected fp32 or bf16\n", only_table);
+		return 1;
+	}
 	const char *tv = getenv("PP_CHECK_TOL");
 	if (tv && *tv)
 		tol = atof(tv);
-	printf("seed %llu (PP_CHECK_SEED), tolerance %.0e on max |gpu - cpu| / max |cpu| per output\n",
-	       (unsigned long long)rng, tol);
+	tv = getenv("PP_CHECK_TOL_BF16");
+	if (tv && *tv)
+		tol_bf16 = atof(tv);
+	printf("seed %llu (PP_CHECK_SEED), tolerance %.0e (fp32 table), %.0e (bf16 table) on "
+	       "max |gpu - cpu| / max |cpu| per output\n",
+	       (unsigned long long)rng, tol, tol_bf16);
 	pp_err e;
 	if (pp_cuda_init(0, &e)) {
 		printf("FAIL: cuda/init: %s\n", e.msg);
@@ -918,10 +1135,11 @@ int main(void)
 		printf("device 0: %s, compute capability %d.%d\n", prop.name, prop.major, prop.minor);
 
 	check_memory();
+	check_to_act(100003);
 	/* llama-tiny-ish widths, then odd sizes (unaligned rows for cuBLASLt) */
-	check_matmul(256, 192, 576, 1, 1);
-	check_matmul(256, 192, 576, 0, 0);
-	check_matmul(100, 77, 33, 1, 1);
+	check_matmul(256, 192, 576, 1, 1, 1);
+	check_matmul(256, 192, 576, 0, 0, 2);
+	check_matmul(100, 77, 33, 1, 1, 2);
 	check_matmul_gelu(256, 192, 768, 1);
 	check_matmul_gelu(256, 192, 768, 0);
 	check_matmul_gelu(100, 77, 33, 1);
@@ -968,11 +1186,12 @@ int main(void)
 	check_adamw(100003, 1);
 	check_adamw(4099, 1000);
 
-	printf("\n%-15s %-44s %12s %9s %9s\n", "op", "shape", "max rel err", "CPU ms", "GPU ms");
+	printf("\n%-22s %-5s %-44s %12s %9s %9s\n", "op", "table", "shape", "max rel err",
+	       "CPU ms", "GPU ms");
 	for (int i = 0; i < n_rows; i++) {
 		const row *r = &table[i];
-		printf("%-15s %-44s %12.3g %9.3f %9.3f%s\n", r->op, r->shape, r->err, r->cpu_ms,
-		       r->gpu_ms, r->ok ? "" : "  FAIL");
+		printf("%-22s %-5s %-44s %12.3g %9.3f %9.3f%s\n", r->op, r->table, r->shape, r->err,
+		       r->cpu_ms, r->gpu_ms, r->ok ? "" : "  FAIL");
 	}
 	printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
 	return failed ? 1 : 0;

@@ -75,10 +75,7 @@ void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_
 #define LAUNCH(VEC)                                                                    \
 	embed_fwd_kernel<T, VEC><<<blocks, 256, 0, pp_cuda.stream>>>(                  \
 		(T *)out, tok, (const T *)wte, (const T *)wpe, scale, T_, C, pos0, rows)
-	if (pp_cuda_vec<T>(C, out, wte, wpe))
-		LAUNCH(true);
-	else
-		LAUNCH(false);
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, out, wte, wpe), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("embed_fwd_kernel");
 }

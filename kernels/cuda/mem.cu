@@ -71,10 +71,9 @@ template <typename D, typename S> void pp_cuda_convert(D *dst, const S *src, siz
 	}
 	const int K = PP_VEC(D) > PP_VEC(S) ? PP_VEC(D) : PP_VEC(S);
 	const unsigned blocks = pp_cuda_blocks((n + K - 1) / K, 256);
-	if (pp_cuda_aligned(dst, src))
-		convert_kernel<D, S, true><<<blocks, 256, 0, pp_cuda.stream>>>(dst, src, n);
-	else
-		convert_kernel<D, S, false><<<blocks, 256, 0, pp_cuda.stream>>>(dst, src, n);
+#define LAUNCH(VEC) convert_kernel<D, S, VEC><<<blocks, 256, 0, pp_cuda.stream>>>(dst, src, n)
+	PP_VEC_DISPATCH(pp_cuda_aligned(dst, src), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("convert_kernel");
 }
 

@@ -379,10 +379,7 @@ void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_a
 #define LAUNCH(VEC)                                                                   \
 	rmsnorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
 						   (const T *)w, rstd, offset, C)
-	if (pp_cuda_vec<T>(C, dx, dout, x, w))
-		LAUNCH(true);
-	else
-		LAUNCH(false);
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
 }
@@ -403,10 +400,7 @@ void pp_cuda_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *d
 #define LAUNCH(VEC)                                                                     \
 	layernorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
 						     (const T *)w, mean, rstd, C)
-	if (pp_cuda_vec<T>(C, dx, dout, x, w))
-		LAUNCH(true);
-	else
-		LAUNCH(false);
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("layernorm_bwd_kernel");
 }

@@ -55,12 +55,11 @@ static void rope(T *qkv, int B, int T_, int Hq, int Hkv, int D, float theta, int
 		return;
 	const unsigned blocks = pp_cuda_blocks(n, THREADS);
 	/* every head's halves start on a pack when half does */
-	if (pp_cuda_vec<T>(D / 2, qkv))
-		rope_kernel<T, true><<<blocks, THREADS, 0, pp_cuda.stream>>>(qkv, B, T_, Hq, Hkv, D,
-									     (double)theta, pos0, sign);
-	else
-		rope_kernel<T, false><<<blocks, THREADS, 0, pp_cuda.stream>>>(
-			qkv, B, T_, Hq, Hkv, D, (double)theta, pos0, sign);
+#define LAUNCH(VEC)                                                                      \
+	rope_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>(qkv, B, T_, Hq, Hkv, D,  \
+								    (double)theta, pos0, sign)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(D / 2, qkv), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("rope_kernel");
 }
 

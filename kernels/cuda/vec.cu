@@ -54,32 +54,28 @@ __global__ void sumsq_total_kernel(double *out, const double *part, int n)
 		out[0] = v;
 }
 
-template <typename T, bool VEC> static void add(T *out, const T *a, const T *b, size_t n)
+template <typename T> static void add(T *out, const T *a, const T *b, size_t n)
 {
 	if (!n)
 		return;
 	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
-	add_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>(out, a, b, n);
+#define LAUNCH(VEC) add_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>(out, a, b, n)
+	PP_VEC_DISPATCH(pp_cuda_aligned(out, a, b), LAUNCH);
+#undef LAUNCH
 	PP_CUDA_LAUNCHED("add_kernel");
 }
 
 /* activations (T): the residual stream */
 template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n)
 {
-	if (pp_cuda_aligned(out, a, b))
-		add<T, true>((T *)out, (const T *)a, (const T *)b, n);
-	else
-		add<T, false>((T *)out, (const T *)a, (const T *)b, n);
+	add<T>((T *)out, (const T *)a, (const T *)b, n);
 }
 PP_CUDA_BOTH(pp_cuda_add);
 
-/* gradients (fp32): any float offset, as a ZeRO shard may start anywhere */
+/* gradients (fp32): any float offset (a ZeRO shard may start anywhere) */
 void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 {
-	if (pp_cuda_aligned(out, a, b))
-		add<float, true>(out, a, b, n);
-	else
-		add<float, false>(out, a, b, n);
+	add<float>(out, a, b, n);
 }
 
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
