@@ -1,9 +1,8 @@
 /* Token (and learned position) embedding. */
 #include "cuda.h"
 
-/* channels per block of the wte scatter: one warp, so that each token's
- * row slice is one coalesced access */
-#define EMBED_COLS 32
+/* threads per block of the wte scatter */
+#define EMBED_THREADS 256
 
 /* out (B,T,C) = wte (V,C)[tok] * scale + wpe (maxT,C)[pos0 + t]; tok (B,T).
  * A token below 0 lies in another rank's vocabulary shard: its row is 0.
@@ -32,19 +31,45 @@ __global__ void embed_fwd_kernel(T *out, const int *tok, const T *wte, const T *
 }
 
 /* dwte (V,C) += dout (B*T,C) * scale scattered by tok, fp32. A token may
- * repeat, so threads own channels, not rows: thread c walks the tokens in
- * order and is the only one to touch column c. grid (ceil(C/EMBED_COLS)) */
+ * repeat, so a row's additions must come in one order: block b owns the
+ * rows t with t % gridDim.x == b. It walks the tokens in chunks of
+ * blockDim.x, keeps the ones it owns in token order (a ballot per warp,
+ * compacted in shared memory), and its threads, each owning the channels
+ * c = threadIdx.x + k * blockDim.x, add the kept tokens' rows in token
+ * order. Every element of dwte thus gets its additions in token order,
+ * whatever the grid: the bits do not depend on it. */
 template <typename T>
 __global__ void embed_bwd_wte_kernel(float *dwte, const T *dout, const int *tok, float scale,
 				     int BT, int C)
 {
-	const int c = blockIdx.x * EMBED_COLS + threadIdx.x;
-	if (c >= C)
-		return;
-	for (int n = 0; n < BT; n++) {
-		const int t = tok[n];
-		if (t >= 0)
-			dwte[(size_t)t * C + c] += pp_f(dout[(size_t)n * C + c]) * scale;
+	__shared__ int hit_n[EMBED_THREADS], hit_t[EMBED_THREADS], warp_hits[EMBED_THREADS / 32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	for (int base = 0; base < BT; base += blockDim.x) {
+		const int n = base + (int)threadIdx.x;
+		const int t = n < BT ? tok[n] : -1;
+		const bool mine = t >= 0 && t % (int)gridDim.x == (int)blockIdx.x;
+		const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+		if (lane == 0)
+			warp_hits[warp] = __popc(ballot);
+		__syncthreads();
+		int before = 0, hits = 0;
+		for (int w = 0; w < warps; w++) {
+			before += w < warp ? warp_hits[w] : 0;
+			hits += warp_hits[w];
+		}
+		if (mine) {
+			const int k = before + __popc(ballot & ((1u << lane) - 1u));
+			hit_n[k] = n;
+			hit_t[k] = t;
+		}
+		__syncthreads();
+		for (int k = 0; k < hits; k++) {
+			float *d = dwte + (size_t)hit_t[k] * C;
+			const T *g = dout + (size_t)hit_n[k] * C;
+			for (int c = threadIdx.x; c < C; c += blockDim.x)
+				d[c] += pp_f(g[c]) * scale;
+		}
+		__syncthreads(); /* the lists are rewritten by the next chunk */
 	}
 }
 
@@ -88,8 +113,10 @@ void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const i
 	if (B <= 0 || T_ <= 0 || C <= 0)
 		return;
 	if (dwte) {
-		embed_bwd_wte_kernel<T><<<(C + EMBED_COLS - 1) / EMBED_COLS, EMBED_COLS>>>(
-			dwte, (const T *)dout, tok, scale, B * T_, C);
+		/* two blocks per multiprocessor: every block reads all the tokens */
+		const int blocks = 2 * (pp_cuda.num_sms > 0 ? pp_cuda.num_sms : 1);
+		embed_bwd_wte_kernel<T><<<blocks, EMBED_THREADS>>>(dwte, (const T *)dout, tok, scale,
+								   B * T_, C);
 		PP_CUDA_LAUNCHED("embed_bwd_wte_kernel");
 	}
 	if (!dwpe)
