@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks of the CUDA backend, on a machine where nvidia-smi lists a GPU
 # and pp was built with CUDA:
-#   - every op against the CPU backend (build/tests/tool_cuda_check: its own
-#     PASS/FAIL line per op, relative error <= 1e-5);
+#   - every op of both CUDA tables against the CPU backend
+#     (build/tests/tool_cuda_check: its own PASS/FAIL line per op and table,
+#     relative error <= 1e-5 in fp32, <= 1e-2 in bf16);
 #   - pp-train on device=cuda against device=cpu, 20 steps of each tiny
 #     family (llama: rope + GQA + SwiGLU; gpt: learned positions, LayerNorm,
 #     biases, GELU; mistral: sliding window; gemma: norm offset, GeGLU,
@@ -17,9 +18,10 @@
 #     relative;
 #   - a bitwise resume on the GPU, in fp32 and in bf16: 20 steps in one go,
 #     and the same run resumed from its step-10 checkpoint, give identical
-#     losses and checkpoints (deterministic kernels; the bf16 run uses the
-#     plain attention kernels, since cuDNN's dq is not bitwise
-#     reproducible);
+#     losses and checkpoints (deterministic kernels); in bf16 once with the
+#     plain attention kernels and once with cuDNN's, whose backward is
+#     deterministic only where cuDNN offers such an engine (pp prefers one,
+#     and says on stderr when there is none);
 #   - the NCCL comm backend with size-1 communicators (every collective,
 #     point-to-point and nonblocking call of build/tests/tool_comm_check);
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
@@ -37,7 +39,7 @@ checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu)
 for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
-checks+=(resume_bitwise resume_bitwise_bf16)
+checks+=(resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_vs_eager_bf16 nccl_singleton)
 skip_all() {
@@ -135,9 +137,9 @@ done
 # a copy of the reference's step-10 checkpoint. Steps 11..20 must log the
 # same losses and step 20 must save the same parameters and AdamW state.
 cfg="model=llama-tiny model.d_model=128 model.n_heads=4 model.n_kv_heads=2 $run seq_len=64 checkpoint_period=10 device=$dev"
-resume_ok() { # [key=value...]: extra settings of both runs
-	local tag=${1:-}
-	local ref=$T/ref${tag//=/-} res=$T/res${tag//=/-}
+resume_ok() { # NAME [key=value...]: a name for the run directories, extra settings
+	local ref=$T/ref-$1 res=$T/res-$1
+	shift
 	pp-train $cfg "$@" run_dir=$ref --quiet 2>$ref.log || { tail -n 3 $ref.log; return 1; }
 	mkdir -p $res/checkpoints
 	cp -r $ref/checkpoints/step_00000010 $res/checkpoints/
@@ -147,11 +149,14 @@ resume_ok() { # [key=value...]: extra settings of both runs
 		same_tensors $ref/checkpoints/step_00000020/shard-pp000-tp000.h5 \
 			$res/checkpoints/step_00000020/shard-pp000-tp000.h5
 }
-check gpu/resume_bitwise resume_ok
+check gpu/resume_bitwise resume_ok fp32
 if [ "$dev" = cuda ]; then
-	PP_CUDA_ATTENTION=plain check gpu/resume_bitwise_bf16 resume_ok dtype=bf16
+	PP_CUDA_ATTENTION=plain check gpu/resume_bitwise_bf16 resume_ok bf16 dtype=bf16
+	check gpu/resume_bitwise_bf16_cudnn resume_ok bf16-cudnn dtype=bf16
+	grep -h 'cuDNN attention' $T/ref-bf16-cudnn.log $T/res-bf16-cudnn.log | sort -u
 else
 	skip gpu/resume_bitwise_bf16 "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+	skip gpu/resume_bitwise_bf16_cudnn "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
 fi
 
 # --- decoding on the GPU ------------------------------------------------------------------

@@ -87,7 +87,8 @@ typedef struct {
 	int failed;
 	char why[256];
 	cudnnBackendDescriptor_t plan;
-	int64_t ws; /* the plan's workspace bytes */
+	int64_t ws;        /* the plan's workspace bytes */
+	int deterministic; /* the plan's engine carries no NONDETERMINISTIC note */
 } sdpa_graph;
 
 typedef struct {
@@ -509,8 +510,36 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 #undef ROWS
 }
 
+/* Whether engine configuration cfg's engine is free of the NONDETERMINISTIC
+ * numerical note: its results have the same bits on every run (cuDNN's
+ * flash backward may add dQ with atomics, unless an engine says otherwise).
+ * -1 when cuDNN cannot say. */
+static int deterministic_engine(cudnnBackendDescriptor_t cfg)
+{
+	cudnnBackendDescriptor_t engine = NULL;
+	cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+	int64_t n = 0, got = 0;
+	int det = -1;
+	if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ==
+		    CUDNN_STATUS_SUCCESS &&
+	    cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+				     1, &got, &engine) == CUDNN_STATUS_SUCCESS &&
+	    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+				     CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+				     notes) == CUDNN_STATUS_SUCCESS) {
+		det = 1;
+		for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+			det &= notes[i] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+	}
+	if (engine)
+		cudnnBackendDestroyDescriptor(engine);
+	return det;
+}
+
 /* The operation graph of g's ops, then the first engine configuration of
- * cuDNN's heuristics that finalizes into an execution plan. */
+ * cuDNN's heuristics that finalizes into an execution plan, preferring
+ * deterministic engines: the first pass takes only those, the second any
+ * (g->deterministic says which won). */
 static void build_plan(sdpa_graph *g)
 {
 	cudnnBackendDescriptor_t graph = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
@@ -552,7 +581,14 @@ static void build_plan(sdpa_graph *g)
 		    "engine heuristics", "cudnnBackendGetAttribute(results)"))
 		return;
 	char last[200] = "no engine configuration returned";
-	for (int64_t i = 0; i < got && i < count; i++) {
+	const int64_t m = got < count ? got : count;
+	int det[SDPA_MAXCFG];
+	for (int64_t i = 0; i < m; i++)
+		det[i] = deterministic_engine(cfg[i]);
+	for (int64_t k = 0; k < 2 * m; k++) {
+		const int64_t i = k % m;
+		if ((k < m) != (det[i] == 1))
+			continue; /* deterministic engines in the first pass, the others in the second */
 		cudnnBackendDescriptor_t plan = NULL;
 		cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
 								&plan);
@@ -571,10 +607,11 @@ static void build_plan(sdpa_graph *g)
 		if (st == CUDNN_STATUS_SUCCESS) {
 			g->plan = plan;
 			g->ws = ws > 0 ? ws : 0;
+			g->deterministic = det[i] == 1;
 			return;
 		}
 		snprintf(last, sizeof last, "engine configuration %lld of %lld: %s (cudnnStatus %d)",
-			 (long long)i + 1, (long long)got, cudnnGetErrorString(st), (int)st);
+			 (long long)i + 1, (long long)m, cudnnGetErrorString(st), (int)st);
 		if (plan)
 			cudnnBackendDestroyDescriptor(plan);
 	}
@@ -718,6 +755,12 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 			if (!g->failed) {
 				e->g[dir] = g;
 				e->state[dir] = READY;
+				if (dir == BWD && !g->deterministic)
+					fprintf(stderr,
+						"pp: cuda backend: cuDNN attention backward, B=%d T=%d Hq=%d "
+						"Hkv=%d D=%d window=%d: no deterministic engine, so its dq "
+						"may differ in the last bits from run to run\n",
+						s->B, s->T, s->Hq, s->Hkv, s->D, s->window);
 				return g;
 			}
 			snprintf(e->why[dir], sizeof e->why[dir], "%s", g->why);
