@@ -7,9 +7,10 @@
 #
 # Stages (default: all, which is all four in order):
 #   build   make -j$(nproc) tests (incremental; every other stage runs it
-#           first, so a stage alone works on a fresh checkout), or, where
-#           .gpu/pp-gpu.tar.xz was carried in (scripts/gpu-pack.sh, for a
-#           machine without pp's build dependencies), unpacks it; then the
+#           first, so a stage alone works on a fresh checkout), or, on a
+#           machine without pp's build dependencies (pkg-config finds no
+#           HDF5, jansson, libcrypto, PMIx or MPI) where .gpu/pp-gpu.tar.xz
+#           was carried in (scripts/gpu-pack.sh), unpacks it; then the
 #           versions (nvidia-smi, driver, nvcc, cuDNN, NCCL, gcc, python,
 #           torch, transformers, commit) into versions.txt. Stops here with
 #           exit status 3 and says so when the machine has no GPU.
@@ -137,10 +138,17 @@ versions() {
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
 }
 
+# whether make can build pp here: the pack stands in for it only where it
+# cannot, never over a build of the tree as it is
+can_make() {
+	command -v pkg-config >/dev/null && pkg-config --exists jansson libcrypto pmix ompi-c &&
+		{ pkg-config --exists hdf5 || pkg-config --exists hdf5-serial; }
+}
+
 for stage in "${run[@]}"; do
 	case $stage in
 	build)
-		if [ -f .gpu/pp-gpu.tar.xz ]; then
+		if [ -f .gpu/pp-gpu.tar.xz ] && ! can_make; then
 			# a build packed elsewhere (scripts/gpu-pack.sh): this machine
 			# lacks pp's build dependencies
 			stage_run build "$out/build.txt" bash -c '. scripts/gpu-env.sh && echo "unpacked .gpu/pp-gpu.tar.xz"'
