@@ -270,32 +270,26 @@ __global__ void __launch_bounds__(THREADS)
  * 1, 2, 4, 8 that holds the row, else 0 (wider rows, 8 * THREADS packs of
  * 16 bytes and more, are read back from memory), and VEC where every row
  * of the tensors at the pointers is 16-byte aligned. */
+#define ROW_LAUNCH_K(steps, LAUNCH, VEC)                                                  \
+	do {                                                                              \
+		if ((steps) <= 1)                                                         \
+			LAUNCH(1, VEC);                                                   \
+		else if ((steps) <= 2)                                                    \
+			LAUNCH(2, VEC);                                                   \
+		else if ((steps) <= 4)                                                    \
+			LAUNCH(4, VEC);                                                   \
+		else if ((steps) <= 8)                                                    \
+			LAUNCH(8, VEC);                                                   \
+		else                                                                      \
+			LAUNCH(0, VEC);                                                   \
+	} while (0)
 #define ROW_DISPATCH(T, C, VEC, LAUNCH)                                                   \
 	do {                                                                              \
 		const int steps_ = ((C) + THREADS * PP_VEC(T) - 1) / (THREADS * PP_VEC(T)); \
-		if (VEC) {                                                                \
-			if (steps_ <= 1)                                                  \
-				LAUNCH(1, true);                                          \
-			else if (steps_ <= 2)                                             \
-				LAUNCH(2, true);                                          \
-			else if (steps_ <= 4)                                             \
-				LAUNCH(4, true);                                          \
-			else if (steps_ <= 8)                                             \
-				LAUNCH(8, true);                                          \
-			else                                                              \
-				LAUNCH(0, true);                                          \
-		} else {                                                                  \
-			if (steps_ <= 1)                                                  \
-				LAUNCH(1, false);                                         \
-			else if (steps_ <= 2)                                             \
-				LAUNCH(2, false);                                         \
-			else if (steps_ <= 4)                                             \
-				LAUNCH(4, false);                                         \
-			else if (steps_ <= 8)                                             \
-				LAUNCH(8, false);                                         \
-			else                                                              \
-				LAUNCH(0, false);                                         \
-		}                                                                         \
+		if (VEC)                                                                  \
+			ROW_LAUNCH_K(steps_, LAUNCH, true);                               \
+		else                                                                      \
+			ROW_LAUNCH_K(steps_, LAUNCH, false);                              \
 	} while (0)
 
 /* the norm forwards with (RES) and without the residual add: one kernel each */
