@@ -79,93 +79,175 @@ __global__ void add_bias_kernel(T *out, const T *bias, int rows, int cols, int l
 	}
 }
 
-/* One cuBLASLt product with epilogue epi; returns 0 when cuBLASLt has no
- * algorithm for it (only asked with an epilogue, which then falls back). */
-static int lt_matmul(const gemm_args *g, int epi)
-{
+/* What cuBLASLt is asked for one product: everything but the pointers'
+ * values (their alignments are in), and the answer: the descriptors and the
+ * heuristic's first choice, or none. Building descriptors and asking the
+ * heuristic cost tens of microseconds, so each shape is asked once; the
+ * layers of a model repeat a handful of shapes. */
+typedef struct {
+	int transa, transb, m, n, k, lda, ldb, ldd, epi, has_bias;
+	cudaDataType_t ab_type, d_type;
+	cublasComputeType_t compute;
+	uint32_t al_a, al_b, al_d;
+} lt_key;
+
+typedef struct {
+	lt_key key;
+	int ok; /* cuBLASLt has an algorithm */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, ld;
-	cublasLtMatmulPreference_t pref;
-	const cublasComputeType_t compute = pp_cuda.tf32 && g->ab_type == CUDA_R_32F
-						    ? CUBLAS_COMPUTE_32F_FAST_TF32
-						    : CUBLAS_COMPUTE_32F;
-	const cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-	const cublasOperation_t tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	PP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-	if (epi != EPI_NONE) {
+	cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+/* plans kept; past that, the oldest is replaced */
+#define LT_PLANS 128
+static lt_plan lt_plans[LT_PLANS];
+static int lt_count, lt_next;
+
+static void lt_plan_free(lt_plan *p)
+{
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+	PP_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+/* this product's epilogue pointers (the descriptor serves every product of
+ * the shape) */
+static void lt_plan_pointers(lt_plan *p, const gemm_args *g)
+{
+	if (p->key.has_bias)
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+	if (p->key.epi == EPI_GELU)
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
+}
+
+/* Builds the plan of key for the product g: the descriptors, with g's
+ * epilogue pointers as the heuristic sees them, and its first choice. */
+static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
+{
+	memset(p, 0, sizeof *p);
+	p->key = *key;
+	const cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+	const cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	PP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, key->compute, CUDA_R_32F));
+	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+						       sizeof ta));
+	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+						       sizeof tb));
+	if (key->epi != EPI_NONE) {
 		const cublasLtEpilogue_t e =
-			epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
-			: g->bias	? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-					: CUBLASLT_EPILOGUE_GELU_AUX;
-		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+			key->epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
+			: key->has_bias	     ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+					     : CUBLASLT_EPILOGUE_GELU_AUX;
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 							       &e, sizeof e));
 	}
-	if (epi != EPI_NONE && g->bias) {
-		const cudaDataType_t bt = g->d_type;
-		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-							       &g->bias, sizeof g->bias));
+	if (key->epi != EPI_NONE && key->has_bias) {
+		const cudaDataType_t bt = key->d_type;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-			desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
 	}
-	if (epi == EPI_GELU) {
+	if (key->epi == EPI_GELU) {
 		/* the GELU input, laid out as D; its type defaults to D's */
-		const int64_t ld = g->ldd;
+		const int64_t ld = key->ldd;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-			desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
-		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-							       &ld, sizeof ld));
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
 	}
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g->ab_type, g->transa ? g->k : g->m,
-						   g->transa ? g->m : g->k, g->lda));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->transb ? g->n : g->k,
-						   g->transb ? g->k : g->n, g->ldb));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
+	lt_plan_pointers(p, g);
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, key->ab_type,
+						   key->transa ? key->k : key->m,
+						   key->transa ? key->m : key->k, key->lda));
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, key->ab_type,
+						   key->transb ? key->n : key->k,
+						   key->transb ? key->k : key->n, key->ldb));
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, key->d_type, key->m, key->n, key->ldd));
 
+	cublasLtMatmulPreference_t pref;
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
 	const uint64_t ws = pp_cuda.workspace_bytes;
-	const uint32_t al_a = alignment(g->A), al_b = alignment(g->B), al_d = alignment(g->D);
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
 		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->al_a, sizeof key->al_a));
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->al_b, sizeof key->al_b));
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_d, sizeof key->al_d));
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-
+		pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d, sizeof key->al_d));
 	/* The heuristic's first choice depends on the sizes, layouts and
 	 * alignments only, and cuBLASLt's kernels are deterministic (their
 	 * split-k reductions included): the same call gives the same bits. */
 	cublasLtMatmulHeuristicResult_t h;
 	int found = 0;
-	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(pp_cuda.lt, desc, la, lb, ld, ld, pref, 1,
-							   &h, &found);
+	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(pp_cuda.lt, p->desc, p->la, p->lb, p->ld,
+							   p->ld, pref, 1, &h, &found);
 	if (st != CUBLAS_STATUS_NOT_SUPPORTED)
 		PP_CUBLAS_CHECK(st);
-	int ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-	if (ok) {
-		const float alpha = 1;
-		PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, desc, &alpha, g->A, la, g->B, lb, &g->beta,
-					       g->D, ld, g->D, ld, &h.algo, pp_cuda.workspace,
-					       pp_cuda.workspace_bytes, pp_cuda.stream));
-		PP_CUDA_LAUNCHED("cublasLtMatmul");
-	}
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-	PP_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
-	if (!ok && epi == EPI_NONE) {
+	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+	if (p->ok)
+		p->algo = h.algo;
+}
+
+/* The plan of key: a cached one, or a new one (for g) in the next slot. */
+static lt_plan *lt_plan_of(const lt_key *key, const gemm_args *g)
+{
+	for (int i = 0; i < lt_count; i++)
+		if (!memcmp(&lt_plans[i].key, key, sizeof *key))
+			return &lt_plans[i];
+	lt_plan *p = &lt_plans[lt_next];
+	if (lt_count == LT_PLANS)
+		lt_plan_free(p);
+	else
+		lt_count++;
+	lt_next = (lt_next + 1) % LT_PLANS;
+	lt_plan_build(p, key, g);
+	return p;
+}
+
+/* One cuBLASLt product with epilogue epi; returns 0 when cuBLASLt has no
+ * algorithm for it (only asked with an epilogue, which then falls back). */
+static int lt_matmul(const gemm_args *g, int epi)
+{
+	lt_key key;
+	memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
+	key.transa = g->transa;
+	key.transb = g->transb;
+	key.m = g->m;
+	key.n = g->n;
+	key.k = g->k;
+	key.lda = g->lda;
+	key.ldb = g->ldb;
+	key.ldd = g->ldd;
+	key.epi = epi;
+	key.has_bias = epi != EPI_NONE && g->bias;
+	key.ab_type = g->ab_type;
+	key.d_type = g->d_type;
+	key.compute = pp_cuda.tf32 && g->ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
+								: CUBLAS_COMPUTE_32F;
+	key.al_a = alignment(g->A);
+	key.al_b = alignment(g->B);
+	key.al_d = alignment(g->D);
+	lt_plan *p = lt_plan_of(&key, g);
+	if (!p->ok) {
+		if (epi != EPI_NONE)
+			return 0;
 		char why[160];
 		snprintf(why, sizeof why, "no cuBLASLt algorithm for m=%d n=%d k=%d (%s%s)", g->m,
 			 g->n, g->k, g->transa ? "T" : "N", g->transb ? "T" : "N");
 		pp_cuda_fatal(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", why);
 	}
-	return ok;
+	lt_plan_pointers(p, g);
+	const float alpha = 1;
+	PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, p->desc, &alpha, g->A, p->la, g->B, p->lb,
+				       &g->beta, g->D, p->ld, g->D, p->ld, &p->algo,
+				       pp_cuda.workspace, pp_cuda.workspace_bytes, pp_cuda.stream));
+	PP_CUDA_LAUNCHED("cublasLtMatmul");
+	return 1;
 }
 
 template <typename T> static void gemm(const gemm_args *g)
