@@ -24,7 +24,11 @@
  *            an element takes pp_act_size(ops) bytes.
  * Products and reductions accumulate in fp32 (or wider) whatever the
  * compute type; parameter gradients are pp_real, so they accumulate in fp32
- * across microbatches. */
+ * across microbatches.
+ *
+ * Positions: pos0, the position of a sequence's first row, is an int in the
+ * backend's device memory, or NULL for 0 (training). Decoding keeps it on
+ * the device so that one recorded graph serves every step (graph_begin). */
 #ifndef PP_OPS_H
 #define PP_OPS_H
 
@@ -78,10 +82,10 @@ typedef struct pp_ops {
 	 * A token below 0 lies in another rank's vocabulary shard: its row is
 	 * zero (plus wpe), and it adds nothing to dwte. */
 	void (*embed_fwd)(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
-			  pp_real scale, int B, int T, int C, int pos0);
+			  pp_real scale, int B, int T, int C, const int *pos0);
 	/* dwte += scatter(dout * scale); dwpe (if not NULL) += sum_b dout */
 	void (*embed_bwd)(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
-			  pp_real scale, int B, int T, int C, int pos0);
+			  pp_real scale, int B, int T, int C, const int *pos0);
 
 	/* RMSNorm over rows: out (N,C) = x * rstd * (offset + w); rstd (N) saved.
 	 * offset is 0 (Llama) or 1 (Gemma). */
@@ -114,8 +118,10 @@ typedef struct pp_ops {
 	 * q and k heads of qkv (B,T,(Hq+2Hkv)*D); v is untouched. Position of
 	 * token t is pos0 + t; frequency i is theta^(-2i/D). rope_bwd applies the
 	 * inverse rotation to dqkv in place. */
-	void (*rope_fwd)(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-	void (*rope_bwd)(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+	void (*rope_fwd)(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+			 const int *pos0);
+	void (*rope_bwd)(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+			 const int *pos0);
 
 	/* Causal attention with grouped kv heads (query head h reads kv head
 	 * h / (Hq/Hkv)), scale 1/sqrt(D). qkv (B,T,(Hq+2Hkv)*D) holds q heads,
@@ -135,23 +141,23 @@ typedef struct pp_ops {
 	 * k and v heads of qkv (B,n,(Hq+2Hkv)*D), tokens at positions pos0..
 	 * pos0+n-1, into cache entries pos0..pos0+n-1 (pos0 + n <= Tmax). */
 	void (*kv_append)(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n,
-			  int Hq, int Hkv, int D, int Tmax, int pos0);
+			  int Hq, int Hkv, int D, int Tmax, const int *pos0);
 	/* The query heads of the n rows of qkv (B,n,(Hq+2Hkv)*D) at positions pos0 + i
 	 * attend causally to the cache: query i sees entries j with
 	 * i + pos0 - window < j <= i + pos0 (window 0: all j <= i + pos0),
 	 * grouped kv heads and scale as attention_fwd. out (B,n,Hq*D). */
 	void (*attention_cached)(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 				 const pp_act *vcache, int B, int n, int Hq, int Hkv, int D,
-				 int Tmax, int pos0, int window);
+				 int Tmax, const int *pos0, int window);
 
 	/* Optional (NULL where the backend has none): the ops issued between
 	 * graph_begin and graph_end are recorded, not run, and graph_end returns
-	 * a handle that graph_launch replays. Given the handle of an earlier
-	 * recording of the same sequence of ops (sizes and pointers may differ),
-	 * graph_end updates it in place and returns it, or frees it and returns
-	 * a new one. No op between begin and end may copy to or from the host. */
+	 * a handle that graph_launch replays, as often as wanted, with the
+	 * arguments of the recording: what changes between replays (tokens,
+	 * positions) must be read from device memory, hence the pos0 pointers
+	 * above. No op between begin and end may copy to or from the host. */
 	void (*graph_begin)(void);
-	void *(*graph_end)(void *prev);
+	void *(*graph_end)(void);
 	void (*graph_launch)(void *graph);
 	void (*graph_free)(void *graph);
 

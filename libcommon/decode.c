@@ -125,7 +125,7 @@ int decode_generate(pp_stage *s, const int *prompt, int n_prompt, const decode_o
 	if (rc)
 		return rc;
 	pp_kv_cache c;
-	if ((rc = kv_cache_create(&c, s, B, W - 1, n_prompt, e)))
+	if ((rc = kv_cache_create(&c, s, B, W - 1, n_prompt, !graphs_off(), e)))
 		return rc;
 	int *feed = malloc((size_t)B * n_prompt * sizeof(int)), *next = malloc((size_t)B * sizeof(int));
 	bool *done = calloc((size_t)B, sizeof(bool));
@@ -142,8 +142,6 @@ int decode_generate(pp_stage *s, const int *prompt, int n_prompt, const decode_o
 	if ((rc = emit(o, prompt, (size_t)n_prompt, false, e)))
 		goto out;
 
-	const bool graph = ops->graph_begin && !graphs_off();
-	void *g = NULL;
 	double t0 = now(), kv = 0;
 	rc = kv_cache_tokens(s, &c, feed, n_prompt, e);
 	if (!rc)
@@ -175,22 +173,12 @@ int decode_generate(pp_stage *s, const int *prompt, int n_prompt, const decode_o
 		if ((rc = kv_cache_tokens(s, &c, next, 1, e)))
 			break;
 		kv += kv_read_bytes(s, B, c.len + 1);
-		if (graph) {
-			ops->graph_begin();
-			rc = stage_forward_cached(s, &c, e);
-			g = ops->graph_end(g);
-			if (!rc)
-				ops->graph_launch(g);
-		} else {
-			rc = stage_forward_cached(s, &c, e);
-		}
+		rc = stage_forward_cached(s, &c, e);
 	}
 	if (st->n_generated > 1)
 		st->decode_s = now() - t0 - st->prefill_s;
-	st->graph = graph && g;
+	st->graph = c.graph != NULL;
 	st->kv_bytes = st->n_generated > 1 ? kv / (st->n_generated - 1) : 0;
-	if (graph && g)
-		ops->graph_free(g);
 	if (!rc && o->out) {
 		fputc('\n', o->out);
 		fflush(o->out);

@@ -617,10 +617,11 @@ static int act_kind(const pp_model_cfg *m)
 
 /* Where a layer's attention finds its keys and values: in the T rows of
  * the microbatch itself (training, NULL), or in a KV cache that the rows,
- * at positions pos0.., are appended to (decoding). */
+ * at positions *pos0.. (device memory), are appended to (decoding). */
 typedef struct {
 	pp_act *k, *v; /* this layer's (B,Tmax,Hkv*D) */
-	int Tmax, pos0;
+	int Tmax;
+	const int *pos0;
 } layer_kv;
 
 /* One layer over B sequences of T rows (t's buffers hold B*T rows). */
@@ -637,7 +638,7 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
 	o->matmul_fwd(t->qkv, t->h1, W(s, li->qkv_w), W(s, li->qkv_b), N, C, QKV);
 	if (m->pos == PP_POS_ROPE)
-		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv ? kv->pos0 : 0);
+		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv ? kv->pos0 : NULL);
 	if (kv) {
 		o->kv_append(kv->k, kv->v, t->qkv, B, T, Hq, Hkv, D, kv->Tmax, kv->pos0);
 		o->attention_cached(t->att, t->qkv, kv->k, kv->v, B, T, Hq, Hkv, D, kv->Tmax,
@@ -713,7 +714,7 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
 			 m->sliding_window);
 	if (m->pos == PP_POS_ROPE)
-		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, 0);
+		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 	if (!wgrad)
 		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * A);
 	o->matmul_bwd(a->d_h, wgrad ? G(s, li->qkv_w) : NULL, wgrad ? G(s, li->qkv_b) : NULL,
@@ -832,7 +833,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 		to_shard(s, a->host_ids, tokens, N);
 		o->to_device(sa->tok, a->host_ids, (size_t)N * sizeof(int));
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T, C, 0);
+		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T, C,
+			     NULL);
 		if ((rc = tp_sum(s, sa->res, (size_t)N * C, e)))
 			return rc;
 	} else {
@@ -952,7 +954,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 	}
 	if (s->first) {
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T, C, 0);
+		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T, C,
+			     NULL);
 	} else {
 		*din = a->d_res;
 	}
@@ -985,7 +988,8 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 
 /* ---- decoding with a KV cache ------------------------------------------- */
 
-int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, pp_err *e)
+int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, bool graphs,
+		    pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -1013,6 +1017,7 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_ma
 	c->B = B;
 	c->Tmax = Tmax;
 	c->n_max = n_max;
+	c->graphs = graphs && o->graph_begin;
 	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * pp_act_size(o);
 	pp_act **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->qkv, &c->att,
 			&c->mid, &c->up, &c->act, &c->last, &c->logits};
@@ -1020,9 +1025,9 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_ma
 			    N * QKV, N * HD, N * C, N * UP, N * F, (size_t)B * C, (size_t)B * V};
 	pp_real **r[] = {&c->stat};
 	const size_t rn[] = {2 * N};
-	c->tok = o->alloc(N * sizeof(int));
-	c->host = malloc(N * sizeof(int));
-	if (!c->tok || !c->host || alloc_acts(o, p, n, NELEMS(p)) ||
+	c->dev = o->alloc((1 + N) * sizeof(int));
+	c->host = malloc((1 + N) * sizeof(int));
+	if (!c->dev || !c->host || alloc_acts(o, p, n, NELEMS(p)) ||
 	    alloc_reals(o, r, rn, NELEMS(r))) {
 		size_t bytes = c->kv_bytes;
 		kv_cache_free(c);
@@ -1038,8 +1043,10 @@ void kv_cache_free(pp_kv_cache *c)
 	const pp_ops *o = c->ops;
 	if (!o)
 		return;
+	if (c->graph)
+		o->graph_free(c->graph);
 	void *p[] = {c->k, c->v, c->x[0], c->x[1], c->h, c->stat, c->qkv, c->att,
-		     c->mid, c->up, c->act, c->last, c->logits, c->tok};
+		     c->mid, c->up, c->act, c->last, c->logits, c->dev};
 	for (int i = 0; i < NELEMS(p); i++)
 		o->free(p[i]);
 	free(c->host);
@@ -1061,26 +1068,27 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n,
 			return pp_errorf(e, PP_EUSAGE,
 					 "token %d at position %d is outside the vocabulary [0, %d)",
 					 tokens[i], c->len + i % n, V);
-		c->host[i] = tokens[i];
+		c->host[1 + i] = tokens[i];
 	}
-	c->ops->to_device(c->tok, c->host, (size_t)c->B * n * sizeof(int));
+	c->host[0] = c->len;
+	c->ops->to_device(c->dev, c->host, (1 + (size_t)c->B * n) * sizeof(int));
 	c->n = n;
 	return 0;
 }
 
-int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
+/* The ops of one cached forward, issued: rows at the position c->dev holds */
+static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
-	const int B = c->B, n = c->n, N = B * n, C = m->d_model, pos0 = c->len;
+	const int B = c->B, n = c->n, N = B * n, C = m->d_model;
 	const int L = s->layer_end - s->layer_begin;
 	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, layer = (size_t)B * c->Tmax * KV;
+	const int *pos0 = c->dev, *tok = c->dev + 1;
 	int rc;
-	if (n < 1)
-		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
 	pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-	o->embed_fwd(c->x[0], c->tok, W(s, a->embed_w), W(s, a->embed_pos), scale, B, n, C, pos0);
+	o->embed_fwd(c->x[0], tok, W(s, a->embed_w), W(s, a->embed_pos), scale, B, n, C, pos0);
 	for (int l = 0; l < L; l++) {
 		/* one set of buffers serves every layer; h holds h1, then h2 */
 		layer_acts t = {.x = c->x[l % 2], .out = c->x[(l + 1) % 2], .h1 = c->h,
@@ -1103,7 +1111,33 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	}
 	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
 	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);
-	c->len += n;
+	return 0;
+}
+
+int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
+{
+	const pp_ops *o = s->ops;
+	int rc = 0;
+	if (c->n < 1)
+		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
+	if (c->n == 1 && c->graphs) {
+		if (!c->graph) {
+			o->graph_begin();
+			rc = forward_cached(s, c, e);
+			void *g = o->graph_end();
+			if (rc)
+				o->graph_free(g);
+			else
+				c->graph = g;
+		}
+		if (!rc)
+			o->graph_launch(c->graph);
+	} else {
+		rc = forward_cached(s, c, e);
+	}
+	if (rc)
+		return rc;
+	c->len += c->n;
 	c->n = 0;
 	return 0;
 }

@@ -208,10 +208,18 @@ typedef struct {
 	pp_real *stat;      /* (2*B*n_max) norm statistics */
 	pp_act *last;       /* (B,C) each sequence's last new row */
 	pp_act *logits;     /* (B,V) after stage_forward_cached */
-	int *tok, *host;    /* (B,n_max) device and host tokens */
+	/* on the device and on the host: the position of the new tokens (pos0
+	 * of the ops), then the (B,n) new tokens */
+	int *dev, *host;
+	bool graphs;        /* record the step of one token per sequence */
+	void *graph;        /* that recording, once made */
 } pp_kv_cache;
 
-int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, pp_err *e);
+/* graphs: record the cached forward of one new token per sequence as a
+ * backend graph the first time and replay it afterwards, where the backend
+ * has graphs. */
+int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, bool graphs,
+		    pp_err *e);
 void kv_cache_free(pp_kv_cache *c);
 
 /* The next n new tokens of each sequence, tokens (B,n) host ints: checked
@@ -222,8 +230,8 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n,
  * appends their keys and values to the cache, leaves the logits of each
  * sequence's last new token in c->logits (B,V) on the device and advances
  * len. The same layer code as stage_forward; only attention reads the cache.
- * With n == 1 it only issues ops (no host copies), so a backend graph may
- * record it. */
+ * With n == 1 it only issues ops that read the tokens and the position from
+ * the device, so one recorded graph serves every such step (c->graphs). */
 int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
 
 #endif

@@ -49,7 +49,7 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 	int n_max = 1;
 	for (int i = 0; i < n_sizes; i++)
 		n_max = sizes[i] > n_max ? sizes[i] : n_max;
-	if (kv_cache_create(&c, s, B, T, n_max, &e))
+	if (kv_cache_create(&c, s, B, T, n_max, true, &e))
 		return INFINITY;
 	int *chunk = malloc(sizeof(int) * B * T);
 	pp_real *got = malloc(sizeof(pp_real) * B * V), *want = malloc(sizeof(pp_real) * B * V);
@@ -128,7 +128,7 @@ static void check_family(const char *preset)
 	/* the cache ends at Tmax, and tokens are checked */
 	pp_kv_cache c;
 	int bad[B] = {V, 0}, ok[B * 3] = {0};
-	rc = kv_cache_create(&c, &s, B, 3, 3, &e);
+	rc = kv_cache_create(&c, &s, B, 3, 3, false, &e);
 	int r1 = rc ? rc : kv_cache_tokens(&s, &c, bad, 1, &e);
 	int r2 = rc ? rc : kv_cache_tokens(&s, &c, ok, 3, &e) || stage_forward_cached(&s, &c, &e);
 	int r3 = rc ? rc : kv_cache_tokens(&s, &c, ok, 1, &e);
@@ -137,7 +137,7 @@ static void check_family(const char *preset)
 		      strstr(e.msg, "past the KV cache"),
 	      name, "rc %d %d %d %d: %s", rc, r1, r2, r3, e.msg);
 	kv_cache_free(&c);
-	rc = kv_cache_create(&c, &s, 1, m->max_seq_len + 1, 1, &e);
+	rc = kv_cache_create(&c, &s, 1, m->max_seq_len + 1, 1, false, &e);
 	snprintf(name, sizeof name, "decode/%s/context_limit", preset);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "max_seq_len"), name, "rc %d: %s", rc, e.msg);
 	free(full);

@@ -245,15 +245,21 @@ static void test_matmul(int bias)
 
 /* ---- embedding ---- */
 
+/* the position argument of ops.h: the case's pos0 in memory, NULL for 0 */
+static const int *pos_of(const op_case *c)
+{
+	return c->pos0 ? &c->pos0 : NULL;
+}
+
 static void embed_fwd(op_case *c)
 {
 	ops->embed_fwd(c->out, c->tok, X(0), c->narg > 1 ? X(1) : NULL, c->scale, c->B, c->T, c->C,
-		       c->pos0);
+		       pos_of(c));
 }
 static void embed_bwd(op_case *c)
 {
 	ops->embed_bwd(DX(0), c->narg > 1 ? DX(1) : NULL, c->dout, c->tok, c->scale, c->B, c->T,
-		       c->C, c->pos0);
+		       c->C, pos_of(c));
 }
 
 static void test_embed(int wpe, pp_real scale, int pos0, const char *fwd_name, const char *bwd_name)
@@ -447,12 +453,12 @@ static size_t qkv_size(const op_case *c)
 static void rope_fwd(op_case *c)
 {
 	memcpy(c->out, X(0), sizeof(pp_real) * c->nout);
-	ops->rope_fwd(c->out, c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, c->pos0);
+	ops->rope_fwd(c->out, c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, pos_of(c));
 }
 static void rope_bwd(op_case *c)
 {
 	memcpy(DX(0), c->dout, sizeof(pp_real) * c->nout);
-	ops->rope_bwd(DX(0), c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, c->pos0);
+	ops->rope_bwd(DX(0), c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, pos_of(c));
 }
 
 static void test_rope(void)
@@ -487,7 +493,7 @@ static void test_rope(void)
 	c->fwd(c);
 	check_close("ops/rope_fwd", c->out, want, c->nout, FWD_TOL);
 	/* the backward rotation undoes the forward one */
-	ops->rope_bwd(c->out, c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, c->pos0);
+	ops->rope_bwd(c->out, c->B, c->T, c->Hq, c->Hkv, c->D, c->theta, pos_of(c));
 	check_close("ops/rope_bwd_inverse", c->out, X(0), c->nout, FWD_TOL);
 	gradcheck("ops/rope_bwd", c);
 	free(want);
@@ -918,8 +924,8 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 		for (int b = 0; b < B; b++)
 			memcpy(chunk + (size_t)b * n * W, qkv + ((size_t)b * T + pos0) * W,
 			       sizeof(pp_real) * n * W);
-		ops->kv_append(kc, vc, chunk, B, n, Hq, Hkv, D, Tmax, pos0);
-		ops->attention_cached(out, chunk, kc, vc, B, n, Hq, Hkv, D, Tmax, pos0, window);
+		ops->kv_append(kc, vc, chunk, B, n, Hq, Hkv, D, Tmax, &pos0);
+		ops->attention_cached(out, chunk, kc, vc, B, n, Hq, Hkv, D, Tmax, &pos0, window);
 		for (int b = 0; b < B; b++)
 			memcpy(got + ((size_t)b * T + pos0) * HD, out + (size_t)b * n * HD,
 			       sizeof(pp_real) * n * HD);

@@ -58,8 +58,8 @@ int main(void)
 
 enum { IN, OUT, ACC, INOUT }; /* OUT is overwritten by the op; ACC, INOUT start with data */
 /* ACT: a pp_act tensor, of the table's compute type on the GPU; F32,
- * F32_POS: pp_real */
-enum { ACT, F32, F32_POS, TOK, TGT, TGT_SPLIT };
+ * F32_POS: pp_real; POS: ints equal to the tensor's scale (a position) */
+enum { ACT, F32, F32_POS, TOK, TGT, TGT_SPLIT, POS };
 
 typedef struct {
 	const char *name;
@@ -189,6 +189,9 @@ static void fill(void *buf, const tensor *t, int vocab)
 			break;
 		case TGT_SPLIT: /* also targets in other slices, below and above */
 			x[i] = u == 0 ? PP_IGNORE_INDEX : u == 1 ? -1 : u == 2 ? vocab + 3 : rnd_int(vocab);
+			break;
+		case POS:
+			x[i] = (int)t->scale;
 			break;
 		}
 	}
@@ -572,19 +575,19 @@ static void check_matmul_gelu(int N, int C, int OC, int bias)
 static void r_embed_fwd(const pp_ops *o, void *const *p, const check *c)
 {
 	o->embed_fwd(P(0), I(1), P(2), c->a[4] ? P(3) : NULL, c->f[0], c->a[0], c->a[1], c->a[2],
-		     c->a[3]);
+		     I(4));
 }
 
 static void r_embed_bwd(const pp_ops *o, void *const *p, const check *c)
 {
 	o->embed_bwd(P(0), c->a[4] ? P(1) : NULL, P(2), I(3), c->f[0], c->a[0], c->a[1], c->a[2],
-		     c->a[3]);
+		     I(4));
 }
 
 static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float scale)
 {
 	const int maxT = pos0 + T + 5;
-	check c = {.op = "embed_fwd", .run = r_embed_fwd, .nt = 4, .a = {B, T, C, pos0, wpe},
+	check c = {.op = "embed_fwd", .run = r_embed_fwd, .nt = 5, .a = {B, T, C, pos0, wpe},
 		   .f = {scale}, .vocab = V};
 	snprintf(c.shape, sizeof c.shape, "B=%d T=%d C=%d V=%d pos0=%d%s scale=%g", B, T, C, V, pos0,
 		 wpe ? " wpe" : "", scale);
@@ -592,15 +595,17 @@ static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float sca
 	c.t[1] = TS("tok", (size_t)B * T, IN, TOK, 0);
 	c.t[2] = TS("wte", (size_t)V * C, IN, ACT, 1);
 	c.t[3] = TS("wpe", (size_t)maxT * C, IN, ACT, 1);
+	c.t[4] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&c);
 
-	check d = {.op = "embed_bwd", .run = r_embed_bwd, .nt = 4, .a = {B, T, C, pos0, wpe},
+	check d = {.op = "embed_bwd", .run = r_embed_bwd, .nt = 5, .a = {B, T, C, pos0, wpe},
 		   .f = {scale}, .vocab = V};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dwte", (size_t)V * C, ACC, F32, 1);
 	d.t[1] = TS("dwpe", (size_t)maxT * C, ACC, F32, 1);
 	d.t[2] = TS("dout", (size_t)B * T * C, IN, ACT, 1);
 	d.t[3] = TS("tok", (size_t)B * T, IN, TOK, 0);
+	d.t[4] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&d);
 }
 
@@ -745,17 +750,18 @@ static void check_norm_residual(int N, int C, float offset, int in_place)
 static void r_rope(const pp_ops *o, void *const *p, const check *c)
 {
 	(c->a[5] ? o->rope_bwd : o->rope_fwd)(P(0), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
-					      c->f[0], c->a[6]);
+					      c->f[0], I(1));
 }
 
 static void check_rope(int B, int T, int Hq, int Hkv, int D, float theta, int pos0)
 {
 	for (int bwd = 0; bwd < 2; bwd++) {
-		check c = {.op = bwd ? "rope_bwd" : "rope_fwd", .run = r_rope, .nt = 1,
+		check c = {.op = bwd ? "rope_bwd" : "rope_fwd", .run = r_rope, .nt = 2,
 			   .a = {B, T, Hq, Hkv, D, bwd, pos0}, .f = {theta}};
 		snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d theta=%g pos0=%d", B, T,
 			 Hq, Hkv, D, theta, pos0);
 		c.t[0] = TS("qkv", (size_t)B * T * (Hq + 2 * Hkv) * D, INOUT, ACT, 1);
+		c.t[1] = TS("pos0", 1, IN, POS, pos0);
 		run_check(&c);
 	}
 }
@@ -809,13 +815,13 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 static void r_kv_append(const pp_ops *o, void *const *p, const check *c)
 {
 	o->kv_append(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5],
-		     c->a[6]);
+		     I(3));
 }
 
 static void r_attention_cached(const pp_ops *o, void *const *p, const check *c)
 {
 	o->attention_cached(P(0), P(1), P(2), P(3), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
-			    c->a[5], c->a[6], c->a[7]);
+			    c->a[5], I(4), c->a[7]);
 }
 
 /* n new rows at positions pos0.. of B sequences against a cache of Tmax
@@ -824,16 +830,17 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 {
 	const size_t nqkv = (size_t)B * n * (Hq + 2 * Hkv) * D, nout = (size_t)B * n * Hq * D;
 	const size_t ncache = (size_t)B * Tmax * Hkv * D;
-	check c = {.op = "kv_append", .run = r_kv_append, .nt = 3,
+	check c = {.op = "kv_append", .run = r_kv_append, .nt = 4,
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0}};
 	snprintf(c.shape, sizeof c.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d Tmax=%d pos0=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0);
 	c.t[0] = TS("kcache", ncache, INOUT, ACT, 1);
 	c.t[1] = TS("vcache", ncache, INOUT, ACT, 1);
 	c.t[2] = TS("qkv", nqkv, IN, ACT, 1);
+	c.t[3] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&c);
 
-	check d = {.op = "attention_cached", .run = r_attention_cached, .nt = 4,
+	check d = {.op = "attention_cached", .run = r_attention_cached, .nt = 5,
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window}};
 	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0, window);
@@ -841,6 +848,7 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 	d.t[1] = TS("qkv", nqkv, IN, ACT, 2);
 	d.t[2] = TS("kcache", ncache, IN, ACT, 2);
 	d.t[3] = TS("vcache", ncache, IN, ACT, 1);
+	d.t[4] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&d);
 }
 

@@ -257,8 +257,9 @@ void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_
 /* kcache, vcache (B,Tmax,Hkv*D) entries pos0..pos0+n-1 = the k and v heads
  * of qkv (B,n,(Hq+2Hkv)*D) */
 void pp_cpu_kv_append(pp_act *kcache_, pp_act *vcache_, const pp_act *qkv_, int B, int n, int Hq,
-		      int Hkv, int D, int Tmax, int pos0)
+		      int Hkv, int D, int Tmax, const int *pos0_)
 {
+	const int pos0 = pp_cpu_pos(pos0_);
 	pp_real *kcache = kcache_;
 	pp_real *vcache = vcache_;
 	const pp_real *qkv = qkv_;
@@ -279,8 +280,9 @@ void pp_cpu_kv_append(pp_act *kcache_, pp_act *vcache_, const pp_act *qkv_, int 
  * the causal and window bounds as in the full forward. */
 void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kcache_,
 			     const pp_act *vcache_, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			     int pos0, int window)
+			     const int *pos0_, int window)
 {
+	const int pos0 = pp_cpu_pos(pos0_);
 	pp_real *out = out_;
 	const pp_real *qkv = qkv_;
 	const pp_real *kcache = kcache_;

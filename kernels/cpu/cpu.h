@@ -39,6 +39,12 @@ void pp_cpu_blas_serial_end(int saved);
 /* zero-filled scratch memory; aborts the process when memory is exhausted */
 void *pp_cpu_scratch(size_t bytes);
 
+/* pos0 of ops.h: the position an op's pointer holds, NULL for 0 */
+static inline int pp_cpu_pos(const int *pos0)
+{
+	return pos0 ? *pos0 : 0;
+}
+
 /* Functions holding hot elementwise loops get AVX2 and AVX-512 versions,
  * picked when the program loads: the build itself targets baseline x86-64
  * (SSE2). Put it on helpers that parallel loops call, not on a function that
@@ -146,9 +152,9 @@ void pp_cpu_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *
 
 /* embed.c */
 void pp_cpu_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
-		      pp_real scale, int B, int T, int C, int pos0);
+		      pp_real scale, int B, int T, int C, const int *pos0);
 void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
-		      pp_real scale, int B, int T, int C, int pos0);
+		      pp_real scale, int B, int T, int C, const int *pos0);
 
 /* norm.c */
 void pp_cpu_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
@@ -168,8 +174,10 @@ void pp_cpu_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, 
 				   const pp_act *b, pp_real eps, int N, int C);
 
 /* rope.c */
-void pp_cpu_rope_fwd(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
-void pp_cpu_rope_bwd(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0);
+void pp_cpu_rope_fwd(pp_act *qkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+		     const int *pos0);
+void pp_cpu_rope_bwd(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+		     const int *pos0);
 
 /* attention.c */
 void pp_cpu_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
@@ -178,10 +186,10 @@ void pp_cpu_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
 			  const pp_real *lse, const pp_act *qkv, int B, int T, int Hq, int Hkv,
 			  int D, int window);
 void pp_cpu_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
-		      int Hkv, int D, int Tmax, int pos0);
+		      int Hkv, int D, int Tmax, const int *pos0);
 void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			     const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			     int pos0, int window);
+			     const int *pos0, int window);
 
 /* mlp.c */
 void pp_cpu_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act);

@@ -6,8 +6,9 @@
 
 /* out (B,T,C) = wte (V,C)[tok] * scale + wpe (maxT,C)[pos0 + t]; tok (B,T) */
 void pp_cpu_embed_fwd(pp_act *out_, const int *tok, const pp_act *wte_, const pp_act *wpe_,
-		      pp_real scale, int B, int T, int C, int pos0)
+		      pp_real scale, int B, int T, int C, const int *pos0_)
 {
+	const int pos0 = pp_cpu_pos(pos0_);
 	pp_real *out = out_;
 	const pp_real *wte = wte_;
 	const pp_real *wpe = wpe_;
@@ -23,8 +24,9 @@ void pp_cpu_embed_fwd(pp_act *out_, const int *tok, const pp_act *wte_, const pp
 
 /* dwte (V,C) += scatter of dout (B,T,C) * scale; dwpe (maxT,C) += sum_b dout */
 void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout_, const int *tok,
-		      pp_real scale, int B, int T, int C, int pos0)
+		      pp_real scale, int B, int T, int C, const int *pos0_)
 {
+	const int pos0 = pp_cpu_pos(pos0_);
 	const pp_real *dout = dout_;
 	/* a token may repeat, so tasks own channel ranges rather than rows */
 #pragma omp parallel for schedule(static)

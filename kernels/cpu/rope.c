@@ -49,15 +49,17 @@ static void rope_rotate(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_r
 }
 
 /* qkv (B,T,(Hq+2Hkv)*D) in place */
-void pp_cpu_rope_fwd(pp_act *qkv_, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0)
+void pp_cpu_rope_fwd(pp_act *qkv_, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+		     const int *pos0)
 {
 	pp_real *qkv = qkv_;
-	rope_rotate(qkv, B, T, Hq, Hkv, D, theta, pos0, 1);
+	rope_rotate(qkv, B, T, Hq, Hkv, D, theta, pp_cpu_pos(pos0), 1);
 }
 
 /* dqkv (B,T,(Hq+2Hkv)*D) in place */
-void pp_cpu_rope_bwd(pp_act *dqkv_, int B, int T, int Hq, int Hkv, int D, pp_real theta, int pos0)
+void pp_cpu_rope_bwd(pp_act *dqkv_, int B, int T, int Hq, int Hkv, int D, pp_real theta,
+		     const int *pos0)
 {
 	pp_real *dqkv = dqkv_;
-	rope_rotate(dqkv, B, T, Hq, Hkv, D, theta, pos0, -1);
+	rope_rotate(dqkv, B, T, Hq, Hkv, D, theta, pp_cpu_pos(pos0), -1);
 }

@@ -9,7 +9,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -67,9 +67,9 @@ void *pp_cuda_scratch(size_t bytes)
 		return scratch;
 	size_t want = bytes > 2 * scratch_bytes ? bytes : 2 * scratch_bytes;
 	want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-	PP_CUDA_REQUIRE(!pp_cuda.capturing,
-			"an op needs %zu bytes of scratch while a graph records (the step "
-			"must not need more than the ops before it)", bytes);
+	PP_CUDA_REQUIRE(!pp_cuda.capturing && !pp_cuda.graphs,
+			"an op needs %zu bytes of scratch while a graph records or lives (the "
+			"step must not need more than the ops before it)", bytes);
 	if (scratch) {
 		/* earlier ops may still read it */
 		PP_CUDA_CHECK(cudaDeviceSynchronize());

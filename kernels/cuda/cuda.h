@@ -11,7 +11,8 @@
  * attention_cached, add, glu and gelu forwards, to_act) launch on pp_cuda.stream,
  * which graph_begin points at a capture stream; that stream is a blocking
  * one, so a graph launched on it runs after earlier work on the default
- * stream and before later work.
+ * stream and before later work. A graph is recorded once and replayed for
+ * every token: the kernels read the position from device memory (pos0).
  *
  * Compute types: every op is one template over the activation type T,
  * float or __nv_bfloat16, and the two op tables (cuda.cu) take its two
@@ -113,13 +114,16 @@ typedef struct {
 	 * stream (0), or while graph_begin records, the capture stream. */
 	cudaStream_t stream;
 	int capturing;
+	int graphs; /* executable graphs alive (graph_end, not yet graph_free) */
 } pp_cuda_state;
 
 extern pp_cuda_state pp_cuda;
 
 /* Device scratch of at least `bytes`, valid until the next call (it may move
  * when it grows; growing synchronises the device, so nothing still uses the
- * old one). For use inside one op. */
+ * old one). For use inside one op. A recorded graph keeps the pointer, so
+ * the scratch cannot grow while one records or lives: the ops run eagerly
+ * before (decoding's prompt) must have needed as much. */
 void *pp_cuda_scratch(size_t bytes);
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the
@@ -196,6 +200,9 @@ template <> struct pp_is_bf16<pp_bf16> {
 
 /* elements of T in one 16-byte access: 4 floats, 8 bf16 */
 #define PP_VEC(T) ((int)(16 / sizeof(T)))
+
+/* pos0 of ops.h: the position an op's pointer holds, NULL for 0 */
+__device__ __forceinline__ int pp_pos(const int *pos0) { return pos0 ? *pos0 : 0; }
 
 __device__ __forceinline__ float pp_f(float x) { return x; }
 __device__ __forceinline__ float pp_f(pp_bf16 x) { return __bfloat162float(x); }
@@ -333,10 +340,10 @@ void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const T *dout, const T *x, cons
 /* embed.cu */
 template <typename T>
 void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
-		       pp_real scale, int B, int T_, int C, int pos0);
+		       pp_real scale, int B, int T_, int C, const int *pos0);
 template <typename T>
 void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
-		       pp_real scale, int B, int T_, int C, int pos0);
+		       pp_real scale, int B, int T_, int C, const int *pos0);
 
 /* norm.cu */
 template <typename T>
@@ -363,10 +370,11 @@ void pp_cuda_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean,
 
 /* rope.cu */
 template <typename T>
-void pp_cuda_rope_fwd(pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta, int pos0);
+void pp_cuda_rope_fwd(pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta,
+		      const int *pos0);
 template <typename T>
 void pp_cuda_rope_bwd(pp_act *dqkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta,
-		      int pos0);
+		      const int *pos0);
 
 /* attention.cu */
 template <typename T>
@@ -411,13 +419,13 @@ void pp_cuda_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *
 /* decode.cu */
 template <typename T>
 void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
-		       int Hkv, int D, int Tmax, int pos0);
+		       int Hkv, int D, int Tmax, const int *pos0);
 template <typename T>
 void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			      int pos0, int window);
+			      const int *pos0, int window);
 void pp_cuda_graph_begin(void);
-void *pp_cuda_graph_end(void *prev);
+void *pp_cuda_graph_end(void);
 void pp_cuda_graph_launch(void *graph);
 void pp_cuda_graph_free(void *graph);
 

@@ -17,16 +17,17 @@
  * one thread per pack of PP_VEC(T) elements of a cache row */
 template <typename T, bool VEC>
 __global__ void kv_append_kernel(T *kc, T *vc, const T *qkv, int n, int Hq, int Hkv, int D,
-				 int Tmax, int pos0, size_t rows)
+				 int Tmax, const int *pos0, size_t rows)
 {
 	constexpr int P = PP_VEC(T);
+	const int p0 = pp_pos(pos0);
 	const size_t KV = (size_t)Hkv * D, ld = (size_t)(Hq + 2 * Hkv) * D;
 	const size_t packs = (KV + P - 1) / P, total = rows * packs;
 	for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
 	     idx += (size_t)gridDim.x * blockDim.x) {
 		const size_t row = idx / packs, j = idx % packs * P, b = row / (size_t)n,
 			     i = row % (size_t)n;
-		const size_t at = (b * (size_t)Tmax + (size_t)pos0 + i) * KV;
+		const size_t at = (b * (size_t)Tmax + (size_t)p0 + i) * KV;
 		const T *k = qkv + row * ld + (size_t)Hq * D;
 		float f[P];
 		pp_load<T, VEC>(f, k, j, KV);
@@ -38,7 +39,7 @@ __global__ void kv_append_kernel(T *kc, T *vc, const T *qkv, int n, int Hq, int 
 
 template <typename T>
 void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
-		       int Hkv, int D, int Tmax, int pos0)
+		       int Hkv, int D, int Tmax, const int *pos0)
 {
 	const size_t rows = (size_t)B * n, KV = (size_t)Hkv * D;
 	const size_t total = rows * ((KV + PP_VEC(T) - 1) / PP_VEC(T));
@@ -67,14 +68,15 @@ PP_CUDA_BOTH(pp_cuda_kv_append);
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(THREADS)
 	attn_split_kernel(float *part, float *ml, const T *qkv, const T *kc, const T *vc, int n,
-			  int Hq, int Hkv, int D, int Tmax, int pos0, int window, float scale)
+			  int Hq, int Hkv, int D, int Tmax, const int *pos0, int window,
+			  float scale)
 {
 	constexpr int P = PP_VEC(T);
 	extern __shared__ float sm[];
 	const int packs = (D + P - 1) / P, R = THREADS / packs;
 	float *q = sm, *p = q + D, *red = p + KEYS_PER_SPLIT, *acc_s = red + 32;
 	const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z, S = gridDim.x;
-	const int b = row / n, pos = pos0 + row % n;
+	const int b = row / n, pos = pp_pos(pos0) + row % n;
 	const int lo = window > 0 && pos >= window ? pos - window + 1 : 0;
 	const int k0 = max(lo, c * KEYS_PER_SPLIT), k1 = min(pos + 1, (c + 1) * KEYS_PER_SPLIT);
 	const size_t slot = ((size_t)row * Hq + h) * S + c, KV = (size_t)Hkv * D;
@@ -186,7 +188,7 @@ __global__ void attn_combine_kernel(T *out, const float *part, const float *ml, 
 template <typename T>
 void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			      int pos0, int window)
+			      const int *pos0, int window)
 {
 	const int S = (Tmax + KEYS_PER_SPLIT - 1) / KEYS_PER_SPLIT, rows = B * n;
 	if (!rows || !Hq)
@@ -230,35 +232,20 @@ void pp_cuda_graph_begin(void)
 	pp_cuda.capturing = 1;
 }
 
-/* The recording as an executable graph: prev updated in place when the
- * recording has its shape (the same kernels; arguments such as positions
- * may differ), else a new one. */
-void *pp_cuda_graph_end(void *prev)
+/* The recording as an executable graph. It keeps the pointers it was
+ * recorded with, the scratch included: pp_cuda_scratch refuses to move
+ * while a graph lives (pp_cuda.graphs). */
+void *pp_cuda_graph_end(void)
 {
 	PP_CUDA_REQUIRE(pp_cuda.capturing, "graph_end without graph_begin");
 	cudaGraph_t g;
 	PP_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &g)); /* fatal: still capturing */
 	pp_cuda.stream = 0;
 	pp_cuda.capturing = 0;
-	cudaGraphExec_t exec = (cudaGraphExec_t)prev;
-	if (exec) {
-		/* cudaErrorGraphExecUpdateFailure: the update was not performed
-		 * (a changed topology, kernel or attribute), so the recording is
-		 * instantiated anew. Any other code is a real error, possibly
-		 * from an earlier asynchronous launch, and is fatal. */
-		cudaGraphExecUpdateResultInfo info;
-		cudaError_t up = cudaGraphExecUpdate(exec, g, &info);
-		if (up == cudaErrorGraphExecUpdateFailure) {
-			(void)cudaGetLastError();
-			PP_CUDA_CHECK(cudaGraphExecDestroy(exec));
-			exec = NULL;
-		} else {
-			PP_CUDA_CHECK(up);
-		}
-	}
-	if (!exec)
-		PP_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+	cudaGraphExec_t exec;
+	PP_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
 	PP_CUDA_CHECK(cudaGraphDestroy(g));
+	pp_cuda.graphs++;
 	return (void *)exec;
 }
 
@@ -271,6 +258,8 @@ void pp_cuda_graph_launch(void *graph)
 
 void pp_cuda_graph_free(void *graph)
 {
-	if (graph)
-		PP_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+	if (!graph)
+		return;
+	PP_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+	pp_cuda.graphs--;
 }

@@ -9,9 +9,10 @@
  * One thread per pack of PP_VEC(T) channels; VEC when C allows it. */
 template <typename T, bool VEC>
 __global__ void embed_fwd_kernel(T *out, const int *tok, const T *wte, const T *wpe, float scale,
-				 int T_, int C, int pos0, size_t rows)
+				 int T_, int C, const int *pos0, size_t rows)
 {
 	constexpr int N = PP_VEC(T);
+	const int p0 = pp_pos(pos0);
 	const int packs = (C + N - 1) / N;
 	const size_t n = rows * packs;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -22,7 +23,7 @@ __global__ void embed_fwd_kernel(T *out, const int *tok, const T *wte, const T *
 		if (t >= 0)
 			pp_load<T, VEC>(e, wte + (size_t)t * C, c, C);
 		if (wpe)
-			pp_load<T, VEC>(p, wpe + (size_t)(pos0 + (int)(row % T_)) * C, c, C);
+			pp_load<T, VEC>(p, wpe + (size_t)(p0 + (int)(row % T_)) * C, c, C);
 #pragma unroll
 		for (int j = 0; j < N; j++)
 			e[j] = (t >= 0 ? e[j] * scale : 0.0f) + (wpe ? p[j] : 0.0f);
@@ -75,13 +76,15 @@ __global__ void embed_bwd_wte_kernel(float *dwte, const T *dout, const int *tok,
 
 /* dwpe (maxT,C) rows pos0.. += sum over b of dout (B,T,C), in b order, fp32 */
 template <typename T>
-__global__ void embed_bwd_wpe_kernel(float *dwpe, const T *dout, int B, int T_, int C, int pos0)
+__global__ void embed_bwd_wpe_kernel(float *dwpe, const T *dout, int B, int T_, int C,
+				     const int *pos0)
 {
+	const int p0 = pp_pos(pos0);
 	const size_t n = (size_t)T_ * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		const int t = (int)(i / C), c = (int)(i % C);
-		float *d = dwpe + (size_t)(pos0 + t) * C + c;
+		float *d = dwpe + (size_t)(p0 + t) * C + c;
 		float acc = *d;
 		for (int b = 0; b < B; b++)
 			acc += pp_f(dout[((size_t)b * T_ + t) * C + c]);
@@ -91,7 +94,7 @@ __global__ void embed_bwd_wpe_kernel(float *dwpe, const T *dout, int B, int T_, 
 
 template <typename T>
 void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
-		       pp_real scale, int B, int T_, int C, int pos0)
+		       pp_real scale, int B, int T_, int C, const int *pos0)
 {
 	const size_t rows = (size_t)B * T_, packs = rows * ((C + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!rows || C <= 0)
@@ -108,7 +111,7 @@ PP_CUDA_BOTH(pp_cuda_embed_fwd);
 
 template <typename T>
 void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const int *tok,
-		       pp_real scale, int B, int T_, int C, int pos0)
+		       pp_real scale, int B, int T_, int C, const int *pos0)
 {
 	if (B <= 0 || T_ <= 0 || C <= 0)
 		return;

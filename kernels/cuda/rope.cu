@@ -11,10 +11,11 @@
  * off by 1e-2 rad), and serve every head. sign -1 applies the transposed
  * rotation: the backward pass. */
 template <typename T, bool VEC>
-__global__ void rope_kernel(T *qkv, int B, int T_, int Hq, int Hkv, int D, double theta, int pos0,
-			    int sign)
+__global__ void rope_kernel(T *qkv, int B, int T_, int Hq, int Hkv, int D, double theta,
+			    const int *pos0, int sign)
 {
 	constexpr int N = PP_VEC(T);
+	const int p0 = pp_pos(pos0);
 	const int half = D / 2, packs = (half + N - 1) / N;
 	const size_t ld = (size_t)(Hq + 2 * Hkv) * D;
 	const size_t n = (size_t)B * T_ * packs;
@@ -26,7 +27,7 @@ __global__ void rope_kernel(T *qkv, int B, int T_, int Hq, int Hkv, int D, doubl
 		float c[N], s[N];
 #pragma unroll
 		for (int j = 0; j < N; j++) {
-			const double a = (double)(pos0 + t) * pow(theta, -2.0 * (i0 + j) / D);
+			const double a = (double)(p0 + t) * pow(theta, -2.0 * (i0 + j) / D);
 			c[j] = (float)cos(a);
 			s[j] = (float)(sign * sin(a));
 		}
@@ -48,7 +49,8 @@ __global__ void rope_kernel(T *qkv, int B, int T_, int Hq, int Hkv, int D, doubl
 }
 
 template <typename T>
-static void rope(T *qkv, int B, int T_, int Hq, int Hkv, int D, float theta, int pos0, int sign)
+static void rope(T *qkv, int B, int T_, int Hq, int Hkv, int D, float theta, const int *pos0,
+		 int sign)
 {
 	const size_t n = (size_t)B * T_ * ((D / 2 + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!n || D < 2)
@@ -65,7 +67,8 @@ static void rope(T *qkv, int B, int T_, int Hq, int Hkv, int D, float theta, int
 
 /* qkv (B,T,(Hq+2Hkv)*D) in place */
 template <typename T>
-void pp_cuda_rope_fwd(pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta, int pos0)
+void pp_cuda_rope_fwd(pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta,
+		      const int *pos0)
 {
 	rope<T>((T *)qkv, B, T_, Hq, Hkv, D, theta, pos0, 1);
 }
@@ -73,7 +76,8 @@ PP_CUDA_BOTH(pp_cuda_rope_fwd);
 
 /* dqkv (B,T,(Hq+2Hkv)*D) in place */
 template <typename T>
-void pp_cuda_rope_bwd(pp_act *dqkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta, int pos0)
+void pp_cuda_rope_bwd(pp_act *dqkv, int B, int T_, int Hq, int Hkv, int D, pp_real theta,
+		      const int *pos0)
 {
 	rope<T>((T *)dqkv, B, T_, Hq, Hkv, D, theta, pos0, -1);
 }
