@@ -199,9 +199,11 @@ typedef struct pp_ops {
 
 	/* AdamW on n parameters, step t >= 1 (bias correction), gradient
 	 * multiplied by gscale first (clipping / averaging).
-	 * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
-	void (*adamw)(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
-		      float b1, float b2, float eps, float wd, long t, float gscale);
+	 * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p); pc (n), unless NULL,
+	 * receives the new p in the compute type in the same pass (the compute
+	 * copy of the weights, as to_act would write it). */
+	void (*adamw)(pp_real *p, pp_act *pc, const pp_real *g, pp_real *m, pp_real *v, size_t n,
+		      float lr, float b1, float b2, float eps, float wd, long t, float gscale);
 } pp_ops;
 
 extern const pp_ops pp_ops_cpu;
@@ -254,6 +256,12 @@ const char *pp_cuda_device_name(void);
 static inline size_t pp_act_size(const pp_ops *o)
 {
 	return o->act_type == PP_TYPE_BF16 ? 2 : sizeof(pp_real);
+}
+
+/* Element i of a buffer of the table's compute type. */
+static inline pp_act *pp_act_at(const pp_ops *o, const pp_act *base, size_t i)
+{
+	return (char *)base + i * pp_act_size(o);
 }
 
 /* The table for a device ("cpu", "cuda") and a compute type ("fp32",

@@ -286,12 +286,6 @@ static int alloc_reals(const pp_ops *ops, pp_real **ptrs[], const size_t counts[
 	return failed ? -1 : 0;
 }
 
-/* Element i of an activation buffer of the table's compute type. */
-static pp_act *act_at(const pp_ops *o, const pp_act *base, size_t i)
-{
-	return (char *)base + i * pp_act_size(o);
-}
-
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
@@ -524,7 +518,7 @@ const pp_act *stage_logits(const pp_stage *s, int slot)
 /* Parameter (its compute copy) or gradient pointer by table index (NULL for -1). */
 static pp_act *W(const pp_stage *s, int i)
 {
-	return i < 0 ? NULL : act_at(s->ops, s->wc, s->params[i].off);
+	return i < 0 ? NULL : pp_act_at(s->ops, s->wc, s->params[i].off);
 }
 static pp_real *G(const pp_stage *s, int i) { return i < 0 ? NULL : s->g + s->params[i].off; }
 /* The bias of a row-parallel product is added once: on tp rank 0. */
@@ -555,18 +549,18 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 	const bool split = s->spec.split_backward;
 	const pp_ops *o = s->ops;
 	return (layer_acts){
-		.x = act_at(o, sa->res, (size_t)l * N * C),
-		.out = act_at(o, sa->res, (size_t)(l + 1) * N * C),
-		.h1 = act_at(o, sa->h1, k * N * C), .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
-		.qkv = act_at(o, sa->qkv, k * N * QKV), .att = act_at(o, sa->att, k * N * HD),
+		.x = pp_act_at(o, sa->res, (size_t)l * N * C),
+		.out = pp_act_at(o, sa->res, (size_t)(l + 1) * N * C),
+		.h1 = pp_act_at(o, sa->h1, k * N * C), .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
+		.qkv = pp_act_at(o, sa->qkv, k * N * QKV), .att = pp_act_at(o, sa->att, k * N * HD),
 		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T,
-		.mid = act_at(o, sa->mid, k * N * C), .h2 = act_at(o, sa->h2, k * N * C),
+		.mid = pp_act_at(o, sa->mid, k * N * C), .h2 = pp_act_at(o, sa->h2, k * N * C),
 		.mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
-		.up = act_at(o, sa->up, k * N * UP), .act = act_at(o, sa->act, k * N * F),
-		.g_out = split ? act_at(o, sa->g_out, g * N * C) : NULL,
-		.g_up = split ? act_at(o, sa->g_up, g * N * UP) : NULL,
-		.g_mid = split ? act_at(o, sa->g_mid, g * N * C) : NULL,
-		.g_qkv = split ? act_at(o, sa->g_qkv, g * N * QKV) : NULL,
+		.up = pp_act_at(o, sa->up, k * N * UP), .act = pp_act_at(o, sa->act, k * N * F),
+		.g_out = split ? pp_act_at(o, sa->g_out, g * N * C) : NULL,
+		.g_up = split ? pp_act_at(o, sa->g_up, g * N * UP) : NULL,
+		.g_mid = split ? pp_act_at(o, sa->g_mid, g * N * C) : NULL,
+		.g_qkv = split ? pp_act_at(o, sa->g_qkv, g * N * QKV) : NULL,
 	};
 }
 
@@ -799,14 +793,14 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	const int N = s->B * s->T, C = s->cfg->d_model, V = s->vocab;
 	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
 		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
-		const pp_act *h = act_at(o, a->hf, (size_t)r0 * C);
-		pp_act *logits = s->spec.keep_logits ? act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
+		const pp_act *h = pp_act_at(o, a->hf, (size_t)r0 * C);
+		pp_act *logits = s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
 		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
 		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
 		if (rc)
 			return rc;
 		if (dscale != 0)
-			o->matmul_bwd(act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL, logits, h,
+			o->matmul_bwd(pp_act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL, logits, h,
 				      W(s, a->head_w), R, C, V);
 	}
 	return 0;
@@ -845,7 +839,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, e)))
 			return rc;
 	}
-	pp_act *x = act_at(o, sa->res, (size_t)L * N * C);
+	pp_act *x = pp_act_at(o, sa->res, (size_t)L * N * C);
 	if (!s->last) {
 		*out = x;
 		return 0;
@@ -933,7 +927,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		if (!sa->has_grad)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "backward of microbatch slot %d without a training forward", slot);
-		pp_act *x = act_at(o, sa->res, (size_t)L * NC);
+		pp_act *x = pp_act_at(o, sa->res, (size_t)L * NC);
 		o->zero(a->d_res, NC * pp_act_size(o));
 		if ((rc = tp_sum(s, sa->dhf, NC, e)))
 			return rc;
@@ -1095,7 +1089,7 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
 				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
 				.up = c->up, .act = c->act};
-		layer_kv kv = {act_at(o, c->k, (size_t)l * layer), act_at(o, c->v, (size_t)l * layer),
+		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer), pp_act_at(o, c->v, (size_t)l * layer),
 			       c->Tmax, pos0};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
 			return rc;
@@ -1106,8 +1100,8 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 	if (n > 1) {
 		last = c->last;
 		for (int b = 0; b < B; b++)
-			o->to_device(act_at(o, last, (size_t)b * C),
-				     act_at(o, x, ((size_t)b * n + n - 1) * C), (size_t)C * pp_act_size(o));
+			o->to_device(pp_act_at(o, last, (size_t)b * C),
+				     pp_act_at(o, x, ((size_t)b * n + n - 1) * C), (size_t)C * pp_act_size(o));
 	}
 	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
 	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);

@@ -98,7 +98,9 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 		if (x >= y)
 			continue;
 		double wd = p->decay || c->adamw.decay_norms_and_biases ? c->adamw.weight_decay : 0;
-		o->ops->adamw(st->w + x, st->g + x, o->m + (x - o->lo), o->v + (x - o->lo), y - x,
+		/* the compute copy in the same pass, where there is one */
+		pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x) : NULL;
+		o->ops->adamw(st->w + x, wc, st->g + x, o->m + (x - o->lo), o->v + (x - o->lo), y - x,
 			      (float)lr, (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
 			      (float)wd, t, (float)gscale);
 	}

@@ -33,7 +33,8 @@ double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
 /* One AdamW update of the parameters in [o->lo, o->hi), t = s + 1 (bias
  * correction), with the gradients multiplied by gscale (clipping). Weight
  * decay applies to tensors marked decay, and to norms and biases too when
- * decay_norms_and_biases. */
+ * decay_norms_and_biases. The stage's compute copy of those parameters is
+ * written in the same pass. */
 void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr,
 		double gscale);
 

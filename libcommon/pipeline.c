@@ -104,7 +104,7 @@ static int max_slots(const pipeline *pl)
 static size_t cell(const pipeline *pl, int mb, int c) { return (size_t)mb * pl->v + c; }
 static pp_act *buf(const pipeline *pl, pp_act *base, int mb, int c)
 {
-	return (char *)base + cell(pl, mb, c) * pl->width * pp_act_size(pl->chunks[0].ops);
+	return pp_act_at(pl->chunks[0].ops, base, cell(pl, mb, c) * pl->width);
 }
 
 static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,

@@ -326,9 +326,12 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	out->grads = count * 4;
 	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over dp, and
 	 * under bf16 the fp32 master weights (4), which every dp rank keeps
-	 * whole (it updates its share, then gathers the rest). */
-	out->optimizer = (c->shard_optimizer ? ceil_div(count, c->dp) : count) * 8 +
-			 (b < 4 ? count * 4 : 0);
+	 * whole (it updates its share, then gathers the rest into a buffer of
+	 * every share and its own, in fp32: at most 4 bytes per parameter and
+	 * one share more, counted for the whole stage). */
+	const bool zero1 = c->shard_optimizer && c->dp > 1;
+	out->optimizer = (zero1 ? ceil_div(count, c->dp) : count) * 8 + (b < 4 ? count * 4 : 0) +
+			 (zero1 ? ceil_div(count, c->dp) * (c->dp + 1) * 4 : 0);
 
 	/* Without recompute every chunk-microbatch in flight keeps its full set.
 	 * With recompute it keeps only each layer's input (B T C), and one

@@ -72,7 +72,8 @@ typedef struct {
 	int64_t param_count; /* parameters it holds (its tp slice) */
 	int64_t params;      /* param_count * dtype bytes */
 	int64_t grads;       /* param_count * 4: fp32 */
-	int64_t optimizer;   /* AdamW m, v (/ dp if sharded), + the fp32 master under bf16 */
+	int64_t optimizer;   /* AdamW m, v (/ dp if sharded), + the fp32 master under bf16,
+			      * + the ZeRO-1 gather buffer */
 	int64_t activations; /* saved for backward, peak */
 	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
 	int64_t total;

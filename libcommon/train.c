@@ -152,6 +152,18 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if ((rc = gradsync_init(&t->sync, t->chunks, me->v, hold, c->shard_optimizer && me->dp > 1,
 				me->dp_comm, t->ops, c->grad_bucket_mb, e)))
 		return rc;
+	if (c->shard_optimizer && me->dp > 1) {
+		/* every share padded to the largest, then this rank's share */
+		size_t most = 0;
+		for (int k = 0; k < me->v; k++)
+			most = t->chunks[k].n_elems > most ? t->chunks[k].n_elems : most;
+		size_t share = (most + (size_t)me->dp - 1) / (size_t)me->dp;
+		t->gather = t->ops->alloc(share * ((size_t)me->dp + 1) * sizeof(pp_real));
+		if (!t->gather)
+			return pp_errorf(e, PP_ERUNTIME,
+					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
+					 c->device, 1e-9 * (double)(share * (me->dp + 1) * sizeof(pp_real)));
+	}
 	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
 				me->pp_comm, e)))
 		return rc;
@@ -168,6 +180,8 @@ void trainer_close(trainer *t)
 	data_close(t->val);
 	pipeline_free(&t->pl);
 	gradsync_free(&t->sync);
+	if (t->gather)
+		t->ops->free(t->gather);
 	for (int k = 0; t->chunks && k < t->mesh.v; k++) {
 		optim_free(&t->opt[k]);
 		stage_free(&t->chunks[k]);
@@ -760,16 +774,14 @@ static int gather_params(trainer *t, pp_err *e)
 		if (o->lo == 0 && o->hi == st->n_elems)
 			continue;
 		size_t share = (st->n_elems + (size_t)me->dp - 1) / (size_t)me->dp;
-		pp_real *all = t->ops->alloc(share * (size_t)me->dp * sizeof(pp_real));
-		pp_real *mine = t->ops->alloc(share * sizeof(pp_real));
+		pp_real *all = t->gather, *mine = all + share * (size_t)me->dp;
 		t->ops->to_device(mine, st->w + o->lo, (o->hi - o->lo) * sizeof(pp_real));
 		int rc = comm_all_gather(me->dp_comm, mine, all, share, PP_DT_REAL, e);
-		if (!rc)
-			t->ops->to_device(st->w, all, st->n_elems * sizeof(pp_real));
-		t->ops->free(all);
-		t->ops->free(mine);
 		if (rc)
 			return rc;
+		t->ops->to_device(st->w, all, st->n_elems * sizeof(pp_real));
+		/* the other ranks' shards in the compute copy too */
+		stage_weights_changed(st);
 	}
 	return 0;
 }
@@ -813,8 +825,6 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
 		if ((rc = gather_params(t, e)))
 			return rc;
-		for (int k = 0; k < t->mesh.v; k++)
-			stage_weights_changed(&t->chunks[k]);
 	}
 	t->step++;
 	return 0;

@@ -27,6 +27,7 @@ typedef struct {
 	optim_state *opt;  /* per chunk: all of it, or this dp rank's shard (ZeRO-1) */
 	pipeline pl;
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
+	pp_real *gather;      /* ZeRO-1: the parameter all-gather's buffer (largest chunk) */
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	long step;            /* optimizer steps completed */
 } trainer;

@@ -74,18 +74,26 @@ loss_diff() {
 	paste -d' ' <(losses "$1") <(losses "$2") |
 		awk '{ d = ($2 - $4) / $4; d = d < 0 ? -d : d; if (d > m) m = d } END { printf "%.3g\n", m + 0 }'
 }
-for f in "${families[@]}"; do
-	pp-train model=$f-tiny $run device=cpu run_dir=$T/$f-cpu --quiet 2>$T/$f-cpu.log
-	pp-train model=$f-tiny $run device=$dev run_dir=$T/$f-dev --quiet 2>$T/$f-dev.log
+# vs_cpu FAMILY TAG BOUND KEY=VALUE...: trains FAMILY with the settings into
+# $T/FAMILY-TAG and checks gpu/FAMILY_TAG_vs_cpu: every logged loss within
+# BOUND (relative) of the CPU run's
+vs_cpu() {
+	local f=$1 tag=$2 bound=$3 d rc
+	shift 3
+	pp-train model=$f-tiny $run "$@" run_dir=$T/$f-$tag --quiet 2>$T/$f-$tag.log
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
-		fail gpu/${f}_cuda_vs_cpu "device=$dev exited $rc: $(tail -n 3 $T/$f-dev.log)"
-		continue
+		fail gpu/${f}_${tag}_vs_cpu "$* exited $rc: $(tail -n 3 $T/$f-$tag.log)"
+		return
 	fi
-	d=$(loss_diff $T/$f-cpu $T/$f-dev)
-	echo "$f-tiny: 20 steps, loss at step 20: cpu $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
-		"$dev $(losses $T/$f-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
-	check gpu/${f}_cuda_vs_cpu awk -v d="$d" 'BEGIN { exit !(d <= 1e-4) }'
+	d=$(loss_diff $T/$f-cpu $T/$f-$tag)
+	echo "$f-tiny $*: 20 steps, loss at step 20: cpu $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
+		"here $(losses $T/$f-$tag | tail -n 1 | cut -d' ' -f2), max relative difference $d"
+	check gpu/${f}_${tag}_vs_cpu awk -v d="$d" -v b="$bound" 'BEGIN { exit !(d <= b) }'
+}
+for f in "${families[@]}"; do
+	pp-train model=$f-tiny $run device=cpu run_dir=$T/$f-cpu --quiet 2>$T/$f-cpu.log
+	vs_cpu $f cuda 1e-4 device=$dev
 done
 
 # --- cuDNN attention against device=cpu ------------------------------------------------------
@@ -116,20 +124,11 @@ check gpu/llama_cudnn_vs_cpu cudnn_ok
 # losses part from fp32 by far more than 1e-4; 2e-2 still fails a wrong
 # gradient or a stale compute copy of the weights within a few steps.
 for f in "${families[@]}"; do
-	if [ "$dev" != cuda ]; then
+	if [ "$dev" = cuda ]; then
+		vs_cpu $f bf16 2e-2 device=cuda dtype=bf16
+	else
 		skip gpu/${f}_bf16_vs_cpu "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
-		continue
 	fi
-	pp-train model=$f-tiny $run device=cuda dtype=bf16 run_dir=$T/$f-bf16 --quiet 2>$T/$f-bf16.log
-	rc=$?
-	if [ "$rc" -ne 0 ]; then
-		fail gpu/${f}_bf16_vs_cpu "dtype=bf16 exited $rc: $(tail -n 3 $T/$f-bf16.log)"
-		continue
-	fi
-	d=$(loss_diff $T/$f-cpu $T/$f-bf16)
-	echo "$f-tiny bf16: 20 steps, loss at step 20: cpu fp32 $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
-		"cuda bf16 $(losses $T/$f-bf16 | tail -n 1 | cut -d' ' -f2), max relative difference $d"
-	check gpu/${f}_bf16_vs_cpu awk -v d="$d" 'BEGIN { exit !(d <= 2e-2) }'
 done
 
 # --- bitwise resume on the GPU -----------------------------------------------------------

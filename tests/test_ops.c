@@ -823,14 +823,15 @@ static void test_adamw(void)
 	enum { n = 9 };
 	const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.5f;
 	pp_real *p = rnd_buf(n, 1), *g = rnd_buf(n, 1), *m = calloc(n, sizeof(pp_real)),
-		*v = calloc(n, sizeof(pp_real));
+		*v = calloc(n, sizeof(pp_real)), *pc = calloc(n, sizeof(pp_real));
 	double P[n], M[n] = {0}, Vv[n] = {0};
 	for (int i = 0; i < n; i++)
 		P[i] = p[i];
 	for (long t = 1; t <= 3; t++) {
 		for (int i = 0; i < n; i++)
 			g[i] = rnd();
-		ops->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t, gscale);
+		/* the compute copy on the last step only: without it the rest is the same */
+		ops->adamw(p, t == 3 ? pc : NULL, g, m, v, n, lr, b1, b2, eps, wd, t, gscale);
 		for (int i = 0; i < n; i++) {
 			double gi = g[i] * (double)gscale;
 			M[i] = b1 * M[i] + (1 - (double)b1) * gi;
@@ -843,6 +844,9 @@ static void test_adamw(void)
 	for (int i = 0; i < n; i++)
 		e = fmax(e, fmax(fabs(p[i] - P[i]), fmax(fabs(m[i] - M[i]), fabs(v[i] - Vv[i]))));
 	CHECK(e <= 1e-12, "ops/adamw", "three steps off the hand computation by %.3g", e);
+	CHECK(!memcmp(pc, p, n * sizeof *p), "ops/adamw_compute_copy",
+	      "the compute copy differs from the new parameters");
+	free(pc);
 	free(p);
 	free(g);
 	free(m);

@@ -1094,19 +1094,21 @@ static void check_loss(int N, int V)
 
 static void r_adamw(const pp_ops *o, void *const *p, const check *c)
 {
-	o->adamw(P(0), P(1), P(2), P(3), (size_t)c->a[0], c->f[0], c->f[1], c->f[2], c->f[3],
-		 c->f[4], c->a[1], c->f[5]);
+	o->adamw(P(0), c->a[2] ? P(4) : NULL, P(1), P(2), P(3), (size_t)c->a[0], c->f[0], c->f[1],
+		 c->f[2], c->f[3], c->f[4], c->a[1], c->f[5]);
 }
 
-static void check_adamw(int n, long t)
+/* with the compute copy pc of the new parameters, or without */
+static void check_adamw(int n, long t, int pc)
 {
-	check c = {.op = "adamw", .run = r_adamw, .nt = 4, .a = {n, (int)t},
+	check c = {.op = "adamw", .run = r_adamw, .nt = pc ? 5 : 4, .a = {n, (int)t, pc},
 		   .f = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f}};
-	snprintf(c.shape, sizeof c.shape, "n=%d t=%ld", n, t);
+	snprintf(c.shape, sizeof c.shape, "n=%d t=%ld%s", n, t, pc ? " pc" : "");
 	c.t[0] = TS("p", (size_t)n, INOUT, F32, 1);
 	c.t[1] = TS("g", (size_t)n, IN, F32, 1);
 	c.t[2] = TS("m", (size_t)n, INOUT, F32, 0.1);
 	c.t[3] = TS("v", (size_t)n, INOUT, F32_POS, 0.01);
+	c.t[4] = TS("pc", (size_t)n, OUT, ACT, 1);
 	run_check(&c);
 }
 
@@ -1191,8 +1193,8 @@ int main(void)
 	check_sumsq(17);
 	check_loss(128, 1000);
 	check_loss(7, 50257);
-	check_adamw(100003, 1);
-	check_adamw(4099, 1000);
+	check_adamw(100003, 1, 1);
+	check_adamw(4099, 1000, 0);
 
 	printf("\n%-22s %-5s %-44s %12s %9s %9s\n", "op", "table", "shape", "max rel err",
 	       "CPU ms", "GPU ms");

@@ -208,7 +208,8 @@ void pp_cpu_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *l
 			 const int *targets, int N, int V, pp_real dscale);
 
 /* optim.c */
-void pp_cpu_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
+void pp_cpu_adamw(pp_real *p, pp_act *pc, const pp_real *g, pp_real *m, pp_real *v, size_t n,
+		  float lr,
 		  float b1, float b2, float eps, float wd, long t, float gscale);
 
 #endif

@@ -229,7 +229,7 @@ const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \
 	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,          \
 	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>, \
-	.adamw = pp_cuda_adamw
+	.adamw = pp_cuda_adamw<T>
 
 const pp_ops pp_ops_cuda = {
 	.name = "cuda",

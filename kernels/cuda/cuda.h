@@ -430,7 +430,8 @@ void pp_cuda_graph_launch(void *graph);
 void pp_cuda_graph_free(void *graph);
 
 /* optim.cu */
-void pp_cuda_adamw(pp_real *p, const pp_real *g, pp_real *m, pp_real *v, size_t n, float lr,
-		   float b1, float b2, float eps, float wd, long t, float gscale);
+template <typename T>
+void pp_cuda_adamw(pp_real *p, pp_act *pc, const pp_real *g, pp_real *m, pp_real *v, size_t n,
+		   float lr, float b1, float b2, float eps, float wd, long t, float gscale);
 
 #endif

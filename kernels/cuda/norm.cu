@@ -60,62 +60,15 @@ __device__ __forceinline__ void row_input(float *a, T *res, const T *x, const T 
 	}
 }
 
-/* out (N,C) = v * rstd * (offset + w); rstd (N); v = x, or with RES
- * res (N,C) = x + y first (the residual add). grid (N), THREADS threads. */
-template <typename T, int K, bool VEC, bool RES>
+/* out (N,C) = the norm of the rows v: RMSNorm (LN false), v * rstd *
+ * (offset + w), or LayerNorm, (v - mean) * rstd * w + b, whose variance
+ * takes a second pass over the registers (no cancellation when |mean| >>
+ * std); rstd (N), and mean (N) for LayerNorm. v = x, or with RES res (N,C) =
+ * x + y first (the residual add). grid (N), THREADS threads. */
+template <typename T, int K, bool VEC, bool RES, bool LN>
 __global__ void __launch_bounds__(THREADS)
-	rmsnorm_fwd_kernel(T *res, T *out, float *rstd, const T *x, const T *y, const T *w,
-			   float eps, float offset, int C)
-{
-	constexpr int N = PP_VEC(T);
-	__shared__ double red[32];
-	const size_t row = (size_t)blockIdx.x * C;
-	x += row;
-	out += row;
-	if (RES) {
-		y += row;
-		res += row;
-	}
-	row_regs<T, K> v;
-	double ss = 0;
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
-		const int c = (k * THREADS + threadIdx.x) * N;
-		if (c < C) {
-			float a[N];
-			row_input<T, VEC, RES>(a, res, x, y, c, C);
-			v.put(k, a);
-#pragma unroll
-			for (int j = 0; j < N; j++)
-				ss += (double)a[j] * a[j];
-		}
-	}
-	ss = pp_block_sum(ss, red);
-	const float r = (float)(1 / sqrt(ss / C + eps));
-#pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
-		const int c = (k * THREADS + threadIdx.x) * N;
-		if (c < C) {
-			float a[N], g[N];
-			v.template get<VEC>(k, a, RES ? res : x, c, C);
-			pp_load<T, VEC>(g, w, c, C);
-#pragma unroll
-			for (int j = 0; j < N; j++)
-				a[j] = a[j] * r * (offset + g[j]);
-			pp_store<T, VEC>(out, a, c, C);
-		}
-	}
-	if (threadIdx.x == 0)
-		rstd[blockIdx.x] = r;
-}
-
-/* out (N,C) = (v - mean) * rstd * w + b; mean, rstd (N); v as
- * rmsnorm_fwd_kernel. Two passes over the registers for the variance: no
- * cancellation when |mean| >> std. grid (N), THREADS threads. */
-template <typename T, int K, bool VEC, bool RES>
-__global__ void __launch_bounds__(THREADS)
-	layernorm_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
-			     const T *w, const T *b, float eps, int C)
+	norm_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
+			const T *w, const T *b, float eps, float offset, int C)
 {
 	constexpr int N = PP_VEC(T);
 	__shared__ double red[32];
@@ -128,6 +81,7 @@ __global__ void __launch_bounds__(THREADS)
 	}
 	const T *src = RES ? res : x;
 	row_regs<T, K> v;
+	/* the sum (LayerNorm) or the sum of squares (RMSNorm) */
 	double s = 0;
 #pragma unroll
 	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
@@ -138,26 +92,30 @@ __global__ void __launch_bounds__(THREADS)
 			v.put(k, a);
 #pragma unroll
 			for (int j = 0; j < N; j++)
-				s += a[j];
+				s += LN ? (double)a[j] : (double)a[j] * a[j];
 		}
 	}
 	s = pp_block_sum(s, red);
-	const float m = (float)(s / C);
-	double ss = 0;
+	float m = 0;
+	double ss = s;
+	if constexpr (LN) {
+		m = (float)(s / C);
+		ss = 0;
 #pragma unroll
-	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
-		const int c = (k * THREADS + threadIdx.x) * N;
-		if (c < C) {
-			float a[N];
-			v.template get<VEC>(k, a, src, c, C);
+		for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
+			const int c = (k * THREADS + threadIdx.x) * N;
+			if (c < C) {
+				float a[N];
+				v.template get<VEC>(k, a, src, c, C);
 #pragma unroll
-			for (int j = 0; j < N; j++) {
-				const float d = c + j < C ? a[j] - m : 0.0f;
-				ss += (double)(d * d);
+				for (int j = 0; j < N; j++) {
+					const float d = c + j < C ? a[j] - m : 0.0f;
+					ss += (double)(d * d);
+				}
 			}
 		}
+		ss = pp_block_sum(ss, red);
 	}
-	ss = pp_block_sum(ss, red);
 	const float r = (float)(1 / sqrt(ss / C + eps));
 #pragma unroll
 	for (int k = 0; k < ROW_STEPS(K, C, N); k++) {
@@ -166,15 +124,17 @@ __global__ void __launch_bounds__(THREADS)
 			float a[N], g[N], h[N];
 			v.template get<VEC>(k, a, src, c, C);
 			pp_load<T, VEC>(g, w, c, C);
-			pp_load<T, VEC>(h, b, c, C);
+			if (LN)
+				pp_load<T, VEC>(h, b, c, C);
 #pragma unroll
 			for (int j = 0; j < N; j++)
-				a[j] = (a[j] - m) * r * g[j] + h[j];
+				a[j] = LN ? (a[j] - m) * r * g[j] + h[j] : a[j] * r * (offset + g[j]);
 			pp_store<T, VEC>(out, a, c, C);
 		}
 	}
 	if (threadIdx.x == 0) {
-		mean[blockIdx.x] = m;
+		if (LN)
+			mean[blockIdx.x] = m;
 		rstd[blockIdx.x] = r;
 	}
 }
@@ -292,43 +252,29 @@ __global__ void __launch_bounds__(THREADS)
 			ROW_LAUNCH_K(steps_, LAUNCH, false);                              \
 	} while (0)
 
-/* the norm forwards with (RES) and without the residual add: one kernel each */
-template <typename T, bool RES>
-static void rmsnorm(T *res, T *out, float *rstd, const T *x, const T *y, const T *w, float eps,
-		    float offset, int N, int C)
-{
-	if (N <= 0)
-		return;
-	const bool vec = pp_cuda_vec<T>(C, res, out, x, y, w);
-#define LAUNCH(K, VEC)                                                                     \
-	rmsnorm_fwd_kernel<T, K, VEC, RES><<<N, THREADS, 0, pp_cuda.stream>>>(res, out, rstd, x, \
-									       y, w, eps, offset, C)
-	ROW_DISPATCH(T, C, vec, LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("rmsnorm_fwd_kernel");
-}
-
-template <typename T, bool RES>
-static void layernorm(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
-		      const T *w, const T *b, float eps, int N, int C)
+/* the norm forwards, RMSNorm or (LN) LayerNorm, with (RES) and without the
+ * residual add: one kernel each */
+template <typename T, bool RES, bool LN>
+static void norm_fwd(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
+		     const T *w, const T *b, float eps, float offset, int N, int C)
 {
 	if (N <= 0)
 		return;
 	const bool vec = pp_cuda_vec<T>(C, res, out, x, y, w, b);
-#define LAUNCH(K, VEC)                                                             \
-	layernorm_fwd_kernel<T, K, VEC, RES><<<N, THREADS, 0, pp_cuda.stream>>>(        \
-		res, out, mean, rstd, x, y, w, b, eps, C)
+#define LAUNCH(K, VEC)                                                                  \
+	norm_fwd_kernel<T, K, VEC, RES, LN><<<N, THREADS, 0, pp_cuda.stream>>>(          \
+		res, out, mean, rstd, x, y, w, b, eps, offset, C)
 	ROW_DISPATCH(T, C, vec, LAUNCH);
 #undef LAUNCH
-	PP_CUDA_LAUNCHED("layernorm_fwd_kernel");
+	PP_CUDA_LAUNCHED("norm_fwd_kernel");
 }
 
 template <typename T>
 void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
 			 pp_real eps, pp_real offset, int N, int C)
 {
-	rmsnorm<T, false>(NULL, (T *)out, rstd, (const T *)x, NULL, (const T *)w, eps, offset, N,
-			  C);
+	norm_fwd<T, false, false>(NULL, (T *)out, NULL, rstd, (const T *)x, NULL, (const T *)w,
+				  NULL, eps, offset, N, C);
 }
 PP_CUDA_BOTH(pp_cuda_rmsnorm_fwd);
 
@@ -337,8 +283,8 @@ void pp_cuda_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, c
 				  const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
 				  int N, int C)
 {
-	rmsnorm<T, true>((T *)res_out, (T *)out, rstd, (const T *)x, (const T *)y, (const T *)w,
-			 eps, offset, N, C);
+	norm_fwd<T, true, false>((T *)res_out, (T *)out, NULL, rstd, (const T *)x, (const T *)y,
+				 (const T *)w, NULL, eps, offset, N, C);
 }
 PP_CUDA_BOTH(pp_cuda_rmsnorm_residual_fwd);
 
@@ -346,8 +292,8 @@ template <typename T>
 void pp_cuda_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
 			   const pp_act *w, const pp_act *b, pp_real eps, int N, int C)
 {
-	layernorm<T, false>(NULL, (T *)out, mean, rstd, (const T *)x, NULL, (const T *)w,
-			    (const T *)b, eps, N, C);
+	norm_fwd<T, false, true>(NULL, (T *)out, mean, rstd, (const T *)x, NULL, (const T *)w,
+				 (const T *)b, eps, 0, N, C);
 }
 PP_CUDA_BOTH(pp_cuda_layernorm_fwd);
 
@@ -356,8 +302,8 @@ void pp_cuda_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean,
 				    const pp_act *x, const pp_act *y, const pp_act *w,
 				    const pp_act *b, pp_real eps, int N, int C)
 {
-	layernorm<T, true>((T *)res_out, (T *)out, mean, rstd, (const T *)x, (const T *)y,
-			   (const T *)w, (const T *)b, eps, N, C);
+	norm_fwd<T, true, true>((T *)res_out, (T *)out, mean, rstd, (const T *)x, (const T *)y,
+				(const T *)w, (const T *)b, eps, 0, N, C);
 }
 PP_CUDA_BOTH(pp_cuda_layernorm_residual_fwd);
 
