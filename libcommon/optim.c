@@ -70,15 +70,23 @@ static void overlap(size_t a, size_t b, size_t lo, size_t hi, size_t *x, size_t 
 double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
 			bool (*counts)(const pp_stage *st, const pp_param *p))
 {
+	/* adjacent counted tensors are summed as one run: one pass over the
+	 * device and one value back, not one per tensor */
 	double sum = 0;
+	size_t a = 0, b = 0; /* the run [a, b) not yet summed */
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
 		size_t x, y;
 		overlap(p->off, p->off + p->n, lo, hi, &x, &y);
-		if (x < y && counts(st, p))
-			sum += st->ops->sumsq(st->g + x, y - x);
+		if (x >= y || !counts(st, p))
+			continue;
+		if (x != b) {
+			sum += a < b ? st->ops->sumsq(st->g + a, b - a) : 0;
+			a = x;
+		}
+		b = y;
 	}
-	return sum;
+	return sum + (a < b ? st->ops->sumsq(st->g + a, b - a) : 0);
 }
 
 double optim_clip_scale(const pp_config *c, double grad_norm)
