@@ -1114,7 +1114,9 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	int rc = 0;
 	if (c->n < 1)
 		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
-	if (c->n == 1 && c->graphs) {
+	/* the cache's first forward runs eagerly, even of one token: it sizes
+	 * the backend's scratch and plans that the recording then reuses */
+	if (c->n == 1 && c->graphs && c->len > 0) {
 		if (!c->graph) {
 			o->graph_begin();
 			rc = forward_cached(s, c, e);

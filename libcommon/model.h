@@ -231,7 +231,8 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n,
  * sequence's last new token in c->logits (B,V) on the device and advances
  * len. The same layer code as stage_forward; only attention reads the cache.
  * With n == 1 it only issues ops that read the tokens and the position from
- * the device, so one recorded graph serves every such step (c->graphs). */
+ * the device, so one recorded graph serves every such step after the
+ * cache's first forward (c->graphs). */
 int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
 
 #endif

@@ -27,7 +27,7 @@
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
 #     checkpoint: the same tokens as on the CPU, and with the step's CUDA
 #     graph (the default) the same text as without it (PP_CUDA_GRAPH=0), in
-#     fp32 and in bf16.
+#     fp32 and in bf16, and from a prompt of one token.
 # Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
 # the training checks with cpu in place of cuda: a test of this script on a
 # machine without a GPU.
@@ -41,7 +41,7 @@ checks+=(llama_cudnn_vs_cpu)
 for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
 checks+=(resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
-checks+=(decode_graph_vs_eager decode_graph_vs_eager_bf16 nccl_singleton)
+checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 nccl_singleton)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -179,6 +179,17 @@ graph_same() {
 	cmp $T/eager.txt $T/llama-dec-dev.txt
 }
 check gpu/decode_graph_vs_eager graph_same
+# a prompt of one token: the first forward is a step of one token too, and
+# runs eagerly before the graph is recorded (it sizes the backend's scratch)
+one_token() {
+	local g
+	for g in 1 0; do
+		PP_CUDA_GRAPH=$g pp-decode model=llama-tiny run_dir=$T/llama-cpu device=$dev --prompt 5 -n 8 \
+			--temperature 0 --ignore-eos >$T/one-$g.txt 2>$T/one-$g.log || { tail -n 3 $T/one-$g.log; return 1; }
+	done
+	[ -s $T/one-1.txt ] && cmp $T/one-0.txt $T/one-1.txt
+}
+check gpu/decode_graph_one_token_prompt one_token
 # bf16: the graph and the eager steps run the same kernels on the same bf16
 # values, so their texts are identical too
 graph_same_bf16() {
