@@ -1114,9 +1114,16 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	int rc = 0;
 	if (c->n < 1)
 		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
-	/* the cache's first forward runs eagerly, even of one token: it sizes
-	 * the backend's scratch and plans that the recording then reuses */
-	if (c->n == 1 && c->graphs && c->len > 0) {
+	/* A recording keeps what the backend set up for the step when it ran
+	 * eagerly: its matrix-product plans and kernels (per shape: the prompt's
+	 * forward has other shapes, so one step of one token runs eagerly first)
+	 * and its scratch, which cannot move while a graph lives (a forward of
+	 * several tokens may need more: it drops the recording). */
+	if (c->n > 1 && c->graph) {
+		o->graph_free(c->graph);
+		c->graph = NULL;
+	}
+	if (c->n == 1 && c->graphs && c->warm) {
 		if (!c->graph) {
 			o->graph_begin();
 			rc = forward_cached(s, c, e);
@@ -1130,6 +1137,7 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 			o->graph_launch(c->graph);
 	} else {
 		rc = forward_cached(s, c, e);
+		c->warm = c->n == 1;
 	}
 	if (rc)
 		return rc;

@@ -212,12 +212,13 @@ typedef struct {
 	 * of the ops), then the (B,n) new tokens */
 	int *dev, *host;
 	bool graphs;        /* record the step of one token per sequence */
+	bool warm;          /* that step ran eagerly since the last forward of several */
 	void *graph;        /* that recording, once made */
 } pp_kv_cache;
 
 /* graphs: record the cached forward of one new token per sequence as a
- * backend graph the first time and replay it afterwards, where the backend
- * has graphs. */
+ * backend graph, once that step has run eagerly, and replay it afterwards,
+ * where the backend has graphs. */
 int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, bool graphs,
 		    pp_err *e);
 void kv_cache_free(pp_kv_cache *c);
@@ -231,8 +232,9 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n,
  * sequence's last new token in c->logits (B,V) on the device and advances
  * len. The same layer code as stage_forward; only attention reads the cache.
  * With n == 1 it only issues ops that read the tokens and the position from
- * the device, so one recorded graph serves every such step after the
- * cache's first forward (c->graphs). */
+ * the device, so one recorded graph serves every such step after the first
+ * (c->graphs); a forward of several tokens drops the recording, and the
+ * step after it runs eagerly again. */
 int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
 
 #endif

@@ -2,8 +2,10 @@
  * model of each dense family, the logits of every position computed with a
  * KV cache (a token at a time, or a prefill then chunks and single tokens)
  * equal those of one forward over the whole sequence, to fp32 round-off.
- * Also: the cache refuses positions past its end and tokens outside the
- * vocabulary, and the sampler's greedy, top-k and top-p cuts. */
+ * The same through a table that records the one-token step as a graph and
+ * replays it, under the CUDA backend's rules for a recording. Also: the
+ * cache refuses positions past its end and tokens outside the vocabulary,
+ * and the sampler's greedy, top-k and top-p cuts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,297 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 	return worst;
 }
 
+/* ---- a table that records graphs: the CPU backend under the CUDA
+ * backend's rules for a recording. A recorded op must have run eagerly
+ * before with the same arguments (on a GPU its matrix-product plan, its
+ * kernels and its scratch must exist before the capture: building them
+ * inside one is forbidden or unsafe), nothing copies to or from the host
+ * while a graph records, and attention_cached's scratch (its rows) does not
+ * grow while a graph lives. A replay reruns the recorded calls, which read
+ * the position and the tokens from memory as the kernels do. */
+
+enum { G_MATMUL, G_MATMUL_GELU, G_EMBED, G_RMS, G_LN, G_RMS_RES, G_LN_RES, G_ROPE, G_KV_APPEND,
+       G_ATTENTION, G_GLU, G_GELU, G_ADD };
+
+/* one op's arguments; all members 8 bytes wide, so no padding for memcmp */
+typedef struct {
+	long op;
+	void *p[8];
+	long i[10];
+	double f[2];
+} g_call;
+
+typedef struct {
+	g_call *calls;
+	size_t n;
+} g_graph;
+
+static struct {
+	g_call *seen; /* every distinct eager call */
+	size_t n_seen;
+	bool recording;
+	g_graph rec;
+	int alive, recorded, replays;
+	int unseen, host_copies, scratch_grew; /* broken rules */
+	long rows; /* the most rows attention_cached has run eagerly with */
+} gm;
+
+static void g_push(g_graph *g, const g_call *c)
+{
+	g->calls = realloc(g->calls, (g->n + 1) * sizeof *c);
+	g->calls[g->n++] = *c;
+}
+
+static bool g_seen(const g_call *c)
+{
+	for (size_t k = 0; k < gm.n_seen; k++)
+		if (!memcmp(&gm.seen[k], c, sizeof *c))
+			return true;
+	return false;
+}
+
+static void g_run(const g_call *c)
+{
+	const pp_ops *o = &pp_ops_cpu;
+	void *const *p = c->p;
+	const long *i = c->i;
+	const double *f = c->f;
+	switch (c->op) {
+	case G_MATMUL: o->matmul_fwd(p[0], p[1], p[2], p[3], i[0], i[1], i[2]); break;
+	case G_MATMUL_GELU: o->matmul_gelu_fwd(p[0], p[1], p[2], p[3], p[4], i[0], i[1], i[2]); break;
+	case G_EMBED: o->embed_fwd(p[0], p[1], p[2], p[3], f[0], i[0], i[1], i[2], p[4]); break;
+	case G_RMS: o->rmsnorm_fwd(p[0], p[1], p[2], p[3], f[0], f[1], i[0], i[1]); break;
+	case G_LN: o->layernorm_fwd(p[0], p[1], p[2], p[3], p[4], p[5], f[0], i[0], i[1]); break;
+	case G_RMS_RES:
+		o->rmsnorm_residual_fwd(p[0], p[1], p[2], p[3], p[4], p[5], f[0], f[1], i[0], i[1]);
+		break;
+	case G_LN_RES:
+		o->layernorm_residual_fwd(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], f[0], i[0],
+					  i[1]);
+		break;
+	case G_ROPE: o->rope_fwd(p[0], i[0], i[1], i[2], i[3], i[4], f[0], p[1]); break;
+	case G_KV_APPEND:
+		o->kv_append(p[0], p[1], p[2], i[0], i[1], i[2], i[3], i[4], i[5], p[3]);
+		break;
+	case G_ATTENTION:
+		o->attention_cached(p[0], p[1], p[2], p[3], i[0], i[1], i[2], i[3], i[4], i[5], p[4],
+				    i[6]);
+		break;
+	case G_GLU: o->glu_fwd(p[0], p[1], i[0], i[1], i[2]); break;
+	case G_GELU: o->gelu_fwd(p[0], p[1], i[0]); break;
+	case G_ADD: o->add(p[0], p[1], p[2], i[0]); break;
+	}
+}
+
+/* runs c now, or records it */
+static void g_issue(const g_call *c)
+{
+	if (gm.recording) {
+		gm.unseen += !g_seen(c);
+		g_push(&gm.rec, c);
+		return;
+	}
+	if (!g_seen(c)) {
+		g_graph all = {gm.seen, gm.n_seen};
+		g_push(&all, c);
+		gm.seen = all.calls;
+		gm.n_seen = all.n;
+	}
+	g_run(c);
+}
+
+#define P(x) ((void *)(x))
+#define G_ISSUE(...) g_issue(&(g_call){__VA_ARGS__})
+
+static void g_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
+			 int N, int C, int OC)
+{
+	G_ISSUE(.op = G_MATMUL, .p = {out, P(inp), P(w), P(bias)}, .i = {N, C, OC});
+}
+static void g_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
+			      const pp_act *bias, int N, int C, int OC)
+{
+	G_ISSUE(.op = G_MATMUL_GELU, .p = {out, pre, P(inp), P(w), P(bias)}, .i = {N, C, OC});
+}
+static void g_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
+			pp_real scale, int B_, int T_, int C, const int *pos0)
+{
+	G_ISSUE(.op = G_EMBED, .p = {out, P(tok), P(wte), P(wpe), P(pos0)}, .i = {B_, T_, C}, .f = {scale});
+}
+static void g_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
+			  pp_real eps, pp_real offset, int N, int C)
+{
+	G_ISSUE(.op = G_RMS, .p = {out, rstd, P(x), P(w)}, .i = {N, C}, .f = {eps, offset});
+}
+static void g_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
+			    const pp_act *w, const pp_act *b, pp_real eps, int N, int C)
+{
+	G_ISSUE(.op = G_LN, .p = {out, mean, rstd, P(x), P(w), P(b)}, .i = {N, C}, .f = {eps});
+}
+static void g_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
+				   const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
+				   int N, int C)
+{
+	G_ISSUE(.op = G_RMS_RES, .p = {res_out, out, rstd, P(x), P(y), P(w)}, .i = {N, C}, .f = {eps, offset});
+}
+static void g_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
+				     const pp_act *x, const pp_act *y, const pp_act *w,
+				     const pp_act *b, pp_real eps, int N, int C)
+{
+	G_ISSUE(.op = G_LN_RES, .p = {res_out, out, mean, rstd, P(x), P(y), P(w), P(b)}, .i = {N, C}, .f = {eps});
+}
+static void g_rope_fwd(pp_act *qkv, int B_, int T_, int Hq, int Hkv, int D, pp_real theta,
+		       const int *pos0)
+{
+	G_ISSUE(.op = G_ROPE, .p = {qkv, P(pos0)}, .i = {B_, T_, Hq, Hkv, D}, .f = {theta});
+}
+static void g_kv_append(pp_act *kc, pp_act *vc, const pp_act *qkv, int B_, int n, int Hq, int Hkv,
+			int D, int Tmax, const int *pos0)
+{
+	G_ISSUE(.op = G_KV_APPEND, .p = {kc, vc, P(qkv), P(pos0)}, .i = {B_, n, Hq, Hkv, D, Tmax});
+}
+static void g_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kc, const pp_act *vc,
+			       int B_, int n, int Hq, int Hkv, int D, int Tmax, const int *pos0,
+			       int window)
+{
+	if (!gm.recording) {
+		const long rows = (long)B_ * n;
+		gm.scratch_grew += gm.alive && rows > gm.rows;
+		gm.rows = rows > gm.rows ? rows : gm.rows;
+	}
+	G_ISSUE(.op = G_ATTENTION, .p = {out, P(qkv), P(kc), P(vc), P(pos0)}, .i = {B_, n, Hq, Hkv, D, Tmax, window});
+}
+static void g_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act)
+{
+	G_ISSUE(.op = G_GLU, .p = {out, P(gu)}, .i = {N, F, act});
+}
+static void g_gelu_fwd(pp_act *out, const pp_act *x, size_t n)
+{
+	G_ISSUE(.op = G_GELU, .p = {out, P(x)}, .i = {(long)n});
+}
+static void g_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n)
+{
+	G_ISSUE(.op = G_ADD, .p = {out, P(a), P(b)}, .i = {(long)n});
+}
+
+static void g_to_device(void *dst, const void *src, size_t bytes)
+{
+	gm.host_copies += gm.recording;
+	pp_ops_cpu.to_device(dst, src, bytes);
+}
+static void g_to_host(void *dst, const void *src, size_t bytes)
+{
+	gm.host_copies += gm.recording;
+	pp_ops_cpu.to_host(dst, src, bytes);
+}
+static void g_act_to_host(pp_real *dst, const pp_act *src, size_t n)
+{
+	gm.host_copies += gm.recording;
+	pp_ops_cpu.act_to_host(dst, src, n);
+}
+
+static void g_begin(void)
+{
+	gm.recording = true;
+	gm.rec = (g_graph){NULL, 0};
+}
+static void *g_end(void)
+{
+	g_graph *g = malloc(sizeof *g);
+	*g = gm.rec;
+	gm.recording = false;
+	gm.alive++;
+	gm.recorded++;
+	return g;
+}
+static void g_launch(void *graph)
+{
+	const g_graph *g = graph;
+	for (size_t k = 0; k < g->n; k++)
+		g_run(&g->calls[k]);
+	gm.replays++;
+}
+static void g_free(void *graph)
+{
+	g_graph *g = graph;
+	free(g->calls);
+	free(g);
+	gm.alive--;
+}
+
+static pp_ops graph_ops(void)
+{
+	pp_ops o = pp_ops_cpu;
+	o.matmul_fwd = g_matmul_fwd;
+	o.matmul_gelu_fwd = g_matmul_gelu_fwd;
+	o.embed_fwd = g_embed_fwd;
+	o.rmsnorm_fwd = g_rmsnorm_fwd;
+	o.layernorm_fwd = g_layernorm_fwd;
+	o.rmsnorm_residual_fwd = g_rmsnorm_residual_fwd;
+	o.layernorm_residual_fwd = g_layernorm_residual_fwd;
+	o.rope_fwd = g_rope_fwd;
+	o.kv_append = g_kv_append;
+	o.attention_cached = g_attention_cached;
+	o.glu_fwd = g_glu_fwd;
+	o.gelu_fwd = g_gelu_fwd;
+	o.add = g_add;
+	o.to_device = g_to_device;
+	o.to_host = g_to_host;
+	o.act_to_host = g_act_to_host;
+	o.graph_begin = g_begin;
+	o.graph_end = g_end;
+	o.graph_launch = g_launch;
+	o.graph_free = g_free;
+	return o;
+}
+
+/* s's weights in a stage over the recording table: prompts of several
+ * tokens and of one, then steps of one token, and a chunk of several after
+ * the graph exists; the logits equal the full forward's, every rule holds,
+ * and the step is recorded and replayed as often as expected */
+static void check_graphs(const pp_stage *s, const int *tok, const pp_real *full, const char *preset)
+{
+	static const struct {
+		const char *name;
+		int sizes[5], n_sizes, recorded, replays;
+	} runs[] = {
+		/* the first step of one token runs eagerly, then 1 recording, 6 replays */
+		{"prompt_then_steps", {5}, 1, 1, T - 5 - 1},
+		/* the prompt's forward is that step */
+		{"one_token_prompt", {1}, 1, 1, T - 1},
+		/* the chunk of 3 drops the recording; one eager step, then again */
+		{"chunk_after_graph", {1, 1, 1, 1, 3}, 5, 2, 3 + T - 7 - 1},
+	};
+	static pp_ops ops;
+	ops = graph_ops();
+	pp_stage g;
+	pp_err e = {0};
+	char name[96];
+	stage_spec sp = stage_spec_whole(s->cfg, B, T, false);
+	if (stage_create(&g, s->cfg, &ops, &sp, &e)) {
+		CHECK(0, "decode/graph/setup", "%s", e.msg);
+		return;
+	}
+	memcpy(g.w, s->w, s->n_elems * sizeof *g.w);
+	stage_weights_changed(&g);
+	for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+		memset(&gm, 0, sizeof gm);
+		int n_pos;
+		double d = cached_vs_full(&g, tok, full, runs[r].sizes, runs[r].n_sizes, &n_pos);
+		snprintf(name, sizeof name, "decode/%s/graph_%s", preset, runs[r].name);
+		CHECK(d <= TOL && !gm.unseen && !gm.host_copies && !gm.scratch_grew && !gm.alive &&
+			      gm.recorded == runs[r].recorded && gm.replays == runs[r].replays,
+		      name,
+		      "logits off by %.3g; recorded ops not run eagerly before %d, host copies while "
+		      "recording %d, scratch grown under a live graph %d, graphs left %d; %d "
+		      "recordings and %d replays, expected %d and %d",
+		      d, gm.unseen, gm.host_copies, gm.scratch_grew, gm.alive, gm.recorded,
+		      gm.replays, runs[r].recorded, runs[r].replays);
+		free(gm.seen);
+	}
+	stage_free(&g);
+}
+
 static void check_family(const char *preset)
 {
 	char ov[64], name[96];
@@ -140,6 +433,7 @@ static void check_family(const char *preset)
 	rc = kv_cache_create(&c, &s, 1, m->max_seq_len + 1, 1, false, &e);
 	snprintf(name, sizeof name, "decode/%s/context_limit", preset);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "max_seq_len"), name, "rc %d: %s", rc, e.msg);
+	check_graphs(&s, tok, full, preset);
 	free(full);
 	stage_free(&s);
 	pp_config_free(&cfg);

@@ -1,5 +1,5 @@
-/* The learning-rate schedules (MaxText semantics), clipping and the
- * weight-decay mask of AdamW. */
+/* The learning-rate schedules (MaxText semantics), clipping, the
+ * weight-decay mask of AdamW and the gradient norm's sum of squares. */
 #include <math.h>
 #include <string.h>
 
@@ -26,6 +26,47 @@ static pp_config cfg(const char *type, long steps, long warmup, double final)
 }
 
 #define NEAR(a, b) (fabs((a) - (double)(b)) <= 1e-12 * fmax(1.0, fabs((double)(b))))
+
+/* the gradient's sum of squares: CPU sumsq calls counted */
+static int sumsq_calls;
+static double counted_sumsq(const pp_real *x, size_t n)
+{
+	sumsq_calls++;
+	return pp_ops_cpu.sumsq(x, n);
+}
+static bool every_tensor(const pp_stage *st, const pp_param *p)
+{
+	(void)st;
+	(void)p;
+	return true;
+}
+/* two of every three tensors: runs broken by a tensor left out */
+static bool not_third(const pp_stage *st, const pp_param *p)
+{
+	return (p - st->params) % 3 != 2;
+}
+
+/* optim_grad_sumsq over [lo, hi) against the sum of each counted tensor's
+ * part, element by element; calls: the sumsq calls it makes */
+static void check_grad_sumsq(pp_stage *s, size_t lo, size_t hi,
+			     bool (*counts)(const pp_stage *, const pp_param *), int calls,
+			     const char *name)
+{
+	double want = 0;
+	for (int i = 0; i < s->n_params; i++) {
+		const pp_param *p = &s->params[i];
+		if (!counts(s, p))
+			continue;
+		for (size_t j = p->off; j < p->off + p->n; j++)
+			if (j >= lo && j < hi)
+				want += (double)s->g[j] * s->g[j];
+	}
+	sumsq_calls = 0;
+	double got = optim_grad_sumsq(s, lo, hi, counts);
+	CHECK(fabs(got - want) <= 1e-12 * want && want > 0 && (calls < 0 || sumsq_calls == calls),
+	      name, "%.17g, element by element %.17g; %d sumsq calls, expected %d", got, want,
+	      sumsq_calls, calls);
+}
 
 int main(void)
 {
@@ -89,6 +130,33 @@ int main(void)
 		      "matrix %g norm %g", s.w[mat->off], s.w[norm->off]);
 		optim_free(&o);
 		stage_free(&s);
+	}
+
+	/* the gradient norm's sum of squares: adjacent counted tensors as one
+	 * run, over a ZeRO-1 shard that cuts tensors, with tensors left out */
+	{
+		pp_ops ops = pp_ops_cpu;
+		ops.sumsq = counted_sumsq;
+		stage_spec sp = stage_spec_whole(&full.model, 1, 4, false);
+		pp_stage s;
+		if (stage_create(&s, &full.model, &ops, &sp, &e)) {
+			CHECK(0, "optim/grad_sumsq_setup", "%s", e.msg);
+		} else {
+			for (size_t j = 0; j < s.n_elems; j++)
+				s.g[j] = (pp_real)(((j * 7919) % 1000) * 1e-3 - 0.5);
+			const size_t n = s.n_elems, third = n / 3;
+			const pp_param *mid = &s.params[s.n_params / 2];
+			check_grad_sumsq(&s, 0, n, every_tensor, 1, "optim/grad_sumsq_one_run");
+			check_grad_sumsq(&s, third, 2 * third, every_tensor, 1, "optim/grad_sumsq_shard");
+			/* a shard boundary inside a tensor */
+			check_grad_sumsq(&s, mid->off + 1, n, every_tensor, 1,
+					 "optim/grad_sumsq_shard_cuts_tensor");
+			check_grad_sumsq(&s, 0, n, not_third, (s.n_params + 2) / 3,
+					 "optim/grad_sumsq_tensors_left_out");
+			check_grad_sumsq(&s, third + 3, 2 * third - 5, not_third, -1,
+					 "optim/grad_sumsq_shard_tensors_left_out");
+			stage_free(&s);
+		}
 	}
 	pp_config_free(&full);
 	TH_EXIT();
