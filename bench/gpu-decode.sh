@@ -4,7 +4,8 @@
 #
 #   bench/gpu-decode.sh [--models "llama-1b llama2-7b"] [-n 256] [--dtype bf16|fp32]
 #                       [--prompt "1 2 3 4 5 6 7 8"] [--bandwidth GBS]
-#                       [--time-limit 300] [--budget 0] [--json FILE] [--smoke]
+#                       [--time-limit 300] [--budget 0] [--json FILE] [--profile]
+#                       [--smoke]
 #
 # Run from anywhere after `make` on a machine with a GPU. For each model
 # preset it runs
@@ -24,6 +25,10 @@
 # --budget seconds for the whole script (0: no budget), and reported as
 # failed; the table still comes out.
 #
+# --profile: after the table, the first model once more without the CUDA
+# graph (PP_CUDA_GRAPH=0, so that its kernels show) under PP_CUDA_PROFILE=1,
+# and its per-op table on stdout (pp-decode(1)).
+#
 # --smoke: llama-tiny on the CPU in fp32, 16 tokens, without the bandwidth
 # measurement (no GPU: no MBU unless --bandwidth is given): a check that the
 # script works (tests/test_bench.sh).
@@ -36,8 +41,9 @@ set -euo pipefail
 bench_init gpu-decode
 
 models="llama-1b llama2-7b" n=256 prompt="1 2 3 4 5 6 7 8" bandwidth= time_limit=300 budget=0 json= smoke=0
+profile=0
 device=cuda dtype=bf16
-usage() { sed -n '2,33s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,38s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--models) models=$2; shift 2 ;;
@@ -48,6 +54,7 @@ while [ $# -gt 0 ]; do
 	--time-limit) time_limit=$2; shift 2 ;;
 	--budget) budget=$2; shift 2 ;;
 	--json) json=$2; shift 2 ;;
+	--profile) profile=1; shift ;;
 	--smoke) smoke=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage_error "unknown argument '$1'" ;;
@@ -146,4 +153,11 @@ cat >"$bench_tmp/meta.json" <<EOF
 EOF
 benchlib decode-report "$bench_tmp/meta.json" "$bench_tmp" "$tags" ${json:+"$json"}
 [ -z "$json" ] || say "wrote $json"
+if [ "$profile" = 1 ]; then
+	m=${models%% *}
+	PP_CUDA_GRAPH=0 bench_profile "$(bench_limit "$time_limit" "$budget" 1)" \
+		"Per-op time of pp-decode ($m, -n $n, without the CUDA graph, PP_CUDA_PROFILE=1):" \
+		"$decode" --cfg "$bench_tmp/$m.cfg.json" --random-init --prompt "$prompt" -n "$n" \
+		--batch 1 --temperature 0
+fi
 exit $failed

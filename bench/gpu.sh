@@ -4,7 +4,8 @@
 #   bench/gpu.sh [--model llama-1b] [--seqs "2048 4096"] [--tokens 16384]
 #                [--dtype bf16|fp32] [--microbatch auto|N] [--mem-fraction 0.7]
 #                [--warmup 2] [--steps 5]
-#                [--time-limit 150] [--budget 0] [--json FILE] [--smoke]
+#                [--time-limit 150] [--budget 0] [--json FILE] [--profile]
+#                [--smoke]
 #
 # Run from anywhere after `make` on a machine with a GPU. For each sequence
 # length it trains the model preset (default llama-1b, TinyLlama-1.1B's
@@ -32,6 +33,11 @@
 # PyTorch's autocast does); under fp32 its products are exact fp32 unless
 # PP_CUDA_TF32=1. The table names each side's dtype.
 #
+# --profile: after the table, pp-train once more at the first sequence
+# length for --warmup + 2 steps under PP_CUDA_PROFILE=1, and its per-op
+# table (the CUDA backend's: each cuBLASLt product shape, kernel, copy and
+# fill with its time, share and calls; pp-train(1)) on stdout.
+#
 # --smoke: llama-tiny on the CPU in fp32 (seq 32 and 64, 128 tokens, microbatch 2,
 # 1 warm-up + 2 steps, PyTorch from scripts/setup-reference.sh), a check
 # that the script works end to end, in seconds (tests/test_bench.sh).
@@ -45,8 +51,8 @@ set -euo pipefail
 bench_init gpu
 
 model=llama-1b seqs="2048 4096" tokens=16384 microbatch=auto mem_fraction=0.7 warmup=2 steps=5
-time_limit=150 budget=0 json= smoke=0 device=cuda dtype=bf16
-usage() { sed -n '2,42s/^# \{0,1\}//p' "$bench_self"; }
+time_limit=150 budget=0 json= smoke=0 device=cuda dtype=bf16 profile=0
+usage() { sed -n '2,48s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
@@ -60,6 +66,7 @@ while [ $# -gt 0 ]; do
 	--time-limit) time_limit=$2; shift 2 ;;
 	--budget) budget=$2; shift 2 ;;
 	--json) json=$2; shift 2 ;;
+	--profile) profile=1; shift ;;
 	--smoke) smoke=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage_error "unknown argument '$1'" ;;
@@ -125,6 +132,7 @@ for seq in $seqs; do
 	fi
 	[ $((batch % mb)) -eq 0 ] || usage_error "--microbatch $mb does not divide the batch of $batch sequences at seq $seq"
 	keys+=(microbatch="$mb")
+	[ -n "${profile_keys+x}" ] || profile_keys=("${keys[@]}")
 	"$pp_init" --plan --json "${keys[@]}" >"$bench_tmp/$tag.plan" 2>"$bench_tmp/$tag.plan.log" ||
 		die "pp-init --plan rejected ${keys[*]}: $(tail -n 1 "$bench_tmp/$tag.plan.log")"
 	read -r fpt gib <<<"$(benchlib get "$bench_tmp/$tag.plan" flops_per_token.train memory.total_gib)"
@@ -161,4 +169,11 @@ cat >"$bench_tmp/meta.json" <<EOF
 EOF
 benchlib gpu-report "$bench_tmp/meta.json" "$bench_tmp" "$tags" ${json:+"$json"}
 [ -z "$json" ] || say "wrote $json"
+if [ "$profile" = 1 ]; then
+	bench_profile "$(bench_limit "$time_limit" "$budget" 1)" \
+		"Per-op time of pp-train (${profile_keys[*]}, $((warmup + 2)) steps, PP_CUDA_PROFILE=1):" \
+		"$(bench_tool pp-train)" "${profile_keys[@]}" steps=$((warmup + 2)) data=synthetic \
+		checkpoint_period=0 save_on_completion=false eval_interval=0 log_period=1 \
+		run_dir="$bench_tmp/run-profile" --quiet
+fi
 exit $failed

@@ -96,6 +96,25 @@ bench_timeout() {
 	if [ "$s" -gt 0 ]; then timeout --kill-after=10 "$s" "$@"; else "$@"; fi
 }
 
+# bench_profile LIMIT TITLE CMD...: CMD once more under PP_CUDA_PROFILE=1
+# (kernels/cuda/profile.cu), apart from the timed runs; prints TITLE and the
+# per-op table the CUDA backend writes at exit, or why there is none
+bench_profile() {
+	local limit=$1 title=$2 rc=0 log=$bench_tmp/profile.log
+	shift 2
+	echo
+	echo "$title"
+	say "profile: $title ..."
+	PP_CUDA_PROFILE=1 bench_timeout "$limit" "$@" >/dev/null 2>"$log" || rc=$?
+	if grep -q '^pp: cuda profile' "$log"; then
+		sed -n '/^pp: cuda profile/,$p' "$log"
+	elif [ "$rc" -ne 0 ]; then
+		echo "no profile: exited $rc: $(grep -v '^$' "$log" | tail -n 1)"
+	else
+		echo "no profile: the run did not use the CUDA backend"
+	fi
+}
+
 # bench_pp_train TAG WARMUP LIMIT KEY=VALUE...: resolves the config into
 # $bench_tmp/TAG.json, trains in $bench_tmp/run-TAG (log: TAG.pp.log) and
 # writes the steady-state figures to $bench_tmp/TAG.pp.json; on failure

@@ -18,9 +18,11 @@
 #           pp-train device=cuda against device=cpu for each tiny family,
 #           a bitwise resume on the GPU.
 #   bench   bench/gpu.sh: llama-1b training at seq 2048 and 4096, pp
-#           against PyTorch (table and JSON).
+#           against PyTorch (table and JSON), then pp-train's per-op
+#           profile (--profile: PP_CUDA_PROFILE=1).
 #   decode  bench/gpu-decode.sh: batch-1 decode of llama-1b and llama2-7b
-#           with pp-decode, against the measured copy bandwidth.
+#           with pp-decode, against the measured copy bandwidth, then
+#           pp-decode's per-op profile.
 # Each stage runs under a limit of PP_GPU_CHECK_STAGE_LIMIT seconds
 # (default 530) and prints its time; the run ends with one summary table,
 # also written to OUTDIR/summary.txt and OUTDIR/summary.json.
@@ -41,7 +43,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 self=$root/scripts/gpu-check.sh
-usage() { sed -n '2,36s/^# \{0,1\}//p' "$self"; }
+usage() { sed -n '2,40s/^# \{0,1\}//p' "$self"; }
 
 smoke=0 stages=() out=
 for a in "$@"; do
@@ -201,7 +203,7 @@ for stage in "${run[@]}"; do
 		name=bench-gpu
 		[ "$stage" = bench ] || name=bench-decode
 		# the script's own budget ends it, table written, before the stage limit kills it
-		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" --budget $((limit > 90 ? limit - 45 : limit / 2)) \
+		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" --profile --budget $((limit > 90 ? limit - 45 : limit / 2)) \
 			--json "$out/$name.json"
 		if limit_hit; then
 			record "$stage" fail $secs "ran past the ${limit} s stage limit"

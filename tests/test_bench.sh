@@ -4,7 +4,8 @@
 #     (llama-tiny, pp-train and PyTorch on the CPU) through the GPU script's
 #     stages, its table and JSON collected in OUTDIR with a summary; the
 #     ratio pp/torch is a positive number equal to the two tokens/s, the
-#     dtypes are named, a PyTorch fallback is never silent;
+#     dtypes are named, a PyTorch fallback is never silent, and the per-op
+#     profile it asks for says why there is none on the CPU;
 #   - the MFU and MBU arithmetic of bench/benchlib.py on made-up runs with
 #     known answers (steady-state means, PyTorch's MFU against pp's peak,
 #     MBU = bytes/token x tok/s / bandwidth);
@@ -23,7 +24,7 @@ jqt() { jq -e "$@" >/dev/null 2>&1; } # jq test: exit 0 when the filter is true
 
 # --- gpu.sh through gpu-check.sh, smoke mode --------------------------------------
 if [ -z "$py" ]; then
-	for c in gpu_check_smoke gpu_smoke_table gpu_smoke_json gpu_smoke_notes; do
+	for c in gpu_check_smoke gpu_smoke_table gpu_smoke_json gpu_smoke_notes gpu_smoke_profile; do
 		skip bench/$c "no PyTorch reference environment (scripts/setup-reference.sh)"
 	done
 else
@@ -44,6 +45,9 @@ else
 	check bench/gpu_smoke_json jqt '.bench == "gpu" and .smoke == true and .pp_dtype == "fp32" and (.rows | length == 2) and all(.rows[]; .pp.tokens_per_s > 0 and .torch.tokens_per_s > 0 and .pp_over_torch > 0 and (.pp_over_torch - .pp.tokens_per_s / .torch.tokens_per_s | fabs) < 1e-9 * .pp_over_torch and .pp.mfu == null and .torch.mfu == null and .flops_per_token > 0)' $T/gc/bench-gpu.json
 	# every setting asked for and not honoured has its note
 	check bench/gpu_smoke_notes jqt '.torch | (.compile or any(.notes[]; test("torch.compile"))) and (.attn == "sdpa" or any(.notes[]; test("sdpa"))) and (.fused_adamw or any(.notes[]; test("fused")))' $T/gc/bench-gpu.json
+	# gpu-check asks for the per-op profile; on the CPU there is none, and
+	# the table says why after its heading
+	check bench/gpu_smoke_profile eval 'grep -A1 "^Per-op time of pp-train (.*PP_CUDA_PROFILE=1):$" $T/gc/bench-gpu.txt | grep -qx "no profile: the run did not use the CUDA backend"'
 fi
 
 # --- benchlib arithmetic on known inputs ------------------------------------------

@@ -9,7 +9,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -54,6 +54,7 @@ void pp_cuda_launched_(const char *file, int line, const char *kernel)
 	pp_cuda_check_(cudaGetLastError(), file, line, kernel);
 	if (pp_cuda.sync && !pp_cuda.capturing) /* a recorded launch has not run */
 		pp_cuda_check_(cudaDeviceSynchronize(), file, line, kernel);
+	pp_cuda_profile_mark(kernel);
 }
 
 /* ---- shared resources ------------------------------------------------------ */
@@ -200,6 +201,8 @@ int pp_cuda_init(int device, pp_err *e)
 	pp_cuda.num_sms = prop.multiProcessorCount;
 	pp_cuda.smem_optin = prop.sharedMemPerBlockOptin;
 	snprintf(device_name, sizeof device_name, "%s", prop.name);
+	if (env_flag("PP_CUDA_PROFILE"))
+		pp_cuda_profile_start();
 	ready = 1;
 	return 0;
 }

@@ -85,8 +85,8 @@ void pp_cuda_launched_(const char *file, int line, const char *kernel);
 #define PP_CUDA_CHECK(call) pp_cuda_check_((call), __FILE__, __LINE__, #call)
 /* a cuBLAS / cuBLASLt call */
 #define PP_CUBLAS_CHECK(call) pp_cublas_check_((call), __FILE__, __LINE__, #call)
-/* after each kernel launch: the launch error, and with PP_CUDA_SYNC=1 the
- * kernel's own */
+/* after each kernel launch: the launch error, with PP_CUDA_SYNC=1 the
+ * kernel's own, and with PP_CUDA_PROFILE=1 its mark (profile.cu) */
 #define PP_CUDA_LAUNCHED(kernel) pp_cuda_launched_(__FILE__, __LINE__, kernel)
 /* a condition an op needs (a supported size); the message says which */
 #define PP_CUDA_REQUIRE(cond, ...)                                                   \
@@ -115,6 +115,7 @@ typedef struct {
 	cudaStream_t stream;
 	int capturing;
 	int graphs; /* executable graphs alive (graph_end, not yet graph_free) */
+	int profile; /* PP_CUDA_PROFILE=1: every op marked (profile.cu) */
 } pp_cuda_state;
 
 extern pp_cuda_state pp_cuda;
@@ -125,6 +126,11 @@ extern pp_cuda_state pp_cuda;
  * the scratch cannot grow while one records or lives: the ops run eagerly
  * before (decoding's prompt) must have needed as much. */
 void *pp_cuda_scratch(size_t bytes);
+
+/* PP_CUDA_PROFILE=1 (profile.cu): pp_cuda_init starts the profile; every op
+ * ends with a mark naming it; the table goes to stderr at exit. */
+void pp_cuda_profile_start(void);
+void pp_cuda_profile_mark(const char *what);
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the
  * default 48 KiB; aborts with a message naming `what` if the device cannot. */

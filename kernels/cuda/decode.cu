@@ -254,6 +254,8 @@ void pp_cuda_graph_launch(void *graph)
 	PP_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, capture_stream));
 	if (pp_cuda.sync)
 		PP_CUDA_CHECK(cudaStreamSynchronize(capture_stream));
+	/* on the legacy stream, which waits for the graph (a blocking stream) */
+	pp_cuda_profile_mark("CUDA graph replay");
 }
 
 void pp_cuda_graph_free(void *graph)

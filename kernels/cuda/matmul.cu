@@ -246,7 +246,13 @@ static int lt_matmul(const gemm_args *g, int epi)
 	PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, p->desc, &alpha, g->A, p->la, g->B, p->lb,
 				       &g->beta, g->D, p->ld, g->D, p->ld, &p->algo,
 				       pp_cuda.workspace, pp_cuda.workspace_bytes, pp_cuda.stream));
-	PP_CUDA_LAUNCHED("cublasLtMatmul");
+	char what[96] = "cublasLtMatmul";
+	if (pp_cuda.profile) /* one profile row per product shape */
+		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s", g->transa ? "T" : "N",
+			 g->transb ? "T" : "N", g->m, g->n, g->k,
+			 g->d_type != g->ab_type ? " fp32 out" : "",
+			 epi == EPI_GELU ? " +gelu" : key.has_bias ? " +bias" : "");
+	PP_CUDA_LAUNCHED(what);
 	return 1;
 }
 

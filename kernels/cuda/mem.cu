@@ -30,14 +30,18 @@ void pp_cuda_free(void *p)
  * the runtime which (unified addressing). Synchronous for host memory. */
 void pp_cuda_copy(void *dst, const void *src, size_t bytes)
 {
-	if (bytes)
-		PP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+	if (!bytes)
+		return;
+	PP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+	pp_cuda_profile_mark("cudaMemcpy");
 }
 
 void pp_cuda_zero(void *p, size_t bytes)
 {
-	if (bytes)
-		PP_CUDA_CHECK(cudaMemset(p, 0, bytes));
+	if (!bytes)
+		return;
+	PP_CUDA_CHECK(cudaMemset(p, 0, bytes));
+	pp_cuda_profile_mark("cudaMemset");
 }
 
 /* ---- the compute type ------------------------------------------------------- */
