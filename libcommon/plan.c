@@ -289,15 +289,30 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	out->last = rank == pp - 1;
 	out->in_flight = (int)in_flight;
 
+	/* The first chunk of stage 0: wte (vocab-parallel) and wpe
+	 * (replicated). The last chunk of the last stage: final norm and head; a
+	 * tied head is the wte itself on a single stage and a copy of it on the
+	 * last stage when pp > 1 (kept in sync by an all-reduce of the two
+	 * gradients, as Megatron does). */
+	const int64_t vocab_rows = ceil_div(s.V, tp) * s.C;
+	const int64_t embed = vocab_rows + (s.learned_pos ? s.max_seq * s.C : 0);
+	const int64_t head = (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
+
 	/* Per chunk: parameters, full activation set, layer count; activations
 	 * take the largest chunk of the rank (exact for v = 1). */
-	int64_t count = 0, chunk_act_max = 0, chunk_layers_max = 0, layer_act_max = 0;
+	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, chunk_layers_max = 0;
+	int64_t layer_act_max = 0;
 	for (int64_t j = 0; j < v; j++) {
 		int lb, le;
 		plan_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
 		int64_t n_moe = moe_below(&s, le) - moe_below(&s, lb), n = le - lb;
 		int64_t n_dense = n - n_moe;
-		count += n_dense * layer_total(&dense) + n_moe * layer_total(&moe);
+		int64_t params = n_dense * layer_total(&dense) + n_moe * layer_total(&moe) +
+				 (out->first && j == 0 ? embed : 0) +
+				 (out->last && j == v - 1 ? head : 0);
+		count += params;
+		if (params > chunk_params_max)
+			chunk_params_max = params;
 		int64_t act = n_dense * dense_act + n_moe * moe_act;
 		if (act > chunk_act_max)
 			chunk_act_max = act;
@@ -309,16 +324,6 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 			layer_act_max = moe_act;
 		out->layers += (int)n;
 	}
-	/* Stage 0: wte (vocab-parallel) and wpe (replicated). Last stage: final
-	 * norm and head; a tied head is the wte itself on a single stage and a
-	 * copy of it on the last stage when pp > 1 (kept in sync by an
-	 * all-reduce of the two gradients, as Megatron does). */
-	int64_t vocab_rows = ceil_div(s.V, tp) * s.C;
-	if (out->first)
-		count += vocab_rows + (s.learned_pos ? s.max_seq * s.C : 0);
-	if (out->last)
-		count += (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
-
 	out->param_count = count;
 	/* The weights the products read, in the training dtype. */
 	out->params = count * b;
@@ -326,12 +331,11 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	out->grads = count * 4;
 	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over dp, and
 	 * under bf16 the fp32 master weights (4), which every dp rank keeps
-	 * whole (it updates its share, then gathers the rest into a buffer of
-	 * every share and its own, in fp32: at most 4 bytes per parameter and
-	 * one share more, counted for the whole stage). */
+	 * whole (it updates its share, then gathers the rest into one fp32
+	 * buffer of every share and its own, sized for the largest chunk). */
 	const bool zero1 = c->shard_optimizer && c->dp > 1;
 	out->optimizer = (zero1 ? ceil_div(count, c->dp) : count) * 8 + (b < 4 ? count * 4 : 0) +
-			 (zero1 ? ceil_div(count, c->dp) * (c->dp + 1) * 4 : 0);
+			 (zero1 ? ceil_div(chunk_params_max, c->dp) * (c->dp + 1) * 4 : 0);
 
 	/* Without recompute every chunk-microbatch in flight keeps its full set.
 	 * With recompute it keeps only each layer's input (B T C), and one

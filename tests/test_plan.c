@@ -300,6 +300,22 @@ static void test_memory(void)
 	rc = plan_memory_rank(&ci, 0, &i0, &e);
 	CHECK(rc == 0 && i0.in_flight == 11 && i0.layers == 8 && i0.chunks == 2,
 	      "plan/mem/interleaved", "in flight %d layers %d", i0.in_flight, i0.layers);
+	/* ZeRO-1 over 4 dp ranks with those two chunks: m and v split over dp,
+	 * and the parameter gather's buffer (every share and its own, fp32)
+	 * sized for the larger chunk, rank 0's first (the embedding and 4
+	 * layers), not for the whole stage */
+	pp_config ciz = ci;
+	ciz.dp = 4;
+	ciz.global_batch = 4 * ci.global_batch;
+	ciz.shard_optimizer = true;
+	plan_memory_t iz;
+	rc = plan_memory_rank(&ciz, 0, &iz, &e);
+	const int64_t embed = (int64_t)ci.model.vocab_size * ci.model.d_model / ci.tp;
+	const int64_t big = embed + (i0.param_count - embed) / 2;
+	CHECK(rc == 0 && ci.tp == 1 && !strcmp(ci.dtype, "fp32") &&
+		      iz.optimizer == (i0.param_count + 3) / 4 * 8 + (big + 3) / 4 * 5 * 4,
+	      "plan/mem/shard-optimizer-chunks", "rc %d optimizer %lld, stage %lld, largest chunk %lld",
+	      rc, (long long)iz.optimizer, (long long)i0.param_count, (long long)big);
 
 	/* errors are values naming the key */
 	pp_config bad = c;
