@@ -965,29 +965,26 @@ static void r_scale(const pp_ops *o, void *const *p, const check *c)
 
 static void check_vec(int n)
 {
-	check c = {.op = "add", .run = r_add, .nt = 3, .a = {n, 0}};
-	snprintf(c.shape, sizeof c.shape, "n=%d", n);
-	c.t[0] = TS("out", (size_t)n, OUT, ACT, 1);
-	c.t[1] = TS("a", (size_t)n, IN, ACT, 1);
-	c.t[2] = TS("b", (size_t)n, IN, ACT, 1);
-	run_check(&c);
-	check d = {.op = "add", .run = r_add, .nt = 2, .a = {n, 1}};
-	snprintf(d.shape, sizeof d.shape, "n=%d out=a", n);
-	d.t[0] = TS("a", (size_t)n, INOUT, ACT, 1);
-	d.t[1] = TS("b", (size_t)n, IN, ACT, 1);
-	run_check(&d);
-	/* the same on fp32 gradients, and from one element in (no 16-byte loads) */
-	check e = {.op = "add_real", .run = r_add_real, .nt = 3, .a = {n, 0}};
-	snprintf(e.shape, sizeof e.shape, "n=%d", n);
-	e.t[0] = TS("out", (size_t)n, OUT, F32, 1);
-	e.t[1] = TS("a", (size_t)n, IN, F32, 1);
-	e.t[2] = TS("b", (size_t)n, IN, F32, 1);
-	run_check(&e);
-	check f = {.op = "add_real", .run = r_add_real, .nt = 2, .a = {n, 1}};
-	snprintf(f.shape, sizeof f.shape, "n=%d out=a", n);
-	f.t[0] = TS("a", (size_t)n, INOUT, F32, 1);
-	f.t[1] = TS("b", (size_t)n, IN, F32, 1);
-	run_check(&f);
+	/* add on activations, add_real on fp32 gradients: out apart, and in
+	 * place (out = a) */
+	const struct {
+		const char *op;
+		run_fn run;
+		int kind;
+	} adds[] = {{"add", r_add, ACT}, {"add_real", r_add_real, F32}};
+	for (int k = 0; k < 2; k++) {
+		check c = {.op = adds[k].op, .run = adds[k].run, .nt = 3, .a = {n, 0}};
+		snprintf(c.shape, sizeof c.shape, "n=%d", n);
+		c.t[0] = TS("out", (size_t)n, OUT, adds[k].kind, 1);
+		c.t[1] = TS("a", (size_t)n, IN, adds[k].kind, 1);
+		c.t[2] = TS("b", (size_t)n, IN, adds[k].kind, 1);
+		run_check(&c);
+		check d = {.op = adds[k].op, .run = adds[k].run, .nt = 2, .a = {n, 1}};
+		snprintf(d.shape, sizeof d.shape, "n=%d out=a", n);
+		d.t[0] = TS("a", (size_t)n, INOUT, adds[k].kind, 1);
+		d.t[1] = TS("b", (size_t)n, IN, adds[k].kind, 1);
+		run_check(&d);
+	}
 	check s = {.op = "scale", .run = r_scale, .nt = 1, .a = {n}, .f = {0.37f}};
 	snprintf(s.shape, sizeof s.shape, "n=%d s=0.37", n);
 	s.t[0] = TS("x", (size_t)n, INOUT, F32, 1);

@@ -209,7 +209,6 @@ void pp_cpu_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *l
 
 /* optim.c */
 void pp_cpu_adamw(pp_real *p, pp_act *pc, const pp_real *g, pp_real *m, pp_real *v, size_t n,
-		  float lr,
-		  float b1, float b2, float eps, float wd, long t, float gscale);
+		  float lr, float b1, float b2, float eps, float wd, long t, float gscale);
 
 #endif
