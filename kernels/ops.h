@@ -77,6 +77,13 @@ typedef struct pp_ops {
 	 * gelu_fwd (one fused product where the backend can). */
 	void (*matmul_gelu_fwd)(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
 				const pp_act *bias, int N, int C, int OC);
+	/* The backward of a linear layer whose input is inp = gelu(pre), both
+	 * (N,C): dpre (N,C) = (dout (N,OC) @ w) * gelu'(pre); dw and dbias as
+	 * matmul_bwd. Any of dpre, dw, dbias may be NULL. The same numbers as
+	 * matmul_bwd, then gelu_bwd (one fused product where the backend can). */
+	void (*gelu_matmul_bwd)(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_act *dout,
+				const pp_act *inp, const pp_act *pre, const pp_act *w, int N, int C,
+				int OC);
 
 	/* out (B,T,C) = wte[tok] * scale + (wpe ? wpe[pos0 + t] : 0); tok (B,T).
 	 * A token below 0 lies in another rank's vocabulary shard: its row is

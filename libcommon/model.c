@@ -386,7 +386,9 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	}
 	pp_act **scratch[] = {&a->d_res, &a->d_h, &a->d_att, &a->d_qkv, &a->d_up, &a->d_act, &a->hf,
 			      &a->logits};
-	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, Nb * F,
+	/* d_act: the gated MLP's only; gelu_matmul_bwd writes d_up directly */
+	const size_t d_act = cfg->mlp == PP_MLP_GELU ? 0 : Nb * F;
+	const size_t scratch_n[] = {Nb * C, Nb * C, Nb * HD, Nb * QKV, Nb * UP, d_act,
 				    last * N * C, last * (1 - keep) * a->loss_rows * V};
 	pp_real **scratch_r[] = {&a->ce, &a->losses, &a->replica};
 	const size_t scratch_rn[] = {2 * N, last * N, replica};
@@ -687,12 +689,14 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	}
 	if (!wgrad)
 		o->to_device(t->g_out, a->d_res, NC * A);
-	o->matmul_bwd(a->d_act, wgrad ? G(s, li->down_w) : NULL, wgrad ? G(s, li->down_b) : NULL,
-		      a->d_res, t->act, W(s, li->down_w), N, F, C);
-	if (m->mlp == PP_MLP_GELU)
-		o->gelu_bwd(a->d_up, a->d_act, t->up, (size_t)N * F);
-	else
+	pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL, *db_down = wgrad ? G(s, li->down_b) : NULL;
+	if (m->mlp == PP_MLP_GELU) {
+		o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
+				   W(s, li->down_w), N, F, C);
+	} else {
+		o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N, F, C);
 		o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
+	}
 	if (!wgrad)
 		o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
 	o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL, a->d_up,

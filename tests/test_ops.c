@@ -685,6 +685,45 @@ static void test_matmul_gelu(int bias)
 	free(want_out);
 }
 
+/* A linear layer on gelu(pre): out = gelu(pre) @ w^T + bias. The forward
+ * keeps gelu(pre) in stat1, as the model keeps it for the weight gradient. */
+static void gelu_matmul_fwd(op_case *c)
+{
+	ops->gelu_fwd(c->stat1, X(0), (size_t)c->N * c->C);
+	ops->matmul_fwd(c->out, c->stat1, X(1), X(2), c->N, c->C, c->OC);
+}
+static void gelu_matmul_bwd(op_case *c)
+{
+	ops->gelu_matmul_bwd(DX(0), DX(1), DX(2), c->dout, c->stat1, X(0), X(1), c->N, c->C,
+			     c->OC);
+}
+
+static void test_gelu_matmul_bwd(void)
+{
+	op_case cs = {.fwd = gelu_matmul_fwd, .bwd = gelu_matmul_bwd, .N = 5, .C = 7, .OC = 6},
+		*c = &cs;
+	case_arg(c, "pre", (size_t)c->N * c->C, OVERWRITE);
+	case_arg(c, "w", (size_t)c->OC * c->C, ACCUM);
+	case_arg(c, "bias", c->OC, ACCUM);
+	case_out(c, (size_t)c->N * c->OC, (size_t)c->N * c->C);
+	for (size_t i = 0; i < c->arg[0].n; i++)
+		X(0)[i] *= 3; /* reach both tails of the GELU */
+	gradcheck("ops/gelu_matmul_bwd", c);
+
+	/* without dpre, dw and dbias are matmul_bwd's */
+	size_t nw = c->arg[1].n;
+	pp_real *dw = calloc(nw, sizeof(pp_real)), *db = calloc(c->OC, sizeof(pp_real));
+	ops->gelu_matmul_bwd(NULL, dw, db, c->dout, c->stat1, X(0), X(1), c->N, c->C, c->OC);
+	memset(DX(1), 0, sizeof(pp_real) * nw);
+	memset(DX(2), 0, sizeof(pp_real) * c->OC);
+	ops->matmul_bwd(NULL, DX(1), DX(2), c->dout, c->stat1, X(1), c->N, c->C, c->OC);
+	check_close("ops/gelu_matmul_bwd_no_dpre_dw", dw, DX(1), nw, 0);
+	check_close("ops/gelu_matmul_bwd_no_dpre_dbias", db, DX(2), c->OC, 0);
+	free(dw);
+	free(db);
+	case_free(c);
+}
+
 /* ---- loss ---- */
 
 /* out = losses (N); dout is filled with dscale, so that the finite
@@ -1012,6 +1051,7 @@ int main(void)
 	test_gelu();
 	test_matmul_gelu(0);
 	test_matmul_gelu(1);
+	test_gelu_matmul_bwd();
 	test_crossentropy();
 	test_crossentropy_split();
 	test_adamw();

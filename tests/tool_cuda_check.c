@@ -570,6 +570,28 @@ static void check_matmul_gelu(int N, int C, int OC, int bias)
 	run_check(&c);
 }
 
+static void r_gelu_matmul_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->gelu_matmul_bwd(P(0), P(1), P(2), P(3), P(4), P(5), P(6), c->a[0], c->a[1], c->a[2]);
+}
+
+/* C a multiple of 8 takes cuBLASLt's DGELU epilogue, others the fallback;
+ * dpre gets the GELU epilogue's bound. inp stands for gelu(pre): the op
+ * reads it for dw only, so any values serve. */
+static void check_gelu_matmul_bwd(int N, int C, int OC)
+{
+	check c = {.op = "gelu_matmul_bwd", .run = r_gelu_matmul_bwd, .nt = 7, .a = {N, C, OC}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d", N, C, OC);
+	c.t[0] = TSB("dpre", (size_t)N * C, OUT, ACT, 1, 1e-3);
+	c.t[1] = TS("dw", (size_t)OC * C, ACC, F32, 1);
+	c.t[2] = TS("dbias", (size_t)OC, ACC, F32, 1);
+	c.t[3] = TS("dout", (size_t)N * OC, IN, ACT, 1);
+	c.t[4] = TS("inp", (size_t)N * C, IN, ACT, 1);
+	c.t[5] = TS("pre", (size_t)N * C, IN, ACT, 2);
+	c.t[6] = TS("w", (size_t)OC * C, IN, ACT, 0.1);
+	run_check(&c);
+}
+
 /* ---- embedding ------------------------------------------------------------------ */
 
 static void r_embed_fwd(const pp_ops *o, void *const *p, const check *c)
@@ -1150,6 +1172,8 @@ int main(void)
 	check_matmul_gelu(256, 192, 768, 1);
 	check_matmul_gelu(256, 192, 768, 0);
 	check_matmul_gelu(100, 77, 33, 1);
+	check_gelu_matmul_bwd(256, 768, 192);
+	check_gelu_matmul_bwd(100, 77, 33);
 	check_embed(2, 64, 96, 500, 0, 1, 1.0f);
 	check_embed(3, 50, 70, 300, 7, 0, 8.3666f);
 	check_norms(256, 192, 0);

@@ -20,6 +20,7 @@ const pp_ops pp_ops_cpu = {
 	.matmul_fwd = pp_cpu_matmul_fwd,
 	.matmul_bwd = pp_cpu_matmul_bwd,
 	.matmul_gelu_fwd = pp_cpu_matmul_gelu_fwd,
+	.gelu_matmul_bwd = pp_cpu_gelu_matmul_bwd,
 	.embed_fwd = pp_cpu_embed_fwd,
 	.embed_bwd = pp_cpu_embed_bwd,
 	.rmsnorm_fwd = pp_cpu_rmsnorm_fwd,

@@ -198,6 +198,9 @@ void pp_cpu_gelu_fwd(pp_act *out, const pp_act *x, size_t n);
 void pp_cpu_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
 			    const pp_act *bias, int N, int C, int OC);
 void pp_cpu_gelu_bwd(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n);
+void pp_cpu_gelu_matmul_bwd(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			    const pp_act *inp, const pp_act *pre, const pp_act *w, int N, int C,
+			    int OC);
 
 /* loss.c */
 void pp_cpu_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits,

@@ -119,14 +119,19 @@ void pp_cpu_gelu_bwd(pp_act *dx_, const pp_act *dout_, const pp_act *x_, size_t 
 }
 
 /* pre (N,OC) = inp (N,C) @ w (OC,C)^T + bias; out (N,OC) = gelu(pre) */
-void pp_cpu_matmul_gelu_fwd(pp_act *out_, pp_act *pre_, const pp_act *inp_, const pp_act *w_,
-			    const pp_act *bias_, int N, int C, int OC)
+void pp_cpu_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
+			    const pp_act *bias, int N, int C, int OC)
 {
-	pp_real *out = out_;
-	pp_real *pre = pre_;
-	const pp_real *inp = inp_;
-	const pp_real *w = w_;
-	const pp_real *bias = bias_;
 	pp_cpu_matmul_fwd(pre, inp, w, bias, N, C, OC);
 	pp_cpu_gelu_fwd(out, pre, (size_t)N * OC);
+}
+
+/* dpre (N,C) = (dout (N,OC) @ w) * gelu'(pre); dw, dbias as matmul_bwd */
+void pp_cpu_gelu_matmul_bwd(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			    const pp_act *inp, const pp_act *pre, const pp_act *w, int N, int C,
+			    int OC)
+{
+	pp_cpu_matmul_bwd(dpre, dw, dbias, dout, inp, w, N, C, OC);
+	if (dpre)
+		pp_cpu_gelu_bwd(dpre, dpre, pre, (size_t)N * C);
 }

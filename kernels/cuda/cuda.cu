@@ -217,6 +217,7 @@ const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .to_act = pp_cuda_to_act<T>, \
 	.act_to_host = pp_cuda_act_to_host<T>, .matmul_fwd = pp_cuda_matmul_fwd<T>, \
 	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>, \
+	.gelu_matmul_bwd = pp_cuda_gelu_matmul_bwd<T>, \
 	.embed_fwd = pp_cuda_embed_fwd<T>, .embed_bwd = pp_cuda_embed_bwd<T>,       \
 	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>, .rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, \
 	.layernorm_fwd = pp_cuda_layernorm_fwd<T>, .layernorm_bwd = pp_cuda_layernorm_bwd<T>, \

@@ -331,6 +331,12 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 template <typename T>
 void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const pp_act *w,
 			     const pp_act *bias, int N, int C, int OC);
+/* dpre (N,C) = (dout @ w) * gelu'(pre); dw, dbias as matmul_bwd: one product
+ * with cuBLASLt's DGELU epilogue where it applies, else matmul then gelu_bwd */
+template <typename T>
+void pp_cuda_gelu_matmul_bwd(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			     const pp_act *inp, const pp_act *pre, const pp_act *w, int N, int C,
+			     int OC);
 /* Column sums over the N rows of (N,C) matrices of T, into fp32, for dbias
  * and the norms' weight gradients; fixed order, no atomics.
  * dst (C) += sum_n src[n] */

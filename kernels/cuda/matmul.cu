@@ -26,8 +26,9 @@
 
 /* D (m,n) = alpha * op(A) @ op(B) + beta * D, column-major, fp32; with bias
  * (m), D += bias broadcast over the columns (the cuBLASLt bias epilogue).
- * With aux (the GELU epilogue): aux (m,n), leading dimension ldd, receives
- * the product (plus bias) and D its GELU. */
+ * aux (m,n), leading dimension ldd, serves the GELU epilogues: GELU_AUX
+ * writes the product (plus bias) to it and its GELU to D; DGELU reads the
+ * GELU input from it and writes the product times GELU' of it to D. */
 typedef struct {
 	int transa, transb, m, n, k;
 	cudaDataType_t ab_type, d_type; /* of A and B; of D (and C, bias, aux) */
@@ -53,7 +54,7 @@ static size_t type_size(cudaDataType_t t)
 }
 
 /* the epilogues lt_matmul asks cuBLASLt for */
-enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU = 2 };
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU = 2, EPI_DGELU = 3 };
 
 /* the largest power of two, at most 256, that divides p's address: what
  * cuBLASLt may assume about it (bf16 pointers may be only 2-byte aligned) */
@@ -119,7 +120,7 @@ static void lt_plan_pointers(lt_plan *p, const gemm_args *g)
 	if (p->key.has_bias)
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
-	if (p->key.epi == EPI_GELU)
+	if (p->key.epi == EPI_GELU || p->key.epi == EPI_DGELU)
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
 }
@@ -139,9 +140,10 @@ static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
 						       sizeof tb));
 	if (key->epi != EPI_NONE) {
 		const cublasLtEpilogue_t e =
-			key->epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
-			: key->has_bias	     ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-					     : CUBLASLT_EPILOGUE_GELU_AUX;
+			key->epi == EPI_BIAS	? CUBLASLT_EPILOGUE_BIAS
+			: key->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+			: key->has_bias		? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+						: CUBLASLT_EPILOGUE_GELU_AUX;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 							       &e, sizeof e));
 	}
@@ -150,7 +152,7 @@ static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
 	}
-	if (key->epi == EPI_GELU) {
+	if (key->epi == EPI_GELU || key->epi == EPI_DGELU) {
 		/* the GELU input, laid out as D; its type defaults to D's */
 		const int64_t ld = key->ldd;
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -251,7 +253,10 @@ static int lt_matmul(const gemm_args *g, int epi)
 		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s", g->transa ? "T" : "N",
 			 g->transb ? "T" : "N", g->m, g->n, g->k,
 			 g->d_type != g->ab_type ? " fp32 out" : "",
-			 epi == EPI_GELU ? " +gelu" : key.has_bias ? " +bias" : "");
+			 epi == EPI_GELU	? " +gelu"
+			 : epi == EPI_DGELU ? " +dgelu"
+			 : key.has_bias	    ? " +bias"
+					    : "");
 	PP_CUDA_LAUNCHED(what);
 	return 1;
 }
@@ -320,6 +325,17 @@ void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const 
 }
 PP_CUDA_BOTH(pp_cuda_matmul_gelu_fwd);
 
+/* The product dinp (N,C) = dout (N,OC) @ w (OC,C), T: column-major
+ * dinp^T (C,N) = w^T (C,OC) @ dout^T (OC,N) */
+template <typename T>
+static gemm_args dinp_args(pp_act *dinp, const pp_act *dout, const pp_act *w, int N, int C, int OC)
+{
+	gemm_args g = {.transa = 0, .transb = 0, .m = C, .n = N, .k = OC, .ab_type = cuda_type<T>(),
+		       .d_type = cuda_type<T>(), .A = w, .lda = C, .B = dout, .ldb = OC, .beta = 0,
+		       .D = dinp, .ldd = C, .bias = NULL, .aux = NULL};
+	return g;
+}
+
 /* dinp (N,C) = dout (N,OC) @ w (OC,C), T; dw (OC,C) += dout^T @ inp (N,C)
  * in fp32; dbias (OC) += sum over N of dout, fp32 */
 template <typename T>
@@ -327,11 +343,7 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 			const pp_act *inp, const pp_act *w, int N, int C, int OC)
 {
 	if (dinp) {
-		/* column-major dinp^T (C,N) = w^T (C,OC) @ dout^T (OC,N) */
-		gemm_args g = {.transa = 0, .transb = 0, .m = C, .n = N, .k = OC,
-			       .ab_type = cuda_type<T>(), .d_type = cuda_type<T>(), .A = w, .lda = C,
-			       .B = dout, .ldb = OC, .beta = 0, .D = dinp, .ldd = C, .bias = NULL,
-			       .aux = NULL};
+		const gemm_args g = dinp_args<T>(dinp, dout, w, N, C, OC);
 		gemm<T>(&g);
 	}
 	if (dw) {
@@ -346,6 +358,31 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 		pp_cuda_colsum<T>(dbias, (const T *)dout, N, OC);
 }
 PP_CUDA_BOTH(pp_cuda_matmul_bwd);
+
+/* dpre (N,C) = (dout (N,OC) @ w) * gelu'(pre), inp = gelu(pre); dw and dbias
+ * as matmul_bwd. cuBLASLt's DGELU epilogue multiplies the fp32 product by
+ * GELU' before its one rounding, in one product; it wants what the GELU_AUX
+ * forward wants (C divisible by 8, 16-byte aligned pointers). Otherwise, or
+ * when cuBLASLt has no algorithm, the product and then the GELU' kernel in
+ * place. */
+template <typename T>
+void pp_cuda_gelu_matmul_bwd(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_act *dout,
+			     const pp_act *inp, const pp_act *pre, const pp_act *w, int N, int C,
+			     int OC)
+{
+	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
+	if (dpre && N > 0 && C > 0) {
+		gemm_args g = dinp_args<T>(dpre, dout, w, N, C, OC);
+		g.aux = (void *)pre; /* read, not written, by DGELU */
+		if (!(OC > 0 && C % 8 == 0 && alignment(pre) >= 16 && alignment(dpre) >= 16 &&
+		      lt_matmul(&g, EPI_DGELU))) {
+			pp_cuda_matmul_bwd<T>(dpre, NULL, NULL, dout, inp, w, N, C, OC);
+			pp_cuda_gelu_bwd<T>(dpre, dpre, pre, (size_t)N * C);
+		}
+	}
+	pp_cuda_matmul_bwd<T>(NULL, dw, dbias, dout, inp, w, N, C, OC);
+}
+PP_CUDA_BOTH(pp_cuda_gelu_matmul_bwd);
 
 /* ---- column sums ------------------------------------------------------------------ */
 
