@@ -494,11 +494,13 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 	stage_weights_changed(s);
 }
 
-void stage_weights_changed(pp_stage *s)
+void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi)
 {
-	if (s->wc != (pp_act *)s->w)
-		s->ops->to_act(s->wc, s->w, s->n_elems);
+	if (s->wc != (pp_act *)s->w && hi > lo)
+		s->ops->to_act(pp_act_at(s->ops, s->wc, lo), s->w + lo, hi - lo);
 }
+
+void stage_weights_changed(pp_stage *s) { stage_weights_range_changed(s, 0, s->n_elems); }
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name)
 {

@@ -141,6 +141,8 @@ void stage_init_params(pp_stage *s, uint64_t seed);
 /* To be called after anything but stage_init_params writes w (a checkpoint
  * load, an optimizer step): brings the compute copy wc up to date. */
 void stage_weights_changed(pp_stage *s);
+/* The same for the elements [lo, hi) of w only. */
+void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi);
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
 

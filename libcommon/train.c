@@ -779,9 +779,12 @@ static int gather_params(trainer *t, pp_err *e)
 		int rc = comm_all_gather(me->dp_comm, mine, all, share, PP_DT_REAL, e);
 		if (rc)
 			return rc;
-		t->ops->to_device(st->w, all, st->n_elems * sizeof(pp_real));
-		/* the other ranks' shards in the compute copy too */
-		stage_weights_changed(st);
+		/* the other ranks' shards, in the master weights and the compute
+		 * copy (AdamW wrote both for this rank's own) */
+		t->ops->to_device(st->w, all, o->lo * sizeof(pp_real));
+		t->ops->to_device(st->w + o->hi, all + o->hi, (st->n_elems - o->hi) * sizeof(pp_real));
+		stage_weights_range_changed(st, 0, o->lo);
+		stage_weights_range_changed(st, o->hi, st->n_elems);
 	}
 	return 0;
 }
