@@ -292,6 +292,39 @@ template <typename T, typename... P> static inline bool pp_cuda_vec(size_t len, 
 			F(false); \
 	} while (0)
 
+/* out (n) = f(a, b) elementwise, a, b and out of T, computed in float in
+ * packs of PP_VEC(T); without b, f's second argument is 0. out may alias a
+ * or b. One thread per pack, grid-stride. */
+template <typename T, bool VEC, typename F>
+__global__ void pp_map_kernel(T *out, const T *a, const T *b, size_t n, F f)
+{
+	constexpr int P = PP_VEC(T);
+	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * P; i < n;
+	     i += (size_t)gridDim.x * blockDim.x * P) {
+		float x[P], y[P] = {};
+		pp_load<T, VEC>(x, a, i, n);
+		if (b)
+			pp_load<T, VEC>(y, b, i, n);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			x[j] = f(x[j], y[j]);
+		pp_store<T, VEC>(out, x, i, n);
+	}
+}
+
+/* Launches pp_map_kernel on pp_cuda.stream; name is its profile row. */
+template <typename T, typename F>
+static void pp_cuda_map(const char *name, T *out, const T *a, const T *b, size_t n, F f)
+{
+	if (!n)
+		return;
+	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), 256);
+#define LAUNCH(VEC) pp_map_kernel<T, VEC, F><<<blocks, 256, 0, pp_cuda.stream>>>(out, a, b, n, f)
+	PP_VEC_DISPATCH(pp_cuda_aligned(out, a, b), LAUNCH);
+#undef LAUNCH
+	PP_CUDA_LAUNCHED(name);
+}
+
 /* Instantiates the op template fn for both compute types (the op tables take
  * their addresses in cuda.cu) */
 #define PP_CUDA_BOTH(fn)                             \

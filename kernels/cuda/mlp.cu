@@ -72,37 +72,16 @@ __global__ void glu_bwd_kernel(T *dgu, const T *dout, const T *gu, int F, int N,
 	}
 }
 
-/* out (n) = gelu(x), in packs */
-template <typename T, bool VEC> __global__ void gelu_fwd_kernel(T *out, const T *x, size_t n)
-{
-	constexpr int P = PP_VEC(T);
-	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * P; i < n;
-	     i += (size_t)gridDim.x * blockDim.x * P) {
-		float a[P];
-		pp_load<T, VEC>(a, x, i, n);
-#pragma unroll
-		for (int j = 0; j < P; j++)
-			a[j] = act_fwd(a[j], PP_ACT_GELU_TANH);
-		pp_store<T, VEC>(out, a, i, n);
+/* gelu(x), and dout * gelu'(x) */
+struct gelu_fwd_op {
+	__device__ float operator()(float x, float) const { return act_fwd(x, PP_ACT_GELU_TANH); }
+};
+struct gelu_bwd_op {
+	__device__ float operator()(float x, float d) const
+	{
+		return d * act_grad(x, PP_ACT_GELU_TANH);
 	}
-}
-
-/* dx (n) = dout * gelu'(x), in packs */
-template <typename T, bool VEC>
-__global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, size_t n)
-{
-	constexpr int P = PP_VEC(T);
-	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * P; i < n;
-	     i += (size_t)gridDim.x * blockDim.x * P) {
-		float a[P], d[P];
-		pp_load<T, VEC>(a, x, i, n);
-		pp_load<T, VEC>(d, dout, i, n);
-#pragma unroll
-		for (int j = 0; j < P; j++)
-			a[j] = d[j] * act_grad(a[j], PP_ACT_GELU_TANH);
-		pp_store<T, VEC>(dx, a, i, n);
-	}
-}
+};
 
 template <typename T> void pp_cuda_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act)
 {
@@ -135,27 +114,13 @@ PP_CUDA_BOTH(pp_cuda_glu_bwd);
 
 template <typename T> void pp_cuda_gelu_fwd(pp_act *out, const pp_act *x, size_t n)
 {
-	if (!n)
-		return;
-	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
-#define LAUNCH(VEC)                                                                        \
-	gelu_fwd_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>((T *)out, (const T *)x, n)
-	PP_VEC_DISPATCH(pp_cuda_aligned(out, x), LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("gelu_fwd_kernel");
+	pp_cuda_map("gelu_fwd_kernel", (T *)out, (const T *)x, (const T *)NULL, n, gelu_fwd_op());
 }
 PP_CUDA_BOTH(pp_cuda_gelu_fwd);
 
 template <typename T>
 void pp_cuda_gelu_bwd(pp_act *dx, const pp_act *dout, const pp_act *x, size_t n)
 {
-	if (!n)
-		return;
-	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
-#define LAUNCH(VEC)                                                                 \
-	gelu_bwd_kernel<T, VEC><<<blocks, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, n)
-	PP_VEC_DISPATCH(pp_cuda_aligned(dx, dout, x), LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("gelu_bwd_kernel");
+	pp_cuda_map("gelu_bwd_kernel", (T *)dx, (const T *)x, (const T *)dout, n, gelu_bwd_op());
 }
 PP_CUDA_BOTH(pp_cuda_gelu_bwd);

@@ -6,22 +6,9 @@
  * block of the second pass */
 #define SUMSQ_BLOCKS 1024
 
-/* out (n) = a + b of T, in packs; out may alias a or b */
-template <typename T, bool VEC>
-__global__ void add_kernel(T *out, const T *a, const T *b, size_t n)
-{
-	constexpr int N = PP_VEC(T);
-	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * N; i < n;
-	     i += (size_t)gridDim.x * blockDim.x * N) {
-		float x[N], y[N];
-		pp_load<T, VEC>(x, a, i, n);
-		pp_load<T, VEC>(y, b, i, n);
-#pragma unroll
-		for (int j = 0; j < N; j++)
-			x[j] += y[j];
-		pp_store<T, VEC>(out, x, i, n);
-	}
-}
+struct add_op {
+	__device__ float operator()(float x, float y) const { return x + y; }
+};
 
 /* x (n) *= s */
 __global__ void scale_kernel(float *x, float s, size_t n)
@@ -54,28 +41,17 @@ __global__ void sumsq_total_kernel(double *out, const double *part, int n)
 		out[0] = v;
 }
 
-template <typename T> static void add(T *out, const T *a, const T *b, size_t n)
-{
-	if (!n)
-		return;
-	const unsigned blocks = pp_cuda_blocks((n + PP_VEC(T) - 1) / PP_VEC(T), THREADS);
-#define LAUNCH(VEC) add_kernel<T, VEC><<<blocks, THREADS, 0, pp_cuda.stream>>>(out, a, b, n)
-	PP_VEC_DISPATCH(pp_cuda_aligned(out, a, b), LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("add_kernel");
-}
-
 /* activations (T): the residual stream */
 template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n)
 {
-	add<T>((T *)out, (const T *)a, (const T *)b, n);
+	pp_cuda_map("add_kernel", (T *)out, (const T *)a, (const T *)b, n, add_op());
 }
 PP_CUDA_BOTH(pp_cuda_add);
 
 /* gradients (fp32): any float offset (a ZeRO shard may start anywhere) */
 void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 {
-	add<float>(out, a, b, n);
+	pp_cuda_map("add_kernel", out, a, b, n, add_op());
 }
 
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
