@@ -1178,6 +1178,8 @@ int main(void)
 	check_embed(3, 50, 70, 300, 7, 0, 8.3666f);
 	check_norms(256, 192, 0);
 	check_norms(100, 77, 1);
+	check_norms(100, 77, 0);
+	check_norms(16, 8192, 0);
 	check_norm_residual(256, 192, 0, 0);
 	check_norm_residual(100, 77, 1, 1);
 	check_norm_residual(64, 2304, 0, 1);

@@ -139,13 +139,16 @@ __global__ void __launch_bounds__(THREADS)
 	}
 }
 
-/* dx (N,C) += d out / d x, with d rstd / d x_c = -rstd^3 x_c / C. grid (N).
- * Every read of a row comes before the barrier in the reduction, or is
- * made by the thread that then writes the element, so dx may alias dout. */
-template <typename T, bool VEC>
+/* dx (N,C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) per row, with
+ * g = dout * (offset + w): under LayerNorm (LN, offset 0) xhat = (x - mean) *
+ * rstd; under RMSNorm xhat = x * rstd and no mean(g) term (d rstd / d x_c =
+ * -rstd^3 x_c / C). grid (N). Every read of a row comes before the barrier
+ * in the reduction, or is made by the thread that then writes the element,
+ * so dx may alias dout. */
+template <typename T, bool VEC, bool LN>
 __global__ void __launch_bounds__(THREADS)
-	rmsnorm_bwd_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
-			   float offset, int C)
+	norm_bwd_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean,
+			const float *rstd, float offset, int C)
 {
 	constexpr int N = PP_VEC(T);
 	__shared__ double red[32];
@@ -153,46 +156,8 @@ __global__ void __launch_bounds__(THREADS)
 	dx += row;
 	dout += row;
 	x += row;
-	const float r = rstd[blockIdx.x];
-	double dot = 0;
-	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
-		float g[N], h[N], a[N];
-		pp_load<T, VEC>(g, dout, c, C);
-		pp_load<T, VEC>(h, w, c, C);
-		pp_load<T, VEC>(a, x, c, C);
-#pragma unroll
-		for (int j = 0; j < N; j++)
-			dot += (double)(g[j] * (offset + h[j]) * a[j]);
-	}
-	dot = pp_block_sum(dot, red);
-	const float k = (float)(dot * r * r * r / C);
-	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
-		float d[N], g[N], h[N], a[N];
-		pp_load<T, VEC>(d, dx, c, C);
-		pp_load<T, VEC>(g, dout, c, C);
-		pp_load<T, VEC>(h, w, c, C);
-		pp_load<T, VEC>(a, x, c, C);
-#pragma unroll
-		for (int j = 0; j < N; j++)
-			d[j] += r * (offset + h[j]) * g[j] - k * a[j];
-		pp_store<T, VEC>(dx, d, c, C);
-	}
-}
-
-/* dx (N,C) += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w,
- * xhat = (x - mean) * rstd. grid (N); dx may alias dout (see above). */
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(THREADS)
-	layernorm_bwd_kernel(T *dx, const T *dout, const T *x, const T *w, const float *mean,
-			     const float *rstd, int C)
-{
-	constexpr int N = PP_VEC(T);
-	__shared__ double red[32];
-	const size_t row = (size_t)blockIdx.x * C;
-	dx += row;
-	dout += row;
-	x += row;
-	const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+	const float m = LN ? mean[blockIdx.x] : 0.0f, r = rstd[blockIdx.x];
+	/* past C the loads give 0, which adds nothing */
 	double sg = 0, sgx = 0;
 	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
 		float g[N], h[N], a[N];
@@ -201,14 +166,14 @@ __global__ void __launch_bounds__(THREADS)
 		pp_load<T, VEC>(a, x, c, C);
 #pragma unroll
 		for (int j = 0; j < N; j++) {
-			if (c + j >= C)
-				continue;
-			const float gw = g[j] * h[j];
-			sg += gw;
+			const float gw = g[j] * (offset + h[j]);
+			if (LN)
+				sg += gw;
 			sgx += (double)(gw * ((a[j] - m) * r));
 		}
 	}
-	sg = pp_block_sum(sg, red);
+	if (LN)
+		sg = pp_block_sum(sg, red);
 	sgx = pp_block_sum(sgx, red);
 	const float mg = (float)(sg / C), mgx = (float)(sgx / C);
 	for (int c = threadIdx.x * N; c < C; c += THREADS * N) {
@@ -218,10 +183,8 @@ __global__ void __launch_bounds__(THREADS)
 		pp_load<T, VEC>(h, w, c, C);
 		pp_load<T, VEC>(a, x, c, C);
 #pragma unroll
-		for (int j = 0; j < N; j++) {
-			const float xhat = (a[j] - m) * r;
-			d[j] += r * (g[j] * h[j] - mg - xhat * mgx);
-		}
+		for (int j = 0; j < N; j++)
+			d[j] += r * (g[j] * (offset + h[j]) - mg - (a[j] - m) * r * mgx);
 		pp_store<T, VEC>(dx, d, c, C);
 	}
 }
@@ -307,6 +270,18 @@ void pp_cuda_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean,
 }
 PP_CUDA_BOTH(pp_cuda_layernorm_residual_fwd);
 
+/* the backward kernel over N rows: one block per row */
+template <typename T, bool LN>
+static void norm_bwd(T *dx, const T *dout, const T *x, const T *w, const float *mean,
+		     const float *rstd, float offset, int N, int C)
+{
+#define LAUNCH(VEC) \
+	norm_bwd_kernel<T, VEC, LN><<<N, THREADS>>>(dx, dout, x, w, mean, rstd, offset, C)
+	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
+#undef LAUNCH
+	PP_CUDA_LAUNCHED(LN ? "layernorm_bwd_kernel" : "rmsnorm_bwd_kernel");
+}
+
 /* dx (N,C) +=, dw (C) += */
 template <typename T>
 void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
@@ -316,12 +291,8 @@ void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_a
 		return;
 	if (dw)
 		pp_cuda_colsum_rms<T>(dw, (const T *)dout, (const T *)x, rstd, N, C);
-#define LAUNCH(VEC)                                                                   \
-	rmsnorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
-						   (const T *)w, rstd, offset, C)
-	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("rmsnorm_bwd_kernel");
+	norm_bwd<T, false>((T *)dx, (const T *)dout, (const T *)x, (const T *)w, NULL, rstd, offset,
+			   N, C);
 }
 PP_CUDA_BOTH(pp_cuda_rmsnorm_bwd);
 
@@ -337,11 +308,6 @@ void pp_cuda_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *d
 		pp_cuda_colsum_ln<T>(dw, db, (const T *)dout, (const T *)x, mean, rstd, N, C);
 	else if (db)
 		pp_cuda_colsum<T>(db, (const T *)dout, N, C);
-#define LAUNCH(VEC)                                                                     \
-	layernorm_bwd_kernel<T, VEC><<<N, THREADS>>>((T *)dx, (const T *)dout, (const T *)x, \
-						     (const T *)w, mean, rstd, C)
-	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
-#undef LAUNCH
-	PP_CUDA_LAUNCHED("layernorm_bwd_kernel");
+	norm_bwd<T, true>((T *)dx, (const T *)dout, (const T *)x, (const T *)w, mean, rstd, 0, N, C);
 }
 PP_CUDA_BOTH(pp_cuda_layernorm_bwd);
