@@ -235,6 +235,8 @@ static int megatron_read(data_corpus *c, uint64_t offset, size_t n, int *out, pp
 		return pp_errorf(e, PP_ERUNTIME, "%s: tokens [%llu, %llu) are past its end (%llu)",
 				 m->bin_path, (unsigned long long)offset,
 				 (unsigned long long)(offset + n), (unsigned long long)c->n_tokens);
+	if (!n)
+		return 0; /* an empty .bin has no mapping: bin is NULL */
 	const unsigned char *p = m->bin + offset * m->width;
 	for (size_t i = 0; i < n; i++, p += m->width) {
 		int64_t v = token_at(m->dtype, p);

@@ -131,10 +131,18 @@ static int bad(pctx *c, const pb *b, const char *what)
 			 c->path, what, (size_t)(b->p - c->file));
 }
 
+/* One field of a message: its number and wire type, and its value (v for
+ * the numeric wire types, s and n for a length-delimited one). */
+typedef struct {
+	unsigned num, wt;
+	uint64_t v;
+	const uint8_t *s;
+	size_t n;
+} pb_field;
+
 /* Iterates over the fields of one message: returns 1 with the field, 0 at the
  * end, -1 on a malformed field (error set). */
-static int pb_next(pctx *c, pb *b, unsigned *field, unsigned *wt, uint64_t *v, const uint8_t **s,
-		   size_t *n)
+static int pb_next(pctx *c, pb *b, pb_field *f)
 {
 	if (b->p >= b->end)
 		return 0;
@@ -143,25 +151,24 @@ static int pb_next(pctx *c, pb *b, unsigned *field, unsigned *wt, uint64_t *v, c
 		bad(c, b, "bad field key");
 		return -1;
 	}
-	*field = (unsigned)(key >> 3);
-	*wt = (unsigned)(key & 7);
-	*v = 0;
-	*s = NULL;
-	*n = 0;
-	if (pb_value(b, *wt, v, s, n)) {
-		bad(c, b, *wt == 3 || *wt == 4 || *wt > 5 ? "bad wire type" : "truncated field");
+	f->num = (unsigned)(key >> 3);
+	f->wt = (unsigned)(key & 7);
+	f->v = 0;
+	f->s = NULL;
+	f->n = 0;
+	if (pb_value(b, f->wt, &f->v, &f->s, &f->n)) {
+		bad(c, b, f->wt == 3 || f->wt == 4 || f->wt > 5 ? "bad wire type" : "truncated field");
 		return -1;
 	}
 	return 1;
 }
 
-static int want(pctx *c, const pb *b, unsigned field, unsigned wt, unsigned expected,
-		const char *msg)
+static int want(pctx *c, const pb *b, const pb_field *f, unsigned expected, const char *msg)
 {
-	if (wt == expected)
+	if (f->wt == expected)
 		return 0;
 	char what[96];
-	snprintf(what, sizeof what, "%s field %u has wire type %u, expected %u", msg, field, wt,
+	snprintf(what, sizeof what, "%s field %u has wire type %u, expected %u", msg, f->num, f->wt,
 		 expected);
 	return bad(c, b, what);
 }
@@ -177,30 +184,27 @@ typedef struct {
 static int parse_trainer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 {
 	pb b = {p, p + n};
-	unsigned f, wt;
-	uint64_t v;
-	const uint8_t *s;
-	size_t sn;
+	pb_field f;
 	int r;
-	while ((r = pb_next(c, &b, &f, &wt, &v, &s, &sn)) > 0) {
+	while ((r = pb_next(c, &b, &f)) > 0) {
 		int *dst = NULL;
-		switch (f) {
+		switch (f.num) {
 		case 3: dst = &sp->model_type; break;
 		case 24: dst = &sp->ws_suffix; break;
 		case 35: dst = &sp->byte_fallback; break;
 		case 41: dst = &sp->bos; break;
 		case 42: dst = &sp->eos; break;
 		case 44:
-			if (want(c, &b, f, wt, WT_LEN, "TrainerSpec"))
+			if (want(c, &b, &f, WT_LEN, "TrainerSpec"))
 				return -1;
-			snprintf(sp->unk_surface, sizeof sp->unk_surface, "%.*s", (int)sn,
-				 (const char *)s);
+			snprintf(sp->unk_surface, sizeof sp->unk_surface, "%.*s", (int)f.n,
+				 (const char *)f.s);
 			continue;
 		default: continue;
 		}
-		if (want(c, &b, f, wt, WT_VARINT, "TrainerSpec"))
+		if (want(c, &b, &f, WT_VARINT, "TrainerSpec"))
 			return -1;
-		*dst = (int)(int32_t)(uint32_t)v; /* int32: negatives are 10-byte varints */
+		*dst = (int)(int32_t)(uint32_t)f.v; /* int32: negatives are 10-byte varints */
 	}
 	return r;
 }
@@ -208,32 +212,29 @@ static int parse_trainer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 static int parse_normalizer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 {
 	pb b = {p, p + n};
-	unsigned f, wt;
-	uint64_t v;
-	const uint8_t *s;
-	size_t sn;
+	pb_field f;
 	int r;
-	while ((r = pb_next(c, &b, &f, &wt, &v, &s, &sn)) > 0) {
+	while ((r = pb_next(c, &b, &f)) > 0) {
 		int *dst = NULL;
-		switch (f) {
+		switch (f.num) {
 		case 1:
 		case 2:
-			if (want(c, &b, f, wt, WT_LEN, "NormalizerSpec"))
+			if (want(c, &b, &f, WT_LEN, "NormalizerSpec"))
 				return -1;
-			if (f == 1)
-				snprintf(sp->norm_name, sizeof sp->norm_name, "%.*s", (int)sn,
-					 (const char *)s);
+			if (f.num == 1)
+				snprintf(sp->norm_name, sizeof sp->norm_name, "%.*s", (int)f.n,
+					 (const char *)f.s);
 			else
-				sp->charsmap_len = sn;
+				sp->charsmap_len = f.n;
 			continue;
 		case 3: dst = &sp->add_dummy_prefix; break;
 		case 4: dst = &sp->remove_extra_ws; break;
 		case 5: dst = &sp->escape_ws; break;
 		default: continue;
 		}
-		if (want(c, &b, f, wt, WT_VARINT, "NormalizerSpec"))
+		if (want(c, &b, &f, WT_VARINT, "NormalizerSpec"))
 			return -1;
-		*dst = v != 0;
+		*dst = f.v != 0;
 	}
 	return r;
 }
@@ -242,30 +243,27 @@ static int parse_piece(pctx *c, const uint8_t *p, size_t n, const uint8_t **str,
 		       float *score, int *type)
 {
 	pb b = {p, p + n};
-	unsigned f, wt;
-	uint64_t v;
-	const uint8_t *s;
-	size_t sn;
+	pb_field f;
 	int r;
 	*str = NULL;
 	*len = 0;
 	*score = 0;
 	*type = SP_NORMAL;
-	while ((r = pb_next(c, &b, &f, &wt, &v, &s, &sn)) > 0) {
-		if (f == 1) {
-			if (want(c, &b, f, wt, WT_LEN, "SentencePiece"))
+	while ((r = pb_next(c, &b, &f)) > 0) {
+		if (f.num == 1) {
+			if (want(c, &b, &f, WT_LEN, "SentencePiece"))
 				return -1;
-			*str = s;
-			*len = sn;
-		} else if (f == 2) {
-			if (want(c, &b, f, wt, WT_I32, "SentencePiece"))
+			*str = f.s;
+			*len = f.n;
+		} else if (f.num == 2) {
+			if (want(c, &b, &f, WT_I32, "SentencePiece"))
 				return -1;
-			uint32_t x = (uint32_t)v;
+			uint32_t x = (uint32_t)f.v;
 			memcpy(score, &x, 4);
-		} else if (f == 3) {
-			if (want(c, &b, f, wt, WT_VARINT, "SentencePiece"))
+		} else if (f.num == 3) {
+			if (want(c, &b, &f, WT_VARINT, "SentencePiece"))
 				return -1;
-			*type = v >= 1 && v <= 6 ? (int)v : 0;
+			*type = f.v >= 1 && f.v <= 6 ? (int)f.v : 0;
 		}
 	}
 	return r;
@@ -328,20 +326,17 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	/* pass 1: count pieces, read the specs (repeated messages merge: last
 	 * value wins) */
 	pb b = {buf, buf + n};
-	unsigned f, wt;
-	uint64_t v;
-	const uint8_t *s;
-	size_t sn;
+	pb_field f;
 	int r;
 	long npieces = 0;
-	while ((r = pb_next(&c, &b, &f, &wt, &v, &s, &sn)) > 0) {
-		if (f >= 1 && f <= 3 && want(&c, &b, f, wt, WT_LEN, "ModelProto"))
+	while ((r = pb_next(&c, &b, &f)) > 0) {
+		if (f.num >= 1 && f.num <= 3 && want(&c, &b, &f, WT_LEN, "ModelProto"))
 			return PP_ERUNTIME;
-		if (f == 1)
+		if (f.num == 1)
 			npieces++;
-		else if (f == 2 && parse_trainer(&c, s, sn, &sp) < 0)
+		else if (f.num == 2 && parse_trainer(&c, f.s, f.n, &sp) < 0)
 			return PP_ERUNTIME;
-		else if (f == 3 && parse_normalizer(&c, s, sn, &sp) < 0)
+		else if (f.num == 3 && parse_normalizer(&c, f.s, f.n, &sp) < 0)
 			return PP_ERUNTIME;
 	}
 	if (r < 0)
@@ -398,14 +393,14 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	/* pass 2: the pieces */
 	b = (pb){buf, buf + n};
 	int id = 0;
-	while (pb_next(&c, &b, &f, &wt, &v, &s, &sn) > 0) {
-		if (f != 1)
+	while (pb_next(&c, &b, &f) > 0) {
+		if (f.num != 1)
 			continue;
 		const uint8_t *str;
 		size_t len;
 		float score;
 		int type;
-		if (parse_piece(&c, s, sn, &str, &len, &score, &type) < 0)
+		if (parse_piece(&c, f.s, f.n, &str, &len, &score, &type) < 0)
 			return PP_ERUNTIME;
 		if (!str || !len)
 			return pp_errorf(e, PP_ERUNTIME, "%s: piece %d is empty", path, id);

@@ -220,6 +220,17 @@ static void test_megatron(void)
 	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "token 300") && strstr(e.msg, "bigtok.bin"),
 	      "data/megatron/error/token_outside_vocab", "rc %d: %s", rc, e.msg);
 	data_close(d);
+	/* an index of empty sequences: an empty .bin, which maps to no memory */
+	int zero[6] = {0};
+	prefix = fmt("%s/empty", dir);
+	write_megatron(prefix, 8, toks, 3, spd, zero, "MMIDIDX\0\0", 1);
+	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", fmt("data=%s", prefix)));
+	if (!rc)
+		rc = windows(d, 1, 8, w, &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "empty.bin") && strstr(e.msg, "holds 0 tokens"),
+	      "data/megatron/error/empty_bin", "rc %d: %s", rc, e.msg);
+	data_close(d);
+	d = NULL;
 	/* no validation split of its own */
 	rc = open_cfg(&d, "val", 0, 1, &e, OV("seq_len=8", fmt("data=%s/mega8", dir)));
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "val_data"), "data/megatron/no_val_split", "rc %d: %s",
