@@ -3,9 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+size_t gradsync_share(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
+
 void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi)
 {
-	size_t share = (n + (size_t)dp - 1) / (size_t)dp;
+	const size_t share = gradsync_share(n, dp);
 	*lo = share * (size_t)r < n ? share * (size_t)r : n;
 	*hi = *lo + share < n ? *lo + share : n;
 }

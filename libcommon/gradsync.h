@@ -57,6 +57,8 @@ typedef struct {
 /* The range [*lo, *hi) of n elements that rank r of dp updates under
  * ZeRO-1: shares of ceil(n / dp), the last ones shorter or empty. */
 void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi);
+/* ceil(n / dp): the length of those shares */
+size_t gradsync_share(size_t n, int dp);
 
 /* Over chunks (v) of this rank; hold (v) as above; sharded: ZeRO-1 ranges
  * (gradsync_shard), else every rank sums all of g. bucket_mb: MiB per

@@ -555,7 +555,8 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 	return (layer_acts){
 		.x = pp_act_at(o, sa->res, (size_t)l * N * C),
 		.out = pp_act_at(o, sa->res, (size_t)(l + 1) * N * C),
-		.h1 = pp_act_at(o, sa->h1, k * N * C), .mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
+		.h1 = pp_act_at(o, sa->h1, k * N * C),
+		.mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
 		.qkv = pp_act_at(o, sa->qkv, k * N * QKV), .att = pp_act_at(o, sa->att, k * N * HD),
 		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T,
 		.mid = pp_act_at(o, sa->mid, k * N * C), .h2 = pp_act_at(o, sa->h2, k * N * C),
@@ -691,12 +692,14 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	}
 	if (!wgrad)
 		o->to_device(t->g_out, a->d_res, NC * A);
-	pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL, *db_down = wgrad ? G(s, li->down_b) : NULL;
+	pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL;
+	pp_real *db_down = wgrad ? G(s, li->down_b) : NULL;
 	if (m->mlp == PP_MLP_GELU) {
 		o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
 				   W(s, li->down_w), N, F, C);
 	} else {
-		o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N, F, C);
+		o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N, F,
+			      C);
 		o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
 	}
 	if (!wgrad)
@@ -800,14 +803,15 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
 		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
 		const pp_act *h = pp_act_at(o, a->hf, (size_t)r0 * C);
-		pp_act *logits = s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
+		pp_act *logits =
+			s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
 		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
 		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
 		if (rc)
 			return rc;
 		if (dscale != 0)
-			o->matmul_bwd(pp_act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL, logits, h,
-				      W(s, a->head_w), R, C, V);
+			o->matmul_bwd(pp_act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL,
+				      logits, h, W(s, a->head_w), R, C, V);
 	}
 	return 0;
 }
@@ -1095,8 +1099,8 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
 				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
 				.up = c->up, .act = c->act};
-		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer), pp_act_at(o, c->v, (size_t)l * layer),
-			       c->Tmax, pos0};
+		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer),
+			       pp_act_at(o, c->v, (size_t)l * layer), c->Tmax, pos0};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
 			return rc;
 	}
@@ -1107,7 +1111,8 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 		last = c->last;
 		for (int b = 0; b < B; b++)
 			o->to_device(pp_act_at(o, last, (size_t)b * C),
-				     pp_act_at(o, x, ((size_t)b * n + n - 1) * C), (size_t)C * pp_act_size(o));
+				     pp_act_at(o, x, ((size_t)b * n + n - 1) * C),
+				     (size_t)C * pp_act_size(o));
 	}
 	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
 	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);

@@ -157,12 +157,13 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		size_t most = 0;
 		for (int k = 0; k < me->v; k++)
 			most = t->chunks[k].n_elems > most ? t->chunks[k].n_elems : most;
-		size_t share = (most + (size_t)me->dp - 1) / (size_t)me->dp;
+		size_t share = gradsync_share(most, me->dp);
 		t->gather = t->ops->alloc(share * ((size_t)me->dp + 1) * sizeof(pp_real));
 		if (!t->gather)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
-					 c->device, 1e-9 * (double)(share * (me->dp + 1) * sizeof(pp_real)));
+					 c->device,
+					 1e-9 * (double)(share * (me->dp + 1) * sizeof(pp_real)));
 	}
 	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
 				me->pp_comm, e)))
@@ -773,7 +774,7 @@ static int gather_params(trainer *t, pp_err *e)
 		const optim_state *o = &t->opt[k];
 		if (o->lo == 0 && o->hi == st->n_elems)
 			continue;
-		size_t share = (st->n_elems + (size_t)me->dp - 1) / (size_t)me->dp;
+		size_t share = gradsync_share(st->n_elems, me->dp);
 		pp_real *all = t->gather, *mine = all + share * (size_t)me->dp;
 		t->ops->to_device(mine, st->w + o->lo, (o->hi - o->lo) * sizeof(pp_real));
 		int rc = comm_all_gather(me->dp_comm, mine, all, share, PP_DT_REAL, e);
@@ -782,7 +783,8 @@ static int gather_params(trainer *t, pp_err *e)
 		/* the other ranks' shards, in the master weights and the compute
 		 * copy (AdamW wrote both for this rank's own) */
 		t->ops->to_device(st->w, all, o->lo * sizeof(pp_real));
-		t->ops->to_device(st->w + o->hi, all + o->hi, (st->n_elems - o->hi) * sizeof(pp_real));
+		t->ops->to_device(st->w + o->hi, all + o->hi,
+				  (st->n_elems - o->hi) * sizeof(pp_real));
 		stage_weights_range_changed(st, 0, o->lo);
 		stage_weights_range_changed(st, o->hi, st->n_elems);
 	}

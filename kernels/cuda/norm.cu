@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(THREADS)
 				pp_load<T, VEC>(h, b, c, C);
 #pragma unroll
 			for (int j = 0; j < N; j++)
-				a[j] = LN ? (a[j] - m) * r * g[j] + h[j] : a[j] * r * (offset + g[j]);
+				a[j] = LN ? (a[j] - m) * r * g[j] + h[j]
+					  : a[j] * r * (offset + g[j]);
 			pp_store<T, VEC>(out, a, c, C);
 		}
 	}
@@ -229,7 +230,7 @@ static void norm_fwd(T *res, T *out, float *mean, float *rstd, const T *x, const
 		res, out, mean, rstd, x, y, w, b, eps, offset, C)
 	ROW_DISPATCH(T, C, vec, LAUNCH);
 #undef LAUNCH
-	PP_CUDA_LAUNCHED("norm_fwd_kernel");
+	PP_CUDA_LAUNCHED(LN ? "layernorm_fwd_kernel" : "rmsnorm_fwd_kernel");
 }
 
 template <typename T>
@@ -308,6 +309,7 @@ void pp_cuda_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *d
 		pp_cuda_colsum_ln<T>(dw, db, (const T *)dout, (const T *)x, mean, rstd, N, C);
 	else if (db)
 		pp_cuda_colsum<T>(db, (const T *)dout, N, C);
-	norm_bwd<T, true>((T *)dx, (const T *)dout, (const T *)x, (const T *)w, mean, rstd, 0, N, C);
+	norm_bwd<T, true>((T *)dx, (const T *)dout, (const T *)x, (const T *)w, mean, rstd, 0, N,
+			  C);
 }
 PP_CUDA_BOTH(pp_cuda_layernorm_bwd);
