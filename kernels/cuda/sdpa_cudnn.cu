@@ -12,7 +12,7 @@
  *             scores), P = exp / sum, O = P @ V.
  *   backward  softmax_sum = rowsum(dO * O); P = exp(scale Q K^T - Stats)
  *             masked; dV = P^T @ dO; dS = P * (dO @ V^T - softmax_sum) *
- *             scale; dK = dS^T @ Q; dQ = dS @ K through an fp32 accumulator.
+ *             scale; dK = dS^T @ Q; dQ = dS @ K (see Determinism).
  *             Grouped kv heads: dK, dV are formed per query head and summed
  *             over each group by a reduction.
  *
@@ -37,8 +37,20 @@
  * in and widens the results on the way out, so it agrees with the fp32
  * kernels to about 1e-2 relative (hence the plain kernels are its default).
  * A bf16 tensor that is not 16-byte aligned (cuDNN's promise below) goes
- * through an aligned copy. The backward's dQ accumulation uses atomics
- * inside cuDNN, so dq is not bitwise reproducible.
+ * through an aligned copy.
+ *
+ * Determinism: written with dQ = dS @ K going through an fp32 accumulator
+ * tensor (B,Hq,T,D), the graph matches cuDNN's atomic-add kernels, whose
+ * dq differs in the last bits from run to run. Written with dQ straight
+ * into its bf16 output, it matches the deterministic form (cudnn-frontend's
+ * deterministic sdpa_backward on Hopper): the kernels keep dP in a
+ * workspace of about B*Hq*T^2*2 bytes (T rounded up to 64) instead. pp
+ * builds that form by default, and takes it only with an engine free of
+ * the NONDETERMINISTIC note; a shape whose dP workspace is over
+ * PP_CUDNN_DP_WORKSPACE_MIB (default: an eighth of the GPU's memory), or
+ * that no deterministic engine takes, runs the plain kernels, with the
+ * reason on stderr. PP_CUDA_DETERMINISTIC=0 builds the accumulator form
+ * instead, faster and smaller, not bitwise repeatable.
  *
  * Fallback: a shape (B,T,Hq,Hkv,D,window) cuDNN rejects (version too old,
  * head dim for this GPU, one token, no engine, a failed finalize) is
@@ -89,6 +101,7 @@ typedef struct {
 	cudnnBackendDescriptor_t plan;
 	int64_t ws;        /* the plan's workspace bytes */
 	int deterministic; /* the plan's engine carries no NONDETERMINISTIC note */
+	int acc;           /* backward: dQ through the fp32 accumulator (not deterministic) */
 } sdpa_graph;
 
 typedef struct {
@@ -109,6 +122,8 @@ static int handle_state; /* UNKNOWN, READY, REJECTED */
 static char handle_why[256];
 static size_t version;
 static int sm_major; /* the device's compute capability, major */
+static int deterministic = 1;  /* PP_CUDA_DETERMINISTIC, default on */
+static int64_t dp_limit;       /* PP_CUDNN_DP_WORKSPACE_MIB, in bytes */
 static sdpa_entry cache[SDPA_CACHE];
 static unsigned long clock_;
 
@@ -433,9 +448,6 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	 * the dQ accumulator (B,Hq,T,D) */
 	cudnnBackendDescriptor_t softmax_sum =
 		row_stats(g, UID_SOFTMAX_SUM, s, false, "tensor rowsum(dO * O)");
-	const int64_t acc_dim[4] = {B, H, T, D}, acc_stride[4] = {H * T * D, T * D, D, 1};
-	cudnnBackendDescriptor_t dq_acc = tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, acc_dim,
-						 acc_stride, false, false, "tensor dQ accumulator");
 
 #define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
 #define SCORES_T(name) vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, T, H * T * T, T * T, 1, T, name)
@@ -497,14 +509,23 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 		matmul(g, dst, q, dk, "matmul dK = dS^T Q");
 	}
 
-	/* dQ = dS K through the fp32 accumulator */
+	/* dQ = dS K: straight into dQ (the deterministic form), or through the
+	 * fp32 accumulator (atomics) */
 	const int64_t ld = (int64_t)(s->Hq + 2 * s->Hkv) * D;
 	cudnnBackendDescriptor_t k = vtensor(g, CUDNN_DATA_FLOAT, B, s->Hkv, T, D, T * ld, D, ld, 1,
 					     "K from K^T");
 	reshape(g, kt, k, "K from K^T");
-	matmul(g, ds, k, dq_acc, "matmul dQ = dS K");
-	pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, NULL, NULL, dq, -1,
-		  "dQ from its accumulator");
+	if (g->acc) {
+		const int64_t acc_dim[4] = {B, H, T, D}, acc_stride[4] = {H * T * D, T * D, D, 1};
+		cudnnBackendDescriptor_t dq_acc = tensor(g, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, acc_dim,
+							 acc_stride, false, false,
+							 "tensor dQ accumulator");
+		matmul(g, ds, k, dq_acc, "matmul dQ = dS K");
+		pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, NULL, NULL, dq, -1,
+			  "dQ from its accumulator");
+	} else {
+		matmul(g, ds, k, dq, "matmul dQ = dS K");
+	}
 #undef SCORES
 #undef SCORES_T
 #undef ROWS
@@ -627,6 +648,14 @@ static const char *dir_name(int dir)
 	return dir == FWD ? "forward" : "backward";
 }
 
+/* The deterministic backward's dP workspace: (B,Hq,T,T) bf16, T rounded up
+ * to cuDNN's tile of 64 */
+static int64_t dp_workspace(const sdpa_shape *s)
+{
+	const int64_t t = ((int64_t)s->T + 63) / 64 * 64;
+	return (int64_t)s->B * s->Hq * t * t * 2;
+}
+
 /* Why cuDNN cannot take this shape before any graph is built, or NULL.
  * These are the limits cudnn-frontend's sdpa and sdpa_backward nodes check
  * before they build the same graphs (sdpa_support_surface.h): outside them
@@ -672,6 +701,13 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 			 version / 10000, version / 100 % 100, s->T);
 		return buf;
 	}
+	if (dir == BWD && deterministic && dp_workspace(s) > dp_limit) {
+		snprintf(buf, n, "the deterministic backward's dP workspace of %lld MiB is over "
+				 "PP_CUDNN_DP_WORKSPACE_MIB=%lld (PP_CUDA_DETERMINISTIC=0 takes the "
+				 "faster, non-deterministic form)",
+			 (long long)(dp_workspace(s) >> 20), (long long)(dp_limit >> 20));
+		return buf;
+	}
 	return NULL;
 }
 
@@ -683,6 +719,18 @@ static void open_handle(void)
 	version = cudnnGetVersion();
 	PP_CUDA_CHECK(cudaDeviceGetAttribute(&sm_major, cudaDevAttrComputeCapabilityMajor,
 					     pp_cuda.device));
+	const char *det = getenv("PP_CUDA_DETERMINISTIC"), *lim = getenv("PP_CUDNN_DP_WORKSPACE_MIB");
+	deterministic = !(det && !strcmp(det, "0"));
+	size_t free_b = 0, total = 0;
+	PP_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+	dp_limit = (int64_t)(total / 8);
+	if (lim && *lim) {
+		char *end = NULL;
+		const long long mib = strtoll(lim, &end, 10);
+		PP_CUDA_REQUIRE(*end == '\0' && mib >= 0,
+				"PP_CUDNN_DP_WORKSPACE_MIB=%s: expected a whole number of MiB", lim);
+		dp_limit = (int64_t)mib << 20;
+	}
 	cudnnStatus_t st = cudnnCreate(&handle);
 	if (st != CUDNN_STATUS_SUCCESS) {
 		handle_state = REJECTED;
@@ -746,20 +794,29 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 			sdpa_graph *g = (sdpa_graph *)calloc(1, sizeof *g);
 			PP_CUDA_REQUIRE(g, "cuDNN attention: out of host memory");
 			g->next_uid = UID_VIRTUAL;
+			g->acc = !deterministic;
 			if (dir == FWD)
 				build_fwd(g, s);
 			else
 				build_bwd(g, s);
 			if (!g->failed)
 				build_plan(g);
+			if (!g->failed && dir == BWD && deterministic && !g->deterministic) {
+				g->failed = 1;
+				snprintf(g->why, sizeof g->why,
+					 "no deterministic engine for the backward (cuDNN %zu.%zu.%zu; "
+					 "PP_CUDA_DETERMINISTIC=0 takes a non-deterministic one)",
+					 version / 10000, version / 100 % 100, version % 100);
+			}
 			if (!g->failed) {
 				e->g[dir] = g;
 				e->state[dir] = READY;
 				if (dir == BWD && !g->deterministic)
 					fprintf(stderr,
 						"pp: cuda backend: cuDNN attention backward, B=%d T=%d Hq=%d "
-						"Hkv=%d D=%d window=%d: no deterministic engine, so its dq "
-						"may differ in the last bits from run to run\n",
+						"Hkv=%d D=%d window=%d: PP_CUDA_DETERMINISTIC=0 took a "
+						"non-deterministic engine: dq may differ in the last bits "
+						"from run to run\n",
 						s->B, s->T, s->Hq, s->Hkv, s->D, s->window);
 				return g;
 			}
@@ -911,7 +968,7 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 	const size_t o_dout = direct ? 0 : piece(&at, nout * 2);
 	const size_t o_dqkv = direct ? 0 : piece(&at, nqkv * 2);
 	const size_t o_stats = aligned16(lse) ? 0 : piece(&at, nrows * 4);
-	const size_t o_sum = piece(&at, nrows * 4), o_acc = piece(&at, nout * 4);
+	const size_t o_sum = piece(&at, nrows * 4), o_acc = g->acc ? piece(&at, nout * 4) : 0;
 	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
 	pp_bf16 *qkv16 = bf16_in(qkv, nqkv, direct, base, o_qkv);
@@ -922,17 +979,25 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 	if (stats != (const void *)lse)
 		PP_CUDA_CHECK(cudaMemcpyAsync(stats, lse, nrows * 4, cudaMemcpyDeviceToDevice, 0));
 	/* cuDNN before 9.6 expects a zeroed accumulator; later ones clear it */
-	PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
+	if (g->acc)
+		PP_CUDA_CHECK(cudaMemsetAsync(base + o_acc, 0, nout * 4, 0));
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
 	      win = (float)window;
 	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
-	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
-			       UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF,
-			       UID_ONE, UID_WINDOW};
-	void *const ptr[] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, stats, dqkv16,
-			     dqkv16 + k_at, dqkv16 + v_at, base + o_sum, base + o_acc, &scale,
-			     &neg_inf, &one, &win};
-	execute(g, has_window(&s) ? 15 : 14, uid, ptr, base + o_ws, "cuDNN attention backward");
+	int64_t uid[15] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
+			   UID_DV, UID_SOFTMAX_SUM, UID_SCALE, UID_NEG_INF, UID_ONE};
+	void *ptr[15] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, stats, dqkv16,
+			 dqkv16 + k_at, dqkv16 + v_at, base + o_sum, &scale, &neg_inf, &one};
+	int n = 13;
+	if (g->acc) {
+		uid[n] = UID_DQ_ACCUM;
+		ptr[n++] = base + o_acc;
+	}
+	if (has_window(&s)) {
+		uid[n] = UID_WINDOW;
+		ptr[n++] = &win;
+	}
+	execute(g, n, uid, ptr, base + o_ws, "cuDNN attention backward");
 	if (!direct)
 		pp_cuda_convert(dqkv, dqkv16, nqkv);
 	return 1;
