@@ -28,10 +28,28 @@ expect_fail() {
 		pass "$name"
 	fi
 }
-# last logged loss of each step in RUN/metrics.jsonl: "step loss" lines
-losses() { jq -r 'select(.loss != null) | "\(.step) \(.loss)"' "$1/metrics.jsonl" | sort -n -k1,1 -s | awk '{l[$1]=$2} END {for (s in l) print s, l[s]}' | sort -n; }
-# same_tensors A.h5 B.h5: parameters and AdamW state bitwise equal
+# last logged loss of each step in RUN/metrics.jsonl: "step loss" lines;
+# fails, saying why, when the run logged no loss
+losses() { python3 "$PP_ROOT/tests/runcheck.py" losses "$1"; }
+# loss_diff RUN_A RUN_B: the largest relative difference of their per-step
+# losses; "inf" (and failure) when they did not log the same steps or one
+# logged none
+loss_diff() { python3 "$PP_ROOT/tests/runcheck.py" loss-diff "$1" "$2" || { echo inf; return 1; }; }
+# within D BOUND: D (as loss_diff prints it) is a number no larger than BOUND
+within() { awk -v d="$1" -v b="$2" 'BEGIN { exit !(d ~ /^[0-9][0-9.e+-]*$/ && d + 0 <= b + 0) }'; }
+# same_losses RUN_A RUN_B [AFTER]: both logged losses, and the same ones (of
+# the steps after AFTER), bit for bit
+same_losses() {
+	local a b
+	a=$(losses "$1" | awk -v s="${3:-0}" '$1 > s') && b=$(losses "$2" | awk -v s="${3:-0}" '$1 > s') || return 1
+	[ -n "$a" ] || { echo "$1: no loss logged after step ${3:-0}" >&2; return 1; }
+	[ "$a" = "$b" ] || { echo "losses differ: $(diff <(echo "$a") <(echo "$b") | head -n 4 | tr '\n' ' ')" >&2; return 1; }
+}
+# same_tensors A.h5 B.h5 [GROUP...]: parameters and AdamW state (or the
+# GROUPs) bitwise equal; fails on a missing file, group or dataset
 same_tensors() {
-	local g
-	for g in /params /adam_m /adam_v; do h5diff -q "$1" "$2" $g || return 1; done
+	local a=$1 b=$2
+	shift 2
+	[ $# -gt 0 ] || set -- /params /adam_m /adam_v
+	"$PP_ROOT/build/tests/tool_h5_same" "$a" "$b" "$@" >/dev/null
 }

@@ -3,7 +3,8 @@
 # and pp was built with CUDA:
 #   - every op of both CUDA tables against the CPU backend
 #     (build/tests/tool_cuda_check: its own PASS/FAIL line per op and table,
-#     relative error <= 1e-5 in fp32, <= 1e-2 in bf16);
+#     relative error <= 1e-5 in fp32, <= 1e-2 in bf16); the shapes cuDNN
+#     refuses by design (expected_skips below) are marked [expected];
 #   - pp-train on device=cuda against device=cpu, 20 steps of each tiny
 #     family (llama: rope + GQA + SwiGLU; gpt: learned positions, LayerNorm,
 #     biases, GELU; mistral: sliding window; gemma: norm offset, GeGLU,
@@ -19,9 +20,9 @@
 #   - a bitwise resume on the GPU, in fp32 and in bf16: 20 steps in one go,
 #     and the same run resumed from its step-10 checkpoint, give identical
 #     losses and checkpoints (deterministic kernels); in bf16 once with the
-#     plain attention kernels and once with cuDNN's, whose backward is
-#     deterministic only where cuDNN offers such an engine (pp prefers one,
-#     and says on stderr when there is none);
+#     plain attention kernels and once with cuDNN's at seq_len 128, whose
+#     backward pp builds in cuDNN's deterministic form (no fallback to the
+#     plain kernels allowed);
 #   - the NCCL comm backend with size-1 communicators (every collective,
 #     point-to-point and nonblocking call of build/tests/tool_comm_check);
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
@@ -55,10 +56,32 @@ if [ "$dev" = cuda ]; then
 fi
 
 # --- every op against the CPU backend ---------------------------------------------
+# The shapes cuDNN refuses by design, as "check name part|reason part":
+# tool_cuda_check's SKIP line for each is marked [expected]; gpu-check.sh
+# fails its test stage on any other SKIP.
+expected_skips=(
+	"cudnn_attention[B=1 T=1 Hq=2 Hkv=1 D=16 window=0]|T=1: cuDNN's backward does not take one token"
+	"cudnn_attention[B=1 T=33 Hq=3 Hkv=1 D=20 window=7]|head dim 20: cuDNN takes multiples of 8"
+	"cudnn_attention[B=2 T=100 Hq=4 Hkv=2 D=32 window=0]|before 9.16 needs T % 128 == 0"
+)
+mark_expected() { # the lines of tool_cuda_check, expected SKIP lines marked
+	local line e
+	while IFS= read -r line; do
+		if [[ $line == SKIP:* ]]; then
+			for e in "${expected_skips[@]}"; do
+				if [[ $line == *"${e%%|*}"* && $line == *"${e#*|}"* ]]; then
+					line="$line [expected]"
+					break
+				fi
+			done
+		fi
+		printf '%s\n' "$line"
+	done
+}
 if [ "$dev" = cuda ]; then
 	build/tests/tool_cuda_check >$T/ops.log 2>&1
 	rc=$?
-	cat $T/ops.log
+	mark_expected <$T/ops.log
 	grep -q '^FAIL: ' $T/ops.log || [ "$rc" -eq 0 ] || fail gpu/ops "tool_cuda_check exited $rc: $(tail -n 3 $T/ops.log)"
 	[ "$rc" -eq 0 ] && pass gpu/ops
 else
@@ -67,13 +90,6 @@ fi
 
 # --- training: device=cuda against device=cpu ------------------------------------------
 run="data=synthetic global_batch=8 microbatch=4 seq_len=32 steps=20 log_period=1 lr=3e-3"
-# max relative difference of two runs' per-step losses; fails when they do
-# not log the same steps
-loss_diff() {
-	diff <(losses "$1" | cut -d' ' -f1) <(losses "$2" | cut -d' ' -f1) >/dev/null || { echo inf; return; }
-	paste -d' ' <(losses "$1") <(losses "$2") |
-		awk '{ d = ($2 - $4) / $4; d = d < 0 ? -d : d; if (d > m) m = d } END { printf "%.3g\n", m + 0 }'
-}
 # vs_cpu FAMILY TAG BOUND KEY=VALUE...: trains FAMILY with the settings into
 # $T/FAMILY-TAG and checks gpu/FAMILY_TAG_vs_cpu: every logged loss within
 # BOUND (relative) of the CPU run's
@@ -89,7 +105,7 @@ vs_cpu() {
 	d=$(loss_diff $T/$f-cpu $T/$f-$tag)
 	echo "$f-tiny $*: 20 steps, loss at step 20: cpu $(losses $T/$f-cpu | tail -n 1 | cut -d' ' -f2)," \
 		"here $(losses $T/$f-$tag | tail -n 1 | cut -d' ' -f2), max relative difference $d"
-	check gpu/${f}_${tag}_vs_cpu awk -v d="$d" -v b="$bound" 'BEGIN { exit !(d <= b) }'
+	check gpu/${f}_${tag}_vs_cpu within "$d" "$bound"
 }
 for f in "${families[@]}"; do
 	pp-train model=$f-tiny $run device=cpu run_dir=$T/$f-cpu --quiet 2>$T/$f-cpu.log
@@ -106,7 +122,7 @@ cudnn_ok() {
 		{ tail -n 3 $T/cudnn-cpu.log; return 1; }
 	PP_CUDA_ATTENTION=cudnn pp-train $crun device=$dev run_dir=$T/cudnn-dev --quiet \
 		2>$T/cudnn-dev.log || { tail -n 3 $T/cudnn-dev.log; return 1; }
-	if grep 'cuDNN attention' $T/cudnn-dev.log; then
+	if grep 'runs on the plain kernels' $T/cudnn-dev.log; then
 		echo "cuDNN did not take the shape"
 		return 1
 	fi
@@ -115,7 +131,7 @@ cudnn_ok() {
 	echo "llama-tiny cudnn attention: 20 steps at seq_len 128, loss at step 20:" \
 		"cpu $(losses $T/cudnn-cpu | tail -n 1 | cut -d' ' -f2)," \
 		"$dev $(losses $T/cudnn-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
-	awk -v d="$d" 'BEGIN { exit !(d <= 1e-2) }'
+	within "$d" 1e-2
 }
 check gpu/llama_cudnn_vs_cpu cudnn_ok
 
@@ -144,15 +160,20 @@ resume_ok() { # NAME [key=value...]: a name for the run directories, extra setti
 	cp -r $ref/checkpoints/step_00000010 $res/checkpoints/
 	pp-train $cfg "$@" run_dir=$res 2>$res.log || { tail -n 3 $res.log; return 1; }
 	grep -q "resumed from step 10" $res.log &&
-		diff <(losses $ref | awk '$1 > 10') <(losses $res) &&
+		same_losses $ref $res 10 &&
 		same_tensors $ref/checkpoints/step_00000020/shard-pp000-tp000.h5 \
 			$res/checkpoints/step_00000020/shard-pp000-tp000.h5
 }
 check gpu/resume_bitwise resume_ok fp32
+# cuDNN's backward in its deterministic form: at seq_len 128, which every
+# cuDNN 9 takes, and with no fallback to the plain kernels in either run
+cudnn_resume_ok() {
+	resume_ok bf16-cudnn dtype=bf16 seq_len=128 || return 1
+	! grep -h 'runs on the plain kernels' $T/ref-bf16-cudnn.log $T/res-bf16-cudnn.log
+}
 if [ "$dev" = cuda ]; then
 	PP_CUDA_ATTENTION=plain check gpu/resume_bitwise_bf16 resume_ok bf16 dtype=bf16
-	check gpu/resume_bitwise_bf16_cudnn resume_ok bf16-cudnn dtype=bf16
-	grep -h 'cuDNN attention' $T/ref-bf16-cudnn.log $T/res-bf16-cudnn.log | sort -u
+	PP_CUDA_ATTENTION=cudnn check gpu/resume_bitwise_bf16_cudnn cudnn_resume_ok
 else
 	skip gpu/resume_bitwise_bf16 "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
 	skip gpu/resume_bitwise_bf16_cudnn "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
