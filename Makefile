@@ -79,6 +79,14 @@ $(addprefix $(B)/tests/,$(F64TESTS)): $(B)/tests/%: $(B)/f64/obj/tests/%.o $(LIB
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DPP_F64 $^ -o $@ $(LDLIBS)
 
+# The NCCL backend built against tests/cudastub, whose CUDA and NCCL calls
+# the test implements as a model of streams and events: no GPU, no CUDA.
+ORDERSRC := tests/test_comm_order.c libcommon/comm_nccl.c libcommon/comm.c
+$(B)/tests/test_comm_order: $(ORDERSRC) $(wildcard tests/cudastub/*.h) tests/harness.h \
+			    libcommon/comm.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DPP_CUDA -Itests/cudastub $(ORDERSRC) $(LIB) -o $@ $(LDLIBS)
+
 tests: $(TOOLS) $(TESTBIN)
 
 deps:

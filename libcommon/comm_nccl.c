@@ -12,6 +12,21 @@
  * Every operation first records an event on the compute stream and makes
  * the communicator's stream wait for it (a collective never reads a buffer a
  * kernel is still filling), is enqueued, then records its own "done" event.
+ *
+ * The rule: no two NCCL operations of this process are in flight at once,
+ * whatever their communicators. An NCCL kernel spins on the GPU until its
+ * peers join; two of them on different communicators, each waiting for a
+ * peer that runs the other first, deadlock (NCCL's guide, "Using multiple
+ * NCCL communicators concurrently"). So every operation's stream also waits
+ * for the one posted before it, on any communicator (one event chain,
+ * `chain`): the GPU runs them in the order this process posts them, and
+ * every rank posts the ones it shares with a peer in the same order (the
+ * trainer's program order). The dp reduction still overlaps the backward's
+ * kernels, only not another communicator's traffic. Nothing may wait for
+ * the whole device while an operation is in flight, since that waits for
+ * a kernel whose peers may wait for us: the backend's scratch grows
+ * stream-ordered and cuDNN's plan eviction waits for the compute stream
+ * only (kernels/cuda); tests/test_comm_order.c checks the ordering.
  * Completion is cudaEventQuery of that event, polled with
  * ncclCommGetAsyncError in comm_wait (comm.c) against the deadline; once
  * done, the compute stream waits for the event too, so kernels issued later
@@ -54,6 +69,10 @@ typedef struct {
 	int *scratch; /* device (2 * size) ints: split plans, barrier */
 	int aborted;
 } nccl_impl;
+
+/* Recorded after the last operation posted, on its communicator's stream;
+ * the next operation's stream waits for it (the rule above). */
+static cudaEvent_t chain;
 
 /* every live communicator, so that comm_abort can abort them all */
 enum { MAX_COMMS = 64 };
@@ -257,13 +276,20 @@ static int bounce_in(nccl_req *q, int i, const void *p, size_t bytes, int copy_i
 }
 
 /* The communicator's stream waits for everything issued on the compute
- * stream so far (the kernels that fill the buffers, the bounce copies). */
+ * stream so far (the kernels that fill the buffers, the bounce copies), and
+ * for the operation posted before, on any communicator (the chain). */
 static int after_compute(nccl_req *q, pp_err *e)
 {
 	nccl_impl *s = impl(q->base.c);
-	cudaError_t r = cudaEventRecord(s->after, COMPUTE_STREAM);
+	cudaError_t r = cudaSuccess;
+	if (!chain)
+		r = cudaEventCreateWithFlags(&chain, cudaEventDisableTiming);
+	if (r == cudaSuccess)
+		r = cudaEventRecord(s->after, COMPUTE_STREAM);
 	if (r == cudaSuccess)
 		r = cudaStreamWaitEvent(s->stream, s->after, 0);
+	if (r == cudaSuccess) /* a chain never recorded is no wait */
+		r = cudaStreamWaitEvent(s->stream, chain, 0);
 	return r == cudaSuccess ? 0 : cuda_error(q->base.c, q->base.op, r, e);
 }
 
@@ -282,7 +308,8 @@ static int posted(nccl_req *q, int rc, ncclResult_t issued, pp_comm_req **out, p
 	if (!rc && issued == ncclInProgress)
 		rc = wait_state(c, op, NULL, e);
 	cudaError_t r;
-	if (!rc && (r = cudaEventRecord(q->done, impl(c)->stream)) != cudaSuccess)
+	if (!rc && ((r = cudaEventRecord(q->done, impl(c)->stream)) != cudaSuccess ||
+		    (r = cudaEventRecord(chain, impl(c)->stream)) != cudaSuccess))
 		rc = cuda_error(c, op, r, e);
 	if (rc) {
 		nccl_release(&q->base, 1);
@@ -594,7 +621,9 @@ static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double ti
 	track(c, 1);
 	/* non-blocking: it runs beside the compute stream, ordered by events
 	 * (after_compute, nccl_progress), not by the legacy stream's implicit
-	 * synchronisation, which would serialise it with every kernel */
+	 * synchronisation, which would serialise it with every kernel; and
+	 * after every operation posted before on any communicator (the chain:
+	 * the rule at the top of this file) */
 	cudaError_t q = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
 	if (q == cudaSuccess)
 		q = cudaEventCreateWithFlags(&s->after, cudaEventDisableTiming);

@@ -52,8 +52,10 @@ void pp_cublas_check_(cublasStatus_t st, const char *file, int line, const char 
 void pp_cuda_launched_(const char *file, int line, const char *kernel)
 {
 	pp_cuda_check_(cudaGetLastError(), file, line, kernel);
+	/* the compute stream only: the whole device would wait for NCCL kernels
+	 * that wait for their peers (libcommon/comm_nccl.c) */
 	if (pp_cuda.sync && !pp_cuda.capturing) /* a recorded launch has not run */
-		pp_cuda_check_(cudaDeviceSynchronize(), file, line, kernel);
+		pp_cuda_check_(cudaStreamSynchronize(pp_cuda.stream), file, line, kernel);
 	pp_cuda_profile_mark(kernel);
 }
 
@@ -71,14 +73,18 @@ void *pp_cuda_scratch(size_t bytes)
 	PP_CUDA_REQUIRE(!pp_cuda.capturing && !pp_cuda.graphs,
 			"an op needs %zu bytes of scratch while a graph records or lives (the "
 			"step must not need more than the ops before it)", bytes);
+	/* Stream-ordered: the old buffer goes back once the ops queued before
+	 * have run, and nothing waits for the device. A cudaFree (or a device
+	 * synchronisation) here would wait for NCCL kernels in flight beside
+	 * the compute stream, which may wait for peers that wait for us
+	 * (libcommon/comm_nccl.c). Every op uses the scratch on the compute
+	 * stream, cuDNN's included. */
 	if (scratch) {
-		/* earlier ops may still read it */
-		PP_CUDA_CHECK(cudaDeviceSynchronize());
-		PP_CUDA_CHECK(cudaFree(scratch));
+		PP_CUDA_CHECK(cudaFreeAsync(scratch, pp_cuda.stream));
 		scratch = NULL;
 		scratch_bytes = 0;
 	}
-	PP_CUDA_CHECK(cudaMalloc(&scratch, want));
+	PP_CUDA_CHECK(cudaMallocAsync(&scratch, want, pp_cuda.stream));
 	scratch_bytes = want;
 	return scratch;
 }

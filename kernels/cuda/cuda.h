@@ -121,8 +121,9 @@ typedef struct {
 extern pp_cuda_state pp_cuda;
 
 /* Device scratch of at least `bytes`, valid until the next call (it may move
- * when it grows; growing synchronises the device, so nothing still uses the
- * old one). For use inside one op. A recorded graph keeps the pointer, so
+ * when it grows: the old one is freed in stream order, after the ops queued
+ * before it, with no wait for the device). For use inside one op, on the
+ * compute stream. A recorded graph keeps the pointer, so
  * the scratch cannot grow while one records or lives: the ops run eagerly
  * before (decoding's prompt) must have needed as much. */
 void *pp_cuda_scratch(size_t bytes);

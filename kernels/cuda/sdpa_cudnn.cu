@@ -767,8 +767,10 @@ static sdpa_entry *entry_of(const sdpa_shape *s)
 	if (!e) {
 		e = lru;
 		if (e->used) {
-			/* nothing may still run a plan we destroy */
-			PP_CUDA_CHECK(cudaDeviceSynchronize());
+			/* nothing may still run a plan we destroy: the plans run on the
+			 * compute stream; the whole device would also wait for NCCL
+			 * kernels in flight (libcommon/comm_nccl.c) */
+			PP_CUDA_CHECK(cudaStreamSynchronize(0));
 			graph_free(e->g[FWD]);
 			graph_free(e->g[BWD]);
 		}
