@@ -184,7 +184,7 @@ def cmd_gpu_report(meta_path, tmp, tags, json_path=None):
         row["peak_tflops"] = peak / 1e12 if peak else None
         out_rows.append(row)
 
-    peaks = {x["peak_tflops"] for x in out_rows if x["peak_tflops"]}
+    peaks = {round(x["peak_tflops"], 1) for x in out_rows if x["peak_tflops"]}
     print(f"# GPU training throughput: {meta['model']} ({human(meta['params'])} parameters) "
           f"on {meta['device']}; mean of {meta['steps']} steps after {meta['warmup']} warm-up; "
           f"{meta['date']}, commit {meta['commit']}")
@@ -192,7 +192,7 @@ def cmd_gpu_report(meta_path, tmp, tags, json_path=None):
           f"matrix products); MFU against the dense bf16 peak "
           + (", ".join(f"{p:.1f}" for p in sorted(peaks)) + " TFLOP/s" if peaks
              else "(unknown for this device: no MFU)"))
-    print(f"# pp: {pp_dtype} (the CUDA backend is fp32 today; {meta.get('pp_note', '')})")
+    print(f"# pp: {pp_dtype}: {meta.get('pp_note', '')}")
     if torch_info:
         print(f"# PyTorch {torch_info['torch']}, transformers {torch_info['transformers']}: "
               f"Hugging Face model, {torch_info['precision']}, attention {torch_info['attn']}, "

@@ -157,7 +157,7 @@ versions() {
 	local nvcc
 	nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 	echo "nvcc      $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
-	echo "gcc       $(cc --version | head -n 1)"
+	echo "gcc       $(command -v cc >/dev/null && cc --version | head -n 1 || echo "no cc")"
 	# what the pack may need at most (scripts/gpu-pack.sh checks it)
 	echo "glibc     $(ldd --version 2>/dev/null | head -n 1)"
 	local cxx
@@ -173,7 +173,7 @@ versions() {
 	echo "transformers $(HF_HUB_OFFLINE=1 python3 -c 'import transformers; print(transformers.__version__)' 2>/dev/null || echo 'not importable')"
 	echo "pp build  $(ls build/obj/.variant-* 2>/dev/null | sed 's/.*variant-//')"
 	echo "---- nvidia-smi"
-	if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1; else echo "nvidia-smi: not found"; fi
+	if command -v nvidia-smi >/dev/null; then nvidia-smi 2>&1; else echo "no nvidia-smi on this machine"; fi
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
 }
 

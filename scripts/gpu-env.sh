@@ -20,7 +20,9 @@ gpu_env() {
 		d=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l { print $NF; exit }')
 		[ -n "$d" ] && continue # the loader finds it already
 		py=$(python3 -c 'import os, nvidia; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
-		d=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/lib /opt \
+		# the trailing slashes follow a lib64 that links to lib
+		d=$(find /usr/local/cuda*/lib64/ /usr/local/cuda*/lib/ /usr/local/cuda*/targets/*/lib/ \
+			/usr/local/lib /opt \
 			${py:+"$py/nvidia"} -name "$lib" 2>/dev/null | head -n 1)
 		[ -n "$d" ] && dirs="$dirs:$(dirname "$d")"
 	done

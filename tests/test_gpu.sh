@@ -31,10 +31,13 @@
 #     fp32 and in bf16, and from a prompt of one token.
 # Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
 # the training checks with cpu in place of cuda: a test of this script on a
-# machine without a GPU.
+# machine without a GPU. PP_TEST_GPU_EXTRA="key=value ..." adds settings to
+# the device side of the comparisons with the CPU, a wrong result on
+# purpose (tests/test_helpers.sh shows those checks failing on it).
 . "$(dirname "$0")/lib.sh"
 cd "$PP_ROOT" || exit 1
 dev=${PP_TEST_GPU_DEVICE:-cuda}
+read -ra extra <<<"${PP_TEST_GPU_EXTRA:-}"
 families=(llama gpt mistral gemma)
 checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
@@ -96,7 +99,7 @@ run="data=synthetic global_batch=8 microbatch=4 seq_len=32 steps=20 log_period=1
 vs_cpu() {
 	local f=$1 tag=$2 bound=$3 d rc
 	shift 3
-	pp-train model=$f-tiny $run "$@" run_dir=$T/$f-$tag --quiet 2>$T/$f-$tag.log
+	pp-train model=$f-tiny $run "$@" "${extra[@]}" run_dir=$T/$f-$tag --quiet 2>$T/$f-$tag.log
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
 		fail gpu/${f}_${tag}_vs_cpu "$* exited $rc: $(tail -n 3 $T/$f-$tag.log)"
@@ -120,7 +123,7 @@ crun="model=llama-tiny ${run/seq_len=32/seq_len=128}"
 cudnn_ok() {
 	pp-train $crun device=cpu run_dir=$T/cudnn-cpu --quiet 2>$T/cudnn-cpu.log ||
 		{ tail -n 3 $T/cudnn-cpu.log; return 1; }
-	PP_CUDA_ATTENTION=cudnn pp-train $crun device=$dev run_dir=$T/cudnn-dev --quiet \
+	PP_CUDA_ATTENTION=cudnn pp-train $crun device=$dev "${extra[@]}" run_dir=$T/cudnn-dev --quiet \
 		2>$T/cudnn-dev.log || { tail -n 3 $T/cudnn-dev.log; return 1; }
 	if grep 'runs on the plain kernels' $T/cudnn-dev.log; then
 		echo "cuDNN did not take the shape"
