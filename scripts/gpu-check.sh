@@ -29,11 +29,14 @@
 # stage still running shows as "running"), so a command killed from
 # outside still leaves what it had; the run ends with the summary table.
 #
-# OUTDIR (default $OUT when set, else build/gpu-check) receives per stage
-# STAGE.log (its standard error: progress, logs) and its results (standard
-# output): build.txt + versions.txt, test-gpu.txt, bench-gpu.txt +
-# bench-gpu.json, bench-decode.txt + bench-decode.json. The terminal gets the
-# results, the end of a failed stage's log and the summary.
+# OUTDIR (default build/gpu-check) receives per stage STAGE.log (its
+# standard error: progress, logs) and its results (standard output):
+# build.txt + versions.txt, test-gpu.txt, bench-gpu.txt + bench-gpu.json,
+# bench-decode.txt + bench-decode.json. The terminal gets the results, the
+# end of a failed stage's log and the summary. With no OUTDIR and $OUT set
+# (a lent machine's folder that comes back, at most 8 files), OUTDIR is a
+# scratch directory and $OUT gets two files, rewritten after every stage:
+# gpu-check.tgz (all of OUTDIR) and summary.txt.
 #
 # --smoke runs the stages on the CPU (test: PP_TEST_GPU_DEVICE=cpu, where
 # the op check skips; bench, decode: their --smoke modes) and skips the GPU
@@ -47,22 +50,21 @@
 #   1. scripts/gpu-pack.sh here: .gpu/pp-gpu.tar.xz (make tests, then the
 #      binaries and the libraries they load).
 #   2. run(command="bash scripts/gpu-check.sh build test decode", carry=[".gpu"],
-#      timeout_s=600): about 2 minutes of the three stages on an H100, plus
-#      the machine's start.
+#      timeout_s=600): the three stages, plus the machine's start.
 #   3. run(command="bash scripts/gpu-check.sh bench", carry=[".gpu"],
-#      timeout_s=600) within the half minute the machine stays warm: about
-#      2 minutes (PyTorch's compile included).
-# The outputs land under $OUT (OUTDIR defaults to it), which comes back.
-# Measured 2026-11-26 on an H100: build 2 s, test 30 s, decode 55 s, bench
-# 109 s; the start about a minute. Each stage's limit keeps the worst case
-# of a call under its 10 minutes.
+#      timeout_s=600) within the half minute the machine stays warm.
+# Each call's outputs come back as $OUT/gpu-check.tgz and $OUT/summary.txt.
+# Measured 2026-11-26 on an H100: build (unpack) 4 s, test 34 s, decode
+# 52 s, bench 123 s (PyTorch's compile included); the start about a
+# minute. Each stage's limit keeps the worst case of a call under its 10
+# minutes.
 #
 # Exit status: 0 every stage passed; 1 a stage failed; 2 usage; 3 no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 self=$root/scripts/gpu-check.sh
-usage() { sed -n '2,40s/^# \{0,1\}//p' "$self"; }
+usage() { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$self"; }
 
 smoke=0 stages=() out=
 for a in "$@"; do
@@ -83,7 +85,12 @@ run=(build)
 for s in "${stages[@]}"; do
 	[[ " ${run[*]} " == *" $s "* ]] || run+=("$s")
 done
-out=${out:-${OUT:-$root/build/gpu-check}}
+archive=
+if [ -z "$out" ] && [ -n "${OUT:-}" ]; then
+	archive=$OUT/gpu-check.tgz
+	out=$(mktemp -d /tmp/gpu-check.XXXXXX) || exit 1
+fi
+out=${out:-$root/build/gpu-check}
 mkdir -p "$out" || { echo "gpu-check: cannot create $out" >&2; exit 1; }
 out=$(cd "$out" && pwd)
 limit=${PP_GPU_CHECK_STAGE_LIMIT:-470}
@@ -101,6 +108,10 @@ print(json.dumps({"stage": s, "status": st, "seconds": int(t) if t.isdigit() els
 		"$1" "$2" "$3" "$4" >>"$out/summary.jsonl"
 	[ "$2" = pass ] || [ "$2" = running ] || failed=1
 	summary >/dev/null
+	if [ -n "$archive" ]; then
+		tar -czf "$archive.tmp" -C "$out" . && mv "$archive.tmp" "$archive" &&
+			cp "$out/summary.txt" "$(dirname "$archive")/summary.txt"
+	fi
 }
 # summary: OUTDIR/summary.txt and summary.json from the rows so far (a
 # stage's last row wins: "running" until it ends), on stdout too
