@@ -1,5 +1,6 @@
-/* tool_h5_same A.h5 B.h5 GROUP...: every dataset under each GROUP of the two
- * files is bitwise equal (same names, types, shapes and bytes). Prints the
+/* tool_h5_same A.h5 B.h5 PATH...: every dataset under each PATH of the two
+ * files (a group, or a dataset itself) is bitwise equal (same names, types,
+ * shapes and bytes). Prints the
  * number of datasets compared; exit 0 when all are equal, 1 when any
  * differs or when there is nothing to compare (a missing file or group, a
  * group with no dataset), 2 on a usage error. The shell tests' stand-in for
@@ -22,16 +23,18 @@ static int same_dataset(hid_t da, hid_t db, const char *name, walk *w)
 	hid_t sa = H5Dget_space(da), sb = H5Dget_space(db);
 	int ok = H5Tequal(ta, tb) > 0 && H5Sextent_equal(sa, sb) > 0;
 	if (!ok)
-		fprintf(stderr, "tool_h5_same: %s/%s: type or shape differs\n", w->group, name);
+		fprintf(stderr, "tool_h5_same: %s%s%s: type or shape differs\n", w->group,
+			*name ? "/" : "", name);
 	size_t bytes = (size_t)H5Sget_select_npoints(sa) * H5Tget_size(ta);
 	char *x = ok ? malloc(bytes + 1) : NULL, *y = ok ? malloc(bytes + 1) : NULL;
 	if (ok && (!x || !y || H5Dread(da, ta, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) < 0 ||
 		   H5Dread(db, ta, H5S_ALL, H5S_ALL, H5P_DEFAULT, y) < 0)) {
-		fprintf(stderr, "tool_h5_same: %s/%s: cannot read\n", w->group, name);
+		fprintf(stderr, "tool_h5_same: %s%s%s: cannot read\n", w->group, *name ? "/" : "",
+			name);
 		ok = 0;
 	}
 	if (ok && memcmp(x, y, bytes) != 0) {
-		fprintf(stderr, "tool_h5_same: %s/%s differs\n", w->group, name);
+		fprintf(stderr, "tool_h5_same: %s%s%s differs\n", w->group, *name ? "/" : "", name);
 		ok = 0;
 	}
 	free(x);
@@ -93,6 +96,18 @@ int main(int argc, char **argv)
 				argv[H5Lexists(fa, g, H5P_DEFAULT) <= 0 ? 1 : 2]);
 			bad = 1;
 			break;
+		}
+		H5O_info_t info;
+		if (H5Oget_info_by_name2(fa, g, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
+		    info.type == H5O_TYPE_DATASET) {
+			hid_t da = H5Dopen2(fa, g, H5P_DEFAULT), db = H5Dopen2(fb, g, H5P_DEFAULT);
+			walk w = {.a = argv[1], .b = argv[2], .group = g};
+			bad = db < 0 || !same_dataset(da, db, "", &w);
+			total++;
+			H5Dclose(da);
+			if (db >= 0)
+				H5Dclose(db);
+			continue;
 		}
 		hid_t ga = H5Gopen2(fa, g, H5P_DEFAULT), gb = H5Gopen2(fb, g, H5P_DEFAULT);
 		walk w = {.other = gb, .a = argv[1], .b = argv[2], .group = g};

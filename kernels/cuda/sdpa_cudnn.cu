@@ -445,7 +445,7 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t one = scalar(g, UID_ONE, "scalar 1");
 	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window") : NULL;
 	/* fp32 buffers the kernels need in device memory: rowsum(dO * O), and
-	 * the dQ accumulator (B,Hq,T,D) */
+	 * in the accumulator form the dQ accumulator (B,Hq,T,D), below */
 	cudnnBackendDescriptor_t softmax_sum =
 		row_stats(g, UID_SOFTMAX_SUM, s, false, "tensor rowsum(dO * O)");
 
