@@ -13,6 +13,8 @@
 #   - cuDNN attention (PP_CUDA_ATTENTION=cudnn, bf16 inside): 20 llama
 #     steps at seq_len 128 against device=cpu, every step's loss within
 #     1e-2 relative; cuDNN must have taken the shape (no fallback line);
+#   - the same with PP_CUDNN_DP_WORKSPACE_MIB=0: cuDNN's deterministic
+#     backward does not fit, runs on the plain kernels and says so;
 #   - bf16 (dtype=bf16: bf16 activations and compute weights, fp32 master
 #     weights, gradients and AdamW state; cuDNN attention) against fp32 on
 #     the CPU, 20 steps of each family: every step's loss within 2e-2
@@ -43,7 +45,7 @@ checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu)
 for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
-checks+=(resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
+checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 nccl_singleton)
 skip_all() {
@@ -137,6 +139,20 @@ cudnn_ok() {
 	within "$d" 1e-2
 }
 check gpu/llama_cudnn_vs_cpu cudnn_ok
+# the deterministic backward's dP workspace over its limit: the backward
+# runs on the plain kernels, says why, and still trains as the CPU does
+workspace_fallback() {
+	PP_CUDA_ATTENTION=cudnn PP_CUDNN_DP_WORKSPACE_MIB=0 pp-train $crun device=cuda dtype=bf16 \
+		run_dir=$T/cudnn-ws --quiet 2>$T/cudnn-ws.log || { tail -n 3 $T/cudnn-ws.log; return 1; }
+	grep "backward.*dP workspace of .* is over PP_CUDNN_DP_WORKSPACE_MIB=0.*runs on the plain kernels" \
+		$T/cudnn-ws.log || { echo "no fallback line: $(tail -n 2 $T/cudnn-ws.log)"; return 1; }
+	within "$(loss_diff $T/cudnn-cpu $T/cudnn-ws)" 2e-2
+}
+if [ "$dev" = cuda ]; then
+	check gpu/cudnn_workspace_fallback workspace_fallback
+else
+	skip gpu/cudnn_workspace_fallback "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+fi
 
 # --- bf16 against fp32 on the CPU -------------------------------------------------------------
 # Every activation rounds to 8 bits of mantissa (2^-9 relative), so the
