@@ -702,10 +702,10 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 		return buf;
 	}
 	if (dir == BWD && deterministic && dp_workspace(s) > dp_limit) {
-		snprintf(buf, n, "the deterministic backward's dP workspace of %lld MiB is over "
+		snprintf(buf, n, "the deterministic backward's dP workspace of %.1f MiB is over "
 				 "PP_CUDNN_DP_WORKSPACE_MIB=%lld (PP_CUDA_DETERMINISTIC=0 takes the "
 				 "faster, non-deterministic form)",
-			 (long long)(dp_workspace(s) >> 20), (long long)(dp_limit >> 20));
+			 (double)dp_workspace(s) / (1 << 20), (long long)(dp_limit >> 20));
 		return buf;
 	}
 	return NULL;
