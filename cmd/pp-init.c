@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/ckpt.h"
+#include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/cli.h"
 #include "../libcommon/log.h"
 #include "../libcommon/plan.h"

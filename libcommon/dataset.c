@@ -32,17 +32,9 @@ static void h5_close(hid_t *id, herr_t (*closer)(hid_t))
 }
 
 
-static bool attr_put_str(hid_t obj, const char *name, const char *val)
-{
-	hid_t t = h5u_string_type(H5T_CSET_UTF8);
-	bool ok = h5u_attr_put(obj, name, t, t, 0, &val);
-	H5Tclose(t);
-	return ok;
-}
-
 static bool attr_put_i64(hid_t obj, const char *name, int64_t v)
 {
-	return h5u_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, 0, &v);
+	return h5u_attr_put_i64(obj, name, 0, &v);
 }
 
 static bool attr_put_u64(hid_t obj, const char *name, uint64_t v)
@@ -261,10 +253,10 @@ static int write_meta(tokens_writer *w, const tokens_info *m, pp_err *e)
 	hid_t st = h5u_string_type(H5T_CSET_UTF8);
 	const char *one = "-";
 	hsize_t n = m->n_sources > 0 ? (hsize_t)m->n_sources : 1;
-	bool ok = attr_put_str(f, "format", PP_TOKENS_FORMAT) &&
+	bool ok = h5u_attr_put_str(f, "format", PP_TOKENS_FORMAT) &&
 		  attr_put_i64(f, "version", PP_TOKENS_VERSION) &&
-		  attr_put_str(f, "tokenizer_fingerprint", m->fingerprint) &&
-		  attr_put_str(f, "tokenizer_kind", m->kind) &&
+		  h5u_attr_put_str(f, "tokenizer_fingerprint", m->fingerprint) &&
+		  h5u_attr_put_str(f, "tokenizer_kind", m->kind) &&
 		  attr_put_i64(f, "vocab_size", m->vocab_size) && attr_put_i64(f, "bos_id", m->bos_id) &&
 		  attr_put_i64(f, "eos_id", m->eos_id) &&
 		  h5u_attr_put(f, "sources", st, st, n, m->n_sources > 0 ? (const void *)m->sources : &one);

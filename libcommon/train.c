@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../libcommon/ckpt.h"
+#include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/sha256.h"
 #include "harness.h"
 

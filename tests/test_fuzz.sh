@@ -53,28 +53,29 @@ declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
 	[fuzz_config]="config error"
-	[fuzz_manifest]="ckpt fsutil h5util sha256 error"
+	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read fsutil h5util sha256 error"
 	[fuzz_tokens]="dataset fsutil h5util rng error"
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
 for f in $need; do
-	rm -f "$out/obj/$f.o"
-	{ "$cc" "${flags[@]}" -c "libcommon/$f.c" -o "$out/obj/$f.o" 2>"$T/obj-$f.build" &&
-		touch "$T/obj-$f.ok"; } &
+	o=${f//\//_} # ckpt/read -> ckpt_read
+	rm -f "$out/obj/$o.o"
+	{ "$cc" "${flags[@]}" -c "libcommon/$f.c" -o "$out/obj/$o.o" 2>"$T/obj-$o.build" &&
+		touch "$T/obj-$o.ok"; } &
 done
 wait
 for f in $need; do
-	if [ ! -e "$T/obj-$f.ok" ]; then
-		fail fuzz "libcommon/$f.c does not build: $(head -n 5 "$T/obj-$f.build")"
+	if [ ! -e "$T/obj-${f//\//_}.ok" ]; then
+		fail fuzz "libcommon/$f.c does not build: $(head -n 5 "$T/obj-${f//\//_}.build")"
 		exit 0
 	fi
 done
 for target in $targets; do
 	[ -n "${src[$target]:-}" ] || { fail fuzz "PP_FUZZ_TARGETS: no target $target"; exit 1; }
 	objs=()
-	for f in ${src[$target]}; do objs+=("$out/obj/$f.o"); done
+	for f in ${src[$target]}; do objs+=("$out/obj/${f//\//_}.o"); done
 	if ! "$cc" "${flags[@]}" "tests/fuzz/$target.c" "${objs[@]}" -o "$out/$target" "${libs[@]}" \
 		2>"$T/$target.build"; then
 		if grep -q 'libclang_rt.fuzzer\|fsanitize=fuzzer' "$T/$target.build"; then

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/ckpt.h"
+#include "../libcommon/ckpt/ckpt.h"
 
 int main(int argc, char **argv)
 {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../libcommon/ckpt.h"
+#include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/config.h"
 #include "../libcommon/model.h"
 #include "../libcommon/train.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../ckpt.h"
+#include "../ckpt/ckpt.h"
 #include "../model.h"
 #include "tensorio.h"
 

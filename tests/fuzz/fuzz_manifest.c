@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../libcommon/ckpt.h"
+#include "../../libcommon/ckpt/ckpt.h"
 
 #include "fuzz_dir.h"
 

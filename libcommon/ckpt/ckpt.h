@@ -12,8 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "../kernels/ops.h"
+#include "../error.h"
+#include "../../kernels/ops.h"
 
 #define PP_CKPT_FORMAT "pp-checkpoint"
 /* Format versions this pp reads. A checkpoint is written as version 1 unless

@@ -1,0 +1,89 @@
+/* What the files of the checkpoint module share (libcommon/ckpt/): paths and
+ * names, the manifest's checks, the shard files' attributes. Not an
+ * interface: ckpt.h is. */
+#ifndef PP_CKPT_INTERNAL_H
+#define PP_CKPT_INTERNAL_H
+
+#include <hdf5.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../h5util.h"
+#include "ckpt.h"
+
+#define CKPT_PATH 4096
+#define MANIFEST "manifest.json"
+
+#ifdef PP_F64
+#define H5T_MEM_REAL H5T_NATIVE_DOUBLE
+#else
+#define H5T_MEM_REAL H5T_NATIVE_FLOAT
+#endif
+#define H5T_FILE_REAL H5T_IEEE_F32LE
+
+/* The groups of a shard file (an optimizer file has the last two). */
+enum { G_PARAMS, G_ADAM_M, G_ADAM_V, N_GROUPS };
+extern const char *const ck_group_name[N_GROUPS];
+
+/* ---- util.c: names, paths, shapes ---- */
+/* The two kinds of file in a checkpoint directory. */
+enum { F_NONE, F_SHARD, F_OPTIM };
+/* The kind of a file name and its mesh coordinates (dp = -1 for a shard). */
+int ck_file_kind(const char *name, int *pp, int *tp, int *dp);
+/* "step_" and digits only */
+bool ck_parse_step_name(const char *name, long *step);
+/* snprintf that reports truncation as an error (paths, names) */
+__attribute__((format(printf, 4, 5))) int ck_fmt_checked(char *out, size_t n, pp_err *e,
+							  const char *fmt, ...);
+int ck_join(char *out, size_t n, const char *a, const char *b, pp_err *e);
+const char *ck_shape_str(char *buf, size_t n, int ndim, const int64_t *d);
+/* The element count, or -1 when it does not fit int64_t (a damaged manifest). */
+int64_t ck_volume(int ndim, const int64_t *d);
+bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b);
+int ck_write_file_synced(const char *path, const char *text, pp_err *e);
+void ck_h5_close_file(hid_t *f);
+
+/* ---- manifest.c ---- */
+bool ck_version_known(long long v);
+int ck_cmp_tensor(const void *a, const void *b);
+int ck_cmp_file(const void *a, const void *b);
+int ck_file_index(const ckpt_manifest *m, const char *name);
+/* The files are exactly the pp x tp shards of the mesh and, from version 2
+ * on, its pp x tp x dp optimizer files. */
+int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e);
+/* Tensor t's params, and its m and v, covered exactly once. */
+int ck_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t, pp_err *e);
+int ck_add_ranges(const char *where, const char *what, ckpt_tensor_info *t, int file,
+		  const int64_t *offset, const int64_t *shape, const int64_t *begin,
+		  const int64_t *end, int n, pp_err *e);
+json_t *ck_manifest_to_json(const ckpt_manifest *m);
+int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e);
+/* A file's size, and with hash its sha256, against the manifest. */
+int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e);
+int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e);
+
+/* ---- shard.c: the files' root attributes, writing ---- */
+/* Root attributes of a shard or optimizer file, as write_root_attrs writes
+ * them. */
+typedef struct {
+	int64_t version, step, pp_rank, tp_rank, dp_rank, pp_size, tp_size, dp_size;
+} ck_file_attrs;
+
+int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attrs *a, pp_err *e);
+/* Opens DIR/FILE and checks its root attributes against the manifest. */
+int ck_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, pp_err *e);
+/* global shape and offset of a block ("not sliced", the whole tensor, when
+ * global_in is all zero) */
+void ck_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
+		 int64_t *global, int64_t *offset);
+void ck_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset);
+int ck_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e);
+int ck_check_state(const ckpt_state *s, pp_err *e);
+
+/* ---- scan.c: the manifest from the files ---- */
+int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e);
+int ck_check_dataset(hid_t f, const char *path, int k, const char *name, int nd,
+		     const int64_t *shape, pp_err *e);
+
+#endif

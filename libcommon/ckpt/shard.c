@@ -1,0 +1,426 @@
+/* Shard and optimizer files: their root attributes, and writing them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* renameat2, nftw */
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../fsutil.h"
+#include "../sha256.h"
+#include "internal.h"
+
+/* Reads the root attributes of file f, called name, and checks that they
+ * agree with its name (an optimizer file's dp rank too). */
+int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attrs *a, pp_err *e)
+{
+	char *format = h5u_attr_get_str(f, "format");
+	bool is_pp = format && strcmp(format, PP_CKPT_FORMAT) == 0;
+	free(format);
+	if (!is_pp)
+		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute format is not \"" PP_CKPT_FORMAT "\"", path);
+	if (!h5u_attr_get_i64(f, "version", 1, &a->version, NULL))
+		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute version missing", path);
+	if (!ck_version_known(a->version))
+		return pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; this pp reads versions %d to %d", path,
+				 (long long)a->version, PP_CKPT_VERSION_OLDEST, PP_CKPT_VERSION);
+	struct {
+		const char *name;
+		int64_t *v;
+	} ints[] = {{"step", &a->step},       {"pp_rank", &a->pp_rank}, {"tp_rank", &a->tp_rank},
+		    {"dp_rank", &a->dp_rank}, {"pp_size", &a->pp_size}, {"tp_size", &a->tp_size},
+		    {"dp_size", &a->dp_size}};
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+		if (!h5u_attr_get_i64(f, ints[i].name, 1, ints[i].v, NULL))
+			return pp_errorf(e, PP_ERUNTIME, "%s: root attribute %s missing or not an integer", path,
+					 ints[i].name);
+	int pp = 0, tp = 0, dp = 0;
+	if (ck_file_kind(name, &pp, &tp, &dp) == F_OPTIM) {
+		if (a->pp_rank != pp || a->tp_rank != tp || a->dp_rank != dp)
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s says it is the optimizer file of pp=%lld tp=%lld dp=%lld; its name says pp=%d tp=%d dp=%d",
+					 path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->dp_rank, pp, tp, dp);
+		if (a->version < 2)
+			return pp_errorf(e, PP_ERUNTIME, "%s is an optimizer file of format version %lld (version 2 added them)",
+					 path, (long long)a->version);
+	} else if (a->pp_rank != pp || a->tp_rank != tp) {
+		return pp_errorf(e, PP_ERUNTIME, "%s says it is shard pp=%lld tp=%lld; its name says pp=%d tp=%d", path,
+				 (long long)a->pp_rank, (long long)a->tp_rank, pp, tp);
+	}
+	return PP_OK;
+}
+
+/* Opens DIR/FILE and checks its root attributes against the manifest. */
+int ck_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, pp_err *e)
+{
+	char path[CKPT_PATH];
+	const char *name = m->files[file].name;
+	if (ck_join(path, sizeof path, dir, name, e))
+		return e ? e->code : PP_EUSAGE;
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	if (!h5u_ok(f))
+		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint file %s: %s", path, h5u_reason());
+	ck_file_attrs a;
+	int rc = ck_read_file_attrs(f, path, name, &a, e);
+	if (!rc && a.version != m->version)
+		rc = pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; " MANIFEST " says version %d", path,
+			       (long long)a.version, m->version);
+	if (!rc && a.step != m->step)
+		rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; " MANIFEST " says step %ld", path,
+			       (long long)a.step, m->step);
+	if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size))
+		rc = pp_errorf(e, PP_ERUNTIME, "%s was written for mesh pp=%lld tp=%lld dp=%lld; " MANIFEST
+					       " says pp=%d tp=%d dp=%d",
+			       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size, m->pp_size,
+			       m->tp_size, m->dp_size);
+	if (rc) {
+		H5Fclose(f);
+		return rc;
+	}
+	*out = f;
+	return PP_OK;
+}
+
+/* global shape and offset of a block as the caller describes it ("not
+ * sliced", the whole tensor, when global is all zero) */
+void ck_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
+		     int64_t *global, int64_t *offset)
+{
+	bool sliced = false;
+	for (int d = 0; d < nd; d++)
+		sliced = sliced || global_in[d] != 0;
+	for (int d = 0; d < nd; d++) {
+		global[d] = sliced ? global_in[d] : shape[d];
+		offset[d] = sliced ? offset_in[d] : 0;
+	}
+}
+
+void ck_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset)
+{
+	ck_block_of(t->ndim, t->shape, t->global_shape, t->offset, global, offset);
+}
+
+/* The name and block of a caller's tensor i (a slice, or an optimizer part). */
+static int check_block(const char *what, int i, const char *name, int nd, const int64_t *shape, const int64_t *global_in,
+		       const int64_t *offset_in, pp_err *e)
+{
+	char a[128], b[128], c[128];
+	if (!name || !name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+	    strlen(name) > 1000)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %d has name \"%s\" (expected a Hugging Face name, no '/')", what,
+				 i, name ? name : "(null)");
+	if (nd < 1 || nd > PP_CKPT_MAXDIM)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has %d dimensions (1 to %d supported)", what, name, nd,
+				 PP_CKPT_MAXDIM);
+	int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
+	ck_block_of(nd, shape, global_in, offset_in, g, o);
+	for (int d = 0; d < nd; d++)
+		if (shape[d] < 1 || o[d] < 0 || o[d] + shape[d] > g[d])
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s: slice shape %s at offset %s does not fit global shape %s",
+					 what, name, ck_shape_str(a, sizeof a, nd, shape), ck_shape_str(b, sizeof b, nd, o),
+					 ck_shape_str(c, sizeof c, nd, g));
+	return PP_OK;
+}
+
+/* Checks tensors' names, shapes and slices (both for save and load). */
+int ck_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e)
+{
+	if (s->n_tensors < 0 || (s->n_tensors > 0 && !s->tensors))
+		return pp_errorf(e, PP_EUSAGE, "%s: n_tensors %d with no tensors", what, s->n_tensors);
+	for (int i = 0; i < s->n_tensors; i++) {
+		const ckpt_tensor *t = &s->tensors[i];
+		if (check_block(what, i, t->name, t->ndim, t->shape, t->global_shape, t->offset, e))
+			return e ? e->code : PP_EUSAGE;
+		if (!t->param)
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no param buffer", what, t->name);
+		if (saving && !t->m != !t->v)
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v", what, t->name);
+		if (saving && s->optim_per_dp && t->m)
+			return pp_errorf(e, PP_EUSAGE,
+					 "%s: tensor %s has adam m and v, but with optim_per_dp they are saved per dp rank "
+					 "(ckpt_write_optim_shard), not in the shard",
+					 what, t->name);
+		/* loading may ask for several blocks of one tensor (a fused
+		 * projection's); a save holds one slice of each */
+		for (int j = 0; saving && j < i; j++)
+			if (strcmp(s->tensors[j].name, t->name) == 0)
+				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what, t->name);
+	}
+	return PP_OK;
+}
+
+/* The step, rank and data state of a state being saved. */
+static int check_header(const ckpt_state *s, pp_err *e)
+{
+	if (s->step < 0)
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: step %ld is negative", s->step);
+	if (s->pp_size < 1 || s->tp_size < 1 || s->dp_size < 1 || s->pp_rank < 0 || s->pp_rank >= s->pp_size ||
+	    s->tp_rank < 0 || s->tp_rank >= s->tp_size || s->dp_rank < 0 || s->dp_rank >= s->dp_size)
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: rank pp=%d tp=%d dp=%d is not inside mesh pp=%d tp=%d dp=%d",
+				 s->pp_rank, s->tp_rank, s->dp_rank, s->pp_size, s->tp_size, s->dp_size);
+	if (s->n_data_state < 0 || s->n_data_state > PP_CKPT_DATA_STATE)
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: n_data_state %d (0 to %d)", s->n_data_state,
+				 PP_CKPT_DATA_STATE);
+	return PP_OK;
+}
+
+int ck_check_state(const ckpt_state *s, pp_err *e)
+{
+	if (check_header(s, e))
+		return e ? e->code : PP_EUSAGE;
+	return ck_check_tensors("checkpoint save", s, true, e);
+}
+
+/* The optimizer parts of a state being saved. */
+static int check_optim_parts(const ckpt_state *s, pp_err *e)
+{
+	const char *what = "checkpoint save (optimizer file)";
+	if (s->n_optim < 0 || (s->n_optim > 0 && !s->optim))
+		return pp_errorf(e, PP_EUSAGE, "%s: n_optim %d with no parts", what, s->n_optim);
+	for (int i = 0; i < s->n_optim; i++) {
+		const ckpt_optim_part *p = &s->optim[i];
+		if (check_block(what, i, p->name, p->ndim, p->shape, p->global_shape, p->offset, e))
+			return e ? e->code : PP_EUSAGE;
+		if (!p->m || !p->v)
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what, p->name);
+		if (p->n_ranges < 1 || !p->begin || !p->end)
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what, p->name);
+		int64_t vol = ck_volume(p->ndim, p->shape);
+		for (int r = 0; r < p->n_ranges; r++)
+			if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] || p->end[r] > vol)
+				return pp_errorf(e, PP_EUSAGE,
+						 "%s: tensor %s: range %d is [%lld, %lld) of a block of %lld elements; ranges "
+						 "must be non-empty, ascending and disjoint",
+						 what, p->name, r, (long long)p->begin[r], (long long)p->end[r], (long long)vol);
+		for (int j = 0; j < i; j++)
+			if (strcmp(s->optim[j].name, p->name) == 0)
+				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what, p->name);
+	}
+	return PP_OK;
+}
+
+/* A float32 dataset of the given shape (nd dims) written straight from the
+ * caller's buffer (HDF5 converts double to float in strips when pp_real is
+ * double), with attributes global_shape and offset of gnd elements. With
+ * keep, the dataset stays open in *keep (the caller closes it). */
+static bool write_dataset(hid_t g, const char *name, int nd, const int64_t *shape, const int64_t *global,
+			  const int64_t *offset, const pp_real *buf, int gnd, hid_t *keep)
+{
+	hsize_t dims[PP_CKPT_MAXDIM];
+	for (int d = 0; d < nd; d++)
+		dims[d] = (hsize_t)shape[d];
+	hid_t sp = H5Screate_simple(nd, dims, NULL), ds = -1;
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_FILE_REAL, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  h5u_attr_put_i64(ds, "global_shape", gnd, global) && h5u_attr_put_i64(ds, "offset", gnd, offset) &&
+		  h5u_ok(H5Dwrite(ds, H5T_MEM_REAL, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
+	if (keep)
+		*keep = ds;
+	else if (ds >= 0)
+		H5Dclose(ds);
+	H5Sclose(sp);
+	return ok;
+}
+
+/* 1-d uint64 dataset, or a scalar int64 one when n == 0 */
+static bool write_ints(hid_t g, const char *name, int n, const void *v, bool scalar)
+{
+	hsize_t d = (hsize_t)n;
+	hid_t sp = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL), ds = -1;
+	hid_t ft = scalar ? H5T_STD_I64LE : H5T_STD_U64LE, mt = scalar ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+		  (!scalar && n == 0 ? true : h5u_ok(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)));
+	if (ds >= 0)
+		H5Dclose(ds);
+	H5Sclose(sp);
+	return ok;
+}
+
+/* The version a state's files carry: 2 when its m and v go to optimizer
+ * files, else 1, which every pp reads. */
+static int64_t state_version(const ckpt_state *s) { return s->optim_per_dp ? 2 : 1; }
+
+static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
+{
+	int64_t ints[8] = {state_version(s), s->step,    s->pp_rank, s->tp_rank,
+			   s->dp_rank,       s->pp_size, s->tp_size, s->dp_size};
+	const char *names[8] = {"version", "step", "pp_rank", "tp_rank", "dp_rank", "pp_size", "tp_size", "dp_size"};
+	if (!h5u_attr_put_str(f, "format", PP_CKPT_FORMAT))
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path, h5u_reason());
+	for (int i = 0; i < 8; i++)
+		if (!h5u_attr_put_i64(f, names[i], 0, &ints[i]))
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path, names[i], h5u_reason());
+	return PP_OK;
+}
+
+/* Creates the groups first..last of ck_group_name in f, into g. */
+static int create_groups(hid_t f, const char *path, int first, int last, hid_t *g, pp_err *e)
+{
+	for (int k = first; k <= last; k++)
+		if (!h5u_ok(g[k] = H5Gcreate2(f, ck_group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
+			for (int j = first; j < k; j++)
+				H5Gclose(g[j]);
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, ck_group_name[k], h5u_reason());
+		}
+	return PP_OK;
+}
+
+static int write_shard_body(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
+{
+	hid_t g[N_GROUPS];
+	int rc;
+	if ((rc = write_root_attrs(f, path, s, e)) || (rc = create_groups(f, path, 0, N_GROUPS - 1, g, e)))
+		return rc;
+	for (int i = 0; i < s->n_tensors && !rc; i++) {
+		const ckpt_tensor *t = &s->tensors[i];
+		const pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
+		int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM];
+		ck_slice_of(t, gs, off);
+		for (int k = 0; k < N_GROUPS && !rc; k++)
+			if (buf[k] && !write_dataset(g[k], t->name, t->ndim, t->shape, gs, off, buf[k], t->ndim, NULL))
+				rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", path, ck_group_name[k],
+					       t->name, h5u_reason());
+	}
+	for (int k = 0; k < N_GROUPS; k++)
+		H5Gclose(g[k]);
+	if (rc)
+		return rc;
+
+	hid_t st = H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+	int64_t step = s->step;
+	bool ok = h5u_ok(st) && write_ints(st, "step", 1, &step, true) && write_ints(st, "rng", 4, s->rng, false) &&
+		  write_ints(st, "data_state", s->n_data_state, s->data_state, false);
+	if (st >= 0)
+		H5Gclose(st);
+	if (!ok)
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", path, h5u_reason());
+
+	const char *cfg = s->config_json ? s->config_json : "";
+	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
+	ok = h5u_ok(ds = H5Dcreate2(f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+	     h5u_ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
+	if (ds >= 0)
+		H5Dclose(ds);
+	H5Sclose(sp);
+	H5Tclose(t);
+	if (!ok)
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", path, h5u_reason());
+	return PP_OK;
+}
+
+/* When its closing flush fails (a full disk), HDF5 1.10 leaves a
+ * half-closed file behind that crashes the next close, or the exit. A file
+ * whose writing failed is deleted anyway: point HDF5's descriptor at an
+ * in-memory file (sparse, so only the metadata takes memory) so that the
+ * close succeeds and the library stays usable. */
+static void h5_discard_file(hid_t f)
+{
+	hid_t fapl = H5Fget_access_plist(f);
+	int *fdp = NULL;
+	bool sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+	if (sec2 && H5Fget_vfd_handle(f, fapl, (void **)&fdp) >= 0 && fdp && *fdp >= 0) {
+		int mfd = memfd_create("pp-ckpt-discard", MFD_CLOEXEC);
+		if (mfd >= 0) {
+			dup2(mfd, *fdp);
+			close(mfd);
+		}
+	}
+	if (fapl >= 0)
+		H5Pclose(fapl);
+}
+
+/* The optimizer parts of s: /adam_m/NAME and /adam_v/NAME, 1-d, with the
+ * block's global_shape, offset and shape and the ranges' slice_begin and
+ * slice_end as attributes. */
+static int write_optim_body(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
+{
+	hid_t g[N_GROUPS];
+	int rc;
+	if ((rc = write_root_attrs(f, path, s, e)) || (rc = create_groups(f, path, G_ADAM_M, G_ADAM_V, g, e)))
+		return rc;
+	for (int i = 0; i < s->n_optim && !rc; i++) {
+		const ckpt_optim_part *p = &s->optim[i];
+		int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM], len = 0;
+		ck_block_of(p->ndim, p->shape, p->global_shape, p->offset, gs, off);
+		for (int r = 0; r < p->n_ranges; r++)
+			len += p->end[r] - p->begin[r];
+		const pp_real *buf[N_GROUPS] = {NULL, p->m, p->v};
+		for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++) {
+			hid_t ds = -1;
+			bool ok = write_dataset(g[k], p->name, 1, &len, gs, off, buf[k], p->ndim, &ds) && ds >= 0 &&
+				  h5u_attr_put_i64(ds, "shape", p->ndim, p->shape) &&
+				  h5u_attr_put_i64(ds, "slice_begin", p->n_ranges, p->begin) &&
+				  h5u_attr_put_i64(ds, "slice_end", p->n_ranges, p->end);
+			if (ds >= 0)
+				H5Dclose(ds);
+			if (!ok)
+				rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", path, ck_group_name[k], p->name,
+					       h5u_reason());
+		}
+	}
+	for (int k = G_ADAM_M; k <= G_ADAM_V; k++)
+		H5Gclose(g[k]);
+	return rc;
+}
+
+/* Creates DIR/NAME with body(f, path, s), flushes and fsyncs it; on failure
+ * no file is left. */
+static int write_file(const char *dir, const char *name, const ckpt_state *s,
+		      int (*body)(hid_t, const char *, const ckpt_state *, pp_err *), pp_err *e)
+{
+	char path[CKPT_PATH];
+	if (ck_join(path, sizeof path, dir, name, e))
+		return e ? e->code : PP_EUSAGE;
+	/* a strong close also closes what a failed write left open */
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+	hid_t f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+	H5Pclose(fapl);
+	if (!h5u_ok(f))
+		return pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint file %s: %s", path, h5u_reason());
+	int rc = body(f, path, s, e);
+	/* flush first, so that a full disk shows here and not in the close */
+	if (!rc && !h5u_ok(H5Fflush(f, H5F_SCOPE_LOCAL)))
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint file %s: %s", path, h5u_reason());
+	if (rc)
+		h5_discard_file(f);
+	if (!h5u_ok(H5Fclose(f)) && !rc)
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint file %s: %s", path, h5u_reason());
+	if (!rc)
+		rc = fs_fsync_path(path, e);
+	if (rc)
+		unlink(path);
+	return rc;
+}
+
+int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
+{
+	h5u_quiet();
+	if (ck_check_state(s, e))
+		return e ? e->code : PP_EUSAGE;
+	char name[64];
+	ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank);
+	return write_file(dir, name, s, write_shard_body, e);
+}
+
+int ckpt_write_optim_shard(const char *dir, const ckpt_state *s, pp_err *e)
+{
+	h5u_quiet();
+	if (check_header(s, e) || check_optim_parts(s, e))
+		return e ? e->code : PP_EUSAGE;
+	if (!s->optim_per_dp)
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: optimizer files are written with optim_per_dp set "
+					       "(its shard holds params only)");
+	char name[64];
+	ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
+	return write_file(dir, name, s, write_optim_body, e);
+}
