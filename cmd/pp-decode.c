@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../libcommon/ckpt/stage.h"
 #include "../libcommon/cli.h"
 #include "../libcommon/decode.h"
 #include "../libcommon/fsutil.h"
 #include "../libcommon/log.h"
-#include "../libcommon/train.h"
 
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
@@ -106,7 +106,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if (!rc && a->random_init)
 		stage_init_params(&s, cfg->seed);
 	else if (!rc)
-		rc = trainer_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
+		rc = ckpt_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
 	decode_opts o = {.n_new = (int)n, .batch = (int)batch, .sample = sp,
 			 .eos = tk && !a->ignore_eos ? tok_eos(tk) : -1, .tk = tk,
 			 .out = a->json ? NULL : stdout};

@@ -510,6 +510,11 @@ const pp_param *stage_find_param(const pp_stage *s, const char *name)
 	return NULL;
 }
 
+bool stage_is_embedding_copy(const pp_stage *s, const pp_param *p)
+{
+	return s->last && !s->first && s->cfg->tied_embeddings && p == &s->params[0];
+}
+
 void stage_zero_grad(pp_stage *s) { s->ops->zero(s->g, s->n_elems * sizeof(pp_real)); }
 
 const pp_act *stage_logits(const pp_stage *s, int slot)

@@ -146,6 +146,10 @@ void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi);
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
 
+/* Whether p is the last stage's copy of a tied embedding (the first stage
+ * holds the one that counts). */
+bool stage_is_embedding_copy(const pp_stage *s, const pp_param *p);
+
 /* Index in the whole tensor (row-major) of element j of this rank's slice. */
 uint64_t param_global_index(const pp_param *p, size_t j);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/stage.h"
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
@@ -52,16 +52,10 @@ static int agree(trainer *t, int rc, pp_err *e)
 
 static int grads_final(void *ctx, pp_stage *s, size_t from, pp_err *e);
 
-static bool is_embedding_copy(const pp_stage *st, const pp_param *p)
-{
-	/* the last stage's copy of a tied embedding; the first stage's counts */
-	return st->last && !st->first && st->cfg->tied_embeddings && p == &st->params[0];
-}
-
-/* Each element of the model counted once across ranks. */
+/* Each element of the model counted once across ranks: as it is saved. */
 static bool counts_once(const pp_stage *st, const pp_param *p)
 {
-	return p->tp_owner && !is_embedding_copy(st, p);
+	return ckpt_rank_saves(st, p);
 }
 
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
@@ -212,37 +206,13 @@ void trainer_init(trainer *t)
 
 /* ---- checkpoints ------------------------------------------------------- */
 
-/* The rows and offsets one checkpoint entry covers: a whole unsharded
- * tensor, a slice, or one block of a fused projection. */
-static void entry_of(const pp_param *p, int block, ckpt_tensor *c)
-{
-	c->name = p->name;
-	c->ndim = p->ndim;
-	c->shape[0] = p->block_rows;
-	c->shape[1] = p->shape[1];
-	c->global_shape[0] = p->global_shape[0];
-	c->global_shape[1] = p->global_shape[1];
-	c->offset[0] = p->block_row[block];
-	c->offset[1] = p->col;
-	if (p->ndim == 1)
-		c->shape[1] = c->global_shape[1] = 1;
-}
-
-/* Host copies of one chunk's parameters (all of them) and of this rank's
- * AdamW state: elements [lo, hi) of the flat buffer, which is all of it
- * without ZeRO-1. */
-typedef struct {
-	pp_real *w, *m, *v;
-	size_t lo, hi;
-} host_state;
-
-static int gather_state(trainer *t, int k, host_state *h, pp_err *e)
+static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 {
 	const pp_stage *st = &t->chunks[k];
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
 	size_t n = st->n_elems, share = o->hi - o->lo;
-	*h = (host_state){malloc(n * sizeof(pp_real) + 1), malloc(share * sizeof(pp_real) + 1),
+	*h = (ckpt_host){malloc(n * sizeof(pp_real) + 1), malloc(share * sizeof(pp_real) + 1),
 			  malloc(share * sizeof(pp_real) + 1), o->lo, o->hi};
 	if (!h->w || !h->m || !h->v)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
@@ -255,7 +225,7 @@ static int gather_state(trainer *t, int k, host_state *h, pp_err *e)
 /* A fused projection split over tp (GPT-2's c_attn) is not one slice of the
  * whole tensor: tp rank 0 gathers the blocks and saves the tensor whole.
  * Returns the whole tensor (param, m, v: three arrays) on tp rank 0. */
-static int gather_fused(trainer *t, const pp_param *p, const host_state *h, pp_real *whole[3],
+static int gather_fused(trainer *t, const pp_param *p, const ckpt_host *h, pp_real *whole[3],
 			pp_err *e)
 {
 	const int tp = t->mesh.tp;
@@ -277,45 +247,23 @@ static int gather_fused(trainer *t, const pp_param *p, const host_state *h, pp_r
 }
 
 /* Under ZeRO-1, the part of p's AdamW state in this rank's range
- * [h->lo, h->hi) as ranges of the block the shard saves p's params in: one
- * range of p's slice, or, for a fused projection split over tp (whose rows
- * here are several blocks of the whole), up to one per row block. The
+ * [h->lo, h->hi), as ranges of the block the shard saves p's params in. The
  * range arrays go to owned. */
-static int add_optim_part(const pp_param *p, const host_state *h, bool fused, ckpt_state *cs, void **owned,
+static int add_optim_part(const pp_param *p, const ckpt_host *h, bool fused, ckpt_state *cs, void **owned,
 			  int *n_owned, pp_err *e)
 {
-	size_t a = h->lo > p->off ? h->lo : p->off, b = h->hi < p->off + p->n ? h->hi : p->off + p->n;
-	if (a >= b)
+	size_t max = ckpt_optim_max_ranges(p, h->lo, h->hi, fused);
+	if (!max)
 		return 0;
-	ckpt_tensor c;
-	entry_of(p, 0, &c);
-	if (p->n_blocks > 1) { /* the whole rows, as build_shard saves them */
-		c.shape[0] = c.global_shape[0];
-		c.offset[0] = 0;
-	}
-	size_t cols = (size_t)p->shape[1], max_ranges = fused ? (b - a) / cols + 2 : 1;
-	int64_t *begin = malloc(max_ranges * sizeof *begin), *end = malloc(max_ranges * sizeof *end);
+	int64_t *begin = malloc(max * sizeof *begin), *end = malloc(max * sizeof *end);
 	owned[(*n_owned)++] = begin;
 	owned[(*n_owned)++] = end;
 	if (!begin || !end)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
-	int n = 0;
-	for (size_t j = a - p->off; j < b - p->off;) {
-		/* row by row: local row r is row block_row[r / block_rows] + r %
-		 * block_rows of the whole */
-		size_t r = j / cols, next = (r + 1) * cols < b - p->off ? (r + 1) * cols : b - p->off;
-		int64_t at = (int64_t)j;
-		if (fused)
-			at = (p->block_row[r / (size_t)p->block_rows] + (int64_t)(r % (size_t)p->block_rows)) *
-				     (int64_t)cols + (int64_t)(j % cols);
-		if (n && end[n - 1] == at) {
-			end[n - 1] += (int64_t)(next - j);
-		} else {
-			begin[n] = at;
-			end[n++] = at + (int64_t)(next - j);
-		}
-		j = next;
-	}
+	int n = ckpt_optim_ranges(p, h->lo, h->hi, fused, begin, end);
+	ckpt_tensor c;
+	ckpt_saved_block(p, &c);
+	size_t a = h->lo > p->off ? h->lo : p->off;
 	ckpt_optim_part *q = &cs->optim[cs->n_optim++];
 	*q = (ckpt_optim_part){.name = p->name, .ndim = p->ndim, .n_ranges = n, .begin = begin, .end = end,
 			       .m = h->m + (a - h->lo), .v = h->v + (a - h->lo)};
@@ -330,7 +278,7 @@ static int add_optim_part(const pp_param *p, const host_state *h, bool fused, ck
  * embedding's second copy), with m and v unless cs->optim_per_dp; then, in
  * cs->optim, the parts of their AdamW state this rank holds. What it
  * allocates goes to *owned. */
-static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, void ***owned, int *n_owned, pp_err *e)
+static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned, int *n_owned, pp_err *e)
 {
 	int cap = 0, rc = 0;
 	for (int k = 0; k < t->mesh.v; k++)
@@ -344,10 +292,10 @@ static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, void ***owned
 	for (int k = 0; k < t->mesh.v && !rc; k++) {
 		const pp_stage *st = &t->chunks[k];
 		/* under ZeRO-1 only parameters are gathered */
-		const host_state src = cs->optim_per_dp ? (host_state){.w = hs[k].w} : hs[k];
+		const ckpt_host src = cs->optim_per_dp ? (ckpt_host){.w = hs[k].w} : hs[k];
 		for (int i = 0; i < st->n_params && !rc; i++) {
 			const pp_param *p = &st->params[i];
-			if (is_embedding_copy(st, p))
+			if (stage_is_embedding_copy(st, p))
 				continue;
 			pp_real *whole[3] = {NULL, NULL, NULL};
 			bool fused = p->n_blocks > 1 && t->mesh.tp > 1;
@@ -363,11 +311,7 @@ static int build_shard(trainer *t, host_state *hs, ckpt_state *cs, void ***owned
 			if (fused && t->mesh.tp_rank != 0)
 				continue;
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
-			entry_of(p, 0, c);
-			if (fused || p->n_blocks > 1) { /* whole: the blocks are contiguous rows */
-				c->shape[0] = c->global_shape[0];
-				c->offset[0] = 0;
-			}
+			ckpt_saved_block(p, c);
 			c->param = fused ? whole[0] : src.w + p->off;
 			if (!cs->optim_per_dp) { /* [lo, hi) is everything */
 				c->m = fused ? whole[1] : src.m + p->off;
@@ -408,7 +352,7 @@ int trainer_save(trainer *t, pp_err *e)
 	if (world && (rc = comm_broadcast(world, tmp, sizeof tmp, PP_DT_BYTE, 0, e)))
 		return rc;
 
-	host_state *hs = calloc((size_t)me->v, sizeof *hs);
+	ckpt_host *hs = calloc((size_t)me->v, sizeof *hs);
 	for (int k = 0; k < me->v && !rc; k++)
 		rc = gather_state(t, k, &hs[k], e);
 	rc = agree(t, rc, e); /* build_shard gathers fused tensors over tp */
@@ -443,64 +387,6 @@ int trainer_save(trainer *t, pp_err *e)
 	return rc;
 }
 
-/* A checkpoint must hold the same model as the config that resumes it. */
-static int check_same_model(const pp_config *c, const char *dir, pp_err *e)
-{
-	char *text = NULL;
-	int rc = ckpt_read_config(dir, &text, e);
-	if (rc)
-		return rc;
-	json_error_t je;
-	json_t *saved = json_loads(text, 0, &je);
-	free(text);
-	json_t *a = json_object_get(saved, "model"), *b = json_object_get(c->json, "model");
-	rc = 0;
-	if (!a || !b) {
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its stored config has no model", dir);
-	} else if (!json_equal(a, b)) {
-		const char *key;
-		json_t *v;
-		json_object_foreach(b, key, v)
-		{
-			if (!json_equal(v, json_object_get(a, key))) {
-				char *sv = json_dumps(json_object_get(a, key), JSON_ENCODE_ANY);
-				char *cv = json_dumps(v, JSON_ENCODE_ANY);
-				rc = pp_errorf(e, PP_EUSAGE,
-					       "checkpoint %s was saved with model.%s=%s but the config "
-					       "says model.%s=%s; use another run_dir or the same model",
-					       dir, key, sv ? sv : "(absent)", key, cv);
-				free(sv);
-				free(cv);
-				break;
-			}
-		}
-		if (!rc)
-			rc = pp_errorf(e, PP_EUSAGE, "checkpoint %s holds a different model", dir);
-	}
-	json_decref(saved);
-	return rc;
-}
-
-/* The checkpoint entries of a chunk's parameters, read into h->w (the whole
- * chunk) and, for the blocks that meet [h->lo, h->hi), h->m and h->v. */
-static void add_entries(const pp_stage *st, const host_state *h, ckpt_state *cs)
-{
-	for (int i = 0; i < st->n_params; i++) {
-		const pp_param *p = &st->params[i];
-		size_t len = (size_t)(p->block_rows * p->shape[1]);
-		for (int b = 0; b < p->n_blocks; b++) {
-			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
-			entry_of(p, b, c);
-			size_t at = p->off + (size_t)b * len;
-			c->param = h->w + at;
-			if (h->m && at < h->hi && at + len > h->lo) {
-				c->m = h->m + at;
-				c->v = h->v + at;
-			}
-		}
-	}
-}
-
 /* Loads this rank's tensors (any layout the checkpoint was saved in: the
  * reader assembles each requested slice from the files that hold it), and
  * the AdamW state of its range [lo, hi): m and v are read, into host
@@ -512,19 +398,19 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 	for (int k = 0; k < me->v; k++)
 		cap += 3 * t->chunks[k].n_params;
 	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
-	host_state *hs = calloc(me->v > 0 ? (size_t)me->v : 1, sizeof *hs);
+	ckpt_host *hs = calloc(me->v > 0 ? (size_t)me->v : 1, sizeof *hs);
 	if (!cs->tensors || !hs)
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of memory");
 	for (int k = 0; k < me->v && !rc; k++) {
 		const pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];
 		size_t n = st->n_elems;
-		hs[k] = (host_state){malloc(n * sizeof(pp_real) + 1), calloc(n + 1, sizeof(pp_real)),
+		hs[k] = (ckpt_host){malloc(n * sizeof(pp_real) + 1), calloc(n + 1, sizeof(pp_real)),
 				     calloc(n + 1, sizeof(pp_real)), o->lo, o->hi};
 		if (!hs[k].w || !hs[k].m || !hs[k].v)
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
 		if (!rc)
-			add_entries(st, &hs[k], cs);
+			ckpt_add_entries(st, &hs[k], cs);
 	}
 	if (!rc)
 		rc = ckpt_load(dir, cs, e);
@@ -554,7 +440,7 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	if (rc || step < 0)
 		return agree(t, rc, e);
 	ckpt_state cs = {0};
-	if (!(rc = check_same_model(t->cfg, dir, e)))
+	if (!(rc = ckpt_check_model(t->cfg, dir, e)))
 		rc = load_chunks(t, dir, &cs, e);
 	if (!rc && t->train)
 		rc = data_set_state(t->train, cs.data_state, cs.n_data_state, e);
@@ -569,44 +455,6 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	t->step = cs.step;
 	*resumed = true;
 	return 0;
-}
-
-int trainer_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
-		       size_t found_size, long *step, pp_err *e)
-{
-	char newest[PP_PATH_MAX + 64];
-	int rc = 0;
-	*step = -1;
-	if (!dir) {
-		if ((rc = ckpt_find_newest(c->run_dir, newest, sizeof newest, step, e)))
-			return rc;
-		if (*step < 0)
-			return pp_errorf(e, PP_EUSAGE,
-					 "run_dir %s holds no checkpoint (train, or pp-init -o, first)",
-					 c->run_dir);
-		dir = newest;
-	}
-	snprintf(found, found_size, "%s", dir);
-	ckpt_state cs = {0};
-	host_state h = {.w = malloc(s->n_elems * sizeof(pp_real) + 1)};
-	cs.tensors = calloc(3 * (size_t)s->n_params + 1, sizeof *cs.tensors);
-	if (!h.w || !cs.tensors)
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters",
-			       s->n_elems);
-	if (!rc && !(rc = check_same_model(c, dir, e))) {
-		add_entries(s, &h, &cs);
-		rc = ckpt_load(dir, &cs, e);
-	}
-	if (!rc) {
-		s->ops->to_device(s->w, h.w, s->n_elems * sizeof(pp_real));
-		stage_weights_changed(s);
-		*step = cs.step;
-	} else {
-		pp_err_prefix(e, "loading %s", dir);
-	}
-	free(h.w);
-	free(cs.tensors);
-	return rc;
 }
 
 /* ---- the loop ---------------------------------------------------------- */

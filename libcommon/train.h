@@ -53,13 +53,6 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e);
 /* Saves a checkpoint of the current step into run_dir (every rank calls). */
 int trainer_save(trainer *t, pp_err *e);
 
-/* Loads the parameters of s, a stage of c's model built outside a trainer
- * (pp-decode), from checkpoint directory dir, or when dir is NULL from the
- * newest checkpoint in c->run_dir: saved in any layout, as trainer_resume.
- * found receives the directory, *step its step. Errors: no checkpoint, a
- * checkpoint of another model, unreadable files. */
-int trainer_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
-		       size_t found_size, long *step, pp_err *e);
 
 /* Trains from t->step to cfg->steps. Returns PP_ESTOPPED when stopped by
  * *o->stop after saving. */

@@ -6,10 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../libcommon/ckpt/ckpt.h"
+#include "../libcommon/ckpt/stage.h"
 #include "../libcommon/config.h"
 #include "../libcommon/model.h"
-#include "../libcommon/train.h"
 
 int main(int argc, char **argv)
 {
@@ -43,7 +42,7 @@ int main(int argc, char **argv)
 	long valid = 0;
 	if (!(rc = pp_ops_select("cpu", "fp32", &ops, &e)) &&
 	    !(rc = stage_create(&s, &cfg.model, ops, &spec, &e)) &&
-	    !(rc = trainer_load_stage(&s, &cfg, argv[1], found, sizeof found, &step, &e)))
+	    !(rc = ckpt_load_stage(&s, &cfg, argv[1], found, sizeof found, &step, &e)))
 		rc = stage_forward(&s, 0, tok, NULL, tgt, 0, &loss, &valid, NULL, &e);
 	if (!rc) {
 		const size_t n = (size_t)T * (size_t)cfg.model.vocab_size;

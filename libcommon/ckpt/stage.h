@@ -1,0 +1,62 @@
+/* Between a model stage's parameter table (model.h) and checkpoint entries
+ * (ckpt.h): which block of which tensor a rank saves or loads, and where
+ * ZeRO-1's share of the AdamW state falls. The trainer (saving, resuming),
+ * pp-decode (loading a stage) and pp-ckpt convert (writing any layout) use
+ * these, so the rules live once. */
+#ifndef PP_CKPT_STAGE_H
+#define PP_CKPT_STAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../config.h"
+#include "../model.h"
+#include "ckpt.h"
+
+/* The entry of row block `block` of p: a whole unsharded tensor, a slice,
+ * or one block of a fused projection (GPT-2's c_attn split over tp). */
+void ckpt_entry_of(const pp_param *p, int block, ckpt_tensor *c);
+
+/* The block a checkpoint saves p's parameters in: its slice, or the whole
+ * rows of a fused projection (contiguous when not split over tp; gathered
+ * over tp and saved by tp rank 0 when split). */
+void ckpt_saved_block(const pp_param *p, ckpt_tensor *c);
+
+/* Whether p is saved by this rank at all: the tp rank that owns it, and not
+ * the last stage's copy of a tied embedding (the first stage saves it). */
+bool ckpt_rank_saves(const pp_stage *st, const pp_param *p);
+
+/* ZeRO-1: the elements of p inside [lo, hi) of its chunk's flat buffer, as
+ * ranges of the block ckpt_saved_block gives, counted in that block's
+ * row-major order, ascending and disjoint (fused: p's rows of a fused
+ * projection split over tp, several blocks of the whole). begin and end
+ * need room for ckpt_optim_max_ranges; returns the number of ranges, 0 when
+ * the share misses p. */
+size_t ckpt_optim_max_ranges(const pp_param *p, size_t lo, size_t hi, bool fused);
+int ckpt_optim_ranges(const pp_param *p, size_t lo, size_t hi, bool fused, int64_t *begin,
+		      int64_t *end);
+
+/* Host copies of one chunk's parameters (all of them) and of a range
+ * [lo, hi) of its flat buffer's AdamW state (m and v may be NULL). */
+typedef struct {
+	pp_real *w, *m, *v;
+	size_t lo, hi;
+} ckpt_host;
+
+/* For loading: appends to cs the entries of every block of st's
+ * parameters, reading into h->w at their offsets, and into h->m and h->v
+ * for the blocks that meet [h->lo, h->hi). cs->tensors needs room for the
+ * blocks of every parameter (3 per parameter is always enough). */
+void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs);
+
+/* The checkpoint in dir holds the model c configures (else PP_EUSAGE,
+ * naming the first key that differs). */
+int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e);
+
+/* Loads s's parameters (no optimizer state) from the checkpoint dir, or,
+ * when dir is NULL, from the newest one in c->run_dir; the directory read
+ * goes to found and its step to *step. */
+int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
+		    size_t found_size, long *step, pp_err *e);
+
+#endif
