@@ -329,8 +329,7 @@ static int shard_dims(pp_stage *s, pp_err *e)
 	return 0;
 }
 
-int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
-		 pp_err *e)
+int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e)
 {
 	memset(s, 0, sizeof *s);
 	if (cfg->n_experts > 0)
@@ -341,7 +340,6 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 		return pp_errorf(e, PP_EUSAGE,
 				 "recompute and a split backward pass (schedule zbh1) do not combine");
 	s->cfg = cfg;
-	s->ops = ops;
 	s->spec = *spec;
 	s->layer_begin = spec->layer_begin;
 	s->layer_end = spec->layer_end;
@@ -355,8 +353,20 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	if (rc)
 		return rc;
 	s->acts = calloc(1, sizeof *s->acts);
+	if (!s->acts)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	build_table(s, s->acts);
+	return 0;
+}
+
+int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
+		 pp_err *e)
+{
+	int rc = stage_describe(s, cfg, spec, e);
+	if (rc)
+		return rc;
+	s->ops = ops;
 	pp_stage_acts *a = s->acts;
-	build_table(s, a);
 
 	const size_t N = (size_t)s->B * s->T, C = cfg->d_model, F = s->d_ff, V = s->vocab;
 	const size_t HD = (size_t)s->n_heads * cfg->head_dim;
@@ -434,8 +444,14 @@ void stage_free(pp_stage *s)
 {
 	pp_stage_acts *a = s->acts;
 	const pp_ops *ops = s->ops;
-	if (!ops)
+	if (!ops) { /* described only (stage_describe), or never built */
+		if (a)
+			free(a->layer);
+		free(a);
+		free(s->params);
+		memset(s, 0, sizeof *s);
 		return;
+	}
 	if (a) {
 		for (int k = 0; a->slot && k < s->n_slots; k++) {
 			slot_acts *sa = &a->slot[k];

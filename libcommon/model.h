@@ -123,6 +123,11 @@ typedef struct pp_stage {
  * load. Errors: a width that tp does not divide, or memory. */
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
 		 pp_err *e);
+/* The parameter table alone (names, shapes, slices, offsets, n_elems) of
+ * the stage stage_create would build, with no memory for weights or
+ * activations (ops NULL, w and g NULL): what a checkpoint writer needs to
+ * know of a layout. stage_free releases it. */
+int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e);
 /* Rows per chunk of the last stage's head and loss: as many rows of V
  * logits of elem bytes as fit in mb MiB (PP_LOSS_CHUNK_MB if 0), rounded
  * down to a multiple of 128 where 128 fit, at least one, at most N. The

@@ -138,6 +138,21 @@ int ckpt_write_optim_shard(const char *dir, const ckpt_state *s, pp_err *e);
  * all). */
 int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, pp_err *e);
 
+/* The same one tensor at a time (pp-ckpt convert streams a model through
+ * these): a shard file (this rank's (pp, tp); s's header: step, rng, data
+ * state, config, ranks, optim_per_dp; s's tensors are not used) or, with
+ * optim, its optimizer file (pp, tp, dp). put adds one tensor slice (params,
+ * m and v when not NULL) to a shard, put_optim one part to an optimizer
+ * file; close writes what remains, flushes and fsyncs; on any failure, and
+ * on abort, the file is removed. Both free the writer. */
+typedef struct ckpt_writer ckpt_writer;
+int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **w,
+		     pp_err *e);
+int ckpt_writer_put(ckpt_writer *w, const ckpt_tensor *t, pp_err *e);
+int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e);
+int ckpt_writer_close(ckpt_writer *w, pp_err *e);
+void ckpt_writer_abort(ckpt_writer *w);
+
 /* File names inside a checkpoint directory: the (pp, tp) shard and the
  * per-rank optimizer file (ZeRO-1, version 2). */
 void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank);

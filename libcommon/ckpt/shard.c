@@ -181,31 +181,22 @@ int ck_check_state(const ckpt_state *s, pp_err *e)
 	return ck_check_tensors("checkpoint save", s, true, e);
 }
 
-/* The optimizer parts of a state being saved. */
-static int check_optim_parts(const ckpt_state *s, pp_err *e)
+/* One optimizer part being saved (part i, for messages). */
+static int check_optim_part(const char *what, int i, const ckpt_optim_part *p, pp_err *e)
 {
-	const char *what = "checkpoint save (optimizer file)";
-	if (s->n_optim < 0 || (s->n_optim > 0 && !s->optim))
-		return pp_errorf(e, PP_EUSAGE, "%s: n_optim %d with no parts", what, s->n_optim);
-	for (int i = 0; i < s->n_optim; i++) {
-		const ckpt_optim_part *p = &s->optim[i];
-		if (check_block(what, i, p->name, p->ndim, p->shape, p->global_shape, p->offset, e))
-			return e ? e->code : PP_EUSAGE;
-		if (!p->m || !p->v)
-			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what, p->name);
-		if (p->n_ranges < 1 || !p->begin || !p->end)
-			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what, p->name);
-		int64_t vol = ck_volume(p->ndim, p->shape);
-		for (int r = 0; r < p->n_ranges; r++)
-			if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] || p->end[r] > vol)
-				return pp_errorf(e, PP_EUSAGE,
-						 "%s: tensor %s: range %d is [%lld, %lld) of a block of %lld elements; ranges "
-						 "must be non-empty, ascending and disjoint",
-						 what, p->name, r, (long long)p->begin[r], (long long)p->end[r], (long long)vol);
-		for (int j = 0; j < i; j++)
-			if (strcmp(s->optim[j].name, p->name) == 0)
-				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what, p->name);
-	}
+	if (check_block(what, i, p->name, p->ndim, p->shape, p->global_shape, p->offset, e))
+		return e ? e->code : PP_EUSAGE;
+	if (!p->m || !p->v)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what, p->name);
+	if (p->n_ranges < 1 || !p->begin || !p->end)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what, p->name);
+	int64_t vol = ck_volume(p->ndim, p->shape);
+	for (int r = 0; r < p->n_ranges; r++)
+		if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] || p->end[r] > vol)
+			return pp_errorf(e, PP_EUSAGE,
+					 "%s: tensor %s: range %d is [%lld, %lld) of a block of %lld elements; ranges "
+					 "must be non-empty, ascending and disjoint",
+					 what, p->name, r, (long long)p->begin[r], (long long)p->end[r], (long long)vol);
 	return PP_OK;
 }
 
@@ -274,49 +265,6 @@ static int create_groups(hid_t f, const char *path, int first, int last, hid_t *
 	return PP_OK;
 }
 
-static int write_shard_body(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
-{
-	hid_t g[N_GROUPS];
-	int rc;
-	if ((rc = write_root_attrs(f, path, s, e)) || (rc = create_groups(f, path, 0, N_GROUPS - 1, g, e)))
-		return rc;
-	for (int i = 0; i < s->n_tensors && !rc; i++) {
-		const ckpt_tensor *t = &s->tensors[i];
-		const pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
-		int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM];
-		ck_slice_of(t, gs, off);
-		for (int k = 0; k < N_GROUPS && !rc; k++)
-			if (buf[k] && !write_dataset(g[k], t->name, t->ndim, t->shape, gs, off, buf[k], t->ndim, NULL))
-				rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", path, ck_group_name[k],
-					       t->name, h5u_reason());
-	}
-	for (int k = 0; k < N_GROUPS; k++)
-		H5Gclose(g[k]);
-	if (rc)
-		return rc;
-
-	hid_t st = H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	int64_t step = s->step;
-	bool ok = h5u_ok(st) && write_ints(st, "step", 1, &step, true) && write_ints(st, "rng", 4, s->rng, false) &&
-		  write_ints(st, "data_state", s->n_data_state, s->data_state, false);
-	if (st >= 0)
-		H5Gclose(st);
-	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", path, h5u_reason());
-
-	const char *cfg = s->config_json ? s->config_json : "";
-	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
-	ok = h5u_ok(ds = H5Dcreate2(f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
-	     h5u_ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
-	if (ds >= 0)
-		H5Dclose(ds);
-	H5Sclose(sp);
-	H5Tclose(t);
-	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", path, h5u_reason());
-	return PP_OK;
-}
-
 /* When its closing flush fails (a full disk), HDF5 1.10 leaves a
  * half-closed file behind that crashes the next close, or the exit. A file
  * whose writing failed is deleted anyway: point HDF5's descriptor at an
@@ -338,68 +286,212 @@ static void h5_discard_file(hid_t f)
 		H5Pclose(fapl);
 }
 
-/* The optimizer parts of s: /adam_m/NAME and /adam_v/NAME, 1-d, with the
- * block's global_shape, offset and shape and the ranges' slice_begin and
- * slice_end as attributes. */
-static int write_optim_body(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
+/* ---- the streaming writer: one shard or optimizer file ---- */
+
+struct ckpt_writer {
+	char path[CKPT_PATH];
+	hid_t f;
+	hid_t g[N_GROUPS]; /* the file's groups, -1 where it has none */
+	bool optim;        /* an optimizer file: parts, no params, no /state */
+	ckpt_state head;   /* step, rng, data state, ranks, optim_per_dp */
+	char *config_json;
+	int n; /* tensors or parts written, for messages */
+};
+
+static void writer_free(ckpt_writer *w)
 {
-	hid_t g[N_GROUPS];
-	int rc;
-	if ((rc = write_root_attrs(f, path, s, e)) || (rc = create_groups(f, path, G_ADAM_M, G_ADAM_V, g, e)))
-		return rc;
-	for (int i = 0; i < s->n_optim && !rc; i++) {
-		const ckpt_optim_part *p = &s->optim[i];
-		int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM], len = 0;
-		ck_block_of(p->ndim, p->shape, p->global_shape, p->offset, gs, off);
-		for (int r = 0; r < p->n_ranges; r++)
-			len += p->end[r] - p->begin[r];
-		const pp_real *buf[N_GROUPS] = {NULL, p->m, p->v};
-		for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++) {
-			hid_t ds = -1;
-			bool ok = write_dataset(g[k], p->name, 1, &len, gs, off, buf[k], p->ndim, &ds) && ds >= 0 &&
-				  h5u_attr_put_i64(ds, "shape", p->ndim, p->shape) &&
-				  h5u_attr_put_i64(ds, "slice_begin", p->n_ranges, p->begin) &&
-				  h5u_attr_put_i64(ds, "slice_end", p->n_ranges, p->end);
-			if (ds >= 0)
-				H5Dclose(ds);
-			if (!ok)
-				rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", path, ck_group_name[k], p->name,
-					       h5u_reason());
-		}
-	}
-	for (int k = G_ADAM_M; k <= G_ADAM_V; k++)
-		H5Gclose(g[k]);
-	return rc;
+	for (int k = 0; k < N_GROUPS; k++)
+		if (w->g[k] >= 0)
+			H5Gclose(w->g[k]);
+	free(w->config_json);
+	free(w);
 }
 
-/* Creates DIR/NAME with body(f, path, s), flushes and fsyncs it; on failure
- * no file is left. */
-static int write_file(const char *dir, const char *name, const ckpt_state *s,
-		      int (*body)(hid_t, const char *, const ckpt_state *, pp_err *), pp_err *e)
+/* The file is dropped: closed through the discard path (a full disk leaves
+ * HDF5 unable to close it otherwise) and removed. */
+static void writer_drop(ckpt_writer *w)
 {
-	char path[CKPT_PATH];
-	if (ck_join(path, sizeof path, dir, name, e))
+	for (int k = 0; k < N_GROUPS; k++)
+		if (w->g[k] >= 0)
+			H5Gclose(w->g[k]);
+	for (int k = 0; k < N_GROUPS; k++)
+		w->g[k] = -1;
+	if (w->f >= 0) {
+		h5_discard_file(w->f);
+		H5Fclose(w->f);
+		w->f = -1;
+	}
+	unlink(w->path);
+	writer_free(w);
+}
+
+int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **out,
+		     pp_err *e)
+{
+	h5u_quiet();
+	*out = NULL;
+	if (check_header(s, e))
 		return e ? e->code : PP_EUSAGE;
+	if (optim && !s->optim_per_dp)
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: optimizer files are written with "
+					       "optim_per_dp set (its shard holds params only)");
+	ckpt_writer *w = calloc(1, sizeof *w);
+	if (!w)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	for (int k = 0; k < N_GROUPS; k++)
+		w->g[k] = -1;
+	w->f = -1;
+	w->optim = optim;
+	w->head = *s;
+	w->head.tensors = NULL;
+	w->head.optim = NULL;
+	w->head.n_tensors = w->head.n_optim = 0;
+	w->config_json = strdup(s->config_json ? s->config_json : "");
+	w->head.config_json = w->config_json;
+	char name[64];
+	if (optim)
+		ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
+	else
+		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank);
+	int rc = w->config_json ? ck_join(w->path, sizeof w->path, dir, name, e)
+				: pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (rc) {
+		writer_free(w);
+		return rc;
+	}
 	/* a strong close also closes what a failed write left open */
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
-	hid_t f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+	w->f = H5Fcreate(w->path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	H5Pclose(fapl);
-	if (!h5u_ok(f))
-		return pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint file %s: %s", path, h5u_reason());
-	int rc = body(f, path, s, e);
+	if (!h5u_ok(w->f)) {
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint file %s: %s", w->path, h5u_reason());
+		writer_free(w);
+		return rc;
+	}
+	if (!(rc = write_root_attrs(w->f, w->path, &w->head, e)))
+		rc = create_groups(w->f, w->path, optim ? G_ADAM_M : G_PARAMS, G_ADAM_V, w->g, e);
+	if (rc) {
+		writer_drop(w);
+		return rc;
+	}
+	*out = w;
+	return PP_OK;
+}
+
+int ckpt_writer_put(ckpt_writer *w, const ckpt_tensor *t, pp_err *e)
+{
+	const char *what = "checkpoint save";
+	if (w->optim)
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is an optimizer file (parts only)", what, w->path);
+	if (check_block(what, w->n, t->name, t->ndim, t->shape, t->global_shape, t->offset, e))
+		return e ? e->code : PP_EUSAGE;
+	if (!t->param)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no param buffer", what, t->name);
+	if (!t->m != !t->v)
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v", what, t->name);
+	if (w->head.optim_per_dp && t->m)
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s: tensor %s has adam m and v, but with optim_per_dp they are saved "
+				 "per dp rank (optimizer files), not in the shard",
+				 what, t->name);
+	const pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
+	int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM];
+	ck_slice_of(t, gs, off);
+	for (int k = 0; k < N_GROUPS; k++)
+		if (buf[k] && !write_dataset(w->g[k], t->name, t->ndim, t->shape, gs, off, buf[k], t->ndim, NULL))
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
+					 ck_group_name[k], t->name, h5u_reason());
+	w->n++;
+	return PP_OK;
+}
+
+/* /adam_m/NAME and /adam_v/NAME, 1-d, with the block's global_shape, offset
+ * and shape and the ranges' slice_begin and slice_end as attributes. */
+int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e)
+{
+	const char *what = "checkpoint save (optimizer file)";
+	if (!w->optim)
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is a shard (tensors only)", what, w->path);
+	if (check_optim_part(what, w->n, p, e))
+		return e ? e->code : PP_EUSAGE;
+	int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM], len = 0;
+	ck_block_of(p->ndim, p->shape, p->global_shape, p->offset, gs, off);
+	for (int r = 0; r < p->n_ranges; r++)
+		len += p->end[r] - p->begin[r];
+	const pp_real *buf[N_GROUPS] = {NULL, p->m, p->v};
+	for (int k = G_ADAM_M; k <= G_ADAM_V; k++) {
+		hid_t ds = -1;
+		bool ok = write_dataset(w->g[k], p->name, 1, &len, gs, off, buf[k], p->ndim, &ds) &&
+			  ds >= 0 && h5u_attr_put_i64(ds, "shape", p->ndim, p->shape) &&
+			  h5u_attr_put_i64(ds, "slice_begin", p->n_ranges, p->begin) &&
+			  h5u_attr_put_i64(ds, "slice_end", p->n_ranges, p->end);
+		if (ds >= 0)
+			H5Dclose(ds);
+		if (!ok)
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
+					 ck_group_name[k], p->name, h5u_reason());
+	}
+	w->n++;
+	return PP_OK;
+}
+
+/* A shard's /state (step, rng, data state) and /config. */
+static int write_state(ckpt_writer *w, pp_err *e)
+{
+	const ckpt_state *s = &w->head;
+	hid_t st = H5Gcreate2(w->f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+	int64_t step = s->step;
+	bool ok = h5u_ok(st) && write_ints(st, "step", 1, &step, true) &&
+		  write_ints(st, "rng", 4, s->rng, false) &&
+		  write_ints(st, "data_state", s->n_data_state, s->data_state, false);
+	if (st >= 0)
+		H5Gclose(st);
+	if (!ok)
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", w->path, h5u_reason());
+	const char *cfg = w->config_json;
+	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
+	ok = h5u_ok(ds = H5Dcreate2(w->f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+	     h5u_ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
+	if (ds >= 0)
+		H5Dclose(ds);
+	H5Sclose(sp);
+	H5Tclose(t);
+	if (!ok)
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", w->path, h5u_reason());
+	return PP_OK;
+}
+
+int ckpt_writer_close(ckpt_writer *w, pp_err *e)
+{
+	int rc = w->optim ? PP_OK : write_state(w, e);
+	for (int k = 0; k < N_GROUPS; k++)
+		if (w->g[k] >= 0)
+			H5Gclose(w->g[k]);
+	for (int k = 0; k < N_GROUPS; k++)
+		w->g[k] = -1;
 	/* flush first, so that a full disk shows here and not in the close */
-	if (!rc && !h5u_ok(H5Fflush(f, H5F_SCOPE_LOCAL)))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint file %s: %s", path, h5u_reason());
-	if (rc)
-		h5_discard_file(f);
-	if (!h5u_ok(H5Fclose(f)) && !rc)
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint file %s: %s", path, h5u_reason());
+	if (!rc && !h5u_ok(H5Fflush(w->f, H5F_SCOPE_LOCAL)))
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint file %s: %s", w->path, h5u_reason());
+	if (rc) {
+		writer_drop(w);
+		return rc;
+	}
+	if (!h5u_ok(H5Fclose(w->f)))
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint file %s: %s", w->path, h5u_reason());
+	w->f = -1;
 	if (!rc)
-		rc = fs_fsync_path(path, e);
+		rc = fs_fsync_path(w->path, e);
 	if (rc)
-		unlink(path);
+		unlink(w->path);
+	writer_free(w);
 	return rc;
+}
+
+void ckpt_writer_abort(ckpt_writer *w)
+{
+	if (w)
+		writer_drop(w);
 }
 
 int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
@@ -407,20 +499,35 @@ int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
 	h5u_quiet();
 	if (ck_check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
-	char name[64];
-	ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank);
-	return write_file(dir, name, s, write_shard_body, e);
+	ckpt_writer *w;
+	int rc = ckpt_writer_open(dir, s, false, &w, e);
+	for (int i = 0; !rc && i < s->n_tensors; i++)
+		rc = ckpt_writer_put(w, &s->tensors[i], e);
+	if (rc) {
+		ckpt_writer_abort(w);
+		return rc;
+	}
+	return ckpt_writer_close(w, e);
 }
 
 int ckpt_write_optim_shard(const char *dir, const ckpt_state *s, pp_err *e)
 {
 	h5u_quiet();
-	if (check_header(s, e) || check_optim_parts(s, e))
-		return e ? e->code : PP_EUSAGE;
-	if (!s->optim_per_dp)
-		return pp_errorf(e, PP_EUSAGE, "checkpoint save: optimizer files are written with optim_per_dp set "
-					       "(its shard holds params only)");
-	char name[64];
-	ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
-	return write_file(dir, name, s, write_optim_body, e);
+	const char *what = "checkpoint save (optimizer file)";
+	if (s->n_optim < 0 || (s->n_optim > 0 && !s->optim))
+		return pp_errorf(e, PP_EUSAGE, "%s: n_optim %d with no parts", what, s->n_optim);
+	for (int i = 0; i < s->n_optim; i++)
+		for (int j = 0; j < i; j++)
+			if (strcmp(s->optim[j].name, s->optim[i].name) == 0)
+				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what,
+						 s->optim[i].name);
+	ckpt_writer *w;
+	int rc = ckpt_writer_open(dir, s, true, &w, e);
+	for (int i = 0; !rc && i < s->n_optim; i++)
+		rc = ckpt_writer_put_optim(w, &s->optim[i], e);
+	if (rc) {
+		ckpt_writer_abort(w);
+		return rc;
+	}
+	return ckpt_writer_close(w, e);
 }
