@@ -150,6 +150,7 @@ static const key_desc keys[] = {
 	NUM("checkpoint_period", K_LONG, checkpoint_period, "0", R_GE0, 0),
 	BOOL("save_on_completion", save_on_completion, "true", 0),
 	NUM("keep", K_INT, keep, "3", R_GE0, 0),
+	NUM("resume_from", K_LONG, resume_from, "-1", R_GEM1, 0),
 	NUM("eval_interval", K_LONG, eval_interval, "0", R_GE0, 0),
 	NUM("eval_batches", K_INT, eval_batches, "4", R_GE1, 0),
 	NUM("log_period", K_LONG, log_period, "1", R_GE1, 0),

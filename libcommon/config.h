@@ -101,6 +101,7 @@ typedef struct {
 	long checkpoint_period; /* 0 = only at the end */
 	bool save_on_completion; /* save after the last step (benchmarks turn it off) */
 	int keep;               /* keep the newest K checkpoints (0 = all) */
+	long resume_from;       /* -1: the newest sound checkpoint; else that step */
 	long eval_interval;     /* 0 = off */
 	int eval_batches;
 	long log_period;

@@ -391,7 +391,7 @@ int trainer_save(trainer *t, pp_err *e)
  * reader assembles each requested slice from the files that hold it), and
  * the AdamW state of its range [lo, hi): m and v are read, into host
  * buffers of the whole chunk, for the blocks that meet the range only. */
-static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
+static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
 	int cap = 0, rc = 0;
@@ -409,8 +409,12 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 				     calloc(n + 1, sizeof(pp_real)), o->lo, o->hi};
 		if (!hs[k].w || !hs[k].m || !hs[k].v)
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
+		/* without AdamW state in the checkpoint, m and v stay zero: a fresh optimizer */
+		ckpt_host want = hs[k];
+		if (!adam)
+			want.m = want.v = NULL;
 		if (!rc)
-			ckpt_add_entries(st, &hs[k], cs);
+			ckpt_add_entries(st, &want, cs);
 	}
 	if (!rc)
 		rc = ckpt_load(dir, cs, e);
@@ -433,15 +437,35 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, pp_err *e)
 
 int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 {
-	char dir[PP_PATH_MAX + 64];
-	long step = -1;
+	const pp_config *c = t->cfg;
+	char dir[PP_PATH_MAX + 64] = "", skipped[4096] = "";
+	int64_t step = -1;
+	long found = -1;
 	*resumed = false;
-	int rc = ckpt_find_newest(t->cfg->run_dir, dir, sizeof dir, &step, e);
+	/* rank 0 verifies and picks the checkpoint, every rank loads it */
+	int rc = 0;
+	if (t->mesh.rank == 0)
+		rc = ckpt_find_resume(c->run_dir, c->resume_from, dir, sizeof dir, &found, skipped,
+				      sizeof skipped, e);
+	step = found;
+	if (!(rc = agree(t, rc, e)) && t->mesh.world_comm)
+		rc = comm_broadcast(t->mesh.world_comm, &step, 1, PP_DT_I64, 0, e);
 	if (rc || step < 0)
-		return agree(t, rc, e);
+		return rc;
+	if (t->mesh.rank == 0 && skipped[0])
+		log_info("warning: %s %s fail%s verification; resuming from %s, the newest sound one",
+			 strchr(skipped, ';') ? "checkpoints" : "checkpoint", skipped,
+			 strchr(skipped, ';') ? "" : "s", dir);
+	if (t->mesh.rank != 0)
+		rc = ckpt_step_dir(c->run_dir, (long)step, dir, sizeof dir, e);
 	ckpt_state cs = {0};
-	if (!(rc = ckpt_check_model(t->cfg, dir, e)))
-		rc = load_chunks(t, dir, &cs, e);
+	ckpt_manifest m = {0};
+	bool adam = false;
+	if (!rc && !(rc = ckpt_read_manifest(dir, &m, e)))
+		rc = ckpt_holds_optimizer(&m, &adam, e);
+	ckpt_manifest_free(&m);
+	if (!rc && !(rc = ckpt_check_model(t->cfg, dir, e)))
+		rc = load_chunks(t, dir, &cs, adam, e);
 	if (!rc && t->train)
 		rc = data_set_state(t->train, cs.data_state, cs.n_data_state, e);
 	if (!rc && cs.step > t->cfg->steps)
@@ -452,6 +476,8 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 		pp_err_prefix(e, "resuming from %s", dir);
 	if ((rc = agree(t, rc, e)))
 		return rc;
+	if (t->mesh.rank == 0 && !adam)
+		log_info("%s holds parameters only: AdamW starts from zero", dir);
 	t->step = cs.step;
 	*resumed = true;
 	return 0;

@@ -618,13 +618,13 @@ static void test_resolved_json(void)
 			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
 			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
 			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
-			       NULL, "stage_layers", NULL, "loss_chunk_mb"};
+			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 36, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 37, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

@@ -90,6 +90,17 @@ int ckpt_find_latest(const char *run_dir, char *dir, size_t dir_size, long *step
  * must report rather than silently fall back to an older step. */
 int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step, pp_err *e);
 
+/* RUN/checkpoints/step_NNNNNNNN, the directory of a step's checkpoint. */
+int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e);
+
+/* The checkpoint to resume from: step want of RUN/checkpoints (want >= 0;
+ * an error when it is missing or fails ckpt_verify), or the newest one that
+ * passes ckpt_verify (want < 0): the newer ones that fail are skipped, each
+ * named with its reason in skipped ("step_N (why); ..."). *step = -1 when
+ * there is no checkpoint; PP_ERUNTIME when there are only damaged ones. */
+int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size, long *step,
+		     char *skipped, size_t skipped_size, pp_err *e);
+
 /* Verifies the manifest, versions, sizes and checksums of a checkpoint dir. */
 int ckpt_verify(const char *dir, pp_err *e);
 
@@ -209,6 +220,11 @@ int ckpt_read_manifest(const char *dir, ckpt_manifest *m, pp_err *e);
 void ckpt_manifest_free(ckpt_manifest *m);
 /* The tensor called name, or NULL. */
 const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name);
+
+/* Whether the checkpoint holds AdamW state (m and v): for every tensor
+ * (true) or none (false, a parameters-only checkpoint: an import, or
+ * pp-ckpt convert --params-only); only some is an error. */
+int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e);
 
 /* Reads a whole tensor, reassembled from its shards (and optimizer files for
  * m and v), into out (global_shape, row-major). group is "params", "adam_m"

@@ -610,3 +610,24 @@ int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e
 		rc = ck_check_file(dir, &m->files[i], hash, e);
 	return rc;
 }
+
+int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)
+{
+	int with = 0;
+	const char *some = NULL, *none = NULL;
+	for (int i = 0; i < m->n_tensors; i++) {
+		if (m->tensors[i].adam) {
+			with++;
+			some = m->tensors[i].name;
+		} else {
+			none = m->tensors[i].name;
+		}
+	}
+	*holds = with > 0;
+	if (with && with < m->n_tensors)
+		return pp_errorf(e, PP_ERUNTIME,
+				 "the checkpoint holds AdamW state for %d of its %d tensors (%s has it, "
+				 "%s not): all or none",
+				 with, m->n_tensors, some, none);
+	return PP_OK;
+}

@@ -299,3 +299,62 @@ int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step
 {
 	return find_step(run_dir, dir, dir_size, step, false, e);
 }
+
+int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size, long *step,
+		     char *skipped, size_t skipped_size, pp_err *e)
+{
+	h5u_quiet();
+	*step = -1;
+	if (dir_size)
+		dir[0] = '\0';
+	if (skipped_size)
+		skipped[0] = '\0';
+	char ckpts[CKPT_PATH], path[CKPT_PATH];
+	long *steps;
+	int n, rc;
+	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = list_steps(ckpts, &steps, &n, e)))
+		return rc;
+	size_t used = 0;
+	bool asked_found = false;
+	for (int i = 0; i < n && *step < 0 && !rc; i++) {
+		if (want >= 0 && steps[i] != want)
+			continue;
+		asked_found = true;
+		if (step_path(path, sizeof path, ckpts, steps[i]))
+			continue;
+		pp_err why = {0};
+		if (ckpt_verify(path, &why) == PP_OK) {
+			if (strlen(path) >= dir_size)
+				rc = pp_errorf(e, PP_EUSAGE, "checkpoint path %s does not fit in %zu bytes",
+					       path, dir_size);
+			else {
+				snprintf(dir, dir_size, "%s", path);
+				*step = steps[i];
+			}
+		} else if (want >= 0) {
+			rc = pp_errorf(e, PP_ERUNTIME, "resume_from=%ld: %s", want, why.msg);
+		} else if (used < skipped_size) {
+			int k = snprintf(skipped + used, skipped_size - used, "%sstep_%08ld (%s)",
+					 used ? "; " : "", steps[i], why.msg);
+			used += k > 0 ? (size_t)k : 0;
+		}
+	}
+	if (!rc && want >= 0 && !asked_found)
+		rc = pp_errorf(e, PP_EUSAGE, "resume_from=%ld: %s holds no checkpoint step_%08ld%s",
+			       want, ckpts, want, n ? "" : " (it holds none)");
+	/* damaged checkpoints and no sound one: never a silent fresh start */
+	if (!rc && *step < 0 && used)
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "no checkpoint in %s passes verification: %s (remove them to start "
+			       "afresh)",
+			       ckpts, skipped);
+	free(steps);
+	return rc;
+}
+
+int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e)
+{
+	char ckpts[CKPT_PATH];
+	int rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e);
+	return rc ? rc : ck_fmt_checked(buf, n, e, "%s/step_%08ld", ckpts, step);
+}

@@ -1,6 +1,8 @@
 /* Stages' parameter tables as checkpoint entries (stage.h). */
 #include "stage.h"
 
+#include "../log.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,12 +129,19 @@ int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *foun
 	int rc = 0;
 	*step = -1;
 	if (!dir) {
-		if ((rc = ckpt_find_newest(c->run_dir, newest, sizeof newest, step, e)))
+		char skipped[4096];
+		if ((rc = ckpt_find_resume(c->run_dir, c->resume_from, newest, sizeof newest, step,
+					   skipped, sizeof skipped, e)))
 			return rc;
 		if (*step < 0)
 			return pp_errorf(e, PP_EUSAGE,
-					 "run_dir %s holds no checkpoint (train, or pp-init -o, first)",
-					 c->run_dir);
+					 "run_dir %s holds no checkpoint (train, or pp-init -o, "
+					 "first)%s%s",
+					 c->run_dir, skipped[0] ? ": " : "", skipped);
+		if (skipped[0])
+			log_info("warning: %s: fails verification; loading %s, the newest sound "
+				 "checkpoint",
+				 skipped, newest);
 		dir = newest;
 	}
 	snprintf(found, found_size, "%s", dir);

@@ -54,8 +54,9 @@ void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs);
 int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e);
 
 /* Loads s's parameters (no optimizer state) from the checkpoint dir, or,
- * when dir is NULL, from the newest one in c->run_dir; the directory read
- * goes to found and its step to *step. */
+ * when dir is NULL, from c->run_dir's checkpoint of step c->resume_from or
+ * its newest sound one (ckpt_find_resume; a warning names any newer one
+ * skipped); the directory read goes to found and its step to *step. */
 int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
 		    size_t found_size, long *step, pp_err *e);
 

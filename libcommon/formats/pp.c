@@ -5,8 +5,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../ckpt/ckpt.h"
+#include "../ckpt/stage.h"
+#include "../fsutil.h"
+#include "../gradsync.h"
 #include "../model.h"
+#include "../plan.h"
 #include "tensorio.h"
 
 /* ---- source ------------------------------------------------------------------ */
@@ -114,6 +117,14 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 				       p->dir);
 	}
 	free(text);
+	if (!rc) { /* the training state (rng, data position) of shard pp000-tp000 */
+		ckpt_state st = {0};
+		rc = ckpt_load(p->dir, &st, e);
+		s->meta.has_state = !rc;
+		memcpy(s->meta.rng, st.rng, sizeof st.rng);
+		s->meta.n_data_state = st.n_data_state;
+		memcpy(s->meta.data_state, st.data_state, sizeof st.data_state);
+	}
 	if (!rc) {
 		s->meta.step = p->m.step;
 		const char *tk = json_string_value(json_object_get(s->meta.config, "tokenizer"));
@@ -145,85 +156,240 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	return 0;
 }
 
-/* ---- sink: one process's checkpoint of the whole model (pp = tp = dp = 1) --------- */
+/* ---- sink: a checkpoint in any layout, one tensor at a time ----------------------- */
+
+/* One (pp, tp) rank of the target layout: its chunks' parameter tables and
+ * its files (the shard; under ZeRO-1 one optimizer file per dp rank). */
+typedef struct {
+	int pp_rank, tp_rank;
+	pp_stage *chunks; /* v, described only */
+	ckpt_writer *shard;
+	ckpt_writer **optim; /* dp, or NULL */
+} pp_rank_files;
 
 typedef struct {
 	char run_dir[PP_PATH_MAX];
+	char tmp[PP_PATH_MAX + 128];
 	pp_config cfg;
-	pp_stage desc; /* the model's parameter table: names and shapes */
-	bool with_adam;
-	ckpt_state cs;
-	int filled;
+	int pp, tp, dp, v;
+	bool zero;      /* ZeRO-1: AdamW state in per-dp optimizer files */
+	bool with_adam; /* optimizer state kept (else parameters only) */
+	long step;
+	pp_rank_files *ranks; /* pp * tp */
+	char **expected;      /* the names the model's ranks save, sorted */
+	bool *seen;
+	int n_expected;
+	pp_real *block, *bm, *bv, *part_m, *part_v; /* scratch: a block, an optimizer part */
+	int64_t *begin, *end;
+	size_t cap_block, cap_ranges;
 } pp_sink;
 
-static void sink_free(pp_sink *k)
+static int cmp_str(const void *a, const void *b)
 {
-	for (int i = 0; i < k->cs.n_tensors; i++) {
-		free(k->cs.tensors[i].param);
-		free(k->cs.tensors[i].m);
-		free(k->cs.tensors[i].v);
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void sink_free(pp_sink *k, bool remove_tmp)
+{
+	for (int r = 0; k->ranks && r < k->pp * k->tp; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		ckpt_writer_abort(f->shard);
+		for (int d = 0; f->optim && d < k->dp; d++)
+			ckpt_writer_abort(f->optim[d]);
+		free(f->optim);
+		for (int c = 0; f->chunks && c < k->v; c++)
+			stage_free(&f->chunks[c]);
+		free(f->chunks);
 	}
-	free(k->cs.tensors);
-	stage_free(&k->desc);
+	free(k->ranks);
+	if (remove_tmp && k->tmp[0])
+		fs_rm_rf(k->tmp);
+	for (int i = 0; i < k->n_expected; i++)
+		free(k->expected[i]);
+	free(k->expected);
+	free(k->seen);
+	free(k->block);
+	free(k->bm);
+	free(k->bv);
+	free(k->part_m);
+	free(k->part_v);
+	free(k->begin);
+	free(k->end);
 	pp_config_free(&k->cfg);
 	free(k);
+}
+
+/* room for n floats in each scratch buffer, and m ranges */
+static int reserve(pp_sink *k, size_t n, size_t m, pp_err *e)
+{
+	if (n > k->cap_block) {
+		pp_real **b[] = {&k->block, &k->bm, &k->bv, &k->part_m, &k->part_v};
+		for (size_t i = 0; i < sizeof b / sizeof *b; i++) {
+			free(*b[i]);
+			if (!(*b[i] = malloc(n * sizeof(pp_real))))
+				return pp_errorf(e, PP_ERUNTIME, "out of memory for a block of %zu elements", n);
+		}
+		k->cap_block = n;
+	}
+	if (m > k->cap_ranges) {
+		free(k->begin);
+		free(k->end);
+		k->begin = malloc(m * sizeof *k->begin);
+		k->end = malloc(m * sizeof *k->end);
+		if (!k->begin || !k->end)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory");
+		k->cap_ranges = m;
+	}
+	return 0;
+}
+
+/* rows [r0, r0 + rows) x cols [c0, c0 + cols) of a (R, C) matrix */
+static void copy_block(pp_real *dst, const float *src, int64_t C, int64_t r0, int64_t rows,
+		       int64_t c0, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t j = 0; j < cols; j++)
+			dst[r * cols + j] = (pp_real)src[(r0 + r) * C + c0 + j];
+}
+
+/* tensor t of one (pp, tp) rank's chunk st: its block into the shard, and
+ * under ZeRO-1 each dp rank's part of its m and v into that rank's file */
+static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_param *p,
+		     const tio_tensor *t, const float *param, const float *m, const float *v,
+		     pp_err *e)
+{
+	ckpt_tensor c = {0};
+	ckpt_saved_block(p, &c);
+	const int64_t rows = c.shape[0], cols = c.shape[1], C = c.global_shape[1];
+	const bool fused = p->n_blocks > 1 && k->tp > 1;
+	if (tio_numel(t) != c.global_shape[0] * C || (t->ndim == 2 && t->shape[1] != C))
+		return pp_errorf(e, PP_EUSAGE, "%s has %lld elements; the model's is %lld x %lld", t->name,
+				 (long long)tio_numel(t), (long long)c.global_shape[0], (long long)C);
+	size_t n = (size_t)(rows * cols);
+	int rc = reserve(k, n, 1, e);
+	if (rc)
+		return rc;
+	copy_block(k->block, param, C, c.offset[0], rows, c.offset[1], cols);
+	const bool adam = k->with_adam && m && v;
+	if (adam) {
+		copy_block(k->bm, m, C, c.offset[0], rows, c.offset[1], cols);
+		copy_block(k->bv, v, C, c.offset[0], rows, c.offset[1], cols);
+	}
+	if (!(fused && f->tp_rank != 0)) { /* a fused projection: tp rank 0 saves it whole */
+		c.param = k->block;
+		if (adam && !k->zero) {
+			c.m = k->bm;
+			c.v = k->bv;
+		}
+		if ((rc = ckpt_writer_put(f->shard, &c, e)))
+			return rc;
+	}
+	for (int d = 0; adam && k->zero && d < k->dp; d++) {
+		size_t lo, hi;
+		gradsync_shard(st->n_elems, k->dp, d, &lo, &hi);
+		size_t max = ckpt_optim_max_ranges(p, lo, hi, fused);
+		if (!max)
+			continue;
+		if ((rc = reserve(k, n, max, e)))
+			return rc;
+		int nr = ckpt_optim_ranges(p, lo, hi, fused, k->begin, k->end);
+		size_t at = 0;
+		for (int r = 0; r < nr; r++) {
+			size_t len = (size_t)(k->end[r] - k->begin[r]);
+			memcpy(k->part_m + at, k->bm + k->begin[r], len * sizeof(pp_real));
+			memcpy(k->part_v + at, k->bv + k->begin[r], len * sizeof(pp_real));
+			at += len;
+		}
+		ckpt_optim_part q = {.name = p->name, .ndim = p->ndim, .n_ranges = nr,
+				     .begin = k->begin, .end = k->end, .m = k->part_m, .v = k->part_v};
+		memcpy(q.shape, c.shape, sizeof q.shape);
+		memcpy(q.global_shape, c.global_shape, sizeof q.global_shape);
+		memcpy(q.offset, c.offset, sizeof q.offset);
+		if ((rc = ckpt_writer_put_optim(f->optim[d], &q, e)))
+			return rc;
+	}
+	return 0;
 }
 
 static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const float *m,
 		    const float *v, pp_err *e)
 {
 	pp_sink *k = s->impl;
-	ckpt_tensor *c = NULL;
-	for (int i = 0; i < k->cs.n_tensors && !c; i++)
-		if (!strcmp(k->cs.tensors[i].name, t->name))
-			c = &k->cs.tensors[i];
-	if (!c)
+	char *key = (char *)t->name;
+	char **hit = bsearch(&key, k->expected, (size_t)k->n_expected, sizeof *k->expected, cmp_str);
+	if (!hit)
 		return pp_errorf(e, PP_EUSAGE, "%s is not a tensor of this %s model", t->name,
 				 pp_family_name(k->cfg.model.family));
-	int64_t n = 1;
-	for (int d = 0; d < c->ndim; d++)
-		n *= c->shape[d];
-	if (tio_numel(t) != n || (t->ndim >= 1 && t->shape[0] != c->shape[0]))
-		return pp_errorf(e, PP_EUSAGE, "%s: %lld elements, the model's has %lld", t->name,
-				 (long long)tio_numel(t), (long long)n);
-	if (c->param)
+	bool *seen = &k->seen[hit - k->expected];
+	if (*seen)
 		return pp_errorf(e, PP_EUSAGE, "%s given twice", t->name);
-	c->param = malloc((size_t)n * sizeof(pp_real));
-	c->m = calloc((size_t)n, sizeof(pp_real));
-	c->v = calloc((size_t)n, sizeof(pp_real));
-	if (!c->param || !c->m || !c->v)
-		return pp_errorf(e, PP_ERUNTIME, "out of memory for %s", t->name);
-	memcpy(c->param, param, (size_t)n * sizeof(float));
-	if (m && v && k->with_adam) {
-		memcpy(c->m, m, (size_t)n * sizeof(float));
-		memcpy(c->v, v, (size_t)n * sizeof(float));
+	*seen = true;
+	if (k->with_adam && (!m || !v))
+		return pp_errorf(e, PP_EUSAGE, "%s comes without its optimizer state", t->name);
+	int rc = 0;
+	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		for (int c = 0; !rc && c < k->v; c++) {
+			const pp_stage *st = &f->chunks[c];
+			const pp_param *p = stage_find_param(st, t->name);
+			if (p && ckpt_rank_saves(st, p))
+				rc = put_param(k, f, st, p, t, param, m, v, e);
+		}
 	}
-	k->filled++;
-	return 0;
+	return rc;
 }
 
 static int sink_finish(tio_sink *s, pp_err *e)
 {
 	pp_sink *k = s->impl;
 	int rc = 0;
-	for (int i = 0; i < k->cs.n_tensors && !rc; i++)
-		if (!k->cs.tensors[i].param)
-			rc = pp_errorf(e, PP_EUSAGE, "the model's %s was not given",
-				       k->cs.tensors[i].name);
-	char *json = rc ? NULL : pp_config_dump(&k->cfg);
-	k->cs.config_json = json;
+	for (int i = 0; i < k->n_expected && !rc; i++)
+		if (!k->seen[i])
+			rc = pp_errorf(e, PP_EUSAGE, "the model's %s was not given", k->expected[i]);
+	for (int r = 0; r < k->pp * k->tp; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		int rr = rc ? (ckpt_writer_abort(f->shard), 0) : ckpt_writer_close(f->shard, e);
+		f->shard = NULL;
+		rc = rc ? rc : rr;
+		for (int d = 0; f->optim && d < k->dp; d++) {
+			rr = rc ? (ckpt_writer_abort(f->optim[d]), 0) : ckpt_writer_close(f->optim[d], e);
+			f->optim[d] = NULL;
+			rc = rc ? rc : rr;
+		}
+	}
 	if (!rc)
-		rc = ckpt_save(k->run_dir, &k->cs, 0, e);
-	free(json);
-	sink_free(k);
+		rc = ckpt_commit(k->run_dir, k->tmp, k->step, 0, e);
+	sink_free(k, rc != 0);
 	free(s);
 	return rc;
 }
 
 static void sink_abort(tio_sink *s)
 {
-	sink_free(s->impl);
+	sink_free(s->impl, true);
 	free(s);
+}
+
+/* The target config: the source's (or one around its model), the layout
+ * keys over it, run_dir and the tokenizer. */
+static int target_config(const char *run_dir, const tio_sink_opts *o, pp_config *c, pp_err *e)
+{
+	json_t *root = o->meta->config ? json_deep_copy(o->meta->config)
+				       : json_pack("{sO}", "model", o->meta->model);
+	json_object_del(root, "microbatches"); /* derived from the batch and the new dp */
+	const char *key;
+	json_t *val;
+	json_object_foreach(o->layout, key, val) json_object_set(root, key, val);
+	json_object_set_new(root, "run_dir", json_string(run_dir));
+	if (o->meta->tokenizer[0])
+		json_object_set_new(root, "tokenizer", json_string(o->meta->tokenizer));
+	if (!o->meta->config) /* a model from elsewhere: its own numbers, no data yet */
+		json_object_set_new(root, "data", json_string("synthetic"));
+	char *text = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	int rc = text ? pp_config_from_json(c, text, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
+	free(text);
+	return rc;
 }
 
 int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_err *e)
@@ -238,58 +404,94 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	}
 	snprintf(k->run_dir, sizeof k->run_dir, "%s", run_dir);
 	k->with_adam = o->with_adam;
-	/* the source's config, or one around its model; then the layout and run_dir */
-	json_t *root = o->meta && o->meta->config ? json_deep_copy(o->meta->config)
-						  : json_pack("{sO}", "model", o->meta->model);
-	const char *key;
-	json_t *v;
-	json_object_foreach(o->layout, key, v) json_object_set(root, key, v);
-	json_object_set_new(root, "run_dir", json_string(run_dir));
-	if (o->meta && o->meta->tokenizer[0])
-		json_object_set_new(root, "tokenizer", json_string(o->meta->tokenizer));
-	char *text = json_dumps(root, JSON_COMPACT);
-	json_decref(root);
-	int rc = text ? pp_config_from_json(&k->cfg, text, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
-	free(text);
-	if (!rc && (k->cfg.pp != 1 || k->cfg.tp != 1 || k->cfg.dp != 1))
-		rc = pp_errorf(e, PP_EUSAGE, "pp=%d tp=%d dp=%d: this sink writes pp=tp=dp=1",
-			       k->cfg.pp, k->cfg.tp, k->cfg.dp);
-	const pp_ops *ops = NULL;
-	if (!rc)
-		rc = pp_ops_select("cpu", "fp32", &ops, e);
-	stage_spec spec = stage_spec_whole(&k->cfg.model, 1, 1, false);
-	spec.no_grad = true;
-	if (!rc)
-		rc = stage_create(&k->desc, &k->cfg.model, ops, &spec, e);
+	k->step = o->meta->step;
+	int rc = target_config(run_dir, o, &k->cfg, e);
 	if (!rc) {
-		k->cs.tensors = calloc((size_t)k->desc.n_params + 1, sizeof *k->cs.tensors);
-		if (!k->cs.tensors)
+		k->pp = k->cfg.pp;
+		k->tp = k->cfg.tp;
+		k->dp = k->cfg.dp;
+		k->v = k->cfg.virtual_stages;
+		k->zero = k->cfg.shard_optimizer && k->dp > 1;
+		k->ranks = calloc((size_t)(k->pp * k->tp), sizeof *k->ranks);
+		if (!k->ranks)
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 	}
-	for (int i = 0; !rc && i < k->desc.n_params; i++) {
-		const pp_param *p = &k->desc.params[i];
-		if (k->desc.cfg->tied_embeddings && !strcmp(p->name, "lm_head.weight"))
-			continue;
-		bool dup = false;
-		for (int j = 0; j < k->cs.n_tensors; j++)
-			dup |= !strcmp(k->cs.tensors[j].name, p->name);
-		if (dup)
-			continue; /* the tied embedding's second use */
-		ckpt_tensor *c = &k->cs.tensors[k->cs.n_tensors++];
-		c->name = p->name;
-		c->ndim = p->ndim;
-		c->shape[0] = p->shape[0];
-		c->shape[1] = p->shape[1];
+	/* every rank's chunks, described, and the names they save */
+	int cap = 0;
+	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		f->pp_rank = r / k->tp;
+		f->tp_rank = r % k->tp;
+		if (!(f->chunks = calloc((size_t)k->v, sizeof *f->chunks)))
+			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+		for (int c = 0; !rc && c < k->v; c++) {
+			stage_spec sp = stage_spec_whole(&k->cfg.model, 1, 1, false);
+			plan_chunk_layers(&k->cfg, c * k->pp + f->pp_rank, &sp.layer_begin, &sp.layer_end);
+			sp.tp = (pp_tp){.rank = f->tp_rank, .size = k->tp};
+			sp.no_grad = true;
+			if ((rc = stage_describe(&f->chunks[c], &k->cfg.model, &sp, e)))
+				break;
+			const pp_stage *st = &f->chunks[c];
+			for (int i = 0; i < st->n_params; i++) {
+				if (!ckpt_rank_saves(st, &st->params[i]))
+					continue;
+				if (k->n_expected == cap) {
+					cap = cap ? 2 * cap : 256;
+					char **x = realloc(k->expected, (size_t)cap * sizeof *x);
+					if (!x) {
+						rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+						break;
+					}
+					k->expected = x;
+				}
+				k->expected[k->n_expected++] = strdup(st->params[i].name);
+			}
+		}
 	}
-	k->cs.step = o->meta ? o->meta->step : 0;
-	k->cs.rng[0] = k->cfg.seed;
-	k->cs.n_data_state = 1;
-	k->cs.pp_size = k->cs.tp_size = k->cs.dp_size = 1;
+	if (!rc) { /* one name per tensor */
+		qsort(k->expected, (size_t)k->n_expected, sizeof *k->expected, cmp_str);
+		int n = 0;
+		for (int i = 0; i < k->n_expected; i++) {
+			if (n && !strcmp(k->expected[n - 1], k->expected[i]))
+				free(k->expected[i]);
+			else
+				k->expected[n++] = k->expected[i];
+		}
+		k->n_expected = n;
+		if (!(k->seen = calloc((size_t)n + 1, sizeof *k->seen)))
+			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	}
+	if (!rc)
+		rc = ckpt_begin(run_dir, k->step, k->tmp, sizeof k->tmp, e);
+	char *json = rc ? NULL : pp_config_dump(&k->cfg);
+	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		ckpt_state h = {.step = k->step, .config_json = json, .pp_rank = f->pp_rank,
+				.tp_rank = f->tp_rank, .pp_size = k->pp, .tp_size = k->tp,
+				.dp_size = k->dp, .optim_per_dp = k->zero && k->with_adam};
+		if (o->meta->has_state) {
+			memcpy(h.rng, o->meta->rng, sizeof h.rng);
+			h.n_data_state = o->meta->n_data_state;
+			memcpy(h.data_state, o->meta->data_state, sizeof h.data_state);
+		} else {
+			h.rng[0] = k->cfg.seed; /* as pp-init writes a step-0 checkpoint */
+			h.n_data_state = 1;
+		}
+		rc = ckpt_writer_open(k->tmp, &h, false, &f->shard, e);
+		if (!rc && h.optim_per_dp && !(f->optim = calloc((size_t)k->dp, sizeof *f->optim)))
+			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+		for (int d = 0; !rc && h.optim_per_dp && d < k->dp; d++) {
+			h.dp_rank = d;
+			rc = ckpt_writer_open(k->tmp, &h, true, &f->optim[d], e);
+		}
+	}
+	free(json);
 	if (rc) {
-		sink_free(k);
+		sink_free(k, true);
 		free(s);
 		return rc;
 	}
+	k->zero = k->zero && k->with_adam;
 	s->impl = k;
 	s->put = sink_put;
 	s->finish = sink_finish;

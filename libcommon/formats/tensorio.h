@@ -52,6 +52,12 @@ typedef struct {
 	 * the source where it carried one; "" when none */
 	char tokenizer[PP_PATH_MAX];
 	bool add_bos; /* the tokenizer's text begins with BOS (GGUF: tokenizer.ggml.add_bos_token) */
+	/* a pp checkpoint's training state, carried by pp-ckpt convert so that
+	 * the converted run resumes where the original would */
+	bool has_state;
+	uint64_t rng[4];
+	int n_data_state;
+	uint64_t data_state[16];
 } tio_meta;
 
 typedef struct tio_source tio_source;
