@@ -41,6 +41,14 @@ const char *h5u_reason(void) { return reason; }
 
 void h5u_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
+/* HDF5 1.10 closes every file still open at exit, from an atexit handler.
+ * A file whose flush failed (a full disk) cannot be closed: its metadata
+ * cache stays in a state ("slist already enabled") where closing it fails
+ * again, and the handler then crashes the process after pp has reported the
+ * error. pp closes every file it opens, on success and failure alike, so
+ * the handler is turned off before the library starts (before main). */
+__attribute__((constructor)) static void h5u_no_atexit(void) { H5dont_atexit(); }
+
 hid_t h5u_string_type(H5T_cset_t cset)
 {
 	hid_t t = H5Tcopy(H5T_C_S1);

@@ -372,6 +372,8 @@ int trainer_save(trainer *t, pp_err *e)
 	if (!rc && me->rank == 0)
 		rc = ckpt_commit(t->cfg->run_dir, tmp, t->step, t->cfg->keep, e);
 	rc = agree(t, rc, e);
+	if (rc && me->rank == 0 && tmp[0])
+		fs_rm_rf(tmp); /* every rank is done with it; gone already if committed */
 	free(json);
 	free(cs.tensors);
 	free(cs.optim);
