@@ -170,7 +170,7 @@ int main(int argc, char **argv)
 			       "--cfg FILE [key=value ...] [--ckpt DIR | --random-init] [--prompt TEXT | "
 			       "--prompt-file F] [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
 			       "[--batch B] [--json]",
-			       "Generate text from a checkpoint with a KV cache.", opts, true};
+			       "Generate text from a checkpoint with a KV cache.", opts, true, 0, NULL};
 	log_set_prefix("pp-decode", 0, 1);
 	pp_err e = {0};
 	cli_args args;

@@ -46,7 +46,7 @@ int main(int argc, char **argv)
 	};
 	const cli_spec spec = {"pp-init", "--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json])",
 			       "Write a seeded step-0 checkpoint, or plan a layout's memory and FLOPs.",
-			       opts, true};
+			       opts, true, 0, NULL};
 	log_set_prefix("pp-init", 0, 1);
 	pp_err e = {0};
 	cli_args args;

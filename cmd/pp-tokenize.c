@@ -212,7 +212,7 @@ int main(int argc, char **argv)
 		"pp-tokenize",
 		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--separator STR | "
 		"--one-doc-per-file | --one-doc-per-line] [--json] [FILE...]",
-		"Tokenize text files (or standard input) into a pp-tokens dataset.", opts, false};
+		"Tokenize text files (or standard input) into a pp-tokens dataset.", opts, false, 0, NULL};
 	log_set_prefix("pp-tokenize", 0, 1);
 	pp_err e = {0};
 	cli_args cargs;

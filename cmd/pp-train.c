@@ -29,8 +29,8 @@ int main(int argc, char **argv)
 		{0},
 	};
 	const cli_spec spec = {"pp-train", "--cfg FILE [key=value ...] [--print-config] [--quiet] [--sample N [--prompt TEXT]]",
-			       "Train a model; resume from the newest complete checkpoint in run_dir.",
-			       opts, true};
+			       "Train a model; resume from the newest sound checkpoint in run_dir.",
+			       opts, true, 0, NULL};
 	log_set_prefix("pp-train", 0, 1);
 	pp_err e = {0};
 	cli_args args;

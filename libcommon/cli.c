@@ -24,13 +24,16 @@ static void usage(const cli_spec *s, FILE *f)
 		fprintf(f, "  %-22s %s\n", left, o->help);
 	}
 	fprintf(f, "  %-22s %s\n  %-22s %s\n\nSee %s(1).\n", "--help", "show this help",
-		"--version", "show the version", s->tool);
+		"--version", "show the version", s->man ? s->man : s->tool);
 }
 
 int cli_parse(const cli_spec *s, int argc, char **argv, cli_args *out, pp_err *e)
 {
 	memset(out, 0, sizeof *out);
 	out->overrides = calloc((size_t)argc + 1, sizeof(char *));
+	out->positional = calloc((size_t)argc + 1, sizeof(char *));
+	if (!out->overrides || !out->positional)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -65,6 +68,10 @@ int cli_parse(const cli_spec *s, int argc, char **argv, cli_args *out, pp_err *e
 			out->overrides[out->n_overrides++] = argv[i];
 			continue;
 		}
+		if ((a[0] != '-' || !a[1]) && out->n_positional < s->max_positional) {
+			out->positional[out->n_positional++] = argv[i];
+			continue;
+		}
 		return pp_errorf(e, PP_EUSAGE, "unknown argument '%s' (see %s --help)", a, s->tool);
 	}
 	return 0;
@@ -73,6 +80,7 @@ int cli_parse(const cli_spec *s, int argc, char **argv, cli_args *out, pp_err *e
 void cli_free(cli_args *a)
 {
 	free(a->overrides);
+	free(a->positional);
 	memset(a, 0, sizeof *a);
 }
 

@@ -21,12 +21,16 @@ typedef struct {
 	const char *summary; /* one sentence */
 	const cli_opt *opts; /* terminated by an entry with name NULL */
 	bool takes_config;   /* --cfg FILE and key=value */
+	int max_positional;  /* arguments that are neither options nor key=value (0: none) */
+	const char *man;     /* the page --help points to, when not the tool's own */
 } cli_spec;
 
 typedef struct {
 	const char *cfg;
 	int n_overrides;
 	char **overrides;
+	int n_positional;
+	char **positional; /* in order, at most spec->max_positional */
 } cli_args;
 
 /* Returns 0 to go on, -1 when --help or --version was printed (exit 0), or

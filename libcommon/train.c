@@ -455,9 +455,7 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	if (rc || step < 0)
 		return rc;
 	if (t->mesh.rank == 0 && skipped[0])
-		log_info("warning: %s %s fail%s verification; resuming from %s, the newest sound one",
-			 strchr(skipped, ';') ? "checkpoints" : "checkpoint", skipped,
-			 strchr(skipped, ';') ? "" : "s", dir);
+		log_info("warning: %s; resuming from %s, the newest sound one", skipped, dir);
 	if (t->mesh.rank != 0)
 		rc = ckpt_step_dir(c->run_dir, (long)step, dir, sizeof dir, e);
 	ckpt_state cs = {0};

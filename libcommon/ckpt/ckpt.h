@@ -90,19 +90,32 @@ int ckpt_find_latest(const char *run_dir, char *dir, size_t dir_size, long *step
  * must report rather than silently fall back to an older step. */
 int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step, pp_err *e);
 
+/* The steps of RUN/checkpoints/step_* (sound or not), newest first, in a
+ * malloc'd array (none: NULL and 0). */
+int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e);
+
 /* RUN/checkpoints/step_NNNNNNNN, the directory of a step's checkpoint. */
 int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e);
 
 /* The checkpoint to resume from: step want of RUN/checkpoints (want >= 0;
  * an error when it is missing or fails ckpt_verify), or the newest one that
  * passes ckpt_verify (want < 0): the newer ones that fail are skipped, each
- * named with its reason in skipped ("step_N (why); ..."). *step = -1 when
+ * named with its reason in skipped ("step_N fails verification (why); ...").
+ * *step = -1 when
  * there is no checkpoint; PP_ERUNTIME when there are only damaged ones. */
 int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size, long *step,
 		     char *skipped, size_t skipped_size, pp_err *e);
 
-/* Verifies the manifest, versions, sizes and checksums of a checkpoint dir. */
+/* Verifies the manifest (format, version, the mesh's files, every tensor's
+ * blocks tiling it exactly once), and every file: its size and sha256, its
+ * attributes, state, config and datasets against the manifest. */
 int ckpt_verify(const char *dir, pp_err *e);
+/* The same, going on past each problem to report every one to fn (one
+ * line each; the first also in e), and with values every tensor's
+ * parameters and AdamW state read back and checked for NaN and Inf. Returns
+ * the number of problems: 0 means sound. */
+int ckpt_verify_each(const char *dir, bool values, void (*fn)(void *ctx, const char *msg),
+		     void *ctx, pp_err *e);
 
 /* Reads the resolved config JSON saved in a checkpoint (caller frees). */
 int ckpt_read_config(const char *dir, char **json_text, pp_err *e);

@@ -44,6 +44,17 @@ bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b);
 int ck_write_file_synced(const char *path, const char *text, pp_err *e);
 void ck_h5_close_file(hid_t *f);
 
+/* Where verification sends the problems it finds: each one to fn (with
+ * ctx), counted, the first kept; fn NULL stops at the first (ckpt_verify). */
+typedef struct {
+	void (*fn)(void *ctx, const char *msg);
+	void *ctx;
+	int n;
+	pp_err first;
+} ck_report;
+/* Records problem e in r; true when checking should go on. */
+bool ck_problem(ck_report *r, const pp_err *e);
+
 /* ---- manifest.c ---- */
 bool ck_version_known(long long v);
 int ck_cmp_tensor(const void *a, const void *b);
@@ -59,6 +70,10 @@ int ck_add_ranges(const char *where, const char *what, ckpt_tensor_info *t, int 
 		  const int64_t *end, int n, pp_err *e);
 json_t *ck_manifest_to_json(const ckpt_manifest *m);
 int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e);
+/* The same, going on past the tensors whose blocks do not tile them (and
+ * the mesh's missing files) with each reported to r: a manifest that parses
+ * comes back (return 0) with r->n problems. */
+int ck_manifest_read_report(const char *dir, ckpt_manifest *m, ck_report *r, pp_err *e);
 /* A file's size, and with hash its sha256, against the manifest. */
 int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e);
 int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e);

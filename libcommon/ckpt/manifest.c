@@ -432,7 +432,19 @@ static int parse_optim_entries(const char *where, const ckpt_manifest *m, ckpt_t
 	return PP_OK;
 }
 
-static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m, pp_err *e)
+bool ck_problem(ck_report *r, const pp_err *e)
+{
+	if (!r)
+		return false;
+	if (!r->n++)
+		r->first = *e;
+	if (r->fn)
+		r->fn(r->ctx, e->msg);
+	return r->fn != NULL;
+}
+
+static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m, ck_report *r,
+			      pp_err *e)
 {
 	json_t *mesh = json_object_get(root, "mesh"), *files = json_object_get(root, "files"),
 	       *tensors = json_object_get(root, "tensors"), *step = json_object_get(root, "step");
@@ -469,8 +481,9 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 		snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha);
 	}
 	qsort(m->files, (size_t)m->n_files, sizeof *m->files, ck_cmp_file);
-	if (ck_check_mesh_files(where, m, e))
-		return e ? e->code : PP_ERUNTIME;
+	pp_err pe = {0};
+	if (ck_check_mesh_files(where, m, &pe) && !ck_problem(r, &pe))
+		return e ? (*e = pe, e->code) : PP_ERUNTIME;
 
 	m->tensors = calloc(json_object_size(tensors) + 1, sizeof *m->tensors);
 	if (!m->tensors)
@@ -520,8 +533,8 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 		}
 		if (m->version >= 2 && parse_optim_entries(where, m, t, json_object_get(tj, "optim"), e))
 			return e ? e->code : PP_ERUNTIME;
-		if (ck_check_cover(where, m, t, e))
-			return e ? e->code : PP_ERUNTIME;
+		if (ck_check_cover(where, m, t, &pe) && !ck_problem(r, &pe))
+			return e ? (*e = pe, e->code) : PP_ERUNTIME;
 	}
 	qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ck_cmp_tensor);
 	return PP_OK;
@@ -532,7 +545,7 @@ bool ck_version_known(long long v) { return v >= PP_CKPT_VERSION_OLDEST && v <= 
 /* Reads DIR/manifest.json. *version gets the format version when the file
  * parses and says format "pp-checkpoint" (else 0), so that callers can tell
  * "a checkpoint of another version" from "not a checkpoint". */
-int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e)
+static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ck_report *r, pp_err *e)
 {
 	memset(m, 0, sizeof *m);
 	*version = 0;
@@ -565,12 +578,23 @@ int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e)
 	} else {
 		*version = (int)json_integer_value(ver);
 		m->version = *version;
-		rc = manifest_from_json(where, root, m, e);
+		rc = manifest_from_json(where, root, m, r, e);
 	}
 	json_decref(root);
 	if (rc)
 		ckpt_manifest_free(m);
 	return rc;
+}
+
+int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e)
+{
+	return manifest_read(dir, m, version, NULL, e);
+}
+
+int ck_manifest_read_report(const char *dir, ckpt_manifest *m, ck_report *r, pp_err *e)
+{
+	int version;
+	return manifest_read(dir, m, &version, r, e);
 }
 
 int ckpt_read_manifest(const char *dir, ckpt_manifest *m, pp_err *e)

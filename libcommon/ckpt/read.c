@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -449,55 +450,146 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 	return rc;
 }
 
-int ckpt_verify(const char *dir, pp_err *e)
+/* The files' structure against the manifest: root attributes, /state and
+ * /config, every dataset's shape and attributes, nothing unlisted; each
+ * problem to r. bad[i]: file i failed (its values are not read). */
+static void verify_files(const char *dir, const ckpt_manifest *m, ck_report *r, bool *bad)
 {
-	h5u_quiet();
-	ckpt_manifest m;
-	int rc;
-	if ((rc = ckpt_read_manifest(dir, &m, e)))
-		return rc;
-	rc = ck_check_files(dir, &m, true, e);
 	char path[CKPT_PATH];
-	for (int i = 0; i < m.n_files && !rc; i++) {
+	for (int i = 0; i < m->n_files; i++) {
+		pp_err pe = {0};
 		hid_t f = -1;
-		if ((rc = ck_file_open(dir, &m, i, &f, e)))
-			break;
-		snprintf(path, sizeof path, "%s/%s", dir, m.files[i].name);
+		int rc = ck_check_file(dir, &m->files[i], true, &pe);
+		if (!rc)
+			rc = ck_file_open(dir, m, i, &f, &pe);
+		snprintf(path, sizeof path, "%s/%s", dir, m->files[i].name);
 		int pp, tp, dp;
-		bool optim = ck_file_kind(m.files[i].name, &pp, &tp, &dp) == F_OPTIM;
-		if (!optim) {
+		bool optim = ck_file_kind(m->files[i].name, &pp, &tp, &dp) == F_OPTIM;
+		if (!rc && !optim) {
 			ckpt_state st = {0};
-			rc = read_state(f, path, &st, m.step, e);
+			rc = read_state(f, path, &st, m->step, &pe);
 			if (!rc && (H5Lexists(f, "config", H5P_DEFAULT) <= 0))
-				rc = pp_errorf(e, PP_ERUNTIME, "%s: /config is missing", path);
+				rc = pp_errorf(&pe, PP_ERUNTIME, "%s: /config is missing", path);
 		}
 		hsize_t held = 0; /* tensors of this optimizer file */
-		for (int j = 0; j < m.n_tensors && !rc; j++) {
-			const ckpt_tensor_info *t = &m.tensors[j];
+		for (int j = 0; j < m->n_tensors && !rc; j++) {
+			const ckpt_tensor_info *t = &m->tensors[j];
 			for (int q = 0; q < t->n_shards && !rc; q++) {
-				const ckpt_slice_info *s = &t->shards[q];
-				if (s->file != i)
+				const ckpt_slice_info *sl = &t->shards[q];
+				if (sl->file != i)
 					continue;
-				for (int k = 0; k < (s->adam ? N_GROUPS : 1) && !rc; k++)
-					rc = ck_check_dataset(f, path, k, t->name, t->ndim, s->shape, e);
+				for (int k = 0; k < (sl->adam ? N_GROUPS : 1) && !rc; k++)
+					rc = ck_check_dataset(f, path, k, t->name, t->ndim, sl->shape, &pe);
 				if (!rc)
-					rc = verify_slice_attrs(f, path, t, s, e);
+					rc = verify_slice_attrs(f, path, t, sl, &pe);
 			}
 			if (optim && optim_dataset_len(t, i) > 0) {
 				held++;
-				rc = verify_optim_tensor(f, path, t, i, e);
+				rc = verify_optim_tensor(f, path, t, i, &pe);
 			}
 		}
 		H5G_info_t info;
 		hid_t g = optim && !rc ? H5Gopen2(f, "adam_m", H5P_DEFAULT) : -1;
 		if (optim && !rc && (!h5u_ok(g) || !h5u_ok(H5Gget_info(g, &info)) || info.nlinks != held))
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: /adam_m holds tensors that " MANIFEST " does not list there", path);
+			rc = pp_errorf(&pe, PP_ERUNTIME,
+				       "%s: /adam_m holds tensors that " MANIFEST " does not list there", path);
 		if (g >= 0)
 			H5Gclose(g);
-		H5Fclose(f);
+		if (f >= 0)
+			H5Fclose(f);
+		bad[i] = rc != 0;
+		if (rc && !ck_problem(r, &pe))
+			return;
 	}
+}
+
+/* Every element of each tensor whose files are sound: no NaN, no Inf. */
+static void verify_values(const char *dir, const ckpt_manifest *m, const bool *bad, ck_report *r)
+{
+	pp_real *buf = NULL;
+	size_t cap = 0;
+	for (int j = 0; j < m->n_tensors; j++) {
+		const ckpt_tensor_info *t = &m->tensors[j];
+		bool readable = true;
+		for (int q = 0; q < t->n_shards; q++)
+			readable = readable && !bad[t->shards[q].file];
+		for (int q = 0; q < t->n_ranges; q++)
+			readable = readable && !bad[t->ranges[q].file];
+		if (!readable)
+			continue;
+		size_t n = (size_t)ck_volume(t->ndim, t->global_shape);
+		if (n > cap) {
+			free(buf);
+			cap = n;
+			if (!(buf = malloc(cap * sizeof *buf))) {
+				pp_err pe;
+				pp_errorf(&pe, PP_ERUNTIME, "out of memory reading %s", t->name);
+				ck_problem(r, &pe);
+				return;
+			}
+		}
+		for (int k = 0; k < (t->adam ? N_GROUPS : 1); k++) {
+			pp_err pe = {0};
+			if (ckpt_read_tensor(dir, m, t->name, ck_group_name[k], buf, &pe)) {
+				if (!ck_problem(r, &pe))
+					goto done;
+				continue;
+			}
+			size_t nans = 0, infs = 0, first = n;
+			for (size_t i = 0; i < n; i++) {
+				bool nan = isnan(buf[i]), inf = isinf(buf[i]);
+				nans += nan;
+				infs += inf;
+				if ((nan || inf) && first == n)
+					first = i;
+			}
+			if (nans || infs) {
+				pp_errorf(&pe, PP_ERUNTIME,
+					  "checkpoint %s: tensor %s: /%s holds %zu NaN and %zu infinite "
+					  "values of %zu (the first at element %zu)",
+					  dir, t->name, ck_group_name[k], nans, infs, n, first);
+				if (!ck_problem(r, &pe))
+					goto done;
+			}
+		}
+	}
+done:
+	free(buf);
+}
+
+int ckpt_verify_each(const char *dir, bool values, void (*fn)(void *ctx, const char *msg),
+		     void *ctx, pp_err *e)
+{
+	h5u_quiet();
+	ck_report r = {.fn = fn, .ctx = ctx};
+	ckpt_manifest m;
+	pp_err pe = {0};
+	if (ck_manifest_read_report(dir, &m, &r, &pe)) {
+		ck_problem(&r, &pe); /* the manifest itself: nothing else can be checked */
+		if (e)
+			*e = r.first;
+		return r.n;
+	}
+	bool *bad = calloc((size_t)m.n_files + 1, sizeof *bad);
+	if (!bad) {
+		pp_errorf(&pe, PP_ERUNTIME, "out of memory");
+		ck_problem(&r, &pe);
+	} else {
+		if (!r.n || fn)
+			verify_files(dir, &m, &r, bad);
+		if (values && (!r.n || fn))
+			verify_values(dir, &m, bad, &r);
+	}
+	free(bad);
 	ckpt_manifest_free(&m);
-	return rc;
+	if (r.n && e)
+		*e = r.first;
+	return r.n;
+}
+
+int ckpt_verify(const char *dir, pp_err *e)
+{
+	return ckpt_verify_each(dir, false, NULL, NULL, e) ? (e ? e->code : PP_ERUNTIME) : PP_OK;
 }
 
 int ckpt_read_config(const char *dir, char **json_text, pp_err *e)

@@ -334,8 +334,9 @@ int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size,
 		} else if (want >= 0) {
 			rc = pp_errorf(e, PP_ERUNTIME, "resume_from=%ld: %s", want, why.msg);
 		} else if (used < skipped_size) {
-			int k = snprintf(skipped + used, skipped_size - used, "%sstep_%08ld (%s)",
-					 used ? "; " : "", steps[i], why.msg);
+			int k = snprintf(skipped + used, skipped_size - used,
+					 "%sstep_%08ld fails verification (%s)", used ? "; " : "",
+					 steps[i], why.msg);
 			used += k > 0 ? (size_t)k : 0;
 		}
 	}
@@ -345,8 +346,8 @@ int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size,
 	/* damaged checkpoints and no sound one: never a silent fresh start */
 	if (!rc && *step < 0 && used)
 		rc = pp_errorf(e, PP_ERUNTIME,
-			       "no checkpoint in %s passes verification: %s (remove them to start "
-			       "afresh)",
+			       "no checkpoint in %s passes verification: %s; remove them to start "
+			       "afresh",
 			       ckpts, skipped);
 	free(steps);
 	return rc;
@@ -357,4 +358,13 @@ int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e
 	char ckpts[CKPT_PATH];
 	int rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e);
 	return rc ? rc : ck_fmt_checked(buf, n, e, "%s/step_%08ld", ckpts, step);
+}
+
+int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e)
+{
+	char ckpts[CKPT_PATH];
+	*steps = NULL;
+	*n = 0;
+	int rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e);
+	return rc ? rc : list_steps(ckpts, steps, n, e);
 }

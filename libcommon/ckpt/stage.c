@@ -139,9 +139,7 @@ int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *foun
 					 "first)%s%s",
 					 c->run_dir, skipped[0] ? ": " : "", skipped);
 		if (skipped[0])
-			log_info("warning: %s: fails verification; loading %s, the newest sound "
-				 "checkpoint",
-				 skipped, newest);
+			log_info("warning: %s; loading %s, the newest sound one", skipped, newest);
 		dir = newest;
 	}
 	snprintf(found, found_size, "%s", dir);

@@ -1,0 +1,288 @@
+/* pp-ckpt: list, inspect, verify, diff, reshard, import and export
+ * checkpoints. One subcommand per function here; the work is in
+ * libcommon/ckpt/inspect.c and libcommon/formats/ (tensorio). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../libcommon/ckpt/ckpt.h"
+#include "../libcommon/ckpt/inspect.h"
+#include "../libcommon/cli.h"
+#include "../libcommon/formats/tensorio.h"
+#include "../libcommon/log.h"
+
+/* Parses a subcommand's arguments: 0 go on, -1 help printed, else an error. */
+static int parse(const cli_spec *spec, int argc, char **argv, cli_args *a, int need, pp_err *e)
+{
+	int rc = cli_parse(spec, argc, argv, a, e);
+	if (!rc && a->n_positional < need)
+		rc = pp_errorf(e, PP_EUSAGE, "usage: %s %s (see %s --help)", spec->tool, spec->usage,
+			       spec->tool);
+	return rc;
+}
+
+static int finish(const cli_spec *spec, cli_args *a, int rc, pp_err *e)
+{
+	cli_free(a);
+	return rc < 0 ? 0 : rc ? cli_fail(spec, e) : 0;
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	bool json = false;
+	const cli_opt opts[] = {{"--json", NULL, "one JSON object per checkpoint", NULL, &json}, {0}};
+	const cli_spec spec = {"pp-ckpt ls", "RUN_DIR [--json]",
+			       "The checkpoints of a run, newest first, and whether each is sound.",
+			       opts, false, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc)
+		rc = ckpt_ls(a.positional[0], json, stdout, &e);
+	return finish(&spec, &a, rc, &e);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	bool json = false;
+	const cli_opt opts[] = {{"--json", NULL, "one JSON object", NULL, &json}, {0}};
+	const cli_spec spec = {"pp-ckpt info", "CKPT [--json]",
+			       "A checkpoint's config, step, layout, format and tensors.", opts,
+			       false, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc)
+		rc = ckpt_info(a.positional[0], json, stdout, &e);
+	return finish(&spec, &a, rc, &e);
+}
+
+static void print_problem(void *ctx, const char *msg)
+{
+	fprintf((FILE *)ctx, "%s\n", msg);
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	bool quick = false;
+	const cli_opt opts[] = {
+		{"--no-values", NULL, "skip reading every value for NaN and Inf", NULL, &quick}, {0}};
+	const cli_spec spec = {"pp-ckpt verify", "CKPT [--no-values]",
+			       "Check every file, checksum, slice and value; print each problem.",
+			       opts, false, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	char dir[PP_PATH_MAX + 64];
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc)
+		rc = ckpt_resolve(a.positional[0], dir, sizeof dir, &e);
+	if (!rc) {
+		int n = ckpt_verify_each(dir, !quick, print_problem, stdout, &e);
+		if (n)
+			rc = pp_errorf(&e, PP_ERUNTIME, "%s: %d problem%s", dir, n, n == 1 ? "" : "s");
+		else
+			printf("%s: sound\n", dir);
+	}
+	return finish(&spec, &a, rc, &e);
+}
+
+static int cmd_diff(int argc, char **argv)
+{
+	const char *tol = NULL;
+	const cli_opt opts[] = {
+		{"--tol", "X", "largest relative difference allowed per tensor (default 0)", &tol, NULL},
+		{0}};
+	const cli_spec spec = {"pp-ckpt diff", "A B [--tol X]",
+			       "The largest differences of two checkpoints' tensors, in any layouts.",
+			       opts, false, 2, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	double t = 0;
+	int rc = parse(&spec, argc, argv, &a, 2, &e);
+	if (!rc && tol)
+		rc = cli_double("--tol", tol, 0, 1e30, &t, &e);
+	if (!rc)
+		rc = ckpt_diff(a.positional[0], a.positional[1], t, stdout, &e);
+	return finish(&spec, &a, rc, &e);
+}
+
+static int parse_dtype(const char *s, tio_dtype *t, pp_err *e)
+{
+	static const struct {
+		const char *name;
+		tio_dtype t;
+	} names[] = {{"fp32", TIO_F32}, {"f32", TIO_F32}, {"fp16", TIO_F16}, {"f16", TIO_F16},
+		     {"bf16", TIO_BF16}, {"q8_0", TIO_Q8_0}};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcasecmp(s, names[i].name)) {
+			*t = names[i].t;
+			return 0;
+		}
+	return pp_errorf(e, PP_EUSAGE, "--dtype %s: expected fp32, fp16, bf16 or q8_0", s);
+}
+
+/* key=value pairs as a JSON object (values parsed as JSON where they parse) */
+static json_t *layout_of(const cli_args *a)
+{
+	json_t *o = json_object();
+	for (int i = 0; i < a->n_overrides; i++) {
+		const char *kv = a->overrides[i], *eq = strchr(kv, '=');
+		char key[128];
+		snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
+		json_error_t je;
+		json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, &je);
+		json_object_set_new(o, key, v ? v : json_string(eq + 1));
+	}
+	return o;
+}
+
+/* One model through tio_copy, with what it took. */
+static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
+		const char *dst_path, tio_sink_opts *o, const char *what, pp_err *e)
+{
+	tio_source *src = NULL;
+	tio_sink *sink = NULL;
+	pp_model_cfg m;
+	tio_stats st = {0};
+	int rc = tio_open_source(src_fmt, src_path, &src, e);
+	if (!rc)
+		rc = tio_model_cfg(&src->meta, &m, e);
+	if (!rc) {
+		o->model = &m;
+		o->meta = &src->meta;
+		o->tensors = src->tensors;
+		o->n = src->n;
+		rc = tio_open_sink(dst_fmt, dst_path, o, &sink, e);
+	}
+	if (!rc)
+		rc = tio_copy(src, sink, o->with_adam, what, &st, e);
+	if (!rc) {
+		struct rusage ru;
+		getrusage(RUSAGE_SELF, &ru);
+		log_info("%s: %d tensors, %.3g elements, %.1f MB read in %.1f s (%.0f MB/s); peak "
+			 "RSS %.1f MB, largest buffers %.1f MB",
+			 what, st.tensors, (double)st.elements, 1e-6 * st.bytes_read, st.seconds,
+			 st.seconds > 0 ? 1e-6 * st.bytes_read / st.seconds : 0,
+			 (double)ru.ru_maxrss / 1024.0, 1e-6 * (double)st.peak_buffer_bytes);
+		printf("%s\n", dst_path);
+	}
+	if (src)
+		src->close(src);
+	return rc;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+	const char *out = NULL;
+	bool params_only = false;
+	const cli_opt opts[] = {
+		{"-o", "RUN_DIR", "the run directory to write (its checkpoints/step_N)", &out, NULL},
+		{"--params-only", NULL, "leave out the AdamW state", NULL, &params_only},
+		{0}};
+	const cli_spec spec = {"pp-ckpt convert",
+			       "CKPT -o RUN_DIR [pp=N tp=N dp=N shard_optimizer=B virtual_stages=N "
+			       "key=value ...] [--params-only]",
+			       "Reshard a checkpoint to another layout, one tensor at a time.", opts,
+			       true, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc && !out)
+		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUN_DIR (see pp-ckpt convert --help)");
+	tio_sink_opts o = {.dtype = TIO_F32, .with_adam = !params_only, .layout = layout_of(&a)};
+	if (!rc)
+		rc = copy("pp", a.positional[0], "pp", out, &o, "convert", &e);
+	json_decref(o.layout);
+	return finish(&spec, &a, rc, &e);
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	const char *fmt = NULL, *out = NULL, *dtype = NULL, *shard = NULL;
+	const cli_opt opts[] = {
+		{"--format", "FMT", "safetensors, gguf or llama2c", &fmt, NULL},
+		{"-o", "PATH", "the directory (safetensors) or file (gguf, llama2c) to write", &out, NULL},
+		{"--dtype", "T", "fp32, fp16 or bf16 (safetensors, gguf), q8_0 (gguf)", &dtype, NULL},
+		{"--shard-mb", "N", "safetensors: files of at most N MB, with an index", &shard, NULL},
+		{0}};
+	const cli_spec spec = {"pp-ckpt export", "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N]",
+			       "Write a checkpoint's model as safetensors (Hugging Face), GGUF "
+			       "(llama.cpp) or llama2.c.",
+			       opts, false, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	tio_sink_opts o = {.dtype = TIO_F32};
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc && (!fmt || !out))
+		rc = pp_errorf(&e, PP_EUSAGE, "give --format FMT and -o PATH (see pp-ckpt export --help)");
+	if (!rc && !strcmp(fmt, "pp"))
+		rc = pp_errorf(&e, PP_EUSAGE, "--format pp: use pp-ckpt convert");
+	if (!rc && dtype)
+		rc = parse_dtype(dtype, &o.dtype, &e);
+	if (!rc && shard)
+		rc = cli_double("--shard-mb", shard, 1, 1e9, &o.shard_mb, &e);
+	if (!rc)
+		rc = copy("pp", a.positional[0], fmt, out, &o, "export", &e);
+	return finish(&spec, &a, rc, &e);
+}
+
+static int cmd_import(int argc, char **argv)
+{
+	const char *fmt = NULL, *out = NULL;
+	const cli_opt opts[] = {
+		{"--format", "FMT", "safetensors (a Hugging Face directory) or gguf", &fmt, NULL},
+		{"-o", "RUN_DIR", "the run directory to write (checkpoint step 0)", &out, NULL},
+		{0}};
+	const cli_spec spec = {"pp-ckpt import", "--format FMT PATH -o RUN_DIR [key=value ...]",
+			       "Make a pp run directory from a Hugging Face or GGUF model.", opts,
+			       true, 1, "pp-ckpt"};
+	pp_err e = {0};
+	cli_args a;
+	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc && (!fmt || !out))
+		rc = pp_errorf(&e, PP_EUSAGE, "give --format FMT and -o RUN_DIR (see pp-ckpt import --help)");
+	tio_sink_opts o = {.dtype = TIO_F32, .layout = layout_of(&a)};
+	if (!rc)
+		rc = copy(fmt, a.positional[0], "pp", out, &o, "import", &e);
+	json_decref(o.layout);
+	return finish(&spec, &a, rc, &e);
+}
+
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} cmds[] = {
+	{"ls", cmd_ls, "list a run's checkpoints and whether each is sound"},
+	{"info", cmd_info, "show a checkpoint's config, layout and tensors"},
+	{"verify", cmd_verify, "check every file, checksum, slice and value"},
+	{"diff", cmd_diff, "the largest differences between two checkpoints"},
+	{"convert", cmd_convert, "reshard to another layout (pp, tp, dp, ZeRO-1)"},
+	{"export", cmd_export, "write safetensors, GGUF or llama2.c"},
+	{"import", cmd_import, "make a run from safetensors or GGUF"},
+};
+
+int main(int argc, char **argv)
+{
+	log_set_prefix("pp-ckpt", 0, 1);
+	const char *sub = argc > 1 ? argv[1] : NULL;
+	for (size_t i = 0; sub && i < sizeof cmds / sizeof *cmds; i++)
+		if (!strcmp(sub, cmds[i].name))
+			return cmds[i].run(argc - 1, argv + 1);
+	if (sub && !strcmp(sub, "--version")) {
+		printf("pp-ckpt %s\n", PP_VERSION);
+		return 0;
+	}
+	bool help = sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"));
+	FILE *f = help ? stdout : stderr;
+	if (sub && !help)
+		fprintf(f, "pp-ckpt: error: unknown command '%s'\n\n", sub);
+	fprintf(f, "usage: pp-ckpt COMMAND [ARGS]\n\nInspect, verify, reshard, import and export "
+		   "checkpoints.\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\n'pp-ckpt COMMAND --help' for a command's options. See pp-ckpt(1).\n");
+	return help ? 0 : 2;
+}
