@@ -8,6 +8,7 @@
 #   fuzz_manifest      checkpoint manifest.json (ckpt_read_manifest)
 #   fuzz_tokens        pp-tokens datasets (tokens_open, tokens_read*) as HDF5 files
 #   fuzz_data_headers  Megatron .idx (+ .bin) and llm.c shards through data_open/data_next
+#   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors)
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 20), the others PP_FUZZ_PARSER_SECONDS (default
@@ -34,7 +35,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors}
 out=$root/build/fuzz
 shared=${PP_SHARED_DATA:-$root/../shared/data}
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
@@ -43,7 +44,7 @@ for v in "$secs" "$psecs"; do
 done
 want() { [[ " $targets " == *" $1 "* ]]; }
 
-mkdir -p "$out/artifacts" "$out/obj"
+mkdir -p "$out/artifacts" "$out/obj/formats" "$T/obj-formats"
 h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto $h5))
@@ -56,6 +57,7 @@ declare -A src=(
 	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read fsutil h5util sha256 error"
 	[fuzz_tokens]="dataset fsutil h5util rng error"
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
+	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
@@ -404,4 +406,49 @@ for name, (flags, T, body) in seeds.items():
         f.write(bytes([flags, T - 1]) + body)
 EOF
 	run fuzz_data_headers 65536 "$psecs" "$s"
+fi
+
+# fuzz_safetensors: one-layer llama and gpt2 models exported by tool_tio
+# (F32, F16, BF16; untied and tied), the same as the target's config.json
+# (tests/fuzz/fuzz_safetensors.c), each after its flag byte; one opened by
+# its file's path, one sharded behind an index.
+if want fuzz_safetensors; then
+	s=$T/seeds-safetensors
+	mkdir -p "$s"
+	small="model.d_model=8 model.n_heads=2 model.n_layers=1 model.vocab_size=16 model.max_seq_len=16"
+	made=true
+	for spec in "0 llama model.n_kv_heads=1 model.d_ff=8" \
+		"1 llama model.n_kv_heads=1 model.d_ff=8 model.tied_embeddings=true" \
+		"2 gpt model.d_ff=32" "3 gpt model.d_ff=32 model.tied_embeddings=false"; do
+		read -r flag fam extra <<<"$spec"
+		# shellcheck disable=SC2086 # word lists of key=value
+		pp-init model=$fam-tiny $small $extra -o "$T/st-init-$flag" >"$T/st.log" 2>&1 || made=false
+		for dt in F32 F16 BF16; do
+			"$root/build/tests/tool_tio" pp "$T/st-init-$flag" safetensors "$T/st-$flag-$dt" \
+				--dtype $dt >>"$T/st.log" 2>&1 || made=false
+			$made && { printf '%b' "\\x0$flag"; cat "$T/st-$flag-$dt/model.safetensors"; } >"$s/$fam-$flag-$dt"
+		done
+	done
+	if ! $made; then
+		skip fuzz/fuzz_safetensors "no seed: pp-init or tool_tio failed (make tests?): $(tail -n 1 "$T/st.log")"
+	else
+		{ printf '\x04'; cat "$T/st-0-F32/model.safetensors"; } >"$s/llama-by-path"
+		/usr/bin/python3 - "$T/st-0-F32/model.safetensors" "$s/llama-sharded" <<'EOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", raw)[0]
+names = [k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"]
+index = json.dumps({"metadata": {"total_size": len(raw) - 8 - n},
+                    "weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}).encode()
+open(sys.argv[2], "wb").write(bytes([8]) + struct.pack("<H", len(index)) + index + raw)
+EOF
+		for w in __metadata__ format pt dtype shape data_offsets F32 F16 BF16 F64 I32 U8 BOOL \
+			weight_map metadata total_size model-00001-of-00001.safetensors lm_head.weight \
+			model.embed_tokens.weight model.norm.weight transformer.wte.weight \
+			transformer.wpe.weight attn.c_attn.weight attn.bias masked_bias \
+			9223372036854775807 4294967296 -1; do
+			echo "\"$w\""
+		done >"$T/safetensors.dict"
+		run fuzz_safetensors 65536 "$psecs" "$s" -dict="$T/safetensors.dict"
+	fi
 fi

@@ -1,0 +1,118 @@
+/* pp's tensor list of a model config (modeltable.h): model.c's own
+ * parameter table, built by stage_create over a backend that allocates
+ * nothing, so a model of any size costs only its table. */
+#include "modeltable.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model.h"
+
+/* The stage asks for its buffers and never touches them before a load:
+ * one non-NULL address serves them all. */
+static void *no_alloc(size_t bytes)
+{
+	(void)bytes;
+	static max_align_t nothing;
+	return &nothing;
+}
+
+static void no_free(void *p)
+{
+	(void)p;
+}
+
+int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
+{
+	*out = NULL;
+	*n = 0;
+	const pp_ops table_only = {
+		.name = "table", .act_type = PP_TYPE_REAL, .alloc = no_alloc, .free = no_free};
+	stage_spec spec = stage_spec_whole(m, 1, 1, false);
+	spec.no_grad = true;
+	pp_stage s;
+	int rc = stage_create(&s, m, &table_only, &spec, e);
+	if (rc)
+		return rc;
+	tio_tensor *t = calloc((size_t)s.n_params + 1, sizeof *t);
+	if (!t) {
+		stage_free(&s);
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	}
+	int k = 0;
+	for (int i = 0; i < s.n_params; i++) {
+		const pp_param *p = &s.params[i];
+		if (modeltable_find(t, k, p->name) >= 0)
+			continue; /* a tensor used twice is one tensor */
+		tio_tensor *d = &t[k++];
+		snprintf(d->name, sizeof d->name, "%s", p->name);
+		d->ndim = p->ndim;
+		for (int j = 0; j < p->ndim && j < TIO_MAXDIM; j++)
+			d->shape[j] = p->global_shape[j];
+		d->dtype = TIO_F32;
+	}
+	stage_free(&s);
+	*out = t;
+	*n = k;
+	return 0;
+}
+
+int modeltable_find(const tio_tensor *t, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return i;
+	return -1;
+}
+
+void modeltable_shape_str(const tio_tensor *t, char *buf, size_t size)
+{
+	size_t k = (size_t)snprintf(buf, size, "[");
+	for (int d = 0; d < t->ndim && k < size; d++)
+		k += (size_t)snprintf(buf + k, size - k, "%s%lld", d ? ", " : "",
+				      (long long)t->shape[d]);
+	if (k < size)
+		snprintf(buf + k, size - k, "]");
+}
+
+static bool same_shape(const tio_tensor *a, const tio_tensor *b)
+{
+	if (a->ndim != b->ndim)
+		return false;
+	for (int d = 0; d < a->ndim; d++)
+		if (a->shape[d] != b->shape[d])
+			return false;
+	return true;
+}
+
+int modeltable_check(const pp_model_cfg *m, const tio_tensor *list, int n, pp_err *e)
+{
+	tio_tensor *want;
+	int nw, rc = modeltable_build(m, &want, &nw, e);
+	if (rc)
+		return rc;
+	const char *family = pp_family_name(m->family);
+	for (int i = 0; i < n && !rc; i++) {
+		int j = modeltable_find(want, nw, list[i].name);
+		char a[96], b[96];
+		if (j < 0) {
+			rc = pp_errorf(e, PP_EUSAGE, "%s is not a tensor of this %s model",
+				       list[i].name, family);
+		} else if (modeltable_find(list, i, list[i].name) >= 0) {
+			rc = pp_errorf(e, PP_EUSAGE, "%s is given twice", list[i].name);
+		} else if (!same_shape(&list[i], &want[j])) {
+			modeltable_shape_str(&list[i], a, sizeof a);
+			modeltable_shape_str(&want[j], b, sizeof b);
+			rc = pp_errorf(e, PP_EUSAGE, "%s has shape %s, the %s model's is %s",
+				       list[i].name, a, family, b);
+		}
+	}
+	for (int j = 0; j < nw && !rc; j++)
+		if (modeltable_find(list, n, want[j].name) < 0)
+			rc = pp_errorf(e, PP_EUSAGE, "the %s model's %s is missing", family,
+				       want[j].name);
+	free(want);
+	return rc;
+}
