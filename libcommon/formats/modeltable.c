@@ -1,39 +1,22 @@
 /* pp's tensor list of a model config (modeltable.h): model.c's own
- * parameter table, built by stage_create over a backend that allocates
- * nothing, so a model of any size costs only its table. */
+ * parameter table (stage_describe), so a model of any size costs only its
+ * table. */
 #include "modeltable.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../model.h"
 
-/* The stage asks for its buffers and never touches them before a load:
- * one non-NULL address serves them all. */
-static void *no_alloc(size_t bytes)
-{
-	(void)bytes;
-	static max_align_t nothing;
-	return &nothing;
-}
-
-static void no_free(void *p)
-{
-	(void)p;
-}
-
 int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
 {
 	*out = NULL;
 	*n = 0;
-	const pp_ops table_only = {
-		.name = "table", .act_type = PP_TYPE_REAL, .alloc = no_alloc, .free = no_free};
 	stage_spec spec = stage_spec_whole(m, 1, 1, false);
 	spec.no_grad = true;
 	pp_stage s;
-	int rc = stage_create(&s, m, &table_only, &spec, e);
+	int rc = stage_describe(&s, m, &spec, e);
 	if (rc)
 		return rc;
 	tio_tensor *t = calloc((size_t)s.n_params + 1, sizeof *t);
