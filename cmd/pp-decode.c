@@ -14,6 +14,7 @@
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
 	bool random_init, ignore_eos, json;
+	char tokenizer[PP_PATH_MAX + 64]; /* the checkpoint's own, extracted; "" for the config's */
 } decode_args;
 
 /* the prompt file as text */
@@ -86,13 +87,14 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	tok_ids ids = {0};
 	pp_stage s = {0};
 	int *out = NULL;
-	if (cfg->tokenizer[0] && (rc = tok_load(&tk, cfg->tokenizer, e)))
+	const char *tok_path = a->tokenizer[0] ? a->tokenizer : cfg->tokenizer;
+	if (tok_path[0] && (rc = tok_load(&tk, tok_path, e)))
 		return rc;
 	if (tk && tok_vocab_size(tk) > cfg->model.vocab_size)
 		rc = pp_errorf(e, PP_EUSAGE,
 			       "tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
 			       "read its ids",
-			       cfg->tokenizer, tok_vocab_size(tk), cfg->model.vocab_size);
+			       tok_path, tok_vocab_size(tk), cfg->model.vocab_size);
 	if (!rc && a->prompt_file)
 		rc = read_prompt(a->prompt_file, &file_text, e);
 	if (!rc)
@@ -152,7 +154,8 @@ int main(int argc, char **argv)
 {
 	decode_args a = {0};
 	const cli_opt opts[] = {
-		{"--ckpt", "DIR", "checkpoint directory (default: the newest in run_dir)", &a.ckpt, NULL},
+		{"--ckpt", "DIR", "a checkpoint, or a run directory (its newest sound one); without "
+				  "--cfg its own config and tokenizer", &a.ckpt, NULL},
 		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer)", &a.prompt, NULL},
 		{"--prompt-file", "F", "read the prompt from file F", &a.prompt_file, NULL},
 		{"-n", "N", "tokens to generate (default 128)", &a.n, NULL},
@@ -167,7 +170,7 @@ int main(int argc, char **argv)
 		{0},
 	};
 	const cli_spec spec = {"pp-decode",
-			       "--cfg FILE [key=value ...] [--ckpt DIR | --random-init] [--prompt TEXT | "
+			       "(--cfg FILE | --ckpt DIR) [key=value ...] [--random-init] [--prompt TEXT | "
 			       "--prompt-file F] [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
 			       "[--batch B] [--json]",
 			       "Generate text from a checkpoint with a KV cache.", opts, true, 0, NULL};
@@ -178,10 +181,27 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	if (!rc)
+	/* --ckpt without --cfg: the checkpoint's own config; with --ckpt its own
+	 * tokenizer in any case, where it keeps one */
+	char dir[PP_PATH_MAX + 64], tmp[] = "/tmp/pp-decode.XXXXXX";
+	const bool ckpt = a.ckpt && !a.random_init;
+	if (!rc && ckpt && !args.cfg)
+		rc = ckpt_config_load(a.ckpt, args.n_overrides, args.overrides, &cfg, dir, sizeof dir, &e);
+	else if (!rc)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
+	if (!rc && ckpt && args.cfg)
+		rc = ckpt_resolve(a.ckpt, dir, sizeof dir, &e);
+	if (!rc && ckpt) {
+		a.ckpt = dir;
+		if (!mkdtemp(tmp))
+			rc = pp_errorf(&e, PP_ERUNTIME, "cannot make a temporary directory: %s", strerror(errno));
+		else
+			rc = ckpt_read_tokenizer(dir, tmp, a.tokenizer, sizeof a.tokenizer, &e);
+	}
 	if (!rc)
 		rc = run(&a, &cfg, &e);
+	if (strcmp(tmp, "/tmp/pp-decode.XXXXXX") != 0)
+		fs_rm_rf(tmp);
 	pp_config_free(&cfg);
 	cli_free(&args);
 	return rc ? cli_fail(&spec, &e) : 0;

@@ -913,6 +913,28 @@ int pp_config_load(pp_config *c, const char *cfg_path, int n_overrides, char *co
 	return rc;
 }
 
+int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
+			char *const *overrides, pp_err *e)
+{
+	memset(c, 0, sizeof *c);
+	json_error_t je;
+	json_t *root = json_loads(json_text, 0, &je);
+	if (!root)
+		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return pp_errorf(e, PP_EUSAGE, "config JSON: expected an object at the top level");
+	}
+	normalize_model(root);
+	int rc = 0;
+	for (int i = 0; i < n_overrides && !rc; i++)
+		rc = apply_override(root, overrides[i], e);
+	if (!rc)
+		rc = resolve(c, root, true, e);
+	json_decref(root);
+	return rc;
+}
+
 int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e)
 {
 	memset(c, 0, sizeof *c);

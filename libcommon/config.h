@@ -113,6 +113,9 @@ typedef struct {
  * (PP_EUSAGE) name the key and value at fault. */
 int pp_config_load(pp_config *c, const char *cfg_path, int n_overrides, char *const *overrides,
 		   pp_err *e);
+/* The same with a JSON text (a checkpoint's config) in place of the file. */
+int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
+			char *const *overrides, pp_err *e);
 /* The same from an already resolved JSON text (a checkpoint's config). */
 int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e);
 void pp_config_free(pp_config *c);

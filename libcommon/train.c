@@ -337,6 +337,7 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->dp_size = me->dp;
 	/* ZeRO-1: each dp rank saves the AdamW state it holds */
 	cs->optim_per_dp = t->cfg->shard_optimizer && me->dp > 1;
+	cs->tokenizer = t->cfg->tokenizer; /* shard pp000-tp000 keeps a copy */
 }
 
 int trainer_save(trainer *t, pp_err *e)

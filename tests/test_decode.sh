@@ -76,7 +76,7 @@ fi
 # --- bad input ------------------------------------------------------------------------------
 expect_fail decode/unknown_flag 2 "unknown argument '--frobnicate'" pp-decode $cfg --frobnicate
 expect_fail decode/no_checkpoint 2 "holds no checkpoint" pp-decode $cfg run_dir=$T/empty --prompt 1
-expect_fail decode/bad_ckpt_dir 1 "nope" pp-decode $cfg --ckpt $T/nope --prompt 1
+expect_fail decode/bad_ckpt_dir 2 "nope: neither a checkpoint" pp-decode $cfg --ckpt $T/nope --prompt 1
 expect_fail decode/other_model 2 "model.d_model" pp-decode $cfg model.d_model=96 run_dir=$T/one --prompt 1
 long=$(seq -s ' ' 1 130 | awk '{for (i = 1; i <= NF; i++) printf "%d ", $i % 200}')
 expect_fail decode/prompt_too_long 2 "prompt is 130 tokens, longer than the context.*max_seq_len=128" \

@@ -48,6 +48,26 @@ check ckpt_cli/diff_same eval 'pp-ckpt diff $(ck $T/small 4) $(ck $T/small 4) | 
 expect_fail ckpt_cli/diff_differs 1 "differ: 39 tensors past --tol 0" pp-ckpt diff $(ck $T/small 2) $(ck $T/small 4)
 check ckpt_cli/diff_tol eval 'pp-ckpt diff $(ck $T/small 2) $(ck $T/small 4) --tol 1 >/dev/null'
 
+# --- a checkpoint on its own: its config and its tokenizer ------------------------------------
+# trained with a tokenizer file that is then removed: pp-decode --ckpt needs
+# neither --cfg nor the file, and a converted run keeps the tokenizer too
+shared=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}
+if [ -f $shared/llama2-tokenizer.model ]; then
+	cp $shared/llama2-tokenizer.model $T/tok.model
+	pp-train model=llama-tiny model.vocab_size=32000 data=synthetic steps=2 global_batch=2 \
+		microbatch=1 seq_len=16 tokenizer=$T/tok.model run_dir=$T/own --quiet 2>$T/own.log
+	rm -f $T/tok.model
+	check ckpt_own/decode_text eval 'pp-decode --ckpt $T/own --prompt "In the beginning" -n 4 \
+		--temperature 0 2>$T/dec.err | grep -q "^In the beginning" && ! grep -q error $T/dec.err'
+	check ckpt_own/decode_checkpoint_dir eval 'pp-decode --ckpt $(ck $T/own 2) --prompt "Hello" -n 2 >/dev/null 2>&1'
+	check ckpt_own/convert_keeps_tokenizer eval 'pp-ckpt convert $T/own -o $T/own2 tp=2 >/dev/null 2>&1 &&
+		pp-decode --ckpt $T/own2 --prompt "In the beginning" -n 4 --temperature 0 2>/dev/null | grep -q "^In the beginning"'
+else
+	for c in decode_text decode_checkpoint_dir convert_keeps_tokenizer; do
+		skip ckpt_own/$c "no llama2-tokenizer.model in $shared (set PP_SHARED_DATA)"
+	done
+fi
+
 # --- reshard round trips ------------------------------------------------------------------------
 run8() { mpirun -n 8 --allow-run-as-root --oversubscribe pp-train $common "$@" --quiet; }
 if ! command -v mpirun >/dev/null; then

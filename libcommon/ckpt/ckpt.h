@@ -63,6 +63,10 @@ typedef struct {
 	int n_data_state;
 	uint64_t data_state[PP_CKPT_DATA_STATE]; /* owned by the data loader */
 	const char *config_json;                 /* resolved config, saved as-is */
+	/* a tokenizer file (with merges.txt beside a vocab.json) that shard
+	 * pp000-tp000 keeps a copy of in /tokenizer, so that the checkpoint
+	 * decodes text on its own; NULL or "" for none */
+	const char *tokenizer;
 	/* this shard's coordinates in the mesh and the mesh size */
 	int pp_rank, tp_rank, dp_rank, pp_size, tp_size, dp_size;
 	int n_tensors;
@@ -94,6 +98,10 @@ int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step
  * malloc'd array (none: NULL and 0). */
 int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e);
 
+/* path: a checkpoint directory (it holds manifest.json), or a run directory
+ * (its newest sound checkpoint) into dir. */
+int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e);
+
 /* RUN/checkpoints/step_NNNNNNNN, the directory of a step's checkpoint. */
 int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e);
 
@@ -116,6 +124,11 @@ int ckpt_verify(const char *dir, pp_err *e);
  * the number of problems: 0 means sound. */
 int ckpt_verify_each(const char *dir, bool values, void (*fn)(void *ctx, const char *msg),
 		     void *ctx, pp_err *e);
+
+/* The tokenizer a checkpoint keeps (shard pp000-tp000's /tokenizer), written
+ * as its files into out_dir (which must exist); path gets the one tok_load
+ * takes, or "" when the checkpoint keeps none. */
+int ckpt_read_tokenizer(const char *dir, const char *out_dir, char *path, size_t n, pp_err *e);
 
 /* Reads the resolved config JSON saved in a checkpoint (caller frees). */
 int ckpt_read_config(const char *dir, char **json_text, pp_err *e);

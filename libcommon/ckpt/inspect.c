@@ -91,25 +91,6 @@ int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e)
 	return rc;
 }
 
-int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e)
-{
-	char probe[PP_PATH_MAX + 32];
-	struct stat st;
-	snprintf(probe, sizeof probe, "%s/manifest.json", path);
-	if (stat(probe, &st) == 0) {
-		snprintf(dir, n, "%s", path);
-		return 0;
-	}
-	long step;
-	char skipped[2048];
-	int rc = ckpt_find_resume(path, -1, dir, n, &step, skipped, sizeof skipped, e);
-	if (!rc && step < 0)
-		rc = pp_errorf(e, PP_EUSAGE,
-			       "%s: neither a checkpoint (no manifest.json) nor a run directory holding one",
-			       path);
-	return rc;
-}
-
 static json_t *dims(int nd, const int64_t *d)
 {
 	json_t *a = json_array();

@@ -14,10 +14,6 @@
  * the first problem when not; one JSON object per line with json. */
 int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e);
 
-/* path: a checkpoint directory, or a run directory (its newest sound
- * checkpoint) into dir. */
-int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e);
-
 /* Config, step, tokens seen, layout, format version, and every tensor with
  * its global shape, dtype and shards; one JSON object with json. */
 int ckpt_info(const char *path, bool json, FILE *out, pp_err *e);

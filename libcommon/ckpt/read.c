@@ -615,3 +615,70 @@ int ckpt_read_config(const char *dir, char **json_text, pp_err *e)
 	ckpt_manifest_free(&m);
 	return rc;
 }
+
+typedef struct {
+	const char *out_dir;
+	char *path;
+	size_t n;
+	pp_err *e;
+	int rc;
+} tok_extract;
+
+static herr_t extract_one(hid_t g, const char *name, const H5L_info_t *info, void *arg)
+{
+	(void)info;
+	tok_extract *x = arg;
+	char file[CKPT_PATH];
+	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+	    ck_join(file, sizeof file, x->out_dir, name, x->e)) {
+		x->rc = pp_errorf(x->e, PP_ERUNTIME, "/tokenizer/%s: not a file name", name);
+		return -1;
+	}
+	hid_t ds = H5Dopen2(g, name, H5P_DEFAULT), sp = ds >= 0 ? H5Dget_space(ds) : -1;
+	hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+	char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	bool ok = buf && (n == 0 || h5u_ok(H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL,
+						  H5P_DEFAULT, buf)));
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (ds >= 0)
+		H5Dclose(ds);
+	FILE *f = ok ? fopen(file, "wb") : NULL;
+	ok = f && fwrite(buf, 1, (size_t)n, f) == (size_t)n;
+	if (f && fclose(f) != 0)
+		ok = false;
+	free(buf);
+	if (!ok) {
+		x->rc = pp_errorf(x->e, PP_ERUNTIME, "cannot extract /tokenizer/%s to %s", name, file);
+		return -1;
+	}
+	if (strcmp(name, "merges.txt") != 0)
+		snprintf(x->path, x->n, "%s", file);
+	return 0;
+}
+
+int ckpt_read_tokenizer(const char *dir, const char *out_dir, char *path, size_t n, pp_err *e)
+{
+	h5u_quiet();
+	path[0] = '\0';
+	ckpt_manifest m;
+	int rc = ckpt_read_manifest(dir, &m, e);
+	if (rc)
+		return rc;
+	hid_t f = -1;
+	if (!(rc = ck_file_open(dir, &m, own_file(&m, 0, 0), &f, e)) &&
+	    H5Lexists(f, "tokenizer", H5P_DEFAULT) > 0) {
+		hid_t g = H5Gopen2(f, "tokenizer", H5P_DEFAULT);
+		tok_extract x = {out_dir, path, n, e, 0};
+		if (g < 0 || H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, extract_one, &x) < 0)
+			rc = x.rc ? x.rc
+				  : pp_errorf(e, PP_ERUNTIME, "%s: cannot read /tokenizer: %s", dir,
+					      h5u_reason());
+		if (g >= 0)
+			H5Gclose(g);
+	}
+	if (f >= 0)
+		H5Fclose(f);
+	ckpt_manifest_free(&m);
+	return rc;
+}

@@ -368,3 +368,22 @@ int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e)
 	int rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e);
 	return rc ? rc : list_steps(ckpts, steps, n, e);
 }
+
+int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e)
+{
+	char probe[CKPT_PATH + 32];
+	struct stat st;
+	snprintf(probe, sizeof probe, "%s/manifest.json", path);
+	if (stat(probe, &st) == 0) {
+		snprintf(dir, n, "%s", path);
+		return 0;
+	}
+	long step;
+	char skipped[2048];
+	int rc = ckpt_find_resume(path, -1, dir, n, &step, skipped, sizeof skipped, e);
+	if (!rc && step < 0)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s: neither a checkpoint (no manifest.json) nor a run directory holding one",
+			       path);
+	return rc;
+}

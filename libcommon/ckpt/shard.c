@@ -294,7 +294,7 @@ struct ckpt_writer {
 	hid_t g[N_GROUPS]; /* the file's groups, -1 where it has none */
 	bool optim;        /* an optimizer file: parts, no params, no /state */
 	ckpt_state head;   /* step, rng, data state, ranks, optim_per_dp */
-	char *config_json;
+	char *config_json, *tokenizer;
 	int n; /* tensors or parts written, for messages */
 };
 
@@ -304,6 +304,7 @@ static void writer_free(ckpt_writer *w)
 		if (w->g[k] >= 0)
 			H5Gclose(w->g[k]);
 	free(w->config_json);
+	free(w->tokenizer);
 	free(w);
 }
 
@@ -348,6 +349,8 @@ int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writ
 	w->head.n_tensors = w->head.n_optim = 0;
 	w->config_json = strdup(s->config_json ? s->config_json : "");
 	w->head.config_json = w->config_json;
+	w->tokenizer = s->tokenizer && *s->tokenizer ? strdup(s->tokenizer) : NULL;
+	w->head.tokenizer = w->tokenizer;
 	char name[64];
 	if (optim)
 		ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
@@ -436,6 +439,50 @@ int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e)
 	return PP_OK;
 }
 
+/* /tokenizer/NAME: the bytes of a file, as 1-d uint8 */
+static int write_bytes(hid_t g, const char *path, const char *file, pp_err *e)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	int rc = fs_read_file(file, &buf, &n, e);
+	if (rc)
+		return pp_err_prefix(e, "the run's tokenizer");
+	const char *name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+	hsize_t d = (hsize_t)n;
+	hid_t sp = H5Screate_simple(1, &d, NULL), ds = -1;
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+					 H5P_DEFAULT)) &&
+		  (n == 0 || h5u_ok(H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf)));
+	if (ds >= 0)
+		H5Dclose(ds);
+	H5Sclose(sp);
+	free(buf);
+	return ok ? PP_OK
+		  : pp_errorf(e, PP_ERUNTIME, "%s: cannot write /tokenizer/%s: %s", path, name,
+			      h5u_reason());
+}
+
+/* The run's tokenizer into /tokenizer (shard pp000-tp000 only): the file,
+ * and the merges.txt beside a GPT-2 vocab.json. */
+static int write_tokenizer(ckpt_writer *w, pp_err *e)
+{
+	const char *t = w->head.tokenizer;
+	if (!t || !*t || w->head.pp_rank || w->head.tp_rank)
+		return PP_OK;
+	hid_t g = H5Gcreate2(w->f, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+	if (!h5u_ok(g))
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot create /tokenizer: %s", w->path, h5u_reason());
+	int rc = write_bytes(g, w->path, t, e);
+	const char *base = strrchr(t, '/') ? strrchr(t, '/') + 1 : t;
+	if (!rc && !strcmp(base, "vocab.json")) {
+		char merges[CKPT_PATH];
+		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - t), t);
+		rc = write_bytes(g, w->path, merges, e);
+	}
+	H5Gclose(g);
+	return rc;
+}
+
 /* A shard's /state (step, rng, data state) and /config. */
 static int write_state(ckpt_writer *w, pp_err *e)
 {
@@ -465,6 +512,8 @@ static int write_state(ckpt_writer *w, pp_err *e)
 int ckpt_writer_close(ckpt_writer *w, pp_err *e)
 {
 	int rc = w->optim ? PP_OK : write_state(w, e);
+	if (!rc && !w->optim)
+		rc = write_tokenizer(w, e);
 	for (int k = 0; k < N_GROUPS; k++)
 		if (w->g[k] >= 0)
 			H5Gclose(w->g[k]);

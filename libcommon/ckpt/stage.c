@@ -164,3 +164,16 @@ int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *foun
 	free(cs.tensors);
 	return rc;
 }
+
+int ckpt_config_load(const char *path, int n_overrides, char *const *overrides, pp_config *c,
+		     char *dir, size_t dir_size, pp_err *e)
+{
+	char *text = NULL;
+	int rc = ckpt_resolve(path, dir, dir_size, e);
+	if (!rc)
+		rc = ckpt_read_config(dir, &text, e);
+	if (!rc)
+		rc = pp_config_load_text(c, text, n_overrides, overrides, e);
+	free(text);
+	return rc ? pp_err_prefix(e, "the config of %s", path) : 0;
+}

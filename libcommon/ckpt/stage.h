@@ -60,4 +60,10 @@ int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e);
 int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *found,
 		    size_t found_size, long *step, pp_err *e);
 
+/* The config a checkpoint was saved with, with overrides (key=value) over
+ * it: path is a checkpoint or a run directory (its newest sound one), whose
+ * directory goes to dir. What makes a checkpoint usable with no --cfg. */
+int ckpt_config_load(const char *path, int n_overrides, char *const *overrides, pp_config *c,
+		     char *dir, size_t dir_size, pp_err *e);
+
 #endif

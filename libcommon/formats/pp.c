@@ -1,9 +1,11 @@
 /* pp's own checkpoints as a tensorio source and sink. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../ckpt/stage.h"
 #include "../fsutil.h"
@@ -17,7 +19,7 @@
 typedef struct {
 	char dir[PP_PATH_MAX + 64];
 	ckpt_manifest m;
-	int *order; /* source index -> manifest index */
+	char tok_dir[64]; /* the checkpoint's tokenizer, extracted; "" when none */
 } pp_src;
 
 /* Names in model order: digit runs compare as numbers (layers 2 before 10). */
@@ -61,31 +63,13 @@ static void src_close(tio_source *s)
 	pp_src *p = s->impl;
 	if (p) {
 		ckpt_manifest_free(&p->m);
+		if (p->tok_dir[0])
+			fs_rm_rf(p->tok_dir);
 		free(p);
 	}
 	json_decref(s->meta.config);
 	free(s->tensors);
 	free(s);
-}
-
-/* dir is a checkpoint (holds manifest.json) or a run directory (its newest
- * complete checkpoint). */
-static int resolve_dir(const char *path, char *dir, size_t n, pp_err *e)
-{
-	char probe[PP_PATH_MAX + 32];
-	struct stat st;
-	snprintf(probe, sizeof probe, "%s/manifest.json", path);
-	if (stat(probe, &st) == 0) {
-		snprintf(dir, n, "%s", path);
-		return 0;
-	}
-	long step;
-	int rc = ckpt_find_latest(path, dir, n, &step, e);
-	if (!rc && step < 0)
-		rc = pp_errorf(e, PP_EUSAGE, "%s: neither a checkpoint (no manifest.json) nor a run "
-					     "directory holding one",
-			       path);
-	return rc;
 }
 
 int tio_open_pp(const char *path, tio_source **out, pp_err *e)
@@ -103,7 +87,7 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	s->read = src_read;
 	s->close = src_close;
 	char *text = NULL;
-	int rc = resolve_dir(path, p->dir, sizeof p->dir, e);
+	int rc = ckpt_resolve(path, p->dir, sizeof p->dir, e);
 	if (!rc)
 		rc = ckpt_read_manifest(p->dir, &p->m, e);
 	if (!rc)
@@ -127,9 +111,17 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	}
 	if (!rc) {
 		s->meta.step = p->m.step;
+		/* the checkpoint's own copy of its tokenizer, else the config's file */
+		snprintf(p->tok_dir, sizeof p->tok_dir, "/tmp/pp-tokenizer.XXXXXX");
+		if (!mkdtemp(p->tok_dir))
+			rc = pp_errorf(e, PP_ERUNTIME, "cannot make a temporary directory: %s",
+				       strerror(errno));
+		else
+			rc = ckpt_read_tokenizer(p->dir, p->tok_dir, s->meta.tokenizer,
+						 sizeof s->meta.tokenizer, e);
 		const char *tk = json_string_value(json_object_get(s->meta.config, "tokenizer"));
 		struct stat st;
-		if (tk && *tk && stat(tk, &st) == 0)
+		if (!rc && !s->meta.tokenizer[0] && tk && *tk && stat(tk, &st) == 0)
 			snprintf(s->meta.tokenizer, sizeof s->meta.tokenizer, "%s", tk);
 		s->n = p->m.n_tensors;
 		s->tensors = calloc((size_t)s->n + 1, sizeof *s->tensors);
@@ -370,6 +362,47 @@ static void sink_abort(tio_sink *s)
 	free(s);
 }
 
+/* path into dir/NAME (written whole, then renamed) */
+static int copy_file(const char *path, const char *dir, char *out, size_t n, pp_err *e)
+{
+	char *buf = NULL, tmp[PP_PATH_MAX + 64];
+	size_t len = 0;
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	snprintf(out, n, "%s/%s", dir, base);
+	snprintf(tmp, sizeof tmp, "%s.tmp", out);
+	int rc = fs_read_file(path, &buf, &len, e);
+	FILE *f = rc ? NULL : fopen(tmp, "wb");
+	if (!rc && (!f || fwrite(buf, 1, len, f) != len || fflush(f) || fsync(fileno(f))))
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
+	if (f && fclose(f) && !rc)
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
+	if (!rc && rename(tmp, out) != 0)
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s: %s", tmp, strerror(errno));
+	if (rc)
+		unlink(tmp);
+	free(buf);
+	return rc;
+}
+
+/* The source's tokenizer into RUN_DIR/tokenizer/ (with the merges.txt beside
+ * a vocab.json), where the run's config names it: a fixed place from which
+ * every later save copies it into its checkpoint. */
+static int keep_tokenizer(const char *run_dir, const char *tokenizer, char *out, size_t n,
+			  pp_err *e)
+{
+	char dir[PP_PATH_MAX + 32], merges[PP_PATH_MAX + 32], ignore[PP_PATH_MAX + 64];
+	snprintf(dir, sizeof dir, "%s/tokenizer", run_dir);
+	int rc = fs_mkdir_p(dir, e);
+	if (!rc)
+		rc = copy_file(tokenizer, dir, out, n, e);
+	const char *base = strrchr(tokenizer, '/') ? strrchr(tokenizer, '/') + 1 : tokenizer;
+	if (!rc && !strcmp(base, "vocab.json")) {
+		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - tokenizer), tokenizer);
+		rc = copy_file(merges, dir, ignore, sizeof ignore, e);
+	}
+	return rc ? pp_err_prefix(e, "keeping the tokenizer in %s", run_dir) : 0;
+}
+
 /* The target config: the source's (or one around its model), the layout
  * keys over it, run_dir and the tokenizer. */
 static int target_config(const char *run_dir, const tio_sink_opts *o, pp_config *c, pp_err *e)
@@ -381,8 +414,15 @@ static int target_config(const char *run_dir, const tio_sink_opts *o, pp_config 
 	json_t *val;
 	json_object_foreach(o->layout, key, val) json_object_set(root, key, val);
 	json_object_set_new(root, "run_dir", json_string(run_dir));
-	if (o->meta->tokenizer[0])
-		json_object_set_new(root, "tokenizer", json_string(o->meta->tokenizer));
+	char kept[PP_PATH_MAX + 64];
+	if (o->meta->tokenizer[0]) {
+		int rc = keep_tokenizer(run_dir, o->meta->tokenizer, kept, sizeof kept, e);
+		if (rc) {
+			json_decref(root);
+			return rc;
+		}
+		json_object_set_new(root, "tokenizer", json_string(kept));
+	}
 	if (!o->meta->config) /* a model from elsewhere: its own numbers, no data yet */
 		json_object_set_new(root, "data", json_string("synthetic"));
 	char *text = json_dumps(root, JSON_COMPACT);
@@ -466,7 +506,8 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	char *json = rc ? NULL : pp_config_dump(&k->cfg);
 	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
 		pp_rank_files *f = &k->ranks[r];
-		ckpt_state h = {.step = k->step, .config_json = json, .pp_rank = f->pp_rank,
+		ckpt_state h = {.step = k->step, .config_json = json, .tokenizer = k->cfg.tokenizer,
+				.pp_rank = f->pp_rank,
 				.tp_rank = f->tp_rank, .pp_size = k->pp, .tp_size = k->tp,
 				.dp_size = k->dp, .optim_per_dp = k->zero && k->with_adam};
 		if (o->meta->has_state) {
