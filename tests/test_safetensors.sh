@@ -143,13 +143,18 @@ expect_fail safetensors/bad/attention-bias 2 "key 'attention_bias' is true: pp's
 	"$tio" safetensors "$T/abias" pp "$T/out-abias"
 expect_fail safetensors/export-into-nonempty 2 'exists and is not empty' "$tio" pp "$T/llama" safetensors "$T/st-gpt"
 # a source that fails after the sink has written most tensors (the final
-# norm comes late): the sink's abort leaves nothing behind
+# norm comes late): the sink's abort leaves nothing behind (the checkpoint
+# is named itself: a run directory's damaged newest would be refused whole)
 cp -r "$T/llama" "$T/broken"
-if "$py" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); del f["params/model.norm.weight"]' \
-	"$(shard "$T/broken")" 2>/dev/null; then
+if "$py" -c 'import h5py, hashlib, json, os, sys
+f = h5py.File(sys.argv[1], "r+"); del f["params/model.norm.weight"]; f.close()
+m = os.path.join(os.path.dirname(sys.argv[1]), "manifest.json"); j = json.load(open(m))
+for x in j["files"]:  # the file stays sound as a file: the damage shows mid-copy
+    x["sha256"] = hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest(); x["bytes"] = os.path.getsize(sys.argv[1])
+json.dump(j, open(m, "w"))' "$(shard "$T/broken")" 2>/dev/null; then
 	for fmt in safetensors llama2c; do
 		expect_fail "safetensors/abort/$fmt-fails" 1 '/params/model.norm.weight is missing' \
-			"$tio" pp "$T/broken" $fmt "$T/out-broken-$fmt"
+			"$tio" pp "$(dirname "$(shard "$T/broken")")" $fmt "$T/out-broken-$fmt"
 		check "safetensors/abort/$fmt-removes-everything" eval '[ -z "$(ls -d "$T"/out-broken-$fmt* 2>/dev/null)" ]'
 	done
 else
@@ -159,7 +164,7 @@ fi
 # ---- the tokenizer travels with the model -------------------------------------------
 # SentencePiece (Llama 2's, a model of its 32000 tokens): tokenizer.model as
 # is, a tokenizer_config.json, BOS and EOS in config.json; imported back,
-# the checkpoint's config names it
+# the run keeps it in RUN/tokenizer/, where its config names it
 spm=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}/llama2-tokenizer.model
 if [ ! -f "$spm" ]; then
 	skip safetensors/tokenizer/sentencepiece "no $spm"
@@ -173,7 +178,8 @@ g = json.load(open(sys.argv[1] + "/generation_config.json"))
 sys.exit(not (c["bos_token_id"] == g["bos_token_id"] == 1 and c["eos_token_id"] == g["eos_token_id"] == 2
               and t["tokenizer_class"] == "LlamaTokenizer" and (t["bos_token"], t["eos_token"]) == ("<s>", "</s>")))' "$T/st-spm"
 	check safetensors/tokenizer/sentencepiece-reimported eval \
-		'h5dump -d /config "$(shard "$T/back-spm")" 2>/dev/null | grep -q "\"tokenizer\": *\"$T/st-spm/tokenizer.model\""'
+		'cmp -s "$spm" "$T/back-spm/tokenizer/tokenizer.model" &&
+		h5dump -d /config "$(shard "$T/back-spm")" 2>/dev/null | grep -q "\"tokenizer\": *\"$T/back-spm/tokenizer/tokenizer.model\""'
 else
 	fail safetensors/tokenizer/sentencepiece "$(tail -n 2 "$T/log")"
 fi

@@ -162,6 +162,7 @@ typedef struct {
 typedef struct {
 	char run_dir[PP_PATH_MAX];
 	char tmp[PP_PATH_MAX + 128];
+	char tok_dir[PP_PATH_MAX + 32]; /* RUN_DIR/tokenizer when this sink made it */
 	pp_config cfg;
 	int pp, tp, dp, v;
 	bool zero;      /* ZeRO-1: AdamW state in per-dp optimizer files */
@@ -196,6 +197,8 @@ static void sink_free(pp_sink *k, bool remove_tmp)
 	free(k->ranks);
 	if (remove_tmp && k->tmp[0])
 		fs_rm_rf(k->tmp);
+	if (remove_tmp && k->tok_dir[0])
+		fs_rm_rf(k->tok_dir);
 	for (int i = 0; i < k->n_expected; i++)
 		free(k->expected[i]);
 	free(k->expected);
@@ -445,6 +448,10 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	snprintf(k->run_dir, sizeof k->run_dir, "%s", run_dir);
 	k->with_adam = o->with_adam;
 	k->step = o->meta->step;
+	struct stat st;
+	snprintf(k->tok_dir, sizeof k->tok_dir, "%s/tokenizer", run_dir);
+	if (!o->meta->tokenizer[0] || stat(k->tok_dir, &st) == 0)
+		k->tok_dir[0] = '\0'; /* none made here: nothing to take back */
 	int rc = target_config(run_dir, o, &k->cfg, e);
 	if (!rc) {
 		k->pp = k->cfg.pp;
