@@ -62,6 +62,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 {
 	memset(t, 0, sizeof *t);
 	t->cfg = c;
+	t->params_only = params_only;
 	const pp_model_cfg *m = &c->model;
 	if (m->n_experts > 0)
 		return pp_errorf(e, PP_EUSAGE,
@@ -135,7 +136,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		size_t n = st->n_elems, lo = 0, hi = n;
 		if (c->shard_optimizer && me->dp > 1)
 			gradsync_shard(n, me->dp, me->dp_rank, &lo, &hi);
-		if ((rc = optim_create(&t->opt[k], t->ops, lo, hi, e)))
+		if (!params_only && (rc = optim_create(&t->opt[k], t->ops, lo, hi, e)))
 			return rc;
 		/* a tied embedding is summed with the pipeline's other end first */
 		if (m->tied_embeddings && (me->pp > 1 || me->v > 1) && (st->first || st->last))
@@ -212,13 +213,18 @@ static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
 	size_t n = st->n_elems, share = o->hi - o->lo;
-	*h = (ckpt_host){malloc(n * sizeof(pp_real) + 1), malloc(share * sizeof(pp_real) + 1),
-			  malloc(share * sizeof(pp_real) + 1), o->lo, o->hi};
-	if (!h->w || !h->m || !h->v)
+	*h = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
+	if (!t->params_only) {
+		h->m = malloc(share * sizeof(pp_real) + 1);
+		h->v = malloc(share * sizeof(pp_real) + 1);
+	}
+	if (!h->w || (!t->params_only && (!h->m || !h->v)))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
 	ops->to_host(h->w, st->w, n * sizeof(pp_real));
-	ops->to_host(h->m, o->m, share * sizeof(pp_real));
-	ops->to_host(h->v, o->v, share * sizeof(pp_real));
+	if (!t->params_only) {
+		ops->to_host(h->m, o->m, share * sizeof(pp_real));
+		ops->to_host(h->v, o->v, share * sizeof(pp_real));
+	}
 	return 0;
 }
 
@@ -313,7 +319,7 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
 			ckpt_saved_block(p, c);
 			c->param = fused ? whole[0] : src.w + p->off;
-			if (!cs->optim_per_dp) { /* [lo, hi) is everything */
+			if (!cs->optim_per_dp && src.m) { /* [lo, hi) is everything */
 				c->m = fused ? whole[1] : src.m + p->off;
 				c->v = fused ? whole[2] : src.v + p->off;
 			}

@@ -29,6 +29,7 @@ typedef struct {
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
 	pp_real *gather;      /* ZeRO-1: the parameter all-gather's buffer (largest chunk) */
 	pp_data *train, *val; /* NULL when opened for parameters only */
+	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */
 } trainer;
 
@@ -39,7 +40,9 @@ typedef struct {
 
 /* Checks that the config can run here (device, model kind, layout against
  * the job's ranks), then allocates. params_only builds one process's whole
- * model (pp-init) without a launcher, activations for the batch or data. */
+ * model (pp-init) without a launcher, optimizer state, activations for the
+ * batch or data; its checkpoints hold parameters only (AdamW starts from
+ * zero when a run resumes from one). */
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e);
 void trainer_close(trainer *t);
 /* Ends every rank of the job after an error on this one (never returns when

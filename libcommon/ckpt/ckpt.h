@@ -141,6 +141,10 @@ int ckpt_read_config(const char *dir, char **json_text, pp_err *e);
  * ckpt_optim_part fields of s are not used. */
 int ckpt_load(const char *dir, ckpt_state *s, pp_err *e);
 
+/* The step, rng and data state (s's shard's /state, as ckpt_load reads
+ * them), without loading tensors or hashing files. */
+int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e);
+
 /* ---- multi-rank save, and the pieces of ckpt_save ----
  * ckpt_save(run, s, keep) is ckpt_begin + ckpt_write_shard (+
  * ckpt_write_optim_shard) + ckpt_commit in one process. With a pp x tp x dp

@@ -386,6 +386,28 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 	return rc;
 }
 
+int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e)
+{
+	h5u_quiet();
+	ckpt_manifest m;
+	int rc = ckpt_read_manifest(dir, &m, e);
+	if (rc)
+		return rc;
+	shard_reader r = {0};
+	int own = own_file(&m, s->pp_rank, s->tp_rank);
+	char path[CKPT_PATH];
+	if (!(rc = ck_check_files(dir, &m, false, e)) && !(rc = reader_init(&r, dir, &m, false, e)) &&
+	    !(rc = reader_open(&r, own, e))) {
+		snprintf(path, sizeof path, "%s/%s", dir, m.files[own].name);
+		rc = read_state(r.fh[own], path, s, m.step, e);
+	}
+	if (!rc)
+		s->step = m.step;
+	reader_close(&r);
+	ckpt_manifest_free(&m);
+	return rc;
+}
+
 /* Checks that /params/NAME of shard f carries the manifest's global shape
  * and offset of slice s. */
 static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info *t, const ckpt_slice_info *s,

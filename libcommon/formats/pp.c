@@ -103,7 +103,7 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	free(text);
 	if (!rc) { /* the training state (rng, data position) of shard pp000-tp000 */
 		ckpt_state st = {0};
-		rc = ckpt_load(p->dir, &st, e);
+		rc = ckpt_read_state(p->dir, &st, e);
 		s->meta.has_state = !rc;
 		memcpy(s->meta.rng, st.rng, sizeof st.rng);
 		s->meta.n_data_state = st.n_data_state;
