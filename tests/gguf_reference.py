@@ -18,10 +18,13 @@ and Hugging Face transformers, in the venv of scripts/setup-reference.sh.
       and the metadata against pp's config; with --like, the tokenizer
       arrays against the GGUF the tokenizer came from.
   gguf_reference.py write OUT.gguf EXPECTED.npz [--omit KEY] [--arch A] [--rope-scaling]
+                                               [--bytes-tokenizer PRE]
       Writes a small llama model whose weights gguf.quants quantized (Q8_0,
       Q4_0, Q4_1, F16, BF16; F32 norms); EXPECTED holds their dequantized
       values in pp's layout. --omit leaves out one metadata key, --arch names
-      another architecture, --rope-scaling adds linear RoPE scaling.
+      another architecture, --rope-scaling adds linear RoPE scaling,
+      --bytes-tokenizer a "gpt2" tokenizer of the 256 bytes and 3 merges (" t",
+      "he", " the") with tokenizer.ggml.pre PRE.
   gguf_reference.py convert PP_SHARD.h5 OUT.gguf
       A pp checkpoint (llama, gemma or gpt family) written the way llama.cpp's
       convert_hf_to_gguf.py writes that architecture: llama's q and k rows
@@ -251,11 +254,14 @@ def cmd_export(a):
     extra = f", worst Q8_0 error {worst:.3f} of its block's scale" if a.dtype == "Q8_0" else ""
     check(f"{tag}/tensors", not problems,
           "; ".join(problems[:4]) or f"{len(r.tensors)} tensors equal to pp's ({a.dtype}{extra})")
-    if field(r, "tokenizer.ggml.model") is not None:
+    model = field(r, "tokenizer.ggml.model")
+    if not cfg.get("tokenizer"):
+        check(f"{tag}/no_tokenizer", model == "no_vocab",
+              f"tokenizer.ggml.model {model!r} (expected 'no_vocab': pp's model has no tokenizer)")
+    else:
         n = len(field(r, "tokenizer.ggml.tokens") or [])
         check(f"{tag}/tokenizer_size", n == m["vocab_size"],
-              f"{field(r, 'tokenizer.ggml.model')} tokenizer: {n} tokens for a vocabulary of "
-              f"{m['vocab_size']}")
+              f"{model} tokenizer: {n} tokens for a vocabulary of {m['vocab_size']}")
     if a.like:
         o = gguf.GGUFReader(a.like)
         keys = ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
@@ -270,7 +276,7 @@ def cmd_export(a):
 
 def cmd_write(a):
     rng = np.random.default_rng(1234)
-    C, H, KV, D, F, L, V, ctx = 64, 4, 2, 16, 96, 2, 256, 128
+    C, H, KV, D, F, L, V, ctx = 64, 4, 2, 16, 96, 2, 260, 128
     w = gguf.GGUFWriter(a.out, a.arch)
     if a.rope_scaling:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -287,6 +293,19 @@ def cmd_write(a):
     for k, add in keys.items():
         if k != a.omit:
             add()
+    if a.bytes_tokenizer:
+        # GPT-2's bytes_to_unicode: printable bytes stand for themselves
+        keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+        spell, n = {}, 0
+        for b in range(256):
+            spell[b] = chr(b) if b in keep else chr(256 + n)
+            n += b not in keep
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(a.bytes_tokenizer)
+        merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he")]
+        w.add_token_list([spell[b] for b in range(256)] + [x + y for x, y in merges])
+        w.add_token_types([1] * (256 + len(merges)))
+        w.add_token_merges([f"{x} {y}" for x, y in merges])
     expected = {}
 
     def add(gname, rows, cols, qtype, heads=0):
@@ -480,6 +499,7 @@ def main():
     s.add_argument("--omit")
     s.add_argument("--arch", default="llama")
     s.add_argument("--rope-scaling", action="store_true")
+    s.add_argument("--bytes-tokenizer", metavar="PRE")
     s = sub.add_parser("convert")
     s.add_argument("shard")
     s.add_argument("out")

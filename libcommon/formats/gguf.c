@@ -711,8 +711,10 @@ static int sink_metadata(gguf_buf *b, const tio_sink_opts *o, const gguf_type *w
 	gguf_kv_f32(b, "llama.rope.freq_base", (float)m->rope_theta);
 	gguf_kv_u32(b, "llama.vocab_size", (uint32_t)m->vocab_size);
 	const char *tp = o->meta ? o->meta->tokenizer : "";
-	if (!tp[0])
-		return 0;
+	if (!tp[0]) { /* llama.cpp requires the key */
+		gguf_kv_str(b, "tokenizer.ggml.model", "no_vocab");
+		return b->oom ? pp_errorf(e, PP_ERUNTIME, "out of memory") : 0;
+	}
 	pp_tokenizer *tk;
 	int rc = tok_load(&tk, tp, e);
 	if (!rc) {

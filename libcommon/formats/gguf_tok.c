@@ -7,6 +7,7 @@
  *                                 pre-tokenizer regex
  *   tokenizer.ggml.model "llama"  SentencePiece BPE: tokens ("▁" for space,
  *                                 <0xXX> bytes), scores, token_type
+ *   tokenizer.ggml.model "no_vocab" (or "none"): no tokenizer
  * token_type numbers pieces as SentencePiece does (TOK_NORMAL ...). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +18,13 @@
 #include "../tokenizer.h"
 #include "gguf_file.h"
 
-/* llama.cpp's pre-tokenizers that pp's byte-level BPE implements: GPT-2's
- * regex, alone or after splitting off each digit (\p{N}) */
-static const char *const pre_gpt2[] = {"gpt-2", "gpt2", "mpt", "olmo", "default", NULL};
+/* llama.cpp's pre-tokenizers (tokenizer.ggml.pre) that pp's byte-level BPE
+ * implements: GPT-2's regex alone, or after splitting off each digit
+ * (\p{N}). "default" (and none) is llama.cpp's own regex, which pp has not. */
+static const char *const pre_gpt2[] = {"gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion",
+				       "mellum", "gigachat", NULL};
 static const char *const pre_digits[] = {"smollm", "starcoder", "refact", "codeshell",
-					 "command-r", "exaone", "minerva", NULL};
+					 "command-r", "exaone", "minerva-7b", NULL};
 
 static bool in_list(gguf_str s, const char *const *list)
 {
@@ -75,7 +78,7 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 {
 	const gguf_file *f = s->f;
 	pp_err *e = s->e;
-	gguf_str pre = {"default", 7};
+	gguf_str pre = {"(none)", 6};
 	const gguf_kv *merges;
 	int rc = gguf_get_string(f, "tokenizer.ggml.pre", false, &pre, e);
 	if (!rc)
@@ -281,7 +284,7 @@ int gguf_tok_export(const gguf_file *f, const char *dir, int vocab, char *path, 
 	path[0] = 0;
 	gguf_str model = {0};
 	int rc = gguf_get_string(f, "tokenizer.ggml.model", false, &model, e);
-	if (rc || !model.s)
+	if (rc || !model.s || gguf_str_is(model, "no_vocab") || gguf_str_is(model, "none"))
 		return rc;
 	tok_src s = {.f = f, .e = e};
 	snprintf(s.dir, sizeof s.dir, "%s", dir);
