@@ -15,7 +15,7 @@ int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *
 {
 	int rc = 0;
 	if (tk) {
-		if (tok_bos(tk) >= 0 && tok_ids_push(ids, tok_bos(tk)))
+		if (tok_adds_bos(tk) && tok_bos(tk) >= 0 && tok_ids_push(ids, tok_bos(tk)))
 			return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
 		rc = tok_encode(tk, text, strlen(text), ids, e);
 	} else {

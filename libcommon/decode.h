@@ -34,9 +34,10 @@ typedef struct {
 	double kv_bytes;    /* KV cache a step reads, mean over the steps */
 } decode_stats;
 
-/* Prompt ids: the tokenizer's BOS then the encoded text; without a
- * tokenizer, the text is token ids separated by spaces, each in [0, V).
- * An empty result (no text, no BOS) is the single token 0. */
+/* Prompt ids: the tokenizer's BOS (unless it adds none: tok_adds_bos) then
+ * the encoded text; without a tokenizer, the text is token ids separated by
+ * spaces, each in [0, V). An empty result (no text, no BOS) is the single
+ * token 0. */
 int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e);
 
 /* Generates up to o->n_new tokens after prompt (n_prompt ids) for each of

@@ -29,7 +29,9 @@
 
 struct tok_bpe {
 	int *merge_out;   /* rank -> id of the merged token */
+	int (*merge_pair)[2]; /* rank -> ids of the pair it merges */
 	int nmerges;
+	uint8_t *ptype;   /* per id: TOK_NORMAL, TOK_CONTROL, ... (tok_piece_type) */
 	tok_pairmap rank; /* (left id, right id) -> rank */
 	int byte_id[256]; /* the token of each single byte, -1 if none */
 	uint8_t *special; /* per id: 1 special added token, 2 no token at all */
@@ -52,6 +54,8 @@ static void bpe_free(void *p)
 	if (!b)
 		return;
 	free(b->merge_out);
+	free(b->merge_pair);
+	free(b->ptype);
 	tok_pairmap_free(&b->rank);
 	free(b->special);
 	free(b->raw);
@@ -599,6 +603,17 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			b->added_maxlen = b->raw_len[id];
 	}
 
+	/* piece types, for writers of other formats */
+	b->ptype = malloc((size_t)nv);
+	if (!b->ptype)
+		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+	for (int id = 0; id < nv; id++)
+		b->ptype[id] = b->special[id] == 1 ? TOK_CONTROL : b->special[id] == 2 ? TOK_UNUSED : TOK_NORMAL;
+	for (size_t i = 0; i < nadded; i++)
+		if (!added[i].special)
+			b->ptype[added[i].id] = TOK_USER_DEFINED;
+	t->type = b->ptype;
+
 	/* merges */
 	size_t nm = 0;
 	if (merges) {
@@ -609,7 +624,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		nm++;
 	}
 	b->merge_out = malloc((nm + 1) * sizeof *b->merge_out);
-	if (!b->merge_out || tok_pairmap_init(&b->rank, nm + 1))
+	b->merge_pair = malloc((nm + 1) * sizeof *b->merge_pair);
+	if (!b->merge_out || !b->merge_pair || tok_pairmap_init(&b->rank, nm + 1))
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	const char *mp = merges_txt;
 	char buf[1024];
@@ -674,15 +690,22 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 					buf, i);
 		}
 		b->merge_out[i] = o;
+		b->merge_pair[i][0] = a;
+		b->merge_pair[i][1] = c;
 		b->nmerges = (int)i + 1;
 		if (tok_pairmap_put(&b->rank, a, c, (int)i))
 			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	}
 
+	t->merge = (const int(*)[2])b->merge_pair;
+	t->n_merges = b->nmerges;
+
 	/* BOS/EOS: tokenizer_config.json beside the file, else well-known names */
 	char *cfgpath = sibling(path, "tokenizer_config.json");
 	json_t *cfg = cfgpath ? json_load_file(cfgpath, 0, NULL) : NULL;
 	free(cfgpath);
+	if (json_is_boolean(json_object_get(cfg, "add_bos_token")))
+		t->add_bos = json_is_true(json_object_get(cfg, "add_bos_token"));
 	const char *bos = cfg ? token_content(json_object_get(cfg, "bos_token")) : NULL;
 	const char *eos = cfg ? token_content(json_object_get(cfg, "eos_token")) : NULL;
 	if (bos)
@@ -833,9 +856,12 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 		*tp = t;
 		if (!rc)
 			rc = pre_tokenizer(json_object_get(root, "pre_tokenizer"), path, t->impl, e);
-		if (!rc)
-			((struct tok_bpe *)t->impl)->ignore_merges =
-				json_is_true(json_object_get(model, "ignore_merges"));
+		if (!rc) {
+			struct tok_bpe *b = t->impl;
+			b->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+			t->prep.add_space_prefix = b->add_prefix_space;
+			t->prep.split_digits = b->split_digits;
+		}
 	} else {
 		/* GPT-2's vocab.json, with merges.txt beside it */
 		const char *key;

@@ -78,6 +78,14 @@ struct pp_tokenizer {
 	uint32_t *off, *len;
 	tok_map map; /* piece -> id */
 
+	/* for the writers of other formats (tokenizer.h), filled by the
+	 * loaders; the arrays belong to impl */
+	const uint8_t *type;  /* TOK_* per piece */
+	const float *score;   /* per piece; NULL: none */
+	const int (*merge)[2]; /* per rank: the ids of its pair */
+	int n_merges, unk, add_bos;
+	tok_prep prep;
+
 	int (*encode)(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e);
 	int (*decode)(const pp_tokenizer *t, const int *ids, size_t n, int flags, tok_text *out,
 		      pp_err *e);

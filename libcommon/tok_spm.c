@@ -460,6 +460,10 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 				 path, sp.bos, sp.eos, npieces);
 	t->bos = sp.bos;
 	t->eos = sp.eos;
+	t->unk = m->unk;
+	t->type = m->type;
+	t->score = m->score;
+	t->prep = (tok_prep){m->add_dummy_prefix, m->remove_extra_ws, m->byte_fallback, 0};
 	m->word_cache = sp.byte_fallback && !m->has_unused;
 	for (int i = 0; i < t->n_vocab && m->word_cache; i++)
 		if (is_mergeable(m->type[i]) && crosses_word(t->pool + t->off[i], t->len[i]))

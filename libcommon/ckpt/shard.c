@@ -463,7 +463,8 @@ static int write_bytes(hid_t g, const char *path, const char *file, pp_err *e)
 }
 
 /* The run's tokenizer into /tokenizer (shard pp000-tp000 only): the file,
- * and the merges.txt beside a GPT-2 vocab.json. */
+ * the merges.txt beside a GPT-2 vocab.json, and a tokenizer_config.json
+ * beside it (whether BOS begins the text). */
 static int write_tokenizer(ckpt_writer *w, pp_err *e)
 {
 	const char *t = w->head.tokenizer;
@@ -473,12 +474,16 @@ static int write_tokenizer(ckpt_writer *w, pp_err *e)
 	if (!h5u_ok(g))
 		return pp_errorf(e, PP_ERUNTIME, "%s: cannot create /tokenizer: %s", w->path, h5u_reason());
 	int rc = write_bytes(g, w->path, t, e);
+	/* the files the tokenizer reads beside it, where there are */
 	const char *base = strrchr(t, '/') ? strrchr(t, '/') + 1 : t;
-	if (!rc && !strcmp(base, "vocab.json")) {
-		char merges[CKPT_PATH];
-		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - t), t);
-		rc = write_bytes(g, w->path, merges, e);
-	}
+	char beside[CKPT_PATH];
+	struct stat st;
+	snprintf(beside, sizeof beside, "%.*smerges.txt", (int)(base - t), t);
+	if (!rc && !strcmp(base, "vocab.json"))
+		rc = write_bytes(g, w->path, beside, e);
+	snprintf(beside, sizeof beside, "%.*stokenizer_config.json", (int)(base - t), t);
+	if (!rc && stat(beside, &st) == 0)
+		rc = write_bytes(g, w->path, beside, e);
 	H5Gclose(g);
 	return rc;
 }

@@ -388,8 +388,9 @@ static int copy_file(const char *path, const char *dir, char *out, size_t n, pp_
 }
 
 /* The source's tokenizer into RUN_DIR/tokenizer/ (with the merges.txt beside
- * a vocab.json), where the run's config names it: a fixed place from which
- * every later save copies it into its checkpoint. */
+ * a vocab.json and a tokenizer_config.json beside it), where the run's
+ * config names it: a fixed place from which every later save copies it into
+ * its checkpoint. */
 static int keep_tokenizer(const char *run_dir, const char *tokenizer, char *out, size_t n,
 			  pp_err *e)
 {
@@ -399,10 +400,15 @@ static int keep_tokenizer(const char *run_dir, const char *tokenizer, char *out,
 	if (!rc)
 		rc = copy_file(tokenizer, dir, out, n, e);
 	const char *base = strrchr(tokenizer, '/') ? strrchr(tokenizer, '/') + 1 : tokenizer;
+	struct stat st;
 	if (!rc && !strcmp(base, "vocab.json")) {
 		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - tokenizer), tokenizer);
 		rc = copy_file(merges, dir, ignore, sizeof ignore, e);
 	}
+	snprintf(merges, sizeof merges, "%.*stokenizer_config.json", (int)(base - tokenizer),
+		 tokenizer);
+	if (!rc && stat(merges, &st) == 0)
+		rc = copy_file(merges, dir, ignore, sizeof ignore, e);
 	return rc ? pp_err_prefix(e, "keeping the tokenizer in %s", run_dir) : 0;
 }
 
