@@ -44,18 +44,51 @@ static int cmd_ls(int argc, char **argv)
 	return finish(&spec, &a, rc, &e);
 }
 
+/* The saved config of the checkpoint at path; its run_dir the run directory
+ * the checkpoint is in now (RUN of RUN/checkpoints/step_N), so that pp-train
+ * --cfg resumes it where it lies, wherever it was written. */
+static int print_config(const char *path, pp_err *e)
+{
+	char dir[PP_PATH_MAX + 64], *text = NULL;
+	int rc = ckpt_resolve(path, dir, sizeof dir, e);
+	if (!rc)
+		rc = ckpt_read_config(dir, &text, e);
+	json_error_t je;
+	json_t *cfg = rc ? NULL : json_loads(text, 0, &je);
+	if (!rc && !json_is_object(cfg))
+		rc = pp_errorf(e, PP_ERUNTIME, "%s: its saved config is not a JSON object", dir);
+	char *slash = rc ? NULL : strrchr(dir, '/');
+	if (slash && slash - dir >= 12 && !strncmp(slash - 12, "/checkpoints", 12)) {
+		slash[-12] = 0;
+		json_object_set_new(cfg, "run_dir", json_string(dir));
+	}
+	char *out = rc ? NULL : json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	if (out)
+		printf("%s\n", out);
+	free(out);
+	json_decref(cfg);
+	free(text);
+	return rc;
+}
+
 static int cmd_info(int argc, char **argv)
 {
-	bool json = false;
-	const cli_opt opts[] = {{"--json", NULL, "one JSON object", NULL, &json}, {0}};
-	const cli_spec spec = {"pp-ckpt info", "CKPT [--json]",
+	bool json = false, config = false;
+	const cli_opt opts[] = {
+		{"--json", NULL, "one JSON object", NULL, &json},
+		{"--config", NULL, "the saved run config (run_dir where the checkpoint is), for pp-train --cfg", NULL, &config},
+		{0}};
+	const cli_spec spec = {"pp-ckpt info", "CKPT [--json | --config]",
 			       "A checkpoint's config, step, layout, format and tensors.", opts,
 			       false, 1, "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
-	if (!rc)
+	if (!rc && config) {
+		rc = print_config(a.positional[0], &e);
+	} else if (!rc) {
 		rc = ckpt_info(a.positional[0], json, stdout, &e);
+	}
 	return finish(&spec, &a, rc, &e);
 }
 
@@ -161,7 +194,7 @@ static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
 	if (!rc) {
 		struct rusage ru;
 		getrusage(RUSAGE_SELF, &ru);
-		log_info("%s: %d tensors, %.3g elements, %.1f MB read in %.1f s (%.0f MB/s); peak "
+		log_info("%s: %d tensors, %.3g elements (%.1f MB as fp32) in %.1f s (%.0f MB/s); peak "
 			 "RSS %.1f MB, largest buffers %.1f MB",
 			 what, st.tensors, (double)st.elements, 1e-6 * st.bytes_read, st.seconds,
 			 st.seconds > 0 ? 1e-6 * st.bytes_read / st.seconds : 0,
@@ -222,7 +255,7 @@ static int cmd_export(int argc, char **argv)
 	if (!rc && dtype)
 		rc = parse_dtype(dtype, &o.dtype, &e);
 	if (!rc && shard)
-		rc = cli_double("--shard-mb", shard, 1, 1e9, &o.shard_mb, &e);
+		rc = cli_double("--shard-mb", shard, 1e-3, 1e9, &o.shard_mb, &e);
 	if (!rc)
 		rc = copy("pp", a.positional[0], fmt, out, &o, "export", &e);
 	return finish(&spec, &a, rc, &e);

@@ -12,7 +12,7 @@ and Hugging Face transformers, in the venv of scripts/setup-reference.sh.
       The ids of TEXT from transformers' tokenizer built from GGUF's
       metadata (no special tokens added).
   gguf_reference.py export GGUF PP_SHARD.h5 DTYPE [--like ORIG.gguf]
-      Checks a GGUF written by pp (tool_tio pp RUN gguf OUT): every tensor
+      Checks a GGUF written by pp (pp-ckpt export RUN --format gguf -o OUT): every tensor
       against pp's parameter (F32 equal, F16/BF16 equal to pp's value rounded
       to nearest even, Q8_0 within half its block's scale), 1-D tensors F32,
       and the metadata against pp's config; with --like, the tokenizer

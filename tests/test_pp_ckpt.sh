@@ -47,6 +47,13 @@ check ckpt_cli/verify_sound eval 'pp-ckpt verify $T/small | grep -q "step_000000
 check ckpt_cli/diff_same eval 'pp-ckpt diff $(ck $T/small 4) $(ck $T/small 4) | tail -n 1 | grep -q "^0 of 39 tensors"'
 expect_fail ckpt_cli/diff_differs 1 "differ: 39 tensors past --tol 0" pp-ckpt diff $(ck $T/small 2) $(ck $T/small 4)
 check ckpt_cli/diff_tol eval 'pp-ckpt diff $(ck $T/small 2) $(ck $T/small 4) --tol 1 >/dev/null'
+# the saved config, as pp-train --cfg takes it: the run resumes from it alone
+check ckpt_cli/info_config eval 'cp -r $T/small $T/again && pp-ckpt info $T/again --config >$T/again.json &&
+	pp-train --cfg $T/again.json steps=5 --quiet 2>$T/again.log && grep -q "resumed from step 4" $T/again.log'
+# dtype=bf16: the same fp32 master weights, the config computing in bf16
+check ckpt_cli/convert_dtype eval 'pp-ckpt convert $T/small -o $T/bf16 dtype=bf16 >/dev/null 2>&1 &&
+	pp-ckpt info $T/bf16 --config | grep -q "^  \"dtype\": \"bf16\"" &&
+	pp-ckpt diff $T/small $T/bf16 | tail -n 1 | grep -q "^0 of 39 tensors"'
 
 # --- a checkpoint on its own: its config and its tokenizer ------------------------------------
 # trained with a tokenizer file that is then removed: pp-decode --ckpt needs

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hugging Face safetensors and llama2.c files (libcommon/formats/safetensors.c,
-# hfconfig.c, llama2c.c) through build/tests/tool_tio, checked by readers
+# hfconfig.c, llama2c.c) through pp-ckpt import and export, checked by readers
 # that are not pp's (tests/safetensors_ref.py: transformers in the venv of
 # scripts/setup-reference.sh, safetensors' own loader, struct):
 #   - each dense tiny preset exported loads in transformers with no missing
@@ -21,9 +21,9 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-tio=$PP_ROOT/build/tests/tool_tio logits=$PP_ROOT/build/tests/tool_logits
+logits=$PP_ROOT/build/tests/tool_logits
 ref=$PP_ROOT/tests/safetensors_ref.py
-for b in "$tio" "$logits" "$PP_ROOT/build/tests/tool_h5_same" "$PP_ROOT/build/bin/pp-init"; do
+for b in "$PP_ROOT/build/bin/pp-ckpt" "$logits" "$PP_ROOT/build/tests/tool_h5_same" "$PP_ROOT/build/bin/pp-init"; do
 	[ -x "$b" ] || { fail safetensors "$b is not built (make tests)"; exit 1; }
 done
 TOK=(1 5 9 200 17 3 3 80 255 0 44 12 7 99 100 101) # 16 > mistral-tiny's window of 4
@@ -42,7 +42,7 @@ fi
 # ---- pp -> safetensors -> pp, for every dense family ---------------------------
 jobs=()
 for f in llama mistral gemma gpt; do
-	if ! quiet pp-init model=$f-tiny -o "$T/$f" || ! quiet "$tio" pp "$T/$f" safetensors "$T/st-$f" ||
+	if ! quiet pp-init model=$f-tiny -o "$T/$f" || ! quiet pp-ckpt export "$T/$f" --format safetensors -o "$T/st-$f" ||
 		! quiet "$logits" "$T/$f/checkpoints/step_00000000" "$T/$f.f32" "${TOK[@]}"; then
 		fail "safetensors/$f/export" "$(tail -n 2 "$T/log")"
 		continue
@@ -50,7 +50,7 @@ for f in llama mistral gemma gpt; do
 	pass "safetensors/$f/export"
 	jobs+=(+ load "safetensors/$f/hf" "$T/st-$f" "$T/$f.f32" 1e-4)
 	check "safetensors/$f/reimport-bitwise" eval \
-		'quiet "$tio" safetensors "$T/st-$f" pp "$T/back-$f" && same_tensors "$(shard "$T/$f")" "$(shard "$T/back-$f")" /params'
+		'quiet pp-ckpt import --format safetensors "$T/st-$f" -o "$T/back-$f" && same_tensors "$(shard "$T/$f")" "$(shard "$T/back-$f")" /params'
 done
 check safetensors/no-temporary-left eval '[ -z "$(ls -d "$T"/*.tmp-* 2>/dev/null)" ]'
 
@@ -59,7 +59,7 @@ check safetensors/no-temporary-left eval '[ -z "$(ls -d "$T"/*.tmp-* 2>/dev/null
 for spec in "llama F16" "gemma BF16" "gpt F16"; do
 	read -r f dt <<<"$spec"
 	d=$T/st-$f-$dt
-	if quiet "$tio" pp "$T/$f" safetensors "$d" --dtype "$dt" && quiet "$tio" safetensors "$d" pp "$T/r-$f-$dt" &&
+	if quiet pp-ckpt export "$T/$f" --format safetensors -o "$d" --dtype "$dt" && quiet pp-ckpt import --format safetensors "$d" -o "$T/r-$f-$dt" &&
 		quiet "$logits" "$T/r-$f-$dt/checkpoints/step_00000000" "$T/$f-$dt.f32" "${TOK[@]}"; then
 		pass "safetensors/$f/$dt-export"
 		jobs+=(+ rounded "safetensors/$f/$dt" "$d" "$(shard "$T/$f")" "$dt"
@@ -71,11 +71,11 @@ done
 
 # sharded: 3+ files of at most 0.1 MiB (llama-tiny is 0.36 MiB) and the index
 d=$T/st-sharded
-if quiet "$tio" pp "$T/mistral" safetensors "$d" --shard-mb 0.1; then
+if quiet pp-ckpt export "$T/mistral" --format safetensors -o "$d" --shard-mb 0.1; then
 	n=$(find "$d" -name 'model-0*-of-0*.safetensors' | wc -l)
 	check "safetensors/sharded/files ($n)" eval '[ "$n" -ge 3 ] && [ -f "$d/model.safetensors.index.json" ] && [ ! -e "$d/model.safetensors" ]'
 	check safetensors/sharded/reimport-bitwise eval \
-		'quiet "$tio" safetensors "$d" pp "$T/back-sharded" && same_tensors "$(shard "$T/mistral")" "$(shard "$T/back-sharded")" /params'
+		'quiet pp-ckpt import --format safetensors "$d" -o "$T/back-sharded" && same_tensors "$(shard "$T/mistral")" "$(shard "$T/back-sharded")" /params'
 	jobs+=(+ load safetensors/sharded/hf "$d" "$T/mistral.f32" 1e-4)
 else
 	fail safetensors/sharded "$(tail -n 2 "$T/log")"
@@ -92,7 +92,7 @@ if $have_ref; then
 	"$py" "$ref" "${jobs[@]:1}" || true
 	cmps=()
 	while read -r kind dt; do
-		if quiet "$tio" safetensors "$T/hf-$kind" pp "$T/imp-$kind" &&
+		if quiet pp-ckpt import --format safetensors "$T/hf-$kind" -o "$T/imp-$kind" &&
 			quiet "$logits" "$T/imp-$kind/checkpoints/step_00000000" "$T/imp-$kind.f32" "${TOK[@]}"; then
 			cmps+=(+ cmp "safetensors/hf-written/$kind-$dt/logits" "$T/imp-$kind.f32" "$T/hf-$kind.f32" 1e-4)
 		else
@@ -112,9 +112,9 @@ for name, shift in (("same", 0.0), ("differs", 1.0)):
     sd["lm_head.weight"] = sd["transformer.wte.weight"] + shift
     save_file(sd, f"{dst}-{name}/model.safetensors", metadata={"format": "pt"})
 EOF
-		check safetensors/tied-head-equal-dropped quiet "$tio" safetensors "$g-same" pp "$T/imp-head"
+		check safetensors/tied-head-equal-dropped quiet pp-ckpt import --format safetensors "$g-same" -o "$T/imp-head"
 		expect_fail safetensors/tied-head-differs 2 'lm_head.weight differs from transformer.wte.weight' \
-			"$tio" safetensors "$g-differs" pp "$T/imp-head2"
+			pp-ckpt import --format safetensors "$g-differs" -o "$T/imp-head2"
 	else
 		fail safetensors/tied-head "cannot write the files"
 	fi
@@ -122,7 +122,7 @@ fi
 
 # ---- damaged files, and configs pp cannot build -------------------------------------
 if "$py" "$ref" corrupt "$T/st-llama" "$T/bad"; then
-	x() { expect_fail "safetensors/bad/$1" "$2" "$3" "$tio" safetensors "$T/bad-$1" pp "$T/out-$1"; }
+	x() { expect_fail "safetensors/bad/$1" "$2" "$3" pp-ckpt import --format safetensors "$T/bad-$1" -o "$T/out-$1"; }
 	x truncated 1 'outside the data section of [0-9]+ bytes \(a truncated file\?\)'
 	x header-past-end 1 'header length [0-9]+ runs past the end of the file \([0-9]+ bytes\)'
 	x overlap 1 'model.embed_tokens.weight .* and model.layers.0.input_layernorm.weight .* overlap'
@@ -137,11 +137,11 @@ else
 fi
 cp -r "$T/st-llama" "$T/moe" && sed -i 's/"model_type": "llama"/"model_type": "mixtral", "num_local_experts": 8/' "$T/moe/config.json"
 expect_fail safetensors/bad/model-type 2 "key 'model_type' is \"mixtral\": pp imports llama, mistral, gemma and gpt2" \
-	"$tio" safetensors "$T/moe" pp "$T/out-moe"
+	pp-ckpt import --format safetensors "$T/moe" -o "$T/out-moe"
 cp -r "$T/st-llama" "$T/abias" && sed -i 's/"attention_bias": false/"attention_bias": true/' "$T/abias/config.json"
 expect_fail safetensors/bad/attention-bias 2 "key 'attention_bias' is true: pp's bias puts biases on attention and MLP alike" \
-	"$tio" safetensors "$T/abias" pp "$T/out-abias"
-expect_fail safetensors/export-into-nonempty 2 'exists and is not empty' "$tio" pp "$T/llama" safetensors "$T/st-gpt"
+	pp-ckpt import --format safetensors "$T/abias" -o "$T/out-abias"
+expect_fail safetensors/export-into-nonempty 2 'exists and is not empty' pp-ckpt export "$T/llama" --format safetensors -o "$T/st-gpt"
 # a source that fails after the sink has written most tensors (the final
 # norm comes late): the sink's abort leaves nothing behind (the checkpoint
 # is named itself: a run directory's damaged newest would be refused whole)
@@ -154,7 +154,7 @@ for x in j["files"]:  # the file stays sound as a file: the damage shows mid-cop
 json.dump(j, open(m, "w"))' "$(shard "$T/broken")" 2>/dev/null; then
 	for fmt in safetensors llama2c; do
 		expect_fail "safetensors/abort/$fmt-fails" 1 '/params/model.norm.weight is missing' \
-			"$tio" pp "$(dirname "$(shard "$T/broken")")" $fmt "$T/out-broken-$fmt"
+			pp-ckpt export "$(dirname "$(shard "$T/broken")")" --format $fmt -o "$T/out-broken-$fmt"
 		check "safetensors/abort/$fmt-removes-everything" eval '[ -z "$(ls -d "$T"/out-broken-$fmt* 2>/dev/null)" ]'
 	done
 else
@@ -169,7 +169,7 @@ spm=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}/llama2-tokenizer.model
 if [ ! -f "$spm" ]; then
 	skip safetensors/tokenizer/sentencepiece "no $spm"
 elif quiet pp-init model=llama-tiny model.vocab_size=32000 model.tied_embeddings=true tokenizer="$spm" -o "$T/spm" &&
-	quiet "$tio" pp "$T/spm" safetensors "$T/st-spm" && quiet "$tio" safetensors "$T/st-spm" pp "$T/back-spm"; then
+	quiet pp-ckpt export "$T/spm" --format safetensors -o "$T/st-spm" && quiet pp-ckpt import --format safetensors "$T/st-spm" -o "$T/back-spm"; then
 	check safetensors/tokenizer/sentencepiece-copied cmp -s "$spm" "$T/st-spm/tokenizer.model"
 	check safetensors/tokenizer/sentencepiece-ids "$py" -c '
 import json, sys
@@ -210,7 +210,7 @@ json.dump({"version": "1.0", "truncation": None, "padding": None,
 EOF
 text="in the then thin"
 if quiet pp-init model=gpt-tiny model.vocab_size=262 tokenizer="$T/bpe/tokenizer.json" -o "$T/bpe/run" &&
-	quiet "$tio" pp "$T/bpe/run" safetensors "$T/st-bpe" && quiet "$tio" safetensors "$T/st-bpe" pp "$T/back-bpe" &&
+	quiet pp-ckpt export "$T/bpe/run" --format safetensors -o "$T/st-bpe" && quiet pp-ckpt import --format safetensors "$T/st-bpe" -o "$T/back-bpe" &&
 	ids=$(echo "$text" | "$PP_ROOT/build/tests/tool_tokenize" "$T/st-bpe/tokenizer.json"); then
 	check safetensors/tokenizer/bpe-copied cmp -s "$T/bpe/tokenizer.json" "$T/st-bpe/tokenizer.json"
 	check safetensors/tokenizer/bpe-eos eval 'grep -q "\"eos_token_id\": 261" "$T/st-bpe/config.json"'
@@ -222,13 +222,13 @@ fi
 # ---- llama2.c ---------------------------------------------------------------------
 if ! "$py" -c 'import numpy, h5py' 2>/dev/null; then
 	skip safetensors/llama2c "$py cannot import numpy and h5py to read the files with"
-elif quiet "$tio" pp "$T/llama" llama2c "$T/llama.bin"; then
+elif quiet pp-ckpt export "$T/llama" --format llama2c -o "$T/llama.bin"; then
 	"$py" "$ref" llama2c safetensors/llama2c "$T/llama.bin" "$(shard "$T/llama")" "$PP_CONFIG_DIR/models/llama-tiny.json" || true
 else
 	fail safetensors/llama2c/export "$(tail -n 2 "$T/log")"
 fi
 expect_fail safetensors/llama2c/gemma-refused 2 'model.family gemma: llama2.c runs llama models only' \
-	"$tio" pp "$T/gemma" llama2c "$T/gemma.bin"
+	pp-ckpt export "$T/gemma" --format llama2c -o "$T/gemma.bin"
 expect_fail safetensors/llama2c/window-refused 2 'model.sliding_window 4: llama2.c attends to every position' \
-	"$tio" pp "$T/mistral" llama2c "$T/mistral.bin"
+	pp-ckpt export "$T/mistral" --format llama2c -o "$T/mistral.bin"
 check safetensors/llama2c/nothing-left eval '[ ! -e "$T/gemma.bin" ] && [ -z "$(ls -d "$T"/*.bin.tmp-* 2>/dev/null)" ]'

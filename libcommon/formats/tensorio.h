@@ -126,7 +126,7 @@ int tio_open_sink(const char *format, const char *path, const tio_sink_opts *o, 
 typedef struct {
 	int tensors;
 	int64_t elements;
-	double bytes_read, seconds; /* bytes read: 4 per element and group */
+	double bytes_read, seconds; /* bytes moved as fp32: 4 per element and group */
 	size_t peak_buffer_bytes; /* the largest tensor buffers held at once */
 } tio_stats;
 
