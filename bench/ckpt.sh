@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Checkpoint throughput: pp-ckpt convert (a reshard, with the AdamW state)
-# and pp-ckpt export --format safetensors of a random model, against a plain
+# Checkpoint throughput: pp-ckpt convert (a reshard) and pp-ckpt export
+# --format safetensors of a random model, against a plain
 # sequential copy (cp) of the same bytes measured in the same run, with each
 # command's peak resident memory.
 #
 #   bench/ckpt.sh [--model llama-1b] [--layout "tp=2"] [--dir DIR] [--json FILE] [--smoke]
 #
-# pp-init writes the model's step-0 checkpoint (parameters and AdamW m and v:
-# 12 bytes per parameter) under DIR (default: a temporary directory on the
-# same file system as $TMPDIR); then, each timed with /usr/bin/time:
+# pp-init writes the model's step-0 checkpoint (its parameters in fp32: 4
+# bytes each; pp-init writes no AdamW state) under DIR (default: a temporary
+# directory on the same file system as $TMPDIR); then, each timed with
+# /usr/bin/time:
 #   cp       the checkpoint's files to a new directory (read + write: the floor)
-#   convert  pp-ckpt convert CKPT -o OUT LAYOUT: every tensor read whole, cut
-#            into the new layout's blocks, written, hashed and committed
-#   export   pp-ckpt export CKPT --format safetensors (parameters only, fp32)
-# Throughput = bytes read / seconds (the checkpoint's bytes for cp and
-# convert, a third of them for export: parameters only); the ratio to cp's
+#   convert  pp-ckpt convert CKPT -o OUT LAYOUT --params-only: every tensor
+#            read whole, cut into the new layout's blocks, written, hashed
+#            and committed (AdamW m and v, where a checkpoint has them, take
+#            the same path)
+#   export   pp-ckpt export CKPT --format safetensors (fp32)
+# Throughput = the checkpoint's bytes / seconds; the ratio to cp's
 # is the figure of merit (goal >= 0.8), with peak RSS (goal < 2 GB for a 1B
 # model). The page cache is dropped before each command where the bench runs
 # as root (echo 3 > /proc/sys/vm/drop_caches), so every side reads from disk.
@@ -25,7 +27,7 @@ set -euo pipefail
 bench_init ckpt
 
 model=llama-1b layout="tp=2" dir= json= smoke=0
-usage() { sed -n '2,25s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,24s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
@@ -62,7 +64,7 @@ timed() {
 	say "$name: $(cat "$bench_tmp/$name.time") (s, peak kB)"
 }
 timed cp cp -r "$src" "$work/cp"
-timed convert "$ckpt" convert "$src" -o "$work/conv" $layout
+timed convert "$ckpt" convert "$src" -o "$work/conv" $layout --params-only
 timed export "$ckpt" export "$src" --format safetensors -o "$work/hf"
 params=$("$ckpt" info "$src" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["parameters"])')
 
@@ -71,7 +73,7 @@ import json, os, platform, sys, time
 tmp, nbytes, params, model, layout, commit, out = sys.argv[1:8]
 nbytes, params = int(nbytes), int(params)
 rows = []
-read = {"cp": nbytes, "convert": nbytes, "export": nbytes / 3}
+read = {"cp": nbytes, "convert": nbytes, "export": nbytes}
 for name in ("cp", "convert", "export"):
     s, kb = open(os.path.join(tmp, name + ".time")).read().split()
     s = max(float(s), 1e-3)
@@ -80,7 +82,7 @@ for name in ("cp", "convert", "export"):
 cp = rows[0]["gb_per_s"]
 for r in rows:
     r["vs_cp"] = r["gb_per_s"] / cp
-print(f"# {model} ({params:,} parameters), checkpoint {nbytes / 1e9:.2f} GB (parameters and AdamW m, v); "
+print(f"# {model} ({params:,} parameters), checkpoint {nbytes / 1e9:.2f} GB (fp32 parameters); "
       f"convert to {layout}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
       f"{os.cpu_count()} cores")
 print(f"{'command':<9} {'seconds':>8} {'GB read':>8} {'GB/s':>7} {'vs cp':>6} {'peak RSS MB':>12}")

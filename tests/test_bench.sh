@@ -14,6 +14,8 @@
 #   - scripts/gpu-check.sh build without a GPU: builds, then says there is
 #     no GPU and exits 3;
 #   - bench/cpu-vs-torch.sh on a tiny model (it shares bench/lib.sh);
+#   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
+#     their ratios and peak memory;
 #   - usage errors.
 . "$(dirname "$0")/lib.sh"
 cd "$PP_ROOT" || exit 1
@@ -119,6 +121,11 @@ if [ -n "$py" ]; then
 else
 	skip bench/cpu_vs_torch "no PyTorch reference environment"
 fi
+
+# --- ckpt.sh: convert and export against cp -------------------------------------------
+bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err
+check bench/ckpt_smoke eval 'jqt "[.rows[].command] == [\"cp\", \"convert\", \"export\"] and all(.rows[]; .seconds >= 0 and .gb_per_s > 0 and .peak_rss_mb > 0) and .rows[0].vs_cp == 1" $T/ckpt.json && grep -qE "^convert +[0-9.]+ " $T/ckpt.txt || { tail -n 5 $T/ckpt.err; false; }'
+expect_fail bench/ckpt_bad_arg 2 "unknown argument '--bogus'" bench/ckpt.sh --bogus
 
 # --- usage errors ----------------------------------------------------------------------
 expect_fail bench/gpu_bad_tokens 2 "--tokens 1000 is not a positive multiple of seq 2048" bench/gpu.sh --tokens 1000
