@@ -11,6 +11,8 @@
 # directory on the same file system as $TMPDIR); then, each timed with
 # /usr/bin/time:
 #   cp       the checkpoint's files to a new directory (read + write: the floor)
+#   cp+sync  the same, then sync -f: on disk, as convert leaves its output
+#            (pp fsyncs every file it commits)
 #   convert  pp-ckpt convert CKPT -o OUT LAYOUT --params-only: every tensor
 #            read whole, cut into the new layout's blocks, written, hashed
 #            and committed (AdamW m and v, where a checkpoint has them, take
@@ -27,7 +29,7 @@ set -euo pipefail
 bench_init ckpt
 
 model=llama-1b layout="tp=2" dir= json= smoke=0
-usage() { sed -n '2,24s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,26s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
@@ -64,6 +66,8 @@ timed() {
 	say "$name: $(cat "$bench_tmp/$name.time") (s, peak kB)"
 }
 timed cp cp -r "$src" "$work/cp"
+rm -rf "$work/cp"
+timed cp+sync sh -c 'cp -r "$1" "$2" && sync -f "$2"' sh "$src" "$work/cp"
 timed convert "$ckpt" convert "$src" -o "$work/conv" $layout --params-only
 timed export "$ckpt" export "$src" --format safetensors -o "$work/hf"
 params=$("$ckpt" info "$src" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["parameters"])')
@@ -73,12 +77,12 @@ import json, os, platform, sys, time
 tmp, nbytes, params, model, layout, commit, out = sys.argv[1:8]
 nbytes, params = int(nbytes), int(params)
 rows = []
-read = {"cp": nbytes, "convert": nbytes, "export": nbytes}
-for name in ("cp", "convert", "export"):
+names = ("cp", "cp+sync", "convert", "export")
+for name in names:
     s, kb = open(os.path.join(tmp, name + ".time")).read().split()
     s = max(float(s), 1e-3)
-    rows.append({"command": name, "seconds": float(s), "bytes_read": read[name],
-                 "gb_per_s": read[name] / s / 1e9, "peak_rss_mb": int(kb) / 1024})
+    rows.append({"command": name, "seconds": float(s), "bytes_read": nbytes,
+                 "gb_per_s": nbytes / s / 1e9, "peak_rss_mb": int(kb) / 1024})
 cp = rows[0]["gb_per_s"]
 for r in rows:
     r["vs_cp"] = r["gb_per_s"] / cp

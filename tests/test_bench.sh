@@ -124,7 +124,7 @@ fi
 
 # --- ckpt.sh: convert and export against cp -------------------------------------------
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err
-check bench/ckpt_smoke eval 'jqt "[.rows[].command] == [\"cp\", \"convert\", \"export\"] and all(.rows[]; .seconds >= 0 and .gb_per_s > 0 and .peak_rss_mb > 0) and .rows[0].vs_cp == 1" $T/ckpt.json && grep -qE "^convert +[0-9.]+ " $T/ckpt.txt || { tail -n 5 $T/ckpt.err; false; }'
+check bench/ckpt_smoke eval 'jqt "[.rows[].command] == [\"cp\", \"cp+sync\", \"convert\", \"export\"] and all(.rows[]; .seconds >= 0 and .gb_per_s > 0 and .peak_rss_mb > 0) and .rows[0].vs_cp == 1" $T/ckpt.json && grep -qE "^convert +[0-9.]+ " $T/ckpt.txt || { tail -n 5 $T/ckpt.err; false; }'
 expect_fail bench/ckpt_bad_arg 2 "unknown argument '--bogus'" bench/ckpt.sh --bogus
 
 # --- usage errors ----------------------------------------------------------------------

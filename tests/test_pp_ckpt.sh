@@ -10,7 +10,8 @@
 #   - corruption: a truncated shard, a flipped byte, a missing shard,
 #     overlapping slices, a wrong format version, a NaN: verify names each
 #     (and every problem at once), and pp-train resumes from the newest
-#     sound checkpoint with a warning naming the damaged one;
+#     sound checkpoint with a warning naming the damaged one; convert and
+#     export of a damaged checkpoint fail on its sha256 and leave nothing;
 #   - a full disk (a small tmpfs; root): pp-train, pp-init -o and pp-ckpt
 #     convert exit 1 with the error, no crash, no temporary files, the
 #     previous checkpoint still loadable;
@@ -140,6 +141,15 @@ corrupt truncated "is [0-9]+ bytes; manifest.json says [0-9]+ \(truncated" trunc
 corrupt flipped "sha256" flip $shard4
 corrupt missing "shard-pp000-tp000.h5 \(listed in manifest.json\)" rm $shard4
 corrupt version "format version 99" edit_manifest 'm["version"] = 99'
+# a damaged checkpoint named directly: convert and export check every
+# file's sha256 as they read it, fail, and leave nothing behind
+damaged
+flip $shard4
+for c in "convert -o $T/from-bad tp=2" "export --format safetensors -o $T/from-bad-st"; do
+	check "ckpt_corrupt/${c%% *}_refuses" eval 'pp-ckpt $c $(ck $T/bad 4) >/dev/null 2>$T/fb.err; [ $? -eq 1 ] &&
+		grep -q "shard-pp000-tp000.h5 has sha256 .* (the file is corrupt)" $T/fb.err &&
+		[ -z "$(find $T/from-bad* -type f 2>/dev/null)" ]'
+done
 # overlapping slices: two shards (tp=2) whose q_proj rows claim the same block
 pp-ckpt convert $T/small -o $T/tp2 tp=2 >/dev/null 2>&1
 overlap() {

@@ -251,6 +251,11 @@ void ckpt_manifest_free(ckpt_manifest *m);
 /* The tensor called name, or NULL. */
 const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name);
 
+/* Every file the manifest m lists is in dir with its recorded size and
+ * sha256 (the files hashed in parallel). Plain reads, no HDF5: a thread may
+ * run it while another reads the checkpoint through HDF5. */
+int ckpt_check_files(const char *dir, const ckpt_manifest *m, pp_err *e);
+
 /* Whether the checkpoint holds AdamW state (m and v): for every tensor
  * (true) or none (false, a parameters-only checkpoint: an import, or
  * pp-ckpt convert --params-only); only some is an error. */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "../h5util.h"
+#include "../sha256.h"
 #include "ckpt.h"
 
 #define CKPT_PATH 4096
@@ -77,6 +78,10 @@ int ck_manifest_read_report(const char *dir, ckpt_manifest *m, ck_report *r, pp_
 /* A file's size, and with hash its sha256, against the manifest. */
 int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e);
 int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e);
+/* Each listed file's sha256 (and size, where bytes) into hex[i], the files
+ * hashed in parallel; the first problem in file order. */
+int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
+		  pp_err *e);
 
 /* ---- shard.c: the files' root attributes, writing ---- */
 /* Root attributes of a shard or optimizer file, as write_root_attrs writes

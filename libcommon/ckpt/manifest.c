@@ -627,12 +627,53 @@ int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e
 	return PP_OK;
 }
 
+int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
+		  pp_err *e)
+{
+	pp_err *errs = calloc((size_t)m->n_files + 1, sizeof *errs);
+	if (!errs)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+#pragma omp parallel for schedule(dynamic, 1)
+	for (int i = 0; i < m->n_files; i++) {
+		char path[CKPT_PATH];
+		if (!ck_join(path, sizeof path, dir, m->files[i].name, &errs[i]) &&
+		    sha256_file(path, hex[i], bytes ? &bytes[i] : NULL, &errs[i]))
+			pp_err_prefix(&errs[i], "checkpoint %s", dir);
+	}
+	int rc = PP_OK;
+	for (int i = 0; i < m->n_files && !rc; i++)
+		if (errs[i].code) {
+			rc = errs[i].code;
+			if (e)
+				*e = errs[i];
+		}
+	free(errs);
+	return rc;
+}
+
 int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e)
 {
 	int rc = PP_OK;
 	for (int i = 0; i < m->n_files && !rc; i++)
-		rc = ck_check_file(dir, &m->files[i], hash, e);
+		rc = ck_check_file(dir, &m->files[i], false, e);
+	if (rc || !hash)
+		return rc;
+	char(*hex)[SHA256_HEX] = calloc((size_t)m->n_files + 1, sizeof *hex);
+	if (!hex)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	rc = ck_hash_files(dir, m, hex, NULL, e);
+	for (int i = 0; i < m->n_files && !rc; i++)
+		if (strcmp(hex[i], m->files[i].sha256) != 0)
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint %s: %s has sha256 %s; " MANIFEST " says %s (the file is corrupt)",
+				       dir, m->files[i].name, hex[i], m->files[i].sha256);
+	free(hex);
 	return rc;
+}
+
+int ckpt_check_files(const char *dir, const ckpt_manifest *m, pp_err *e)
+{
+	return ck_check_files(dir, m, true, e);
 }
 
 int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)

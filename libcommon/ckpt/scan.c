@@ -236,6 +236,21 @@ static int scan_optim(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 
 /* The manifest of the files in dir, which must all be for `step`. Shards
  * first, so that the optimizer files' tensors are known. */
+/* Each file's size and sha256 into the manifest. */
+static int hash_files(const char *dir, ckpt_manifest *m, pp_err *e)
+{
+	char(*hex)[SHA256_HEX] = calloc((size_t)m->n_files + 1, sizeof *hex);
+	int64_t *bytes = calloc((size_t)m->n_files + 1, sizeof *bytes);
+	int rc = hex && bytes ? ck_hash_files(dir, m, hex, bytes, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
+	for (int i = 0; !rc && i < m->n_files; i++) {
+		memcpy(m->files[i].sha256, hex[i], SHA256_HEX);
+		m->files[i].bytes = bytes[i];
+	}
+	free(hex);
+	free(bytes);
+	return rc;
+}
+
 int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 {
 	memset(m, 0, sizeof *m);
@@ -323,9 +338,8 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 		rc = ck_check_cover(where, m, &m->tensors[i], e);
 	if (!rc)
 		qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ck_cmp_tensor);
-	for (int i = 0; !rc && i < m->n_files; i++)
-		if (!(rc = ck_join(path, sizeof path, dir, m->files[i].name, e)))
-			rc = sha256_file(path, m->files[i].sha256, &m->files[i].bytes, e);
+	if (!rc)
+		rc = hash_files(dir, m, e);
 	if (rc)
 		ckpt_manifest_free(m);
 	return rc;

@@ -1,6 +1,7 @@
 /* pp's own checkpoints as a tensorio source and sink. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,33 @@ typedef struct {
 	char dir[PP_PATH_MAX + 64];
 	ckpt_manifest m;
 	char tok_dir[64]; /* the checkpoint's tokenizer, extracted; "" when none */
+	/* the files' sha256 checked on a thread of its own while the tensors
+	 * are read (plain reads beside the reader's HDF5 calls) */
+	pthread_t hasher;
+	bool hashing;
+	int hash_rc;
+	pp_err hash_err;
 } pp_src;
+
+static void *hash_files(void *arg)
+{
+	pp_src *p = arg;
+	p->hash_rc = ckpt_check_files(p->dir, &p->m, &p->hash_err);
+	return NULL;
+}
+
+/* The files' hashes: waits for the thread, once. */
+static int src_check(tio_source *s, pp_err *e)
+{
+	pp_src *p = s->impl;
+	if (p->hashing) {
+		pthread_join(p->hasher, NULL);
+		p->hashing = false;
+		if (p->hash_rc && e)
+			*e = p->hash_err;
+	}
+	return p->hash_rc;
+}
 
 /* Names in model order: digit runs compare as numbers (layers 2 before 10). */
 static int natural_cmp(const char *a, const char *b)
@@ -62,6 +89,7 @@ static void src_close(tio_source *s)
 		return;
 	pp_src *p = s->impl;
 	if (p) {
+		src_check(s, NULL);
 		ckpt_manifest_free(&p->m);
 		if (p->tok_dir[0])
 			fs_rm_rf(p->tok_dir);
@@ -85,6 +113,7 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	s->format = "pp";
 	s->impl = p;
 	s->read = src_read;
+	s->check = src_check;
 	s->close = src_close;
 	char *text = NULL;
 	int rc = ckpt_resolve(path, p->dir, sizeof p->dir, e);
@@ -140,6 +169,9 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 	}
 	if (!rc)
 		qsort(s->tensors, (size_t)s->n, sizeof *s->tensors, cmp_tensor);
+	if (!rc && pthread_create(&p->hasher, NULL, hash_files, p) != 0)
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot start a thread to hash %s", p->dir);
+	p->hashing = !rc;
 	if (rc) {
 		src_close(s);
 		return pp_err_prefix(e, "%s", path);
@@ -238,13 +270,17 @@ static int reserve(pp_sink *k, size_t n, size_t m, pp_err *e)
 	return 0;
 }
 
-/* rows [r0, r0 + rows) x cols [c0, c0 + cols) of a (R, C) matrix */
-static void copy_block(pp_real *dst, const float *src, int64_t C, int64_t r0, int64_t rows,
-		       int64_t c0, int64_t cols)
+/* rows [r0, r0 + rows) x cols [c0, c0 + cols) of a (R, C) matrix: in place
+ * when the rows are whole (and pp_real is float), else copied into dst */
+static pp_real *block_of(pp_real *dst, const float *src, int64_t C, int64_t r0, int64_t rows,
+			 int64_t c0, int64_t cols)
 {
+	if (sizeof(pp_real) == sizeof(float) && cols == C)
+		return (pp_real *)(uintptr_t)(src + r0 * C);
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t j = 0; j < cols; j++)
 			dst[r * cols + j] = (pp_real)src[(r0 + r) * C + c0 + j];
+	return dst;
 }
 
 /* tensor t of one (pp, tp) rank's chunk st: its block into the shard, and
@@ -264,17 +300,18 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 	int rc = reserve(k, n, 1, e);
 	if (rc)
 		return rc;
-	copy_block(k->block, param, C, c.offset[0], rows, c.offset[1], cols);
+	pp_real *bp = block_of(k->block, param, C, c.offset[0], rows, c.offset[1], cols), *bm = NULL,
+		*bv = NULL;
 	const bool adam = k->with_adam && m && v;
 	if (adam) {
-		copy_block(k->bm, m, C, c.offset[0], rows, c.offset[1], cols);
-		copy_block(k->bv, v, C, c.offset[0], rows, c.offset[1], cols);
+		bm = block_of(k->bm, m, C, c.offset[0], rows, c.offset[1], cols);
+		bv = block_of(k->bv, v, C, c.offset[0], rows, c.offset[1], cols);
 	}
 	if (!(fused && f->tp_rank != 0)) { /* a fused projection: tp rank 0 saves it whole */
-		c.param = k->block;
+		c.param = bp;
 		if (adam && !k->zero) {
-			c.m = k->bm;
-			c.v = k->bv;
+			c.m = bm;
+			c.v = bv;
 		}
 		if ((rc = ckpt_writer_put(f->shard, &c, e)))
 			return rc;
@@ -291,8 +328,8 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 		size_t at = 0;
 		for (int r = 0; r < nr; r++) {
 			size_t len = (size_t)(k->end[r] - k->begin[r]);
-			memcpy(k->part_m + at, k->bm + k->begin[r], len * sizeof(pp_real));
-			memcpy(k->part_v + at, k->bv + k->begin[r], len * sizeof(pp_real));
+			memcpy(k->part_m + at, bm + k->begin[r], len * sizeof(pp_real));
+			memcpy(k->part_v + at, bv + k->begin[r], len * sizeof(pp_real));
 			at += len;
 		}
 		ckpt_optim_part q = {.name = p->name, .ndim = p->ndim, .n_ranges = nr,

@@ -153,6 +153,8 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 	}
 	for (int g = 0; g < 3; g++)
 		free(buf[g]);
+	if (!rc && src->check)
+		rc = src->check(src, e);
 	if (rc)
 		sink->abort(sink);
 	else

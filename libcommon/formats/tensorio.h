@@ -69,6 +69,9 @@ struct tio_source {
 	/* Tensor i into out (tio_numel floats): group "params", or "adam_m" /
 	 * "adam_v" where tensors[i].adam. */
 	int (*read)(tio_source *s, int i, const char *group, float *out, pp_err *e);
+	/* NULL, or after the last read: whether the source as a whole was sound
+	 * (a pp checkpoint's files against their sha256, hashed meanwhile) */
+	int (*check)(tio_source *s, pp_err *e);
 	void (*close)(tio_source *s); /* frees s too */
 	void *impl;
 };
@@ -131,7 +134,7 @@ typedef struct {
 } tio_stats;
 
 /* Every tensor of src, in order, into sink (m and v too with with_adam),
- * then finish; on an error, abort. progress: a line per tensor and an ETA
+ * then the source's check and the sink's finish; on an error, abort. progress: a line per tensor and an ETA
  * on stderr when not NULL ("import", "export", "convert"). */
 int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progress, tio_stats *st,
 	     pp_err *e);
