@@ -76,7 +76,8 @@ static int cmd_info(int argc, char **argv)
 	bool json = false, config = false;
 	const cli_opt opts[] = {
 		{"--json", NULL, "one JSON object", NULL, &json},
-		{"--config", NULL, "the saved run config (run_dir where the checkpoint is), for pp-train --cfg", NULL, &config},
+		{"--config", NULL, "the saved run config (run_dir where the checkpoint is), for pp-train --cfg",
+		 NULL, &config},
 		{0}};
 	const cli_spec spec = {"pp-ckpt info", "CKPT [--json | --config]",
 			       "A checkpoint's config, step, layout, format and tensors.", opts,
@@ -84,6 +85,8 @@ static int cmd_info(int argc, char **argv)
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
+	if (!rc && json && config)
+		rc = pp_errorf(&e, PP_EUSAGE, "--json and --config: give one");
 	if (!rc && config) {
 		rc = print_config(a.positional[0], &e);
 	} else if (!rc) {

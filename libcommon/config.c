@@ -894,6 +894,19 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 	return 0;
 }
 
+/* root (taken) with the overrides applied, resolved into c */
+static int load_root(pp_config *c, json_t *root, int n_overrides, char *const *overrides, pp_err *e)
+{
+	normalize_model(root);
+	int rc = 0;
+	for (int i = 0; i < n_overrides && !rc; i++)
+		rc = apply_override(root, overrides[i], e);
+	if (!rc)
+		rc = resolve(c, root, true, e);
+	json_decref(root);
+	return rc;
+}
+
 int pp_config_load(pp_config *c, const char *cfg_path, int n_overrides, char *const *overrides,
 		   pp_err *e)
 {
@@ -903,14 +916,7 @@ int pp_config_load(pp_config *c, const char *cfg_path, int n_overrides, char *co
 		root = json_object();
 	else if (load_json_file(cfg_path, "config file", &root, e))
 		return e ? e->code : PP_EUSAGE;
-	normalize_model(root);
-	int rc = 0;
-	for (int i = 0; i < n_overrides && !rc; i++)
-		rc = apply_override(root, overrides[i], e);
-	if (!rc)
-		rc = resolve(c, root, true, e);
-	json_decref(root);
-	return rc;
+	return load_root(c, root, n_overrides, overrides, e);
 }
 
 int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
@@ -925,14 +931,7 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 		json_decref(root);
 		return pp_errorf(e, PP_EUSAGE, "config JSON: expected an object at the top level");
 	}
-	normalize_model(root);
-	int rc = 0;
-	for (int i = 0; i < n_overrides && !rc; i++)
-		rc = apply_override(root, overrides[i], e);
-	if (!rc)
-		rc = resolve(c, root, true, e);
-	json_decref(root);
-	return rc;
+	return load_root(c, root, n_overrides, overrides, e);
 }
 
 int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e)

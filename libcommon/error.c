@@ -39,3 +39,13 @@ int pp_err_prefix(pp_err *e, const char *fmt, ...)
 	e->msg[n + 2 + len] = 0;
 	return e->code;
 }
+
+const char *pp_shape_str(char *buf, size_t n, int ndim, const int64_t *dims)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < ndim && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}

@@ -3,6 +3,9 @@
 #ifndef PP_ERROR_H
 #define PP_ERROR_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 enum {
 	PP_OK = 0,
 	PP_ERUNTIME = 1, /* run-time failure: I/O, corrupt file, numerics */
@@ -19,5 +22,7 @@ typedef struct {
 int pp_errorf(pp_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prefixes an existing message: "ctx: old message". Returns e->code. */
 int pp_err_prefix(pp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A shape for a message, "[a, b]", into buf; returns buf. */
+const char *pp_shape_str(char *buf, size_t n, int ndim, const int64_t *dims);
 
 #endif

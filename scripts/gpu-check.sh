@@ -34,7 +34,7 @@
 # build.txt + versions.txt, test-gpu.txt, bench-gpu.txt + bench-gpu.json,
 # bench-decode.txt + bench-decode.json. The terminal gets the results, the
 # end of a failed stage's log and the summary. With no OUTDIR and $OUT set
-# (a lent machine's folder that comes back, at most 8 files), OUTDIR is a
+# (a folder collected after the run, for a few files only), OUTDIR is a
 # scratch directory and $OUT gets two files, rewritten after every stage:
 # gpu-check.tgz (all of OUTDIR) and summary.txt.
 #
@@ -45,15 +45,15 @@
 # the test stage unless it is marked [expected] (the shapes cuDNN refuses
 # by design, listed in tests/test_gpu.sh).
 #
-# On a lent GPU machine (no Debian build packages there, no network), from
-# the build machine:
-#   1. scripts/gpu-pack.sh here: .gpu/pp-gpu.tar.xz (make tests, then the
-#      binaries and the libraries they load).
-#   2. run(command="bash scripts/gpu-check.sh build test decode", carry=[".gpu"],
-#      timeout_s=600): the three stages, plus the machine's start.
-#   3. run(command="bash scripts/gpu-check.sh bench", carry=[".gpu"],
-#      timeout_s=600) within the half minute the machine stays warm.
-# Each call's outputs come back as $OUT/gpu-check.tgz and $OUT/summary.txt.
+# On a GPU machine without pp's build dependencies (no Debian build
+# packages, no network):
+#   1. scripts/gpu-pack.sh on the build machine: .gpu/pp-gpu.tar.xz (make
+#      tests, then the binaries and the libraries they load).
+#   2. Copy the working tree with .gpu/ there and run
+#      "bash scripts/gpu-check.sh build test decode" (under 10 minutes).
+#   3. Then "bash scripts/gpu-check.sh bench" (under 10 minutes).
+# With $OUT set, each run's outputs are $OUT/gpu-check.tgz and
+# $OUT/summary.txt.
 # Measured 2026-11-26 on an H100: build (unpack) 4 s, test 34 s, decode
 # 52 s, bench 123 s (PyTorch's compile included); the start about a
 # minute. Each stage's limit keeps the worst case of a call under its 10

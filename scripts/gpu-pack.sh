@@ -15,7 +15,7 @@
 # Those the machine provides must be new enough: the pack is refused
 # (exit 1, naming the file and the version) when a binary or library in it
 # needs a GLIBC or GLIBCXX symbol version newer than the GPU image's. The
-# image's, as scripts/gpu-check.sh's versions.txt read them on the lent
+# image's, as scripts/gpu-check.sh's versions.txt read them on the GPU
 # H100 (2026-11-26, Ubuntu 24.04): glibc 2.39, libstdc++ up to
 # GLIBCXX_3.4.33. PP_GPU_IMAGE_GLIBC and PP_GPU_IMAGE_GLIBCXX override them.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A rehearsal of a GPU lease on this machine: the pack of scripts/gpu-pack.sh
+# A rehearsal of a GPU machine's run on this machine: the pack of scripts/gpu-pack.sh
 # unpacked and run in a minimal root that has what the GPU image has and
 # nothing of pp's build machine: a shell, the core utilities, python3 with
 # its standard library, the loader, and CUDA's libraries (bound from
@@ -73,7 +73,7 @@ make_root() {
 		while read -r lib; do
 			mkdir -p "$root$(dirname "$lib")" && cp -L "$lib" "$root$lib"
 		done
-	# the repository as a lent machine gets it, with the pack
+	# the repository as a GPU machine gets it, with the pack
 	mkdir -p $root/work/pp/.gpu &&
 		git ls-files -z | tar --null -T - -cf - | tar -C $root/work/pp -xf - &&
 		cp .gpu/pp-gpu.tar.xz $root/work/pp/.gpu/

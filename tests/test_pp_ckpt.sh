@@ -10,8 +10,9 @@
 #   - corruption: a truncated shard, a flipped byte, a missing shard,
 #     overlapping slices, a wrong format version, a NaN: verify names each
 #     (and every problem at once), and pp-train resumes from the newest
-#     sound checkpoint with a warning naming the damaged one; convert and
-#     export of a damaged checkpoint fail on its sha256 and leave nothing;
+#     sound checkpoint with a warning naming the damaged one (pp-decode
+#     too); convert and export of a damaged checkpoint fail on its sha256
+#     and leave nothing;
 #   - a full disk (a small tmpfs; root): pp-train, pp-init -o and pp-ckpt
 #     convert exit 1 with the error, no crash, no temporary files, the
 #     previous checkpoint still loadable;
@@ -145,6 +146,9 @@ corrupt version "format version 99" edit_manifest 'm["version"] = 99'
 # file's sha256 as they read it, fail, and leave nothing behind
 damaged
 flip $shard4
+# pp-decode given the run falls back past the damaged step 4 and says so
+check ckpt_corrupt/decode_falls_back eval 'pp-decode --ckpt $T/bad --prompt "1 2 3" -n 2 >/dev/null 2>$T/dfb.log &&
+	grep -q "warning: step_00000004 fails verification (.*); using $T/bad/checkpoints/step_00000002, the newest sound one" $T/dfb.log'
 for c in "convert -o $T/from-bad tp=2" "export --format safetensors -o $T/from-bad-st"; do
 	check "ckpt_corrupt/${c%% *}_refuses" eval 'pp-ckpt $c $(ck $T/bad 4) >/dev/null 2>$T/fb.err; [ $? -eq 1 ] &&
 		grep -q "shard-pp000-tp000.h5 has sha256 .* (the file is corrupt)" $T/fb.err &&

@@ -99,7 +99,8 @@ int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step
 int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e);
 
 /* path: a checkpoint directory (it holds manifest.json), or a run directory
- * (its newest sound checkpoint) into dir. */
+ * (its newest sound checkpoint, with a warning on stderr naming any newer
+ * one that fails verification) into dir. */
 int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e);
 
 /* RUN/checkpoints/step_NNNNNNNN, the directory of a step's checkpoint. */

@@ -38,7 +38,6 @@ bool ck_parse_step_name(const char *name, long *step);
 __attribute__((format(printf, 4, 5))) int ck_fmt_checked(char *out, size_t n, pp_err *e,
 							  const char *fmt, ...);
 int ck_join(char *out, size_t n, const char *a, const char *b, pp_err *e);
-const char *ck_shape_str(char *buf, size_t n, int ndim, const int64_t *d);
 /* The element count, or -1 when it does not fit int64_t (a damaged manifest). */
 int64_t ck_volume(int ndim, const int64_t *d);
 bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,8 +133,8 @@ static int check_tiling(const char *where, const ckpt_manifest *m, const ckpt_te
 			if (b[i].offset[d] < 0 || b[i].shape[d] < 1 || b[i].offset[d] > t->global_shape[d] - b[i].shape[d])
 				return pp_errorf(e, PP_ERUNTIME,
 						 "%s: tensor %s: the block of its %s in %s at offset %s with shape %s lies outside its global shape %s",
-						 where, t->name, what, m->files[b[i].file].name, ck_shape_str(x, sizeof x, nd, b[i].offset),
-						 ck_shape_str(y, sizeof y, nd, b[i].shape), ck_shape_str(z, sizeof z, nd, t->global_shape));
+						 where, t->name, what, m->files[b[i].file].name, pp_shape_str(x, sizeof x, nd, b[i].offset),
+						 pp_shape_str(y, sizeof y, nd, b[i].shape), pp_shape_str(z, sizeof z, nd, t->global_shape));
 		for (int j = 0; j < i; j++) {
 			bool overlap = true;
 			for (int d = 0; d < nd; d++)
@@ -150,7 +151,7 @@ static int check_tiling(const char *where, const ckpt_manifest *m, const ckpt_te
 	int64_t total = ck_volume(nd, t->global_shape);
 	if (covered != total)
 		return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s: its %s cover %lld of %lld elements of %s (%s)", where,
-				 t->name, what, (long long)covered, (long long)total, ck_shape_str(x, sizeof x, nd, t->global_shape),
+				 t->name, what, (long long)covered, (long long)total, pp_shape_str(x, sizeof x, nd, t->global_shape),
 				 missing);
 	return PP_OK;
 }
@@ -185,7 +186,7 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 				       "%s: tensor %s: %s holds elements [%lld, %lld) of the block at offset %s with shape %s, "
 				       "which has %lld",
 				       where, t->name, m->files[r[i]->file].name, (long long)r[i]->begin, (long long)r[i]->end,
-				       ck_shape_str(x, sizeof x, nd, r[i]->offset), ck_shape_str(y, sizeof y, nd, r[i]->shape),
+				       pp_shape_str(x, sizeof x, nd, r[i]->offset), pp_shape_str(y, sizeof y, nd, r[i]->shape),
 				       (long long)vol);
 	}
 	if (!rc)
@@ -202,8 +203,8 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 					       "%s: tensor %s: %s and %s both hold elements [%lld, %lld) of the block at offset %s "
 					       "with shape %s of its Adam m and v (each element must be saved once)",
 					       where, t->name, prev, file, (long long)r[i]->begin,
-					       (long long)(r[i]->end < next ? r[i]->end : next), ck_shape_str(x, sizeof x, nd, g->offset),
-					       ck_shape_str(y, sizeof y, nd, g->shape));
+					       (long long)(r[i]->end < next ? r[i]->end : next), pp_shape_str(x, sizeof x, nd, g->offset),
+					       pp_shape_str(y, sizeof y, nd, g->shape));
 			else if (r[i]->begin > next)
 				break;
 			next = r[i]->end;
@@ -218,7 +219,7 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 							   ck_same_dims(nd, r[i]->shape, g->shape)
 						   ? r[i]->begin
 						   : vol),
-				       ck_shape_str(x, sizeof x, nd, g->offset), ck_shape_str(y, sizeof y, nd, g->shape));
+				       pp_shape_str(x, sizeof x, nd, g->offset), pp_shape_str(y, sizeof y, nd, g->shape));
 		if (!rc)
 			b[(*n)++] = (block_ref){g->file, g->offset, g->shape};
 	}
@@ -239,7 +240,7 @@ int ck_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_
 	for (int d = 0; d < nd; d++)
 		if (t->global_shape[d] < 1 || ck_volume(nd, t->global_shape) < 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has global shape %s", where, t->name,
-					 ck_shape_str(a, sizeof a, nd, t->global_shape));
+					 pp_shape_str(a, sizeof a, nd, t->global_shape));
 	block_ref *b = malloc((size_t)(t->n_shards + t->n_ranges) * sizeof *b + 1);
 	if (!b)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
@@ -627,27 +628,54 @@ int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e
 	return PP_OK;
 }
 
+/* The files of ck_hash_files shared out among threads: each takes the next
+ * index until none is left. Plain threads, not OpenMP: a process forked
+ * after OpenMP ran cannot start an OpenMP team. */
+typedef struct {
+	const char *dir;
+	const ckpt_manifest *m;
+	char (*hex)[SHA256_HEX];
+	int64_t *bytes;
+	pp_err *errs;
+	int next; /* atomic */
+} hash_job;
+
+static void *hash_worker(void *arg)
+{
+	hash_job *j = arg;
+	for (int i; (i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->m->n_files;) {
+		char path[CKPT_PATH];
+		if (!ck_join(path, sizeof path, j->dir, j->m->files[i].name, &j->errs[i]) &&
+		    sha256_file(path, j->hex[i], j->bytes ? &j->bytes[i] : NULL, &j->errs[i]))
+			pp_err_prefix(&j->errs[i], "checkpoint %s", j->dir);
+	}
+	return NULL;
+}
+
 int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
 		  pp_err *e)
 {
-	pp_err *errs = calloc((size_t)m->n_files + 1, sizeof *errs);
-	if (!errs)
+	hash_job j = {.dir = dir, .m = m, .hex = hex, .bytes = bytes,
+		      .errs = calloc((size_t)m->n_files + 1, sizeof *j.errs)};
+	if (!j.errs)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
-#pragma omp parallel for schedule(dynamic, 1)
-	for (int i = 0; i < m->n_files; i++) {
-		char path[CKPT_PATH];
-		if (!ck_join(path, sizeof path, dir, m->files[i].name, &errs[i]) &&
-		    sha256_file(path, hex[i], bytes ? &bytes[i] : NULL, &errs[i]))
-			pp_err_prefix(&errs[i], "checkpoint %s", dir);
-	}
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = (int)(cores < 1 ? 1 : cores > 16 ? 16 : cores), started = 0;
+	n = n < m->n_files ? n : m->n_files;
+	pthread_t th[16];
+	while (started < n - 1 && pthread_create(&th[started], NULL, hash_worker, &j) == 0)
+		started++;
+	hash_worker(&j); /* this thread too; alone when no thread could start */
+	for (int t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
 	int rc = PP_OK;
 	for (int i = 0; i < m->n_files && !rc; i++)
-		if (errs[i].code) {
-			rc = errs[i].code;
+		if (j.errs[i].code) {
+			rc = j.errs[i].code;
 			if (e)
-				*e = errs[i];
+				*e = j.errs[i];
 		}
-	free(errs);
+	free(j.errs);
 	return rc;
 }
 

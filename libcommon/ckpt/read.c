@@ -245,7 +245,7 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 	if (!rc && got != ck_volume(nd, shape))
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s: its files hold %lld of the %lld elements of /%s in the block %s at %s",
 			       dir, t->name, (long long)got, (long long)ck_volume(nd, shape), ck_group_name[k],
-			       ck_shape_str(a, sizeof a, nd, shape), ck_shape_str(b, sizeof b, nd, offset));
+			       pp_shape_str(a, sizeof a, nd, shape), pp_shape_str(b, sizeof b, nd, offset));
 	return rc;
 }
 
@@ -366,8 +366,8 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 		ck_slice_of(t, g, o);
 		if (ti->ndim != t->ndim || !ck_same_dims(t->ndim, ti->global_shape, g)) {
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s has shape %s in %s; expected %s", dir, t->name,
-				       ck_shape_str(a, sizeof a, ti->ndim, ti->global_shape), m.files[ti->shards[0].file].name,
-				       ck_shape_str(b, sizeof b, t->ndim, g));
+				       pp_shape_str(a, sizeof a, ti->ndim, ti->global_shape), m.files[ti->shards[0].file].name,
+				       pp_shape_str(b, sizeof b, t->ndim, g));
 			break;
 		}
 		if ((t->m || t->v) && !ti->adam) {
@@ -426,8 +426,8 @@ static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info 
 	if (!ok)
 		return pp_errorf(e, PP_ERUNTIME,
 				 "%s: /%s: attributes global_shape and offset differ from " MANIFEST " (global shape %s, offset %s)",
-				 path, dpath, ck_shape_str(a, sizeof a, t->ndim, t->global_shape),
-				 ck_shape_str(b, sizeof b, t->ndim, s->offset));
+				 path, dpath, pp_shape_str(a, sizeof a, t->ndim, t->global_shape),
+				 pp_shape_str(b, sizeof b, t->ndim, s->offset));
 	return PP_OK;
 }
 

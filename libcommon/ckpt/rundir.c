@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../fsutil.h"
+#include "../log.h"
 #include "../sha256.h"
 #include "internal.h"
 
@@ -385,5 +386,7 @@ int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e)
 		rc = pp_errorf(e, PP_EUSAGE,
 			       "%s: neither a checkpoint (no manifest.json) nor a run directory holding one",
 			       path);
+	if (!rc && skipped[0])
+		log_info("warning: %s; using %s, the newest sound one", skipped, dir);
 	return rc;
 }

@@ -44,8 +44,8 @@ static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const ch
 		t = &m->tensors[json_integer_value(ix)];
 		if (t->ndim != nd || !ck_same_dims(nd, t->global_shape, global))
 			return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has global shape %s; %s says %s", path, name,
-					 ck_shape_str(a, sizeof a, nd, global), m->files[t->shards[0].file].name,
-					 ck_shape_str(b, sizeof b, t->ndim, t->global_shape));
+					 pp_shape_str(a, sizeof a, nd, global), m->files[t->shards[0].file].name,
+					 pp_shape_str(b, sizeof b, t->ndim, t->global_shape));
 	}
 	t->adam = t->adam || adam;
 	void *p = realloc(t->shards, (size_t)(t->n_shards + 1) * sizeof *t->shards);
@@ -104,7 +104,7 @@ int ck_check_dataset(hid_t f, const char *path, int k, const char *name, int nd,
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is not float32", path, dpath);
 	if (!ok || dn != nd || !ck_same_dims(nd, dims, shape))
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s has shape %s; expected %s", path, dpath,
-				 ok ? ck_shape_str(a, sizeof a, dn, dims) : "(unreadable)", ck_shape_str(b, sizeof b, nd, shape));
+				 ok ? pp_shape_str(a, sizeof a, dn, dims) : "(unreadable)", pp_shape_str(b, sizeof b, nd, shape));
 	return PP_OK;
 }
 
@@ -194,8 +194,8 @@ static int scan_optim_dataset(hid_t f, const char *path, ckpt_manifest *m, int f
 			       path, dpath, nd);
 	else if (!ck_same_dims(nd, global, t->global_shape))
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: /%s has global shape %s; %s says %s", path, dpath,
-			       ck_shape_str((char[128]){0}, 128, nd, global), m->files[t->shards[0].file].name,
-			       ck_shape_str((char[128]){0}, 128, nd, t->global_shape));
+			       pp_shape_str((char[128]){0}, 128, nd, global), m->files[t->shards[0].file].name,
+			       pp_shape_str((char[128]){0}, 128, nd, t->global_shape));
 	for (int i = 0; !rc && i < nb; i++)
 		len += end[i] - begin[i];
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++)

@@ -127,8 +127,8 @@ static int check_block(const char *what, int i, const char *name, int nd, const 
 	for (int d = 0; d < nd; d++)
 		if (shape[d] < 1 || o[d] < 0 || o[d] + shape[d] > g[d])
 			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s: slice shape %s at offset %s does not fit global shape %s",
-					 what, name, ck_shape_str(a, sizeof a, nd, shape), ck_shape_str(b, sizeof b, nd, o),
-					 ck_shape_str(c, sizeof c, nd, g));
+					 what, name, pp_shape_str(a, sizeof a, nd, shape), pp_shape_str(b, sizeof b, nd, o),
+					 pp_shape_str(c, sizeof c, nd, g));
 	return PP_OK;
 }
 

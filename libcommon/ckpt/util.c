@@ -44,16 +44,6 @@ int ck_join(char *out, size_t n, const char *a, const char *b, pp_err *e)
 	return ck_fmt_checked(out, n, e, "%s/%s", a, b);
 }
 
-const char *ck_shape_str(char *buf, size_t n, int ndim, const int64_t *d)
-{
-	size_t k = (size_t)snprintf(buf, n, "[");
-	for (int i = 0; i < ndim && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)d[i]);
-	if (k < n)
-		snprintf(buf + k, n - k, "]");
-	return buf;
-}
-
 /* The element count, or -1 when it does not fit int64_t (a damaged manifest). */
 int64_t ck_volume(int ndim, const int64_t *d)
 {

@@ -391,17 +391,6 @@ static int model_json(const gguf_file *f, const arch_desc *a, json_t **out, pp_e
 	return 0;
 }
 
-/* "(a, b)" */
-static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *dims)
-{
-	size_t k = (size_t)snprintf(buf, n, "(");
-	for (int j = 0; j < ndim && k < n; j++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%lld", j ? ", " : "", (long long)dims[j]);
-	if (k < n)
-		snprintf(buf + k, n - k, ")");
-	return buf;
-}
-
 static int cmp_tinfo(const void *x, const void *y)
 {
 	const gguf_tinfo *a = *(const gguf_tinfo *const *)x, *b = *(const gguf_tinfo *const *)y;
@@ -470,8 +459,8 @@ static int map_tensors(tio_source *s, const arch_desc *a, pp_err *e)
 					rc = pp_errorf(e, PP_ERUNTIME,
 						       "%s: tensor %s is %s (ne reversed), the metadata "
 						       "makes it %s",
-						       f->path, gn, shape_str(got, sizeof got, ti->ndim, ne),
-						       shape_str(want, sizeof want, d->ndim, d->shape));
+						       f->path, gn, pp_shape_str(got, sizeof got, ti->ndim, ne),
+						       pp_shape_str(want, sizeof want, d->ndim, d->shape));
 					break;
 				}
 				d->dtype = ti->type->dtype;

@@ -50,16 +50,6 @@ int modeltable_find(const tio_tensor *t, int n, const char *name)
 	return -1;
 }
 
-void modeltable_shape_str(const tio_tensor *t, char *buf, size_t size)
-{
-	size_t k = (size_t)snprintf(buf, size, "[");
-	for (int d = 0; d < t->ndim && k < size; d++)
-		k += (size_t)snprintf(buf + k, size - k, "%s%lld", d ? ", " : "",
-				      (long long)t->shape[d]);
-	if (k < size)
-		snprintf(buf + k, size - k, "]");
-}
-
 static bool same_shape(const tio_tensor *a, const tio_tensor *b)
 {
 	if (a->ndim != b->ndim)
@@ -86,8 +76,8 @@ int modeltable_check(const pp_model_cfg *m, const tio_tensor *list, int n, pp_er
 		} else if (modeltable_find(list, i, list[i].name) >= 0) {
 			rc = pp_errorf(e, PP_EUSAGE, "%s is given twice", list[i].name);
 		} else if (!same_shape(&list[i], &want[j])) {
-			modeltable_shape_str(&list[i], a, sizeof a);
-			modeltable_shape_str(&want[j], b, sizeof b);
+			pp_shape_str(a, sizeof a, list[i].ndim, list[i].shape);
+			pp_shape_str(b, sizeof b, want[j].ndim, want[j].shape);
 			rc = pp_errorf(e, PP_EUSAGE, "%s has shape %s, the %s model's is %s",
 				       list[i].name, a, family, b);
 		}

@@ -600,7 +600,7 @@ static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, pp_err *
 			bsearch(&key, p->entries, (size_t)p->n_entries, sizeof key, cmp_pp_name);
 		if (!t) {
 			char sh[96];
-			modeltable_shape_str(&want[i], sh, sizeof sh);
+			pp_shape_str(sh, sizeof sh, want[i].ndim, want[i].shape);
 			rc = pp_errorf(e, PP_EUSAGE, "%s: tensor %s %s of the %s model is missing",
 				       p->dir, want[i].name, sh, pp_family_name(m->family));
 			break;
@@ -616,8 +616,8 @@ static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, pp_err *
 				got.shape[d] = t->shape[tr ? t->ndim - 1 - d : d];
 			got.ndim = t->ndim < TIO_MAXDIM ? t->ndim : TIO_MAXDIM;
 			char a[96], b[96];
-			modeltable_shape_str(&got, a, sizeof a);
-			modeltable_shape_str(&want[i], b, sizeof b);
+			pp_shape_str(a, sizeof a, got.ndim, got.shape);
+			pp_shape_str(b, sizeof b, want[i].ndim, want[i].shape);
 			rc = pp_errorf(e, PP_EUSAGE,
 				       "%s: tensor %s has shape %s%s, the model's is %s", f->path,
 				       t->hf, a,
