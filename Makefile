@@ -39,8 +39,14 @@ NVFLAGS     += -std=c++17 -g -lineinfo -DPP_CUDA \
 	       -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	       -Xcompiler -Wall,-Wextra,-Werror,-fno-math-errno --Werror all-warnings
 endif
-# objects rebuild when the build switches between CUDA and CPU-only
-VARIANT := $(B)/obj/.variant-$(if $(NVCC),cuda,cpu)
+# Objects rebuild when the build switches between CUDA and CPU-only, or when a
+# library appears or changes version (boot.c looks for pmix.h itself): the
+# stamp's contents name the variant, and it is rewritten when they change.
+PKGSIG  := $(shell for p in $(PKGCFG); do pkg-config --modversion $$p 2>/dev/null || echo none; done | \
+	     cksum | cut -d' ' -f1)
+VARIANT := $(B)/obj/.variant
+VARSIG  := $(if $(NVCC),cuda,cpu)-$(PKGSIG)
+$(shell mkdir -p $(B)/obj; [ "$$(cat $(VARIANT) 2>/dev/null)" = "$(VARSIG)" ] || echo "$(VARSIG)" >$(VARIANT))
 TOOLS   := $(patsubst cmd/%.c,$(B)/bin/%,$(wildcard cmd/pp-*.c))
 LIB     := $(B)/libpp.a
 LIB64   := $(B)/f64/libpp.a
@@ -57,10 +63,7 @@ $(B)/obj/%.o: %.c $(VARIANT)
 $(B)/obj/%.o: %.cu $(VARIANT)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
-$(VARIANT):
-	@mkdir -p $(dir $@)
-	@rm -f $(B)/obj/.variant-*; touch $@
-$(B)/f64/obj/%.o: %.c
+$(B)/f64/obj/%.o: %.c $(VARIANT)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DPP_F64 -MMD -MP -c $< -o $@
 

@@ -455,22 +455,12 @@ int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
 		rc = write_failed(w, "close", e);
 	if (!rc)
 		rc = fs_fsync_path(w->tmp, e);
-	if (!rc && rename(w->tmp, w->path))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", w->tmp, w->path,
-			       strerror(errno));
-	if (!rc) { /* the rename itself made durable */
-		char dir[PP_PATH_MAX];
-		const char *slash = strrchr(w->path, '/');
-		if (!slash)
-			snprintf(dir, sizeof dir, ".");
-		else
-			snprintf(dir, sizeof dir, "%.*s", (int)(slash - w->path) + (slash == w->path),
-				 w->path);
-		rc = fs_fsync_path(dir, e);
+	if (!rc)
+		rc = fs_rename_durable(w->tmp, w->path, e);
+	if (rc)
+		tokens_abort(w); /* once renamed, the temporary name is gone: nothing to remove */
+	else
 		writer_free(w);
-		return rc;
-	}
-	tokens_abort(w);
 	return rc;
 }
 

@@ -39,6 +39,14 @@ int fs_fsync_parent(const char *path, pp_err *e)
 	return fs_fsync_path(parent, e);
 }
 
+int fs_rename_durable(const char *tmp, const char *path, pp_err *e)
+{
+	if (rename(tmp, path) != 0)
+		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, path,
+				 strerror(errno));
+	return fs_fsync_parent(path, e);
+}
+
 int fs_mkdir_p(const char *path, pp_err *e)
 {
 	char buf[FS_PATH];

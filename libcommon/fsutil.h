@@ -13,6 +13,10 @@
 int fs_fsync_path(const char *path, pp_err *e);
 /* fsync the directory holding path: makes a create or rename in it durable. */
 int fs_fsync_parent(const char *path, pp_err *e);
+/* Puts a finished tmp (a file or directory, already fsynced) in place as
+ * path: rename, then fsync path's directory so that the rename itself
+ * survives a crash. Errors name both. */
+int fs_rename_durable(const char *tmp, const char *path, pp_err *e);
 /* mkdir -p; each directory created is made durable in its parent. */
 int fs_mkdir_p(const char *path, pp_err *e);
 /* rm -rf: files first, then the directories (depth first). 0 or -1 (errno). */

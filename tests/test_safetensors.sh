@@ -185,29 +185,7 @@ else
 fi
 # byte-level BPE: a tokenizer.json transformers loads and encodes as pp does
 mkdir -p "$T/bpe"
-"$py" - "$T/bpe/tokenizer.json" <<'EOF'
-import json, sys
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-chars = {b: chr(c) for b, c in zip(bs, cs)}
-vocab = {chars[b]: b for b in range(256)}
-merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n"), ("\u0120", "\u0120")]
-for a, b in merges:
-    vocab[a + b] = len(vocab)
-eot = len(vocab)
-level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-json.dump({"version": "1.0", "truncation": None, "padding": None,
-           "added_tokens": [{"id": eot, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
-                             "rstrip": False, "normalized": False, "special": True}],
-           "normalizer": None, "pre_tokenizer": level, "post_processor": None, "decoder": level,
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                     "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]}},
-          open(sys.argv[1], "w"))
-EOF
+python3 tests/tiny_bpe.py tokenizer.json "$T/bpe/tokenizer.json"
 text="in the then thin"
 if quiet pp-init model=gpt-tiny model.vocab_size=262 tokenizer="$T/bpe/tokenizer.json" -o "$T/bpe/run" &&
 	quiet pp-ckpt export "$T/bpe/run" --format safetensors -o "$T/st-bpe" && quiet pp-ckpt import --format safetensors "$T/st-bpe" -o "$T/back-bpe" &&

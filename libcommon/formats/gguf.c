@@ -651,13 +651,8 @@ static int sink_finish(tio_sink *s, pp_err *e)
 	if (k->out && fclose(k->out) && !rc)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: %s", k->tmp, strerror(errno));
 	k->out = NULL;
-	if (!rc && rename(k->tmp, k->path))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", k->tmp, k->path,
-			       strerror(errno));
-	if (!rc) {
+	if (!rc && !(rc = fs_rename_durable(k->tmp, k->path, e)))
 		k->tmp[0] = 0;
-		rc = fs_fsync_parent(k->path, e);
-	}
 	sink_free(k, true);
 	free(s);
 	return rc;

@@ -165,13 +165,8 @@ static int sink_finish(tio_sink *s, pp_err *e)
 	if (!rc && close(k->fd))
 		rc = pp_errorf(e, PP_ERUNTIME, "close %s: %s", k->tmp, strerror(errno));
 	k->fd = -1;
-	if (!rc && rename(k->tmp, k->path))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", k->tmp, k->path,
-			       strerror(errno));
-	if (!rc) {
+	if (!rc && !(rc = fs_rename_durable(k->tmp, k->path, e)))
 		k->tmp[0] = '\0';
-		rc = fs_fsync_parent(k->path, e);
-	}
 	sink_free(k, true);
 	free(s);
 	return rc;

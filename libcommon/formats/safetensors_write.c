@@ -254,13 +254,8 @@ static int sink_finish(tio_sink *s, pp_err *e)
 		rc = write_tokenizer(k, e);
 	if (!rc)
 		rc = fs_fsync_path(k->tmp, e);
-	if (!rc && rename(k->tmp, k->dir))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", k->tmp, k->dir,
-			       strerror(errno));
-	if (!rc) {
+	if (!rc && !(rc = fs_rename_durable(k->tmp, k->dir, e)))
 		k->tmp[0] = '\0'; /* in place: nothing to remove */
-		rc = fs_fsync_parent(k->dir, e);
-	}
 	sink_free(k, true);
 	free(s);
 	return rc;
