@@ -19,7 +19,7 @@ LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) $(BLAS) -lm -fopenmp
 
 B       := build
 LIBSRC  := $(wildcard libcommon/*.c) $(wildcard libcommon/ckpt/*.c) $(wildcard libcommon/formats/*.c) \
-           $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+           $(wildcard libcommon/decode/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 
 # The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
 # the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt, cuDNN and

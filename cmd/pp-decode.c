@@ -1,64 +1,142 @@
-/* pp-decode: generates text from a checkpoint (or seeded weights) with a KV cache. */
+/* pp-decode: generates text from a checkpoint (or seeded weights) with a KV
+ * cache, for one prompt or many (a ragged, continuously refilled batch). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../libcommon/ckpt/stage.h"
 #include "../libcommon/cli.h"
-#include "../libcommon/decode.h"
+#include "../libcommon/decode/request.h"
 #include "../libcommon/fsutil.h"
 #include "../libcommon/log.h"
 
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
-	bool random_init, ignore_eos, json;
+	const char *stop, *logprobs, *weights;
+	bool random_init, ignore_eos, json, chat;
 	char tokenizer[PP_PATH_MAX + 64]; /* the checkpoint's own, extracted; "" for the config's */
 } decode_args;
 
-/* the prompt file as text */
-static int read_prompt(const char *path, char **text, pp_err *e)
+static const char *const weight_names[] = {"fp32", "bf16", "q8_0"};
+
+/* what the outputs need besides the requests */
+typedef struct {
+	const decode_args *a;
+	const pp_tokenizer *tk;
+	const pp_stage *s;
+	int index, top;
+	bool several; /* several prompts: text printed per prompt, not streamed */
+} out_ctx;
+
+static json_t *ids_array(const int *ids, int n)
 {
-	size_t n;
-	if (fs_read_file(path, text, &n, e)) {
-		e->code = PP_EUSAGE; /* a file named on the command line */
-		return pp_err_prefix(e, "--prompt-file");
+	json_t *a = json_array();
+	for (int i = 0; a && i < n; i++)
+		json_array_append_new(a, json_integer(ids[i]));
+	return a;
+}
+
+static json_t *top_array(const out_ctx *c, const decode_result *r, int k)
+{
+	json_t *a = json_array();
+	for (int j = 0; a && j < c->top; j++) {
+		const int id = r->top_ids[(size_t)k * c->top + j];
+		size_t len = 0;
+		const char *piece = c->tk ? tok_piece(c->tk, id, &len) : NULL;
+		json_t *o = json_pack("{s:i, s:f}", "id", id, "logprob",
+				      (double)r->top_logprob[(size_t)k * c->top + j]);
+		if (o && piece)
+			json_object_set_new(o, "token", json_stringn(piece, len));
+		json_array_append_new(a, o);
 	}
-	if (strlen(*text) != n) {
-		free(*text);
-		*text = NULL;
-		return pp_errorf(e, PP_EUSAGE, "--prompt-file %s: holds a NUL byte; expected text", path);
+	return a;
+}
+
+static int print_json(out_ctx *c, const decode_request *r, const decode_result *res, pp_err *e)
+{
+	json_t *o;
+	if (!res) {
+		o = json_pack("{s:i, s:s}", "index", c->index, "error", r->error);
+	} else {
+		json_t *lp = json_array(), *top = c->top ? json_array() : NULL;
+		for (int k = 0; lp && k < res->n; k++)
+			json_array_append_new(lp, json_real((double)res->logprob[k]));
+		for (int k = 0; top && k < res->n; k++)
+			json_array_append_new(top, top_array(c, res, k));
+		const double dec = res->n > 1 && res->decode_s > 0 ? (res->n - 1) / res->decode_s : 0;
+		o = json_pack("{s:i, s:s, s:s#, s:o, s:o, s:s, s:i, s:i, s:f, s:f, s:f}", "index", c->index,
+			      "prompt", r->prompt ? r->prompt : "", "completion",
+			      res->text.s ? res->text.s : "", res->text.n, "tokens",
+			      ids_array(res->ids, res->n), "logprobs", lp, "finish_reason",
+			      res->finish, "prompt_tokens", (int)r->ids.n, "completion_tokens",
+			      res->n, "prefill_tok_s",
+			      res->prefill_s > 0 ? (double)r->ids.n / res->prefill_s : 0,
+			      "decode_tok_s", dec, "bytes_per_token",
+			      decode_bytes_per_token(c->s, (int)r->ids.n, res->n));
+		if (o && top)
+			json_object_set_new(o, "top_logprobs", top);
 	}
+	if (o && r->line)
+		json_object_set_new(o, "line", json_integer(r->line));
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!s)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	puts(s);
+	fflush(stdout);
+	free(s);
 	return 0;
 }
 
-static void print_json(const decode_stats *st, const pp_config *cfg, const char *source,
-		       const char *text)
+/* decode_opts.done: each request's output, in input order */
+static int output(void *ctx, const decode_request *r, const decode_result *res, pp_err *e)
 {
-	double rate = decode_step_rate(st), steps = st->decode_s > 0 ? (st->n_generated - 1) / st->decode_s : 0;
-	double bytes = st->param_bytes + st->kv_bytes;
-	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-			      "s:f, s:b, s:b, s:s}",
-			      "model", cfg->model.preset, "device", cfg->device, "weights", source,
-			      "batch", st->batch, "prompt_tokens", st->n_prompt, "generated_tokens",
-			      st->n_generated, "prefill_s", st->prefill_s, "prefill_tok_s",
-			      decode_prefill_rate(st), "decode_s", st->decode_s, "decode_tok_s", rate,
-			      "param_bytes", st->param_bytes, "kv_bytes_per_step", st->kv_bytes,
-			      "bytes_per_token", st->batch ? bytes / st->batch : 0,
-			      "bandwidth_gb_s", 1e-9 * bytes * steps, "cuda_graph", st->graph,
-			      "stopped_at_eos", st->stopped_at_eos, "text", text ? text : "");
-	char *s = json_dumps(o, JSON_COMPACT);
-	puts(s);
-	free(s);
-	json_decref(o);
+	out_ctx *c = ctx;
+	int rc = 0;
+	if (r->error)
+		log_error("%s", r->error);
+	if (c->a->json)
+		rc = print_json(c, r, res, e);
+	else if (res && c->several)
+		printf("%s%.*s\n", r->prompt ? r->prompt : "", (int)res->text.n, res->text.s);
+	c->index++;
+	return rc;
+}
+
+/* The requests: --prompt, the lines of --prompt-file, or those of stdin. */
+static int read_requests(const decode_args *a, const request_defaults *d, decode_request **reqs,
+			 int *n, pp_err *e)
+{
+	if (a->prompt)
+		return requests_from_prompt(a->prompt, d, reqs, n, e);
+	if (!a->prompt_file && isatty(STDIN_FILENO)) /* nothing given: the empty prompt */
+		return requests_from_prompt("", d, reqs, n, e);
+	const char *path = a->prompt_file ? a->prompt_file : "/dev/stdin";
+	const char *what = a->prompt_file ? a->prompt_file : "stdin";
+	char *text = NULL;
+	size_t len = 0;
+	int rc = fs_read_file(path, &text, &len, e);
+	if (rc) {
+		e->code = PP_EUSAGE;
+		return pp_err_prefix(e, a->prompt_file ? "--prompt-file" : "stdin");
+	}
+	rc = requests_from_lines(text, len, d, reqs, n, e);
+	free(text);
+	if (!rc && *n == 0)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s: no prompts (expected one per line, or JSON lines {\"prompt\": ...})",
+			       what);
+	return rc;
 }
 
 static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 {
-	long n = 128, top_k = 0, batch = 1, seed = (long)cfg->seed;
+	long n = 128, top_k = 0, batch = 8, seed = (long)cfg->seed, top = 0;
 	sample_params sp = sample_defaults();
-	int rc = 0;
+	int rc = 0, fmt = -1;
 	if (a->prompt && a->prompt_file)
 		return pp_errorf(e, PP_EUSAGE, "give --prompt or --prompt-file, not both");
 	if (a->ckpt && a->random_init)
@@ -67,9 +145,16 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	    (a->top_k && (rc = cli_long("--top-k", a->top_k, 0, 1L << 30, &top_k, e))) ||
 	    (a->batch && (rc = cli_long("--batch", a->batch, 1, 4096, &batch, e))) ||
 	    (a->seed && (rc = cli_long("--seed", a->seed, 0, __LONG_MAX__, &seed, e))) ||
+	    (a->logprobs && (rc = cli_long("--logprobs", a->logprobs, 0, 20, &top, e))) ||
 	    (a->temperature && (rc = cli_double("--temperature", a->temperature, 0, 100, &sp.temperature, e))) ||
 	    (a->top_p && (rc = cli_double("--top-p", a->top_p, 0, 1, &sp.top_p, e))))
 		return rc;
+	if (a->stop && !*a->stop)
+		return pp_errorf(e, PP_EUSAGE, "--stop: an empty string");
+	for (int i = 0; a->weights && i < 3; i++)
+		fmt = strcmp(a->weights, weight_names[i]) ? fmt : i;
+	if (a->weights && fmt < 0)
+		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16 or q8_0", a->weights);
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
 	if ((rc = sample_check(&sp, e)))
@@ -78,15 +163,21 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	const pp_ops *ops = NULL;
 	if ((rc = pp_ops_select(cfg->device, cfg->dtype, &ops, e)))
 		return rc;
+	if (fmt >= 0 && !ops->matmul_packed)
+		return pp_errorf(e, PP_EUSAGE, "--weights: device=%s decodes from its compute copy "
+				 "(dtype=%s); --weights is for the CPU", cfg->device, cfg->dtype);
+	if (fmt < 0 && ops->matmul_packed)
+		fmt = PP_WEIGHTS_F32;
 #ifdef PP_CUDA
 	if (!strcmp(cfg->device, "cuda") && (rc = pp_cuda_init(0, e)))
 		return rc;
 #endif
 	pp_tokenizer *tk = NULL;
-	char *file_text = NULL, source[PP_PATH_MAX + 64] = "random-init";
-	tok_ids ids = {0};
+	char source[PP_PATH_MAX + 64] = "random-init";
+	decode_request *reqs = NULL;
+	int n_req = 0;
+	decode_chat chat = {0};
 	pp_stage s = {0};
-	int *out = NULL;
 	const char *tok_path = a->tokenizer[0] ? a->tokenizer : cfg->tokenizer;
 	if (tok_path[0] && (rc = tok_load(&tk, tok_path, e)))
 		return rc;
@@ -95,11 +186,19 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 			       "tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
 			       "read its ids",
 			       tok_path, tok_vocab_size(tk), cfg->model.vocab_size);
-	if (!rc && a->prompt_file)
-		rc = read_prompt(a->prompt_file, &file_text, e);
+	if (!rc && a->chat) {
+		char conf[PP_PATH_MAX + 96];
+		const char *slash = strrchr(tok_path, '/');
+		snprintf(conf, sizeof conf, "%.*stokenizer_config.json",
+			 slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+		rc = chat_load(&chat, conf, tk, e);
+	}
+	char *stops[1] = {(char *)a->stop};
+	request_defaults d = {.max_tokens = (int)n, .sample = sp, .stop = stops,
+			      .n_stop = a->stop ? 1 : 0, .chat = a->chat ? &chat : NULL, .tk = tk,
+			      .vocab = cfg->model.vocab_size};
 	if (!rc)
-		rc = decode_prompt_ids(tk, file_text ? file_text : a->prompt ? a->prompt : "",
-				       cfg->model.vocab_size, &ids, e);
+		rc = read_requests(a, &d, &reqs, &n_req, e);
 	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, false);
 	spec.no_grad = true;
 	if (!rc)
@@ -109,42 +208,42 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		stage_init_params(&s, cfg->seed);
 	else if (!rc)
 		rc = ckpt_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
-	decode_opts o = {.n_new = (int)n, .batch = (int)batch, .sample = sp,
-			 .eos = tk && !a->ignore_eos ? tok_eos(tk) : -1, .tk = tk,
-			 .out = a->json ? NULL : stdout};
+	if (!rc && fmt >= 0)
+		rc = stage_pack_weights(&s, fmt, e);
+	/* the tokens that end a sequence: the tokenizer's EOS, and a chat's turn end */
+	int eos[2], n_eos = 0;
+	if (tk && !a->ignore_eos && tok_eos(tk) >= 0)
+		eos[n_eos++] = tok_eos(tk);
+	if (a->chat && !a->ignore_eos && chat.end >= 0 && (!n_eos || eos[0] != chat.end))
+		eos[n_eos++] = chat.end;
+	out_ctx oc = {.a = a, .tk = tk, .s = &s, .top = (int)top, .several = n_req != 1};
+	decode_opts o = {.batch = (int)batch, .eos = eos, .n_eos = n_eos, .tk = tk,
+			 .logprobs = a->json, .top_logprobs = a->json ? (int)top : 0,
+			 .stream = a->json || n_req != 1 ? NULL : stdout, .done = output, .ctx = &oc};
 	decode_stats st = {0};
+	if (!rc)
+		rc = decode_run(&s, reqs, n_req, &o, &st, e);
 	if (!rc) {
-		out = malloc((ids.n + (size_t)n) * (size_t)batch * sizeof(int));
-		rc = decode_generate(&s, ids.ids, (int)ids.n, &o, out, &st, e);
+		const double steps = st.step_s > 0 ? (double)st.steps / st.step_s : 0;
+		const double read = st.steps ? st.param_bytes + st.kv_read_bytes / (double)st.steps : 0;
+		log_info("%d prompt%s%s: %ld prompt tokens, prefill %.1f tok/s; %ld tokens at %.1f "
+			 "tok/s (up to %d at once); weights %.3g GB (%s), KV cache %.3g GB; %.3g GB "
+			 "read per step, %.1f GB/s%s",
+			 st.n_requests, st.n_requests == 1 ? "" : "s",
+			 st.n_failed ? " (some failed)" : "", st.prompt_tokens,
+			 decode_prefill_rate(&st), st.generated_tokens, decode_step_rate(&st),
+			 st.max_batch, 1e-9 * st.param_bytes, fmt >= 0 ? weight_names[fmt] : cfg->dtype,
+			 1e-9 * (double)st.kv_bytes, 1e-9 * read, 1e-9 * read * steps,
+			 st.graph ? ", CUDA graph" : "");
+		if (st.n_failed)
+			rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
+				       st.n_failed, st.n_requests);
 	}
-	tok_text text = {0};
-	if (!rc && a->json && tk)
-		rc = tok_decode(tk, out, ids.n + (size_t)st.n_generated, &text, e);
-	if (!rc && a->json) {
-		/* the text (ids without a tokenizer) of sequence 0 */
-		for (size_t i = 0; !tk && !rc && i < ids.n + (size_t)st.n_generated; i++) {
-			char num[16];
-			int len = snprintf(num, sizeof num, i ? " %d" : "%d", out[i]);
-			if (tok_text_append(&text, num, (size_t)len))
-				rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
-		}
-		if (!rc)
-			print_json(&st, cfg, source, text.s);
-	} else if (!rc) {
-		double bytes = st.param_bytes + st.kv_bytes;
-		double steps = st.decode_s > 0 ? (st.n_generated - 1) / st.decode_s : 0;
-		log_info("prompt %d tokens, prefill %.1f tok/s; %d tokens at %.1f tok/s (batch %d%s); "
-			 "%.3g GB read per step (parameters %.3g GB + KV cache %.3g GB), %.1f GB/s%s",
-			 st.n_prompt, decode_prefill_rate(&st), st.n_generated,
-			 decode_step_rate(&st), st.batch, st.graph ? ", CUDA graph" : "",
-			 1e-9 * bytes, 1e-9 * st.param_bytes, 1e-9 * st.kv_bytes,
-			 1e-9 * bytes * steps, st.stopped_at_eos ? "; stopped at EOS" : "");
-	}
-	tok_text_free(&text);
-	free(out);
+	for (int i = 0; i < n_req; i++)
+		decode_request_free(&reqs[i]);
+	free(reqs);
 	stage_free(&s);
-	tok_ids_free(&ids);
-	free(file_text);
+	chat_free(&chat);
 	if (tk)
 		tok_free(tk);
 	return rc;
@@ -156,23 +255,28 @@ int main(int argc, char **argv)
 	const cli_opt opts[] = {
 		{"--ckpt", "DIR", "a checkpoint, or a run directory (its newest sound one); without "
 				  "--cfg its own config and tokenizer", &a.ckpt, NULL},
-		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer)", &a.prompt, NULL},
-		{"--prompt-file", "F", "read the prompt from file F", &a.prompt_file, NULL},
-		{"-n", "N", "tokens to generate (default 128)", &a.n, NULL},
+		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer); without it and "
+				     "--prompt-file, prompts come from stdin", &a.prompt, NULL},
+		{"--prompt-file", "F", "prompts from F: one per line, or JSON lines", &a.prompt_file, NULL},
+		{"-n", "N", "tokens to generate per prompt, at most (default 128)", &a.n, NULL},
 		{"--temperature", "T", "softmax temperature, 0 for greedy (default 0.8)", &a.temperature, NULL},
 		{"--top-k", "K", "sample among the K most likely tokens (default 0: all)", &a.top_k, NULL},
 		{"--top-p", "P", "sample among the most likely tokens holding P of the probability (default 1)", &a.top_p, NULL},
 		{"--seed", "S", "seed of the draws (default: the config's seed)", &a.seed, NULL},
-		{"--batch", "B", "decode B sequences of the same prompt at once (default 1)", &a.batch, NULL},
+		{"--stop", "TEXT", "end a completion before TEXT", &a.stop, NULL},
+		{"--batch", "B", "decode up to B sequences at once (default 8)", &a.batch, NULL},
+		{"--weights", "W", "store the weights for decoding as fp32, bf16 or q8_0 (CPU; default fp32)", &a.weights, NULL},
+		{"--chat", NULL, "prompts are user messages, through the model's chat template", NULL, &a.chat},
 		{"--random-init", NULL, "seeded initial weights instead of a checkpoint (benchmarks)", NULL, &a.random_init},
 		{"--ignore-eos", NULL, "generate N tokens even after the end-of-sequence token", NULL, &a.ignore_eos},
-		{"--json", NULL, "print one JSON object (figures and text) on stdout, no summary", NULL, &a.json},
+		{"--json", NULL, "one JSON line per prompt on stdout: completion, tokens, logprobs, figures", NULL, &a.json},
+		{"--logprobs", "N", "with --json, also the N most likely tokens at each step", &a.logprobs, NULL},
 		{0},
 	};
 	const cli_spec spec = {"pp-decode",
 			       "(--cfg FILE | --ckpt DIR) [key=value ...] [--random-init] [--prompt TEXT | "
-			       "--prompt-file F] [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
-			       "[--batch B] [--json]",
+			       "--prompt-file F | < PROMPTS] [-n N] [--temperature T] [--top-k K] [--top-p P] "
+			       "[--seed S] [--stop TEXT] [--batch B] [--weights W] [--chat] [--json [--logprobs N]]",
 			       "Generate text from a checkpoint with a KV cache.", opts, true, 0, NULL};
 	log_set_prefix("pp-decode", 0, 1);
 	pp_err e = {0};

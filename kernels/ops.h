@@ -45,6 +45,10 @@ enum { PP_TYPE_REAL = 0, PP_TYPE_BF16 = 1 };
 
 enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 
+/* Stored weight formats for decoding (pack_weight): fp32, bf16, and
+ * llama.cpp's Q8_0 (blocks of 32 int8 with an fp16 scale) */
+enum { PP_WEIGHTS_F32 = 0, PP_WEIGHTS_BF16 = 1, PP_WEIGHTS_Q8_0 = 2 };
+
 /* Targets below zero (Hugging Face uses -100) are ignored by the loss. */
 #define PP_IGNORE_INDEX (-100)
 
@@ -168,6 +172,17 @@ typedef struct pp_ops {
 	void (*graph_launch)(void *graph);
 	void (*graph_free)(void *graph);
 
+	/* Optional (NULL where the backend has none): weights stored for the
+	 * products of decoding, which read every weight once per step.
+	 * pack_weight returns w (OC,C) stored as fmt (PP_WEIGHTS_*) in memory
+	 * that free() releases, or NULL when out of memory or when C does not
+	 * suit fmt (q8_0 takes C a multiple of 32). matmul_packed is matmul_fwd
+	 * over such weights (fp32 arithmetic; PP_WEIGHTS_F32 may be the compute
+	 * copy itself), fastest for the few rows of a step. */
+	void *(*pack_weight)(const pp_act *w, int OC, int C, int fmt);
+	void (*matmul_packed)(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias,
+			      int N, int C, int OC, int fmt);
+
 	/* Gated MLP: gu (N,2F) holds [gate | up] per row; out (N,F) = act(gate) * up */
 	void (*glu_fwd)(pp_act *out, const pp_act *gu, int N, int F, int act);
 	void (*glu_bwd)(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act);
@@ -263,6 +278,18 @@ const char *pp_cuda_device_name(void);
 static inline size_t pp_act_size(const pp_ops *o)
 {
 	return o->act_type == PP_TYPE_BF16 ? 2 : sizeof(pp_real);
+}
+
+/* Bytes of w (OC,C) stored as fmt (pack_weight); 0 where C does not suit fmt. */
+static inline size_t pp_weights_bytes(int fmt, int OC, int C)
+{
+	size_t n = (size_t)OC * (size_t)C;
+	switch (fmt) {
+	case PP_WEIGHTS_F32: return n * 4;
+	case PP_WEIGHTS_BF16: return n * 2;
+	case PP_WEIGHTS_Q8_0: return C % 32 ? 0 : n + n / 32 * 2;
+	}
+	return 0;
 }
 
 /* Element i of a buffer of the table's compute type. */

@@ -473,12 +473,23 @@ void stage_free(pp_stage *s)
 		free(a->host_ids);
 		free(a);
 	}
+	stage_unpack_weights(s);
 	if (s->wc != (pp_act *)s->w)
 		ops->free(s->wc);
 	ops->free(s->w);
 	ops->free(s->g);
 	free(s->params);
 	memset(s, 0, sizeof *s);
+}
+
+void stage_unpack_weights(pp_stage *s)
+{
+	for (int i = 0; s->packed && s->packed_fmt != PP_WEIGHTS_F32 && i < s->n_params; i++)
+		free(s->packed[i]);
+	free(s->packed);
+	s->packed = NULL;
+	s->packed_elems = 0;
+	s->packed_bytes = 0;
 }
 
 uint64_t param_global_index(const pp_param *p, size_t j)
@@ -548,6 +559,17 @@ static pp_act *W(const pp_stage *s, int i)
 static pp_real *G(const pp_stage *s, int i) { return i < 0 ? NULL : s->g + s->params[i].off; }
 /* The bias of a row-parallel product is added once: on tp rank 0. */
 static pp_act *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
+
+/* out (N,OC) = inp (N,C) @ weight wi ^T + bias, from the weights stored for
+ * decoding where the stage has them (stage_pack_weights) */
+static void linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, const pp_act *bias,
+		   int N, int C, int OC)
+{
+	if (s->packed && s->packed[wi])
+		s->ops->matmul_packed(out, inp, s->packed[wi], bias, N, C, OC, s->packed_fmt);
+	else
+		s->ops->matmul_fwd(out, inp, W(s, wi), bias, N, C, OC);
+}
 
 /* Sums a partial activation across the tp group (a no-op without tp). */
 static int tp_sum(const pp_stage *s, pp_act *buf, size_t n, pp_err *e)
@@ -636,12 +658,13 @@ static int act_kind(const pp_model_cfg *m)
 }
 
 /* Where a layer's attention finds its keys and values: in the T rows of
- * the microbatch itself (training, NULL), or in a KV cache that the rows,
- * at positions *pos0.. (device memory), are appended to (decoding). */
+ * the microbatch itself (training, NULL), or in a KV cache (decoding) that
+ * the rows of sequence b, at positions pos[b].. (device memory), are
+ * appended to: its slot's (Tmax,Hkv*D) entries start at k + b * Tmax*Hkv*D. */
 typedef struct {
-	pp_act *k, *v; /* this layer's (B,Tmax,Hkv*D) */
+	pp_act *k, *v; /* this layer's, from the first sequence's slot */
 	int Tmax;
-	const int *pos0;
+	const int *pos; /* (B) */
 } layer_kv;
 
 /* One layer over B sequences of T rows (t's buffers hold B*T rows). */
@@ -656,29 +679,40 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	int rc;
 
 	norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
-	o->matmul_fwd(t->qkv, t->h1, W(s, li->qkv_w), W(s, li->qkv_b), N, C, QKV);
-	if (m->pos == PP_POS_ROPE)
-		o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv ? kv->pos0 : NULL);
+	linear(s, t->qkv, t->h1, li->qkv_w, W(s, li->qkv_b), N, C, QKV);
 	if (kv) {
-		o->kv_append(kv->k, kv->v, t->qkv, B, T, Hq, Hkv, D, kv->Tmax, kv->pos0);
-		o->attention_cached(t->att, t->qkv, kv->k, kv->v, B, T, Hq, Hkv, D, kv->Tmax,
-				    kv->pos0, m->sliding_window);
+		/* each sequence at its own position */
+		const size_t slot = (size_t)kv->Tmax * Hkv * D;
+		for (int b = 0; b < B; b++) {
+			pp_act *qkv = pp_act_at(o, t->qkv, (size_t)b * T * QKV);
+			pp_act *k = pp_act_at(o, kv->k, b * slot), *v = pp_act_at(o, kv->v, b * slot);
+			if (m->pos == PP_POS_ROPE)
+				o->rope_fwd(qkv, 1, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv->pos + b);
+			o->kv_append(k, v, qkv, 1, T, Hq, Hkv, D, kv->Tmax, kv->pos + b);
+			o->attention_cached(pp_act_at(o, t->att, (size_t)b * T * HD), qkv, k, v, 1, T,
+					    Hq, Hkv, D, kv->Tmax, kv->pos + b, m->sliding_window);
+		}
 	} else {
+		if (m->pos == PP_POS_ROPE)
+			o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window);
 	}
-	o->matmul_fwd(t->mid, t->att, W(s, li->o_w), W0(s, li->o_b), N, HD, C);
+	linear(s, t->mid, t->att, li->o_w, W0(s, li->o_b), N, HD, C);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
 		return rc;
 	/* mid = x + the attention branch, h2 = norm2(mid) */
 	norm_residual_fwd(s, N, t->mid, t->h2, t->mean2, t->rstd2, t->x, t->mid, li->norm2_w,
 			  li->norm2_b);
-	if (gelu) {
+	if (gelu && !s->packed) {
 		o->matmul_gelu_fwd(t->act, t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
+	} else if (gelu) {
+		linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, F);
+		o->gelu_fwd(t->act, t->up, (size_t)N * F);
 	} else {
-		o->matmul_fwd(t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, 2 * F);
+		linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, 2 * F);
 		o->glu_fwd(t->act, t->up, N, F, act_kind(m));
 	}
-	o->matmul_fwd(t->out, t->act, W(s, li->down_w), W0(s, li->down_b), N, F, C);
+	linear(s, t->out, t->act, li->down_w, W0(s, li->down_b), N, F, C);
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
 		return rc;
 	/* A plain add: the norm of out belongs to the next layer (or the head),
@@ -1013,7 +1047,7 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 
 /* ---- decoding with a KV cache ------------------------------------------- */
 
-int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_max, bool graphs,
+int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows, bool graphs,
 		    pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
@@ -1022,9 +1056,9 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_ma
 	if (!s->first || !s->last || s->spec.tp.size != 1)
 		return pp_errorf(e, PP_EUSAGE,
 				 "a KV cache needs a stage holding every layer without tensor parallelism");
-	if (B < 1 || n_max < 1 || Tmax < n_max)
-		return pp_errorf(e, PP_EUSAGE, "KV cache of batch %d, %d positions, %d new at once",
-				 B, Tmax, n_max);
+	if (B < 1 || rows < 1 || Tmax < 1)
+		return pp_errorf(e, PP_EUSAGE, "KV cache of %d slots, %d positions, %d rows at once",
+				 B, Tmax, rows);
 	if (m->pos == PP_POS_RELATIVE)
 		return pp_errorf(e, PP_EUSAGE,
 				 "model '%s' uses relative position biases: decoding supports rope and "
@@ -1037,27 +1071,30 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int n_ma
 	const size_t L = (size_t)m->n_layers, C = m->d_model, F = s->d_ff, V = s->vocab;
 	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, HD = (size_t)s->n_heads * m->head_dim;
 	const size_t QKV = HD + 2 * KV, UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
-	const size_t N = (size_t)B * n_max;
+	const size_t N = (size_t)rows;
 	c->ops = o;
 	c->B = B;
 	c->Tmax = Tmax;
-	c->n_max = n_max;
+	c->rows = rows;
 	c->graphs = graphs && o->graph_begin;
 	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * pp_act_size(o);
+	c->layers = (int)L;
+	c->pos_bytes = KV * pp_act_size(o);
 	pp_act **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->qkv, &c->att,
 			&c->mid, &c->up, &c->act, &c->last, &c->logits};
 	const size_t n[] = {L * B * Tmax * KV, L * B * Tmax * KV, N * C, N * C, N * C,
 			    N * QKV, N * HD, N * C, N * UP, N * F, (size_t)B * C, (size_t)B * V};
 	pp_real **r[] = {&c->stat};
 	const size_t rn[] = {2 * N};
-	c->dev = o->alloc((1 + N) * sizeof(int));
-	c->host = malloc((1 + N) * sizeof(int));
-	if (!c->dev || !c->host || alloc_acts(o, p, n, NELEMS(p)) ||
+	c->dev = o->alloc((B + N) * sizeof(int));
+	c->host = malloc((B + N) * sizeof(int));
+	c->len = calloc((size_t)B, sizeof(int));
+	if (!c->dev || !c->host || !c->len || alloc_acts(o, p, n, NELEMS(p)) ||
 	    alloc_reals(o, r, rn, NELEMS(r))) {
 		size_t bytes = c->kv_bytes;
 		kv_cache_free(c);
 		return pp_errorf(e, PP_ERUNTIME,
-				 "out of memory for a KV cache of batch %d x %d positions (%.3g GB)", B,
+				 "out of memory for a KV cache of %d slots x %d positions (%.3g GB)", B,
 				 Tmax, 1e-9 * (double)bytes);
 	}
 	return 0;
@@ -1075,53 +1112,86 @@ void kv_cache_free(pp_kv_cache *c)
 	for (int i = 0; i < NELEMS(p); i++)
 		o->free(p[i]);
 	free(c->host);
+	free(c->len);
 	memset(c, 0, sizeof *c);
 }
 
-int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, const int *tokens, int n, pp_err *e)
+int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, int slot0, int nseq, const int *tokens,
+		    int n, pp_err *e)
 {
 	const int V = s->cfg->vocab_size;
-	if (n < 1 || n > c->n_max)
-		return pp_errorf(e, PP_EUSAGE, "%d new tokens: the KV cache takes 1 to %d at once", n,
-				 c->n_max);
-	if (c->len + n > c->Tmax)
+	if (slot0 < 0 || nseq < 1 || slot0 + nseq > c->B)
+		return pp_errorf(e, PP_EUSAGE, "slots %d..%d: the KV cache has %d", slot0,
+				 slot0 + nseq - 1, c->B);
+	if (n < 1 || (long)n * nseq > c->rows)
 		return pp_errorf(e, PP_EUSAGE,
-				 "position %d is past the KV cache's %d positions", c->len + n - 1,
-				 c->Tmax);
-	for (int i = 0; i < c->B * n; i++) {
-		if (tokens[i] < 0 || tokens[i] >= V)
-			return pp_errorf(e, PP_EUSAGE,
-					 "token %d at position %d is outside the vocabulary [0, %d)",
-					 tokens[i], c->len + i % n, V);
-		c->host[1 + i] = tokens[i];
+				 "%d new tokens for %d sequences: the KV cache takes %d rows at once", n,
+				 nseq, c->rows);
+	for (int b = 0; b < nseq; b++) {
+		const int len = c->len[slot0 + b];
+		if (len + n > c->Tmax)
+			return pp_errorf(e, PP_EUSAGE, "position %d is past the KV cache's %d positions",
+					 len + n - 1, c->Tmax);
+		for (int i = 0; i < n; i++) {
+			const int t = tokens[b * n + i];
+			if (t < 0 || t >= V)
+				return pp_errorf(e, PP_EUSAGE,
+						 "token %d at position %d is outside the vocabulary [0, %d)",
+						 t, len + i, V);
+			c->host[nseq + b * n + i] = t;
+		}
+		c->host[b] = len;
 	}
-	c->host[0] = c->len;
-	c->ops->to_device(c->dev, c->host, (1 + (size_t)c->B * n) * sizeof(int));
+	c->ops->to_device(c->dev, c->host, (size_t)nseq * (1 + n) * sizeof(int));
+	c->slot0 = slot0;
+	c->nseq = nseq;
 	c->n = n;
 	return 0;
 }
 
-/* The ops of one cached forward, issued: rows at the position c->dev holds */
+void kv_cache_reset(pp_kv_cache *c, int slot) { c->len[slot] = 0; }
+
+void kv_cache_move(pp_kv_cache *c, int from, int to)
+{
+	const pp_ops *o = c->ops;
+	const size_t slot = (size_t)c->Tmax * c->pos_bytes, used = (size_t)c->len[from] * c->pos_bytes;
+	for (size_t l = 0; l < (size_t)c->layers; l++) {
+		const size_t base = l * (size_t)c->B * slot;
+		const size_t src = base + (size_t)from * slot, dst = base + (size_t)to * slot;
+		o->to_device((char *)c->k + dst, (char *)c->k + src, used);
+		o->to_device((char *)c->v + dst, (char *)c->v + src, used);
+	}
+	c->len[to] = c->len[from];
+	c->len[from] = 0;
+}
+
+/* The ops of one cached forward, issued: rows at the positions c->dev holds */
 static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
-	const int B = c->B, n = c->n, N = B * n, C = m->d_model;
+	const int B = c->nseq, n = c->n, N = B * n, C = m->d_model;
 	const int L = s->layer_end - s->layer_begin;
-	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, layer = (size_t)B * c->Tmax * KV;
-	const int *pos0 = c->dev, *tok = c->dev + 1;
+	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, layer = (size_t)c->B * c->Tmax * KV;
+	const size_t first = (size_t)c->slot0 * c->Tmax * KV;
+	const int *pos = c->dev, *tok = c->dev + B;
 	int rc;
 	pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-	o->embed_fwd(c->x[0], tok, W(s, a->embed_w), W(s, a->embed_pos), scale, B, n, C, pos0);
+	if (a->embed_pos < 0)
+		o->embed_fwd(c->x[0], tok, W(s, a->embed_w), NULL, scale, B, n, C, NULL);
+	else /* learned positions: each sequence from its own */
+		for (int b = 0; b < B; b++)
+			o->embed_fwd(pp_act_at(o, c->x[0], (size_t)b * n * C), tok + b * n,
+				     W(s, a->embed_w), W(s, a->embed_pos), scale, 1, n, C, pos + b);
 	for (int l = 0; l < L; l++) {
 		/* one set of buffers serves every layer; h holds h1, then h2 */
 		layer_acts t = {.x = c->x[l % 2], .out = c->x[(l + 1) % 2], .h1 = c->h,
 				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
 				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
 				.up = c->up, .act = c->act};
-		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer),
-			       pp_act_at(o, c->v, (size_t)l * layer), c->Tmax, pos0};
+		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer + first),
+			       pp_act_at(o, c->v, (size_t)l * layer + first), c->Tmax, pos};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
 			return rc;
 	}
@@ -1136,7 +1206,7 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 				     (size_t)C * pp_act_size(o));
 	}
 	norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
-	o->matmul_fwd(c->logits, c->h, W(s, a->head_w), NULL, B, C, s->vocab);
+	linear(s, c->logits, c->h, a->head_w, NULL, B, C, s->vocab);
 	return 0;
 }
 
@@ -1147,15 +1217,17 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	if (c->n < 1)
 		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
 	/* A recording keeps what the backend set up for the step when it ran
-	 * eagerly: its matrix-product plans and kernels (per shape: the prompt's
+	 * eagerly: its matrix-product plans and kernels (per shape: a prompt's
 	 * forward has other shapes, so one step of one token runs eagerly first)
-	 * and its scratch, which cannot move while a graph lives (a forward of
-	 * several tokens may need more: it drops the recording). */
-	if (c->n > 1 && c->graph) {
+	 * and its scratch, which cannot move while a graph lives (another
+	 * forward may need more: it drops the recording). */
+	const bool step = c->n == 1;
+	const bool same = c->graph_slot0 == c->slot0 && c->graph_nseq == c->nseq;
+	if (c->graph && !(step && same)) {
 		o->graph_free(c->graph);
 		c->graph = NULL;
 	}
-	if (c->n == 1 && c->graphs && c->warm) {
+	if (step && same && c->graphs && c->warm) {
 		if (!c->graph) {
 			o->graph_begin();
 			rc = forward_cached(s, c, e);
@@ -1169,11 +1241,65 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 			o->graph_launch(c->graph);
 	} else {
 		rc = forward_cached(s, c, e);
-		c->warm = c->n == 1;
+		c->warm = step;
+		c->graph_slot0 = c->slot0;
+		c->graph_nseq = c->nseq;
 	}
 	if (rc)
 		return rc;
-	c->len += c->n;
+	for (int b = 0; b < c->nseq; b++)
+		c->len[c->slot0 + b] += c->n;
 	c->n = 0;
 	return 0;
+}
+
+int stage_pack_weights(pp_stage *s, int fmt, pp_err *e)
+{
+	const pp_model_cfg *m = s->cfg;
+	const pp_ops *o = s->ops;
+	pp_stage_acts *a = s->acts;
+	static const char *names[] = {"fp32", "bf16", "q8_0"};
+	if (!o->matmul_packed || (fmt != PP_WEIGHTS_F32 && !o->pack_weight) ||
+	    (fmt != PP_WEIGHTS_F32 && o->act_type != PP_TYPE_REAL))
+		return pp_errorf(e, PP_EUSAGE, "weights=%s: the %s backend has no products over "
+				 "stored weights", names[fmt], o->name);
+	if (s->packed)
+		return pp_errorf(e, PP_EUSAGE, "the stage's weights are stored for decoding already");
+	const int C = m->d_model, F = s->d_ff, HD = s->n_heads * m->head_dim;
+	const int QKV = HD + 2 * s->n_kv_heads * m->head_dim;
+	const int UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
+	s->packed = calloc((size_t)s->n_params, sizeof(void *));
+	if (!s->packed)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	s->packed_fmt = fmt;
+	s->packed_elems = 0;
+	s->packed_bytes = 0;
+	int L = s->layer_end - s->layer_begin, rc = 0;
+	for (int l = -1; l < L && !rc; l++) {
+		/* l = -1: the head */
+		const layer_index *li = l < 0 ? NULL : &a->layer[l];
+		const int idx[4] = {l < 0 ? a->head_w : li->qkv_w, l < 0 ? -1 : li->o_w,
+				    l < 0 ? -1 : li->up_w, l < 0 ? -1 : li->down_w};
+		const int oc[4] = {l < 0 ? s->vocab : QKV, C, UP, C};
+		const int ic[4] = {C, HD, C, F};
+		for (int k = 0; k < 4 && !rc; k++) {
+			if (idx[k] < 0)
+				continue;
+			size_t nb = pp_weights_bytes(fmt, oc[k], ic[k]);
+			if (!nb)
+				rc = pp_errorf(e, PP_EUSAGE,
+					       "weights=%s: %s has rows of %d, not a multiple of 32",
+					       names[fmt], s->params[idx[k]].name, ic[k]);
+			else if (fmt == PP_WEIGHTS_F32)
+				s->packed[idx[k]] = W(s, idx[k]);
+			else if (!(s->packed[idx[k]] = o->pack_weight(W(s, idx[k]), oc[k], ic[k], fmt)))
+				rc = pp_errorf(e, PP_ERUNTIME, "out of memory storing %s as %s",
+					       s->params[idx[k]].name, names[fmt]);
+			s->packed_bytes += (double)nb;
+			s->packed_elems += (size_t)oc[k] * ic[k];
+		}
+	}
+	if (rc)
+		stage_unpack_weights(s);
+	return rc;
 }

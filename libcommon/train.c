@@ -11,7 +11,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
-#include "decode.h"
+#include "decode/decode.h"
 #include "tokenizer.h"
 
 static double now(void)
@@ -807,14 +807,14 @@ int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FI
 	int rc = c->tokenizer[0] ? tok_load(&tk, c->tokenizer, e) : 0;
 	if (!rc)
 		rc = decode_prompt_ids(tk, prompt, c->model.vocab_size, &ids, e);
-	decode_opts o = {.n_new = n, .batch = 1, .sample = sample_defaults(), .eos = -1, .tk = tk,
-			 .out = out};
-	o.sample.temperature = temperature;
-	o.sample.seed = c->seed;
+	sample_params sp = sample_defaults();
+	sp.temperature = temperature;
+	sp.seed = c->seed;
 	int *gen = rc ? NULL : malloc((ids.n + (size_t)n) * sizeof(int));
-	decode_stats st;
+	if (!rc && !gen)
+		rc = pp_errorf(e, PP_ERUNTIME, "--sample: out of memory");
 	if (!rc)
-		rc = decode_generate(&t->chunks[0], ids.ids, (int)ids.n, &o, gen, &st, e);
+		rc = decode_one(&t->chunks[0], ids.ids, (int)ids.n, n, &sp, tk, out, gen, e);
 	free(gen);
 	tok_ids_free(&ids);
 	if (tk)

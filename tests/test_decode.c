@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/decode.h"
+#include "../libcommon/decode/decode.h"
 #include "../libcommon/rng.h"
 #include "harness.h"
 
@@ -51,7 +51,7 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 	int n_max = 1;
 	for (int i = 0; i < n_sizes; i++)
 		n_max = sizes[i] > n_max ? sizes[i] : n_max;
-	if (kv_cache_create(&c, s, B, T, n_max, true, &e))
+	if (kv_cache_create(&c, s, B, T, B * n_max, true, &e))
 		return INFINITY;
 	int *chunk = malloc(sizeof(int) * B * T);
 	pp_real *got = malloc(sizeof(pp_real) * B * V), *want = malloc(sizeof(pp_real) * B * V);
@@ -61,7 +61,7 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
 		int n = k < n_sizes ? sizes[k] : 1;
 		for (int b = 0; b < B; b++)
 			memcpy(chunk + b * n, tok + b * T + pos, sizeof(int) * n);
-		if (kv_cache_tokens(s, &c, chunk, n, &e) || stage_forward_cached(s, &c, &e)) {
+		if (kv_cache_tokens(s, &c, 0, B, chunk, n, &e) || stage_forward_cached(s, &c, &e)) {
 			worst = INFINITY;
 			break;
 		}
@@ -372,6 +372,73 @@ static void check_graphs(const pp_stage *s, const int *tok, const pp_real *full,
 	stage_free(&g);
 }
 
+
+/* Two sequences at different lengths in slots 0 and 2 of a 3-slot cache:
+ * each prefilled alone, slot 2 moved to slot 1, then stepped together;
+ * every step's logits are each sequence's own full-forward row. */
+static double ragged_vs_full(pp_stage *s, const int *tok, const pp_real *full, int *steps)
+{
+	const int V = s->cfg->vocab_size, len0 = 5, len1 = 2;
+	pp_kv_cache c;
+	pp_err e = {0};
+	*steps = 0;
+	if (kv_cache_create(&c, s, 3, T, T, true, &e))
+		return INFINITY;
+	pp_real *got = malloc(sizeof(pp_real) * 2 * V);
+	double worst = 0;
+	int pos[2] = {len0, len1}, next[2];
+	/* prefills: sequence 0 into slot 0, sequence 1 into slot 2 */
+	int rc = kv_cache_tokens(s, &c, 0, 1, tok, len0, &e) || stage_forward_cached(s, &c, &e) ||
+		 kv_cache_tokens(s, &c, 2, 1, tok + T, len1, &e) || stage_forward_cached(s, &c, &e);
+	if (!rc) {
+		kv_cache_move(&c, 2, 1);
+		rc = c.len[1] != len1 || c.len[2] != 0;
+	}
+	while (!rc && pos[0] < T) {
+		for (int b = 0; b < 2; b++)
+			next[b] = tok[b * T + pos[b]];
+		if ((rc = kv_cache_tokens(s, &c, 0, 2, next, 1, &e) || stage_forward_cached(s, &c, &e)))
+			break;
+		s->ops->act_to_host(got, c.logits, (size_t)2 * V);
+		for (int b = 0; b < 2; b++) {
+			double d = rel(got + (size_t)b * V, full + ((size_t)b * T + pos[b]) * V,
+				       (size_t)V);
+			worst = d > worst ? d : worst;
+			pos[b]++;
+		}
+		(*steps)++;
+	}
+	free(got);
+	kv_cache_free(&c);
+	return rc ? INFINITY : worst;
+}
+
+/* The cached logits of sequence 0, token by token, with the weights stored
+ * as fmt, against full (B,T,V) */
+static double packed_vs_full(pp_stage *s, const int *tok, const pp_real *full, int fmt)
+{
+	pp_err e = {0};
+	if (stage_pack_weights(s, fmt, &e))
+		return INFINITY;
+	const int V = s->cfg->vocab_size;
+	pp_kv_cache c;
+	pp_real *got = malloc(sizeof(pp_real) * V);
+	double worst = kv_cache_create(&c, s, 1, T, T, false, &e) ? INFINITY : 0;
+	for (int t = 0; t < T && worst < INFINITY; t++) {
+		if (kv_cache_tokens(s, &c, 0, 1, tok + t, 1, &e) || stage_forward_cached(s, &c, &e)) {
+			worst = INFINITY;
+			break;
+		}
+		s->ops->act_to_host(got, c.logits, (size_t)V);
+		double d = rel(got, full + (size_t)t * V, (size_t)V);
+		worst = d > worst ? d : worst;
+	}
+	free(got);
+	kv_cache_free(&c);
+	stage_unpack_weights(s);
+	return worst;
+}
+
 static void check_family(const char *preset)
 {
 	char ov[64], name[96];
@@ -421,10 +488,10 @@ static void check_family(const char *preset)
 	/* the cache ends at Tmax, and tokens are checked */
 	pp_kv_cache c;
 	int bad[B] = {V, 0}, ok[B * 3] = {0};
-	rc = kv_cache_create(&c, &s, B, 3, 3, false, &e);
-	int r1 = rc ? rc : kv_cache_tokens(&s, &c, bad, 1, &e);
-	int r2 = rc ? rc : kv_cache_tokens(&s, &c, ok, 3, &e) || stage_forward_cached(&s, &c, &e);
-	int r3 = rc ? rc : kv_cache_tokens(&s, &c, ok, 1, &e);
+	rc = kv_cache_create(&c, &s, B, 3, 3 * B, false, &e);
+	int r1 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, bad, 1, &e);
+	int r2 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, ok, 3, &e) || stage_forward_cached(&s, &c, &e);
+	int r3 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, ok, 1, &e);
 	snprintf(name, sizeof name, "decode/%s/cache_bounds", preset);
 	CHECK(!rc && r1 == PP_EUSAGE && r2 == 0 && r3 == PP_EUSAGE &&
 		      strstr(e.msg, "past the KV cache"),
@@ -434,6 +501,29 @@ static void check_family(const char *preset)
 	snprintf(name, sizeof name, "decode/%s/context_limit", preset);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "max_seq_len"), name, "rc %d: %s", rc, e.msg);
 	check_graphs(&s, tok, full, preset);
+
+	int steps;
+	d = ragged_vs_full(&s, tok, full, &steps);
+	snprintf(name, sizeof name, "decode/%s/ragged_batch", preset);
+	CHECK(d <= TOL && steps == T - 5, name,
+	      "two sequences at lengths 5 and 2, one moved between slots: logits off by %.3g "
+	      "over %d steps", d, steps);
+	/* fp32 reads the compute copy through the decode products: round-off
+	 * only; bf16 keeps 8 bits of mantissa (relative 2^-9 per weight), q8_0
+	 * 127 levels per block of 32 (up to 1/254 of the block's largest) */
+	static const struct {
+		int fmt;
+		const char *name;
+		double tol;
+	} fmts[] = {{PP_WEIGHTS_F32, "fp32", TOL}, {PP_WEIGHTS_BF16, "bf16", 1e-2},
+		    {PP_WEIGHTS_Q8_0, "q8_0", 2e-2}};
+	for (int k = 0; k < 3; k++) {
+		d = packed_vs_full(&s, tok, full, fmts[k].fmt);
+		snprintf(name, sizeof name, "decode/%s/weights_%s", preset, fmts[k].name);
+		CHECK(d <= fmts[k].tol, name, "logits off the fp32 full forward by %.3g (tolerance %g)",
+		      d, fmts[k].tol);
+		printf("  %s: weights stored as %s: logits within %.2g\n", preset, fmts[k].name, d);
+	}
 	free(full);
 	stage_free(&s);
 	pp_config_free(&cfg);
@@ -477,8 +567,80 @@ static void check_sampler(void)
 	      "top-p 0 accepted: %s", e.msg);
 }
 
+/* Over many draws, the first token's distribution under top-k and top-p is
+ * the softmax at the temperature renormalised over the kept tokens: a
+ * chi-square test with a fixed seed (critical value at p = 0.001). */
+static void check_distribution(void)
+{
+	enum { NV = 12, DRAWS = 40000 };
+	pp_real logits[NV];
+	for (int v = 0; v < NV; v++)
+		logits[v] = (pp_real)(0.37 * v - 0.02 * v * v + (v % 3 ? 0.1 : -0.2));
+	static const struct {
+		double temperature, top_p;
+		int top_k;
+	} cases[] = {{1.0, 1.0, 0}, {0.7, 1.0, 5}, {1.3, 0.6, 0}};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		sample_params p = sample_defaults();
+		p.temperature = cases[c].temperature;
+		p.top_k = cases[c].top_k;
+		p.top_p = cases[c].top_p;
+		p.seed = 77;
+		/* the expected distribution, computed apart from the sampler */
+		double w[NV], sorted[NV], total = 0;
+		int order[NV];
+		for (int v = 0; v < NV; v++) {
+			w[v] = exp(logits[v] / p.temperature);
+			order[v] = v;
+		}
+		for (int i = 0; i < NV; i++) /* by weight, descending */
+			for (int j = i + 1; j < NV; j++)
+				if (w[order[j]] > w[order[i]]) {
+					int t = order[i];
+					order[i] = order[j];
+					order[j] = t;
+				}
+		int kept = p.top_k ? p.top_k : NV;
+		for (int i = 0; i < kept; i++)
+			total += w[order[i]];
+		if (p.top_p < 1) {
+			double run = 0;
+			int k = 0;
+			while (k < kept && run < p.top_p * total)
+				run += w[order[k++]];
+			kept = k;
+		}
+		total = 0;
+		for (int i = 0; i < kept; i++)
+			total += sorted[i] = w[order[i]];
+		int seen[NV] = {0}, outside = 0;
+		for (int i = 0; i < DRAWS; i++)
+			seen[sample_pick(logits, NV, &p, (uint64_t)i, NULL)]++;
+		double chi = 0;
+		for (int i = 0; i < kept; i++) {
+			double expect = DRAWS * sorted[i] / total;
+			chi += (seen[order[i]] - expect) * (seen[order[i]] - expect) / expect;
+		}
+		for (int i = kept; i < NV; i++)
+			outside += seen[order[i]];
+		/* critical values at p = 0.001 for df = 1..11 */
+		static const double crit[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32,
+					      26.12, 27.88, 29.59, 31.26};
+		double limit = crit[kept - 1 < 11 ? kept - 1 : 11];
+		char name[64];
+		snprintf(name, sizeof name, "decode/sample/chi_square_%zu", c);
+		CHECK(outside == 0 && kept > 1 && chi < limit, name,
+		      "T=%g top_k=%d top_p=%g: %d tokens kept, chi-square %.2f (limit %.2f), %d draws "
+		      "outside the kept tokens",
+		      p.temperature, p.top_k, p.top_p, kept, chi, limit, outside);
+		printf("  sampler T=%g top_k=%d top_p=%g: %d tokens kept, chi-square %.2f < %.2f\n",
+		       p.temperature, p.top_k, p.top_p, kept, chi, limit);
+	}
+}
+
 int main(void)
 {
+	check_distribution();
 	check_family("llama-tiny");
 	check_family("mistral-tiny");
 	check_family("gemma-tiny");

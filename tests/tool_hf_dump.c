@@ -25,7 +25,7 @@
 
 #include "../libcommon/cli.h"
 #include "../libcommon/config.h"
-#include "../libcommon/decode.h"
+#include "../libcommon/decode/decode.h"
 #include "../libcommon/log.h"
 #include "../libcommon/model.h"
 #include "../libcommon/rng.h"
@@ -214,13 +214,13 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	d.loss = loss_sum / (double)n_valid;
 	ops->to_host(d.g, s.g, s.n_elems * sizeof *d.g);
 	if (n_gen > 0) {
-		decode_opts o = {.n_new = n_gen, .batch = 1, .sample = sample_defaults(), .eos = -1};
-		decode_stats st;
-		o.sample.temperature = 0;
+		sample_params sp = sample_defaults();
+		sp.temperature = 0;
 		d.n_prompt = d.T / 2 > 0 ? d.T / 2 : 1;
 		d.n_gen = n_gen;
 		d.gen = malloc((size_t)(d.n_prompt + n_gen) * sizeof *d.gen);
-		if (!d.gen || (rc = decode_generate(&s, d.tokens, d.n_prompt, &o, d.gen, &st, e)))
+		if (!d.gen || (rc = decode_one(&s, d.tokens, d.n_prompt, n_gen, &sp, NULL, NULL,
+					       d.gen, e)))
 			goto done;
 	}
 	rc = write_dump(out, c, &s, &d, e);

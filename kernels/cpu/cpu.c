@@ -47,4 +47,8 @@ const pp_ops pp_ops_cpu = {
 	.logsumexp_rows = pp_cpu_logsumexp_rows,
 	.softmax_grad = pp_cpu_softmax_grad,
 	.adamw = pp_cpu_adamw,
+#ifndef PP_F64
+	.pack_weight = pp_cpu_pack_weight,
+	.matmul_packed = pp_cpu_matmul_packed,
+#endif
 };

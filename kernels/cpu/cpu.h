@@ -150,6 +150,11 @@ void pp_cpu_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp
 void pp_cpu_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
 		       const pp_act *inp, const pp_act *w, int N, int C, int OC);
 
+/* matvec.c (production builds only) */
+void *pp_cpu_pack_weight(const pp_act *w, int OC, int C, int fmt);
+void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias,
+			  int N, int C, int OC, int fmt);
+
 /* embed.c */
 void pp_cpu_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
 		      pp_real scale, int B, int T, int C, const int *pos0);

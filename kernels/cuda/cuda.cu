@@ -234,6 +234,7 @@ const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 	.kv_append = pp_cuda_kv_append<T>, .attention_cached = pp_cuda_attention_cached<T>, \
 	.graph_begin = pp_cuda_graph_begin, .graph_end = pp_cuda_graph_end,       \
 	.graph_launch = pp_cuda_graph_launch, .graph_free = pp_cuda_graph_free,   \
+	.pack_weight = nullptr, .matmul_packed = nullptr, /* decoding reads the compute copy */ \
 	.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,             \
 	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>,         \
 	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \

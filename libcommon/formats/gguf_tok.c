@@ -41,6 +41,7 @@ typedef struct {
 	uint64_t n;           /* tokens */
 	const gguf_kv *tokens, *types, *scores;
 	int64_t bos, eos, unk;
+	gguf_str chat;        /* tokenizer.chat_template; s NULL when absent */
 	char dir[4096];
 	pp_err *e;
 } tok_src;
@@ -152,6 +153,8 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 	if ((rc = write_json(s, root, "tokenizer.json", path, pn)))
 		return rc;
 	json_t *cfg = json_pack("{sb}", "add_bos_token", add_bos);
+	if (cfg && s->chat.s)
+		json_object_set_new(cfg, "chat_template", json_stringn(s->chat.s, s->chat.n));
 	int64_t ids[2] = {s->bos, s->eos};
 	const char *keys[2] = {"bos_token", "eos_token"};
 	for (int k = 0; k < 2 && cfg; k++) {
@@ -199,7 +202,7 @@ static void pb_bytes(gguf_buf *b, unsigned field, const void *p, size_t n)
 }
 
 /* "llama": tokenizer.model */
-static int export_spm(const tok_src *s, char *path, size_t pn)
+static int export_spm(const tok_src *s, bool add_bos, char *path, size_t pn)
 {
 	const gguf_file *f = s->f;
 	pp_err *e = s->e;
@@ -260,6 +263,11 @@ static int export_spm(const tok_src *s, char *path, size_t pn)
 	free(m.p);
 	free(piece.p);
 	free(spec.p);
+	/* the chat template, where the model has one, as Hugging Face keeps it */
+	if (!rc && s->chat.s)
+		rc = write_json(s, json_pack("{sbss#}", "add_bos_token", add_bos, "chat_template",
+					     s->chat.s, (size_t)s->chat.n),
+				"tokenizer_config.json", NULL, 0);
 	return rc;
 }
 
@@ -320,7 +328,9 @@ int gguf_tok_export(const gguf_file *f, const char *dir, int vocab, char *path, 
 	*add_bos = spm; /* llama.cpp's default for each */
 	if ((rc = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", add_bos, e)))
 		return rc;
-	return bpe ? export_bpe(&s, *add_bos, path, pn) : export_spm(&s, path, pn);
+	if ((rc = gguf_get_string(f, "tokenizer.chat_template", false, &s.chat, e)))
+		return rc;
+	return bpe ? export_bpe(&s, *add_bos, path, pn) : export_spm(&s, *add_bos, path, pn);
 }
 
 /* ---- a loaded tokenizer -> GGUF metadata ---- */
