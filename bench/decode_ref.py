@@ -30,6 +30,7 @@ library only: they run under any python3.
 """
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -98,7 +99,7 @@ def run_llama_cpp(a):
         emit({"side": "llama.cpp", "threads": t, "prompt_tokens": len(prompt),
               "generated_tokens": len(out), "load_s": load_s, "prefill_s": prefill_s,
               "prefill_tok_s": len(prompt) / prefill_s, "decode_s": decode_s,
-              "decode_tok_s": (n - 1) / decode_s if n > 1 else None,
+              "decode_tok_s": (n - 1) / decode_s,
               "llama_perf": {"t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval,
                              "decode_tok_s": perf.n_eval / perf.t_eval_ms * 1e3
                              if perf.t_eval_ms > 0 else None},
@@ -108,13 +109,17 @@ def run_llama_cpp(a):
 # --- transformers ---------------------------------------------------------------
 
 def run_transformers(a):
+    import inspect
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
 
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     prompt, n = ids(a.prompt), a.n
-    # transformers 4.56 renamed from_pretrained's torch_dtype to dtype
+    # transformers 4.56 renamed from_pretrained's torch_dtype to dtype, and 5.x
+    # forward's past_key_values to cache
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     kw = {"dtype": dtype} if major_minor >= (4, 56) else {"torch_dtype": dtype}
     for t in threads_list(a.threads):
@@ -123,30 +128,35 @@ def run_transformers(a):
         model = AutoModelForCausalLM.from_pretrained(a.model, **kw)
         model.eval()
         load_s = time.perf_counter() - t0
+        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters \
+            else "past_key_values"
+
+        def step(x, past):
+            o = model(input_ids=torch.tensor([x], dtype=torch.long), use_cache=True,
+                      **({cache_kw: past} if past is not None else {}))
+            past = getattr(o, "cache", None)
+            if past is None:
+                past = o.past_key_values
+            return int(o.logits[0, -1].argmax()), past
+
         with torch.inference_mode():
             t0 = time.perf_counter()
-            x = torch.tensor([prompt], dtype=torch.long)
-            o = model(input_ids=x, use_cache=True)
-            past = o.past_key_values
-            tok = int(o.logits[0, -1].argmax())
+            tok, past = step(prompt, None)
             prefill_s = time.perf_counter() - t0
             out = [tok]
             t0 = time.perf_counter()
             for _ in range(n - 1):
-                o = model(input_ids=torch.tensor([[tok]], dtype=torch.long), past_key_values=past,
-                          use_cache=True)
-                past = o.past_key_values
-                tok = int(o.logits[0, -1].argmax())
+                tok, past = step([tok], past)
                 out.append(tok)
             decode_s = time.perf_counter() - t0
         attn = getattr(model.config, "_attn_implementation", None)
-        del model, past, o
+        del model, past
         emit({"side": "transformers", "threads": t, "dtype": a.dtype,
               "prompt_tokens": len(prompt), "generated_tokens": len(out), "load_s": load_s,
               "prefill_s": prefill_s, "prefill_tok_s": len(prompt) / prefill_s,
-              "decode_s": decode_s, "decode_tok_s": (n - 1) / decode_s if n > 1 else None,
-              "attn": attn,
-              "tokens": out, "torch": torch.__version__, "transformers": transformers.__version__})
+              "decode_s": decode_s, "decode_tok_s": (n - 1) / decode_s,
+              "attn": attn, "tokens": out, "torch": torch.__version__,
+              "transformers": transformers.__version__})
 
 
 # --- pp-decode --json -----------------------------------------------------------
@@ -173,9 +183,44 @@ def pp_tokens(d, generated):
     return None
 
 
+# pp-decode's totals line on stderr, as today's and earlier builds write it:
+#   pp-decode: 2 prompts: 8 prompt tokens, prefill 123.5 tok/s; 8 tokens at 82.8 tok/s
+#     (up to 2 at once); weights 0.438 GB (fp32), KV cache 0.00118 GB; ...
+#   pp-decode: prompt 8 tokens, prefill 461.2 tok/s; 32 tokens at 87.9 tok/s (batch 4); ...
+TOTAL_PROMPT = re.compile(r"(?:(\d+) prompt tokens|prompt (\d+) tokens), prefill ([0-9.]+) tok/s")
+TOTAL_DECODE = re.compile(r"; (\d+) tokens at ([0-9.]+) tok/s")
+TOTAL_WEIGHTS = re.compile(r"weights ([0-9.]+) GB \((\w+)\)")
+
+
+def pp_totals(path):
+    """The run's totals from pp-decode's stderr: {prompt_tokens, prefill_tok_s,
+    tokens, decode_tok_s, weights_bytes, weights_dtype}, the keys it found"""
+    out = {}
+    try:
+        with open(path, errors="replace") as f:
+            lines = [x for x in f if x.startswith("pp-decode:")]
+    except OSError:
+        return out
+    for line in lines:
+        m = TOTAL_PROMPT.search(line)
+        if m:
+            out["prompt_tokens"] = int(m.group(1) or m.group(2))
+            out["prefill_tok_s"] = float(m.group(3))
+        m = TOTAL_DECODE.search(line)
+        if m:
+            out["tokens"], out["decode_tok_s"] = int(m.group(1)), float(m.group(2))
+        m = TOTAL_WEIGHTS.search(line)
+        if m:
+            out["weights_bytes"], out["weights_dtype"] = float(m.group(1)) * 1e9, m.group(2)
+    return out
+
+
+BULKY = ("tokens", "logprobs", "top_logprobs", "text", "completion", "prompt")
+
+
 def cmd_pp(a):
-    """One JSON object from pp-decode --json's stdout; exit 1 naming what is
-    missing."""
+    """One JSON object from pp-decode --json's stdout (and its stderr, --log);
+    exit 1 naming what is missing."""
     objs = []
     try:
         with open(a.file) as f:
@@ -204,7 +249,6 @@ def cmd_pp(a):
         if tps is None or tps <= 0:
             die(f"{a.file}: decode_tok_s = {o['decode_tok_s']!r}: expected a positive number")
         ptok = num(o, "prompt_tokens")
-        # generation time of this prompt: its own figures, or its rates
         pre_s = num(o, "prefill_s")
         if pre_s is None and ptok and num(o, "prefill_tok_s"):
             pre_s = ptok / num(o, "prefill_tok_s")
@@ -212,23 +256,39 @@ def cmd_pp(a):
         if dec_s is None:
             dec_s = max(gen - 1, 0) / tps
         per.append({"generated_tokens": int(gen), "prompt_tokens": ptok, "decode_tok_s": tps,
-                    "prefill_tok_s": num(o, "prefill_tok_s"),
-                    "gen_s": dec_s + (pre_s or 0.0), "prefill_known": pre_s is not None,
-                    "tokens": pp_tokens(o, int(gen))})
+                    "prefill_tok_s": num(o, "prefill_tok_s"), "gen_s": dec_s + (pre_s or 0.0),
+                    "prefill_known": pre_s is not None, "tokens": pp_tokens(o, int(gen))})
     if a.prompts and len(per) != a.prompts:
         die(f"{a.file}: pp-decode printed {len(per)} JSON line(s) with decode_tok_s for "
-            f"{a.prompts} prompts: it did not decode one prompt per line of --prompt-file "
-            f"as a batch")
+            f"{a.prompts} prompts: it did not decode one prompt per line of --prompt-file")
+    tot = pp_totals(a.log) if a.log else {}
+    if a.weights and tot.get("weights_dtype") and tot["weights_dtype"] != a.weights:
+        die(f"pp-decode --weights {a.weights} decoded {tot['weights_dtype']} weights "
+            f"(its log: weights ... ({tot['weights_dtype']}))")
+    # the run's generation time (prefill + decode): its totals line when there
+    # is one, else the longest prompt's own figures
+    if "decode_tok_s" in tot and "prefill_tok_s" in tot:
+        gen_s = tot["tokens"] / tot["decode_tok_s"] + tot["prompt_tokens"] / tot["prefill_tok_s"]
+        timing, prefill_known = "stderr totals", True
+    else:
+        gen_s = max(p["gen_s"] for p in per)
+        timing, prefill_known = "json lines", all(p["prefill_known"] for p in per)
     first = rows[0]
     pbytes = next((num(o, "param_bytes") for o in rows if num(o, "param_bytes")), None)
-    bpt = next((num(o, "bytes_per_token") for o in rows if num(o, "bytes_per_token")), None)
+    bsrc = "param_bytes"
+    if pbytes is None and tot.get("weights_bytes"):
+        pbytes, bsrc = tot["weights_bytes"], "log: weights GB"
+    if pbytes is None:
+        pbytes = next((num(o, "bytes_per_token") for o in rows if num(o, "bytes_per_token")), None)
+        bsrc = "bytes_per_token"
     emit({"lines": len(per), "decode_tok_s": per[0]["decode_tok_s"],
           "prefill_tok_s": per[0]["prefill_tok_s"],
           "generated_tokens": sum(p["generated_tokens"] for p in per),
-          "gen_s": max(p["gen_s"] for p in per), "prefill_known": all(p["prefill_known"] for p in per),
-          "param_bytes": pbytes, "bytes_per_token": bpt, "tokens": per[0]["tokens"],
-          "wall_s": a.wall, "weights": first.get("weights_dtype") or first.get("weights"),
-          "raw": first if len(rows) == 1 else rows})
+          "gen_s": gen_s, "timing": timing, "prefill_known": prefill_known,
+          "weight_bytes": pbytes, "weight_bytes_source": bsrc if pbytes else None,
+          "weights_dtype": tot.get("weights_dtype"), "tokens": per[0]["tokens"],
+          "wall_s": a.wall, "totals": tot,
+          "raw": {k: v for k, v in first.items() if k not in BULKY} if len(rows) == 1 else None})
 
 
 # --- report ---------------------------------------------------------------------
@@ -323,10 +383,8 @@ def cmd_report(a):
                     # weights read per token: pp's own figure, else the matrices at
                     # this precision (every parameter but the embedding table, of
                     # which one row is read)
-                    if pp.get("param_bytes"):
-                        wbytes, src = pp["param_bytes"], "param_bytes"
-                    elif pp.get("bytes_per_token"):
-                        wbytes, src = pp["bytes_per_token"], "bytes_per_token"
+                    if pp.get("weight_bytes"):
+                        wbytes, src = pp["weight_bytes"], pp["weight_bytes_source"]
                     else:
                         wbytes = (plan["total"] - plan["embedding"]) * BYTES_PER_WEIGHT[p]
                         src = "computed"
@@ -357,14 +415,14 @@ def cmd_report(a):
     for m in meta["models"] if meta.get("batch") else []:
         r = {"model": m, "prompts": meta["batch"], "n": meta["batch_n"],
              "precision": meta["batch_weights"], "threads": meta["batch_threads"]}
-        b = load_or_none(f"{d}/{m}.ragged.batch.json")
-        singles = [load_or_none(f"{d}/{m}.ragged.single.{k}.json") for k in range(meta["batch"])]
+        b = load_or_none(f"{d}/{m}.ragged.batch.pp.json")
+        singles = [load_or_none(f"{d}/{m}.ragged.single.{k}.pp.json") for k in range(meta["batch"])]
         if not b:
-            r["error"] = "batch: " + (error_of(f"{d}/{m}.ragged.batch.err") or "not run")
+            r["error"] = "batch: " + (error_of(f"{d}/{m}.ragged.batch.pp.err") or "not run")
         elif None in singles:
             k = singles.index(None)
             r["error"] = f"single run {k + 1}: " + (
-                error_of(f"{d}/{m}.ragged.single.{k}.err") or "not run")
+                error_of(f"{d}/{m}.ragged.single.{k}.pp.err") or "not run")
         else:
             toks = b["generated_tokens"]
             stoks = sum(s["generated_tokens"] for s in singles)
@@ -376,7 +434,8 @@ def cmd_report(a):
                      gen_ratio=(toks / b["gen_s"]) / (stoks / sgen),
                      batch_wall_s=b["wall_s"], single_wall_s=swall,
                      wall_ratio=(toks / b["wall_s"]) / (stoks / swall),
-                     prefill_known=b["prefill_known"] and all(s["prefill_known"] for s in singles))
+                     prefill_known=b["prefill_known"] and all(s["prefill_known"] for s in singles),
+                     timing=b["timing"])
         ragged.append(r)
 
     print(f"# CPU batch-1 decode: {meta['cpu']}, {meta['nproc']} cores; {meta['n']} new tokens "
@@ -438,9 +497,11 @@ def cmd_report(a):
               f"in one run (--batch {meta['batch']} --prompt-file) against {meta['batch']} runs of one "
               f"prompt; {meta['batch_n']} new tokens each, weights {meta['batch_weights']}, "
               f"{meta['batch_threads']} threads")
-        print("# gen: generated tokens / generation time (prefill + decode, from pp-decode --json; "
-              "the batch's is its longest prompt's); wall: whole processes, model load included "
-              "(once for the batch, per run for the singles)")
+        timing = {r.get("timing") for r in ragged if "timing" in r}
+        print("# gen: generated tokens / generation time (prefill + decode: "
+              + (" and ".join(sorted(timing)) or "-")
+              + "); wall: whole processes, model load included (once for the batch, per run "
+              "for the singles)")
         line = "%-11s %12s %12s %9s %10s %12s %9s"
         print(line % ("model", "batch tok/s", "single tok/s", "gen ratio", "batch s",
                       "singles s", "wall ratio"))
@@ -478,6 +539,8 @@ def main():
     s.add_argument("file")
     s.add_argument("--prompts", type=int, default=0)
     s.add_argument("--wall", type=float, default=None)
+    s.add_argument("--log")
+    s.add_argument("--weights")
     s = sub.add_parser("report")
     s.add_argument("meta")
     s.add_argument("dir")

@@ -66,16 +66,15 @@ EOF
 		"$root/build/tests/tool_logits" $S/checkpoints/step_00000000 $T/smol.f32 $pids >/dev/null 2>$T/logits.log ||
 			fail gguf/smollm2/logits "tool_logits: $(tail -n 1 $T/logits.log)"
 		# shellcheck disable=SC2086
-		ref --tag gguf/smollm2 logits "$G" $T/smol.f32 --ids $pids --greedy 8 >$T/ref.out 2>$T/ref.log
+		ref --tag gguf/smollm2 logits "$G" $T/smol.f32 --ids $pids --greedy 32 >$T/ref.out 2>$T/ref.log
 		grep -E '^(PASS|FAIL): ' $T/ref.out || fail gguf/smollm2/logits "reference: $(tail -n 2 $T/ref.log)"
 		greedy=$(sed -n 's/^greedy: //p' $T/ref.out)
 
 		# pp-decode from the imported run alone: the checkpoint holds the
 		# model's config and the tokenizer
-		if pp-decode --ckpt $S --prompt "$prompt" -n 8 --temperature 0 --ignore-eos --json \
+		if pp-decode --ckpt $S --prompt "$prompt" -n 32 --temperature 0 --ignore-eos --json \
 			>$T/decode.json 2>$T/decode.log; then
-			"$py" -c 'import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))["text"])' \
-				$T/decode.json >$T/decode.txt
+			jq -j '.prompt + .completion' $T/decode.json >$T/decode.txt
 			echo "decoded: $(tr '\n' ' ' <$T/decode.txt)"
 			check gguf/smollm2/decode/paris grep -q "^$prompt Paris" $T/decode.txt
 			echo "$pids $greedy" | "$tok" $tj --decode | head -c -1 >$T/greedy.txt
@@ -83,6 +82,23 @@ EOF
 		else
 			fail gguf/smollm2/decode "pp-decode: $(tail -n 1 $T/decode.log)"
 		fi
+
+		# weights stored as bf16 and q8_0 still answer in English
+		for w in bf16 q8_0; do
+			pp-decode --ckpt $S --weights $w --prompt "$prompt" -n 12 --temperature 0 \
+				>$T/$w.txt 2>$T/$w.log
+			echo "$w: $(tr '\n' ' ' <$T/$w.txt)"
+			check gguf/smollm2/decode/weights_$w grep -q "^$prompt Paris" $T/$w.txt
+		done
+		# the chat template from the GGUF's metadata, a stop string, EOS
+		pp-decode --ckpt $S --chat --json -n 48 --temperature 0 >$T/chat.json 2>$T/chat.log <<'CHAT'
+{"messages": [{"role": "user", "content": "What is the capital of France?"}]}
+{"prompt": "What is the capital of France?", "stop": "."}
+CHAT
+		jq -c '{prompt, completion, finish_reason}' $T/chat.json
+		check gguf/smollm2/chat/template jq -se '.[0].prompt == "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"' $T/chat.json
+		check gguf/smollm2/chat/answer jq -se '(.[0].completion | test("Paris")) and .[0].finish_reason == "eos"' $T/chat.json
+		check gguf/smollm2/chat/stop jq -se '.[1].finish_reason == "stop" and (.[1].completion | test("Paris$")) and (.[1].completion | contains(".") | not)' $T/chat.json
 
 		# a fine-tune resumes from the import (step 0) on English text, its
 		# config the one the import saved; its first loss is a pretrained
