@@ -7,9 +7,12 @@ figures read back, and the script's tables.
     decode_ref.py transformers HFDIR --dtype fp32|bf16 --threads "1 2" --prompt IDS -n N
         greedy decoding of a Hugging Face safetensors directory with
         transformers' AutoModelForCausalLM on PyTorch, KV cache on
-    decode_ref.py pp FILE [--prompts K] [--wall S]
-        pp-decode --json's stdout (one JSON object per prompt, or one for
-        the run) as one JSON object
+    decode_ref.py pp FILE [--log STDERR] [--weights P] [--prompts K] [--wall S]
+        pp-decode --json's stdout (one JSON object per prompt) and the
+        totals line of its stderr as one JSON object: batch-1 decode tok/s,
+        the generation time of the whole run, the weight bytes read per
+        step; exit 1 naming a missing field, when K prompts did not come
+        back, or when the log says the weights were not P
     decode_ref.py report META DIR [JSON]
         bench/decode-cpu.sh's tables (stdout) and JSON file
 
@@ -18,7 +21,8 @@ tokenizer. Both reference sides load the model once per thread count, feed
 the prompt in one forward pass (prefill: its logits give the first new
 token), then run N - 1 forward passes of one token each, taking the argmax of
 the logits (end-of-sequence ignored). Only those N - 1 steps are timed:
-decode tok/s = (N - 1) / their wall-clock time, as pp-decode counts. They
+decode tok/s = (N - 1) / their wall-clock time, as pp-decode counts its
+decode_tok_s. They
 print one JSON line per thread count: threads, prompt_tokens,
 generated_tokens, load_s, prefill_s, prefill_tok_s, decode_s, decode_tok_s,
 tokens (the generated ids) and the library versions; llama.cpp's also carry
@@ -190,11 +194,14 @@ def pp_tokens(d, generated):
 TOTAL_PROMPT = re.compile(r"(?:(\d+) prompt tokens|prompt (\d+) tokens), prefill ([0-9.]+) tok/s")
 TOTAL_DECODE = re.compile(r"; (\d+) tokens at ([0-9.]+) tok/s")
 TOTAL_WEIGHTS = re.compile(r"weights ([0-9.]+) GB \((\w+)\)")
+TOTAL_PROMPTS = re.compile(r"^pp-decode: (\d+) prompts?:")
 
 
 def pp_totals(path):
-    """The run's totals from pp-decode's stderr: {prompt_tokens, prefill_tok_s,
-    tokens, decode_tok_s, weights_bytes, weights_dtype}, the keys it found"""
+    """The run's totals from pp-decode's stderr: {prompts, prompt_tokens,
+    prefill_tok_s, tokens, decode_tok_s, weights_bytes, weights_dtype}, the
+    keys it found. Its decode tok/s counts the tokens of the one-token steps:
+    every prompt's first token comes from its prefill."""
     out = {}
     try:
         with open(path, errors="replace") as f:
@@ -202,6 +209,9 @@ def pp_totals(path):
     except OSError:
         return out
     for line in lines:
+        m = TOTAL_PROMPTS.search(line)
+        if m:
+            out["prompts"] = int(m.group(1))
         m = TOTAL_PROMPT.search(line)
         if m:
             out["prompt_tokens"] = int(m.group(1) or m.group(2))
@@ -268,7 +278,8 @@ def cmd_pp(a):
     # the run's generation time (prefill + decode): its totals line when there
     # is one, else the longest prompt's own figures
     if "decode_tok_s" in tot and "prefill_tok_s" in tot:
-        gen_s = tot["tokens"] / tot["decode_tok_s"] + tot["prompt_tokens"] / tot["prefill_tok_s"]
+        steps = tot["tokens"] - tot.get("prompts", len(per))
+        gen_s = steps / tot["decode_tok_s"] + tot["prompt_tokens"] / tot["prefill_tok_s"]
         timing, prefill_known = "stderr totals", True
     else:
         gen_s = max(p["gen_s"] for p in per)

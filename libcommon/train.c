@@ -11,7 +11,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
-#include "decode/decode.h"
+#include "decode/request.h"
 #include "tokenizer.h"
 
 static double now(void)

@@ -11,6 +11,8 @@
 #   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors)
 #   fuzz_gguf          GGUF files (tio_open_gguf: metadata, tensor infos, tokenizer), every
 #                      tensor dequantized
+#   fuzz_requests      pp-decode's prompt lines, plain and JSON (requests_from_lines), with
+#                      token-id prompts or a byte-level vocabulary and a chat template
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 20), the others PP_FUZZ_PARSER_SECONDS (default
@@ -37,7 +39,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests}
 out=$root/build/fuzz
 shared=${PP_SHARED_DATA:-$root/../shared/data}
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
@@ -61,6 +63,7 @@ declare -A src=(
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
 	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio config $tok_src"
+	[fuzz_requests]="decode/request decode/chat sample rng $tok_src"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
@@ -275,6 +278,23 @@ if want fuzz_config; then
 		done
 	} >"$T/config.dict"
 	run fuzz_config 16384 "$psecs" "$s" -dict="$T/config.dict"
+fi
+
+# fuzz_requests: prompt files as pp-decode reads them (the first byte: 0
+# token ids, 1 the byte-level vocabulary with --chat); a dictionary of the
+# fields and JSON's punctuation.
+if want fuzz_requests; then
+	s=$T/seeds-requests
+	mkdir -p "$s"
+	printf '\0001 2 3\n\n{"prompt": "4 5", "max_tokens": 3, "stop": [" 7", "8"]}\n' >"$s/ids"
+	printf '\000{"prompt": "9", "temperature": 0.5, "top_k": 3, "top_p": 0.9, "seed": 4}\r\n  7\n' >"$s/fields"
+	printf '\001hello there\n{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}\n' >"$s/chat"
+	printf '\001{"prompt": "a", "frob": 1}\n{"prompt": 5}\n{"messages": []}\n{\n' >"$s/bad"
+	for w in prompt messages role content max_tokens temperature top_k top_p seed stop system user \
+		assistant '{' '}' '[' ']' ':' ',' '\"' '\\n' '\\u0000' 2147483648 -1 1e400; do
+		echo "\"$w\""
+	done >"$T/requests.dict"
+	PP_FUZZ_VOCAB=$T/vocab.json run fuzz_requests 4096 "$psecs" "$s" -dict="$T/requests.dict"
 fi
 
 # fuzz_manifest: the manifest pp-init writes, and the same tensors on a

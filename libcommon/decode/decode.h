@@ -80,12 +80,6 @@ typedef struct {
 	bool graph;             /* steps ran as a backend graph */
 } decode_stats;
 
-/* Prompt ids: the tokenizer's BOS (unless it adds none: tok_adds_bos) then
- * the encoded text; without a tokenizer, the text is token ids separated by
- * spaces, each in [0, V). An empty result (no text, no BOS) is the single
- * token 0. */
-int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e);
-
 /* Checks a request against the model before it runs: a prompt and a
  * length that fit the context, tokens in the vocabulary, sampling in range.
  * The message names the request's line when it has one. */
@@ -103,6 +97,7 @@ int decode_run(pp_stage *s, decode_request *reqs, int n, const decode_opts *o, d
 int decode_one(pp_stage *s, const int *prompt, int n_prompt, int n_new, const sample_params *sp,
 	       const pp_tokenizer *tk, FILE *out, int *ids, pp_err *e);
 
+/* (decode_request_free is request.c's, with the requests' parsing) */
 void decode_request_free(decode_request *r);
 void decode_result_free(decode_result *r);
 

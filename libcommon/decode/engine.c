@@ -14,40 +14,6 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e)
-{
-	int rc = 0;
-	if (tk) {
-		if (tok_adds_bos(tk) && tok_bos(tk) >= 0 && tok_ids_push(ids, tok_bos(tk)))
-			return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
-		rc = tok_encode(tk, text, strlen(text), ids, e);
-	} else {
-		for (const char *p = text; *p && !rc;) {
-			char *end;
-			long v = strtol(p, &end, 10);
-			if (end == p) {
-				while (*end == ' ' || *end == '\t' || *end == '\n')
-					end++;
-				if (!*end)
-					break;
-				return pp_errorf(e, PP_EUSAGE,
-						 "prompt '%s': without a tokenizer the prompt is token "
-						 "ids separated by spaces",
-						 text);
-			}
-			if (v < 0 || v >= V)
-				return pp_errorf(e, PP_EUSAGE, "prompt: token %ld is outside [0, %d)", v,
-						 V);
-			if (tok_ids_push(ids, (int)v))
-				return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
-			p = end;
-		}
-	}
-	if (!rc && ids->n == 0 && tok_ids_push(ids, 0))
-		return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
-	return rc;
-}
-
 int decode_check(const pp_stage *s, const decode_request *r, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
@@ -80,17 +46,6 @@ int decode_check(const pp_stage *s, const decode_request *r, pp_err *e)
 	if (rc && r->line)
 		pp_err_prefix(e, "line %d", r->line);
 	return rc;
-}
-
-void decode_request_free(decode_request *r)
-{
-	free(r->prompt);
-	tok_ids_free(&r->ids);
-	for (int i = 0; i < r->n_stop; i++)
-		free(r->stop[i]);
-	free(r->stop);
-	free(r->error);
-	memset(r, 0, sizeof *r);
 }
 
 void decode_result_free(decode_result *r)

@@ -28,6 +28,12 @@ typedef struct {
 	int vocab;
 } request_defaults;
 
+/* Prompt ids: the tokenizer's BOS (unless it adds none: tok_adds_bos) then
+ * the encoded text; without a tokenizer, the text is token ids separated by
+ * spaces, each in [0, V). An empty result (no text, no BOS) is the single
+ * token 0. */
+int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e);
+
 /* Appends the requests of text (n bytes) to *out (*count of them). Fails
  * only when out of memory. */
 int requests_from_lines(const char *text, size_t n, const request_defaults *d,
