@@ -3,7 +3,7 @@
 # the same weights, and against the memory bandwidth.
 #
 #   bench/decode-cpu.sh [--models "llama-110m llama-1b"] [--precisions "fp32 bf16 q8_0"]
-#                       [--threads "1 2"] [-n 128] [--prompt "1 2 3 4 5 6 7 8"]
+#                       [--threads "1 2"] [-n 128] [--prompt "1 2 3 4 5 6 7 8"] [--repeat 1]
 #                       [--batch 16] [--batch-n 32] [--batch-weights fp32]
 #                       [--time-limit 900] [--budget 0] [--json FILE] [--quick]
 #
@@ -19,7 +19,8 @@
 #                 fp32 and bf16 (no q8_0), KV cache, eager loop of argmax
 # (bench/decode_ref.py has the last two). Each reports decode tokens/s: the
 # generated tokens after the first, over their time, model load and prefill
-# not counted. The table gives them, pp/llama.cpp, pp/transformers, and pp's
+# not counted; with --repeat R, the fastest of R runs (less sensitive to
+# other load on the machine). The table gives them, pp/llama.cpp, pp/transformers, and pp's
 # fraction of the memory read bandwidth at T threads (bench/membw-cpu.c,
 # built here with cc -O3 -march=native -fopenmp: the best of 10 sums of a
 # 1 GiB float array), counting as bytes per token the weights pp reads
@@ -47,7 +48,7 @@ set -euo pipefail
 bench_init decode-cpu
 
 models="llama-110m llama-1b" precisions="fp32 bf16 q8_0" threads="1 2" n=128
-prompt="1 2 3 4 5 6 7 8" batch=16 batch_n=32 batch_weights=fp32 time_limit=900 budget=0 json=
+prompt="1 2 3 4 5 6 7 8" repeat=1 batch=16 batch_n=32 batch_weights=fp32 time_limit=900 budget=0 json=
 quick=0 membw_mib=1024 membw_passes=10
 usage() { sed -n '2,43s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--threads) threads=$2; shift 2 ;;
 	-n) n=$2; shift 2 ;;
 	--prompt) prompt=$2; shift 2 ;;
+	--repeat) repeat=$2; shift 2 ;;
 	--batch) batch=$2; shift 2 ;;
 	--batch-n) batch_n=$2; shift 2 ;;
 	--batch-weights) batch_weights=$2; shift 2 ;;
@@ -69,8 +71,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ "$quick" = 0 ] || { models=llama-110m n=32 batch=4 batch_n=16 membw_mib=512 membw_passes=5; }
-bench_ints n batch batch_n time_limit budget
+bench_ints n repeat batch batch_n time_limit budget
 [ "$n" -ge 2 ] || usage_error "-n must be at least 2"
+[ "$repeat" -ge 1 ] || usage_error "--repeat must be at least 1"
 [ "$batch" -eq 0 ] || [ "$batch_n" -ge 2 ] || usage_error "--batch-n must be at least 2"
 [ -n "${models// /}" ] || usage_error "--models: empty"
 [ -n "${precisions// /}" ] || usage_error "--precisions: empty"
@@ -109,7 +112,7 @@ load0=$(cut -d' ' -f1 /proc/loadavg)
 n_models=$(wc -w <<<"$models") n_prec=$(wc -w <<<"$precisions") n_thr=$(wc -w <<<"$threads")
 # runs still to go, for --budget's shares: pp and llama.cpp per precision and
 # threads, transformers per precision, the ragged batch and its singles
-runs_left=$((n_models * (n_prec * (2 * n_thr + 1) + (batch > 0 ? batch + 1 : 0))))
+runs_left=$((n_models * (n_prec * (2 * n_thr + 1) * repeat + (batch > 0 ? batch + 1 : 0))))
 prompt_tokens=$(wc -w <<<"$prompt")
 
 # --- memory bandwidth -----------------------------------------------------------
@@ -173,6 +176,20 @@ pp_run() {
 	fi
 }
 
+# pp_fastest TAG: TAG.pp.json, the fastest (decode_tok_s) of TAG.1.pp.json
+# ... TAG.$repeat.pp.json
+pp_fastest() {
+	local r best=1
+	for ((r = 2; r <= repeat; r++)); do
+		if python3 -c 'import json, sys
+sys.exit(json.load(open(sys.argv[1]))["decode_tok_s"] <= json.load(open(sys.argv[2]))["decode_tok_s"])' \
+			"$bench_tmp/$1.$r.pp.json" "$bench_tmp/$1.$best.pp.json"; then
+			best=$r
+		fi
+	done
+	cp "$bench_tmp/$1.$best.pp.json" "$bench_tmp/$1.pp.json"
+}
+
 # ref_run TAG SIDE ARGS...: bench/decode_ref.py SIDE ARGS in the venv under
 # $limit, its JSON lines in TAG.jsonl, or the reason it failed in TAG.err
 ref_run() {
@@ -213,21 +230,26 @@ for m in $models; do
 	for p in $precisions; do
 		for t in $threads; do
 			tag=$m.$p.$t t0=$SECONDS
-			next_limit
-			if pp_run "$tag" "$t" "$p" 1 --prompt "$prompt" --batch 1 -n "$n"; then
+			for ((r = 1; r <= repeat; r++)); do
+				next_limit
+				pp_run "$tag.$r" "$t" "$p" 1 --prompt "$prompt" --batch 1 -n "$n" || break
+			done
+			if [ "$r" -gt "$repeat" ]; then
+				pp_fastest "$tag"
 				say "$tag: pp $(printf %.1f "$(benchlib get "$bench_tmp/$tag.pp.json" decode_tok_s)") tok/s ($((SECONDS - t0)) s with start-up)"
 			else
 				failed=1
+				mv "$bench_tmp/$tag.$r.pp.err" "$bench_tmp/$tag.pp.err"
 				say "$tag: pp failed: $(cat "$bench_tmp/$tag.pp.err")"
 			fi
 		done
-		next_limit "$n_thr"
+		next_limit $((n_thr * repeat))
 		ref_run "$m.$p.llama" llama.cpp "$bench_tmp/$m.$p.gguf" --threads "$threads" --prompt "$prompt" \
-			-n "$n" || failed=1
+			-n "$n" --repeat "$repeat" || failed=1
 		[ "$p" != q8_0 ] || continue
-		next_limit "$n_thr"
+		next_limit $((n_thr * repeat))
 		ref_run "$m.$p.hf" transformers "$bench_tmp/$m-hf" --dtype "$p" --threads "$threads" \
-			--prompt "$prompt" -n "$n" || failed=1
+			--prompt "$prompt" -n "$n" --repeat "$repeat" || failed=1
 	done
 
 	# ragged batch: prompt k has 4 * (1 + 7k mod 16) ids

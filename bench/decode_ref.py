@@ -2,9 +2,9 @@
 """The llama.cpp and transformers sides of bench/decode-cpu.sh, pp-decode's
 figures read back, and the script's tables.
 
-    decode_ref.py llama.cpp GGUF --threads "1 2" --prompt IDS -n N
+    decode_ref.py llama.cpp GGUF --threads "1 2" --prompt IDS -n N [--repeat R]
         greedy decoding of the GGUF file with llama.cpp (llama-cpp-python)
-    decode_ref.py transformers HFDIR --dtype fp32|bf16 --threads "1 2" --prompt IDS -n N
+    decode_ref.py transformers HFDIR --dtype fp32|bf16 --threads "1 2" --prompt IDS -n N [--repeat R]
         greedy decoding of a Hugging Face safetensors directory with
         transformers' AutoModelForCausalLM on PyTorch, KV cache on
     decode_ref.py pp FILE [--log STDERR] [--weights P] [--prompts K] [--wall S]
@@ -22,7 +22,8 @@ the prompt in one forward pass (prefill: its logits give the first new
 token), then run N - 1 forward passes of one token each, taking the argmax of
 the logits (end-of-sequence ignored). Only those N - 1 steps are timed:
 decode tok/s = (N - 1) / their wall-clock time, as pp-decode counts its
-decode_tok_s. They
+decode_tok_s. With --repeat R the prompt is decoded R times from an empty
+cache and the fastest counts (decode_tok_s_runs lists them all). They
 print one JSON line per thread count: threads, prompt_tokens,
 generated_tokens, load_s, prefill_s, prefill_tok_s, decode_s, decode_tok_s,
 tokens (the generated ids) and the library versions; llama.cpp's also carry
@@ -69,6 +70,23 @@ def emit(d):
 
 # --- llama.cpp ------------------------------------------------------------------
 
+def best_of(repeat, once):
+    """once() -> (prefill_s, decode_s, tokens, extra) repeat times: the
+    fastest decode, with every run's decode time"""
+    runs = [once() for _ in range(repeat)]
+    best = min(runs, key=lambda r: r[1])
+    return best, [r[1] for r in runs]
+
+
+def figures(side, t, prompt, n, load_s, best, all_s):
+    prefill_s, decode_s, out, extra = best
+    return dict({"side": side, "threads": t, "prompt_tokens": len(prompt),
+                 "generated_tokens": len(out), "load_s": load_s, "prefill_s": prefill_s,
+                 "prefill_tok_s": len(prompt) / prefill_s, "decode_s": decode_s,
+                 "decode_tok_s": (n - 1) / decode_s,
+                 "decode_tok_s_runs": [(n - 1) / x for x in all_s], "tokens": out}, **extra)
+
+
 def run_llama_cpp(a):
     import numpy as np
     import llama_cpp
@@ -86,28 +104,29 @@ def run_llama_cpp(a):
         def argmax():
             return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(nv,))))
 
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        tok = argmax()
-        prefill_s = time.perf_counter() - t0
-        out = [tok]
-        llama_cpp.llama_perf_context_reset(ctx)
-        t0 = time.perf_counter()
-        for _ in range(n - 1):
-            llm.eval([tok])
+        def once():
+            llm.reset()  # an empty KV cache: eval drops what lies past n_tokens
+            t0 = time.perf_counter()
+            llm.eval(prompt)
             tok = argmax()
-            out.append(tok)
-        decode_s = time.perf_counter() - t0
-        perf = llama_cpp.llama_perf_context(ctx)
+            prefill_s = time.perf_counter() - t0
+            out = [tok]
+            llama_cpp.llama_perf_context_reset(ctx)
+            t0 = time.perf_counter()
+            for _ in range(n - 1):
+                llm.eval([tok])
+                tok = argmax()
+                out.append(tok)
+            decode_s = time.perf_counter() - t0
+            perf = llama_cpp.llama_perf_context(ctx)
+            return prefill_s, decode_s, out, {"llama_perf": {
+                "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval,
+                "decode_tok_s": perf.n_eval / perf.t_eval_ms * 1e3 if perf.t_eval_ms > 0 else None}}
+
+        best, all_s = best_of(a.repeat, once)
         llm.close()
-        emit({"side": "llama.cpp", "threads": t, "prompt_tokens": len(prompt),
-              "generated_tokens": len(out), "load_s": load_s, "prefill_s": prefill_s,
-              "prefill_tok_s": len(prompt) / prefill_s, "decode_s": decode_s,
-              "decode_tok_s": (n - 1) / decode_s,
-              "llama_perf": {"t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval,
-                             "decode_tok_s": perf.n_eval / perf.t_eval_ms * 1e3
-                             if perf.t_eval_ms > 0 else None},
-              "tokens": out, "llama_cpp_python": llama_cpp.__version__})
+        best[3]["llama_cpp_python"] = llama_cpp.__version__
+        emit(figures("llama.cpp", t, prompt, n, load_s, best, all_s))
 
 
 # --- transformers ---------------------------------------------------------------
@@ -143,24 +162,23 @@ def run_transformers(a):
                 past = o.past_key_values
             return int(o.logits[0, -1].argmax()), past
 
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            tok, past = step(prompt, None)
-            prefill_s = time.perf_counter() - t0
-            out = [tok]
-            t0 = time.perf_counter()
-            for _ in range(n - 1):
-                tok, past = step([tok], past)
-                out.append(tok)
-            decode_s = time.perf_counter() - t0
-        attn = getattr(model.config, "_attn_implementation", None)
-        del model, past
-        emit({"side": "transformers", "threads": t, "dtype": a.dtype,
-              "prompt_tokens": len(prompt), "generated_tokens": len(out), "load_s": load_s,
-              "prefill_s": prefill_s, "prefill_tok_s": len(prompt) / prefill_s,
-              "decode_s": decode_s, "decode_tok_s": (n - 1) / decode_s,
-              "attn": attn, "tokens": out, "torch": torch.__version__,
-              "transformers": transformers.__version__})
+        def once():
+            with torch.inference_mode():
+                t0 = time.perf_counter()
+                tok, past = step(prompt, None)  # a new cache
+                prefill_s = time.perf_counter() - t0
+                out = [tok]
+                t0 = time.perf_counter()
+                for _ in range(n - 1):
+                    tok, past = step([tok], past)
+                    out.append(tok)
+                return prefill_s, time.perf_counter() - t0, out, {}
+
+        best, all_s = best_of(a.repeat, once)
+        best[3].update(dtype=a.dtype, attn=getattr(model.config, "_attn_implementation", None),
+                       torch=torch.__version__, transformers=transformers.__version__)
+        del model
+        emit(figures("transformers", t, prompt, n, load_s, best, all_s))
 
 
 # --- pp-decode --json -----------------------------------------------------------
@@ -543,6 +561,7 @@ def main():
         s.add_argument("--threads", default="1")
         s.add_argument("--prompt", required=True)
         s.add_argument("-n", type=int, default=128)
+        s.add_argument("--repeat", type=int, default=1)
         s.add_argument("--verbose", action="store_true")
         if name == "transformers":
             s.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
@@ -559,6 +578,8 @@ def main():
     a = ap.parse_args()
     if a.cmd in ("llama.cpp", "transformers") and a.n < 2:
         die("-n must be at least 2 (the first new token comes from the prefill)")
+    if a.cmd in ("llama.cpp", "transformers") and a.repeat < 1:
+        die("--repeat must be at least 1")
     {"llama.cpp": run_llama_cpp, "transformers": run_transformers, "pp": cmd_pp,
      "report": cmd_report}[a.cmd](a)
 

@@ -129,51 +129,193 @@ static inline float dot_bf16(const uint16_t *w, const float *x, int C)
 	DOT(bf16_to_f32(w[j + k]), bf16_to_f32(w[j]));
 }
 
-/* one row of q8_0 blocks (C a multiple of 32) */
-static inline float dot_q8(const int8_t *q, const uint16_t *d, const float *x, int C)
+/* One row of q8_0 blocks (C a multiple of 32): into fp32 (for several
+ * input rows), or its dot product with x (one input row), the block's
+ * products summed before its scale. Written with intrinsics where the CPU
+ * has AVX2 or AVX-512: compilers do not vectorise the int8 widening well
+ * here, and this loop is the whole step. */
+static void dequant_q8_c(float *w, const int8_t *q, const uint16_t *d, int C)
 {
-	float acc[Q8_BLOCK] = {0}, s = 0;
 	for (int b = 0; b < C / Q8_BLOCK; b++) {
 		const float sc = f16_to_f32(d[b]);
-		const int8_t *qb = q + b * Q8_BLOCK;
-		const float *xb = x + b * Q8_BLOCK;
 		for (int k = 0; k < Q8_BLOCK; k++)
-			acc[k] = fmaf(sc * (float)qb[k], xb[k], acc[k]);
+			w[b * Q8_BLOCK + k] = sc * (float)q[b * Q8_BLOCK + k];
 	}
-	for (int k = 0; k < Q8_BLOCK; k++)
-		s += acc[k];
+}
+
+static float dot_q8_c(const int8_t *q, const uint16_t *d, const float *x, int C)
+{
+	float s = 0;
+	for (int b = 0; b < C / Q8_BLOCK; b++) {
+		float t = 0;
+		for (int k = 0; k < Q8_BLOCK; k++)
+			t += (float)q[b * Q8_BLOCK + k] * x[b * Q8_BLOCK + k];
+		s += f16_to_f32(d[b]) * t;
+	}
 	return s;
 }
 
-/* output rows [o0, o1) of every input row */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f,f16c"))) static float dot_q8_avx512(const int8_t *q,
+								   const uint16_t *d,
+								   const float *x, int C)
+{
+	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+	for (int b = 0; b < C / Q8_BLOCK; b += 2) {
+		/* two blocks per iteration: independent chains for the FMA latency */
+		for (int h = 0; h < 2 && b + h < C / Q8_BLOCK; h++) {
+			const int8_t *qb = q + (b + h) * Q8_BLOCK;
+			const float *xb = x + (b + h) * Q8_BLOCK;
+			__m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qb)));
+			__m512 hi = _mm512_cvtepi32_ps(
+				_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qb + 16))));
+			__m512 t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16),
+						   _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
+			__m512 sc = _mm512_set1_ps(_cvtsh_ss(d[b + h]));
+			if (h)
+				acc1 = _mm512_fmadd_ps(t, sc, acc1);
+			else
+				acc0 = _mm512_fmadd_ps(t, sc, acc0);
+		}
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+__attribute__((target("avx512f,f16c"))) static void dequant_q8_avx512(float *w, const int8_t *q,
+								      const uint16_t *d, int C)
+{
+	for (int b = 0; b < C / Q8_BLOCK; b++) {
+		__m512 sc = _mm512_set1_ps(_cvtsh_ss(d[b]));
+		for (int h = 0; h < 2; h++) {
+			__m512i v = _mm512_cvtepi8_epi32(
+				_mm_loadu_si128((const __m128i *)(q + b * Q8_BLOCK + 16 * h)));
+			_mm512_storeu_ps(w + b * Q8_BLOCK + 16 * h,
+					 _mm512_mul_ps(_mm512_cvtepi32_ps(v), sc));
+		}
+	}
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float dot_q8_avx2(const int8_t *q,
+								  const uint16_t *d,
+								  const float *x, int C)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	for (int b = 0; b < C / Q8_BLOCK; b++) {
+		const int8_t *qb = q + b * Q8_BLOCK;
+		const float *xb = x + b * Q8_BLOCK;
+		__m256 t = _mm256_setzero_ps();
+		for (int k = 0; k < Q8_BLOCK; k += 8) {
+			__m256 w = _mm256_cvtepi32_ps(
+				_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qb + k))));
+			t = _mm256_fmadd_ps(w, _mm256_loadu_ps(xb + k), t);
+		}
+		__m256 sc = _mm256_set1_ps(_cvtsh_ss(d[b]));
+		if (b & 1)
+			acc1 = _mm256_fmadd_ps(t, sc, acc1);
+		else
+			acc0 = _mm256_fmadd_ps(t, sc, acc0);
+	}
+	__m256 a = _mm256_add_ps(acc0, acc1);
+	__m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+	r = _mm_add_ss(r, _mm_movehdup_ps(r));
+	return _mm_cvtss_f32(r);
+}
+
+__attribute__((target("avx2,f16c"))) static void dequant_q8_avx2(float *w, const int8_t *q,
+								 const uint16_t *d, int C)
+{
+	for (int b = 0; b < C / Q8_BLOCK; b++) {
+		__m256 sc = _mm256_set1_ps(_cvtsh_ss(d[b]));
+		for (int k = 0; k < Q8_BLOCK; k += 8) {
+			__m256i v = _mm256_cvtepi8_epi32(
+				_mm_loadl_epi64((const __m128i *)(q + b * Q8_BLOCK + k)));
+			_mm256_storeu_ps(w + b * Q8_BLOCK + k, _mm256_mul_ps(_mm256_cvtepi32_ps(v), sc));
+		}
+	}
+}
+#endif
+
+typedef float (*dot_q8_fn)(const int8_t *, const uint16_t *, const float *, int);
+typedef void (*dequant_q8_fn)(float *, const int8_t *, const uint16_t *, int);
+static dot_q8_fn dot_q8 = dot_q8_c;
+static dequant_q8_fn dequant_q8 = dequant_q8_c;
+
+__attribute__((constructor)) static void pick_q8(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
+		dot_q8 = dot_q8_avx512;
+		dequant_q8 = dequant_q8_avx512;
+	} else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		   __builtin_cpu_supports("f16c")) {
+		dot_q8 = dot_q8_avx2;
+		dequant_q8 = dequant_q8_avx2;
+	}
+#endif
+}
+
+/* n floats of scratch per thread (weight rows expanded to fp32) */
+static float *row_buffer(int C)
+{
+	static _Thread_local float *buf;
+	static _Thread_local int cap;
+	if (cap < C) {
+		pp_cpu_free(buf);
+		buf = pp_cpu_scratch((size_t)C * sizeof *buf);
+		cap = C;
+	}
+	return buf;
+}
+
+/* output rows [o0, o1) of every input row. One input row: a dot product
+ * per weight row, straight from the stored form. Several: the task's
+ * weight rows are expanded to fp32 once (in cache), then one GEMM on the
+ * calling thread. */
 PP_CPU_CLONES
 static void rows_packed(float *out, const float *inp, const void *wp, const float *bias, int N,
 			int C, int OC, int fmt, int o0, int o1)
 {
 	const int8_t *q = wp;
-	const uint16_t *d = (const uint16_t *)(q + (size_t)OC * C);
-	for (int o = o0; o < o1; o++) {
-		const float b = bias ? bias[o] : 0;
-		for (int n = 0; n < N; n++) {
-			const float *x = inp + (size_t)n * C;
-			float v;
-			if (fmt == PP_WEIGHTS_F32)
-				v = dot_f32((const float *)wp + (size_t)o * C, x, C);
-			else if (fmt == PP_WEIGHTS_BF16)
-				v = dot_bf16((const uint16_t *)wp + (size_t)o * C, x, C);
-			else
-				v = dot_q8(q + (size_t)o * C, d + (size_t)o * (C / Q8_BLOCK), x, C);
-			out[(size_t)n * OC + o] = v + b;
+	const uint16_t *d = (const uint16_t *)(q + (size_t)OC * C), *h = wp;
+	if (N == 1) {
+		for (int o = o0; o < o1; o++) {
+			float v = fmt == PP_WEIGHTS_F32    ? dot_f32((const float *)wp + (size_t)o * C, inp, C)
+				  : fmt == PP_WEIGHTS_BF16 ? dot_bf16(h + (size_t)o * C, inp, C)
+							   : dot_q8(q + (size_t)o * C, d + (size_t)o * (C / Q8_BLOCK), inp, C);
+			out[o] = v + (bias ? bias[o] : 0);
 		}
+		return;
 	}
+	const int rows = o1 - o0;
+	const float *tile = (const float *)wp + (size_t)o0 * C;
+	if (fmt != PP_WEIGHTS_F32) {
+		float *t = row_buffer(rows * C);
+		for (int r = 0; r < rows; r++) {
+			const size_t o = (size_t)(o0 + r);
+			if (fmt == PP_WEIGHTS_Q8_0)
+				dequant_q8(t + (size_t)r * C, q + o * C, d + o * (C / Q8_BLOCK), C);
+			else
+				for (int j = 0; j < C; j++)
+					t[(size_t)r * C + j] = bf16_to_f32(h[o * C + j]);
+		}
+		tile = t;
+	}
+	pp_cpu_gemm(0, 1, N, rows, C, 1, inp, C, tile, C, 0, out + o0, OC);
+	for (int n = 0; bias && n < N; n++)
+		for (int r = 0; r < rows; r++)
+			out[(size_t)n * OC + o0 + r] += bias[o0 + r];
 }
 
 void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias,
 			  int N, int C, int OC, int fmt)
 {
-	/* many rows (a prompt): fp32 weights are the compute copy's layout, and
-	 * BLAS is faster there */
-	if (fmt == PP_WEIGHTS_F32 && N > 8) {
+	/* a prompt's many rows: fp32 weights are the compute copy's layout, and
+	 * one BLAS product over them is faster there */
+	if (fmt == PP_WEIGHTS_F32 && N > 64) {
 		pp_cpu_matmul_fwd(out, inp, wp, bias, N, C, OC);
 		return;
 	}
