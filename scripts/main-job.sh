@@ -38,3 +38,4 @@ if ! pp-ckpt info runs/smollm2 >/dev/null 2>&1; then # no sound checkpoint there
 	pp-ckpt import --format gguf "$gguf" -o runs/smollm2 >/dev/null
 fi
 pp-decode --ckpt runs/smollm2 --prompt "The sun is a" -n 40 --temperature 0
+echo "What is the capital of France?" | pp-decode --ckpt runs/smollm2 --chat -n 60 --temperature 0
