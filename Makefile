@@ -41,12 +41,13 @@ NVFLAGS     += -std=c++17 -g -lineinfo -DPP_CUDA \
 endif
 # Objects rebuild when the build switches between CUDA and CPU-only, or when a
 # library appears or changes version (boot.c looks for pmix.h itself): the
-# stamp's contents name the variant, and it is rewritten when they change.
+# stamp's name says the variant and its contents the libraries, and it is
+# rewritten when either changes.
 PKGSIG  := $(shell for p in $(PKGCFG); do pkg-config --modversion $$p 2>/dev/null || echo none; done | \
 	     cksum | cut -d' ' -f1)
-VARIANT := $(B)/obj/.variant
-VARSIG  := $(if $(NVCC),cuda,cpu)-$(PKGSIG)
-$(shell mkdir -p $(B)/obj; [ "$$(cat $(VARIANT) 2>/dev/null)" = "$(VARSIG)" ] || echo "$(VARSIG)" >$(VARIANT))
+VARIANT := $(B)/obj/.variant-$(if $(NVCC),cuda,cpu)
+$(shell mkdir -p $(B)/obj; [ "$$(cat $(VARIANT) 2>/dev/null)" = "$(PKGSIG)" ] || \
+	{ rm -f $(B)/obj/.variant*; echo "$(PKGSIG)" >$(VARIANT); })
 TOOLS   := $(patsubst cmd/%.c,$(B)/bin/%,$(wildcard cmd/pp-*.c))
 LIB     := $(B)/libpp.a
 LIB64   := $(B)/f64/libpp.a

@@ -50,7 +50,7 @@ bench_init decode-cpu
 models="llama-110m llama-1b" precisions="fp32 bf16 q8_0" threads="1 2" n=128
 prompt="1 2 3 4 5 6 7 8" repeat=1 batch=16 batch_n=32 batch_weights=fp32 time_limit=900 budget=0 json=
 quick=0 membw_mib=1024 membw_passes=10
-usage() { sed -n '2,43s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,44s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--models) models=$2; shift 2 ;;

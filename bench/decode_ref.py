@@ -526,9 +526,11 @@ def cmd_report(a):
               f"in one run (--batch {meta['batch']} --prompt-file) against {meta['batch']} runs of one "
               f"prompt; {meta['batch_n']} new tokens each, weights {meta['batch_weights']}, "
               f"{meta['batch_threads']} threads")
-        timing = {r.get("timing") for r in ragged if "timing" in r}
-        print("# gen: generated tokens / generation time (prefill + decode: "
-              + (" and ".join(sorted(timing)) or "-")
+        words = {"stderr totals": "pp-decode's totals line on stderr",
+                 "json lines": "the slowest prompt's figures in pp-decode --json"}
+        timing = sorted({words[r["timing"]] for r in ragged if "timing" in r})
+        print("# gen: generated tokens / generation time (prefill + decode, from "
+              + (" and ".join(timing) or "-")
               + "); wall: whole processes, model load included (once for the batch, per run "
               "for the singles)")
         line = "%-11s %12s %12s %9s %10s %12s %9s"

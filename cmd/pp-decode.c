@@ -9,6 +9,7 @@
 
 #include "../libcommon/ckpt/stage.h"
 #include "../libcommon/cli.h"
+#include "../libcommon/decode/gguf.h"
 #include "../libcommon/decode/request.h"
 #include "../libcommon/fsutil.h"
 #include "../libcommon/log.h"
@@ -18,9 +19,12 @@ typedef struct {
 	const char *stop, *logprobs, *weights;
 	bool random_init, ignore_eos, json, chat;
 	char tokenizer[PP_PATH_MAX + 64]; /* the checkpoint's own, extracted; "" for the config's */
+	tio_source *gguf;                 /* --ckpt FILE.gguf */
 } decode_args;
 
-static const char *const weight_names[] = {"fp32", "bf16", "q8_0"};
+/* --weights: PP_WEIGHTS_F32, BF16, Q8_0, then a GGUF file's own blocks */
+enum { WEIGHTS_GGUF = 3 };
+static const char *const weight_names[] = {"fp32", "bf16", "q8_0", "gguf"};
 
 /* what the outputs need besides the requests */
 typedef struct {
@@ -151,10 +155,14 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return rc;
 	if (a->stop && !*a->stop)
 		return pp_errorf(e, PP_EUSAGE, "--stop: an empty string");
-	for (int i = 0; a->weights && i < 3; i++)
+	for (int i = 0; a->weights && i < 4; i++)
 		fmt = strcmp(a->weights, weight_names[i]) ? fmt : i;
 	if (a->weights && fmt < 0)
-		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16 or q8_0", a->weights);
+		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16, q8_0 or gguf",
+				 a->weights);
+	if (fmt == WEIGHTS_GGUF && !a->gguf)
+		return pp_errorf(e, PP_EUSAGE, "--weights gguf: the weights of a GGUF file given to "
+				 "--ckpt; this model is not one");
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
 	if ((rc = sample_check(&sp, e)))
@@ -167,7 +175,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "--weights: device=%s decodes from its compute copy "
 				 "(dtype=%s); --weights is for the CPU", cfg->device, cfg->dtype);
 	if (fmt < 0 && ops->matmul_packed)
-		fmt = PP_WEIGHTS_F32;
+		fmt = a->gguf ? WEIGHTS_GGUF : PP_WEIGHTS_F32;
 #ifdef PP_CUDA
 	if (!strcmp(cfg->device, "cuda") && (rc = pp_cuda_init(0, e)))
 		return rc;
@@ -206,10 +214,15 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	long step = -1;
 	if (!rc && a->random_init)
 		stage_init_params(&s, cfg->seed);
+	else if (!rc && a->gguf)
+		rc = decode_gguf_load(&s, a->gguf, e);
 	else if (!rc)
 		rc = ckpt_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
+	/* a GGUF file's own blocks where it has them, the loaded fp32 elsewhere */
+	stage_stored stored = a->gguf ? decode_gguf_stored(a->gguf) : (stage_stored){0};
 	if (!rc && fmt >= 0)
-		rc = stage_pack_weights(&s, fmt, e);
+		rc = stage_pack_weights(&s, fmt == WEIGHTS_GGUF ? PP_WEIGHTS_F32 : fmt,
+					fmt == WEIGHTS_GGUF ? &stored : NULL, e);
 	/* the tokens that end a sequence: the tokenizer's EOS, and a chat's turn end */
 	int eos[2], n_eos = 0;
 	if (tk && !a->ignore_eos && tok_eos(tk) >= 0)
@@ -253,8 +266,8 @@ int main(int argc, char **argv)
 {
 	decode_args a = {0};
 	const cli_opt opts[] = {
-		{"--ckpt", "DIR", "a checkpoint, or a run directory (its newest sound one); without "
-				  "--cfg its own config and tokenizer", &a.ckpt, NULL},
+		{"--ckpt", "DIR", "a checkpoint, a run directory (its newest sound one) or a GGUF file; "
+				  "without --cfg its own config and tokenizer", &a.ckpt, NULL},
 		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer); without it and "
 				     "--prompt-file, prompts come from stdin", &a.prompt, NULL},
 		{"--prompt-file", "F", "prompts from F: one per line, or JSON lines", &a.prompt_file, NULL},
@@ -265,7 +278,8 @@ int main(int argc, char **argv)
 		{"--seed", "S", "seed of the draws (default: the config's seed)", &a.seed, NULL},
 		{"--stop", "TEXT", "end a completion before TEXT", &a.stop, NULL},
 		{"--batch", "B", "decode up to B sequences at once (default 8)", &a.batch, NULL},
-		{"--weights", "W", "store the weights for decoding as fp32, bf16 or q8_0 (CPU; default fp32)", &a.weights, NULL},
+		{"--weights", "W", "store the weights for decoding as fp32, bf16 or q8_0, or as a GGUF "
+				   "file has them: gguf (CPU; default fp32, gguf for a GGUF file)", &a.weights, NULL},
 		{"--chat", NULL, "prompts are user messages, through the model's chat template", NULL, &a.chat},
 		{"--random-init", NULL, "seeded initial weights instead of a checkpoint (benchmarks)", NULL, &a.random_init},
 		{"--ignore-eos", NULL, "generate N tokens even after the end-of-sequence token", NULL, &a.ignore_eos},
@@ -288,8 +302,15 @@ int main(int argc, char **argv)
 	/* --ckpt without --cfg: the checkpoint's own config; with --ckpt its own
 	 * tokenizer in any case, where it keeps one */
 	char dir[PP_PATH_MAX + 64], tmp[] = "/tmp/pp-decode.XXXXXX";
-	const bool ckpt = a.ckpt && !a.random_init;
-	if (!rc && ckpt && !args.cfg)
+	const bool gguf = !rc && a.ckpt && !a.random_init && decode_is_gguf(a.ckpt);
+	const bool ckpt = a.ckpt && !a.random_init && !gguf;
+	if (gguf && args.cfg)
+		rc = pp_errorf(&e, PP_EUSAGE, "--ckpt %s: a GGUF file carries its model; give key=value "
+			       "overrides, not --cfg", a.ckpt);
+	else if (gguf && !(rc = decode_gguf_open(a.ckpt, args.n_overrides, args.overrides, &cfg,
+						  &a.gguf, &e)))
+		snprintf(a.tokenizer, sizeof a.tokenizer, "%s", a.gguf->meta.tokenizer);
+	else if (!rc && ckpt && !args.cfg)
 		rc = ckpt_config_load(a.ckpt, args.n_overrides, args.overrides, &cfg, dir, sizeof dir, &e);
 	else if (!rc)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
@@ -306,6 +327,8 @@ int main(int argc, char **argv)
 		rc = run(&a, &cfg, &e);
 	if (strcmp(tmp, "/tmp/pp-decode.XXXXXX") != 0)
 		fs_rm_rf(tmp);
+	if (a.gguf)
+		a.gguf->close(a.gguf);
 	pp_config_free(&cfg);
 	cli_free(&args);
 	return rc ? cli_fail(&spec, &e) : 0;

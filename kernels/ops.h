@@ -45,9 +45,11 @@ enum { PP_TYPE_REAL = 0, PP_TYPE_BF16 = 1 };
 
 enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 
-/* Stored weight formats for decoding (pack_weight): fp32, bf16, and
- * llama.cpp's Q8_0 (blocks of 32 int8 with an fp16 scale) */
-enum { PP_WEIGHTS_F32 = 0, PP_WEIGHTS_BF16 = 1, PP_WEIGHTS_Q8_0 = 2 };
+/* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
+ * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
+ * pack_weight makes, and Q4_0 and Q4_1, read as a GGUF file holds them */
+enum { PP_WEIGHTS_F32 = 0, PP_WEIGHTS_BF16 = 1, PP_WEIGHTS_Q8_0 = 2, PP_WEIGHTS_Q4_0 = 3,
+       PP_WEIGHTS_Q4_1 = 4 };
 
 /* Targets below zero (Hugging Face uses -100) are ignored by the loss. */
 #define PP_IGNORE_INDEX (-100)
@@ -176,7 +178,8 @@ typedef struct pp_ops {
 	 * products of decoding, which read every weight once per step.
 	 * pack_weight returns w (OC,C) stored as fmt (PP_WEIGHTS_*) in memory
 	 * that free() releases, or NULL when out of memory or when C does not
-	 * suit fmt (q8_0 takes C a multiple of 32). matmul_packed is matmul_fwd
+	 * suit fmt (the block formats take C a multiple of 32; pack_weight makes
+	 * fp32, bf16 and q8_0 only). matmul_packed is matmul_fwd
 	 * over such weights (fp32 arithmetic; PP_WEIGHTS_F32 may be the compute
 	 * copy itself), fastest for the few rows of a step. */
 	void *(*pack_weight)(const pp_act *w, int OC, int C, int fmt);
@@ -287,7 +290,9 @@ static inline size_t pp_weights_bytes(int fmt, int OC, int C)
 	switch (fmt) {
 	case PP_WEIGHTS_F32: return n * 4;
 	case PP_WEIGHTS_BF16: return n * 2;
-	case PP_WEIGHTS_Q8_0: return C % 32 ? 0 : n + n / 32 * 2;
+	case PP_WEIGHTS_Q8_0: return C % 32 ? 0 : n / 32 * 34;
+	case PP_WEIGHTS_Q4_0: return C % 32 ? 0 : n / 32 * 18;
+	case PP_WEIGHTS_Q4_1: return C % 32 ? 0 : n / 32 * 20;
 	}
 	return 0;
 }

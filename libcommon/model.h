@@ -97,6 +97,13 @@ typedef struct {
 
 typedef struct pp_stage_acts pp_stage_acts;
 
+/* A product's weights stored for decoding (stage_pack_weights). */
+typedef struct pp_packed {
+	void *data; /* NULL: the product reads the compute copy */
+	int fmt;    /* PP_WEIGHTS_* */
+	bool owned; /* data was allocated for it (else it is the compute copy) */
+} pp_packed;
+
 typedef struct pp_stage {
 	const pp_model_cfg *cfg;
 	const pp_ops *ops;
@@ -117,10 +124,9 @@ typedef struct pp_stage {
 
 	pp_stage_acts *acts; /* per-slot saved activations and scratch */
 
-	/* stage_pack_weights: per parameter, its stored form for decoding (NULL
-	 * for the others); owned unless the format is PP_WEIGHTS_F32 */
-	void **packed;
-	int packed_fmt;
+	/* stage_pack_weights: per parameter, its stored form for decoding (data
+	 * NULL for the others) */
+	struct pp_packed *packed;
 	size_t packed_elems; /* parameters stored so */
 	double packed_bytes; /* and their bytes as stored */
 } pp_stage;
@@ -273,13 +279,24 @@ void kv_cache_move(pp_kv_cache *c, int from, int to);
  * runs eagerly again. */
 int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
 
-/* Stores the weights of every matrix product (attention, MLP, head) as fmt
- * (PP_WEIGHTS_*) for the products of decoding (ops pack_weight and
- * matmul_packed); the forwards then read those. PP_WEIGHTS_F32 reads the
- * compute copy itself. Errors: a backend without packed products, a width
- * the format does not take (naming the tensor), or memory. For decoding
- * only: training reads the master weights. */
-int stage_pack_weights(pp_stage *s, int fmt, pp_err *e);
+/* Where a product's weights may already be stored in a form decoding reads
+ * (a GGUF file's blocks). get, for parameter p (rows of a product, in pp's
+ * layout), gives the format (PP_WEIGHTS_*, or -1 for none) and, when out
+ * is not NULL, writes its rows so stored there (pp_weights_bytes of them). */
+typedef struct {
+	int (*get)(void *ctx, const pp_param *p, int *fmt, void *out, pp_err *e);
+	void *ctx;
+} stage_stored;
+
+/* Stores the weights of every matrix product (attention, MLP, head) for the
+ * products of decoding (ops pack_weight and matmul_packed); the forwards
+ * then read those. A product whose parameters all have one stored format
+ * in `stored` (may be NULL) takes those bytes as they are; the others are
+ * made from the compute copy as fmt (PP_WEIGHTS_F32: the compute copy
+ * itself). Errors: a backend without packed products, a width the format
+ * does not take (naming the tensor), or memory. For decoding only:
+ * training reads the master weights. */
+int stage_pack_weights(pp_stage *s, int fmt, const stage_stored *stored, pp_err *e);
 /* Drops the stored weights: the forwards read the compute copy again. */
 void stage_unpack_weights(pp_stage *s);
 

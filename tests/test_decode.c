@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/quant.h"
 #include "../libcommon/decode/decode.h"
 #include "../libcommon/rng.h"
 #include "harness.h"
@@ -419,7 +420,7 @@ static double ragged_vs_full(pp_stage *s, const int *tok, const pp_real *full, i
 static double packed_vs_full(pp_stage *s, const int *tok, const pp_real *full, int fmt)
 {
 	pp_err e = {0};
-	if (stage_pack_weights(s, fmt, &e))
+	if (stage_pack_weights(s, fmt, NULL, &e))
 		return INFINITY;
 	const int V = s->cfg->vocab_size;
 	pp_kv_cache c;
@@ -639,8 +640,60 @@ static void check_distribution(void)
 	}
 }
 
+/* The CPU's products over llama.cpp's blocks (random bytes as a GGUF file
+ * would hold them, sane scales) against the blocks decoded by the reference
+ * decoder and a plain double dot product: one input row and several. */
+static void check_block_products(void)
+{
+	enum { OC = 40, C = 96, N = 3 };
+	static const struct {
+		int fmt, bytes;
+		const char *name;
+		void (*decode)(const void *, float *, int64_t);
+	} fm[] = {{PP_WEIGHTS_Q8_0, QUANT_Q8_0_BYTES, "q8_0", quant_decode_q8_0},
+		  {PP_WEIGHTS_Q4_0, QUANT_Q4_0_BYTES, "q4_0", quant_decode_q4_0},
+		  {PP_WEIGHTS_Q4_1, QUANT_Q4_1_BYTES, "q4_1", quant_decode_q4_1}};
+	const pp_ops *o = pp_ops_find("cpu", "fp32");
+	float x[N * C], w[OC * C], got[N * OC], bias[OC];
+	for (int i = 0; i < N * C; i++)
+		x[i] = (float)rng_normal(rng_key(3, "blocks-x"), (uint64_t)i);
+	for (int i = 0; i < OC; i++)
+		bias[i] = 0.01f * (float)i;
+	for (size_t f = 0; f < sizeof fm / sizeof fm[0]; f++) {
+		const size_t nb = (size_t)OC * C / 32 * fm[f].bytes;
+		uint8_t *blk = malloc(nb);
+		for (size_t i = 0; i < nb; i++)
+			blk[i] = (uint8_t)rng_below(5, i + 1000 * f, 256);
+		/* scales (and Q4_1's minimum) as small normal fp16: exponent 01010 */
+		for (size_t b = 0; b < nb / fm[f].bytes; b++)
+			for (int k = 0; k < (fm[f].fmt == PP_WEIGHTS_Q4_1 ? 2 : 1); k++)
+				blk[b * fm[f].bytes + 2 * k + 1] = (uint8_t)(0x28 | (blk[b * fm[f].bytes + 2 * k + 1] & 0x83));
+		fm[f].decode(blk, w, (int64_t)OC * C);
+		double worst = 0;
+		for (int n = 1; n <= N; n += N - 1) {
+			o->matmul_packed(got, x, blk, bias, n, C, OC, fm[f].fmt);
+			for (int r = 0; r < n; r++)
+				for (int k = 0; k < OC; k++) {
+					double want = bias[k], mag = 0;
+					for (int j = 0; j < C; j++) {
+						want += (double)w[k * C + j] * x[r * C + j];
+						mag += fabs((double)w[k * C + j] * x[r * C + j]);
+					}
+					double d = fabs(got[r * OC + k] - want) / (mag + 1e-30);
+					worst = d > worst ? d : worst;
+				}
+		}
+		char name[64];
+		snprintf(name, sizeof name, "decode/blocks/%s", fm[f].name);
+		CHECK(worst < 1e-5, name, "products over %s blocks off the decoded weights by %.3g "
+		      "(relative to the sum of |terms|)", fm[f].name, worst);
+		free(blk);
+	}
+}
+
 int main(void)
 {
+	check_block_products();
 	check_distribution();
 	check_family("llama-tiny");
 	check_family("mistral-tiny");

@@ -129,7 +129,7 @@ expect_fail decode/bad_top_p 2 "--top-p .1\.5." pp-decode $cfg --random-init --t
 expect_fail decode/bad_n 2 "^pp-decode: error: -n 'x'" pp-decode $cfg --random-init -n x
 expect_fail decode/prompt_and_file 2 "not both" pp-decode $cfg --random-init --prompt 1 --prompt-file /dev/null
 expect_fail decode/missing_prompt_file 2 "--prompt-file: $T/none" pp-decode $cfg --random-init --prompt-file $T/none
-expect_fail decode/bad_weights 2 "--weights 'q4': expected fp32, bf16 or q8_0" pp-decode $cfg --random-init --weights q4
+expect_fail decode/bad_weights 2 "--weights 'q4': expected fp32, bf16, q8_0 or gguf" pp-decode $cfg --random-init --weights q4
 expect_fail decode/empty_stdin 2 "stdin: no prompts" pp-decode $cfg --random-init </dev/null
 printf '\n  \n' >$T/blank.txt
 expect_fail decode/blank_file 2 "$T/blank.txt: no prompts" pp-decode $cfg --random-init --prompt-file $T/blank.txt
@@ -162,3 +162,10 @@ check decode/bad_lines/error_in_json jq -se '.[1].error | test("^line 2: ")' $T/
 check decode/bad_lines/count grep -q "7 of 9 prompts failed" $T/bad.log
 expect_fail decode/chat_without_tokenizer 2 "--chat needs a tokenizer: the checkpoint keeps none" \
 	pp-decode $cfg --random-init --chat --prompt hi
+
+# --- the block products' narrower paths (this machine's widest runs in test_decode) ---
+for isa in avx2 generic; do
+	PP_CPU_ISA=$isa "$PP_ROOT/build/tests/test_decode" >$T/isa-$isa.log 2>&1
+	check decode/isa_$isa/blocks_and_weights eval '! grep -q "^FAIL" $T/isa-$isa.log &&
+		test "$(grep -cE "^PASS: decode/(blocks/|.*/weights_)" $T/isa-$isa.log)" = 15'
+done

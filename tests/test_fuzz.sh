@@ -62,7 +62,7 @@ declare -A src=(
 	[fuzz_tokens]="dataset fsutil h5util rng error"
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
-	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio config $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config $tok_src"
 	[fuzz_requests]="decode/request decode/chat sample rng $tok_src"
 )
 # each library source once (in parallel), then each target

@@ -83,6 +83,23 @@ EOF
 			fail gguf/smollm2/decode "pp-decode: $(tail -n 1 $T/decode.log)"
 		fi
 
+		# straight from the GGUF file: its own Q4_1 and Q8_0 blocks, not
+		# expanded, give the imported (fp32) run's tokens
+		pp-decode --ckpt "$G" --prompt "$prompt" -n 32 --temperature 0 --ignore-eos --json \
+			>$T/native.json 2>$T/native.log
+		check gguf/smollm2/native/reads_blocks grep -q "GB (gguf)" $T/native.log
+		check gguf/smollm2/native/same_tokens_as_import eval '[ "$(jq -c .tokens $T/native.json)" = "$(jq -c .tokens $T/decode.json)" ]'
+		check gguf/smollm2/native/logprobs jq -se '[.[0].logprobs, .[1].logprobs] | transpose |
+			all(.[0] - .[1] | fabs < 1e-3)' $T/native.json $T/decode.json
+		check gguf/smollm2/native/smaller eval 'b=$(grep -oE "weights [0-9.]+ GB" $T/native.log | grep -oE "[0-9.]+");
+			awk -v b=$b "BEGIN { exit !(b < 0.11) }"'
+		echo '{"messages": [{"role": "user", "content": "What is the capital of France?"}]}' |
+			pp-decode --ckpt "$G" --chat --json -n 24 --temperature 0 >$T/native-chat.json 2>/dev/null
+		check gguf/smollm2/native/chat jq -e '(.completion | test("Paris")) and .finish_reason == "eos"' $T/native-chat.json
+		expect_fail gguf/native/no_cfg 2 "a GGUF file carries its model; give key=value overrides, not --cfg" \
+			pp-decode --ckpt "$G" --cfg "$root/configs/tiny-llama.json" --prompt hi
+		expect_fail gguf/native/weights_gguf_needs_gguf 2 "--weights gguf: the weights of a GGUF file" \
+			pp-decode --ckpt $S --weights gguf --prompt hi
 		# weights stored as bf16 and q8_0 still answer in English
 		for w in bf16 q8_0; do
 			pp-decode --ckpt $S --weights $w --prompt "$prompt" -n 12 --temperature 0 \

@@ -1,82 +1,45 @@
 /* Products against weights stored for decoding (ops.h pack_weight): out
  * (N,OC) = inp (N,C) @ w (OC,C)^T + bias for the few rows of a decode step.
  * A step is bound by reading the weights, so each weight row is read from
- * memory once for all N rows, tasks own blocks of output rows, and the dot
- * products keep several vector accumulators in flight (one would stall on
- * the FMA latency). Sums are in fp32 whatever the stored format.
+ * memory once for all N rows and tasks own blocks of output rows. One input
+ * row: a dot product per weight row straight from the stored form, with
+ * several vector accumulators in flight (one would stall on the FMA
+ * latency). Several: each task's weight rows are expanded to fp32 once, in
+ * cache, then one GEMM on the calling thread. Sums are in fp32 whatever the
+ * stored format.
  *
  * Formats, per row of C weights:
  *   PP_WEIGHTS_F32   C floats (the compute copy itself: no packing)
  *   PP_WEIGHTS_BF16  C bf16, rounded to nearest even
- *   PP_WEIGHTS_Q8_0  C/32 blocks of 32 int8 q and one fp16 scale d, w = d*q,
- *                    d = max|w|/127 over the block (llama.cpp's Q8_0); the
- *                    int8 of every row first, then the scales. */
+ *   PP_WEIGHTS_Q8_0, PP_WEIGHTS_Q4_0, PP_WEIGHTS_Q4_1
+ *                    C/32 blocks of llama.cpp's formats (kernels/quant.h);
+ *                    pack_weight makes Q8_0, a GGUF file brings all three. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "../halffloat.h"
+#include "../quant.h"
 #include "cpu.h"
 
-#define Q8_BLOCK 32
 #define ROWS_PER_TASK 16
 #define LANES 64 /* accumulators: 4 AVX-512 or 8 AVX2 vectors */
 
 #ifndef PP_F64
 
-static uint16_t f32_to_bf16(float f)
+static int block_bytes(int fmt)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-		return (uint16_t)(u >> 16 | 0x40);
-	return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
-}
-
-/* IEEE half, round to nearest even (the scales: finite, >= 0) */
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	uint32_t sign = u >> 16 & 0x8000u, a = u & 0x7fffffffu;
-	if (a >= 0x477ff000u) /* overflows half: inf */
-		return (uint16_t)(sign | 0x7c00u);
-	if (a < 0x38800000u) { /* subnormal half */
-		float m;
-		memcpy(&m, &a, 4);
-		return (uint16_t)(sign | (uint32_t)lrintf(m * 16777216.0f)); /* m / 2^-24 */
-	}
-	a += 0xfffu + (a >> 13 & 1);
-	return (uint16_t)(sign | (a - 0x38000000u) >> 13);
-}
-
-static inline float f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = h >> 10 & 0x1f, m = h & 0x3ffu, u;
-	if (e == 0) {
-		float f = (float)m * (1.0f / 16777216.0f); /* subnormal: m * 2^-24 */
-		memcpy(&u, &f, 4);
-		u |= sign;
-	} else if (e == 31) {
-		u = sign | 0x7f800000u | m << 13;
-	} else {
-		u = sign | (e + 112) << 23 | m << 13;
-	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline float bf16_to_f32(uint16_t b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return fmt == PP_WEIGHTS_Q8_0 ? QUANT_Q8_0_BYTES
+	       : fmt == PP_WEIGHTS_Q4_0 ? QUANT_Q4_0_BYTES
+					: QUANT_Q4_1_BYTES;
 }
 
 void *pp_cpu_pack_weight(const pp_act *w_, int OC, int C, int fmt)
 {
 	const float *w = w_;
 	size_t bytes = pp_weights_bytes(fmt, OC, C);
+	if (fmt != PP_WEIGHTS_F32 && fmt != PP_WEIGHTS_BF16 && fmt != PP_WEIGHTS_Q8_0)
+		return NULL;
 	void *p = bytes ? malloc(bytes) : NULL;
 	if (!p)
 		return NULL;
@@ -88,20 +51,10 @@ void *pp_cpu_pack_weight(const pp_act *w_, int OC, int C, int fmt)
 		for (size_t i = 0; i < (size_t)OC * C; i++)
 			b[i] = f32_to_bf16(w[i]);
 	} else {
-		const size_t nb = (size_t)OC * C / Q8_BLOCK;
-		int8_t *q = p;
-		uint16_t *d = (uint16_t *)(q + (size_t)OC * C);
 #pragma omp parallel for schedule(static)
-		for (size_t k = 0; k < nb; k++) {
-			const float *x = w + k * Q8_BLOCK;
-			float amax = 0;
-			for (int i = 0; i < Q8_BLOCK; i++)
-				amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-			float s = amax / 127, inv = s > 0 ? 1 / s : 0;
-			for (int i = 0; i < Q8_BLOCK; i++)
-				q[k * Q8_BLOCK + i] = (int8_t)lrintf(x[i] * inv);
-			d[k] = f32_to_f16(s);
-		}
+		for (int o = 0; o < OC; o++)
+			quant_encode_q8_0(w + (size_t)o * C,
+					  (uint8_t *)p + (size_t)o * (C / QUANT_BLOCK) * QUANT_Q8_0_BYTES, C);
 	}
 	return p;
 }
@@ -129,28 +82,29 @@ static inline float dot_bf16(const uint16_t *w, const float *x, int C)
 	DOT(bf16_to_f32(w[j + k]), bf16_to_f32(w[j]));
 }
 
-/* One row of q8_0 blocks (C a multiple of 32): into fp32 (for several
- * input rows), or its dot product with x (one input row), the block's
- * products summed before its scale. Written with intrinsics where the CPU
- * has AVX2 or AVX-512: compilers do not vectorise the int8 widening well
- * here, and this loop is the whole step. */
-static void dequant_q8_c(float *w, const int8_t *q, const uint16_t *d, int C)
+/* ---- rows of blocks: dot products and expansion ----------------------------
+ * Written with intrinsics where the CPU has AVX2 or AVX-512 (picked when the
+ * program loads): compilers do not vectorise the widening of int8 and 4-bit
+ * weights well, and this loop is the whole step. */
+
+static void dequant_c(int fmt, const uint8_t *row, float *w, int C)
 {
-	for (int b = 0; b < C / Q8_BLOCK; b++) {
-		const float sc = f16_to_f32(d[b]);
-		for (int k = 0; k < Q8_BLOCK; k++)
-			w[b * Q8_BLOCK + k] = sc * (float)q[b * Q8_BLOCK + k];
-	}
+	if (fmt == PP_WEIGHTS_Q8_0)
+		quant_decode_q8_0(row, w, C);
+	else if (fmt == PP_WEIGHTS_Q4_0)
+		quant_decode_q4_0(row, w, C);
+	else
+		quant_decode_q4_1(row, w, C);
 }
 
-static float dot_q8_c(const int8_t *q, const uint16_t *d, const float *x, int C)
+static float dot_blocks_c(int fmt, const uint8_t *row, const float *x, int C)
 {
-	float s = 0;
-	for (int b = 0; b < C / Q8_BLOCK; b++) {
-		float t = 0;
-		for (int k = 0; k < Q8_BLOCK; k++)
-			t += (float)q[b * Q8_BLOCK + k] * x[b * Q8_BLOCK + k];
-		s += f16_to_f32(d[b]) * t;
+	float w[QUANT_BLOCK], s = 0;
+	const int bb = block_bytes(fmt);
+	for (int b = 0; b < C / QUANT_BLOCK; b++) {
+		dequant_c(fmt, row + (size_t)b * bb, w, QUANT_BLOCK);
+		for (int k = 0; k < QUANT_BLOCK; k++)
+			s += w[k] * x[b * QUANT_BLOCK + k];
 	}
 	return s;
 }
@@ -158,134 +112,155 @@ static float dot_q8_c(const int8_t *q, const uint16_t *d, const float *x, int C)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-__attribute__((target("avx512f,f16c"))) static float dot_q8_avx512(const int8_t *q,
-								   const uint16_t *d,
-								   const float *x, int C)
+static inline uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* the 32 weights of a block as two vectors of 16 */
+__attribute__((target("avx512f,f16c"))) static inline void block_avx512(int fmt, const uint8_t *b,
+									  __m512 *w0, __m512 *w1)
 {
-	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-	for (int b = 0; b < C / Q8_BLOCK; b += 2) {
-		/* two blocks per iteration: independent chains for the FMA latency */
-		for (int h = 0; h < 2 && b + h < C / Q8_BLOCK; h++) {
-			const int8_t *qb = q + (b + h) * Q8_BLOCK;
-			const float *xb = x + (b + h) * Q8_BLOCK;
-			__m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qb)));
-			__m512 hi = _mm512_cvtepi32_ps(
-				_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qb + 16))));
-			__m512 t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16),
-						   _mm512_mul_ps(lo, _mm512_loadu_ps(xb)));
-			__m512 sc = _mm512_set1_ps(_cvtsh_ss(d[b + h]));
-			if (h)
-				acc1 = _mm512_fmadd_ps(t, sc, acc1);
-			else
-				acc0 = _mm512_fmadd_ps(t, sc, acc0);
-		}
+	const __m512 d = _mm512_set1_ps(_cvtsh_ss(le16(b)));
+	if (fmt == PP_WEIGHTS_Q8_0) {
+		*w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);
+		*w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
+		return;
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+	const bool q41 = fmt == PP_WEIGHTS_Q4_1;
+	const __m512 m = q41 ? _mm512_set1_ps(_cvtsh_ss(le16(b + 2))) : _mm512_mul_ps(d, _mm512_set1_ps(-8));
+	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))), mask = _mm_set1_epi8(15);
+	const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+	*w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m);
+	*w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
 }
 
-__attribute__((target("avx512f,f16c"))) static void dequant_q8_avx512(float *w, const int8_t *q,
-								      const uint16_t *d, int C)
+__attribute__((target("avx512f,f16c"))) static float dot_blocks_avx512(int fmt, const uint8_t *row,
+								       const float *x, int C)
 {
-	for (int b = 0; b < C / Q8_BLOCK; b++) {
-		__m512 sc = _mm512_set1_ps(_cvtsh_ss(d[b]));
-		for (int h = 0; h < 2; h++) {
-			__m512i v = _mm512_cvtepi8_epi32(
-				_mm_loadu_si128((const __m128i *)(q + b * Q8_BLOCK + 16 * h)));
-			_mm512_storeu_ps(w + b * Q8_BLOCK + 16 * h,
-					 _mm512_mul_ps(_mm512_cvtepi32_ps(v), sc));
-		}
+	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+	const int bb = block_bytes(fmt);
+	for (int b = 0; b < C / QUANT_BLOCK; b++) {
+		__m512 w0, w1;
+		block_avx512(fmt, row + (size_t)b * bb, &w0, &w1);
+		a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + b * QUANT_BLOCK), a0);
+		a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * QUANT_BLOCK + 16), a1);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+__attribute__((target("avx512f,f16c"))) static void dequant_avx512(int fmt, const uint8_t *row,
+								   float *w, int C)
+{
+	const int bb = block_bytes(fmt);
+	for (int b = 0; b < C / QUANT_BLOCK; b++) {
+		__m512 w0, w1;
+		block_avx512(fmt, row + (size_t)b * bb, &w0, &w1);
+		_mm512_storeu_ps(w + b * QUANT_BLOCK, w0);
+		_mm512_storeu_ps(w + b * QUANT_BLOCK + 16, w1);
 	}
 }
 
-__attribute__((target("avx2,fma,f16c"))) static float dot_q8_avx2(const int8_t *q,
-								  const uint16_t *d,
-								  const float *x, int C)
+/* the 32 weights of a block as four vectors of 8 */
+__attribute__((target("avx2,fma,f16c"))) static inline void block_avx2(int fmt, const uint8_t *b,
+								     __m256 w[4])
 {
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-	for (int b = 0; b < C / Q8_BLOCK; b++) {
-		const int8_t *qb = q + b * Q8_BLOCK;
-		const float *xb = x + b * Q8_BLOCK;
-		__m256 t = _mm256_setzero_ps();
-		for (int k = 0; k < Q8_BLOCK; k += 8) {
-			__m256 w = _mm256_cvtepi32_ps(
-				_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qb + k))));
-			t = _mm256_fmadd_ps(w, _mm256_loadu_ps(xb + k), t);
-		}
-		__m256 sc = _mm256_set1_ps(_cvtsh_ss(d[b]));
-		if (b & 1)
-			acc1 = _mm256_fmadd_ps(t, sc, acc1);
-		else
-			acc0 = _mm256_fmadd_ps(t, sc, acc0);
+	const __m256 d = _mm256_set1_ps(_cvtsh_ss(le16(b)));
+	if (fmt == PP_WEIGHTS_Q8_0) {
+		for (int k = 0; k < 4; k++)
+			w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+						     _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k)))),
+					     d);
+		return;
 	}
-	__m256 a = _mm256_add_ps(acc0, acc1);
-	__m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	const bool q41 = fmt == PP_WEIGHTS_Q4_1;
+	const __m256 m = q41 ? _mm256_set1_ps(_cvtsh_ss(le16(b + 2))) : _mm256_mul_ps(d, _mm256_set1_ps(-8));
+	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))), mask = _mm_set1_epi8(15);
+	const __m128i n[2] = {_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask)};
+	for (int k = 0; k < 4; k++) {
+		__m128i part = k & 1 ? _mm_srli_si128(n[k / 2], 8) : n[k / 2];
+		w[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), d, m);
+	}
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float dot_blocks_avx2(int fmt, const uint8_t *row,
+								      const float *x, int C)
+{
+	__m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+		       _mm256_setzero_ps()};
+	const int bb = block_bytes(fmt);
+	for (int b = 0; b < C / QUANT_BLOCK; b++) {
+		__m256 w[4];
+		block_avx2(fmt, row + (size_t)b * bb, w);
+		for (int k = 0; k < 4; k++)
+			a[k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + b * QUANT_BLOCK + 8 * k), a[k]);
+	}
+	__m256 s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+	__m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 	r = _mm_add_ps(r, _mm_movehl_ps(r, r));
 	r = _mm_add_ss(r, _mm_movehdup_ps(r));
 	return _mm_cvtss_f32(r);
 }
 
-__attribute__((target("avx2,f16c"))) static void dequant_q8_avx2(float *w, const int8_t *q,
-								 const uint16_t *d, int C)
+__attribute__((target("avx2,fma,f16c"))) static void dequant_avx2(int fmt, const uint8_t *row,
+								  float *w, int C)
 {
-	for (int b = 0; b < C / Q8_BLOCK; b++) {
-		__m256 sc = _mm256_set1_ps(_cvtsh_ss(d[b]));
-		for (int k = 0; k < Q8_BLOCK; k += 8) {
-			__m256i v = _mm256_cvtepi8_epi32(
-				_mm_loadl_epi64((const __m128i *)(q + b * Q8_BLOCK + k)));
-			_mm256_storeu_ps(w + b * Q8_BLOCK + k, _mm256_mul_ps(_mm256_cvtepi32_ps(v), sc));
-		}
+	const int bb = block_bytes(fmt);
+	for (int b = 0; b < C / QUANT_BLOCK; b++) {
+		__m256 v[4];
+		block_avx2(fmt, row + (size_t)b * bb, v);
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(w + b * QUANT_BLOCK + 8 * k, v[k]);
 	}
 }
 #endif
 
-typedef float (*dot_q8_fn)(const int8_t *, const uint16_t *, const float *, int);
-typedef void (*dequant_q8_fn)(float *, const int8_t *, const uint16_t *, int);
-static dot_q8_fn dot_q8 = dot_q8_c;
-static dequant_q8_fn dequant_q8 = dequant_q8_c;
+static float (*dot_blocks)(int, const uint8_t *, const float *, int) = dot_blocks_c;
+static void (*dequant)(int, const uint8_t *, float *, int) = dequant_c;
 
-__attribute__((constructor)) static void pick_q8(void)
+/* The widest the CPU has; PP_CPU_ISA=avx2 or generic caps it (to compare
+ * the paths on one machine). */
+__attribute__((constructor)) static void pick_blocks(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
+	const char *cap = getenv("PP_CPU_ISA");
+	const bool avx512 = !cap || (strcmp(cap, "avx2") && strcmp(cap, "generic"));
+	const bool avx2 = !cap || strcmp(cap, "generic");
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
-		dot_q8 = dot_q8_avx512;
-		dequant_q8 = dequant_q8_avx512;
-	} else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	if (avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
+		dot_blocks = dot_blocks_avx512;
+		dequant = dequant_avx512;
+	} else if (avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 		   __builtin_cpu_supports("f16c")) {
-		dot_q8 = dot_q8_avx2;
-		dequant_q8 = dequant_q8_avx2;
+		dot_blocks = dot_blocks_avx2;
+		dequant = dequant_avx2;
 	}
 #endif
 }
 
 /* n floats of scratch per thread (weight rows expanded to fp32) */
-static float *row_buffer(int C)
+static float *row_buffer(size_t n)
 {
 	static _Thread_local float *buf;
-	static _Thread_local int cap;
-	if (cap < C) {
+	static _Thread_local size_t cap;
+	if (cap < n) {
 		pp_cpu_free(buf);
-		buf = pp_cpu_scratch((size_t)C * sizeof *buf);
-		cap = C;
+		buf = pp_cpu_scratch(n * sizeof *buf);
+		cap = n;
 	}
 	return buf;
 }
 
-/* output rows [o0, o1) of every input row. One input row: a dot product
- * per weight row, straight from the stored form. Several: the task's
- * weight rows are expanded to fp32 once (in cache), then one GEMM on the
- * calling thread. */
+/* output rows [o0, o1) of every input row */
 PP_CPU_CLONES
 static void rows_packed(float *out, const float *inp, const void *wp, const float *bias, int N,
 			int C, int OC, int fmt, int o0, int o1)
 {
-	const int8_t *q = wp;
-	const uint16_t *d = (const uint16_t *)(q + (size_t)OC * C), *h = wp;
+	const size_t row_bytes = pp_weights_bytes(fmt, 1, C);
+	const uint8_t *rows8 = wp;
+	const uint16_t *h = wp;
 	if (N == 1) {
 		for (int o = o0; o < o1; o++) {
 			float v = fmt == PP_WEIGHTS_F32    ? dot_f32((const float *)wp + (size_t)o * C, inp, C)
 				  : fmt == PP_WEIGHTS_BF16 ? dot_bf16(h + (size_t)o * C, inp, C)
-							   : dot_q8(q + (size_t)o * C, d + (size_t)o * (C / Q8_BLOCK), inp, C);
+							   : dot_blocks(fmt, rows8 + o * row_bytes, inp, C);
 			out[o] = v + (bias ? bias[o] : 0);
 		}
 		return;
@@ -293,14 +268,14 @@ static void rows_packed(float *out, const float *inp, const void *wp, const floa
 	const int rows = o1 - o0;
 	const float *tile = (const float *)wp + (size_t)o0 * C;
 	if (fmt != PP_WEIGHTS_F32) {
-		float *t = row_buffer(rows * C);
+		float *t = row_buffer((size_t)rows * C);
 		for (int r = 0; r < rows; r++) {
 			const size_t o = (size_t)(o0 + r);
-			if (fmt == PP_WEIGHTS_Q8_0)
-				dequant_q8(t + (size_t)r * C, q + o * C, d + o * (C / Q8_BLOCK), C);
-			else
+			if (fmt == PP_WEIGHTS_BF16)
 				for (int j = 0; j < C; j++)
 					t[(size_t)r * C + j] = bf16_to_f32(h[o * C + j]);
+			else
+				dequant(fmt, rows8 + o * row_bytes, t + (size_t)r * C, C);
 		}
 		tile = t;
 	}

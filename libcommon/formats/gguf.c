@@ -149,19 +149,20 @@ static bool match(const char *pattern, const char *name, int *layer)
 }
 
 /* Rows of a q or k weight between Hugging Face's order and llama.cpp's, in
- * place: w is (heads * D, cols); to_gguf picks the direction. tmp holds one
- * head (D * cols floats). */
-static void permute_rows(float *w, int heads, int64_t rows, int64_t cols, bool to_gguf, float *tmp)
+ * place: w is heads * D rows of row_bytes (floats, or a row's blocks);
+ * to_gguf picks the direction. tmp holds one head (D rows). */
+static void permute_rows(void *w, int heads, int64_t rows, size_t row_bytes, bool to_gguf,
+			 void *tmp)
 {
 	const int64_t D = rows / heads, half = D / 2;
 	for (int h = 0; h < heads; h++) {
-		float *head = w + (int64_t)h * D * cols;
-		memcpy(tmp, head, (size_t)(D * cols) * sizeof(float));
+		char *head = (char *)w + (size_t)(h * D) * row_bytes;
+		memcpy(tmp, head, (size_t)D * row_bytes);
 		for (int64_t i = 0; i < half; i++)
 			for (int j = 0; j < 2; j++) {
 				const int64_t hf = j * half + i, gg = 2 * i + j;
-				memcpy(head + (to_gguf ? gg : hf) * cols, tmp + (to_gguf ? hf : gg) * cols,
-				       (size_t)cols * sizeof(float));
+				memcpy(head + (size_t)(to_gguf ? gg : hf) * row_bytes,
+				       (char *)tmp + (size_t)(to_gguf ? hf : gg) * row_bytes, row_bytes);
 			}
 	}
 }
@@ -224,11 +225,35 @@ static int src_read(tio_source *s, int i, const char *group, float *out, pp_err 
 		float *tmp = malloc((size_t)(d->shape[0] / heads * d->shape[1]) * sizeof(float));
 		if (!tmp)
 			return pp_errorf(e, PP_ERUNTIME, "out of memory");
-		permute_rows(out, heads, d->shape[0], d->shape[1], false, tmp);
+		permute_rows(out, heads, d->shape[0], (size_t)d->shape[1] * sizeof(float), false, tmp);
 		free(tmp);
 	} else if (g->x[i] == X_NORM_OFFSET) {
 		for (int64_t k = 0; k < t->numel; k++)
 			out[k] -= 1.0f;
+	}
+	return 0;
+}
+
+/* The stored bytes, q and k rows back in Hugging Face's order (whole rows
+ * of blocks move); gemma's 1 + w norms are not stored as pp's. */
+static int src_read_raw(tio_source *s, int i, void *out, pp_err *e)
+{
+	gguf_src *g = s->impl;
+	if (i < 0 || i >= s->n)
+		return pp_errorf(e, PP_EUSAGE, "%s: no tensor %d", g->f.path, i);
+	const gguf_tinfo *t = g->ti[i];
+	const tio_tensor *d = &s->tensors[i];
+	if (g->x[i] == X_NORM_OFFSET || !tio_raw_bytes(d))
+		return pp_errorf(e, PP_EUSAGE, "%s: %s cannot be read as stored", g->f.path, d->name);
+	memcpy(out, gguf_tensor_data(&g->f, t), t->nbytes);
+	if (g->x[i] == X_ROPE_Q || g->x[i] == X_ROPE_K) {
+		const int heads = g->x[i] == X_ROPE_Q ? g->m.n_heads : g->m.n_kv_heads;
+		const size_t row = t->nbytes / (size_t)d->shape[0];
+		void *tmp = malloc((size_t)(d->shape[0] / heads) * row);
+		if (!tmp)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory");
+		permute_rows(out, heads, d->shape[0], row, false, tmp);
+		free(tmp);
 	}
 	return 0;
 }
@@ -524,6 +549,7 @@ int tio_open_gguf(const char *path, tio_source **out, pp_err *e)
 	s->format = "gguf";
 	s->impl = g;
 	s->read = src_read;
+	s->read_raw = src_read_raw;
 	s->close = src_close;
 	int rc = gguf_file_open(&g->f, path, e);
 	const arch_desc *a = NULL;
@@ -618,7 +644,7 @@ static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const 
 			return pp_errorf(e, PP_ERUNTIME, "out of memory for %s", t->name);
 		}
 		memcpy(w, param, (size_t)n * sizeof(float));
-		permute_rows(w, heads, st->rows, st->cols, true, tmp);
+		permute_rows(w, heads, st->rows, (size_t)st->cols * sizeof(float), true, tmp);
 		src = w;
 	}
 	void *buf = malloc(st->nbytes ? st->nbytes : 1);

@@ -1,14 +1,7 @@
 /* GGUF's element types (ggml's): which ones pp reads and writes, their
- * block sizes, and the conversions to and from fp32.
- *
- * A block format stores blocks of 32 consecutive elements of a row (ggml's
- * ne[0], the fastest dimension); its fp16 scale comes first:
- *   Q8_0  {fp16 d; int8 q[32]}            x[j] = d * q[j]
- *   Q4_0  {fp16 d; uint8 qs[16]}          x[j] = d * ((qs[j] & 15) - 8),
- *                                         x[j + 16] = d * ((qs[j] >> 4) - 8)
- *   Q4_1  {fp16 d; fp16 m; uint8 qs[16]}  x[j] = d * (qs[j] & 15) + m,
- *                                         x[j + 16] = d * (qs[j] >> 4) + m
- * (j < 16), little-endian, as llama.cpp's ggml-common.h lays them out. */
+ * block sizes, and the conversions to and from fp32. The block formats
+ * (Q8_0, Q4_0, Q4_1: blocks of 32 consecutive elements of a row, ggml's
+ * ne[0]) are kernels/quant.h's. */
 #ifndef PP_GGUF_QUANT_H
 #define PP_GGUF_QUANT_H
 
@@ -44,16 +37,10 @@ const char *gguf_type_other_name(uint32_t id);
 /* The type pp writes for d (F32, F16, BF16, Q8_0), or NULL. */
 const gguf_type *gguf_type_for(tio_dtype d);
 
-float gguf_f16_to_f32(uint16_t h);
-uint16_t gguf_f32_to_f16(float f); /* round to nearest even; overflow: inf */
-float gguf_bf16_to_f32(uint16_t h);
-uint16_t gguf_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
-
 /* n elements (a multiple of t->block) of type t at src into dst. */
 void gguf_decode(const gguf_type *t, const void *src, float *dst, int64_t n);
-/* n floats (a multiple of t->block) into type t at dst. Q8_0 takes the
- * scale d = max|x| / 127 rounded to fp16, then q = round(x / d) clamped to
- * [-127, 127]: every element within d / 2 of its value. */
+/* n floats (a multiple of t->block) into type t at dst (Q8_0: as
+ * quant_encode_q8_0, kernels/quant.h). */
 void gguf_encode(const gguf_type *t, const float *src, void *dst, int64_t n);
 /* Bytes of n elements of type t (n a multiple of t->block). */
 static inline uint64_t gguf_nbytes(const gguf_type *t, int64_t n)

@@ -29,7 +29,7 @@
 
 #include "../tokenizer.h"
 #include "fileio.h"
-#include "halffloat.h"
+#include "../../kernels/halffloat.h"
 #include "hfconfig.h"
 #include "modeltable.h"
 #include "safetensors.h"

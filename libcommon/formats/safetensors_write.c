@@ -19,7 +19,7 @@
 #include "../fsutil.h"
 #include "../tokenizer.h"
 #include "fileio.h"
-#include "halffloat.h"
+#include "../../kernels/halffloat.h"
 #include "hfconfig.h"
 #include "modeltable.h"
 #include "safetensors.h"

@@ -21,6 +21,18 @@ int64_t tio_numel(const tio_tensor *t)
 	return n;
 }
 
+uint64_t tio_raw_bytes(const tio_tensor *t)
+{
+	static const int block[] = {[TIO_F32] = 1, [TIO_F16] = 1, [TIO_BF16] = 1, [TIO_Q8_0] = 32,
+				    [TIO_Q4_0] = 32, [TIO_Q4_1] = 32, [TIO_F64] = 1};
+	static const int bytes[] = {[TIO_F32] = 4, [TIO_F16] = 2, [TIO_BF16] = 2, [TIO_Q8_0] = 34,
+				    [TIO_Q4_0] = 18, [TIO_Q4_1] = 20, [TIO_F64] = 8};
+	const int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 1;
+	if (cols % block[t->dtype])
+		return 0;
+	return (uint64_t)(tio_numel(t) / block[t->dtype]) * (uint64_t)bytes[t->dtype];
+}
+
 int tio_model_cfg(const tio_meta *meta, pp_model_cfg *out, pp_err *e)
 {
 	if (!meta->model || !json_is_object(meta->model))

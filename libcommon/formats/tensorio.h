@@ -40,6 +40,9 @@ typedef struct {
 
 /* The product of t's dims. */
 int64_t tio_numel(const tio_tensor *t);
+/* Bytes of t as its source stores it (dtype), 0 when its rows are not whole
+ * blocks. */
+uint64_t tio_raw_bytes(const tio_tensor *t);
 
 /* What travels with the tensors. */
 typedef struct {
@@ -69,6 +72,10 @@ struct tio_source {
 	/* Tensor i into out (tio_numel floats): group "params", or "adam_m" /
 	 * "adam_v" where tensors[i].adam. */
 	int (*read)(tio_source *s, int i, const char *group, float *out, pp_err *e);
+	/* NULL, or tensor i's parameters as the source stores them
+	 * (tensors[i].dtype; rows in pp's order) into out (tio_raw_bytes):
+	 * for readers that take stored blocks as they are (pp-decode) */
+	int (*read_raw)(tio_source *s, int i, void *out, pp_err *e);
 	/* NULL, or after the last read: whether the source as a whole was sound
 	 * (a pp checkpoint's files against their sha256, hashed meanwhile) */
 	int (*check)(tio_source *s, pp_err *e);

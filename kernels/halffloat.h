@@ -1,7 +1,7 @@
 /* IEEE half (F16) and bfloat16 (BF16) to and from float, rounding to
  * nearest even as torch does (NaN stays NaN, overflow goes to infinity). */
-#ifndef PP_FORMATS_HALFFLOAT_H
-#define PP_FORMATS_HALFFLOAT_H
+#ifndef PP_KERNELS_HALFFLOAT_H
+#define PP_KERNELS_HALFFLOAT_H
 
 #include <math.h>
 #include <stdint.h>
