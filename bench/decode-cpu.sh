@@ -36,8 +36,8 @@
 # its python), PP_DECODE overrides the pp-decode binary. Each run is killed
 # after --time-limit seconds (0: none) or its share of what is left of
 # --budget seconds (0: none), and reported as failed. --quick: llama-110m,
-# 32 tokens, a batch of 4 prompts of 16 tokens, a 512 MiB bandwidth array:
-# a check that the script works, in about two minutes.
+# -n 32, --batch 4, --batch-n 16 (where not given): a check that the script
+# works, in about a minute (two with --repeat 3).
 #
 # Prints the tables on stdout (progress on stderr) and, with --json, writes
 # them as JSON. Exit 1 when a tool is missing or any run failed, 2 on a
@@ -49,18 +49,18 @@ bench_init decode-cpu
 
 models="llama-110m llama-1b" precisions="fp32 bf16 q8_0" threads="1 2" n=128
 prompt="1 2 3 4 5 6 7 8" repeat=1 batch=16 batch_n=32 batch_weights=fp32 time_limit=900 budget=0 json=
-quick=0 membw_mib=1024 membw_passes=10
+quick=0 membw_mib=1024 membw_passes=10 given=
 usage() { sed -n '2,44s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
-	--models) models=$2; shift 2 ;;
+	--models) models=$2 given+=" models"; shift 2 ;;
 	--precisions) precisions=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
-	-n) n=$2; shift 2 ;;
+	-n) n=$2 given+=" n"; shift 2 ;;
 	--prompt) prompt=$2; shift 2 ;;
 	--repeat) repeat=$2; shift 2 ;;
-	--batch) batch=$2; shift 2 ;;
-	--batch-n) batch_n=$2; shift 2 ;;
+	--batch) batch=$2 given+=" batch"; shift 2 ;;
+	--batch-n) batch_n=$2 given+=" batch_n"; shift 2 ;;
 	--batch-weights) batch_weights=$2; shift 2 ;;
 	--time-limit) time_limit=$2; shift 2 ;;
 	--budget) budget=$2; shift 2 ;;
@@ -70,7 +70,12 @@ while [ $# -gt 0 ]; do
 	*) usage_error "unknown argument '$1'" ;;
 	esac
 done
-[ "$quick" = 0 ] || { models=llama-110m n=32 batch=4 batch_n=16 membw_mib=512 membw_passes=5; }
+# --quick's settings, where no option gave them
+if [ "$quick" = 1 ]; then
+	for v in models=llama-110m n=32 batch=4 batch_n=16; do
+		[[ " $given " == *" ${v%%=*} "* ]] || printf -v "${v%%=*}" %s "${v#*=}"
+	done
+fi
 bench_ints n repeat batch batch_n time_limit budget
 [ "$n" -ge 2 ] || usage_error "-n must be at least 2"
 [ "$repeat" -ge 1 ] || usage_error "--repeat must be at least 1"
@@ -93,6 +98,7 @@ decode=${PP_DECODE:-$root/build/bin/pp-decode}
 [ -x "$decode" ] || die "pp-decode not found at $decode: build it with make, or set PP_DECODE"
 pp_init=$(bench_tool pp-init)
 pp_ckpt=$(bench_tool pp-ckpt)
+pp_train=$(bench_tool pp-train)
 "$decode" --help >"$bench_tmp/decode.help" 2>&1 || true
 has_weights=false
 grep -q -- '--weights' "$bench_tmp/decode.help" && has_weights=true
@@ -123,7 +129,8 @@ say "memory read bandwidth ($membw_mib MiB, best of $membw_passes, threads: $thr
 # shellcheck disable=SC2086 # the thread counts are separate arguments
 "$bench_tmp/membw-cpu" -m "$membw_mib" -p "$membw_passes" $threads >"$bench_tmp/membw.json" 2>"$bench_tmp/membw.log" ||
 	die "bench/membw-cpu failed: $(tail -n 1 "$bench_tmp/membw.log")"
-say "bandwidth: $(benchlib get "$bench_tmp/membw.json" gbs)"
+say "bandwidth: $(python3 -c 'import json, sys
+print(", ".join("%s thread(s) %.1f GB/s" % kv for kv in json.load(open(sys.argv[1]))["gbs"].items()))' "$bench_tmp/membw.json")"
 
 # --- runs -----------------------------------------------------------------------
 # next_limit [K]: $limit, the wall-clock limit of the next process, which
@@ -213,6 +220,13 @@ for m in $models; do
 	say "$m: pp-init, pp-ckpt export ..."
 	"$pp_init" --plan --json model="$m" >"$bench_tmp/$m.plan.json" 2>"$bench_tmp/$m.plan.log" ||
 		die "pp-init rejected model=$m: $(tail -n 1 "$bench_tmp/$m.plan.log")"
+	"$pp_train" model="$m" --print-config >"$bench_tmp/$m.preset.json" 2>"$bench_tmp/$m.plan.log" ||
+		die "pp-train rejected model=$m: $(tail -n 1 "$bench_tmp/$m.plan.log")"
+	max_seq=$(benchlib get "$bench_tmp/$m.preset.json" model.max_seq_len)
+	[ $((prompt_tokens + n)) -le "$max_seq" ] ||
+		die "$m: the prompt ($prompt_tokens tokens) + -n $n exceeds its context of $max_seq"
+	[ "$batch" -eq 0 ] || [ $((64 + batch_n)) -le "$max_seq" ] ||
+		die "$m: the longest ragged prompt (64 tokens) + --batch-n $batch_n exceeds its context of $max_seq"
 	run=$bench_tmp/run-$m
 	"$pp_init" model="$m" -o "$run" >"$bench_tmp/$m.init.log" 2>&1 ||
 		die "pp-init model=$m -o $run failed: $(tail -n 1 "$bench_tmp/$m.init.log")"

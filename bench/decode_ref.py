@@ -35,9 +35,10 @@ library only: they run under any python3.
 """
 import argparse
 import json
-import re
 import sys
 import time
+
+from benchlib import fmt, load, load_or_none, ratio
 
 
 def die(msg):
@@ -189,57 +190,25 @@ def num(d, k):
 
 
 def pp_tokens(d, generated):
-    """The generated ids of one pp-decode --json object: a list field if it
-    has one, else the last `generated` numbers of its text (without a
-    tokenizer the text is the prompt and the completion as ids)."""
-    for k in ("tokens", "completion_ids", "output_ids", "generated_ids", "ids"):
-        if isinstance(d.get(k), list):
-            return [int(x) for x in d[k]][-generated:]
-    text = d.get("text") or d.get("completion")
-    if isinstance(text, str):
-        try:
-            xs = [int(x) for x in text.split()]
-        except ValueError:
-            return None
-        return xs[-generated:] if generated and len(xs) >= generated else None
-    return None
-
-
-# pp-decode's totals line on stderr, as today's and earlier builds write it:
-#   pp-decode: 2 prompts: 8 prompt tokens, prefill 123.5 tok/s; 8 tokens at 82.8 tok/s
-#     (up to 2 at once); weights 0.438 GB (fp32), KV cache 0.00118 GB; ...
-#   pp-decode: prompt 8 tokens, prefill 461.2 tok/s; 32 tokens at 87.9 tok/s (batch 4); ...
-TOTAL_PROMPT = re.compile(r"(?:(\d+) prompt tokens|prompt (\d+) tokens), prefill ([0-9.]+) tok/s")
-TOTAL_DECODE = re.compile(r"; (\d+) tokens at ([0-9.]+) tok/s")
-TOTAL_WEIGHTS = re.compile(r"weights ([0-9.]+) GB \((\w+)\)")
-TOTAL_PROMPTS = re.compile(r"^pp-decode: (\d+) prompts?:")
+    """The generated ids of one pp-decode --json object."""
+    return [int(x) for x in d.get("tokens", [])][-generated:] or None
 
 
 def pp_totals(path):
-    """The run's totals from pp-decode's stderr: {prompts, prompt_tokens,
-    prefill_tok_s, tokens, decode_tok_s, weights_bytes, weights_dtype}, the
-    keys it found. Its decode tok/s counts the tokens of the one-token steps:
-    every prompt's first token comes from its prefill."""
+    """The run's totals: the JSON object pp-decode --json writes on stderr at
+    the end ({} when there is none). Its decode_tok_s counts the tokens of
+    the one-token steps: every prompt's first token comes from its prefill."""
     out = {}
     try:
         with open(path, errors="replace") as f:
-            lines = [x for x in f if x.startswith("pp-decode:")]
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        out = json.loads(line)
+                    except ValueError:
+                        pass
     except OSError:
-        return out
-    for line in lines:
-        m = TOTAL_PROMPTS.search(line)
-        if m:
-            out["prompts"] = int(m.group(1))
-        m = TOTAL_PROMPT.search(line)
-        if m:
-            out["prompt_tokens"] = int(m.group(1) or m.group(2))
-            out["prefill_tok_s"] = float(m.group(3))
-        m = TOTAL_DECODE.search(line)
-        if m:
-            out["tokens"], out["decode_tok_s"] = int(m.group(1)), float(m.group(2))
-        m = TOTAL_WEIGHTS.search(line)
-        if m:
-            out["weights_bytes"], out["weights_dtype"] = float(m.group(1)) * 1e9, m.group(2)
+        pass
     return out
 
 
@@ -269,10 +238,8 @@ def cmd_pp(a):
     per = []
     for o in rows:
         gen = num(o, "completion_tokens")
-        gen = gen if gen is not None else num(o, "generated_tokens")
         if gen is None:
-            die(f"{a.file}: pp-decode --json has no field completion_tokens (nor generated_tokens); "
-                f"keys: {', '.join(o)}")
+            die(f"{a.file}: pp-decode --json has no field completion_tokens; keys: {', '.join(o)}")
         tps = num(o, "decode_tok_s")
         if tps is None or tps <= 0:
             die(f"{a.file}: decode_tok_s = {o['decode_tok_s']!r}: expected a positive number")
@@ -290,24 +257,19 @@ def cmd_pp(a):
         die(f"{a.file}: pp-decode printed {len(per)} JSON line(s) with decode_tok_s for "
             f"{a.prompts} prompts: it did not decode one prompt per line of --prompt-file")
     tot = pp_totals(a.log) if a.log else {}
-    if a.weights and tot.get("weights_dtype") and tot["weights_dtype"] != a.weights:
-        die(f"pp-decode --weights {a.weights} decoded {tot['weights_dtype']} weights "
-            f"(its log: weights ... ({tot['weights_dtype']}))")
-    # the run's generation time (prefill + decode): its totals line when there
-    # is one, else the longest prompt's own figures
-    if "decode_tok_s" in tot and "prefill_tok_s" in tot:
-        steps = tot["tokens"] - tot.get("prompts", len(per))
-        gen_s = steps / tot["decode_tok_s"] + tot["prompt_tokens"] / tot["prefill_tok_s"]
+    if a.weights and tot.get("weights") and tot["weights"] != a.weights:
+        die(f"pp-decode --weights {a.weights} decoded {tot['weights']} weights (its totals)")
+    # the run's generation time (prefill + decode): its totals when there are
+    # some, else the longest prompt's own figures
+    if "step_s" in tot and "prefill_s" in tot:
+        gen_s = tot["step_s"] + tot["prefill_s"]
         timing, prefill_known = "stderr totals", True
     else:
         gen_s = max(p["gen_s"] for p in per)
         timing, prefill_known = "json lines", all(p["prefill_known"] for p in per)
     first = rows[0]
-    pbytes = next((num(o, "param_bytes") for o in rows if num(o, "param_bytes")), None)
-    bsrc = "param_bytes"
-    if pbytes is None and tot.get("weights_bytes"):
-        pbytes, bsrc = tot["weights_bytes"], "log: weights GB"
-    if pbytes is None:
+    pbytes, bsrc = tot.get("weights_bytes"), "weights_bytes"
+    if not pbytes:
         pbytes = next((num(o, "bytes_per_token") for o in rows if num(o, "bytes_per_token")), None)
         bsrc = "bytes_per_token"
     emit({"lines": len(per), "decode_tok_s": per[0]["decode_tok_s"],
@@ -315,27 +277,13 @@ def cmd_pp(a):
           "generated_tokens": sum(p["generated_tokens"] for p in per),
           "gen_s": gen_s, "timing": timing, "prefill_known": prefill_known,
           "weight_bytes": pbytes, "weight_bytes_source": bsrc if pbytes else None,
-          "weights_dtype": tot.get("weights_dtype"), "tokens": per[0]["tokens"],
+          "weights_dtype": tot.get("weights"), "tokens": per[0]["tokens"],
           "wall_s": a.wall, "totals": tot,
           "raw": {k: v for k, v in first.items() if k not in BULKY} if len(rows) == 1 else None})
 
 
 # --- report ---------------------------------------------------------------------
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        die(f"{path}: {err}")
-
-
-def load_or_none(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def load_lines(path):
@@ -358,12 +306,6 @@ def error_of(path):
         return None
 
 
-def fmt(x, spec, none="-"):
-    return none if x is None else format(x, spec)
-
-
-def ratio(a, b):
-    return a / b if a and b else None
 
 
 def agree(a, b):
@@ -478,8 +420,7 @@ def cmd_report(a):
           + ", ".join(f"{t} thread{'s' if t > 1 else ''}: {g:.1f} GB/s" for t, g in sorted(bw.items()))
           + f"; {meta.get('bandwidth_note', '')})")
     if not meta.get("pp_weights_option", True):
-        print("# pp-decode has no --weights option: it ran every precision with its default "
-              "weights; rows other than fp32 are not run")
+        print("# pp-decode has no --weights option: pp ran its fp32 rows only")
     head = ("model", "weights", "thr", "pp tok/s", "llama.cpp", "transformers", "pp/llama.cpp",
             "pp/transf.", "pp GB/tok", "pp GB/s", "BW%")
     line = "%-11s %-7s %3s %9s %9s %12s %12s %10s %9s %8s %6s"
@@ -526,7 +467,7 @@ def cmd_report(a):
               f"in one run (--batch {meta['batch']} --prompt-file) against {meta['batch']} runs of one "
               f"prompt; {meta['batch_n']} new tokens each, weights {meta['batch_weights']}, "
               f"{meta['batch_threads']} threads")
-        words = {"stderr totals": "pp-decode's totals line on stderr",
+        words = {"stderr totals": "pp-decode's totals on stderr",
                  "json lines": "the slowest prompt's figures in pp-decode --json"}
         timing = sorted({words[r["timing"]] for r in ragged if "timing" in r})
         print("# gen: generated tokens / generation time (prefill + decode, from "

@@ -110,6 +110,40 @@ static int output(void *ctx, const decode_request *r, const decode_result *res, 
 	return rc;
 }
 
+/* The run's totals on stderr: a log line, or with --json one JSON object. */
+static void print_totals(const decode_stats *st, bool json, const char *weights)
+{
+	const double rate = st->step_s > 0 ? (double)st->steps / st->step_s : 0;
+	const double step = st->steps ? st->param_bytes + st->kv_read_bytes / (double)st->steps : 0;
+	if (json) {
+		json_t *o = json_pack(
+			"{s:i, s:i, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:i, s:f, s:s, s:f, s:f, s:f, "
+			"s:f, s:b}",
+			"prompts", st->n_requests, "failed", st->n_failed, "prompt_tokens",
+			(json_int_t)st->prompt_tokens, "prefill_s", st->prefill_s, "prefill_tok_s",
+			decode_prefill_rate(st), "generated_tokens", (json_int_t)st->generated_tokens,
+			"steps", (json_int_t)st->steps, "step_s", st->step_s, "decode_tok_s",
+			decode_step_rate(st), "max_batch", st->max_batch, "wall_s", st->wall_s,
+			"weights", weights, "weights_bytes", st->param_bytes, "kv_cache_bytes",
+			(double)st->kv_bytes, "bytes_per_step", step, "bandwidth_gb_s",
+			1e-9 * step * rate, "cuda_graph", st->graph);
+		char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		if (s)
+			fprintf(stderr, "%s\n", s);
+		free(s);
+		json_decref(o);
+		return;
+	}
+	log_info("%d prompt%s%s: %ld prompt tokens, prefill %.1f tok/s; %ld tokens at %.1f tok/s "
+		 "(up to %d at once); weights %.3g GB (%s), KV cache %.3g GB; %.3g GB read per "
+		 "step, %.1f GB/s%s",
+		 st->n_requests, st->n_requests == 1 ? "" : "s", st->n_failed ? " (some failed)" : "",
+		 st->prompt_tokens, decode_prefill_rate(st), st->generated_tokens,
+		 decode_step_rate(st), st->max_batch, 1e-9 * st->param_bytes, weights,
+		 1e-9 * (double)st->kv_bytes, 1e-9 * step, 1e-9 * step * rate,
+		 st->graph ? ", CUDA graph" : "");
+}
+
 /* The requests: --prompt, the lines of --prompt-file, or those of stdin. */
 static int read_requests(const decode_args *a, const request_defaults *d, decode_request **reqs,
 			 int *n, pp_err *e)
@@ -236,22 +270,11 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	decode_stats st = {0};
 	if (!rc)
 		rc = decode_run(&s, reqs, n_req, &o, &st, e);
-	if (!rc) {
-		const double steps = st.step_s > 0 ? (double)st.steps / st.step_s : 0;
-		const double read = st.steps ? st.param_bytes + st.kv_read_bytes / (double)st.steps : 0;
-		log_info("%d prompt%s%s: %ld prompt tokens, prefill %.1f tok/s; %ld tokens at %.1f "
-			 "tok/s (up to %d at once); weights %.3g GB (%s), KV cache %.3g GB; %.3g GB "
-			 "read per step, %.1f GB/s%s",
-			 st.n_requests, st.n_requests == 1 ? "" : "s",
-			 st.n_failed ? " (some failed)" : "", st.prompt_tokens,
-			 decode_prefill_rate(&st), st.generated_tokens, decode_step_rate(&st),
-			 st.max_batch, 1e-9 * st.param_bytes, fmt >= 0 ? weight_names[fmt] : cfg->dtype,
-			 1e-9 * (double)st.kv_bytes, 1e-9 * read, 1e-9 * read * steps,
-			 st.graph ? ", CUDA graph" : "");
-		if (st.n_failed)
-			rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
-				       st.n_failed, st.n_requests);
-	}
+	if (!rc)
+		print_totals(&st, a->json, fmt >= 0 ? weight_names[fmt] : cfg->dtype);
+	if (!rc && st.n_failed)
+		rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
+			       st.n_failed, st.n_requests);
 	for (int i = 0; i < n_req; i++)
 		decode_request_free(&reqs[i]);
 	free(reqs);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages pp needs to build and test. As root it runs
-# apt-get; otherwise it prints the exact command and exits 1.
+# Installs the Debian packages pp needs to build and test (or, given names,
+# those packages: the reference and benchmark environments' scripts). As root
+# it runs apt-get; otherwise it prints the exact command and exits 1.
+#   scripts/install-deps.sh [PACKAGE...]
 set -eu
 pkgs=(
 	gcc make pkg-config            # build
@@ -12,6 +14,7 @@ pkgs=(
 	sentencepiece bible-kjv bible-kjv-text unzip python3-pip  # tokenizer references: spm_encode/spm_train, the KJV corpus, PyPI downloads
 	clang libclang-rt-14-dev       # libFuzzer targets (tests/test_fuzz.sh)
 )
+[ $# -gt 0 ] && pkgs=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

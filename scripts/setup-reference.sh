@@ -49,25 +49,7 @@ if ready; then
 fi
 
 # Debian packages
-missing=()
-for p in "${debs[@]}"; do
-	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	apt_line="apt-get -o DPkg::Lock::Timeout=300 -y --no-install-recommends install ${missing[*]}"
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "setup-reference: missing Debian packages: ${missing[*]}; run as root:" >&2
-		echo "  $apt_line" >&2
-		exit 1
-	fi
-	echo "setup-reference: installing ${missing[*]}" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	# a machine whose package lists were never fetched needs an update first
-	if ! $apt_line >&2; then
-		apt-get -o DPkg::Lock::Timeout=300 update >&2 || die "apt-get update failed"
-		$apt_line >&2 || die "apt-get install ${missing[*]} failed"
-	fi
-fi
+"$here/install-deps.sh" "${debs[@]}" || exit 1
 [ -x "$py" ] || die "$py not found (Debian's python3)"
 "$py" -c 'import torch, h5py, numpy' 2>/dev/null ||
 	die "$py cannot import torch, h5py and numpy although their Debian packages are installed"

@@ -77,15 +77,15 @@ static inline float dot_f32(const float *w, const float *x, int C)
 	DOT(w[j + k], w[j]);
 }
 
-static inline float dot_bf16(const uint16_t *w, const float *x, int C)
+static float dot_bf16_c(const uint16_t *w, const float *x, int C)
 {
 	DOT(bf16_to_f32(w[j + k]), bf16_to_f32(w[j]));
 }
 
-/* ---- rows of blocks: dot products and expansion ----------------------------
+/* ---- rows of bf16 and of blocks: dot products and expansion ----------------
  * Written with intrinsics where the CPU has AVX2 or AVX-512 (picked when the
- * program loads): compilers do not vectorise the widening of int8 and 4-bit
- * weights well, and this loop is the whole step. */
+ * program loads): compilers do not vectorise the widening of bf16, int8 and
+ * 4-bit weights well, and this loop is the whole step. */
 
 static void dequant_c(int fmt, const uint8_t *row, float *w, int C)
 {
@@ -158,6 +158,47 @@ __attribute__((target("avx512f,f16c"))) static void dequant_avx512(int fmt, cons
 	}
 }
 
+/* a row of bf16: widened to fp32 by a shift, four accumulators */
+__attribute__((target("avx512f"))) static float dot_bf16_avx512(const uint16_t *w, const float *x,
+								int C)
+{
+	__m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+		       _mm512_setzero_ps()};
+	int j = 0;
+	for (; j + 64 <= C; j += 64)
+		for (int k = 0; k < 4; k++) {
+			__m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + j + 16 * k)));
+			a[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+					       _mm512_loadu_ps(x + j + 16 * k), a[k]);
+		}
+	float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+	for (; j < C; j++)
+		s += bf16_to_f32(w[j]) * x[j];
+	return s;
+}
+
+__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w, const float *x,
+							       int C)
+{
+	__m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+		       _mm256_setzero_ps()};
+	int j = 0;
+	for (; j + 32 <= C; j += 32)
+		for (int k = 0; k < 4; k++) {
+			__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + j + 8 * k)));
+			a[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)),
+					       _mm256_loadu_ps(x + j + 8 * k), a[k]);
+		}
+	__m256 t = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+	__m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+	r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+	r = _mm_add_ss(r, _mm_movehdup_ps(r));
+	float s = _mm_cvtss_f32(r);
+	for (; j < C; j++)
+		s += bf16_to_f32(w[j]) * x[j];
+	return s;
+}
+
 /* the 32 weights of a block as four vectors of 8 */
 __attribute__((target("avx2,fma,f16c"))) static inline void block_avx2(int fmt, const uint8_t *b,
 								     __m256 w[4])
@@ -212,6 +253,7 @@ __attribute__((target("avx2,fma,f16c"))) static void dequant_avx2(int fmt, const
 }
 #endif
 
+static float (*dot_bf16)(const uint16_t *, const float *, int) = dot_bf16_c;
 static float (*dot_blocks)(int, const uint8_t *, const float *, int) = dot_blocks_c;
 static void (*dequant)(int, const uint8_t *, float *, int) = dequant_c;
 
@@ -225,10 +267,12 @@ __attribute__((constructor)) static void pick_blocks(void)
 	const bool avx2 = !cap || strcmp(cap, "generic");
 	__builtin_cpu_init();
 	if (avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
+		dot_bf16 = dot_bf16_avx512;
 		dot_blocks = dot_blocks_avx512;
 		dequant = dequant_avx512;
 	} else if (avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 		   __builtin_cpu_supports("f16c")) {
+		dot_bf16 = dot_bf16_avx2;
 		dot_blocks = dot_blocks_avx2;
 		dequant = dequant_avx2;
 	}

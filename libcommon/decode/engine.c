@@ -58,6 +58,24 @@ void decode_result_free(decode_result *r)
 	memset(r, 0, sizeof *r);
 }
 
+/* ids as text into t (cleared first): through the tokenizer, or as numbers
+ * separated by spaces without one; cont: they continue earlier text (a
+ * leading space before the first number, no BOS-side space stripping) */
+static int ids_text(const pp_tokenizer *tk, const int *ids, size_t n, bool cont, tok_text *t,
+		    pp_err *e)
+{
+	tok_text_free(t);
+	if (tk)
+		return tok_decode_ex(tk, ids, n, cont ? TOK_DECODE_CONTINUE : 0, t, e);
+	for (size_t i = 0; i < n; i++) {
+		char num[16];
+		int len = snprintf(num, sizeof num, cont || i ? " %d" : "%d", ids[i]);
+		if (tok_text_append(t, num, (size_t)len))
+			return pp_errorf(e, PP_ERUNTIME, "decode: out of memory");
+	}
+	return tok_text_append(t, "", 0) ? pp_errorf(e, PP_ERUNTIME, "decode: out of memory") : 0;
+}
+
 /* ---- one sequence ---------------------------------------------------------- */
 
 typedef struct {
@@ -176,20 +194,8 @@ static int take(engine *g, seq *q, const pp_real *x, int t)
 	for (int i = 0; i < o->n_eos; i++)
 		eos |= t == o->eos[i];
 	/* the completion's text so far; a stop string cuts it */
-	tok_text_free(&res->text);
-	if (o->tk) {
-		if ((rc = tok_decode_ex(o->tk, res->ids, (size_t)res->n, TOK_DECODE_CONTINUE,
-					&res->text, g->e)))
-			return -rc;
-	} else {
-		for (int i = 0; i < res->n && !rc; i++) {
-			char num[16];
-			int len = snprintf(num, sizeof num, " %d", res->ids[i]);
-			rc = tok_text_append(&res->text, num, (size_t)len);
-		}
-		if (rc || tok_text_append(&res->text, "", 0))
-			return -pp_errorf(g->e, PP_ERUNTIME, "decode: out of memory");
-	}
+	if ((rc = ids_text(o->tk, res->ids, (size_t)res->n, true, &res->text, g->e)))
+		return -rc;
 	const char *text = res->text.s ? res->text.s : "", *cut = NULL;
 	for (int i = 0; i < r->n_stop; i++) {
 		const char *hit = strstr(text, r->stop[i]);
@@ -447,14 +453,7 @@ int decode_one(pp_stage *s, const int *prompt, int n_prompt, int n_new, const sa
 	int rc = 0;
 	if (out) { /* the prompt as text, streamed before the new tokens */
 		tok_text t = {0};
-		if (tk)
-			rc = tok_decode(tk, prompt, (size_t)n_prompt, &t, e);
-		for (int i = 0; !tk && !rc && i < n_prompt; i++) {
-			char num[16];
-			int len = snprintf(num, sizeof num, i ? " %d" : "%d", prompt[i]);
-			if (tok_text_append(&t, num, (size_t)len))
-				rc = pp_errorf(e, PP_ERUNTIME, "decode: out of memory");
-		}
+		rc = ids_text(tk, prompt, (size_t)n_prompt, false, &t, e);
 		if (!rc && !(r.prompt = strndup(t.s ? t.s : "", t.n)))
 			rc = pp_errorf(e, PP_ERUNTIME, "decode: out of memory");
 		tok_text_free(&t);
