@@ -16,6 +16,7 @@
 #   - bench/cpu-vs-torch.sh on a tiny model (it shares bench/lib.sh);
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
+#   - bench/decode-cpu.sh --quick where its venv exists (scripts/setup-bench-env.sh);
 #   - usage errors.
 . "$(dirname "$0")/lib.sh"
 cd "$PP_ROOT" || exit 1
@@ -135,3 +136,14 @@ expect_fail bench/decode_bad_n 2 "^gpu-decode: -n x: expected an integer" bench/
 expect_fail bench/gpu_bad_limit 2 "^gpu: --time-limit 1m: expected an integer" bench/gpu.sh --time-limit 1m
 expect_fail bench/gpu_check_bad_stage 2 "unknown option '--fast'" scripts/gpu-check.sh --fast
 expect_fail bench/gpu_check_two_dirs 2 "'b' is not a stage" scripts/gpu-check.sh build a b
+
+# --- decode-cpu.sh: pp-decode against llama.cpp and transformers ----------------------------
+# Its venv (PyTorch 2.x, llama.cpp built from source: minutes and gigabytes)
+# is made by scripts/setup-bench-env.sh, not by the tests.
+if [ -x .venv-bench/bin/python ]; then
+	bench/decode-cpu.sh --quick -n 8 --batch 2 --batch-n 4 --json $T/dec.json >$T/dec.txt 2>$T/dec.err
+	check bench/decode_cpu_quick eval 'jqt "[.rows[] | select(.threads == 1) | .pp.decode_tok_s > 0 and .[\"llama.cpp\"].decode_tok_s > 0 and .pp.bandwidth_fraction > 0] | length == 3 and all" $T/dec.json || { tail -n 5 $T/dec.err; false; }'
+else
+	skip bench/decode_cpu_quick "no benchmark environment (scripts/setup-bench-env.sh)"
+fi
+expect_fail bench/decode_cpu_bad_arg 2 "unknown argument '--bogus'" bench/decode-cpu.sh --bogus

@@ -64,7 +64,10 @@ check decode/json_line jq -e '.index == 0 and .prompt == "1 2 3 4" and .prompt_t
 	and .decode_tok_s > 0 and .prefill_tok_s > 0 and .bytes_per_token > 0
 	and (.completion | test("^( [0-9]+){16}$"))' $T/j.json
 check decode/json_one_line test "$(wc -l <$T/j.json)" = 1
-check decode/summary_line grep -qE "1 prompt: 4 prompt tokens, prefill [0-9.]+ tok/s; 16 tokens at [0-9.]+ tok/s .*weights [0-9.e-]+ GB \(fp32\), KV cache" $T/j.log
+check decode/totals_json jq -e '.prompts == 1 and .failed == 0 and .prompt_tokens == 4
+	and .generated_tokens == 16 and .steps == 15 and .decode_tok_s > 0 and .prefill_tok_s > 0
+	and .weights == "fp32" and .weights_bytes > 0 and .kv_cache_bytes > 0
+	and .bytes_per_step > .weights_bytes and .bandwidth_gb_s > 0' $T/j.log
 
 # --- many prompts: a ragged batch equals each prompt decoded alone ------------------------------
 # Nine prompts of different lengths, more than --batch 3, plain and JSON lines
@@ -86,7 +89,7 @@ pp-decode $cfg run_dir=$T/one --prompt-file $T/many.txt --batch 3 -n 12 --temper
 	--json >$T/many.json 2>$T/many.log
 check decode/batch/all_in_order jq -se '[.[].index] == [0,1,2,3,4,5,6,7,8] and
 	([.[].line] == [1,2,3,5,6,7,8,9,10]) and all(.[]; .completion_tokens > 0)' $T/many.json
-check decode/batch/refilled grep -q "up to 3 at once" $T/many.log
+check decode/batch/refilled jq -e '.max_batch == 3 and .prompts == 9' $T/many.log
 same=0 i=0
 for line in 1 2 3 5 6 7 8 9 10; do
 	sed -n "${line}p" $T/many.txt | pp-decode $cfg run_dir=$T/one --batch 1 -n 12 --temperature 1 \
@@ -100,9 +103,10 @@ check decode/batch/same_as_alone test $same = 9
 check decode/batch/lengths jq -se '.[1].completion_tokens == 3 and .[7].completion_tokens == 2 and
 	.[5].completion_tokens == 20 and .[0].completion_tokens == 12' $T/many.json
 # text mode from stdin: prompt and completion, one line each, in order
-pp-decode $cfg run_dir=$T/one --batch 2 -n 4 --temperature 0 <$T/many.txt >$T/many.out 2>/dev/null
+pp-decode $cfg run_dir=$T/one --batch 2 -n 4 --temperature 0 <$T/many.txt >$T/many.out 2>$T/many-text.log
 check decode/batch/text_lines eval 'test "$(sed -n 1p $T/many.out | cut -d" " -f1-3)" = "5 6 7" &&
 	test "$(wc -l <$T/many.out)" = 9'
+check decode/summary_line grep -qE "9 prompts: [0-9]+ prompt tokens, prefill [0-9.]+ tok/s; [0-9]+ tokens at [0-9.]+ tok/s \(up to 2 at once\); weights [0-9.e-]+ GB \(fp32\), KV cache" $T/many-text.log
 
 # --- text through a tokenizer -------------------------------------------------------------
 if [ -f "$tok" ]; then
