@@ -24,7 +24,7 @@
 # fraction of the memory read bandwidth at T threads (bench/membw-cpu.c,
 # built here with cc -O3 -march=native -fopenmp: the best of 10 sums of a
 # 1 GiB float array), counting as bytes per token the weights pp reads
-# (pp-decode's figure, else parameters x bytes per weight).
+# (pp-decode's figure: its totals' weights_bytes).
 #
 # Then --batch ragged prompts (lengths 4 to 64 tokens) in one pp-decode run
 # (--batch B --prompt-file, one prompt per line) against B runs of one prompt
@@ -99,11 +99,6 @@ decode=${PP_DECODE:-$root/build/bin/pp-decode}
 pp_init=$(bench_tool pp-init)
 pp_ckpt=$(bench_tool pp-ckpt)
 pp_train=$(bench_tool pp-train)
-"$decode" --help >"$bench_tmp/decode.help" 2>&1 || true
-has_weights=false
-grep -q -- '--weights' "$bench_tmp/decode.help" && has_weights=true
-grep -q -- '--ignore-eos' "$bench_tmp/decode.help" ||
-	die "$decode has no --ignore-eos option: every side must generate exactly -n tokens"
 
 py=${PP_BENCH_PYTHON:-}
 if [ -z "$py" ]; then
@@ -158,16 +153,9 @@ failed_reason() {
 pp_run() {
 	local tag=$1 t=$2 w=$3 prompts=$4 rc=0 t0 t1
 	shift 4
-	local wargs=()
 	rm -f "$bench_tmp/$tag.pp.json" "$bench_tmp/$tag.pp.err"
-	if [ "$has_weights" = true ]; then
-		wargs=(--weights "$w")
-	elif [ "$w" != fp32 ]; then
-		echo "pp-decode has no --weights option: it cannot decode $w weights" >"$bench_tmp/$tag.pp.err"
-		return 1
-	fi
 	t0=$(date +%s.%N)
-	OMP_NUM_THREADS=$t bench_timeout "$limit" "$decode" --ckpt "$run" "${wargs[@]}" --temperature 0 \
+	OMP_NUM_THREADS=$t bench_timeout "$limit" "$decode" --ckpt "$run" --weights "$w" --temperature 0 \
 		--ignore-eos --json "$@" >"$bench_tmp/$tag.out" 2>"$bench_tmp/$tag.log" || rc=$?
 	t1=$(date +%s.%N)
 	if [ "$rc" -ne 0 ]; then
@@ -312,7 +300,6 @@ json.dump({"bench": "decode-cpu", "cpu": """$(grep -m1 'model name' /proc/cpuinf
            "precisions": "$precisions".split(), "threads": ints("$threads"),
            "bandwidth": json.load(open("$bench_tmp/membw.json"))["gbs"],
            "bandwidth_note": "bench/membw-cpu.c: best of $membw_passes sums of a $membw_mib MiB float array",
-           "pp_weights_option": $([ "$has_weights" = true ] && echo True || echo False),
            "batch": $batch, "batch_n": $batch_n, "batch_weights": "$batch_weights",
            "batch_threads": $max_threads, "batch_lengths": "$lengths",
            "load_average": ["$load0", "$(cut -d' ' -f1 /proc/loadavg)"]}, open(sys.argv[1], "w"))

@@ -7,7 +7,7 @@ figures read back, and the script's tables.
     decode_ref.py transformers HFDIR --dtype fp32|bf16 --threads "1 2" --prompt IDS -n N [--repeat R]
         greedy decoding of a Hugging Face safetensors directory with
         transformers' AutoModelForCausalLM on PyTorch, KV cache on
-    decode_ref.py pp FILE [--log STDERR] [--weights P] [--prompts K] [--wall S]
+    decode_ref.py pp FILE --log STDERR [--weights P] [--prompts K] [--wall S]
         pp-decode --json's stdout (one JSON object per prompt) and the
         totals line of its stderr as one JSON object: batch-1 decode tok/s,
         the generation time of the whole run, the weight bytes read per
@@ -184,31 +184,24 @@ def run_transformers(a):
 
 # --- pp-decode --json -----------------------------------------------------------
 
-def num(d, k):
-    v = d.get(k)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def pp_tokens(d, generated):
-    """The generated ids of one pp-decode --json object."""
-    return [int(x) for x in d.get("tokens", [])][-generated:] or None
-
-
 def pp_totals(path):
     """The run's totals: the JSON object pp-decode --json writes on stderr at
-    the end ({} when there is none). Its decode_tok_s counts the tokens of
-    the one-token steps: every prompt's first token comes from its prefill."""
-    out = {}
+    the end. Its decode_tok_s counts the tokens of the one-token steps: every
+    prompt's first token comes from its prefill."""
     try:
         with open(path, errors="replace") as f:
-            for line in f:
-                if line.startswith("{"):
-                    try:
-                        out = json.loads(line)
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
+            lines = [x for x in f if x.startswith("{")]
+    except OSError as err:
+        die(f"{path}: {err}")
+    try:
+        out = json.loads(lines[-1]) if lines else None
+    except ValueError as err:
+        die(f"{path}: pp-decode's totals are not JSON ({err})")
+    if not isinstance(out, dict):
+        die(f"{path}: pp-decode --json wrote no totals on stderr")
+    for k in ("prefill_s", "step_s", "weights", "weights_bytes"):
+        if k not in out:
+            die(f"{path}: pp-decode's totals have no field {k} (keys: {', '.join(out)})")
     return out
 
 
@@ -216,70 +209,36 @@ BULKY = ("tokens", "logprobs", "top_logprobs", "text", "completion", "prompt")
 
 
 def cmd_pp(a):
-    """One JSON object from pp-decode --json's stdout (and its stderr, --log);
-    exit 1 naming what is missing."""
-    objs = []
+    """One JSON object from pp-decode --json's stdout and its totals on
+    stderr (--log); exit 1 naming what is missing."""
+    rows = []
     try:
         with open(a.file) as f:
             for line in f:
-                line = line.strip()
                 if line.startswith("{"):
                     try:
-                        objs.append(json.loads(line))
+                        rows.append(json.loads(line))
                     except ValueError as err:
                         die(f"{a.file}: a line that is not JSON ({err}): {line[:80]}")
     except OSError as err:
         die(f"{a.file}: {err}")
-    if not objs:
-        die(f"{a.file}: pp-decode --json printed no JSON object")
-    rows = [o for o in objs if "decode_tok_s" in o]
-    if not rows:
-        die(f"{a.file}: pp-decode --json printed no field decode_tok_s (keys: {', '.join(objs[0])})")
-    per = []
     for o in rows:
-        gen = num(o, "completion_tokens")
-        if gen is None:
-            die(f"{a.file}: pp-decode --json has no field completion_tokens; keys: {', '.join(o)}")
-        tps = num(o, "decode_tok_s")
-        if tps is None or tps <= 0:
-            die(f"{a.file}: decode_tok_s = {o['decode_tok_s']!r}: expected a positive number")
-        ptok = num(o, "prompt_tokens")
-        pre_s = num(o, "prefill_s")
-        if pre_s is None and ptok and num(o, "prefill_tok_s"):
-            pre_s = ptok / num(o, "prefill_tok_s")
-        dec_s = num(o, "decode_s")
-        if dec_s is None:
-            dec_s = max(gen - 1, 0) / tps
-        per.append({"generated_tokens": int(gen), "prompt_tokens": ptok, "decode_tok_s": tps,
-                    "prefill_tok_s": num(o, "prefill_tok_s"), "gen_s": dec_s + (pre_s or 0.0),
-                    "prefill_known": pre_s is not None, "tokens": pp_tokens(o, int(gen))})
-    if a.prompts and len(per) != a.prompts:
-        die(f"{a.file}: pp-decode printed {len(per)} JSON line(s) with decode_tok_s for "
-            f"{a.prompts} prompts: it did not decode one prompt per line of --prompt-file")
-    tot = pp_totals(a.log) if a.log else {}
-    if a.weights and tot.get("weights") and tot["weights"] != a.weights:
+        for k in ("completion_tokens", "decode_tok_s", "prefill_tok_s", "tokens"):
+            if k not in o:
+                die(f"{a.file}: pp-decode --json has no field {k}; keys: {', '.join(o)}")
+    if not rows or (a.prompts and len(rows) != a.prompts):
+        die(f"{a.file}: pp-decode printed {len(rows)} JSON line(s) for {a.prompts or 1} "
+            f"prompt(s): it did not decode one prompt per line")
+    tot = pp_totals(a.log)
+    if a.weights and tot["weights"] != a.weights:
         die(f"pp-decode --weights {a.weights} decoded {tot['weights']} weights (its totals)")
-    # the run's generation time (prefill + decode): its totals when there are
-    # some, else the longest prompt's own figures
-    if "step_s" in tot and "prefill_s" in tot:
-        gen_s = tot["step_s"] + tot["prefill_s"]
-        timing, prefill_known = "stderr totals", True
-    else:
-        gen_s = max(p["gen_s"] for p in per)
-        timing, prefill_known = "json lines", all(p["prefill_known"] for p in per)
-    first = rows[0]
-    pbytes, bsrc = tot.get("weights_bytes"), "weights_bytes"
-    if not pbytes:
-        pbytes = next((num(o, "bytes_per_token") for o in rows if num(o, "bytes_per_token")), None)
-        bsrc = "bytes_per_token"
-    emit({"lines": len(per), "decode_tok_s": per[0]["decode_tok_s"],
-          "prefill_tok_s": per[0]["prefill_tok_s"],
-          "generated_tokens": sum(p["generated_tokens"] for p in per),
-          "gen_s": gen_s, "timing": timing, "prefill_known": prefill_known,
-          "weight_bytes": pbytes, "weight_bytes_source": bsrc if pbytes else None,
-          "weights_dtype": tot.get("weights"), "tokens": per[0]["tokens"],
-          "wall_s": a.wall, "totals": tot,
-          "raw": {k: v for k, v in first.items() if k not in BULKY} if len(rows) == 1 else None})
+    emit({"lines": len(rows), "decode_tok_s": rows[0]["decode_tok_s"],
+          "prefill_tok_s": rows[0]["prefill_tok_s"],
+          "generated_tokens": sum(o["completion_tokens"] for o in rows),
+          "gen_s": tot["prefill_s"] + tot["step_s"], "weight_bytes": tot["weights_bytes"],
+          "weights_dtype": tot["weights"], "tokens": rows[0]["tokens"], "wall_s": a.wall,
+          "totals": tot,
+          "raw": {k: v for k, v in rows[0].items() if k not in BULKY} if len(rows) == 1 else None})
 
 
 # --- report ---------------------------------------------------------------------
@@ -320,13 +279,12 @@ def agree(a, b):
     return k
 
 
-BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "q8_0": 34 / 32}
 
 
 def cmd_report(a):
     """META: bench, cpu, date, commit, n, prompt_tokens, models, precisions,
     threads, bandwidth {threads: GB/s}, bandwidth_note, batch, batch_n,
-    batch_weights, batch_threads, pp_weights_option. In DIR, per model
+    batch_weights, batch_threads. In DIR, per model
     M: M.plan.json (pp-init --plan --json); per precision P and threads T:
     M.P.T.pp.json (decode_ref.py pp) or M.P.T.pp.err; M.P.llama.jsonl or
     M.P.llama.err; M.P.hf.jsonl or M.P.hf.err; and the ragged batch:
@@ -351,17 +309,10 @@ def cmd_report(a):
                 row = {"model": m, "params": plan["total"], "precision": p, "threads": t,
                        "pp": None, "llama.cpp": None, "transformers": None}
                 if pp:
-                    # weights read per token: pp's own figure, else the matrices at
-                    # this precision (every parameter but the embedding table, of
-                    # which one row is read)
-                    if pp.get("weight_bytes"):
-                        wbytes, src = pp["weight_bytes"], pp["weight_bytes_source"]
-                    else:
-                        wbytes = (plan["total"] - plan["embedding"]) * BYTES_PER_WEIGHT[p]
-                        src = "computed"
+                    wbytes = pp["weight_bytes"]  # pp-decode's own figure
                     gbs = pp["decode_tok_s"] * wbytes / 1e9
                     row["pp"] = {"decode_tok_s": pp["decode_tok_s"], "bytes_per_token": wbytes,
-                                 "bytes_source": src, "gbs": gbs,
+                                 "gbs": gbs,
                                  "bandwidth_fraction": gbs / bw[t] if bw.get(t) else None,
                                  "tokens": pp.get("tokens"), "raw": pp.get("raw")}
                 else:
@@ -404,9 +355,7 @@ def cmd_report(a):
                      batch_tok_s=toks / b["gen_s"], single_tok_s=stoks / sgen,
                      gen_ratio=(toks / b["gen_s"]) / (stoks / sgen),
                      batch_wall_s=b["wall_s"], single_wall_s=swall,
-                     wall_ratio=(toks / b["wall_s"]) / (stoks / swall),
-                     prefill_known=b["prefill_known"] and all(s["prefill_known"] for s in singles),
-                     timing=b["timing"])
+                     wall_ratio=(toks / b["wall_s"]) / (stoks / swall))
         ragged.append(r)
 
     print(f"# CPU batch-1 decode: {meta['cpu']}, {meta['nproc']} cores; {meta['n']} new tokens "
@@ -419,8 +368,6 @@ def cmd_report(a):
     print("# BW% = pp tok/s x weight bytes per token / memory read bandwidth at that thread count ("
           + ", ".join(f"{t} thread{'s' if t > 1 else ''}: {g:.1f} GB/s" for t, g in sorted(bw.items()))
           + f"; {meta.get('bandwidth_note', '')})")
-    if not meta.get("pp_weights_option", True):
-        print("# pp-decode has no --weights option: pp ran its fp32 rows only")
     head = ("model", "weights", "thr", "pp tok/s", "llama.cpp", "transformers", "pp/llama.cpp",
             "pp/transf.", "pp GB/tok", "pp GB/s", "BW%")
     line = "%-11s %-7s %3s %9s %9s %12s %12s %10s %9s %8s %6s"
@@ -467,13 +414,9 @@ def cmd_report(a):
               f"in one run (--batch {meta['batch']} --prompt-file) against {meta['batch']} runs of one "
               f"prompt; {meta['batch_n']} new tokens each, weights {meta['batch_weights']}, "
               f"{meta['batch_threads']} threads")
-        words = {"stderr totals": "pp-decode's totals on stderr",
-                 "json lines": "the slowest prompt's figures in pp-decode --json"}
-        timing = sorted({words[r["timing"]] for r in ragged if "timing" in r})
-        print("# gen: generated tokens / generation time (prefill + decode, from "
-              + (" and ".join(timing) or "-")
-              + "); wall: whole processes, model load included (once for the batch, per run "
-              "for the singles)")
+        print("# gen: generated tokens / generation time (prefill + decode, from pp-decode's "
+              "totals on stderr); wall: whole processes, model load included (once for the "
+              "batch, per run for the singles)")
         line = "%-11s %12s %12s %9s %10s %12s %9s"
         print(line % ("model", "batch tok/s", "single tok/s", "gen ratio", "batch s",
                       "singles s", "wall ratio"))
@@ -487,8 +430,6 @@ def cmd_report(a):
         for r in ragged:
             if "error" in r:
                 print(f"# {r['model']}: ragged batch failed: {r['error']}")
-            elif not r["prefill_known"]:
-                print(f"# {r['model']}: pp-decode gave no prefill figures: gen counts decode only")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(meta, versions=vers, rows=rows, ragged=ragged), f, indent=1)
@@ -512,7 +453,7 @@ def main():
     s.add_argument("file")
     s.add_argument("--prompts", type=int, default=0)
     s.add_argument("--wall", type=float, default=None)
-    s.add_argument("--log")
+    s.add_argument("--log", required=True)
     s.add_argument("--weights")
     s = sub.add_parser("report")
     s.add_argument("meta")

@@ -22,9 +22,10 @@ typedef struct {
 	tio_source *gguf;                 /* --ckpt FILE.gguf */
 } decode_args;
 
-/* --weights: PP_WEIGHTS_F32, BF16, Q8_0, then a GGUF file's own blocks */
-enum { WEIGHTS_GGUF = 3 };
-static const char *const weight_names[] = {"fp32", "bf16", "q8_0", "gguf"};
+/* --weights: the formats pp makes (PP_WEIGHTS_F32, BF16, Q8_0), or a GGUF
+ * file's own blocks */
+enum { WEIGHTS_GGUF = 100 };
+static const char *weights_name(int fmt) { return fmt == WEIGHTS_GGUF ? "gguf" : pp_weights_name(fmt); }
 
 /* what the outputs need besides the requests */
 typedef struct {
@@ -189,8 +190,10 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return rc;
 	if (a->stop && !*a->stop)
 		return pp_errorf(e, PP_EUSAGE, "--stop: an empty string");
-	for (int i = 0; a->weights && i < 4; i++)
-		fmt = strcmp(a->weights, weight_names[i]) ? fmt : i;
+	for (int i = PP_WEIGHTS_F32; a->weights && i <= PP_WEIGHTS_Q8_0; i++)
+		fmt = strcmp(a->weights, pp_weights_name(i)) ? fmt : i;
+	if (a->weights && !strcmp(a->weights, "gguf"))
+		fmt = WEIGHTS_GGUF;
 	if (a->weights && fmt < 0)
 		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16, q8_0 or gguf",
 				 a->weights);
@@ -271,7 +274,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if (!rc)
 		rc = decode_run(&s, reqs, n_req, &o, &st, e);
 	if (!rc)
-		print_totals(&st, a->json, fmt >= 0 ? weight_names[fmt] : cfg->dtype);
+		print_totals(&st, a->json, fmt >= 0 ? weights_name(fmt) : cfg->dtype);
 	if (!rc && st.n_failed)
 		rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
 			       st.n_failed, st.n_requests);

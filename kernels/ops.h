@@ -283,6 +283,13 @@ static inline size_t pp_act_size(const pp_ops *o)
 	return o->act_type == PP_TYPE_BF16 ? 2 : sizeof(pp_real);
 }
 
+/* A stored format's name: "fp32", "bf16", "q8_0", "q4_0", "q4_1". */
+static inline const char *pp_weights_name(int fmt)
+{
+	static const char *const names[] = {"fp32", "bf16", "q8_0", "q4_0", "q4_1"};
+	return fmt >= 0 && fmt < (int)(sizeof names / sizeof *names) ? names[fmt] : "?";
+}
+
 /* Bytes of w (OC,C) stored as fmt (pack_weight); 0 where C does not suit fmt. */
 static inline size_t pp_weights_bytes(int fmt, int OC, int C)
 {

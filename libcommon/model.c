@@ -1260,7 +1260,6 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 static int pack_one(pp_stage *s, int idx, int oc, int ic, int fmt, const stage_stored *stored,
 		    pp_err *e)
 {
-	static const char *names[] = {"fp32", "bf16", "q8_0", "q4_0", "q4_1"};
 	const pp_ops *o = s->ops;
 	pp_packed *pk = &s->packed[idx];
 	int have = -1, rc = 0, rows = 0, last = idx;
@@ -1289,12 +1288,12 @@ static int pack_one(pp_stage *s, int idx, int oc, int ic, int fmt, const stage_s
 		pk->fmt = fmt;
 		if (!nb)
 			return pp_errorf(e, PP_EUSAGE, "weights=%s: %s has rows of %d, not a multiple of 32",
-					 names[fmt], s->params[idx].name, ic);
+					 pp_weights_name(fmt), s->params[idx].name, ic);
 		if (fmt == PP_WEIGHTS_F32)
 			pk->data = W(s, idx);
 		else if (!(pk->data = o->pack_weight(W(s, idx), oc, ic, fmt)))
 			return pp_errorf(e, PP_ERUNTIME, "out of memory storing %s as %s",
-					 s->params[idx].name, names[fmt]);
+					 s->params[idx].name, pp_weights_name(fmt));
 		pk->owned = fmt != PP_WEIGHTS_F32;
 	}
 	if (!rc) {
@@ -1309,13 +1308,12 @@ int stage_pack_weights(pp_stage *s, int fmt, const stage_stored *stored, pp_err 
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
-	static const char *names[] = {"fp32", "bf16", "q8_0"};
 	if (fmt < PP_WEIGHTS_F32 || fmt > PP_WEIGHTS_Q8_0)
 		return pp_errorf(e, PP_EUSAGE, "weights: format %d is not one pp makes", fmt);
 	if (!o->matmul_packed || (fmt != PP_WEIGHTS_F32 && !o->pack_weight) ||
 	    o->act_type != PP_TYPE_REAL)
 		return pp_errorf(e, PP_EUSAGE, "weights=%s: the %s backend has no products over "
-				 "stored weights", names[fmt], o->name);
+				 "stored weights", pp_weights_name(fmt), o->name);
 	if (s->packed)
 		return pp_errorf(e, PP_EUSAGE, "the stage's weights are stored for decoding already");
 	const int C = m->d_model, F = s->d_ff, HD = s->n_heads * m->head_dim;
