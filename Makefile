@@ -3,7 +3,7 @@ CC      ?= cc
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
 PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson libcrypto \
-           pmix ompi-c
+           pmix ompi-c zlib
 
 CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror -fopenmp -fno-math-errno -g \
@@ -19,7 +19,8 @@ LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) $(BLAS) -lm -fopenmp
 
 B       := build
 LIBSRC  := $(wildcard libcommon/*.c) $(wildcard libcommon/ckpt/*.c) $(wildcard libcommon/formats/*.c) \
-           $(wildcard libcommon/decode/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+           $(wildcard libcommon/decode/*.c) $(wildcard libcommon/profile/*.c) $(wildcard kernels/*.c) \
+           $(wildcard kernels/cpu/*.c)
 
 # The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
 # the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt, cuDNN and

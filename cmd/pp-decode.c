@@ -210,11 +210,12 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return rc;
 	if (fmt >= 0 && !ops->matmul_packed)
 		return pp_errorf(e, PP_EUSAGE, "--weights: device=%s decodes from its compute copy "
-				 "(dtype=%s); --weights is for the CPU", cfg->device, cfg->dtype);
+				 "(dtype=%s); --weights is for the CPU", pp_device_name(cfg->device),
+				 pp_type_name(cfg->dtype));
 	if (fmt < 0 && ops->matmul_packed)
 		fmt = a->gguf ? WEIGHTS_GGUF : PP_WEIGHTS_F32;
 #ifdef PP_CUDA
-	if (!strcmp(cfg->device, "cuda") && (rc = pp_cuda_init(0, e)))
+	if (cfg->device == PP_DEVICE_CUDA && (rc = pp_cuda_init(0, e)))
 		return rc;
 #endif
 	pp_tokenizer *tk = NULL;
@@ -274,7 +275,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if (!rc)
 		rc = decode_run(&s, reqs, n_req, &o, &st, e);
 	if (!rc)
-		print_totals(&st, a->json, fmt >= 0 ? weights_name(fmt) : cfg->dtype);
+		print_totals(&st, a->json, fmt >= 0 ? weights_name(fmt) : pp_type_name(cfg->dtype));
 	if (!rc && st.n_failed)
 		rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
 			       st.n_failed, st.n_requests);

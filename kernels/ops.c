@@ -1,32 +1,39 @@
-/* Backend lookup by device name and compute type. */
-#include <stdbool.h>
-#include <string.h>
-
+/* Backend lookup by device and compute type. */
 #include "ops.h"
 
-const pp_ops *pp_ops_find(const char *device, const char *dtype)
+const char *const pp_device_names[] = {"cpu", "cuda", NULL};
+const char *const pp_type_names[] = {"fp32", "bf16", NULL};
+
+const char *pp_device_name(int device)
 {
-	if (!device || !dtype)
-		return NULL;
-	const bool fp32 = !strcmp(dtype, "fp32"), bf16 = !strcmp(dtype, "bf16");
-	if (!strcmp(device, "cpu"))
-		return fp32 ? &pp_ops_cpu : NULL;
+	return device == PP_DEVICE_CPU || device == PP_DEVICE_CUDA ? pp_device_names[device] : "?";
+}
+
+const char *pp_type_name(int type)
+{
+	return type == PP_TYPE_REAL || type == PP_TYPE_BF16 ? pp_type_names[type] : "?";
+}
+
+const pp_ops *pp_ops_find(int device, int type)
+{
+	if (device == PP_DEVICE_CPU)
+		return type == PP_TYPE_REAL ? &pp_ops_cpu : NULL;
 #ifdef PP_CUDA
-	if (!strcmp(device, "cuda"))
-		return fp32 ? &pp_ops_cuda : bf16 ? &pp_ops_cuda_bf16 : NULL;
-#else
-	(void)bf16;
+	if (device == PP_DEVICE_CUDA)
+		return type == PP_TYPE_REAL ? &pp_ops_cuda : type == PP_TYPE_BF16 ? &pp_ops_cuda_bf16 : NULL;
 #endif
 	return NULL;
 }
 
-int pp_ops_select(const char *device, const char *dtype, const pp_ops **ops, pp_err *e)
+int pp_ops_select(int device, int type, const pp_ops **ops, pp_err *e)
 {
-	if ((*ops = pp_ops_find(device, dtype)))
+	if ((*ops = pp_ops_find(device, type)))
 		return 0;
-	if (!pp_ops_find(device, "fp32"))
-		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend",
-				 device, device);
-	return pp_errorf(e, PP_EUSAGE, "dtype=%s: the %s backend computes in fp32 only%s", dtype,
-			 device, strcmp(device, "cpu") ? "" : " (bf16 needs device=cuda)");
+	const char *dev = pp_device_name(device);
+	if (!pp_ops_find(device, PP_TYPE_REAL))
+		return pp_errorf(e, PP_EUSAGE, "device=%s: this build of pp has no %s backend", dev,
+				 dev);
+	return pp_errorf(e, PP_EUSAGE, "dtype=%s: the %s backend computes in fp32 only%s",
+			 pp_type_name(type), dev,
+			 device == PP_DEVICE_CPU ? " (bf16 needs device=cuda)" : "");
 }

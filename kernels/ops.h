@@ -229,6 +229,17 @@ typedef struct pp_ops {
 	 * copy of the weights, as to_act would write it). */
 	void (*adamw)(pp_real *p, pp_act *pc, const pp_real *g, pp_real *m, pp_real *v, size_t n,
 		      float lr, float b1, float b2, float eps, float wd, long t, float gscale);
+
+	/* Optional (NULL where an op is done when it returns, as on the CPU):
+	 * timing marks for profiles, on the stream the ops run on. mark_anchor
+	 * waits for the device and ties its clock to the host's; mark records a
+	 * mark after every op issued so far; mark_ns waits until the device has
+	 * reached a mark (one from mark, or any timing event of the backend's
+	 * device), releases it and gives that instant in nanoseconds of the
+	 * host's CLOCK_MONOTONIC, measured from the last anchor. */
+	void (*mark_anchor)(void);
+	void *(*mark)(void);
+	long long (*mark_ns)(void *mark);
 } pp_ops;
 
 extern const pp_ops pp_ops_cpu;
@@ -310,12 +321,21 @@ static inline pp_act *pp_act_at(const pp_ops *o, const pp_act *base, size_t i)
 	return (char *)base + i * pp_act_size(o);
 }
 
-/* The table for a device ("cpu", "cuda") and a compute type ("fp32",
- * "bf16"); NULL if that backend is not built in or does not compute in
- * that type (the CPU backend computes in fp32 only). */
-const pp_ops *pp_ops_find(const char *device, const char *dtype);
+/* Devices, and their names in enum order (NULL-terminated): "cpu", "cuda". */
+enum { PP_DEVICE_CPU = 0, PP_DEVICE_CUDA = 1 };
+extern const char *const pp_device_names[];
+/* The compute types' names (PP_TYPE_REAL, PP_TYPE_BF16): "fp32", "bf16". */
+extern const char *const pp_type_names[];
+/* A name from those tables; "?" out of range. */
+const char *pp_device_name(int device);
+const char *pp_type_name(int type);
+
+/* The table for a device (PP_DEVICE_*) and a compute type (PP_TYPE_*); NULL
+ * if that backend is not built in or does not compute in that type (the
+ * CPU backend computes in fp32 only). */
+const pp_ops *pp_ops_find(int device, int type);
 /* pp_ops_find for a user's device= and dtype= keys: PP_EUSAGE naming what
  * this build lacks when there is no such table. */
-int pp_ops_select(const char *device, const char *dtype, const pp_ops **ops, pp_err *e);
+int pp_ops_select(int device, int type, const pp_ops **ops, pp_err *e);
 
 #endif

@@ -156,6 +156,12 @@ typedef struct pp_comm_ops {
 
 	int (*barrier)(pp_comm *c, pp_err *e);
 
+	/* Optional (NULL where a call is done when it returns): a timing mark
+	 * recorded after every operation posted on c so far, which the op
+	 * table's mark_ns reads (kernels/ops.h); NULL when none could be made.
+	 * Profiles time nonblocking collectives with it. */
+	void *(*mark)(pp_comm *c);
+
 	/* Releases c; freeing the world communicator (last) also finalizes the
 	 * backend (MPI_Finalize when init started MPI). Only after success. */
 	void (*free)(pp_comm *c);
@@ -292,6 +298,10 @@ static inline int comm_sendrecv(pp_comm *c, const void *sbuf, size_t scount, int
 static inline int comm_barrier(pp_comm *c, pp_err *e)
 {
 	return c->ops->barrier(c, e);
+}
+static inline void *comm_mark(pp_comm *c)
+{
+	return c && c->ops->mark ? c->ops->mark(c) : NULL;
 }
 static inline void comm_free(pp_comm *c)
 {

@@ -825,6 +825,18 @@ static _Noreturn void nccl_abort(pp_comm *c, int code, const char *why)
 	boot_abort(c ? c->proc : NULL, code, why);
 }
 
+static void *nccl_mark(pp_comm *c)
+{
+	cudaEvent_t ev;
+	if (cudaEventCreateWithFlags(&ev, 0) != cudaSuccess)
+		return NULL;
+	if (cudaEventRecord(ev, impl(c)->stream) != cudaSuccess) {
+		cudaEventDestroy(ev);
+		return NULL;
+	}
+	return (void *)ev;
+}
+
 const pp_comm_ops pp_comm_nccl = {
 	.name = "nccl",
 	.init = nccl_init,
@@ -841,6 +853,7 @@ const pp_comm_ops pp_comm_nccl = {
 	.recv = nccl_recv,
 	.sendrecv = nccl_sendrecv,
 	.barrier = nccl_barrier,
+	.mark = nccl_mark,
 	.free = nccl_free,
 	.abort = nccl_abort,
 };

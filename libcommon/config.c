@@ -50,7 +50,7 @@ typedef struct {
 	const char *path;
 	key_kind kind;
 	size_t off, size;         /* field in pp_config; size bounds strings */
-	const char *const *names; /* enum: JSON string <-> int index or the string itself */
+	const char *const *names; /* enum (K_INT): JSON string <-> index in names */
 	const char *def;          /* default as JSON text (NULL: F_REQUIRED or F_DERIVED) */
 	int range;
 	int flags;
@@ -60,12 +60,10 @@ static const char *const family_names[] = {"llama", "mistral", "mixtral", "gemma
 static const char *const mlp_names[] = {"swiglu", "geglu", "gelu", NULL};
 static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", "relative", NULL};
-static const char *const schedule_names[] = {"gpipe", "1f1b", "eager1f1b", "interleaved1f1b",
-					     "zbh1", NULL};
 static const char *const lr_names[] = {"cosine", "linear", "constant", "wsd", NULL};
-static const char *const dtype_names[] = {"fp32", "bf16", NULL};
-static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const nan_names[] = {"abort", "skip", NULL};
+/* enum fields are read and written as int */
+_Static_assert(sizeof(sched_kind) == sizeof(int), "sched_kind is stored as an int");
 
 #define PP_STR_(x) #x
 #define PP_STR(x) PP_STR_(x)
@@ -115,7 +113,7 @@ static const key_desc keys[] = {
 	NUM("tp", K_INT, tp, "1", R_GE1, 0),
 	NUM("microbatches", K_INT, microbatches, NULL, R_GE1, F_DERIVED),
 	NUM("virtual_stages", K_INT, virtual_stages, "1", R_GE1, 0),
-	ENUM("schedule", K_STRING, schedule, schedule_names, "\"1f1b\"", 0),
+	ENUM("schedule", K_INT, schedule, schedule_kind_names, "\"1f1b\"", 0),
 	BOOL("recompute", recompute, "false", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
 	NUM("grad_bucket_mb", K_REAL, grad_bucket_mb, "25", R_GE0, 0),
@@ -125,7 +123,7 @@ static const key_desc keys[] = {
 
 	NUM("lr", K_REAL, lr, "3e-4", R_GT0, 0),
 	OBJ("lr_schedule"),
-	ENUM("lr_schedule.type", K_STRING, lr_schedule.type, lr_names, "\"cosine\"", 0),
+	ENUM("lr_schedule.type", K_INT, lr_schedule.type, lr_names, "\"cosine\"", 0),
 	NUM("lr_schedule.warmup_steps", K_LONG, lr_schedule.warmup_steps, "-1", R_GEM1, 0),
 	NUM("lr_schedule.warmup_fraction", K_REAL, lr_schedule.warmup_fraction, "0.1", R_UNIT, 0),
 	NUM("lr_schedule.final_fraction", K_REAL, lr_schedule.final_fraction, "0.1", R_UNIT, 0),
@@ -138,9 +136,9 @@ static const key_desc keys[] = {
 	BOOL("adamw.decay_norms_and_biases", adamw.decay_norms_and_biases, "false", 0),
 	NUM("clip_norm", K_REAL, clip_norm, "1.0", R_GE0, 0),
 	NUM("seed", K_U64, seed, "0", R_GE0, 0),
-	ENUM("dtype", K_STRING, dtype, dtype_names, "\"fp32\"", 0),
-	ENUM("device", K_STRING, device, device_names, "\"cpu\"", 0),
-	ENUM("nan_policy", K_STRING, nan_policy, nan_names, "\"abort\"", 0),
+	ENUM("dtype", K_INT, dtype, pp_type_names, "\"fp32\"", 0),
+	ENUM("device", K_INT, device, pp_device_names, "\"cpu\"", 0),
+	ENUM("nan_policy", K_INT, nan_policy, nan_names, "\"abort\"", 0),
 
 	STR("data", data, "\"synthetic\"", F_NONEMPTY),
 	STR("val_data", val_data, "\"\"", 0),
@@ -154,6 +152,14 @@ static const key_desc keys[] = {
 	NUM("eval_interval", K_LONG, eval_interval, "0", R_GE0, 0),
 	NUM("eval_batches", K_INT, eval_batches, "4", R_GE1, 0),
 	NUM("log_period", K_LONG, log_period, "1", R_GE1, 0),
+	NUM("timing_skip_steps", K_INT, timing_skip_steps, "1", R_GE0, 0),
+	STR("profile_steps", profile_steps, "\"\"", 0),
+	OBJ("debug"),
+	NUM("debug.clock_offset_s", K_REAL, debug.clock_offset_s, "0", R_ANY, 0),
+	NUM("debug.clock_offset_rank", K_INT, debug.clock_offset_rank, "-1", R_GEM1, 0),
+	NUM("debug.fwd_ms", K_REAL, debug.fwd_ms, "0", R_GE0, 0),
+	NUM("debug.bwd_ms", K_REAL, debug.bwd_ms, "0", R_GE0, 0),
+	NUM("debug.bwd_w_ms", K_REAL, debug.bwd_w_ms, "0", R_GE0, 0),
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -437,10 +443,7 @@ static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 			idx++;
 		if (!k->names[idx])
 			return enum_error(k, s, e);
-		if (k->kind == K_INT)
-			*(int *)field = idx;
-		else
-			snprintf(field, k->size, "%s", s);
+		*(int *)field = idx; /* every enum is a K_INT field */
 		return 0;
 	}
 	switch (k->kind) {
@@ -503,7 +506,7 @@ static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 static json_t *field_json(const key_desc *k, const pp_config *c)
 {
 	const void *field = (const char *)c + k->off;
-	if (k->names && k->kind == K_INT)
+	if (k->names)
 		return json_string(k->names[*(const int *)field]);
 	switch (k->kind) {
 	case K_INT:
@@ -689,8 +692,35 @@ static int load_preset(const char *name, json_t **out, char *path, size_t path_s
 	} while (0)
 
 /* Defaults that depend on other keys; given[i] says whether keys[i] was set. */
+/* profile_steps: "" | "A:B" with 1 <= A < B | "N" with N >= 1 */
+static int parse_profile_steps(pp_config *c, pp_err *e)
+{
+	const char *s = c->profile_steps;
+	long a, b;
+	int n = 0;
+	c->profile_begin = c->profile_end = 0;
+	c->profile_count = 0;
+	if (!s[0])
+		return 0;
+	if (sscanf(s, "%ld:%ld%n", &a, &b, &n) == 2 && !s[n] && a >= 1 && b > a) {
+		c->profile_begin = a;
+		c->profile_end = b;
+		return 0;
+	}
+	if (sscanf(s, "%ld%n", &a, &n) == 1 && !s[n] && a >= 1 && a <= INT_MAX) {
+		c->profile_count = (int)a;
+		return 0;
+	}
+	return pp_errorf(e, PP_EUSAGE,
+			 "key 'profile_steps': expected \"A:B\" (steps A to B-1, 1 <= A < B) or a "
+			 "number N >= 1 of steps after the warm-up, got \"%s\"",
+			 s);
+}
+
 static int derive_defaults(pp_config *c, const bool *given, pp_err *e)
 {
+	if (parse_profile_steps(c, e))
+		return PP_EUSAGE;
 	pp_model_cfg *m = &c->model;
 	if (!given[key_index("model.n_kv_heads")])
 		m->n_kv_heads = m->n_heads;
@@ -722,6 +752,29 @@ static int derive_defaults(pp_config *c, const bool *given, pp_err *e)
 	return 0;
 }
 
+int pp_config_check_layout(const pp_config *c, pp_err *e)
+{
+	const pp_model_cfg *m = &c->model;
+	REQUIRE(c->pp >= 1 && c->dp >= 1 && c->tp >= 1, "mesh pp=%d dp=%d tp=%d: each must be >= 1",
+		c->pp, c->dp, c->tp);
+	if (schedule_check(c->schedule, c->pp, c->virtual_stages, c->microbatches, -1, e))
+		return pp_err_prefix(e, "schedule=%s pp=%d virtual_stages=%d microbatches=%d",
+				     schedule_kind_name(c->schedule), c->pp, c->virtual_stages,
+				     c->microbatches);
+	REQUIRE((long)c->pp * c->virtual_stages <= m->n_layers,
+		"model.n_layers %d is fewer than pp * virtual_stages = %d * %d pipeline stages",
+		m->n_layers, c->pp, c->virtual_stages);
+	long sum = 0; /* up to PP_MAX_CHUNKS counts of up to INT_MAX each */
+	for (int i = 0; i < c->n_stage_layers; i++)
+		sum += c->stage_layers[i];
+	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
+		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
+		c->pp, c->virtual_stages);
+	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
+		"stage_layers adds up to %ld layers, but model.n_layers is %d", sum, m->n_layers);
+	return 0;
+}
+
 static int check_consistency(const pp_config *c, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
@@ -742,25 +795,14 @@ static int check_consistency(const pp_config *c, pp_err *e)
 	REQUIRE(c->lr_schedule.warmup_steps <= c->steps,
 		"lr_schedule.warmup_steps %ld exceeds steps %ld", c->lr_schedule.warmup_steps,
 		c->steps);
+	REQUIRE(c->debug.bwd_w_ms <= c->debug.bwd_ms,
+		"debug.bwd_w_ms %g exceeds debug.bwd_ms %g (the weight gradient is part of the "
+		"backward pass)",
+		c->debug.bwd_w_ms, c->debug.bwd_ms);
 
-	REQUIRE(c->virtual_stages == 1 || !strcmp(c->schedule, "interleaved1f1b"),
-		"virtual_stages %d requires schedule interleaved1f1b, got schedule %s",
-		c->virtual_stages, c->schedule);
-	REQUIRE(c->virtual_stages == 1 || c->microbatches % c->pp == 0,
-		"virtual_stages %d (interleaved1f1b) requires microbatches %d divisible by pp %d",
-		c->virtual_stages, c->microbatches, c->pp);
-	REQUIRE((long)c->pp * c->virtual_stages <= m->n_layers,
-		"model.n_layers %d is fewer than pp * virtual_stages = %d * %d pipeline stages",
-		m->n_layers, c->pp, c->virtual_stages);
-	long sum = 0; /* up to PP_MAX_CHUNKS counts of up to INT_MAX each */
-	for (int i = 0; i < c->n_stage_layers; i++)
-		sum += c->stage_layers[i];
-	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
-		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
-		c->pp, c->virtual_stages);
-	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
-		"stage_layers adds up to %ld layers, but model.n_layers is %d", sum, m->n_layers);
-
+	int rc = pp_config_check_layout(c, e);
+	if (rc)
+		return rc;
 	REQUIRE(m->n_heads % c->tp == 0, "model.n_heads %d is not divisible by tp %d", m->n_heads,
 		c->tp);
 	REQUIRE(m->n_kv_heads % c->tp == 0 || c->tp % m->n_kv_heads == 0,
@@ -881,7 +923,8 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 	json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
 	int i = key_index(key);
 	bool raw = !strcmp(key, "model") ? !json_is_object(v)
-					 : i >= 0 && keys[i].kind == K_STRING && !json_is_string(v);
+					 : i >= 0 && (keys[i].kind == K_STRING || keys[i].names) &&
+						   !json_is_string(v);
 	if (raw) {
 		json_decref(v);
 		v = NULL;

@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../kernels/ops.h"
 #include "error.h"
+#include "schedule.h"
 
 #define PP_PATH_MAX 4096
 #define PP_MAX_CHUNKS 256 /* pipeline stages: pp * virtual_stages */
@@ -22,6 +24,8 @@ enum { PP_MLP_SWIGLU, PP_MLP_GEGLU, PP_MLP_GELU };
 enum { PP_NORM_RMS, PP_NORM_LAYER };
 enum { PP_POS_ROPE, PP_POS_LEARNED, PP_POS_RELATIVE };
 enum { PP_FAMILY_LLAMA, PP_FAMILY_MISTRAL, PP_FAMILY_MIXTRAL, PP_FAMILY_GEMMA, PP_FAMILY_GPT };
+enum { PP_LR_COSINE, PP_LR_LINEAR, PP_LR_CONSTANT, PP_LR_WSD };
+enum { PP_NAN_ABORT, PP_NAN_SKIP };
 
 typedef struct {
 	char preset[64];
@@ -64,7 +68,7 @@ typedef struct {
 	int pp, dp, tp;
 	int microbatches;   /* per dp rank per step: global_batch / (dp * microbatch) */
 	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
-	char schedule[16];  /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
+	sched_kind schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
 	bool recompute;     /* recompute activations in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
 	double grad_bucket_mb; /* dp gradient sum in buckets of this many MiB, overlapped with the backward; 0: after it */
@@ -77,7 +81,7 @@ typedef struct {
 
 	double lr;
 	struct {
-		char type[16];      /* cosine | linear | constant | wsd */
+		int type;           /* PP_LR_*: cosine | linear | constant | wsd */
 		long warmup_steps;  /* -1 = warmup_fraction * steps */
 		double warmup_fraction;
 		double final_fraction; /* lr at the end = final_fraction * lr */
@@ -89,9 +93,9 @@ typedef struct {
 	} adamw;
 	double clip_norm;  /* 0 = off */
 	uint64_t seed;
-	char dtype[8];     /* fp32 | bf16 */
-	char device[8];    /* cpu | cuda */
-	char nan_policy[8]; /* abort | skip */
+	int dtype;         /* compute type, PP_TYPE_REAL (fp32) | PP_TYPE_BF16 (bf16) */
+	int device;        /* PP_DEVICE_CPU | PP_DEVICE_CUDA */
+	int nan_policy;    /* PP_NAN_ABORT | PP_NAN_SKIP */
 
 	char data[PP_PATH_MAX]; /* "synthetic" or a token dataset */
 	char val_data[PP_PATH_MAX];  /* validation tokens; "" = data's own /val split */
@@ -105,6 +109,19 @@ typedef struct {
 	long eval_interval;     /* 0 = off */
 	int eval_batches;
 	long log_period;
+	int timing_skip_steps; /* warm-up steps left out of timing statistics */
+	/* profile_steps: "" off, "A:B" records steps A .. B-1, "N" records N
+	 * steps after the warm-up (timing_skip_steps); parsed into: */
+	char profile_steps[32];
+	long profile_begin, profile_end; /* "A:B"; 0 otherwise */
+	int profile_count;               /* "N"; 0 otherwise */
+	/* test-only: one rank's profile clock offset by seconds; every pipeline
+	 * pass padded to a fixed time (ms; 0 = as it comes) */
+	struct {
+		double clock_offset_s;
+		int clock_offset_rank; /* -1: none */
+		double fwd_ms, bwd_ms, bwd_w_ms;
+	} debug;
 
 	json_t *json; /* the fully resolved config (owned) */
 } pp_config;
@@ -119,6 +136,12 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 /* The same from an already resolved JSON text (a checkpoint's config). */
 int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e);
 void pp_config_free(pp_config *c);
+/* The pipeline layout's rules, which loading checks and plan.c relies on:
+ * mesh sizes >= 1, the schedule's own (schedule_check: virtual stages only
+ * with interleaved1f1b, whose microbatches are a multiple of pp), at least
+ * one layer per pipeline stage, and stage_layers, when given, naming every
+ * stage and adding up to model.n_layers. PP_EUSAGE naming the keys. */
+int pp_config_check_layout(const pp_config *c, pp_err *e);
 /* The resolved config as pretty JSON (caller frees). */
 char *pp_config_dump(const pp_config *c);
 /* Directory holding the models/NAME.json presets: $PP_CONFIG_DIR, else ../configs beside the

@@ -313,11 +313,8 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 	if (!w->o.chunk)
 		w->o.chunk = PP_TOKENS_CHUNK;
 	w->vocab = m->vocab_size;
-	const char *slash = strrchr(path, '/');
-	int dirlen = slash ? (int)(slash - path) : 0;
 	if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path ||
-	    snprintf(w->tmp, sizeof w->tmp, "%.*s%s.%s.tmp-%ld", dirlen, path, slash ? "/" : "",
-		     slash ? slash + 1 : path, (long)getpid()) >= (int)sizeof w->tmp) {
+	    fs_tmp_name(path, w->tmp, sizeof w->tmp, NULL)) {
 		free(w);
 		return pp_errorf(e, PP_EUSAGE, "output path too long: %s", path);
 	}

@@ -47,6 +47,17 @@ int fs_rename_durable(const char *tmp, const char *path, pp_err *e)
 	return fs_fsync_parent(path, e);
 }
 
+int fs_tmp_name(const char *path, char *tmp, size_t n, pp_err *e)
+{
+	const char *slash = strrchr(path, '/');
+	int dirlen = slash ? (int)(slash - path) : 0;
+	int k = snprintf(tmp, n, "%.*s%s.%s.tmp-%ld", dirlen, path, slash ? "/" : "",
+			 slash ? slash + 1 : path, (long)getpid());
+	if (k < 0 || (size_t)k >= n)
+		return pp_errorf(e, PP_EUSAGE, "output path too long: %s", path);
+	return 0;
+}
+
 int fs_mkdir_p(const char *path, pp_err *e)
 {
 	char buf[FS_PATH];

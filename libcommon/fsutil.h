@@ -17,6 +17,9 @@ int fs_fsync_parent(const char *path, pp_err *e);
  * path: rename, then fsync path's directory so that the rename itself
  * survives a crash. Errors name both. */
 int fs_rename_durable(const char *tmp, const char *path, pp_err *e);
+/* The temporary name a writer of path uses before fs_rename_durable:
+ * ".NAME.tmp-PID" in path's directory. PP_EUSAGE when it does not fit n. */
+int fs_tmp_name(const char *path, char *tmp, size_t n, pp_err *e);
 /* mkdir -p; each directory created is made durable in its parent. */
 int fs_mkdir_p(const char *path, pp_err *e);
 /* rm -rf: files first, then the directories (depth first). 0 or -1 (errno). */

@@ -46,7 +46,8 @@ int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool
 		/* the requests one step can have in flight: every bucket, the rest */
 		g->cap += (g->bucket ? (int)((n + g->bucket - 1) / g->bucket) : 0) + 2;
 	}
-	if (!(g->reqs = calloc((size_t)g->cap, sizeof *g->reqs)))
+	if (!(g->reqs = calloc((size_t)g->cap, sizeof *g->reqs)) ||
+	    !(g->timing = calloc((size_t)g->cap, sizeof *g->timing)))
 		goto oom;
 	return 0;
 oom:
@@ -62,6 +63,7 @@ void gradsync_free(gradsync *g)
 	free(g->chunks);
 	free(g->counts);
 	free(g->reqs); /* requests still in flight only after an error: the job is ending */
+	free(g->timing);
 	memset(g, 0, sizeof *g);
 }
 
@@ -74,6 +76,9 @@ static int launch(gradsync *g, gradsync_chunk *gc, size_t a, size_t b, pp_err *e
 	int rc;
 	if (g->n_reqs == g->cap)
 		return pp_errorf(e, PP_ERUNTIME, "gradient buckets: more than %d in flight", g->cap);
+	struct gradsync_timing *tm = &g->timing[g->n_reqs];
+	tm->span = prof_begin(g->prof, PROF_GRAD_REDUCE);
+	tm->bytes = (int64_t)((b - a) * sizeof(pp_real));
 	if (!gc->shard) {
 		rc = comm_iallreduce(dp, grad + a, b - a, PP_DT_REAL, PP_OP_SUM, &r, e);
 	} else {
@@ -91,8 +96,17 @@ static int launch(gradsync *g, gradsync_chunk *gc, size_t a, size_t b, pp_err *e
 	}
 	if (rc)
 		return pp_err_prefix(e, "gradient sum over dp of elements [%zu, %zu)", a, b);
+	tm->mark = prof_on(g->prof) ? comm_mark(dp) : NULL;
 	g->reqs[g->n_reqs++] = r;
 	return 0;
+}
+
+/* Request head has completed. */
+static void completed(gradsync *g)
+{
+	const struct gradsync_timing *tm = &g->timing[g->head];
+	prof_end_mark(g->prof, &tm->span, tm->mark, tm->bytes);
+	g->reqs[g->head++] = NULL;
 }
 
 int gradsync_ready(gradsync *g, const pp_stage *s, size_t from, pp_err *e)
@@ -126,7 +140,7 @@ int gradsync_ready(gradsync *g, const pp_stage *s, size_t from, pp_err *e)
 				g->reqs[g->head++] = NULL;
 			return rc;
 		}
-		g->reqs[g->head++] = NULL;
+		completed(g);
 	}
 	return 0;
 }
@@ -140,9 +154,11 @@ int gradsync_finish(gradsync *g, pp_err *e)
 			g->late++;
 	}
 	while (!rc && g->head < g->n_reqs) {
-		pp_comm_req *r = g->reqs[g->head];
-		g->reqs[g->head++] = NULL;
-		rc = comm_wait(r, e);
+		rc = comm_wait(g->reqs[g->head], e);
+		if (rc)
+			g->reqs[g->head++] = NULL;
+		else
+			completed(g);
 	}
 	for (int k = 0; k < g->v && !rc; k++) {
 		gradsync_chunk *gc = &g->chunks[k];

@@ -31,6 +31,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "profile/record.h"
 
 typedef struct {
 	pp_stage *st;
@@ -52,6 +53,12 @@ typedef struct {
 	int head, n_reqs, cap;
 	int early, late; /* reductions launched during the backward passes, and
 			  * by gradsync_finish, since init */
+	prof_rec *prof;  /* times each reduction, launch to completion (NULL: off) */
+	struct gradsync_timing {
+		prof_span span;
+		void *mark;    /* on the communicator's stream, after the reduction */
+		int64_t bytes;
+	} *timing;     /* (cap) as reqs */
 } gradsync;
 
 /* The range [*lo, *hi) of n elements that rank r of dp updates under

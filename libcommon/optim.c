@@ -38,12 +38,12 @@ double optim_lr(const pp_config *c, long s)
 {
 	const double lr = c->lr, lo = c->lr * c->lr_schedule.final_fraction;
 	const long W = optim_warmup_steps(c), S = c->steps;
-	const char *type = c->lr_schedule.type;
+	const int type = c->lr_schedule.type;
 	if (s < W)
 		return lr * (double)s / (double)W;
-	if (!strcmp(type, "constant"))
+	if (type == PP_LR_CONSTANT)
 		return lr;
-	if (!strcmp(type, "wsd")) {
+	if (type == PP_LR_WSD) {
 		long decay = lround(c->lr_schedule.decay_fraction * (double)S);
 		long start = S - decay;
 		if (s < start || decay <= 0)
@@ -55,7 +55,7 @@ double optim_lr(const pp_config *c, long s)
 	double p = len > 0 ? (double)(s - W) / len : 1.0;
 	if (p > 1)
 		p = 1;
-	if (!strcmp(type, "linear"))
+	if (type == PP_LR_LINEAR)
 		return lr + (lo - lr) * p;
 	return lo + 0.5 * (lr - lo) * (1.0 + cos(M_PI * p)); /* cosine */
 }

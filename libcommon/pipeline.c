@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Tags: the schedules put a rank's messages in one global order, so the
  * messages of one kind between two ranks pair up in posting order. */
@@ -107,9 +108,36 @@ static pp_act *buf(const pipeline *pl, pp_act *base, int mb, int c)
 	return pp_act_at(pl->chunks[0].ops, base, cell(pl, mb, c) * pl->width);
 }
 
+/* Sleeps until t0 + seconds on CLOCK_MONOTONIC. */
+static void pad_to(const struct timespec *t0, double seconds)
+{
+	if (seconds <= 0)
+		return;
+	struct timespec t = *t0;
+	long long ns = t.tv_nsec + (long long)(seconds * 1e9);
+	t.tv_sec += (time_t)(ns / 1000000000);
+	t.tv_nsec = (long)(ns % 1000000000);
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL))
+		;
+}
+
+static double pad_of(const pipeline *pl, sched_op op)
+{
+	switch (op) {
+	case SCHED_FWD: return pl->pad.fwd;
+	case SCHED_BWD: return pl->pad.bwd;
+	case SCHED_BWD_I: return pl->pad.bwd - pl->pad.bwd_w;
+	case SCHED_BWD_W: return pl->pad.bwd_w;
+	default: return 0;
+	}
+}
+
 static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,
 		      pp_real dscale, double *loss_sum, pp_err *e)
 {
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	prof_span span = prof_begin(pl->prof, (prof_op)a->op);
 	const int p = pl->p, s = a->vstage, c = s / p, mb = a->mb;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
 	pp_stage *st = &pl->chunks[c];
@@ -160,6 +188,10 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		char what[64];
 		return pp_err_prefix(e, "%s", schedule_action_format(a, what, sizeof what));
 	}
+	pad_to(&t0, pad_of(pl, a->op));
+	bool msg = a->op >= SCHED_SEND_ACT;
+	prof_end(pl->prof, &span, mb, s, msg ? a->peer : -1,
+		 msg ? (int64_t)(pl->width * pp_act_size(st->ops)) : 0);
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "profile/record.h"
 #include "schedule.h"
 
 typedef struct {
@@ -27,6 +28,9 @@ typedef struct {
 	int *last_bwd; /* per chunk: the index in acts of the step's last pass
 			* that computes its weight gradients (BWD, or BWD_W) */
 	size_t width; /* B * T * C */
+	prof_rec *prof;  /* times every action when recording (NULL: off) */
+	sched_costs pad; /* seconds each pass takes at least (a test's fixed
+			  * costs: bwd is BWD's, BWD_I takes bwd - bwd_w); 0: off */
 } pipeline;
 
 /* The slots each chunk needs: the most microbatches in flight on it under

@@ -147,34 +147,14 @@ void plan_chunk_layers(const pp_config *c, int chunk, int *begin, int *end)
 	*end = *begin + base + (chunk < rem);
 }
 
-static int dtype_bytes(const char *dtype)
+static int dtype_bytes(int dtype)
 {
-	if (!strcmp(dtype, "fp32"))
-		return 4;
-	if (!strcmp(dtype, "bf16"))
-		return 2;
-	return 0;
+	return dtype == PP_TYPE_REAL ? 4 : dtype == PP_TYPE_BF16 ? 2 : 0;
 }
-
-static int microbatches_of(const pp_config *c)
-{
-	if (c->microbatches > 0)
-		return c->microbatches;
-	if (c->global_batch > 0 && c->microbatch > 0 && c->dp > 0) {
-		int m = c->global_batch / (c->dp * c->microbatch);
-		return m > 0 ? m : 1;
-	}
-	return 1;
-}
-
-static int virtual_of(const pp_config *c) { return c->virtual_stages > 0 ? c->virtual_stages : 1; }
 
 static int check_layout(const pp_config *c, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
-	if (c->pp < 1 || c->dp < 1 || c->tp < 1)
-		return pp_errorf(e, PP_EUSAGE, "plan: mesh pp=%d dp=%d tp=%d: each must be >= 1",
-				 c->pp, c->dp, c->tp);
 	if (c->microbatch < 1 || c->seq_len < 1)
 		return pp_errorf(e, PP_EUSAGE, "plan: microbatch=%d seq_len=%d: each must be >= 1",
 				 c->microbatch, c->seq_len);
@@ -184,48 +164,12 @@ static int check_layout(const pp_config *c, pp_err *e)
 				 "plan: model.d_model=%d n_heads=%d n_layers=%d vocab_size=%d "
 				 "d_ff=%d: each must be >= 1",
 				 m->d_model, m->n_heads, m->n_layers, m->vocab_size, m->d_ff);
-	int v = virtual_of(c);
-	if (m->n_layers < c->pp * v)
-		return pp_errorf(e, PP_EUSAGE,
-				 "plan: model.n_layers=%d is fewer than pp * virtual_stages = %d * "
-				 "%d pipeline chunks",
-				 m->n_layers, c->pp, v);
+	int rc = pp_config_check_layout(c, e);
+	if (rc)
+		return rc;
 	if (!dtype_bytes(c->dtype))
-		return pp_errorf(e, PP_EUSAGE, "plan: dtype=\"%s\": expected fp32 or bf16",
-				 c->dtype);
+		return pp_errorf(e, PP_EUSAGE, "plan: dtype %d: expected fp32 or bf16", c->dtype);
 	return PP_OK;
-}
-
-/* Chunk-microbatches whose saved activations pp rank r keeps at its peak
- * (m microbatches per step, v chunks per rank):
- *   gpipe            all forwards run first: m * v
- *   1f1b, zbh1       stage r runs pp - r warm-up forwards before its first
- *                    backward: min(pp - r, m) * v (ZB-H1 keeps 1F1B's peak)
- *   eager1f1b        forwards issued until the first backward returns; with
- *                    equal forward and backward times that is 2 (pp - r) - 1:
- *                    min(2 (pp - r) - 1, m) * v, an upper bound
- *   interleaved1f1b  Megatron's warm-up 2 (pp - r - 1) + (v - 1) pp, + 1 in
- *                    the steady state: min(that, m v). On rank 0 this is
- *                    pp (1 + (pp - 1) / (pp v)) stage-microbatches.
- * An empty schedule counts as 1f1b. -1 for an unknown name. */
-static int64_t chunks_in_flight(const char *sched, int64_t pp, int64_t r, int64_t m, int64_t v)
-{
-	int64_t k;
-	if (!strcmp(sched, "gpipe"))
-		return m * v;
-	if (!sched[0] || !strcmp(sched, "1f1b") || !strcmp(sched, "zbh1")) {
-		k = pp - r;
-		return (k < m ? k : m) * v;
-	}
-	if (!strcmp(sched, "eager1f1b")) {
-		k = 2 * (pp - r) - 1;
-		return (k < m ? k : m) * v;
-	}
-	if (!strcmp(sched, "interleaved1f1b")) {
-		k = 2 * (pp - r - 1) + (v - 1) * pp + 1;
-		return k < m * v ? k : m * v;
-	}
-	return -1;
 }
 
 /* Saved activations of one layer for one microbatch on one tp rank, bytes.
@@ -267,14 +211,12 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		return pp_errorf(e, PP_EUSAGE, "plan: pp rank %d outside 0..%d", rank, c->pp - 1);
 	shape s;
 	shape_of(&c->model, &s);
-	const int64_t pp = c->pp, tp = c->tp, v = virtual_of(c), m = microbatches_of(c);
+	const int64_t pp = c->pp, tp = c->tp, v = c->virtual_stages, m = c->microbatches;
 	const int64_t B = c->microbatch, T = c->seq_len, b = dtype_bytes(c->dtype);
-	int64_t in_flight = chunks_in_flight(c->schedule, pp, rank, m, v);
-	if (in_flight < 0)
-		return pp_errorf(e, PP_EUSAGE,
-				 "plan: schedule=\"%s\": expected gpipe, 1f1b, eager1f1b, "
-				 "interleaved1f1b or zbh1",
-				 c->schedule);
+	/* what the runtime keeps: a microbatch's saved state lives from its
+	 * forward until its backward, under zbh1 until its weight gradient */
+	const int64_t in_flight = schedule_peak_held_theory(c->schedule, c->pp, c->virtual_stages,
+							     c->microbatches, rank);
 
 	layer_parts dense, moe;
 	layer_parts_of(&s, false, tp, &dense);
@@ -288,6 +230,10 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	out->first = rank == 0;
 	out->last = rank == pp - 1;
 	out->in_flight = (int)in_flight;
+	out->peak_act = schedule_peak_act_theory(c->schedule, c->pp, c->virtual_stages,
+						 c->microbatches, rank);
+	out->peak_wstash = schedule_peak_wstash_theory(c->schedule, c->pp, c->virtual_stages,
+						       c->microbatches, rank);
 
 	/* The first chunk of stage 0: wte (vocab-parallel) and wpe
 	 * (replicated). The last chunk of the last stage: final norm and head; a
@@ -353,7 +299,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	if (out->last) {
 		int64_t V = ceil_div(s.V, tp);
 		out->logits = stage_loss_rows(B * T, V, b, c->loss_chunk_mb) * V * b;
-		out->activations += (strcmp(c->schedule, "gpipe") ? 1 : m) * B * T * s.C * b;
+		out->activations += (c->schedule == SCHED_GPIPE ? m : 1) * B * T * s.C * b;
 	}
 	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits;
 	return PP_OK;
@@ -466,19 +412,39 @@ static int plan_compute(const pp_config *c, plan_all *a, pp_err *e)
 	shape_of(&c->model, &a->s);
 	a->flops = plan_flops_per_token(&c->model, c->seq_len);
 	a->flops_fwd = plan_flops_per_token_fwd(&c->model, c->seq_len);
-	a->m = microbatches_of(c);
-	a->v = virtual_of(c);
-	int64_t seqs = c->global_batch > 0 ? c->global_batch
-					   : (int64_t)c->dp * c->microbatch * a->m;
-	a->tokens_per_step = seqs * c->seq_len;
+	a->m = c->microbatches;
+	a->v = c->virtual_stages;
+	a->tokens_per_step = (int64_t)c->global_batch * c->seq_len;
 	a->world = (int64_t)c->pp * c->dp * c->tp;
-	/* GPipe/1F1B bubble (p - 1) / (m + p - 1), divided by v when interleaved */
-	a->bubble = (double)(c->pp - 1) / (a->m + c->pp - 1) /
-		    (!strcmp(c->schedule, "interleaved1f1b") ? a->v : 1);
+	/* at the reference costs: backward 2 x forward, zbh1's weight gradient 1 x */
+	a->bubble = schedule_bubble_theory(c->schedule, c->pp, a->v, a->m, NULL);
 	return PP_OK;
 }
 
-static const char *sched_name(const pp_config *c) { return c->schedule[0] ? c->schedule : "1f1b"; }
+static const char *sched_name(const pp_config *c) { return schedule_kind_name(c->schedule); }
+
+/* The theory's peak activations of every pp rank, as a JSON array. */
+static json_t *peaks_json(const pp_config *c, int (*theory)(sched_kind, int, int, int, int))
+{
+	json_t *a = json_array();
+	for (int r = 0; a && r < c->pp; r++)
+		json_array_append_new(
+			a, json_integer(theory(c->schedule, c->pp, c->virtual_stages, c->microbatches, r)));
+	return a;
+}
+
+/* The same as text: "4, 3, 2, 1"; the first and last ranks of a long pipeline. */
+static void print_peaks(FILE *f, const pp_config *c, int (*theory)(sched_kind, int, int, int, int))
+{
+	for (int r = 0; r < c->pp; r++) {
+		if (c->pp > 12 && r == 6) {
+			fprintf(f, ", ...");
+			r = c->pp - 4;
+		}
+		fprintf(f, "%s%d", r ? ", " : "",
+			theory(c->schedule, c->pp, c->virtual_stages, c->microbatches, r));
+	}
+}
 
 static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 {
@@ -487,9 +453,9 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 	json_t *o = json_pack(
 		"{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
 		"s:{s:f, s:f, s:I, s:s, s:s}, "
-		"s:{s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f}, "
-		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-		"s:f}}",
+		"s:{s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:s, s:o, s:s, s:o}, "
+		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:i, s:i, s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I, "
+		"s:I, s:I, s:f}}",
 		"preset", m->preset,
 		"params",
 		"total", (json_int_t)a->n.total, "embedding", (json_int_t)a->n.embedding,
@@ -507,9 +473,14 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"schedule", sched_name(c), "virtual_stages", a->v, "microbatch", c->microbatch,
 		"microbatches", a->m, "seq_len", c->seq_len,
 		"tokens_per_step", (json_int_t)a->tokens_per_step, "bubble", a->bubble,
+		"bubble_formula", schedule_bubble_formula(c->schedule),
+		"peak_activations", peaks_json(c, schedule_peak_act_theory),
+		"peak_activations_formula", schedule_peak_act_formula(c->schedule),
+		"peak_wstash", peaks_json(c, schedule_peak_wstash_theory),
 		"memory",
 		"rank", r->rank, "layers", r->layers, "chunks", r->chunks, "first", r->first,
-		"last", r->last, "in_flight", r->in_flight, "dtype", c->dtype,
+		"last", r->last, "in_flight", r->in_flight, "peak_activations", r->peak_act,
+		"peak_wstash", r->peak_wstash, "dtype", pp_type_name(c->dtype),
 		"recompute", c->recompute, "shard_optimizer", c->shard_optimizer,
 		"param_count", (json_int_t)r->param_count, "params", (json_int_t)r->params,
 		"grads", (json_int_t)r->grads, "optimizer", (json_int_t)r->optimizer,
@@ -599,14 +570,27 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "  %-22s %d x %d tokens, %d per dp rank per step\n", "microbatch",
 		c->microbatch, c->seq_len, a->m);
 	fprintf(f, "  %-22s %s\n", "tokens per step", commas(b1, a->tokens_per_step));
-	if (c->pp > 1)
-		fprintf(f, "  %-22s %.1f%% (p-1)/(m+p-1)%s\n", "pipeline bubble", 100.0 * a->bubble,
-			!strcmp(c->schedule, "interleaved1f1b") ? "/v" : "");
+	if (c->pp > 1) {
+		fprintf(f, "  %-22s %.1f%% = %s at p=%d v=%d m=%d, backward = 2 x forward%s\n",
+			"pipeline bubble", 100.0 * a->bubble, schedule_bubble_formula(c->schedule),
+			c->pp, a->v, a->m,
+			c->schedule == SCHED_ZBH1 ? ", weight gradient = forward" : "");
+		fprintf(f, "  %-22s ", "peak activations");
+		print_peaks(f, c, schedule_peak_act_theory);
+		fprintf(f, " chunk-microbatches on pp ranks 0..%d: %s\n", c->pp - 1,
+			schedule_peak_act_formula(c->schedule));
+		if (c->schedule == SCHED_ZBH1) {
+			fprintf(f, "  %-22s ", "weight-grad stashes");
+			print_peaks(f, c, schedule_peak_wstash_theory);
+			fprintf(f, ": min(r+1, m), each held with its activations until its weight "
+				   "gradient\n");
+		}
+	}
 
 	fprintf(f, "\nmemory per rank: pp rank %d of %d (%d layers%s%s), %d chunk-microbatch(es) "
 		   "in flight, %s%s%s\n",
 		r->rank, c->pp, r->layers, r->first ? ", embedding" : "", r->last ? ", head" : "",
-		r->in_flight, c->dtype, c->recompute ? ", recompute" : "",
+		r->in_flight, pp_type_name(c->dtype), c->recompute ? ", recompute" : "",
 		c->shard_optimizer ? ", optimizer sharded" : "");
 	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes\n", "parameters", gib(r->params),
 		commas(b2, r->param_count), dtype_bytes(c->dtype));

@@ -68,7 +68,10 @@ typedef struct {
 	int layers;          /* layers it holds (all its chunks) */
 	int chunks;          /* virtual stages it holds */
 	bool first, last;    /* holds the embedding / the final norm and head */
-	int in_flight;       /* chunk-microbatches whose activations it keeps at peak */
+	int in_flight;       /* chunk-microbatches whose saved state it keeps at peak
+			      * (schedule_peak_held_theory) */
+	int peak_act;        /* of which holding activations (schedule_peak_act_theory) */
+	int peak_wstash;     /* and weight-gradient stashes (zbh1) */
 	int64_t param_count; /* parameters it holds (its tp slice) */
 	int64_t params;      /* param_count * dtype bytes */
 	int64_t grads;       /* param_count * 4: fp32 */

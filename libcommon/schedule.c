@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[SCHED_NKINDS] = {"gpipe", "1f1b", "eager1f1b",
-						     "interleaved1f1b", "zbh1"};
+const char *const schedule_kind_names[SCHED_NKINDS + 1] = {"gpipe", "1f1b", "eager1f1b",
+							     "interleaved1f1b", "zbh1", NULL};
 static const char *const op_names[] = {"FWD",	   "BWD",      "BWD_I",	    "BWD_W",
 				       "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD"};
 
@@ -17,7 +17,7 @@ const sched_costs schedule_ref_costs = {1, 2, 1};
 int schedule_kind_parse(const char *name, sched_kind *kind, pp_err *e)
 {
 	for (int k = 0; k < SCHED_NKINDS; k++)
-		if (name && !strcmp(name, kind_names[k])) {
+		if (name && !strcmp(name, schedule_kind_names[k])) {
 			*kind = (sched_kind)k;
 			return PP_OK;
 		}
@@ -28,7 +28,7 @@ int schedule_kind_parse(const char *name, sched_kind *kind, pp_err *e)
 
 const char *schedule_kind_name(sched_kind kind)
 {
-	return kind >= 0 && kind < SCHED_NKINDS ? kind_names[kind] : "?";
+	return kind >= 0 && kind < SCHED_NKINDS ? schedule_kind_names[kind] : "?";
 }
 
 const char *schedule_op_name(sched_op op)
@@ -54,7 +54,7 @@ int schedule_check(sched_kind kind, int p, int v, int m, int rank, pp_err *e)
 	if (kind < 0 || kind >= SCHED_NKINDS)
 		return pp_errorf(e, PP_EUSAGE, "schedule kind %d: expected 0 .. %d", (int)kind,
 				 SCHED_NKINDS - 1);
-	const char *name = kind_names[kind];
+	const char *name = schedule_kind_names[kind];
 	if (p < 1)
 		return pp_errorf(e, PP_EUSAGE, "schedule %s: p=%d pipeline ranks, expected >= 1", name, p);
 	if (v < 1)
@@ -320,7 +320,7 @@ static int place_messages(sched_kind kind, const geom *g, alist *comp, alist *ou
 			if (left)
 				rc = pp_errorf(e, PP_ERUNTIME,
 					       "schedule %s: internal error: compute orders stall",
-					       kind_names[kind]);
+					       schedule_kind_names[kind]);
 			break;
 		}
 		t = next;
@@ -388,7 +388,7 @@ int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action 
 		return rc;
 	if (rank < 0)
 		return pp_errorf(e, PP_EUSAGE, "schedule %s: rank=%d, expected 0 .. %d",
-				 kind_names[kind], rank, p - 1);
+				 schedule_kind_names[kind], rank, p - 1);
 	sched_action **lists = calloc((size_t)p, sizeof *lists);
 	int *counts = calloc((size_t)p, sizeof *counts);
 	if (!lists || !counts)
@@ -435,6 +435,7 @@ typedef struct {
 	sched_action *const *lists;
 	const int *counts;
 	const sched_costs *c;
+	double *const *dur;	/* per action, when given: dur[r][i] for rank r's action i */
 	unit_state *u;		/* S m, stage-major */
 	int *pos, *act, *stash; /* per rank: next action, activations and stashes held */
 	double *clock, *aclock; /* per rank: blocking and non-blocking time */
@@ -487,7 +488,7 @@ static void run_compute(sim *s, int r, const sched_action *a, double ready)
 	const int m = s->m;
 	unit_state *x = &s->u[a->vstage * m + a->mb];
 	sched_rank_stats *st = &s->st[r];
-	double t = cost_of(s->c, a->op);
+	double t = s->dur ? s->dur[r][s->pos[r]] : cost_of(s->c, a->op);
 	s->clock[r] += t;
 	s->aclock[r] = ready + t;
 	st->busy += t;
@@ -588,17 +589,22 @@ static int deadlock_error(const sim *s, pp_err *e)
 	return pp_errorf(e, PP_ERUNTIME, "%s", msg);
 }
 
-int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, const int *counts,
-			    const sched_costs *c, sched_sim *out, pp_err *e)
+static int simulate(int p, int v, int m, sched_action *const *lists, const int *counts,
+		    const sched_costs *c, double *const *dur, sched_sim *out, pp_err *e)
 {
 	memset(out, 0, sizeof *out);
 	c = costs_or_ref(c);
 	if (p < 1 || v < 1 || m < 1 || (long long)p * v * m > SCHED_MAX_UNITS)
 		return pp_errorf(e, PP_EUSAGE, "simulate: p=%d v=%d m=%d out of range", p, v, m);
-	int rc = check_costs(c, e);
+	int rc = dur ? 0 : check_costs(c, e);
+	for (int r = 0; dur && r < p && !rc; r++)
+		for (int i = 0; i < counts[r] && !rc; i++)
+			if (!(dur[r][i] >= 0))
+				rc = pp_errorf(e, PP_EUSAGE, "simulate: rank %d action %d takes %g", r, i,
+					       dur[r][i]);
 	if (rc)
 		return rc;
-	sim s = {p, p * v, m, lists, counts, c, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+	sim s = {p, p * v, m, lists, counts, c, dur, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 	s.u = calloc((size_t)s.S * m, sizeof *s.u);
 	s.pos = calloc((size_t)p, sizeof *s.pos);
 	s.act = calloc((size_t)p, sizeof *s.act);
@@ -664,6 +670,18 @@ done:
 	return rc;
 }
 
+int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, const int *counts,
+			    const sched_costs *c, sched_sim *out, pp_err *e)
+{
+	return simulate(p, v, m, lists, counts, c, NULL, out, e);
+}
+
+int schedule_simulate_timed(int p, int v, int m, sched_action *const *lists, const int *counts,
+			    double *const *dur, sched_sim *out, pp_err *e)
+{
+	return simulate(p, v, m, lists, counts, NULL, dur, out, e);
+}
+
 int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c, sched_sim *out,
 		      pp_err *e)
 {
@@ -683,7 +701,7 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
 		rc = schedule_simulate_lists(p, v, m, lists, counts, c, out, e);
 		schedule_free_all(p, lists);
 		if (rc)
-			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", kind_names[kind], p, v, m);
+			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", schedule_kind_names[kind], p, v, m);
 	}
 	free(lists);
 	free(counts);
@@ -735,4 +753,37 @@ int schedule_peak_wstash_theory(sched_kind kind, int p, int v, int m, int rank)
 	if (schedule_check(kind, p, v, m, rank, NULL) || rank < 0)
 		return -1;
 	return kind == SCHED_ZBH1 ? imin(rank + 1, m) : 0;
+}
+
+int schedule_peak_held_theory(sched_kind kind, int p, int v, int m, int rank)
+{
+	if (kind == SCHED_ZBH1)
+		return schedule_check(kind, p, v, m, rank, NULL) || rank < 0 ? -1 : imin(p, m);
+	return schedule_peak_act_theory(kind, p, v, m, rank);
+}
+
+const char *schedule_bubble_formula(sched_kind kind)
+{
+	switch (kind) {
+	case SCHED_INTERLEAVED_1F1B:
+		return "(p-1)/(v*m+p-1)";
+	case SCHED_ZBH1:
+		return "(p-1+max(0,p-m))/(3*m+p-1+max(0,p-m))";
+	default:
+		return "(p-1)/(m+p-1)";
+	}
+}
+
+const char *schedule_peak_act_formula(sched_kind kind)
+{
+	switch (kind) {
+	case SCHED_GPIPE:
+		return "m";
+	case SCHED_EAGER_1F1B:
+		return "min(2*(p-r)-1, m)";
+	case SCHED_INTERLEAVED_1F1B:
+		return "min(2*(p-r-1)+(v-1)*p+1, v*m)";
+	default:
+		return "min(p-r, m)";
+	}
 }

@@ -108,8 +108,11 @@ typedef struct {
 /* Largest p * v * m accepted (keeps every count in an int). */
 #define SCHED_MAX_UNITS (1 << 22)
 
-/* "gpipe", "1f1b", "eager1f1b", "interleaved1f1b", "zbh1". PP_EUSAGE naming
- * the string otherwise. */
+/* The kinds' names in enum order, NULL-terminated: "gpipe", "1f1b",
+ * "eager1f1b", "interleaved1f1b", "zbh1" (the config's schedule= values). */
+extern const char *const schedule_kind_names[SCHED_NKINDS + 1];
+
+/* One of those names. PP_EUSAGE naming the string otherwise. */
 int schedule_kind_parse(const char *name, sched_kind *kind, pp_err *e);
 /* The name above; "?" for an out-of-range kind. */
 const char *schedule_kind_name(sched_kind kind);
@@ -180,6 +183,11 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
  * arrived (locally or by a receive). */
 int schedule_simulate_lists(int p, int v, int m, sched_action *const *lists, const int *counts,
 			    const sched_costs *c, sched_sim *out, pp_err *e);
+/* The same with a duration per action: dur[r][i] for action i of rank r
+ * (a compute's measured time, 0 for a message), as a profile measured them;
+ * critical_path is then the ideal time of those lists at those durations. */
+int schedule_simulate_timed(int p, int v, int m, sched_action *const *lists, const int *counts,
+			    double *const *dur, sched_sim *out, pp_err *e);
 void schedule_sim_free(sched_sim *s);
 
 /* Closed forms for these compute orders with non-blocking zero-time
@@ -210,5 +218,14 @@ double schedule_bubble_theory(sched_kind kind, int p, int v, int m, const sched_
 int schedule_peak_act_theory(sched_kind kind, int p, int v, int m, int rank);
 /* Peak weight-gradient stashes of rank r: min(r + 1, m) for zbh1, else 0. */
 int schedule_peak_wstash_theory(sched_kind kind, int p, int v, int m, int rank);
+/* Peak chunk-microbatches rank r holds either of at once (simulate's
+ * peak_held): what a runtime that keeps a microbatch's whole saved state
+ * until its last backward part needs. peak_act, except min(p, m) on every
+ * rank for zbh1. -1 for rejected arguments. */
+int schedule_peak_held_theory(sched_kind kind, int p, int v, int m, int rank);
+/* The closed forms above as text, for reports: the bubble at the reference
+ * costs ("(p-1)/(m+p-1)", ...) and the peak activations ("min(p-r, m)", ...). */
+const char *schedule_bubble_formula(sched_kind kind);
+const char *schedule_peak_act_formula(sched_kind kind);
 
 #endif

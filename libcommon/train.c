@@ -92,9 +92,10 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		if ((rc = mesh_init(&t->mesh, c, t->proc.rank, t->proc.size, e)))
 			return rc;
 		if (t->proc.size > 1) {
-			const pp_comm_ops *co = comm_find(strcmp(c->device, "cuda") ? "mpi" : "nccl");
+			const pp_comm_ops *co = comm_find(c->device == PP_DEVICE_CUDA ? "nccl" : "mpi");
 			if (!co)
-				return pp_errorf(e, PP_EUSAGE, "device=%s: no communication backend", c->device);
+				return pp_errorf(e, PP_EUSAGE, "device=%s: no communication backend",
+						 pp_device_name(c->device));
 			if ((rc = co->init(&world, &t->proc, c->comm_timeout, e)))
 				return rc;
 		}
@@ -103,14 +104,12 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if (rc)
 		return rc;
 #ifdef PP_CUDA
-	if (!strcmp(c->device, "cuda") && (rc = pp_cuda_init(boot_device(&t->proc), e)))
+	if (c->device == PP_DEVICE_CUDA && (rc = pp_cuda_init(boot_device(&t->proc), e)))
 		return rc;
 #endif
 
 	const pp_mesh *me = &t->mesh;
-	sched_kind kind = SCHED_1F1B;
-	if ((rc = schedule_kind_parse(c->schedule, &kind, e)))
-		return rc;
+	const sched_kind kind = c->schedule;
 	int slots[64] = {0};
 	if (me->v > 64)
 		return pp_errorf(e, PP_EUSAGE, "virtual_stages=%d: at most 64", me->v);
@@ -157,12 +156,13 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		if (!t->gather)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
-					 c->device,
+					 pp_device_name(c->device),
 					 1e-9 * (double)(share * (me->dp + 1) * sizeof(pp_real)));
 	}
 	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
 				me->pp_comm, e)))
 		return rc;
+	t->pl.pad = (sched_costs){1e-3 * c->debug.fwd_ms, 1e-3 * c->debug.bwd_ms, 1e-3 * c->debug.bwd_w_ms};
 	if ((rc = data_open(&t->train, c, "train", me->dp_rank, me->dp, e)))
 		return rc;
 	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", me->dp_rank, me->dp, e)))
@@ -172,6 +172,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 
 void trainer_close(trainer *t)
 {
+	prof_rec_free(t->prof);
 	data_close(t->train);
 	data_close(t->val);
 	pipeline_free(&t->pl);
@@ -538,7 +539,10 @@ typedef struct {
 	FILE *metrics; /* leader only */
 	double flops_per_token;
 	double peak; /* FLOP/s of the device, 0 when unknown */
-	double t_avg;
+	double t_avg; /* moving average of the step time, warm-up steps left out */
+	long n_run;   /* steps run by this process */
+	long n_timed; /* of which after the warm-up (timing_skip_steps) */
+	double timed; /* their seconds */
 } run_log;
 
 static void log_step(const trainer *t, run_log *lg, const train_opts *o, double loss, double lr,
@@ -549,7 +553,15 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 		return;
 	double tokens = (double)c->global_batch * c->seq_len;
 	double tps = tokens / dt, fps = tps * lg->flops_per_token / t->mesh.world;
-	lg->t_avg = lg->t_avg > 0 ? 0.9 * lg->t_avg + 0.1 * dt : dt;
+	/* the warm-up steps (compilation, first touches, caches) are not the
+	 * run's pace: the ETA and the summary leave them out */
+	if (++lg->n_run > c->timing_skip_steps) {
+		lg->t_avg = lg->n_timed ? 0.9 * lg->t_avg + 0.1 * dt : dt;
+		lg->n_timed++;
+		lg->timed += dt;
+	} else if (!lg->n_timed) {
+		lg->t_avg = dt;
+	}
 	char mfu[64] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
@@ -572,6 +584,67 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 		 "ETA %s%s",
 		 t->step, c->steps, loss, lr, gnorm, dt, tp, rate, eta,
 		 skipped ? " | skipped (non-finite)" : "");
+}
+
+/* Mean step time, tokens/s and MFU over the steps after the warm-up. */
+static void log_timing(const trainer *t, const run_log *lg)
+{
+	const pp_config *c = t->cfg;
+	if (!lg->metrics || !lg->n_timed)
+		return;
+	double dt = lg->timed / (double)lg->n_timed;
+	double tps = (double)c->global_batch * c->seq_len / dt;
+	double fps = tps * lg->flops_per_token / t->mesh.world;
+	char tp[32], mfu[48] = "";
+	log_thousands(tp, sizeof tp, tps);
+	if (lg->peak > 0)
+		snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * fps / lg->peak);
+	log_info("timing: %.4f s per step over %ld step%s (%ld warm-up step%s left out: "
+		 "timing_skip_steps) | %s tok/s | %.3g TFLOP/s/device%s",
+		 dt, lg->n_timed, lg->n_timed > 1 ? "s" : "", lg->n_run - lg->n_timed,
+		 lg->n_run - lg->n_timed == 1 ? "" : "s", tp, fps / 1e12, mfu);
+}
+
+/* The profile window of this run (profile_steps), and the recorder for it;
+ * t->prof stays NULL when the window is empty or already past. */
+static int open_profile(trainer *t, pp_err *e)
+{
+	const pp_config *c = t->cfg;
+	const pp_mesh *me = &t->mesh;
+	long begin = c->profile_begin, end = c->profile_end;
+	if (c->profile_count) {
+		begin = t->step + 1 + c->timing_skip_steps;
+		end = begin + c->profile_count;
+	}
+	if (end > c->steps + 1)
+		end = c->steps + 1;
+	if (begin >= end || end <= t->step + 1) {
+		if (trainer_leader(t))
+			log_info("warning: profile_steps=%s: no step of this run (steps %ld to %ld) "
+				 "falls in it; nothing is profiled",
+				 c->profile_steps, t->step + 1, c->steps);
+		return 0;
+	}
+	prof_rank id = {.rank = me->rank, .world = me->world, .pp = me->pp, .dp = me->dp,
+			.tp = me->tp, .pp_rank = me->pp_rank, .dp_rank = me->dp_rank,
+			.tp_rank = me->tp_rank, .v = me->v, .m = c->microbatches};
+	snprintf(id.preset, sizeof id.preset, "%s", c->model.preset);
+	snprintf(id.host, sizeof id.host, "%s", t->proc.host);
+	snprintf(id.schedule, sizeof id.schedule, "%s", schedule_kind_name(c->schedule));
+	snprintf(id.device, sizeof id.device, "%s", pp_device_name(c->device));
+#ifdef PP_CUDA
+	if (c->device == PP_DEVICE_CUDA)
+		snprintf(id.device, sizeof id.device, "cuda:%d %s", boot_device(&t->proc),
+			 pp_cuda_device_name());
+#endif
+	prof_rec_opts o = {c->run_dir, begin, end, &id, t->ops, me->world_comm,
+			   me->rank == c->debug.clock_offset_rank ? c->debug.clock_offset_s : 0};
+	int rc = prof_rec_open(&t->prof, &o, e);
+	t->pl.prof = t->sync.prof = t->prof;
+	if (!rc && trainer_leader(t))
+		log_info("profiling steps %ld to %ld into %s/profile/ (pp-merge-profile merges them)",
+			 begin, end - 1, c->run_dir);
+	return rc;
 }
 
 static int run_eval(trainer *t, run_log *lg, pp_err *e)
@@ -679,7 +752,9 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	const pp_config *c = t->cfg;
 	const int n = c->microbatches * c->microbatch;
 	long valid;
+	prof_span data = prof_begin(t->prof, PROF_DATA);
 	int rc = read_batch(t->train, n, c->seq_len, tok, tgt, &valid, e);
+	prof_end(t->prof, &data, -1, -1, -1, (int64_t)n * c->seq_len * 2 * (int64_t)sizeof(int));
 	double v = (double)valid;
 	if (!rc)
 		rc = sum_over(t->mesh.dp_comm, &v, 1, PP_DT_F64, PP_OP_SUM, e);
@@ -694,22 +769,39 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	long dummy = 0;
 	for (int k = 0; k < t->mesh.v; k++)
 		stage_zero_grad(&t->chunks[k]);
-	if ((rc = pipeline_train(&t->pl, tok, tgt, dscale, &sum, e)) || (rc = sync_grads(t, e)) ||
-	    (rc = grad_norm(t, gnorm, e)) || (rc = total_loss(t, &sum, &dummy, e)))
+	if ((rc = pipeline_train(&t->pl, tok, tgt, dscale, &sum, e)))
+		return rc;
+	prof_span sp = prof_begin(t->prof, PROF_GRAD_SYNC);
+	rc = sync_grads(t, e);
+	prof_end(t->prof, &sp, -1, -1, -1, 0);
+	sp = prof_begin(t->prof, PROF_GRAD_NORM);
+	if (!rc)
+		rc = grad_norm(t, gnorm, e);
+	prof_end(t->prof, &sp, -1, -1, -1, 0);
+	sp = prof_begin(t->prof, PROF_LOSS_REDUCE);
+	if (!rc)
+		rc = total_loss(t, &sum, &dummy, e);
+	prof_end(t->prof, &sp, -1, -1, -1, 0);
+	if (rc)
 		return rc;
 	*loss = sum / v;
 	*lr = optim_lr(c, t->step);
 	*skipped = !isfinite(*loss) || !isfinite(*gnorm);
-	if (*skipped && strcmp(c->nan_policy, "skip") != 0)
+	if (*skipped && c->nan_policy != PP_NAN_SKIP)
 		return pp_errorf(e, PP_ERUNTIME,
 				 "step %ld: %s is %g (loss %g, gradient norm %g); stopping "
 				 "(nan_policy=skip skips such steps)",
 				 t->step + 1, isfinite(*loss) ? "gradient norm" : "loss",
 				 isfinite(*loss) ? *gnorm : *loss, *loss, *gnorm);
 	if (!*skipped) {
+		prof_span opt = prof_begin(t->prof, PROF_OPTIMIZER);
 		for (int k = 0; k < t->mesh.v; k++)
 			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
-		if ((rc = gather_params(t, e)))
+		prof_end(t->prof, &opt, -1, -1, -1, 0);
+		prof_span gather = prof_begin(t->prof, PROF_PARAM_GATHER);
+		rc = gather_params(t, e);
+		prof_end(t->prof, &gather, -1, -1, -1, 0);
+		if (rc)
 			return rc;
 	}
 	t->step++;
@@ -731,14 +823,16 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	if ((rc = agree(t, rc, e)))
 		return rc;
 	lg.flops_per_token = plan_flops_per_token(&c->model, c->seq_len);
-	const char *device = c->device;
+	const char *device = pp_device_name(c->device);
 #ifdef PP_CUDA
-	if (!strcmp(c->device, "cuda"))
+	if (c->device == PP_DEVICE_CUDA)
 		device = pp_cuda_device_name();
 #endif
 	/* MFU only against a known dense bf16 peak (plan.c's table) */
 	lg.peak = plan_peak_tflops(device) * 1e12;
 
+	if (c->profile_steps[0] && (rc = open_profile(t, e)))
+		return rc;
 	size_t n = (size_t)c->microbatches * c->microbatch * c->seq_len;
 	int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
 	if (!o->quiet && trainer_leader(t))
@@ -746,24 +840,32 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			 "for %ld steps from step %ld; %.3g FLOP/token = 6N + 6*L*H*D*T; %d x %d "
 			 "tokens per step",
 			 c->model.preset, t->mesh.world, t->mesh.world > 1 ? "s" : "", c->pp, c->dp,
-			 c->tp, c->schedule, c->microbatches, c->steps, t->step, lg.flops_per_token,
+			 c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps, t->step, lg.flops_per_token,
 			 c->global_batch, c->seq_len);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0)
 			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
-				 device, c->dtype, lg.peak / 1e12);
+				 device, pp_type_name(c->dtype), lg.peak / 1e12);
 		else
-			log_info("device %s, dtype %s: no known peak, so no MFU", device, c->dtype);
+			log_info("device %s, dtype %s: no known peak, so no MFU", device,
+				 pp_type_name(c->dtype));
 	}
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();
 		bool skipped;
+		if ((rc = prof_rec_step_begin(t->prof, t->step + 1, e)))
+			break;
+		prof_span step = prof_begin(t->prof, PROF_STEP);
 		rc = train_step(t, tok, tgt, &loss, &gnorm, &skipped, &lr, e);
+		prof_end(t->prof, &step, -1, -1, -1, 0);
 		if (rc)
 			break;
 		log_step(t, &lg, o, loss, lr, gnorm, now() - t0, skipped);
-		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps))
+		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps)) {
+			prof_span ev = prof_begin(t->prof, PROF_EVAL);
 			rc = run_eval(t, &lg, e);
+			prof_end(t->prof, &ev, -1, -1, -1, 0);
+		}
 		/* a signal may reach the ranks at different steps: agree */
 		int stop = o->stop && *o->stop;
 		if (!rc)
@@ -772,10 +874,14 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		bool last = t->step == c->steps && c->save_on_completion;
 		if (!rc && (period || stop || last)) {
 			double s0 = now();
+			prof_span save = prof_begin(t->prof, PROF_CHECKPOINT);
 			rc = trainer_save(t, e);
+			prof_end(t->prof, &save, -1, -1, -1, 0);
 			if (!rc && !o->quiet && trainer_leader(t))
 				log_info("saved checkpoint step %ld in %.2f s", t->step, now() - s0);
 		}
+		if (!rc)
+			rc = prof_rec_step_end(t->prof, t->step, e);
 		if (!rc && stop && t->step < c->steps) {
 			if (trainer_leader(t))
 				log_info("stopped by a signal at step %ld after saving", t->step);
@@ -783,6 +889,15 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 				       t->step);
 		}
 	}
+	/* a run that ends inside the window: every rank is here, unless one failed */
+	pp_err pe;
+	int prc = prof_rec_finish(t->prof, !rc || rc == PP_ESTOPPED, &pe);
+	if (prc && !rc) {
+		rc = prc;
+		*e = pe;
+	}
+	if (!rc && !o->quiet)
+		log_timing(t, &lg);
 	if (!rc && !o->quiet && trainer_leader(t) && t->mesh.dp_comm)
 		log_info("gradient sum over dp: %d reduction(s) overlapped with the backward passes, "
 			 "%d after them (grad_bucket_mb=%g)",

@@ -16,6 +16,7 @@
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
+#include "profile/record.h"
 
 typedef struct {
 	pp_config *cfg;
@@ -31,6 +32,7 @@ typedef struct {
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */
+	prof_rec *prof;       /* the profile being recorded (profile_steps), or NULL */
 } trainer;
 
 typedef struct {

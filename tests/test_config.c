@@ -256,14 +256,14 @@ static void test_defaults(void)
 		return;
 	bool ok = c.steps == 100 && c.global_batch == 8 && c.microbatch == 8 &&
 		  c.microbatches == 1 && c.seq_len == 128 && c.pp == 1 && c.dp == 1 && c.tp == 1 &&
-		  c.virtual_stages == 1 && !strcmp(c.schedule, "1f1b") && !c.recompute &&
-		  !c.shard_optimizer && c.lr == 3e-4 && !strcmp(c.lr_schedule.type, "cosine") &&
+		  c.virtual_stages == 1 && c.schedule == SCHED_1F1B && !c.recompute &&
+		  !c.shard_optimizer && c.lr == 3e-4 && c.lr_schedule.type == PP_LR_COSINE &&
 		  c.lr_schedule.warmup_steps == -1 && c.lr_schedule.warmup_fraction == 0.1 &&
 		  c.lr_schedule.final_fraction == 0.1 && c.lr_schedule.decay_fraction == 0.2 &&
 		  c.adamw.b1 == 0.9 && c.adamw.b2 == 0.95 && c.adamw.eps == 1e-8 &&
 		  c.adamw.weight_decay == 0.1 && !c.adamw.decay_norms_and_biases &&
-		  c.clip_norm == 1.0 && c.seed == 0 && !strcmp(c.dtype, "fp32") &&
-		  !strcmp(c.device, "cpu") && !strcmp(c.nan_policy, "abort") &&
+		  c.clip_norm == 1.0 && c.seed == 0 && c.dtype == PP_TYPE_REAL &&
+		  c.device == PP_DEVICE_CPU && c.nan_policy == PP_NAN_ABORT &&
 		  !strcmp(c.data, "synthetic") && !c.val_data[0] && !c.tokenizer[0] && c.data_eos &&
 		  !strcmp(c.run_dir, "runs/default") && c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
 		  c.eval_batches == 4 && c.log_period == 1;
@@ -320,7 +320,7 @@ static void test_run_configs(void)
 		CHECK(rc == 0 && !strcmp(c.model.preset, preset) && c.steps == 200 &&
 			      c.global_batch == 8 && c.microbatch == 4 && c.microbatches == 2 &&
 			      c.seq_len == 64 && c.lr == 3e-3 &&
-			      !strcmp(c.lr_schedule.type, "cosine") &&
+			      c.lr_schedule.type == PP_LR_COSINE &&
 			      c.lr_schedule.warmup_steps == 20 && !strcmp(c.run_dir, run_dir) &&
 			      !strcmp(c.data, "synthetic") && c.checkpoint_period == 50 &&
 			      c.eval_interval == 50 && c.log_period == 10,
@@ -349,8 +349,8 @@ static void test_overrides(void)
 		CHECK(c.model.n_layers == 4 && c.model.d_model == 64 && c.model.n_kv_heads == 2,
 		      "config/override/nested_model", "n_layers %d d_model %d", c.model.n_layers,
 		      c.model.d_model);
-		CHECK(!strcmp(c.lr_schedule.type, "linear") && c.lr_schedule.warmup_steps == 20,
-		      "config/override/nested_keeps_siblings", "type %s warmup %ld",
+		CHECK(c.lr_schedule.type == PP_LR_LINEAR && c.lr_schedule.warmup_steps == 20,
+		      "config/override/nested_keeps_siblings", "type %d warmup %ld",
 		      c.lr_schedule.type, c.lr_schedule.warmup_steps);
 		CHECK(c.adamw.b1 == 0.8 && c.adamw.b2 == 0.95 && c.adamw.decay_norms_and_biases,
 		      "config/override/adamw", "b1 %g", c.adamw.b1);
@@ -359,8 +359,9 @@ static void test_overrides(void)
 		      "config/override/numbers_bools", "steps %ld lr %g", c.steps, c.lr);
 		CHECK(!strcmp(c.run_dir, "2024"),
 		      "config/override/string_key_raw", "run_dir '%s'", c.run_dir);
-		CHECK(!strcmp(c.data, "/tmp/a=b") && !strcmp(c.schedule, "gpipe"),
-		      "config/override/strings", "data '%s' schedule '%s'", c.data, c.schedule);
+		CHECK(!strcmp(c.data, "/tmp/a=b") && c.schedule == SCHED_GPIPE,
+		      "config/override/strings", "data '%s' schedule %s", c.data,
+		      schedule_kind_name(c.schedule));
 		CHECK(!strcmp(c.val_data, "v.h5") && !strcmp(c.tokenizer, "tok.model") && !c.data_eos,
 		      "config/override/data_keys", "val_data '%s' tokenizer '%s' data_eos %d",
 		      c.val_data, c.tokenizer, c.data_eos);
@@ -515,11 +516,11 @@ static const struct err_case {
 	{"rule/top_k_zero", NULL, {"model=mixtral-tiny", "model.top_k=0"}, {"model.top_k is 0", "model.n_experts is 4"}},
 	{"rule/top_k_dense", NULL, {"model=llama-tiny", "model.top_k=1"}, {"model.top_k 1 exceeds model.n_experts 0"}},
 	{"rule/virtual_schedule", NULL, {"model=llama-tiny", "virtual_stages=2"},
-	 {"virtual_stages 2 requires schedule interleaved1f1b", "1f1b"}},
+	 {"schedule=1f1b pp=1 virtual_stages=2", "needs interleaved1f1b"}},
 	{"rule/virtual_microbatches", NULL,
 	 {"model=llama-tiny", "model.n_layers=8", "pp=2", "virtual_stages=2",
 	  "schedule=interleaved1f1b", "global_batch=6", "microbatch=2"},
-	 {"microbatches 3 divisible by pp 2"}},
+	 {"microbatches=3", "m=3 microbatches is not a multiple of p=2"}},
 	{"rule/layers_per_stage", NULL, {"model=llama-tiny", "pp=4"},
 	 {"model.n_layers 2 is fewer than pp * virtual_stages = 4 * 1"}},
 	/* the sum of the stages once wrapped around int (UBSan under tests/fuzz/fuzz_config.c):
@@ -535,6 +536,14 @@ static const struct err_case {
 	 {"model.d_ff 90 is not divisible by tp 4"}},
 	{"rule/warmup_steps", NULL, {"model=llama-tiny", "steps=10", "lr_schedule.warmup_steps=20"},
 	 {"lr_schedule.warmup_steps 20 exceeds steps 10"}},
+	{"rule/profile_steps_backwards", NULL, {"model=llama-tiny", "profile_steps=4:2"},
+	 {"key 'profile_steps'", "got \"4:2\"", "1 <= A < B"}},
+	{"rule/profile_steps_zero", NULL, {"model=llama-tiny", "profile_steps=0"},
+	 {"key 'profile_steps'", "got \"0\""}},
+	{"rule/profile_steps_text", NULL, {"model=llama-tiny", "profile_steps=2:4x"},
+	 {"key 'profile_steps'", "got \"2:4x\""}},
+	{"rule/debug_weight_pass", NULL, {"model=llama-tiny", "debug.bwd_ms=2", "debug.bwd_w_ms=3"},
+	 {"debug.bwd_w_ms 3 exceeds debug.bwd_ms 2"}},
 
 	{"override/no_equals", NULL, {"model=llama-tiny", "foo"}, {"expected key=value, got 'foo'"}},
 	{"override/empty_key", NULL, {"=3"}, {"expected key=value, got '=3'"}},
@@ -618,13 +627,14 @@ static void test_resolved_json(void)
 			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
 			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
 			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
-			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from"};
+			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from",
+			       NULL, "profile_steps", NULL, "timing_skip_steps", "debug", "fwd_ms"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 37, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 40, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),
@@ -656,6 +666,30 @@ static void test_resolved_json(void)
 	pp_config_free(&c);
 }
 
+/* profile_steps as a window, as a count, and off; the test-only keys */
+static void test_profile_keys(void)
+{
+	struct {
+		const char *steps;
+		long begin, end;
+		int count;
+	} t[] = {{"profile_steps=3:7", 3, 7, 0}, {"profile_steps=5", 0, 0, 5}, {"steps=9", 0, 0, 0}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		const char *ov[] = {"model=llama-tiny", t[i].steps, "debug.fwd_ms=1.5",
+				    "debug.clock_offset_rank=2"};
+		pp_config c;
+		pp_err e = {0};
+		int rc = pp_config_load(&c, NULL, 4, (char *const *)ov, &e);
+		CHECK(!rc && c.profile_begin == t[i].begin && c.profile_end == t[i].end &&
+			      c.profile_count == t[i].count && c.debug.fwd_ms == 1.5 &&
+			      c.debug.clock_offset_rank == 2 && c.timing_skip_steps == 1,
+		      "config/profile_steps", "%s: rc %d %s: [%ld, %ld) count %d", t[i].steps, rc, e.msg,
+		      c.profile_begin, c.profile_end, c.profile_count);
+		if (!rc)
+			pp_config_free(&c);
+	}
+}
+
 int main(void)
 {
 	const char *root = getenv("PP_ROOT");
@@ -670,6 +704,7 @@ int main(void)
 	test_overrides();
 	test_errors();
 	test_resolved_json();
+	test_profile_keys();
 	printf("%d passed, %d failed\n", th_passed, th_failed);
 	TH_EXIT();
 }

@@ -458,7 +458,7 @@ static void check_family(const char *preset)
 	pp_stage s;
 	stage_spec sp = stage_spec_whole(m, B, T, false);
 	sp.keep_logits = true;
-	if (stage_create(&s, m, pp_ops_find("cpu", "fp32"), &sp, &e)) {
+	if (stage_create(&s, m, pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL), &sp, &e)) {
 		CHECK(0, name, "%s", e.msg);
 		pp_config_free(&cfg);
 		return;
@@ -653,7 +653,7 @@ static void check_block_products(void)
 	} fm[] = {{PP_WEIGHTS_Q8_0, QUANT_Q8_0_BYTES, "q8_0", quant_decode_q8_0},
 		  {PP_WEIGHTS_Q4_0, QUANT_Q4_0_BYTES, "q4_0", quant_decode_q4_0},
 		  {PP_WEIGHTS_Q4_1, QUANT_Q4_1_BYTES, "q4_1", quant_decode_q4_1}};
-	const pp_ops *o = pp_ops_find("cpu", "fp32");
+	const pp_ops *o = pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL);
 	float x[N * C], w[OC * C], got[N * OC], bias[OC];
 	for (int i = 0; i < N * C; i++)
 		x[i] = (float)rng_normal(rng_key(3, "blocks-x"), (uint64_t)i);

@@ -1001,20 +1001,23 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 
 int main(void)
 {
-	ops = pp_ops_find("cpu", "fp32");
-	CHECK(ops == &pp_ops_cpu && !pp_ops_find("tpu", "fp32") && !pp_ops_find(NULL, "fp32") &&
-		      !pp_ops_find("cpu", "bf16") && !pp_ops_find("cpu", NULL),
-	      "ops/find", "pp_ops_find(\"cpu\", \"fp32\") = %p, want %p", (const void *)ops,
+	ops = pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL);
+	CHECK(ops == &pp_ops_cpu && !pp_ops_find(7, PP_TYPE_REAL) && !pp_ops_find(-1, PP_TYPE_REAL) &&
+		      !pp_ops_find(PP_DEVICE_CPU, PP_TYPE_BF16) && !pp_ops_find(PP_DEVICE_CPU, 5) &&
+		      !strcmp(pp_device_name(PP_DEVICE_CUDA), "cuda") &&
+		      !strcmp(pp_type_name(PP_TYPE_BF16), "bf16") && !strcmp(pp_device_name(9), "?"),
+	      "ops/find", "pp_ops_find(cpu, fp32) = %p, want %p", (const void *)ops,
 	      (const void *)&pp_ops_cpu);
 	if (!ops)
 		TH_EXIT();
 	const pp_ops *sel = NULL;
 	pp_err e = {0};
-	int rc = pp_ops_select("cpu", "bf16", &sel, &e);
+	int rc = pp_ops_select(PP_DEVICE_CPU, PP_TYPE_BF16, &sel, &e);
 	CHECK(rc == PP_EUSAGE && !sel && strstr(e.msg, "dtype=bf16") && strstr(e.msg, "device=cuda"),
 	      "ops/select_bf16_cpu", "rc %d: %s", rc, e.msg);
-	rc = pp_ops_select("tpu", "fp32", &sel, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no tpu backend"), "ops/select_unknown", "rc %d: %s",
+	/* the F64 test build never includes the CUDA backend */
+	rc = pp_ops_select(PP_DEVICE_CUDA, PP_TYPE_REAL, &sel, &e);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no cuda backend"), "ops/select_unknown", "rc %d: %s",
 	      rc, e.msg);
 	CHECK(pp_act_size(ops) == sizeof(pp_real) && ops->act_type == PP_TYPE_REAL, "ops/act_size",
 	      "%zu", pp_act_size(ops));

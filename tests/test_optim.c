@@ -6,11 +6,11 @@
 #include "../libcommon/optim.h"
 #include "harness.h"
 
-static pp_config cfg(const char *type, long steps, long warmup, double final)
+static pp_config cfg(int type, long steps, long warmup, double final)
 {
 	pp_config c;
 	memset(&c, 0, sizeof c);
-	snprintf(c.lr_schedule.type, sizeof c.lr_schedule.type, "%s", type);
+	c.lr_schedule.type = type;
 	c.steps = steps;
 	c.lr = 1e-3;
 	c.lr_schedule.warmup_steps = warmup;
@@ -71,23 +71,23 @@ static void check_grad_sumsq(pp_stage *s, size_t lo, size_t hi,
 int main(void)
 {
 	/* cosine: linear warmup from 0 over 10 steps, then cosine to 0.1 * lr at the last step */
-	pp_config c = cfg("cosine", 110, 10, 0.1);
+	pp_config c = cfg(PP_LR_COSINE, 110, 10, 0.1);
 	CHECK(optim_lr(&c, 0) == 0 && NEAR(optim_lr(&c, 5), 0.5e-3) && NEAR(optim_lr(&c, 10), 1e-3),
 	      "optim/cosine_warmup", "lr(0) %g lr(5) %g lr(10) %g", optim_lr(&c, 0), optim_lr(&c, 5),
 	      optim_lr(&c, 10));
 	CHECK(NEAR(optim_lr(&c, 60), 1e-4 + 0.5 * 0.9e-3) && NEAR(optim_lr(&c, 110), 1e-4),
 	      "optim/cosine_decay", "lr(60) %g lr(110) %g", optim_lr(&c, 60), optim_lr(&c, 110));
 	/* warmup_steps -1: warmup_fraction of steps */
-	c = cfg("cosine", 200, -1, 0.1);
+	c = cfg(PP_LR_COSINE, 200, -1, 0.1);
 	CHECK(optim_warmup_steps(&c) == 20, "optim/warmup_fraction", "%ld", optim_warmup_steps(&c));
-	c = cfg("linear", 110, 10, 0.0);
+	c = cfg(PP_LR_LINEAR, 110, 10, 0.0);
 	CHECK(NEAR(optim_lr(&c, 60), 0.5e-3) && NEAR(optim_lr(&c, 110), 0), "optim/linear",
 	      "lr(60) %g", optim_lr(&c, 60));
-	c = cfg("constant", 110, 10, 0.1);
+	c = cfg(PP_LR_CONSTANT, 110, 10, 0.1);
 	CHECK(NEAR(optim_lr(&c, 100), 1e-3) && NEAR(optim_lr(&c, 3), 0.3e-3), "optim/constant",
 	      "lr(100) %g", optim_lr(&c, 100));
 	/* wsd: stable until the last 20% of steps, then linear to final */
-	c = cfg("wsd", 100, 10, 0.1);
+	c = cfg(PP_LR_WSD, 100, 10, 0.1);
 	CHECK(NEAR(optim_lr(&c, 79), 1e-3) && NEAR(optim_lr(&c, 90), 1e-3 + (1e-4 - 1e-3) * 0.5) &&
 		      NEAR(optim_lr(&c, 100), 1e-4),
 	      "optim/wsd", "lr(79) %g lr(90) %g lr(100) %g", optim_lr(&c, 79), optim_lr(&c, 90),

@@ -1,6 +1,7 @@
 /* plan: parameter counts of published models, the MFU FLOP formula, per-rank
  * memory planning, the device peak table and the report. Configs are built
  * by hand so that the test depends on config.h's structs only. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,8 +77,8 @@ static pp_config run_cfg(pp_model_cfg m)
 	c.pp = c.dp = c.tp = 1;
 	c.microbatches = 4;
 	c.virtual_stages = 1;
-	snprintf(c.schedule, sizeof c.schedule, "1f1b");
-	snprintf(c.dtype, sizeof c.dtype, "fp32");
+	c.schedule = SCHED_1F1B;
+	c.dtype = PP_TYPE_REAL;
 	return c;
 }
 
@@ -218,7 +219,7 @@ static void test_memory(void)
 
 	/* bf16: 2-byte weights, fp32 grads, 12 bytes of optimizer state */
 	pp_config cb = c;
-	snprintf(cb.dtype, sizeof cb.dtype, "bf16");
+	cb.dtype = PP_TYPE_BF16;
 	plan_memory_t mb;
 	rc = plan_memory(&cb, &mb, &e);
 	CHECK(rc == 0 && mb.params == n.total * 2 && mb.grads == n.total * 4 &&
@@ -283,7 +284,7 @@ static void test_memory(void)
 	      "worst rank %d", worst.rank);
 	/* gpipe holds all microbatches on every stage */
 	pp_config cg = cp;
-	snprintf(cg.schedule, sizeof cg.schedule, "gpipe");
+	cg.schedule = SCHED_GPIPE;
 	cg.microbatches = 8;
 	plan_memory_t g3;
 	plan_memory_rank(&cg, 3, &g3, &e);
@@ -295,7 +296,7 @@ static void test_memory(void)
 	ci.model.n_layers = 32;
 	ci.virtual_stages = 2;
 	ci.microbatches = 8;
-	snprintf(ci.schedule, sizeof ci.schedule, "interleaved1f1b");
+	ci.schedule = SCHED_INTERLEAVED_1F1B;
 	plan_memory_t i0;
 	rc = plan_memory_rank(&ci, 0, &i0, &e);
 	CHECK(rc == 0 && i0.in_flight == 11 && i0.layers == 8 && i0.chunks == 2,
@@ -312,7 +313,7 @@ static void test_memory(void)
 	rc = plan_memory_rank(&ciz, 0, &iz, &e);
 	const int64_t embed = (int64_t)ci.model.vocab_size * ci.model.d_model / ci.tp;
 	const int64_t big = embed + (i0.param_count - embed) / 2;
-	CHECK(rc == 0 && ci.tp == 1 && !strcmp(ci.dtype, "fp32") &&
+	CHECK(rc == 0 && ci.tp == 1 && ci.dtype == PP_TYPE_REAL &&
 		      iz.optimizer == (i0.param_count + 3) / 4 * 8 + (big + 3) / 4 * 5 * 4,
 	      "plan/mem/shard-optimizer-chunks", "rc %d optimizer %lld, stage %lld, largest chunk %lld",
 	      rc, (long long)iz.optimizer, (long long)i0.param_count, (long long)big);
@@ -324,7 +325,7 @@ static void test_memory(void)
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "n_layers"), "plan/mem/too-few-layers", "rc %d: %s",
 	      rc, e.msg);
 	bad = c;
-	snprintf(bad.dtype, sizeof bad.dtype, "fp8");
+	bad.dtype = 7;
 	rc = plan_memory(&bad, &m1, &e);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "dtype"), "plan/mem/bad-dtype", "rc %d: %s", rc,
 	      e.msg);
@@ -348,7 +349,7 @@ static void test_70b_plan(void)
 	c.microbatch = 1;
 	c.microbatches = 16;
 	c.global_batch = 16;
-	snprintf(c.dtype, sizeof c.dtype, "bf16");
+	c.dtype = PP_TYPE_BF16;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -392,8 +393,56 @@ static void test_peaks(void)
 	CHECK(ok && plan_peak_tflops(NULL) == 0, "plan/peak-table", "see lines above");
 }
 
+/* pp-init --plan's pipeline facts are the schedule's own theory, for every
+ * schedule: the bubble (at the reference costs), each rank's peak
+ * activations and weight-gradient stashes, and the memory of the chunk-
+ * microbatches the runtime holds. A few values are also given by hand: at
+ * p=4, m=8 the 1F1B family's bubble is 3/11, ZB-H1's 3/27. */
+static void test_schedule_facts(void)
+{
+	const double by_hand[SCHED_NKINDS] = {3.0 / 11, 3.0 / 11, 3.0 / 11, 3.0 / 19, 3.0 / 27};
+	for (int k = 0; k < SCHED_NKINDS; k++) {
+		pp_err e = {0};
+		pp_config c = run_cfg(llama("llama-16", 512, 8, 8, 1024, 16, 1000));
+		c.schedule = (sched_kind)k;
+		c.pp = 4;
+		c.virtual_stages = k == SCHED_INTERLEAVED_1F1B ? 2 : 1;
+		c.microbatches = 8;
+		c.global_batch = 8 * c.microbatch;
+		char *buf = NULL, name[64];
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		int rc = plan_print(f, &c, true, &e);
+		fclose(f);
+		json_t *j = rc ? NULL : json_loads(buf, 0, NULL);
+		json_t *layout = json_object_get(j, "layout"), *mem = json_object_get(j, "memory");
+		json_t *acts = json_object_get(layout, "peak_activations");
+		json_t *stash = json_object_get(layout, "peak_wstash");
+		const int p = c.pp, v = c.virtual_stages, m = c.microbatches;
+		double bubble = json_real_value(json_object_get(layout, "bubble"));
+		double theory = schedule_bubble_theory(c.schedule, p, v, m, NULL);
+		snprintf(name, sizeof name, "plan/schedule/%s/bubble", schedule_kind_name(c.schedule));
+		CHECK(j && fabs(bubble - theory) < 1e-12 && fabs(theory - by_hand[k]) < 1e-12, name,
+		      "rc %d %s: plan %g, theory %g, by hand %g", rc, e.msg, bubble, theory, by_hand[k]);
+		bool same = json_array_size(acts) == (size_t)p && json_array_size(stash) == (size_t)p;
+		for (int r = 0; same && r < p; r++)
+			same = json_integer_value(json_array_get(acts, r)) ==
+				       schedule_peak_act_theory(c.schedule, p, v, m, r) &&
+			       json_integer_value(json_array_get(stash, r)) ==
+				       schedule_peak_wstash_theory(c.schedule, p, v, m, r);
+		int worst = (int)json_integer_value(json_object_get(mem, "rank"));
+		int held = (int)json_integer_value(json_object_get(mem, "in_flight"));
+		snprintf(name, sizeof name, "plan/schedule/%s/peaks", schedule_kind_name(c.schedule));
+		CHECK(same && held == schedule_peak_held_theory(c.schedule, p, v, m, worst) && held > 0,
+		      name, "report %s", buf ? buf : "(none)");
+		json_decref(j);
+		free(buf);
+	}
+}
+
 int main(void)
 {
+	test_schedule_facts();
 	test_counts();
 	test_flops();
 	test_memory();

@@ -345,9 +345,11 @@ static void check_case(int kind, int p, int v, int m)
 		for (int r = 0; r < p; r++) {
 			int pa = expect_peak(kind, p, v, m, r), pw = kind == SCHED_ZBH1 ? imin(r + 1, m) : 0;
 			int ph = kind == SCHED_ZBH1 ? imin(p, m) : pa;
-			if (peak_held[r] != ph || s.rank[r].peak_held != ph) {
-				fail(kind, P_PEAK, "%s: rank %d holds %d (simulated %d), expected %d",
-				     c.name, r, peak_held[r], s.rank[r].peak_held, ph);
+			if (peak_held[r] != ph || s.rank[r].peak_held != ph ||
+			    schedule_peak_held_theory(kind, p, v, m, r) != ph) {
+				fail(kind, P_PEAK, "%s: rank %d holds %d (simulated %d, theory %d), expected %d",
+				     c.name, r, peak_held[r], s.rank[r].peak_held,
+				     schedule_peak_held_theory(kind, p, v, m, r), ph);
 				break;
 			}
 			if (peak_act[r] != pa || s.rank[r].peak_act != pa ||

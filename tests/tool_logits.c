@@ -40,7 +40,7 @@ int main(int argc, char **argv)
 	long step;
 	double loss = 0;
 	long valid = 0;
-	if (!(rc = pp_ops_select("cpu", "fp32", &ops, &e)) &&
+	if (!(rc = pp_ops_select(PP_DEVICE_CPU, PP_TYPE_REAL, &ops, &e)) &&
 	    !(rc = stage_create(&s, &cfg.model, ops, &spec, &e)) &&
 	    !(rc = ckpt_load_stage(&s, &cfg, argv[1], found, sizeof found, &step, &e)))
 		rc = stage_forward(&s, 0, tok, NULL, tgt, 0, &loss, &valid, NULL, &e);

@@ -240,7 +240,8 @@ const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \
 	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,          \
 	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>, \
-	.adamw = pp_cuda_adamw<T>
+	.adamw = pp_cuda_adamw<T>,                                                \
+	.mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark, .mark_ns = pp_cuda_mark_ns
 
 const pp_ops pp_ops_cuda = {
 	.name = "cuda",

@@ -132,6 +132,12 @@ void *pp_cuda_scratch(size_t bytes);
  * ends with a mark naming it; the table goes to stderr at exit. */
 void pp_cuda_profile_start(void);
 void pp_cuda_profile_mark(const char *what);
+/* The ops table's timing marks (ops.h; profile.cu): cudaEvents with timing,
+ * read against an anchor event whose host time was taken when the device
+ * had finished everything before it. */
+void pp_cuda_mark_anchor(void);
+void *pp_cuda_mark(void);
+long long pp_cuda_mark_ns(void *mark);
 
 /* Raises a kernel's dynamic shared-memory limit when it needs more than the
  * default 48 KiB; aborts with a message naming `what` if the device cannot. */

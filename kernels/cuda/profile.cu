@@ -1,4 +1,7 @@
-/* PP_CUDA_PROFILE=1: where the compute stream's time goes, op by op.
+/* Timing on the device: the marks of the op table (ops.h), which pp-train's
+ * profiles read, and PP_CUDA_PROFILE=1's per-op table.
+ *
+ * PP_CUDA_PROFILE=1: where the compute stream's time goes, op by op.
  *
  * Every kernel launch, cuBLASLt product, cuDNN call, copy and fill of the
  * backend ends with a mark (pp_cuda_launched_, pp_cuda_copy, pp_cuda_zero):
@@ -14,6 +17,7 @@
  * timing a run: the reads synchronise the device. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda.h"
 
@@ -111,4 +115,50 @@ void pp_cuda_profile_start(void)
 		PP_CUDA_CHECK(cudaEventCreate(&events[i]));
 	pp_cuda.profile = 1;
 	atexit(profile_report);
+}
+
+/* ---- marks (ops.h) ---- */
+
+static cudaEvent_t anchor;
+static long long anchor_ns;
+
+static long long host_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The anchor is reached between the two host readings around its record and
+ * wait, on an idle device: the midpoint is its host time, to within half
+ * that interval (microseconds). */
+void pp_cuda_mark_anchor(void)
+{
+	if (!anchor)
+		PP_CUDA_CHECK(cudaEventCreate(&anchor));
+	PP_CUDA_CHECK(cudaDeviceSynchronize());
+	long long t0 = host_ns();
+	PP_CUDA_CHECK(cudaEventRecord(anchor, 0));
+	PP_CUDA_CHECK(cudaEventSynchronize(anchor));
+	anchor_ns = t0 + (host_ns() - t0) / 2;
+}
+
+void *pp_cuda_mark(void)
+{
+	if (!anchor)
+		pp_cuda_mark_anchor();
+	cudaEvent_t ev;
+	PP_CUDA_CHECK(cudaEventCreate(&ev));
+	PP_CUDA_CHECK(cudaEventRecord(ev, 0));
+	return (void *)ev;
+}
+
+long long pp_cuda_mark_ns(void *mark)
+{
+	cudaEvent_t ev = (cudaEvent_t)mark;
+	float ms = 0;
+	PP_CUDA_CHECK(cudaEventSynchronize(ev));
+	PP_CUDA_CHECK(cudaEventElapsedTime(&ms, anchor, ev));
+	PP_CUDA_CHECK(cudaEventDestroy(ev));
+	return anchor_ns + (long long)((double)ms * 1e6);
 }
