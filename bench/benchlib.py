@@ -3,11 +3,15 @@
 
     benchlib.py get FILE KEY...               values of top-level keys of a JSON file, one line
     benchlib.py pp-metrics METRICS WARMUP     steady-state figures of a pp-train run (JSON)
+    benchlib.py step-times METRICS FIRST LAST the step times (s) of steps FIRST..LAST of a
+                                              pp-train run, one line
     benchlib.py fit-microbatch BATCH BUDGET PLAN...
                                               the largest microbatch whose planned memory fits
     benchlib.py gpu-report META DIR TAGS [JSON]
                                               bench/gpu.sh's table (stdout) and JSON file
     benchlib.py decode-metrics FILE           tok/s and bytes/token of pp-decode --json (JSON)
+    benchlib.py profile-report DIR LAYOUTS [JSON]
+                                              bench/profile.sh's table and JSON file
     benchlib.py decode-report META DIR TAGS [JSON]
                                               bench/gpu-decode.sh's table and JSON file
 
@@ -91,6 +95,30 @@ def cmd_pp_metrics(path, warmup):
         "loss_first": rows[0]["loss"],
         "loss_last": rows[-1]["loss"],
     }))
+
+
+def cmd_step_times(path, first, last):
+    """The step_time of each of steps first..last of a metrics.jsonl, in
+    step order (the last record of a step: a resumed run logs it again)."""
+    times = {}
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError as err:
+                    die(f"{path}:{n}: {err}")
+                if "step_time" in r and int(first) <= r["step"] <= int(last):
+                    times[r["step"]] = r["step_time"]
+    except OSError as err:
+        die(f"{path}: {err}")
+    want = range(int(first), int(last) + 1)
+    missing = [s for s in want if s not in times]
+    if missing:
+        die(f"{path}: no step time for step {missing[0]}")
+    print(" ".join(f"{times[s]:.6f}" for s in want))
 
 
 def cmd_fit_microbatch(batch, budget_gib, *plans):
@@ -309,9 +337,47 @@ def cmd_decode_report(meta_path, tmp, tags, json_path=None):
             f.write("\n")
 
 
-COMMANDS = {"get": cmd_get, "pp-metrics": cmd_pp_metrics, "fit-microbatch": cmd_fit_microbatch,
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if not n else xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def cmd_profile_report(tmp, layouts, json_path=None):
+    """bench/profile.sh: per layout, DIR/LAYOUT.off and DIR/LAYOUT.on hold
+    step times (s) of the runs without and with profiling, one run a line;
+    DIR/LAYOUT.events the events per step and rank of a profiled run."""
+    rows = []
+    for name in layouts.split():
+        side = {}
+        for k in ("off", "on"):
+            try:
+                with open(f"{tmp}/{name}.{k}") as f:
+                    side[k] = [float(x) for line in f for x in line.split()]
+            except (OSError, ValueError) as err:
+                die(f"{tmp}/{name}.{k}: {err}")
+        try:
+            with open(f"{tmp}/{name}.events") as f:
+                events = float(f.read())
+        except (OSError, ValueError):
+            events = None
+        off, on = median(side["off"]), median(side["on"])
+        rows.append({"layout": name, "steps": len(side["on"]), "events_per_step": events,
+                     "step_ms_off": 1e3 * off, "step_ms_on": 1e3 * on, "ratio": ratio(on, off)})
+    print(f"{'layout':<8} {'steps':>6} {'events/step/rank':>17} {'off ms':>10} {'on ms':>10} {'on/off':>8}")
+    for r in rows:
+        print(f"{r['layout']:<8} {r['steps']:>6} {fmt(r['events_per_step'], '.0f'):>17} "
+              f"{r['step_ms_off']:>10.3f} {r['step_ms_on']:>10.3f} {fmt(r['ratio'], '.4f'):>8}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"bench": "profile", "rows": rows}, f, indent=1)
+            f.write("\n")
+
+
+COMMANDS = {"get": cmd_get, "pp-metrics": cmd_pp_metrics, "step-times": cmd_step_times,
+            "fit-microbatch": cmd_fit_microbatch,
             "gpu-report": cmd_gpu_report, "decode-metrics": cmd_decode_metrics,
-            "decode-report": cmd_decode_report}
+            "decode-report": cmd_decode_report, "profile-report": cmd_profile_report}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

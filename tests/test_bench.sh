@@ -14,6 +14,7 @@
 #   - scripts/gpu-check.sh build without a GPU: builds, then says there is
 #     no GPU and exits 3;
 #   - bench/cpu-vs-torch.sh on a tiny model (it shares bench/lib.sh);
+#   - bench/profile.sh's smoke mode: step times without and with profiling;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
 #   - bench/decode-cpu.sh --quick where its venv exists (scripts/setup-bench-env.sh);
@@ -127,6 +128,11 @@ fi
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err
 check bench/ckpt_smoke eval 'jqt "[.rows[].command] == [\"cp\", \"cp+sync\", \"convert\", \"export\"] and all(.rows[]; .seconds >= 0 and .gb_per_s > 0 and .peak_rss_mb > 0) and .rows[0].vs_cp == 1" $T/ckpt.json && grep -qE "^convert +[0-9.]+ " $T/ckpt.txt || { tail -n 5 $T/ckpt.err; false; }'
 expect_fail bench/ckpt_bad_arg 2 "unknown argument '--bogus'" bench/ckpt.sh --bogus
+
+# --- profile.sh: step time with and without profiling ------------------------------------
+bench/profile.sh --smoke --json $T/prof.json >$T/prof.txt 2>$T/prof.err
+check bench/profile_smoke eval 'jqt "[.rows[].layout] == [\"one\", \"pp4\"] and all(.rows[]; .steps == 3 and .step_ms_off > 0 and .step_ms_on > 0 and .events_per_step > 0 and (.ratio - .step_ms_on / .step_ms_off | fabs) < 1e-9)" $T/prof.json && grep -qE "^pp4 +3 " $T/prof.txt || { tail -n 5 $T/prof.err; false; }'
+expect_fail bench/profile_bad_steps 2 "^profile: --steps x: expected an integer" bench/profile.sh --steps x
 
 # --- usage errors ----------------------------------------------------------------------
 expect_fail bench/gpu_bad_tokens 2 "--tokens 1000 is not a positive multiple of seq 2048" bench/gpu.sh --tokens 1000

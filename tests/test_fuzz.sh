@@ -13,6 +13,8 @@
 #                      tensor dequantized
 #   fuzz_requests      pp-decode's prompt lines, plain and JSON (requests_from_lines), with
 #                      token-id prompts or a byte-level vocabulary and a chat template
+#   fuzz_profile       pp-train's per-rank profiles (prof_read), merged, analysed and
+#                      written as a trace
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 20), the others PP_FUZZ_PARSER_SECONDS (default
@@ -39,7 +41,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests fuzz_profile}
 out=$root/build/fuzz
 shared=${PP_SHARED_DATA:-$root/../shared/data}
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
@@ -51,8 +53,8 @@ want() { [[ " $targets " == *" $1 "* ]]; }
 mkdir -p "$out/artifacts" "$out/obj"
 h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
-	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto $h5))
-libs=($(pkg-config --libs jansson libcrypto $h5) -lpthread -lm)
+	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib $h5))
+libs=($(pkg-config --libs jansson libcrypto zlib $h5) -lpthread -lm)
 tok_src="tokenizer tok_spm tok_bpe tok_unicode sha256 fsutil error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
@@ -64,6 +66,7 @@ declare -A src=(
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
 	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config $tok_src"
 	[fuzz_requests]="decode/request decode/chat sample rng $tok_src"
+	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule fsutil h5util log error"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
@@ -370,6 +373,24 @@ if want fuzz_tokens; then
 		f=$(ls -S "$s" | tail -n 1)
 		head -c $(($(stat -c %s "$s/$f") / 2)) "$s/$f" >"$s/truncated.h5"
 		run_hdf5 fuzz_tokens 65536 "$psecs" "$s"
+	fi
+fi
+
+# fuzz_profile: the profiles of a pp=2 run of a tiny model (its two ranks'
+# files, from pp-train under mpirun, or one process's when mpirun fails),
+# repacked contiguous, and a truncated copy.
+if want fuzz_profile; then
+	s=$T/seeds-profile
+	mkdir -p "$s"
+	pr="model=llama-tiny microbatch=1 seq_len=16 global_batch=2 steps=2 lr_schedule.warmup_steps=1 save_on_completion=false profile_steps=1:3 --quiet"
+	if OMP_NUM_THREADS=1 mpirun -n 2 --allow-run-as-root --oversubscribe pp-train $pr pp=2 run_dir="$T/prof" \
+		>"$T/prof.log" 2>&1 || pp-train $pr run_dir="$T/prof" >>"$T/prof.log" 2>&1; then
+		for f in "$T"/prof/profile/rank-*.h5; do cp "$f" "$s/"; done
+		command -v h5repack >/dev/null && h5repack -l CONTI "$T/prof/profile/rank-00000.h5" "$s/contiguous.h5" 2>/dev/null
+		head -c $(($(stat -c %s "$s/rank-00000.h5") / 2)) "$s/rank-00000.h5" >"$s/truncated.h5"
+		run_hdf5 fuzz_profile 65536 "$psecs" "$s"
+	else
+		skip fuzz/fuzz_profile "no seed profile: pp-train failed (make?): $(tail -n 1 "$T/prof.log")"
 	fi
 fi
 

@@ -30,7 +30,11 @@
 #   - pp-decode on the GPU, greedy, from each family's 20-step CPU
 #     checkpoint: the same tokens as on the CPU, and with the step's CUDA
 #     graph (the default) the same text as without it (PP_CUDA_GRAPH=0), in
-#     fp32 and in bf16, and from a prompt of one token.
+#     fp32 and in bf16, and from a prompt of one token;
+#   - a profile (profile_steps) timed with CUDA events: every pass of the
+#     window recorded with a positive length, the passes timed on the
+#     device, the step's parts adding up to its time, and a trace whose
+#     events nest on every thread.
 # Elsewhere each check is one counted SKIP line. PP_TEST_GPU_DEVICE=cpu runs
 # the training checks with cpu in place of cuda: a test of this script on a
 # machine without a GPU. PP_TEST_GPU_EXTRA="key=value ..." adds settings to
@@ -48,6 +52,7 @@ for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
 checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 nccl_singleton)
+checks+=(profile_device_clock)
 skip_all() {
 	local c
 	for c in "${checks[@]}"; do skip "gpu/$c" "$1"; done
@@ -257,3 +262,28 @@ if [ "$dev" = cuda ]; then
 else
 	skip gpu/nccl_singleton "PP_TEST_GPU_DEVICE=$dev"
 fi
+
+# --- a profile timed on the device ------------------------------------------------------------
+profile_ok() {
+	local dir=$T/prof-$dev
+	pp-train model=llama-tiny $run steps=4 profile_steps=2:4 device=$dev run_dir=$dir --quiet \
+		2>$dir.log || { tail -n 3 $dir.log; return 1; }
+	pp-merge-profile $dir --json >$dir.json 2>>$dir.log &&
+		pp-merge-profile $dir -o $dir.trace.json 2>>$dir.log || { tail -n 3 $dir.log; return 1; }
+	python3 - $dir.json $([ "$dev" = cuda ] && echo 1 || echo 0) <<'EOF' || return 1
+import json, sys
+j = json.load(open(sys.argv[1]))
+ops = {t["name"]: t for t in j["top_ops"]}
+b = j["step_breakdown_ms"]
+parts = sum(b[k] for k in ("compute", "exposed_comm", "bubble", "optimizer", "io", "other"))
+print(f"profile: device clock {j['device_clock']}, forward {ops['forward']['mean_ms']:.3f} ms x "
+      f"{ops['forward']['count']}, backward {ops['backward']['mean_ms']:.3f} ms, step {b['step']:.3f} ms, parts {parts:.3f} ms")
+ok = (j["device_clock"] == (sys.argv[2] == "1") and j["steps"] == [2, 4] and
+      ops["forward"]["count"] == 4 and ops["backward"]["count"] == 4 and
+      ops["forward"]["mean_ms"] > 0 and ops["backward"]["mean_ms"] > 0 and
+      abs(parts - b["step"]) <= 0.1 * b["step"] and b["compute"] <= b["step"])
+sys.exit(0 if ok else 1)
+EOF
+	python3 tests/trace_check.py $dir.trace.json --min-flows 0 --schema-if-installed
+}
+check gpu/profile_device_clock profile_ok

@@ -174,3 +174,23 @@ expect_fail profile/config/not_a_window 2 "key 'profile_steps'" pp-train $common
 pp-train $common global_batch=4 steps=2 profile_steps=5:9 run_dir=$T/past 2>$T/past.log
 check profile/config/window_past_steps_warns grep -q "profile_steps=5:9: no step of this run" $T/past.log
 check profile/config/window_past_steps_no_file test ! -e $T/past/profile
+
+# --- pp-init --plan: each schedule's own theory -------------------------------------------
+# at p=4, m=8: zbh1's bubble is 3/27 (1F1B's would be 3/11), its peak
+# activations 4, 3, 2, 1, and the state it holds until the weight gradients
+# min(p, m) = 4 microbatches on every rank
+plan() { pp-init model=llama-tiny model.n_layers=8 pp=4 global_batch=8 microbatch=1 --plan --json "$@"; }
+plan schedule=zbh1 >$T/plan-zbh1.json 2>$T/err.log
+check profile/plan/zbh1 $PY -c "
+import json
+j = json.load(open('$T/plan-zbh1.json'))
+l, m = j['layout'], j['memory']
+assert abs(l['bubble'] - 3 / 27) < 1e-12 and l['peak_activations'] == [4, 3, 2, 1], l
+assert l['peak_wstash'] == [1, 2, 3, 4] and m['in_flight'] == 4, (l, m)
+"
+plan schedule=interleaved1f1b virtual_stages=2 >$T/plan-int.json 2>$T/err.log
+check profile/plan/interleaved $PY -c "
+import json
+l = json.load(open('$T/plan-int.json'))['layout']
+assert abs(l['bubble'] - 3 / 19) < 1e-12 and l['peak_activations'] == [11, 9, 7, 5], l
+"

@@ -405,14 +405,15 @@ static json_t *to_json(const prof_run *run, const prof_analysis *a)
 	}
 	const prof_breakdown *b = &a->mean;
 	return json_pack(
-		"{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:[I, I], s:i, s:b, s:I, s:o, "
+		"{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:[I, I], s:i, s:b, s:b, s:I, s:o, "
 		"s:{s:f, s:f, s:s, s:{s:f, s:f, s:f}, s:b}, s:f, "
 		"s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
 		"s:{s:I, s:f, s:f, s:f, s:f, s:f, s:s, s:o}, s:o}",
 		"run_id", r0->run_id, "preset", r0->preset, "schedule", r0->schedule, "pp", a->p, "dp",
 		r0->dp, "tp", r0->tp, "virtual_stages", a->v, "microbatches", a->m, "steps",
 		(json_int_t)run->step_begin, (json_int_t)run->step_end, "ranks", run->n_ranks,
-		"clocks_aligned", run->aligned, "max_clock_offset_ns", (json_int_t)a->max_offset_ns,
+		"clocks_aligned", run->aligned, "device_clock", r0->device_clock,
+		"max_clock_offset_ns", (json_int_t)a->max_offset_ns,
 		"stages", stages,
 		"bubble", "measured", a->bubble, "theory", a->theory, "formula",
 		schedule_bubble_formula(a->kind), "costs_ms", "forward", a->costs.fwd, "backward",
@@ -434,9 +435,9 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 	fprintf(f, "run %s (%s): %d rank%s, pp=%d dp=%d tp=%d, %s with v=%d m=%d\n", r0->run_id,
 		r0->preset[0] ? r0->preset : "custom model", run->n_ranks, run->n_ranks > 1 ? "s" : "",
 		a->p, r0->dp, r0->tp, r0->schedule, a->v, a->m);
-	fprintf(f, "steps %ld-%ld (%d), clocks %s (largest correction %.6f s), %zu of %zu sends and "
-		   "receives matched\n\n",
-		run->step_begin, run->step_end - 1, a->n_steps,
+	fprintf(f, "steps %ld-%ld (%d), passes timed on the %s, clocks %s (largest correction "
+		   "%.6f s), %zu of %zu sends and receives matched\n\n",
+		run->step_begin, run->step_end - 1, a->n_steps, r0->device_clock ? "device" : "host",
 		run->aligned ? "aligned by barriers" : "not aligned", (double)a->max_offset_ns * 1e-9,
 		run->n_matched, run->n_p2p);
 
