@@ -221,7 +221,16 @@ int prof_rec_finish(prof_rec *p, bool sync, pp_err *e)
 	return prof_on(p) ? write_file(p, sync, e) : 0;
 }
 
-static bool on_device(prof_op op) { return prof_is_compute(op) || op == PROF_OPTIMIZER; }
+/* Timed by marks on the compute stream: the passes and the optimizer; the
+ * sends and receives too, since a blocking communication makes the compute
+ * stream wait for it (comm.h), so a mark before the call is reached when the
+ * work it waits for is done and one after it when the transfer is; and the
+ * start of a gradient bucket, which waits for the backward's kernels before
+ * it and ends at a mark on its communicator's stream (prof_end_mark). */
+static bool on_device(prof_op op)
+{
+	return prof_is_compute(op) || prof_is_p2p(op) || op == PROF_OPTIMIZER || op == PROF_GRAD_REDUCE;
+}
 
 prof_span prof_begin(prof_rec *p, prof_op op)
 {

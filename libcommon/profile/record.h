@@ -13,9 +13,10 @@
  *
  * All of it costs a branch when p is NULL or outside the window. Times come
  * from CLOCK_MONOTONIC; on a backend whose ops return before the device runs
- * them (ops->mark), compute spans are marks on the device's stream instead,
- * read at the end of each step, and a nonblocking collective ends at a mark
- * on its communicator's stream (prof_end_mark).
+ * them (ops->mark), the passes, the optimizer, sends and receives are marks
+ * on the device's compute stream instead, read at the end of each step, and
+ * a nonblocking collective ends at a mark on its communicator's stream
+ * (prof_end_mark).
  *
  * The window opens and closes with rounds of barriers over the job, each
  * timed before and after on every rank: merge.c aligns the ranks' clocks
