@@ -66,10 +66,8 @@ def cmd_get(path, *keys):
     print(" ".join(str(v) for v in vals))
 
 
-def cmd_pp_metrics(path, warmup):
-    """Mean tokens/s, FLOP/s and MFU over the steps after `warmup` of a
-    pp-train metrics.jsonl (its per-step lines: step, loss, tokens_per_s,
-    flops_per_s, mfu, null when the device's peak is unknown)."""
+def read_jsonl(path):
+    """The records of a JSON-lines file (blank lines skipped)."""
     rows = []
     try:
         with open(path) as f:
@@ -81,7 +79,14 @@ def cmd_pp_metrics(path, warmup):
                         die(f"{path}:{n}: {err}")
     except OSError as err:
         die(f"{path}: {err}")
-    rows = [r for r in rows if "tokens_per_s" in r]
+    return rows
+
+
+def cmd_pp_metrics(path, warmup):
+    """Mean tokens/s, FLOP/s and MFU over the steps after `warmup` of a
+    pp-train metrics.jsonl (its per-step lines: step, loss, tokens_per_s,
+    flops_per_s, mfu, null when the device's peak is unknown)."""
+    rows = [r for r in read_jsonl(path) if "tokens_per_s" in r]
     steady = [r for r in rows if r["step"] > int(warmup)]
     if not steady:
         die(f"{path}: no step after the {warmup} warm-up steps")
@@ -100,20 +105,8 @@ def cmd_pp_metrics(path, warmup):
 def cmd_step_times(path, first, last):
     """The step_time of each of steps first..last of a metrics.jsonl, in
     step order (the last record of a step: a resumed run logs it again)."""
-    times = {}
-    try:
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except ValueError as err:
-                    die(f"{path}:{n}: {err}")
-                if "step_time" in r and int(first) <= r["step"] <= int(last):
-                    times[r["step"]] = r["step_time"]
-    except OSError as err:
-        die(f"{path}: {err}")
+    times = {r["step"]: r["step_time"] for r in read_jsonl(path)
+             if "step_time" in r and int(first) <= r["step"] <= int(last)}
     want = range(int(first), int(last) + 1)
     missing = [s for s in want if s not in times]
     if missing:
