@@ -1,19 +1,6 @@
 /* Backend lookup by device and compute type. */
 #include "ops.h"
 
-const char *const pp_device_names[] = {"cpu", "cuda", NULL};
-const char *const pp_type_names[] = {"fp32", "bf16", NULL};
-
-const char *pp_device_name(int device)
-{
-	return device == PP_DEVICE_CPU || device == PP_DEVICE_CUDA ? pp_device_names[device] : "?";
-}
-
-const char *pp_type_name(int type)
-{
-	return type == PP_TYPE_REAL || type == PP_TYPE_BF16 ? pp_type_names[type] : "?";
-}
-
 const pp_ops *pp_ops_find(int device, int type)
 {
 	if (device == PP_DEVICE_CPU)

@@ -59,12 +59,12 @@ tok_src="tokenizer tok_spm tok_bpe tok_unicode sha256 fsutil error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
-	[fuzz_config]="config error"
+	[fuzz_config]="config schedule ../kernels/names error"
 	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read fsutil h5util sha256 log error"
 	[fuzz_tokens]="dataset fsutil h5util rng error"
 	[fuzz_data_headers]="data data_megatron data_llmc data_tokens dataset h5util rng $tok_src"
-	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config model rng $tok_src"
-	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config $tok_src"
+	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config schedule ../kernels/names model rng $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config schedule ../kernels/names $tok_src"
 	[fuzz_requests]="decode/request decode/chat sample rng $tok_src"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule fsutil h5util log error"
 )
