@@ -45,6 +45,9 @@ enum { PP_TYPE_REAL = 0, PP_TYPE_BF16 = 1 };
 
 enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 
+/* How a mixture of experts turns router logits into gates (moe_route). */
+enum { PP_ROUTE_TOPK_SOFTMAX = 0, PP_ROUTE_SOFTMAX_TOPK = 1 };
+
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
  * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
  * pack_weight makes, and Q4_0 and Q4_1, read as a GGUF file holds them */
@@ -221,6 +224,48 @@ typedef struct pp_ops {
 	 * global lse (N); 0 rows for ignored targets; dlogits may alias logits. */
 	void (*softmax_grad)(pp_act *dlogits, const pp_act *logits, const pp_real *lse,
 			     const int *targets, int N, int V, pp_real dscale);
+
+	/* Mixture of experts: N tokens, E experts, each token routed to K of
+	 * them. An assignment is (token n, choice k), numbered n K + k.
+	 *
+	 * moe_route: from router logits (N,E), expert (N,K) = the K largest
+	 * logits of each row, in descending order (ties: the lower expert);
+	 * gate (N,K) their weights: PP_ROUTE_TOPK_SOFTMAX (Mixtral) a softmax
+	 * over the K selected logits, PP_ROUTE_SOFTMAX_TOPK (GLaM) the softmax
+	 * over all E at them; prob (N,E) the softmax over all E and lse (N) the
+	 * log-sum-exp of each row (what the load-balancing and z losses take);
+	 * stats (E+1) the column sums of prob, then the sum of lse^2. */
+	void (*moe_route)(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,
+			  const pp_act *logits, int N, int E, int K, int mode);
+	/* moe_dispatch: rows (<= N K) the assignments in expert order, and
+	 * within an expert in assignment order, leaving out those past an
+	 * expert's capacity cap (cap < 0: none); slot (N K) where each went in
+	 * rows, -1 when dropped; counts (2E) the kept assignments per expert,
+	 * then the chosen ones (before dropping). */
+	void (*moe_dispatch)(int *rows, int *slot, int *counts, const int *expert, int N, int K,
+			     int E, int cap);
+	/* moe_gather: dst (M,C) row i = the row of src (N,C) of assignment
+	 * rows[i] (its token rows[i] / K), times scale[rows[i]] unless scale is
+	 * NULL. */
+	void (*moe_gather)(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale,
+			   int M, int K, int C);
+	/* moe_combine: out (N,C) = sum over k of gate[n,k] y[slot[n,k]] (1 for
+	 * a NULL gate; dropped assignments add nothing), k in order: overwrites
+	 * out. */
+	void (*moe_combine)(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate, int N,
+			    int K, int C);
+	/* moe_gate_grad: dgate (N,K) = dout[n] . y[slot[n,k]] (0 when dropped). */
+	void (*moe_gate_grad)(pp_real *dgate, const pp_act *dout, const pp_act *y, const int *slot,
+			      int N, int K, int C);
+	/* moe_router_bwd: dlogits (N,E) (overwritten) of the gates' gradient
+	 * dgate (N,K) through moe_route's mode, plus aux_w times the
+	 * load-balancing loss E sum_e frac[e] mean_n prob[n,e] (frac (E), the
+	 * chosen assignments per token, held constant) and z_w times the z-loss
+	 * mean_n lse[n]^2. */
+	void (*moe_router_bwd)(pp_act *dlogits, const pp_real *dgate, const int *expert,
+			       const pp_real *gate, const pp_real *prob, const pp_real *lse,
+			       const pp_real *frac, pp_real aux_w, pp_real z_w, int N, int E, int K,
+			       int mode);
 
 	/* AdamW on n parameters, step t >= 1 (bias correction), gradient
 	 * multiplied by gscale first (clipping / averaging).

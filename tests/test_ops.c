@@ -635,6 +635,148 @@ static void gelu_bwd(op_case *c)
 	ops->gelu_bwd(DX(0), c->dout, X(0), c->nout);
 }
 
+/* ---- mixture of experts ---- */
+
+/* moe_route against loops: top-K by repeated argmax, gates by mode, the
+ * softmax, lse and the column sums */
+static void test_moe_route(int mode, const char *name)
+{
+	enum { N = 5, E = 6, K = 2 };
+	pp_real *l = rnd_buf((size_t)N * E, 2);
+	l[E + 3] = l[E + 1] = 2.5; /* a tie for the top in row 1: the lower expert first */
+	int ex[N * K];
+	pp_real g[N * K], prob[N * E], lse[N], st[E + 1];
+	ops->moe_route(ex, g, prob, lse, st, l, N, E, K, mode);
+	int ok = 1;
+	double colsum[E + 1];
+	memset(colsum, 0, sizeof colsum);
+	for (int n = 0; n < N; n++) {
+		const pp_real *r = l + n * E;
+		double mx = r[0], z = 0;
+		for (int e = 1; e < E; e++)
+			mx = fmax(mx, r[e]);
+		for (int e = 0; e < E; e++)
+			z += exp(r[e] - mx);
+		ok &= fabs(lse[n] - (mx + log(z))) < 1e-12;
+		int want[K];
+		for (int k = 0; k < K; k++) {
+			int best = -1;
+			for (int e = 0; e < E; e++)
+				if ((k == 0 || (e != want[0] && (k < 2 || e != want[1]))) &&
+				    (best < 0 || r[e] > r[best]))
+					best = e;
+			want[k] = best;
+			ok &= ex[n * K + k] == best;
+		}
+		double sel = 0;
+		for (int k = 0; k < K; k++)
+			sel += exp(r[want[k]]);
+		for (int k = 0; k < K; k++) {
+			double wg = mode == PP_ROUTE_SOFTMAX_TOPK ? exp(r[want[k]] - mx) / z
+								  : exp(r[want[k]]) / sel;
+			ok &= fabs(g[n * K + k] - wg) < 1e-12;
+		}
+		for (int e = 0; e < E; e++) {
+			ok &= fabs(prob[n * E + e] - exp(r[e] - mx) / z) < 1e-12;
+			colsum[e] += exp(r[e] - mx) / z;
+		}
+		colsum[E] += (mx + log(z)) * (mx + log(z));
+	}
+	ok &= ex[K] == 1 && ex[K + 1] == 3;
+	for (int e = 0; e <= E; e++)
+		ok &= fabs(st[e] - colsum[e]) < 1e-12;
+	CHECK(ok, name, "routing differs from the reference loops");
+	free(l);
+}
+
+/* dispatch, gather, combine and the gate gradient against loops, with and
+ * without a capacity */
+static void test_moe_permute(int cap, const char *name)
+{
+	enum { N = 7, K = 2, E = 3, C = 5 };
+	const int ex[N * K] = {0, 2, 2, 1, 0, 1, 2, 0, 2, 1, 0, 2, 1, 0};
+	int rows[N * K], slot[N * K], counts[2 * E];
+	ops->moe_dispatch(rows, slot, counts, ex, N, K, E, cap);
+	int ok = 1, want_slot[N * K], kept[E] = {0}, chosen[E] = {0}, start[E], M = 0;
+	for (int a = 0; a < N * K; a++)
+		chosen[ex[a]]++;
+	for (int e = 0; e < E; e++)
+		kept[e] = cap < 0 || chosen[e] < cap ? chosen[e] : cap;
+	for (int e = 0; e < E; e++) {
+		start[e] = M;
+		M += kept[e];
+		ok &= counts[e] == kept[e] && counts[E + e] == chosen[e];
+	}
+	int seen[E] = {0};
+	for (int a = 0; a < N * K; a++) {
+		int e = ex[a];
+		want_slot[a] = cap >= 0 && seen[e] >= cap ? -1 : start[e] + seen[e];
+		seen[e]++;
+		ok &= slot[a] == want_slot[a] && (slot[a] < 0 || rows[slot[a]] == a);
+	}
+	pp_real *x = rnd_buf((size_t)N * C, 1), *gate = rnd_buf((size_t)N * K, 1);
+	pp_real *xs = rnd_buf((size_t)M * C, 1), *y = rnd_buf((size_t)M * C, 1);
+	pp_real *out = rnd_buf((size_t)N * C, 1), *d = rnd_buf((size_t)N * C, 1);
+	pp_real *dg = rnd_buf((size_t)N * K, 1);
+	ops->moe_gather(xs, x, rows, gate, M, K, C);
+	for (int i = 0; i < M; i++)
+		for (int c = 0; c < C; c++)
+			ok &= fabs(xs[i * C + c] - gate[rows[i]] * x[(rows[i] / K) * C + c]) < 1e-15;
+	ops->moe_combine(out, y, slot, gate, N, K, C);
+	ops->moe_gate_grad(dg, d, y, slot, N, K, C);
+	for (int n = 0; n < N; n++) {
+		for (int c = 0; c < C; c++) {
+			double s = 0;
+			for (int k = 0; k < K; k++)
+				if (want_slot[n * K + k] >= 0)
+					s += gate[n * K + k] * y[want_slot[n * K + k] * C + c];
+			ok &= fabs(out[n * C + c] - s) < 1e-14;
+		}
+		for (int k = 0; k < K; k++) {
+			double s = 0;
+			for (int c = 0; want_slot[n * K + k] >= 0 && c < C; c++)
+				s += d[n * C + c] * y[want_slot[n * K + k] * C + c];
+			ok &= fabs(dg[n * K + k] - s) < 1e-14;
+		}
+	}
+	CHECK(ok, name, "cap %d: %d rows kept of %d", cap, M, N * K);
+	free(x), free(gate), free(xs), free(y), free(out), free(d), free(dg);
+}
+
+/* the router's backward: out = the gates, the load-balancing loss and the
+ * z-loss of the logits, weighted by dout as every gradcheck does */
+static pp_real moe_frac[4] = {0.7, 0.2, 0.6, 0.5};
+static void moe_router_fwd(op_case *c)
+{
+	const int N = c->N, E = c->C, K = c->OC;
+	int *ex = (int *)c->tok;
+	pp_real *prob = c->stat1, *lse = c->stat2, st[8];
+	ops->moe_route(ex, c->out, prob, lse, st, X(0), N, E, K, c->act);
+	double aux = 0;
+	for (int e = 0; e < E; e++)
+		aux += moe_frac[e] * st[e] / N;
+	c->out[N * K] = E * aux;
+	c->out[N * K + 1] = st[E] / N;
+}
+static void moe_router_bwd(op_case *c)
+{
+	const int N = c->N, E = c->C, K = c->OC;
+	ops->moe_router_bwd(DX(0), c->dout, (int *)c->tok, c->out, c->stat1, c->stat2, moe_frac,
+			    c->dout[N * K], c->dout[N * K + 1], N, E, K, c->act);
+}
+
+static void test_moe_router_bwd(int mode, const char *name)
+{
+	op_case cs = {.fwd = moe_router_fwd, .bwd = moe_router_bwd, .N = 5, .C = 4, .OC = 2,
+		      .act = mode},
+		*c = &cs;
+	case_arg(c, "logits", (size_t)c->N * c->C, OVERWRITE);
+	case_out(c, (size_t)c->N * c->OC + 2, (size_t)c->N * c->C);
+	c->tok = malloc(sizeof(int) * (size_t)c->N * c->OC);
+	gradcheck(name, c);
+	case_free(c);
+}
+
 static void test_gelu(void)
 {
 	op_case cs = {.fwd = gelu_fwd, .bwd = gelu_bwd}, *c = &cs;
@@ -1050,6 +1192,12 @@ int main(void)
 	test_attention_cached("two_blocks", 1, 150, 4, 2, 2, 0, 70, 33, 160);
 	test_attention_cached("two_blocks_window", 1, 150, 2, 2, 3, 7, 100, 1, 150);
 	test_glu(PP_ACT_SILU, "ops/glu_fwd_silu", "ops/glu_bwd_silu");
+	test_moe_route(PP_ROUTE_TOPK_SOFTMAX, "ops/moe_route_topk_softmax");
+	test_moe_route(PP_ROUTE_SOFTMAX_TOPK, "ops/moe_route_softmax_topk");
+	test_moe_permute(-1, "ops/moe_permute_dropless");
+	test_moe_permute(3, "ops/moe_permute_capacity");
+	test_moe_router_bwd(PP_ROUTE_TOPK_SOFTMAX, "ops/moe_router_bwd_topk_softmax");
+	test_moe_router_bwd(PP_ROUTE_SOFTMAX_TOPK, "ops/moe_router_bwd_softmax_topk");
 	test_glu(PP_ACT_GELU_TANH, "ops/glu_fwd_gelu", "ops/glu_bwd_gelu");
 	test_gelu();
 	test_matmul_gelu(0);

@@ -60,7 +60,7 @@ int main(void)
 enum { IN, OUT, ACC, INOUT }; /* OUT is overwritten by the op; ACC, INOUT start with data */
 /* ACT: a pp_act tensor, of the table's compute type on the GPU; F32,
  * F32_POS: pp_real; POS: ints equal to the tensor's scale (a position) */
-enum { ACT, F32, F32_POS, TOK, TGT, TGT_SPLIT, POS };
+enum { ACT, F32, F32_POS, TOK, TGT, TGT_SPLIT, POS, IDX };
 
 typedef struct {
 	const char *name;
@@ -192,6 +192,9 @@ static void fill(void *buf, const tensor *t, int vocab)
 			break;
 		case POS:
 			x[i] = (int)t->scale;
+			break;
+		case IDX: /* an index below vocab */
+			x[i] = rnd_int(vocab);
 			break;
 		}
 	}
@@ -961,6 +964,143 @@ static void check_mlp(int N, int F)
 	run_check(&h);
 }
 
+/* ---- mixture of experts ----------------------------------------------------------------- */
+
+static void r_moe_route(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_route(I(0), P(1), P(2), P(3), P(4), P(5), c->a[0], c->a[1], c->a[2], c->a[3]);
+}
+
+static void r_moe_dispatch(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_dispatch(I(0), I(1), I(2), I(3), c->a[0], c->a[1], c->a[2], c->a[3]);
+}
+
+static void r_moe_gather(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_gather(P(0), P(1), I(2), P(3), c->a[0] * c->a[1], c->a[1], c->a[2]);
+}
+
+static void r_moe_combine(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_combine(P(0), P(1), I(2), P(3), c->a[0], c->a[1], c->a[2]);
+}
+
+static void r_moe_gate_grad(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_gate_grad(P(0), P(1), P(2), I(3), c->a[0], c->a[1], c->a[2]);
+}
+
+static void r_moe_router_bwd(const pp_ops *o, void *const *p, const check *c)
+{
+	o->moe_router_bwd(P(0), P(1), I(2), P(3), P(4), P(5), P(6), c->f[0], c->f[1], c->a[0],
+			  c->a[1], c->a[2], c->a[3]);
+}
+
+/* rows (N K) and slot (N K) of the CPU's dispatch of random experts: tensors
+ * ri and si of the check (a: N, K, E, cap) */
+static void moe_permutation(void *const *host, int ri, int si, const int *a)
+{
+	const int N = a[0], K = a[1], E = a[2];
+	int *ex = calloc((size_t)N * K, sizeof(int)), *counts = calloc(2 * (size_t)E, sizeof(int));
+	for (int i = 0; i < N * K; i++)
+		ex[i] = rnd_int(E);
+	int *rows = host[ri], *slot = si >= 0 ? host[si] : malloc(sizeof(int) * (size_t)N * K);
+	for (int i = 0; i < N * K; i++)
+		rows[i] = i; /* the dropped ones' rows are never read: any valid index */
+	pp_ops_cpu.moe_dispatch(rows, slot, counts, ex, N, K, E, a[3]);
+	if (si < 0)
+		free(slot);
+	free(ex);
+	free(counts);
+}
+
+static void prep_gather(void *const *host, const check *c) { moe_permutation(host, 2, -1, c->a + 3); }
+static void prep_combine(void *const *host, const check *c)
+{
+	int *rows = malloc(sizeof(int) * (size_t)c->a[0] * c->a[1]);
+	void *h[2] = {rows, host[2]};
+	moe_permutation(h, 0, 1, c->a + 3);
+	free(rows);
+}
+static void prep_gate_grad(void *const *host, const check *c)
+{
+	int *rows = malloc(sizeof(int) * (size_t)c->a[0] * c->a[1]);
+	void *h[2] = {rows, host[3]};
+	moe_permutation(h, 0, 1, c->a + 3);
+	free(rows);
+}
+/* the routing of random logits, as the router's backward takes it */
+static void prep_router_bwd(void *const *host, const check *c)
+{
+	const int N = c->a[0], E = c->a[1], K = c->a[2];
+	float *l = malloc(sizeof(float) * (size_t)N * E), st[512];
+	for (int i = 0; i < N * E; i++)
+		l[i] = (float)(2 * rnd());
+	pp_ops_cpu.moe_route(host[2], host[3], host[4], host[5], st, l, N, E, K, c->a[3]);
+	free(l);
+}
+
+static void check_moe(int N, int E, int K, int C, int cap)
+{
+	for (int mode = 0; mode < 2; mode++) {
+		const char *name = mode == PP_ROUTE_TOPK_SOFTMAX ? "topk_softmax" : "softmax_topk";
+		check r = {.op = "moe_route", .run = r_moe_route, .nt = 6, .a = {N, E, K, mode}};
+		snprintf(r.shape, sizeof r.shape, "N=%d E=%d K=%d %s", N, E, K, name);
+		r.t[0] = TS("expert", (size_t)N * K, OUT, POS, 0);
+		r.t[1] = TS("gate", (size_t)N * K, OUT, F32, 1);
+		r.t[2] = TS("prob", (size_t)N * E, OUT, F32, 1);
+		r.t[3] = TS("lse", (size_t)N, OUT, F32, 1);
+		r.t[4] = TS("stats", (size_t)E + 1, OUT, F32, 1);
+		r.t[5] = TS("logits", (size_t)N * E, IN, ACT, 3);
+		run_check(&r);
+		check b = {.op = "moe_router_bwd", .run = r_moe_router_bwd, .nt = 7,
+			   .a = {N, E, K, mode}, .f = {0.01f, 0.001f}, .prep = prep_router_bwd};
+		memcpy(b.shape, r.shape, sizeof b.shape);
+		b.t[0] = TS("dlogits", (size_t)N * E, OUT, ACT, 1);
+		b.t[1] = TS("dgate", (size_t)N * K, IN, F32, 1);
+		b.t[2] = TS("expert", (size_t)N * K, IN, POS, 0);
+		b.t[3] = TS("gate", (size_t)N * K, IN, F32, 1);
+		b.t[4] = TS("prob", (size_t)N * E, IN, F32, 1);
+		b.t[5] = TS("lse", (size_t)N, IN, F32, 1);
+		b.t[6] = TS("frac", (size_t)E, IN, F32_POS, 2);
+		run_check(&b);
+	}
+	check d = {.op = "moe_dispatch", .run = r_moe_dispatch, .nt = 4, .a = {N, K, E, cap},
+		   .vocab = E};
+	snprintf(d.shape, sizeof d.shape, "N=%d K=%d E=%d cap=%d", N, K, E, cap);
+	d.t[0] = TS("rows", (size_t)N * K, OUT, POS, 0);
+	d.t[1] = TS("slot", (size_t)N * K, OUT, POS, 0);
+	d.t[2] = TS("counts", 2 * (size_t)E, OUT, POS, 0);
+	d.t[3] = TS("expert", (size_t)N * K, IN, IDX, 0);
+	run_check(&d);
+	/* a: N, K, C, then the permutation's N, K, E, cap */
+	check g = {.op = "moe_gather", .run = r_moe_gather, .nt = 4, .a = {N, K, C, N, K, E, -1},
+		   .prep = prep_gather};
+	snprintf(g.shape, sizeof g.shape, "N=%d K=%d C=%d", N, K, C);
+	g.t[0] = TS("dst", (size_t)N * K * C, OUT, ACT, 1);
+	g.t[1] = TS("src", (size_t)N * C, IN, ACT, 1);
+	g.t[2] = TS("rows", (size_t)N * K, IN, POS, 0);
+	g.t[3] = TS("scale", (size_t)N * K, IN, F32, 1);
+	run_check(&g);
+	check m = {.op = "moe_combine", .run = r_moe_combine, .nt = 4, .a = {N, K, C, N, K, E, cap},
+		   .prep = prep_combine};
+	snprintf(m.shape, sizeof m.shape, "N=%d K=%d C=%d cap=%d", N, K, C, cap);
+	m.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
+	m.t[1] = TS("y", (size_t)N * K * C, IN, ACT, 1);
+	m.t[2] = TS("slot", (size_t)N * K, IN, POS, 0);
+	m.t[3] = TS("gate", (size_t)N * K, IN, F32, 1);
+	run_check(&m);
+	check q = {.op = "moe_gate_grad", .run = r_moe_gate_grad, .nt = 4,
+		   .a = {N, K, C, N, K, E, cap}, .prep = prep_gate_grad};
+	memcpy(q.shape, m.shape, sizeof q.shape);
+	q.t[0] = TS("dgate", (size_t)N * K, OUT, F32, 1);
+	q.t[1] = TS("dout", (size_t)N * C, IN, ACT, 1);
+	q.t[2] = TS("y", (size_t)N * K * C, IN, ACT, 1);
+	q.t[3] = TS("slot", (size_t)N * K, IN, POS, 0);
+	run_check(&q);
+}
+
 /* ---- vectors ---------------------------------------------------------------------------- */
 
 static void r_add(const pp_ops *o, void *const *p, const check *c)
@@ -1212,6 +1352,8 @@ int main(void)
 	check_decode(2, 5, 4, 2, 32, 600, 400, 48);
 	check_decode(1, 1, 2, 1, 256, 8, 3, 0);
 	check_mlp(256, 320);
+	check_moe(300, 8, 2, 96, -1); /* Mixtral's routing */
+	check_moe(257, 64, 2, 64, 9); /* GLaM's 64 experts, with a capacity */
 	check_vec(100003);
 	check_sumsq(1000003);
 	check_sumsq(17);

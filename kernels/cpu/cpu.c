@@ -46,6 +46,12 @@ const pp_ops pp_ops_cpu = {
 	.crossentropy = pp_cpu_crossentropy,
 	.logsumexp_rows = pp_cpu_logsumexp_rows,
 	.softmax_grad = pp_cpu_softmax_grad,
+	.moe_route = pp_cpu_moe_route,
+	.moe_dispatch = pp_cpu_moe_dispatch,
+	.moe_gather = pp_cpu_moe_gather,
+	.moe_combine = pp_cpu_moe_combine,
+	.moe_gate_grad = pp_cpu_moe_gate_grad,
+	.moe_router_bwd = pp_cpu_moe_router_bwd,
 	.adamw = pp_cpu_adamw,
 #ifndef PP_F64
 	.pack_weight = pp_cpu_pack_weight,

@@ -197,6 +197,20 @@ void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcach
 			     const int *pos0, int window);
 
 /* mlp.c */
+void pp_cpu_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,
+		      const pp_act *logits, int N, int E, int K, int mode);
+void pp_cpu_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
+			 int E, int cap);
+void pp_cpu_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale,
+		       int M, int K, int C);
+void pp_cpu_moe_combine(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate,
+			int N, int K, int C);
+void pp_cpu_moe_gate_grad(pp_real *dgate, const pp_act *dout, const pp_act *y, const int *slot,
+			  int N, int K, int C);
+void pp_cpu_moe_router_bwd(pp_act *dlogits, const pp_real *dgate, const int *expert,
+			   const pp_real *gate, const pp_real *prob, const pp_real *lse,
+			   const pp_real *frac, pp_real aux_w, pp_real z_w, int N, int E, int K,
+			   int mode);
 void pp_cpu_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act);
 void pp_cpu_glu_bwd(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, int F, int act);
 void pp_cpu_gelu_fwd(pp_act *out, const pp_act *x, size_t n);

@@ -240,6 +240,10 @@ const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \
 	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,          \
 	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>, \
+	.moe_route = pp_cuda_moe_route<T>, .moe_dispatch = pp_cuda_moe_dispatch,  \
+	.moe_gather = pp_cuda_moe_gather<T>, .moe_combine = pp_cuda_moe_combine<T>, \
+	.moe_gate_grad = pp_cuda_moe_gate_grad<T>,                               \
+	.moe_router_bwd = pp_cuda_moe_router_bwd<T>,                             \
 	.adamw = pp_cuda_adamw<T>,                                                \
 	.mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark, .mark_ns = pp_cuda_mark_ns
 

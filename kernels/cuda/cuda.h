@@ -389,6 +389,27 @@ template <typename T>
 void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const T *dout, const T *x, const pp_real *mean,
 		       const pp_real *rstd, int N, int C);
 
+/* moe.cu */
+template <typename T>
+void pp_cuda_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,
+		       const pp_act *logits, int N, int E, int K, int mode);
+void pp_cuda_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
+			  int E, int cap);
+template <typename T>
+void pp_cuda_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale,
+			int M, int K, int C);
+template <typename T>
+void pp_cuda_moe_combine(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate, int N,
+			 int K, int C);
+template <typename T>
+void pp_cuda_moe_gate_grad(pp_real *dgate, const pp_act *dout, const pp_act *y, const int *slot,
+			   int N, int K, int C);
+template <typename T>
+void pp_cuda_moe_router_bwd(pp_act *dlogits, const pp_real *dgate, const int *expert,
+			    const pp_real *gate, const pp_real *prob, const pp_real *lse,
+			    const pp_real *frac, pp_real aux_w, pp_real z_w, int N, int E, int K,
+			    int mode);
+
 /* embed.cu */
 template <typename T>
 void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
