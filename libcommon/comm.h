@@ -123,6 +123,14 @@ typedef struct pp_comm_ops {
 	 * send may be recv + c->rank * count (in place) */
 	int (*all_gather)(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			  pp_err *e);
+	/* Every rank sends scounts[p] elements of send, from offset sdispls[p],
+	 * to rank p, and receives rcounts[p] from rank p into recv at
+	 * rdispls[p] (elements; zero counts allowed): the all-to-all of expert
+	 * parallelism. Each pair's counts must agree (what p sends here is
+	 * what this rank expects from p). */
+	int (*alltoallv)(pp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+			 void *recv, const size_t *rcounts, const size_t *rdispls, pp_dtype t,
+			 pp_err *e);
 	/* Nonblocking allreduce: *req is the operation in flight. */
 	int (*iallreduce)(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
 			  pp_comm_req **req, pp_err *e);
@@ -255,6 +263,12 @@ static inline int comm_all_gather(pp_comm *c, const void *send, void *recv, size
 				  pp_dtype t, pp_err *e)
 {
 	return c->ops->all_gather(c, send, recv, count, t, e);
+}
+static inline int comm_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
+				 const size_t *sdispls, void *recv, const size_t *rcounts,
+				 const size_t *rdispls, pp_dtype t, pp_err *e)
+{
+	return c->ops->alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, t, e);
 }
 static inline int comm_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
 				  pp_comm_req **req, pp_err *e)

@@ -91,7 +91,8 @@ typedef struct {
 	pp_dtype t;
 	int recv_at, expect; /* a receive (index) that must bring expect elements, or -1 */
 	int src;
-	int *counts; /* MPI_Ireduce_scatter's counts: MPI reads them until completion */
+	int *counts; /* MPI_Ireduce_scatter's and MPI_Ialltoallv's counts (and
+		      * displacements): MPI reads them until completion */
 	int n;
 	MPI_Request r[]; /* (n) */
 } mpi_req;
@@ -274,6 +275,37 @@ static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count
 	rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv,
 			    (int)count, mpi_type(t), handle(c), r);
 	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
+}
+
+static int mpi_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
+			 const size_t *sdispls, void *recv, const size_t *rcounts,
+			 const size_t *rdispls, pp_dtype t, pp_err *e)
+{
+	int rc = mpi_check(c, "alltoallv", t, -1, e);
+	for (int i = 0; !rc && i < c->size; i++)
+		rc = too_long(c, "alltoallv", scounts[i] + sdispls[i] > rcounts[i] + rdispls[i]
+						     ? scounts[i] + sdispls[i]
+						     : rcounts[i] + rdispls[i],
+			      e);
+	if (rc)
+		return rc;
+	mpi_req *q = req_new(c, "alltoallv", NULL, 0, 1, e);
+	if (!q)
+		return PP_ERUNTIME;
+	if (!(q->counts = malloc(sizeof(int) * 4 * (size_t)c->size))) {
+		mpi_release(&q->base, 0);
+		return pp_errorf(e, PP_ERUNTIME, "alltoallv on '%s': out of memory", c->name);
+	}
+	int *sc = q->counts, *sd = sc + c->size, *rcn = sd + c->size, *rd = rcn + c->size;
+	for (int i = 0; i < c->size; i++) {
+		sc[i] = (int)scounts[i];
+		sd[i] = (int)sdispls[i];
+		rcn[i] = (int)rcounts[i];
+		rd[i] = (int)rdispls[i];
+	}
+	pp_comm_req *base;
+	rc = MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rcn, rd, mpi_type(t), handle(c), &q->r[0]);
+	return finish(posted(q, rc, &base, e), &base, e);
 }
 
 static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int root, pp_err *e)
@@ -521,6 +553,7 @@ const pp_comm_ops pp_comm_mpi = {
 	.progress = mpi_progress,
 	.release = mpi_release,
 	.all_gather = mpi_all_gather,
+	.alltoallv = mpi_alltoallv,
 	.broadcast = mpi_broadcast,
 	.send = mpi_send,
 	.recv = mpi_recv,

@@ -540,6 +540,45 @@ static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount,
 	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
+/* A send to and a receive from every rank (itself too), in one group. */
+static int nccl_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
+			  const size_t *sdispls, void *recv, const size_t *rcounts,
+			  const size_t *rdispls, pp_dtype t, pp_err *e)
+{
+	int rc = comm_check(c, "alltoallv", t, -1, e);
+	nccl_req *q;
+	pp_comm_req *r = NULL;
+	if (rc || (rc = req_new(c, "alltoallv", NULL, 0, &q, e)))
+		return rc;
+	nccl_impl *s = impl(c);
+	size_t esz = comm_dtype_size(t), sbytes = 0, rbytes = 0;
+	for (int p = 0; p < c->size; p++) {
+		size_t a = (sdispls[p] + scounts[p]) * esz, b = (rdispls[p] + rcounts[p]) * esz;
+		sbytes = a > sbytes ? a : sbytes;
+		rbytes = b > rbytes ? b : rbytes;
+	}
+	void *ds = NULL, *dr = NULL;
+	ncclResult_t issued = ncclSuccess;
+	rc = bounce_in(q, 0, send, sbytes, 1, 0, &ds, e);
+	if (!rc)
+		rc = bounce_in(q, 1, recv, rbytes, 0, 1, &dr, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc) {
+		issued = ncclGroupStart();
+		for (int p = 0; issued == ncclSuccess && p < c->size; p++) {
+			issued = ncclSend((const char *)ds + sdispls[p] * esz, scounts[p], nccl_type(t), p,
+					  s->nc, s->stream);
+			if (issued == ncclSuccess)
+				issued = ncclRecv((char *)dr + rdispls[p] * esz, rcounts[p], nccl_type(t), p,
+						  s->nc, s->stream);
+		}
+		ncclResult_t end = ncclGroupEnd();
+		issued = issued != ncclSuccess ? issued : end;
+	}
+	return finish(posted(q, rc, issued, &r, e), &r, e);
+}
+
 static int nccl_send(pp_comm *c, const void *buf, size_t count, pp_dtype t, int peer, int tag,
 		     pp_err *e)
 {
@@ -848,6 +887,7 @@ const pp_comm_ops pp_comm_nccl = {
 	.progress = nccl_progress,
 	.release = nccl_release,
 	.all_gather = nccl_all_gather,
+	.alltoallv = nccl_alltoallv,
 	.broadcast = nccl_broadcast,
 	.send = nccl_send,
 	.recv = nccl_recv,

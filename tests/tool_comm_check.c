@@ -294,6 +294,40 @@ static void check_collectives(pp_comm *c, const char *label, pp_dtype t)
 	}
 	snprintf(name, sizeof name, "broadcast %s from the last rank on %s", tn, label);
 	report(ok, name, "%s", why);
+
+	/* ragged: rank a sends rank b ((a + 2 b) % 3) len / 2 elements (some
+	 * none), each telling where it comes from */
+	ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		size_t len = lengths[l], *sc = calloc(4 * (size_t)n, sizeof *sc), st = 0, rt = 0;
+		size_t *sd = sc + n, *rcn = sd + n, *rd = rcn + n;
+		for (int p = 0; p < n; p++) {
+			sc[p] = (size_t)((r + 2 * p) % 3) * len / 2;
+			rcn[p] = (size_t)((p + 2 * r) % 3) * len / 2;
+			sd[p] = st, rd[p] = rt;
+			st += sc[p], rt += rcn[p];
+		}
+		void *sb = alloc(st, t), *rb = alloc(rt, t);
+		for (int p = 0; p < n; p++)
+			for (size_t i = 0; i < sc[p]; i++)
+				put(sb, t, sd[p] + i, (double)((r * 5 + p * 3 + i % 7) % 64));
+		if (comm_alltoallv(c, sb, sc, sd, rb, rcn, rd, t, &e))
+			fatal("alltoallv", &e);
+		for (int p = 0; p < n && ok; p++)
+			for (size_t i = 0; i < rcn[p] && ok; i++) {
+				double w = exact(t, (double)((p * 5 + r * 3 + i % 7) % 64));
+				double g = get(rb, t, rd[p] + i);
+				if (g != w) {
+					snprintf(why, sizeof why, "length %zu: [%zu] from rank %d = %g, "
+						 "expected %g", len, i, p, g, w);
+					ok = 0;
+				}
+			}
+		release(sb), release(rb);
+		free(sc);
+	}
+	snprintf(name, sizeof name, "alltoallv %s (ragged, empty blocks) on %s", tn, label);
+	report(ok, name, "%s", why);
 }
 
 /* Around the ring: each rank sends to the next and receives from the one
