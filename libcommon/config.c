@@ -61,6 +61,8 @@ static const char *const mlp_names[] = {"swiglu", "geglu", "gelu", NULL};
 static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", "relative", NULL};
 static const char *const lr_names[] = {"cosine", "linear", "constant", "wsd", NULL};
+/* in the order of PP_ROUTE_* (kernels/ops.h) */
+static const char *const router_names[] = {"topk_softmax", "softmax_topk", NULL};
 static const char *const nan_names[] = {"abort", "skip", NULL};
 /* enum fields are read and written as int */
 _Static_assert(sizeof(sched_kind) == sizeof(int), "sched_kind is stored as an int");
@@ -101,6 +103,9 @@ static const key_desc keys[] = {
 	NUM("model.top_k", K_INT, model.top_k, NULL, R_GE0, F_DERIVED),
 	NUM("model.moe_every", K_INT, model.moe_every, "1", R_GE1, 0),
 	NUM("model.capacity_factor", K_REAL, model.capacity_factor, "0", R_GE0, 0),
+	ENUM("model.router", K_INT, model.router, router_names, "\"topk_softmax\"", 0),
+	NUM("model.router_aux_loss_coef", K_REAL, model.router_aux_loss_coef, "0.01", R_GE0, 0),
+	NUM("model.router_z_loss_coef", K_REAL, model.router_z_loss_coef, "0", R_GE0, 0),
 	NUM("model.init_std", K_REAL, model.init_std, "0.02", R_GT0, 0),
 	BOOL("model.scaled_residual_init", model.scaled_residual_init, "false", 0),
 
@@ -821,10 +826,13 @@ static json_t *to_json(const pp_config *c)
 	return root;
 }
 
-static bool model_complete(json_t *model)
+/* Whether the model object sets every model key (required: those without a
+ * default only). */
+static bool model_complete(json_t *model, bool required)
 {
 	for (int i = 0; i < N_KEYS; i++)
 		if (has_parent(keys[i].path, "model") && strcmp(keys[i].path, "model.preset") &&
+		    (!required || (keys[i].flags & F_REQUIRED)) &&
 		    !json_object_get(model, last_component(keys[i].path)))
 			return false;
 	return true;
@@ -850,8 +858,11 @@ static int resolve(pp_config *c, json_t *root, bool strict, pp_err *e)
 		return e ? e->code : PP_EUSAGE;
 	json_t *preset = NULL;
 	char preset_path[PP_PATH_MAX + 64] = "";
-	if (c->model.preset[0] && (strict || !model_complete(model)) &&
-	    load_preset(c->model.preset, &preset, preset_path, sizeof preset_path, e))
+	/* A resolved config from an older pp may lack keys added since; they
+	 * take their defaults when its preset is not installed here. */
+	if (c->model.preset[0] && (strict || !model_complete(model, false)) &&
+	    load_preset(c->model.preset, &preset, preset_path, sizeof preset_path, e) &&
+	    (strict || !model_complete(model, true)))
 		return e ? e->code : PP_EUSAGE;
 
 	bool given[N_KEYS] = {false};

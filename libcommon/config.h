@@ -52,6 +52,9 @@ typedef struct {
 	int top_k;
 	int moe_every;      /* every k-th layer is MoE (1 = all) */
 	double capacity_factor; /* 0 = dropless */
+	int router;         /* PP_ROUTE_*: how router logits become gates */
+	double router_aux_loss_coef; /* weight of the load-balancing loss */
+	double router_z_loss_coef;   /* weight of the router z-loss */
 	double init_std;
 	bool scaled_residual_init; /* GPT-2: residual projections std / sqrt(2 * n_layers) */
 } pp_model_cfg;

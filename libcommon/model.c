@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe.h"
+#include "plan.h"
 #include "rng.h"
 
 /* Shapes below are this rank's: N = B*T rows, C = d_model, D = head_dim,
@@ -18,9 +20,14 @@
  * row-parallel products are replicated; their gradients come out identical
  * on every rank because their inputs are. */
 
-/* Indices of one layer's tensors in params[] (-1 if absent). */
+/* Indices of one layer's tensors in params[] (-1 if absent). A MoE layer
+ * has a router and experts (expert0: the first local expert's w1) in place
+ * of up and down; dense and moe number the layers of each kind in the
+ * stage (-1 for the other kind): they index the saved activations. */
 typedef struct {
 	int norm1_w, norm1_b, qkv_w, qkv_b, o_w, o_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
+	int router_w, expert0;
+	int dense, moe;
 } layer_index;
 
 /* Saved activations of one microbatch. Per-layer buffers hold L copies, or
@@ -36,8 +43,9 @@ typedef struct {
 	pp_act *mid;                   /* (L', N, C) residual after attention */
 	pp_act *h2;                    /* (L', N, C) */
 	pp_real *mean2, *rstd2;        /* (L', N), (L', N) */
-	pp_act *up;                    /* (L', N, UP) gate|up, or before gelu */
-	pp_act *act;                   /* (L', N, F) */
+	pp_act *up;                    /* (Ld', N, UP) gate|up, or before gelu: dense layers */
+	pp_act *act;                   /* (Ld', N, F) */
+	moe_acts *moe;                 /* (Lm') the MoE layers' */
 	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
 	pp_act *dhf;                   /* (N, C) gradient of the head's input, from a training
 					* forward (partial over tp until stage_backward sums it) */
@@ -57,6 +65,8 @@ struct pp_stage_acts {
 	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
 	pp_real *replica;              /* kv heads shared over tp: one slot per head of the largest */
+	int n_dense, n_moe;            /* layers of each kind */
+	moe_scratch moe_sc;            /* the MoE layers' scratch, shared by all slots */
 	/* the last stage's head and loss, shared by all slots */
 	int loss_rows;                 /* R: rows per chunk */
 	pp_act *hf;                    /* (N, C) final norm output */
@@ -210,6 +220,7 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 			li->up_b = row_block(&n, nm(&n, h, i, "mlp.c_fc.bias"), 1, F, GF, r * F, 1, 1, 0);
 			li->down_w = col_block(&n, nm(&n, h, i, "mlp.c_proj.weight"), C, F, GF, r * F, res_std);
 			li->down_b = replicated(&n, nm(&n, h, i, "mlp.c_proj.bias"), 1, C, 1, false, 0, 0);
+			li->dense = a->n_dense++;
 			continue;
 		}
 		const char *h = "model.layers.%d.%s";
@@ -230,6 +241,26 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 		li->norm2_w = replicated(&n, nm(&n, h, i, "post_attention_layernorm.weight"), 1, C, 1, false, 0, norm_one);
 		if (ln)
 			li->norm2_b = replicated(&n, nm(&n, h, i, "post_attention_layernorm.bias"), 1, C, 1, false, 0, 0);
+		if (plan_layer_is_moe(m, i)) {
+			/* Mixtral's names; this rank's experts, each w1 (gate) and w3
+			 * (up) adjacent: one (2F, C) product */
+			li->moe = a->n_moe++;
+			li->router_w = replicated(&n, nm(&n, h, i, "block_sparse_moe.gate.weight"), 2,
+						  m->n_experts, C, true, std, 0);
+			const int nl = m->n_experts / s->spec.ep.size;
+			for (int x = s->spec.ep.rank * nl, j = 0; j < nl; j++, x++) {
+				char en[64];
+				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w1.weight", x);
+				int w1 = row_block(&n, nm(&n, h, i, en), 2, F, GF, r * F, C, 1, std);
+				li->expert0 = j ? li->expert0 : w1;
+				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w3.weight", x);
+				row_block(&n, nm(&n, h, i, en), 2, F, GF, r * F, C, 1, std);
+				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w2.weight", x);
+				col_block(&n, nm(&n, h, i, en), C, F, GF, r * F, res_std);
+			}
+			continue;
+		}
+		li->dense = a->n_dense++;
 		if (gated)
 			li->up_w = row_block(&n, nm(&n, h, i, "mlp.gate_proj.weight"), 2, F, GF, r * F, C, 1, std);
 		int up = row_block(&n, nm(&n, h, i, "mlp.up_proj.weight"), 2, F, GF, r * F, C, 1, std);
@@ -332,15 +363,23 @@ static int shard_dims(pp_stage *s, pp_err *e)
 int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e)
 {
 	memset(s, 0, sizeof *s);
-	if (cfg->n_experts > 0)
+	if (cfg->n_experts > 0 && (cfg->mlp == PP_MLP_GELU || cfg->bias ||
+				   cfg->family == PP_FAMILY_GPT))
 		return pp_errorf(e, PP_EUSAGE,
-				 "model '%s' has %d experts per MoE layer; stages build dense layers only",
-				 cfg->preset, cfg->n_experts);
+				 "model '%s': experts are gated MLPs (mlp swiglu or geglu) without "
+				 "biases, in a llama-style layer (not family gpt)",
+				 cfg->preset);
+	const int ep = spec->ep.size > 0 ? spec->ep.size : 1;
+	if (cfg->n_experts > 0 && (cfg->n_experts % ep || spec->ep.rank < 0 || spec->ep.rank >= ep))
+		return pp_errorf(e, PP_EUSAGE, "ep=%d does not divide model.n_experts=%d", ep,
+				 cfg->n_experts);
 	if (spec->recompute && spec->split_backward)
 		return pp_errorf(e, PP_EUSAGE,
 				 "recompute and a split backward pass (schedule zbh1) do not combine");
 	s->cfg = cfg;
 	s->spec = *spec;
+	if (s->spec.ep.size < 1)
+		s->spec.ep.size = 1;
 	s->layer_begin = spec->layer_begin;
 	s->layer_end = spec->layer_end;
 	s->first = spec->layer_begin == 0;
@@ -359,6 +398,8 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	return 0;
 }
 
+static moe_layer moe_of(const pp_stage *s, const layer_index *li);
+
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
 		 pp_err *e)
 {
@@ -374,6 +415,9 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	const size_t UP = cfg->mlp == PP_MLP_GELU ? F : 2 * F;
 	const size_t L = (size_t)(s->layer_end - s->layer_begin), Ls = s->recompute && L ? 1 : L;
 	const size_t Lg = spec->split_backward ? L : 0;
+	/* the MLPs' saved activations, per layer of each kind (one when recomputing) */
+	const size_t Ld = s->recompute && a->n_dense ? 1 : (size_t)a->n_dense;
+	const size_t Lm = s->recompute && a->n_moe ? 1 : (size_t)a->n_moe;
 	const size_t NH = (size_t)s->B * s->n_heads * s->T;
 
 	s->w = ops->alloc(s->n_elems * sizeof(pp_real));
@@ -418,7 +462,7 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 				&sa->up, &sa->act, &sa->dhf, &sa->logits, &sa->g_out, &sa->g_up,
 				&sa->g_mid, &sa->g_qkv};
 		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N * QKV, Ls * N * HD,
-				    Ls * N * C, Ls * N * C, Ls * N * UP, Ls * N * F, lastg * N * C,
+				    Ls * N * C, Ls * N * C, Ld * N * UP, Ld * N * F, lastg * N * C,
 				    last * keep * N * V, Lg * N * C, Lg * N * UP, Lg * N * C,
 				    Lg * N * QKV};
 		pp_real **r[] = {&sa->mean1, &sa->rstd1, &sa->lse, &sa->mean2, &sa->rstd2,
@@ -429,6 +473,18 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 		sa->tok = ops->alloc(N * sizeof(int));
 		sa->tgt = ops->alloc(N * sizeof(int));
 		if (!sa->tok || !sa->tgt)
+			goto oom;
+		if (Lm && !(sa->moe = calloc(Lm, sizeof *sa->moe)))
+			goto oom;
+		for (size_t j = 0; j < Lm; j++) {
+			moe_layer ml = moe_of(s, &a->layer[0]);
+			if ((rc = moe_acts_alloc(&sa->moe[j], &ml, (int)N, spec->split_backward, e)))
+				goto oom;
+		}
+	}
+	if (a->n_moe) {
+		moe_layer ml = moe_of(s, &a->layer[0]);
+		if ((rc = moe_scratch_alloc(&a->moe_sc, &ml, (int)N, e)))
 			goto oom;
 	}
 	return 0;
@@ -461,7 +517,11 @@ void stage_free(pp_stage *s)
 				     sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
 			for (int i = 0; i < NELEMS(p); i++)
 				ops->free(p[i]);
+			for (int j = 0; sa->moe && j < (s->recompute ? 1 : a->n_moe); j++)
+				moe_acts_free(&sa->moe[j], ops);
+			free(sa->moe);
 		}
+		moe_scratch_free(&a->moe_sc, ops);
 		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce,
 			     a->hf, a->losses, a->logits, a->replica};
 		for (int i = 0; i < NELEMS(p); i++)
@@ -579,21 +639,27 @@ static int tp_sum(const pp_stage *s, pp_act *buf, size_t n, pp_err *e)
 	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, s->ops->act_type, PP_REDUCE_SUM, e) : 0;
 }
 
-/* Pointers into one layer's saved activations. */
+/* Pointers into one layer's saved activations (a MoE layer: moe in place
+ * of up and act). */
 typedef struct {
 	pp_act *x, *h1, *qkv, *att, *mid, *h2, *up, *act, *out;
 	pp_real *mean1, *rstd1, *lse, *mean2, *rstd2;
 	pp_act *g_out, *g_up, *g_mid, *g_qkv;
+	moe_acts *moe;
+	moe_scratch *moe_sc;
 } layer_acts;
 
 static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 {
+	const layer_index *li = &s->acts->layer[l];
 	const pp_model_cfg *m = s->cfg;
 	const size_t N = (size_t)s->B * s->T, C = m->d_model, F = s->d_ff;
 	const size_t HD = (size_t)s->n_heads * m->head_dim;
 	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
 	const size_t UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
 	const size_t k = s->recompute ? 0 : (size_t)l, g = (size_t)l;
+	/* the MLP's buffers by the layer's number among those of its kind */
+	const size_t kd = s->recompute || li->dense < 0 ? 0 : (size_t)li->dense;
 	const bool split = s->spec.split_backward;
 	const pp_ops *o = s->ops;
 	return (layer_acts){
@@ -605,7 +671,10 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T,
 		.mid = pp_act_at(o, sa->mid, k * N * C), .h2 = pp_act_at(o, sa->h2, k * N * C),
 		.mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
-		.up = pp_act_at(o, sa->up, k * N * UP), .act = pp_act_at(o, sa->act, k * N * F),
+		.up = li->dense >= 0 ? pp_act_at(o, sa->up, kd * N * UP) : NULL,
+		.act = li->dense >= 0 ? pp_act_at(o, sa->act, kd * N * F) : NULL,
+		.moe = li->moe >= 0 ? &sa->moe[s->recompute ? 0 : li->moe] : NULL,
+		.moe_sc = &s->acts->moe_sc,
 		.g_out = split ? pp_act_at(o, sa->g_out, g * N * C) : NULL,
 		.g_up = split ? pp_act_at(o, sa->g_up, g * N * UP) : NULL,
 		.g_mid = split ? pp_act_at(o, sa->g_mid, g * N * C) : NULL,
@@ -658,6 +727,38 @@ static int act_kind(const pp_model_cfg *m)
 	return m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH;
 }
 
+static int moe_tp_sum(void *ctx, pp_real *buf, size_t n, pp_err *e)
+{
+	const pp_tp *tp = &((const pp_stage *)ctx)->spec.tp;
+	return tp->allreduce(tp->ctx, buf, n, PP_TYPE_REAL, PP_REDUCE_SUM, e);
+}
+
+/* The MoE MLP of layer li as this rank holds it (moe.h). */
+static moe_layer moe_of(const pp_stage *s, const layer_index *li)
+{
+	const pp_model_cfg *m = s->cfg;
+	const int nl = m->n_experts / s->spec.ep.size;
+	const bool grads = s->g != NULL;
+	return (moe_layer){
+		.ops = s->ops, .C = m->d_model, .F = s->d_ff, .E = m->n_experts, .K = m->top_k,
+		.mode = m->router, .act = act_kind(m), .capacity = m->capacity_factor,
+		.first = s->spec.ep.rank * nl, .n_local = nl,
+		.router = W(s, li->router_w), .experts = W(s, li->expert0),
+		.stride = 3 * (size_t)s->d_ff * m->d_model,
+		.g_router = grads ? G(s, li->router_w) : NULL,
+		.g_experts = grads ? G(s, li->expert0) : NULL,
+		.ep = s->spec.ep.size > 1 ? s->spec.ep.comm : NULL, .tp_rank = s->spec.tp.rank,
+		.tp_sum = s->spec.tp.size > 1 ? moe_tp_sum : NULL, .tp_ctx = (void *)s};
+}
+
+/* The weights of a microbatch's MoE losses in the objective. */
+static void moe_loss_weights(const pp_stage *s, double *aux_w, double *z_w)
+{
+	const double k = s->spec.moe_loss_scale > 0 ? s->spec.moe_loss_scale : 1;
+	*aux_w = s->cfg->router_aux_loss_coef * k;
+	*z_w = s->cfg->router_z_loss_coef * k;
+}
+
 /* Where a layer's attention finds its keys and values: in the T rows of
  * the microbatch itself (training, NULL), or in a KV cache (decoding) that
  * the rows of sequence b, at positions pos[b].. (device memory), are
@@ -670,7 +771,7 @@ typedef struct {
 
 /* One layer over B sequences of T rows (t's buffers hold B*T rows). */
 static int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, int B,
-			 int T, const layer_kv *kv, pp_err *e)
+			 int T, const layer_kv *kv, moe_losses *moe, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -704,7 +805,17 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	/* mid = x + the attention branch, h2 = norm2(mid) */
 	norm_residual_fwd(s, N, t->mid, t->h2, t->mean2, t->rstd2, t->x, t->mid, li->norm2_w,
 			  li->norm2_b);
-	if (gelu && !s->packed) {
+	if (li->moe >= 0) {
+		moe_layer ml = moe_of(s, li);
+		moe_losses ls;
+		if ((rc = moe_forward(&ml, t->moe, t->moe_sc, t->h2, t->out, N, &ls, e)))
+			return rc;
+		if (moe) {
+			moe->aux += ls.aux;
+			moe->z += ls.z;
+			moe->dropped += ls.dropped;
+		}
+	} else if (gelu && !s->packed) {
 		o->matmul_gelu_fwd(t->act, t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
 	} else if (gelu) {
 		linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, F);
@@ -713,7 +824,8 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 		linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, 2 * F);
 		o->glu_fwd(t->act, t->up, N, F, act_kind(m));
 	}
-	linear(s, t->out, t->act, li->down_w, W0(s, li->down_b), N, F, C);
+	if (li->moe < 0)
+		linear(s, t->out, t->act, li->down_w, W0(s, li->down_b), N, F, C);
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
 		return rc;
 	/* A plain add: the norm of out belongs to the next layer (or the head),
@@ -739,29 +851,47 @@ static int layer_backward(const pp_stage *s, const layer_index *li, const layer_
 	const size_t NC = (size_t)N * C, A = pp_act_size(o);
 	int rc;
 
+	double aux_w, z_w;
+	moe_loss_weights(s, &aux_w, &z_w);
 	if (part == STAGE_BWD_WEIGHT) {
-		o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act, NULL, N, F, C);
-		o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N, C, UP);
+		if (li->moe >= 0) {
+			moe_layer ml = moe_of(s, li);
+			if ((rc = moe_backward(&ml, t->moe, t->moe_sc, t->h2, NULL, NULL, aux_w, z_w,
+					       MOE_BWD_WEIGHT, N, e)))
+				return rc;
+		} else {
+			o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act, NULL,
+				      N, F, C);
+			o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N, C,
+				      UP);
+		}
 		o->matmul_bwd(NULL, G(s, li->o_w), G(s, li->o_b), t->g_mid, t->att, NULL, N, HD, C);
 		o->matmul_bwd(NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv, t->h1, NULL, N, C, QKV);
 		return 0;
 	}
-	if (!wgrad)
-		o->to_device(t->g_out, a->d_res, NC * A);
-	pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL;
-	pp_real *db_down = wgrad ? G(s, li->down_b) : NULL;
-	if (m->mlp == PP_MLP_GELU) {
-		o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
-				   W(s, li->down_w), N, F, C);
+	if (li->moe >= 0) {
+		moe_layer ml = moe_of(s, li);
+		if ((rc = moe_backward(&ml, t->moe, t->moe_sc, t->h2, a->d_res, a->d_h, aux_w, z_w,
+				       wgrad ? MOE_BWD_FULL : MOE_BWD_INPUT, N, e)))
+			return rc;
 	} else {
-		o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N, F,
-			      C);
-		o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
+		if (!wgrad)
+			o->to_device(t->g_out, a->d_res, NC * A);
+		pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL;
+		pp_real *db_down = wgrad ? G(s, li->down_b) : NULL;
+		if (m->mlp == PP_MLP_GELU) {
+			o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
+					   W(s, li->down_w), N, F, C);
+		} else {
+			o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N,
+				      F, C);
+			o->glu_bwd(a->d_up, a->d_act, t->up, N, F, act_kind(m));
+		}
+		if (!wgrad)
+			o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
+		o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL,
+			      a->d_up, t->h2, W(s, li->up_w), N, C, UP);
 	}
-	if (!wgrad)
-		o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
-	o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL, a->d_up,
-		      t->h2, W(s, li->up_w), N, C, UP);
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
 		return rc;
 	norm_bwd(s, a->d_res, a->d_h, t->mid, t->mean2, t->rstd2, li->norm2_w, li->norm2_b);
@@ -900,10 +1030,17 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	} else {
 		o->to_device(sa->res, in, (size_t)N * C * pp_act_size(o)); /* same device: a copy */
 	}
+	moe_losses moe = {0};
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, e)))
+		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, &moe, e)))
 			return rc;
+	}
+	{
+		s->moe.aux += moe.aux;
+		s->moe.z += moe.z;
+		s->moe.dropped += moe.dropped;
+		s->moe.routed += (long)a->n_moe * N * m->top_k;
 	}
 	pp_act *x = pp_act_at(o, sa->res, (size_t)L * N * C);
 	if (!s->last) {
@@ -1006,7 +1143,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
-		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, e)))
+		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, NULL, e)))
 			return rc;
 		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) ||
 		    (rc = grads_final(s, report, layer_from(s, l), e)))
@@ -1090,8 +1227,13 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 	c->dev = o->alloc((B + N) * sizeof(int));
 	c->host = malloc((B + N) * sizeof(int));
 	c->len = calloc((size_t)B, sizeof(int));
+	const pp_stage_acts *a = s->acts;
+	moe_layer ml = moe_of(s, &a->layer[0]);
+	c->graphs = c->graphs && !a->n_moe;
 	if (!c->dev || !c->host || !c->len || alloc_acts(o, p, n, NELEMS(p)) ||
-	    alloc_reals(o, r, rn, NELEMS(r))) {
+	    alloc_reals(o, r, rn, NELEMS(r)) ||
+	    (a->n_moe && (moe_acts_alloc(&c->moe, &ml, (int)N, false, e) ||
+			  moe_scratch_alloc(&c->moe_sc, &ml, (int)N, e)))) {
 		size_t bytes = c->kv_bytes;
 		kv_cache_free(c);
 		return pp_errorf(e, PP_ERUNTIME,
@@ -1112,6 +1254,8 @@ void kv_cache_free(pp_kv_cache *c)
 		     c->mid, c->up, c->act, c->last, c->logits, c->dev};
 	for (int i = 0; i < NELEMS(p); i++)
 		o->free(p[i]);
+	moe_acts_free(&c->moe, o);
+	moe_scratch_free(&c->moe_sc, o);
 	free(c->host);
 	free(c->len);
 	memset(c, 0, sizeof *c);
@@ -1167,7 +1311,7 @@ void kv_cache_move(pp_kv_cache *c, int from, int to)
 }
 
 /* The ops of one cached forward, issued: rows at the positions c->dev holds */
-static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
+static int forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -1190,10 +1334,10 @@ static int forward_cached(pp_stage *s, const pp_kv_cache *c, pp_err *e)
 		layer_acts t = {.x = c->x[l % 2], .out = c->x[(l + 1) % 2], .h1 = c->h,
 				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
 				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
-				.up = c->up, .act = c->act};
+				.up = c->up, .act = c->act, .moe = &c->moe, .moe_sc = &c->moe_sc};
 		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer + first),
 			       pp_act_at(o, c->v, (size_t)l * layer + first), c->Tmax, pos};
-		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, e)))
+		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, NULL, e)))
 			return rc;
 	}
 	/* the last new row of each sequence: all of them when n is 1 (and no copy,

@@ -19,8 +19,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "config.h"
 #include "error.h"
+#include "moe.h"
 #include "../kernels/ops.h"
 
 #define PP_MAXDIM 4
@@ -69,6 +71,17 @@ typedef struct {
 	bool keep_logits;           /* last stage: keep each slot's (B,T,V) logits (stage_logits) */
 	double loss_chunk_mb;       /* last stage: MiB of logits per chunk of rows; 0: PP_LOSS_CHUNK_MB */
 	pp_tp tp;
+	/* Expert parallelism: this rank holds experts [rank E / size, (rank +
+	 * 1) E / size) of each MoE layer and exchanges token rows over comm
+	 * (NULL when size is 1). */
+	struct {
+		int rank, size;
+		pp_comm *comm;
+	} ep;
+	/* The scale of a microbatch's load-balancing and z losses in the
+	 * objective: 1 / (microbatches of the whole step, every dp rank's), so
+	 * that the step's gradient is their mean's. 0: 1. */
+	double moe_loss_scale;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 } stage_spec;
 
@@ -123,6 +136,14 @@ typedef struct pp_stage {
 			 * read: w itself when that is pp_real, else a copy (stage_weights_changed) */
 
 	pp_stage_acts *acts; /* per-slot saved activations and scratch */
+
+	/* The MoE layers' losses and dropped assignments over the forwards
+	 * (stage_forward) since the caller last zeroed them (moe.h: per
+	 * microbatch, summed here over microbatches and layers). */
+	struct {
+		double aux, z;
+		long dropped, routed;
+	} moe;
 
 	/* stage_pack_weights: per parameter, its stored form for decoding (data
 	 * NULL for the others) */
@@ -242,7 +263,10 @@ typedef struct {
 	/* on the device and on the host: the positions of the nseq sequences'
 	 * first new tokens, then their (nseq,n) new tokens */
 	int *dev, *host;
-	bool graphs;        /* record the step of one token per sequence */
+	moe_acts moe;       /* the MoE layers' buffers (one set serves every layer) */
+	moe_scratch moe_sc;
+	bool graphs;        /* record the step of one token per sequence (never with
+			     * experts, whose routing is read on the host) */
 	bool warm;          /* that step ran eagerly, for these slots, since the last other forward */
 	void *graph;        /* that recording, once made */
 	int graph_slot0, graph_nseq; /* the slots of the step warm and graph are for */

@@ -1,5 +1,8 @@
 /* Whole-model gradient checks in double precision (built with -DPP_F64).
- * For a tiny model of each dense family:
+ * For a tiny model of each family (the dense ones; mixtral-tiny, MoE in
+ * every layer with Mixtral's routing; glam-tiny, MoE in every other layer
+ * with GLaM's routing and a capacity), the objective being the mean loss
+ * plus the MoE layers' load-balancing and z losses at their weights:
  *   - the analytic gradient of the mean loss w.r.t. every parameter tensor
  *     agrees with central finite differences;
  *   - recompute, a split into two pipeline stages, and the split backward
@@ -76,12 +79,21 @@ static void randomize(pp_stage *s, uint64_t seed)
 	}
 }
 
-/* loss = mean over valid targets; with grad, fills s->g */
+/* The MoE layers' losses at their weights, from the forwards since s->moe
+ * was zeroed */
+static double moe_part(const pp_stage *s)
+{
+	return s->cfg->router_aux_loss_coef * s->moe.aux + s->cfg->router_z_loss_coef * s->moe.z;
+}
+
+/* loss = mean over valid targets, plus the MoE layers' losses at their
+ * weights; with grad, fills s->g */
 static double loss_of(pp_stage *s, bool grad, int part, pp_err *e)
 {
 	double sum = 0;
 	if (grad)
 		stage_zero_grad(s);
+	memset(&s->moe, 0, sizeof s->moe);
 	if (stage_forward(s, 0, tokens, NULL, targets, grad ? 1.0 / (double)n_valid() : 0, &sum,
 			  NULL, NULL, e))
 		return NAN;
@@ -91,7 +103,7 @@ static double loss_of(pp_stage *s, bool grad, int part, pp_err *e)
 	    (stage_backward(s, 0, STAGE_BWD_INPUT, NULL, NULL, e) ||
 	     stage_backward(s, 0, STAGE_BWD_WEIGHT, NULL, NULL, e)))
 		return NAN;
-	return sum / (double)n_valid();
+	return sum / (double)n_valid() + moe_part(s);
 }
 
 /* worst per-tensor ||part - full|| / ||full|| over part's gradients, matched
@@ -323,7 +335,7 @@ static void check_chunks(const char *preset, const pp_model_cfg *m, const pp_sta
 		d = fmax(d, fabs(a[i] - b[i]) / fmax(fabs(a[i]), 1));
 	snprintf(name, sizeof name, "gradcheck/%s/chunks/keep_logits", preset);
 	CHECK(!rc && d < SAME_TOL && fabs(lc - l1) <= SAME_TOL * fabs(l1) &&
-		      fabs(l1 / (double)n_valid() - L0) <= SAME_TOL * fabs(L0),
+		      fabs(l1 / (double)n_valid() + moe_part(&k1) - L0) <= SAME_TOL * fabs(L0),
 	      name, "rc %d %s: logits differ by %.3g, loss %.17g vs %.17g", rc, e.msg, d, lc, l1);
 	stage_free(&k1);
 	stage_free(&kc);
@@ -518,7 +530,8 @@ static void check_family(const char *preset)
 			s1.g[a1->off + j] = s0.g[a0->off + j];
 		}
 	}
-	double L2 = sum / (double)n_valid(), gerr = fmax(grad_diff(&s0, &s, g), grad_diff(&s1, &s, g));
+	double L2 = sum / (double)n_valid() + moe_part(&s0) + moe_part(&s1);
+	double gerr = fmax(grad_diff(&s0, &s, g), grad_diff(&s1, &s, g));
 	snprintf(name, sizeof name, "gradcheck/%s/two_stages", preset);
 	CHECK(fabs(L2 - L0) <= SAME_TOL * fabs(L0) && gerr < SAME_TOL, name,
 	      "loss %.17g vs %.17g, worst gradient relative difference %.3g", L2, L0, gerr);
@@ -541,7 +554,8 @@ int main(void)
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/configs", root ? root : ".");
 	setenv("PP_CONFIG_DIR", dir, 0);
-	const char *families[] = {"llama-tiny", "mistral-tiny", "gemma-tiny", "gpt-tiny"};
+	const char *families[] = {"llama-tiny", "mistral-tiny", "gemma-tiny", "gpt-tiny",
+				  "mixtral-tiny", "glam-tiny"};
 	for (size_t i = 0; i < sizeof families / sizeof *families; i++)
 		check_family(families[i]);
 	TH_EXIT();
