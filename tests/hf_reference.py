@@ -118,6 +118,8 @@ def build_model(cfg, family, dtype, attn="eager"):
         cls = transformers.MistralForCausalLM
     elif family == "mixtral":
         sw = int(get(m, "sliding_window", default=0))
+        # the load-balancing loss is added by main(), per layer as pp
+        # defines it (Hugging Face's own pools every layer's router logits)
         hc = transformers.MixtralConfig(hidden_act="silu", sliding_window=sw or None,
                                         num_local_experts=int(get(m, "n_experts")),
                                         num_experts_per_tok=int(get(m, "top_k")),
@@ -204,6 +206,7 @@ def main():
         grads = {k: np.asarray(v) for k, v in f["grads"].items()}
         gen = {k: np.asarray(v, dtype=np.int64) for k, v in f["generate"].items()} \
             if "generate" in f else None
+        aux_pp = float(np.asarray(f["moe_aux"])) if "moe_aux" in f else None
     except (OSError, KeyError, ValueError) as ex:
         print(f"hf_reference: {a.dump}: {ex}", file=sys.stderr)
         return 2
@@ -248,7 +251,9 @@ def main():
     toks = torch.from_numpy(tokens)
     tgts = torch.from_numpy(targets)
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=toks).logits
+    moe = family == "mixtral"
+    out = model(input_ids=toks, output_router_logits=True) if moe else model(input_ids=toks)
+    logits = out.logits
     V = logits.shape[-1]
     if tuple(logits.shape) != tuple(logits_pp.shape):
         r.check(False, "logits", f"shape pp {logits_pp.shape} hf {tuple(logits.shape)}")
@@ -261,6 +266,16 @@ def main():
     el = abs(loss_pp - lref) / max(abs(lref), 1e-30)
     r.check(el <= a.loss_tol, "loss", f"pp={loss_pp:.9g} hf={lref:.9g} rel={el:.2e}"
             + ("" if el <= a.loss_tol else f" > {a.loss_tol:g}"))
+    if moe:
+        # Switch/Mixtral's load-balancing loss of each MoE layer (transformers'
+        # own function on that layer's router logits alone), summed over layers
+        from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+        m = cfg["model"]
+        E, K = int(get(m, "n_experts")), int(get(m, "top_k"))
+        aux = sum(load_balancing_loss_func((rl,), E, K) for rl in out.router_logits)
+        ea = abs(aux_pp - float(aux)) / max(abs(float(aux)), 1e-30) if aux_pp is not None else 1
+        r.check(ea <= a.loss_tol, "aux_loss", f"pp={aux_pp} hf={float(aux):.9g} rel={ea:.2e}")
+        loss = loss + float(get(m, "router_aux_loss_coef", default=0.0)) * aux
     loss.backward()
 
     worst, worst_name, n_ok, n_cmp = -1.0, "", 0, 0

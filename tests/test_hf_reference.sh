@@ -12,13 +12,15 @@ export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 tool=$root/build/tests/tool_hf_dump
 # "tag preset extra-overrides". A tag starting with ? is optional: SKIP when
-# tool_hf_dump refuses its config (exit 2); PP_HF_CASES="?mixtral mixtral-tiny"
-# tries the MoE family. recompute=true rebuilds activations in the backward
-# pass, a second path to the same gradients.
+# tool_hf_dump refuses its config (exit 2). recompute=true rebuilds
+# activations in the backward pass, a second path to the same gradients.
+# mixtral: MoE in both layers, with the load-balancing loss in the gradients
+# (its value is checked too, per layer as pp defines it).
 cases=${PP_HF_CASES:-"llama llama-tiny
 mistral mistral-tiny
 gemma gemma-tiny
 gpt gpt-tiny
+mixtral mixtral-tiny model.router_aux_loss_coef=0.02
 llama-recompute llama-tiny recompute=true"}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-hf-reference.XXXXXX") || { echo "FAIL: hf: mktemp"; exit 1; }

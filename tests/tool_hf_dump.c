@@ -8,6 +8,9 @@
  *   /tokens (B,T) int32, /targets (B,T) int32 (a few PP_IGNORE_INDEX)
  *   /logits (B,T,V)      from a forward with dscale = 0
  *   /loss   scalar f64   mean cross-entropy over the valid targets
+ *   /moe_aux scalar f64  MoE models: the load-balancing loss of the forward, summed
+ *                        over the MoE layers (its gradient, at the config's
+ *                        router_aux_loss_coef, is in /grads)
  *   /params/NAME, /grads/NAME  every tensor of the params table, stored layout
  *                        (Linear weights (out, in), GPT-2's Conv1D included)
  *   attribute "config"   the resolved config JSON (pp_config_dump)
@@ -99,7 +102,7 @@ typedef struct {
 	int B, T, V;
 	int *tokens, *targets;
 	pp_real *logits; /* (B,T,V) host */
-	double loss;
+	double loss, moe_aux;
 	pp_real *w, *g;  /* host copies, n_elems */
 	int n_prompt, n_gen; /* --generate: P and N */
 	int *gen;            /* (P+N) */
@@ -128,6 +131,9 @@ static int write_dump(const char *out, const pp_config *c, const pp_stage *s, co
 		rc = write_array(f, "logits", H5_REAL_MEM, H5_REAL_FILE, 3, btv, d->logits, e);
 	if (!rc)
 		rc = write_array(f, "loss", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL, &d->loss, e);
+	if (!rc && s->cfg->n_experts > 0)
+		rc = write_array(f, "moe_aux", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL, &d->moe_aux,
+				 e);
 	if (!rc)
 		rc = write_tensors(f, "params", s, d->w, e);
 	if (!rc)
@@ -200,6 +206,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	double loss_sum = 0;
 	long n_valid2 = 0;
 	stage_zero_grad(&s);
+	memset(&s.moe, 0, sizeof s.moe);
 	if ((rc = stage_forward(&s, 0, d.tokens, NULL, d.targets, (pp_real)(1.0 / (double)n_valid),
 				&loss_sum, &n_valid2, NULL, e)))
 		goto done;
@@ -212,6 +219,7 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 		goto done;
 	}
 	d.loss = loss_sum / (double)n_valid;
+	d.moe_aux = s.moe.aux;
 	ops->to_host(d.g, s.g, s.n_elems * sizeof *d.g);
 	if (n_gen > 0) {
 		sample_params sp = sample_defaults();
