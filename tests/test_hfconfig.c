@@ -51,7 +51,7 @@ static const char *same_model(const pp_model_cfg *a, const pp_model_cfg *b)
 	SAME(d_model) SAME(n_heads) SAME(n_kv_heads) SAME(head_dim) SAME(d_ff) SAME(n_layers) SAME(
 		vocab_size) SAME(max_seq_len) SAME(mlp) SAME(norm) SAME(norm_eps) SAME(norm_offset)
 		SAME(pos) SAME(sliding_window) SAME(tied_embeddings) SAME(embed_scale) SAME(bias)
-			SAME(n_experts) SAME(
+			SAME(n_experts) SAME(top_k) SAME(moe_every) SAME(router) SAME(
 				init_std) if (a->pos == PP_POS_ROPE &&
 					      a->rope_theta != b->rope_theta) return "rope_theta";
 	return NULL;
@@ -197,6 +197,10 @@ static void export_refused(void)
 		 "model.bias true: MistralForCausalLM has no biases", 3},
 		{"llama-layernorm", "llama-tiny", "model.norm layernorm", 4},
 		{"llama-ungated", "llama-tiny", "model.mlp gelu", 5},
+		{"mixtral-capacity", "mixtral-tiny",
+		 "model.capacity_factor 1.5: MixtralForCausalLM drops no tokens", 6},
+		{"mixtral-glam-router", "mixtral-tiny", "model.router softmax_topk", 7},
+		{"llama-experts", "llama-tiny", "model.n_experts 4: LlamaForCausalLM has no experts", 8},
 	};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
 		char name[96];
@@ -225,6 +229,15 @@ static void export_refused(void)
 			break;
 		case 4:
 			m.norm = PP_NORM_LAYER;
+			break;
+		case 6:
+			m.capacity_factor = 1.5;
+			break;
+		case 7:
+			m.router = PP_ROUTE_SOFTMAX_TOPK;
+			break;
+		case 8:
+			m.n_experts = 4;
 			break;
 		default:
 			m.mlp = PP_MLP_GELU;

@@ -26,6 +26,8 @@ static const hf_family families[] = {
 	 1e-6, 0},
 	{"mistral", "MistralForCausalLM", PP_FAMILY_MISTRAL, 32000, 4096, 14336, 32, 32, 8, 0,
 	 131072, 4096, 1e-6, 0},
+	{"mixtral", "MixtralForCausalLM", PP_FAMILY_MIXTRAL, 32000, 4096, 14336, 32, 32, 8, 0,
+	 131072, -1, 1e-5, 0},
 	{"gemma", "GemmaForCausalLM", PP_FAMILY_GEMMA, 256000, 3072, 24576, 28, 16, 16, 256, 8192,
 	 -1, 1e-6, 1},
 	{"gpt2", "GPT2LMHeadModel", PP_FAMILY_GPT, 50257, 768, 0, 12, 12, 0, 0, 1024, -1, 1e-5, 1},
@@ -158,8 +160,8 @@ static bool tanh_gelu(const char *act)
 	return gated_mlp(act) == PP_MLP_GEGLU;
 }
 
-/* keys no family here can honour when set */
-static void refuse_common(reader *r)
+/* keys no family here can honour when set (experts: Mixtral's only) */
+static void refuse_common(reader *r, const hf_family *f)
 {
 	if (val(r, "rope_scaling"))
 		refuse(r, "rope_scaling",
@@ -167,12 +169,14 @@ static void refuse_common(reader *r)
 	const json_t *p = val(r, "partial_rotary_factor");
 	if (p && (!json_is_number(p) || json_number_value(p) != 1.0))
 		refuse(r, "partial_rotary_factor", "pp rotates every dimension of a head");
-	static const char *const moe[] = {"num_local_experts", "num_experts", "n_routed_experts",
-					  "num_experts_per_tok", "moe_intermediate_size"};
-	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+	/* Mixtral's own two first */
+	static const char *const moe[] = {"num_local_experts", "num_experts_per_tok", "num_experts",
+					  "n_routed_experts", "moe_intermediate_size"};
+	for (size_t i = f->pp_family == PP_FAMILY_MIXTRAL ? 2 : 0; i < sizeof moe / sizeof *moe;
+	     i++) {
 		const json_t *v = val(r, moe[i]);
 		if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
-			refuse(r, moe[i], "pp's import takes dense models only (no experts)");
+			refuse(r, moe[i], "pp imports the experts of Mixtral only");
 	}
 	if (val(r, "quantization_config"))
 		refuse(r, "quantization_config", "pp imports unquantized weights only");
@@ -209,11 +213,12 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 	if (!f)
 		return type ? pp_errorf(e, PP_EUSAGE,
 					"key 'model_type' is \"%s\": pp imports llama, mistral, "
-					"gemma and gpt2",
+					"mixtral, gemma and gpt2",
 					type)
-			    : pp_errorf(e, PP_EUSAGE, "no key 'model_type' (llama, mistral, gemma or gpt2)");
+			    : pp_errorf(e, PP_EUSAGE,
+					"no key 'model_type' (llama, mistral, mixtral, gemma or gpt2)");
 	check_architectures(r, f);
-	refuse_common(r);
+	refuse_common(r, f);
 
 	long long d, nh, nkv, hd, ff, nl, vocab, maxpos, window = 0;
 	double eps, theta = 10000;
@@ -280,12 +285,24 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 			       "pp's bias would also put biases on the MLP, which this family "
 			       "lacks");
 		}
-		if (f->pp_family == PP_FAMILY_MISTRAL) {
+		if (f->pp_family == PP_FAMILY_MISTRAL || f->pp_family == PP_FAMILY_MIXTRAL) {
 			const json_t *w = json_object_get(config, "sliding_window");
 			window = !w		   ? f->window
 				 : json_is_null(w) ? 0
 						   : get_int(r, "sliding_window", 0, 1);
 		}
+	}
+	long long experts = 0, top_k = 0;
+	double aux = 0.01;
+	if (f->pp_family == PP_FAMILY_MIXTRAL) {
+		experts = get_int(r, "num_local_experts", 8, 1);
+		top_k = get_int(r, "num_experts_per_tok", 2, 1);
+		aux = get_num(r, "router_aux_loss_coef", 0.001);
+		if (!r->rc && top_k > experts)
+			r->rc = pp_errorf(e, PP_EUSAGE,
+					  "key 'num_experts_per_tok' is %lld: more than the %lld "
+					  "experts",
+					  top_k, experts);
 	}
 	vocab = get_int(r, "vocab_size", f->vocab, 1);
 	tied = get_bool(r, "tie_word_embeddings", f->tied);
@@ -304,6 +321,11 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 		gpt ? "learned" : "rope", "rope_theta", theta, "sliding_window", (json_int_t)window,
 		"tied_embeddings", tied, "embed_scale", f->pp_family == PP_FAMILY_GEMMA, "bias",
 		bias, "init_std", init_std, "scaled_residual_init", gpt);
+	if (m && experts)
+		json_object_update_new(m, json_pack("{sI sI sI ss sf}", "n_experts",
+						    (json_int_t)experts, "top_k", (json_int_t)top_k,
+						    "moe_every", (json_int_t)1, "router",
+						    "topk_softmax", "router_aux_loss_coef", aux));
 	if (!m)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	*model = m;
@@ -322,7 +344,16 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 static int exportable(const pp_model_cfg *m, const hf_family *f, pp_err *e)
 {
 	const char *arch = f->architecture;
-	NEED(m->n_experts == 0, "model.n_experts %d: %s has no experts", m->n_experts, arch);
+	const bool mixtral = f->pp_family == PP_FAMILY_MIXTRAL;
+	NEED(m->n_experts == 0 || mixtral, "model.n_experts %d: %s has no experts", m->n_experts,
+	     arch);
+	NEED(m->n_experts > 0 || !mixtral, "model.n_experts 0: %s has experts", arch);
+	NEED(!mixtral || m->moe_every == 1, "model.moe_every %d: %s has experts in every layer",
+	     m->moe_every, arch);
+	NEED(!mixtral || m->router == PP_ROUTE_TOPK_SOFTMAX,
+	     "model.router softmax_topk: %s weighs the top k by a softmax over them", arch);
+	NEED(!mixtral || m->capacity_factor == 0,
+	     "model.capacity_factor %g: %s drops no tokens", m->capacity_factor, arch);
 	if (f->pp_family == PP_FAMILY_GPT) {
 		NEED(m->norm == PP_NORM_LAYER, "model.norm rmsnorm: %s uses LayerNorm", arch);
 		NEED(m->pos == PP_POS_LEARNED, "model.pos is not learned: %s learns positions",
@@ -346,8 +377,9 @@ static int exportable(const pp_model_cfg *m, const hf_family *f, pp_err *e)
 	NEED(m->embed_scale == gemma, "model.embed_scale %s: %s %s",
 	     m->embed_scale ? "true" : "false", arch,
 	     gemma ? "multiplies embeddings by sqrt(d_model)" : "does not scale embeddings");
-	NEED(m->sliding_window == 0 || f->pp_family == PP_FAMILY_MISTRAL,
-	     "model.sliding_window %d: %s has no sliding window (family mistral has)",
+	NEED(m->sliding_window == 0 || f->pp_family == PP_FAMILY_MISTRAL || mixtral,
+	     "model.sliding_window %d: %s has no sliding window (families mistral and mixtral "
+	     "have)",
 	     m->sliding_window, arch);
 	NEED(!m->bias || f->pp_family == PP_FAMILY_LLAMA || f->pp_family == PP_FAMILY_GPT,
 	     "model.bias true: %s has no biases", arch);
@@ -367,8 +399,8 @@ int hf_config_from_model(const pp_model_cfg *m, const hf_export *x, json_t **con
 	const hf_family *f = family_of_pp(m->family);
 	if (!f)
 		return pp_errorf(e, PP_EUSAGE,
-				 "model.family %s: Hugging Face export takes llama, mistral, gemma "
-				 "and gpt",
+				 "model.family %s: Hugging Face export takes llama, mistral, "
+				 "mixtral, gemma and gpt",
 				 pp_family_name(m->family));
 	int rc = exportable(m, f, e);
 	if (rc)
@@ -412,16 +444,23 @@ int hf_config_from_model(const pp_model_cfg *m, const hf_export *x, json_t **con
 		json_object_set_new(c, "rope_theta", json_real(m->rope_theta));
 		json_object_set_new(c, "rope_scaling", json_null());
 		json_object_set_new(c, "attention_dropout", json_real(0));
-		if (f->pp_family != PP_FAMILY_MISTRAL)
+		if (f->pp_family != PP_FAMILY_MISTRAL && f->pp_family != PP_FAMILY_MIXTRAL)
 			json_object_set_new(c, "attention_bias", json_boolean(m->bias));
 		if (f->pp_family == PP_FAMILY_LLAMA) {
 			json_object_set_new(c, "mlp_bias", json_boolean(m->bias));
 			json_object_set_new(c, "pretraining_tp", json_integer(1));
 		}
-		if (f->pp_family == PP_FAMILY_MISTRAL)
+		if (f->pp_family == PP_FAMILY_MISTRAL || f->pp_family == PP_FAMILY_MIXTRAL)
 			json_object_set_new(c, "sliding_window",
 					    m->sliding_window ? json_integer(m->sliding_window)
 							      : json_null());
+		if (f->pp_family == PP_FAMILY_MIXTRAL) {
+			json_object_set_new(c, "num_local_experts", json_integer(m->n_experts));
+			json_object_set_new(c, "num_experts_per_tok", json_integer(m->top_k));
+			json_object_set_new(c, "router_aux_loss_coef",
+					    json_real(m->router_aux_loss_coef));
+			json_object_set_new(c, "output_router_logits", json_false());
+		}
 	}
 	json_object_set_new(c, "initializer_range", json_real(m->init_std));
 	json_object_set_new(c, "tie_word_embeddings", json_boolean(m->tied_embeddings));
