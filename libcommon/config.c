@@ -154,6 +154,12 @@ static const key_desc keys[] = {
 	NUM("eval_interval", K_LONG, eval_interval, "0", R_GE0, 0),
 	NUM("eval_batches", K_INT, eval_batches, "4", R_GE1, 0),
 	NUM("log_period", K_LONG, log_period, "1", R_GE1, 0),
+	BOOL("tensorboard", tensorboard, "true", 0),
+	BOOL("async_checkpointing", async_checkpointing, "false", 0),
+	NUM("step_timeout", K_REAL, step_timeout, "0", R_GE0, 0),
+	NUM("max_runtime", K_REAL, max_runtime, "0", R_GE0, 0),
+	OBJ("debug"),
+	NUM("debug.hang_step", K_LONG, debug.hang_step, "0", R_GE0, 0),
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -604,7 +610,7 @@ static int load_json_file(const char *path, const char *what, json_t **out, pp_e
 		return pp_errorf(e, PP_EUSAGE, "cannot read %s '%s': is a directory", what, path);
 	}
 	json_error_t je;
-	json_t *root = json_loadf(f, 0, &je);
+	json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
 	fclose(f);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "%s:%d:%d: invalid JSON in %s: %s", path, je.line,
@@ -880,6 +886,12 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 	}
 	json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
 	int i = key_index(key);
+	/* an integer JSON cannot hold would otherwise pass as a string */
+	const char *digits = eq + 1 + (eq[1] == '-');
+	if (!v && *digits && strspn(digits, "0123456789") == strlen(digits) &&
+	    !(i >= 0 && keys[i].kind == K_STRING))
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is too large (integers are at most %lld)", what,
+				 eq + 1, LLONG_MAX);
 	bool raw = !strcmp(key, "model") ? !json_is_object(v)
 					 : i >= 0 && keys[i].kind == K_STRING && !json_is_string(v);
 	if (raw) {
@@ -924,7 +936,7 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 {
 	memset(c, 0, sizeof *c);
 	json_error_t je;
-	json_t *root = json_loads(json_text, 0, &je);
+	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
 	if (!json_is_object(root)) {
@@ -938,7 +950,7 @@ int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e)
 {
 	memset(c, 0, sizeof *c);
 	json_error_t je;
-	json_t *root = json_loads(json_text, 0, &je);
+	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
 	int rc;

@@ -105,6 +105,13 @@ typedef struct {
 	long eval_interval;     /* 0 = off */
 	int eval_batches;
 	long log_period;
+	bool tensorboard;        /* RUN/tensorboard/events.out.tfevents.* beside metrics.jsonl */
+	bool async_checkpointing; /* write checkpoints on a background thread */
+	double step_timeout;     /* seconds a step may take before the watchdog ends the job; 0 = off */
+	double max_runtime;      /* seconds of wall clock: stop and save before they run out; 0 = off */
+	struct {
+		long hang_step; /* the job's last rank sleeps inside this step (tests the watchdog); 0 = off */
+	} debug;
 
 	json_t *json; /* the fully resolved config (owned) */
 } pp_config;
