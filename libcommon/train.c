@@ -526,7 +526,7 @@ static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid,
 static int total_loss(trainer *t, double *sum, long *valid, pp_err *e)
 {
 	double v[2] = {*sum, (double)*valid};
-	int rc = sum_over(t->mesh.pp_comm, v, 1, PP_DT_F64, PP_OP_SUM, e);
+	int rc = sum_over(t->mesh.pp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e); /* the last stages count */
 	if (!rc)
 		rc = sum_over(t->mesh.dp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e);
 	*sum = v[0];
@@ -574,12 +574,23 @@ static void tensorboard_scalars(run_log *lg, long step, const char *const *tags,
 	}
 }
 
+/* v for JSON: NaN and infinities, which JSON lacks, as null */
+static const char *json_number(char *buf, size_t n, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, n, "%.9g", v);
+	else
+		snprintf(buf, n, "null");
+	return buf;
+}
+
 /* A record of one scalar for metrics.jsonl and TensorBoard. */
 static void log_scalar(run_log *lg, long step, const char *name, double v)
 {
 	if (!lg->metrics)
 		return;
-	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %.9g}\n", step, name, v);
+	char num[32];
+	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %s}\n", step, name, json_number(num, sizeof num, v));
 	fflush(lg->metrics);
 	tensorboard_scalars(lg, step, &name, &v, 1);
 }
@@ -596,10 +607,12 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	char mfu[64] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
+	char l[32], g[32];
 	fprintf(lg->metrics,
-		"{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s}\n",
-		t->step, loss, lr, gnorm, dt, tps, fps, mfu, skipped ? ", \"skipped\": true" : "");
+		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt, tps, fps, mfu,
+		skipped ? ", \"skipped\": true" : "");
 	fflush(lg->metrics);
 	const char *tags[] = {"loss", "lr", "grad_norm", "step_time", "tokens_per_s", "flops_per_s", "mfu"};
 	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};
