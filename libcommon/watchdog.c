@@ -58,9 +58,10 @@ typedef struct {
 	void *frames[MAX_FRAMES];
 } thread_stack;
 
-/* One frame's name: "func at file:line (module)". */
+/* One frame's name: "func at file:line (module)", then a line per function
+ * inlined at that address: "    inlined in caller at file:line". */
 typedef struct {
-	char text[512];
+	char text[1024];
 } frame_name;
 
 static void read_comm(pid_t tid, char *buf, size_t n)
@@ -76,10 +77,22 @@ static void read_comm(pid_t tid, char *buf, size_t n)
 	}
 }
 
-/* Runs addr2line on n offsets of one module; fills fn[i], loc[i] (or leaves
- * them empty). */
-static void addr2line(const char *module, const uintptr_t *off, int n, char (*fn)[160],
-		      char (*loc)[200])
+/* Appends "func at file:line" (or "func" without debug information) to out. */
+static void append_frame(char *out, size_t n, const char *lead, const char *fn, const char *loc)
+{
+	size_t len = strlen(out);
+	if (len + 1 >= n)
+		return;
+	if (loc[0] && strncmp(loc, "??", 2))
+		snprintf(out + len, n - len, "%s%s at %s", lead, fn, loc);
+	else
+		snprintf(out + len, n - len, "%s%s", lead, fn);
+}
+
+/* Runs `addr2line -a -f -i -C` on n offsets of one module: for each, the
+ * function and location, and those of the functions inlined there (the
+ * innermost first), into text[i] ("" where addr2line knows nothing). */
+static void addr2line(const char *module, const uintptr_t *off, int n, char (*text)[1024])
 {
 	int out[2];
 	if (pipe(out))
@@ -89,14 +102,16 @@ static void addr2line(const char *module, const uintptr_t *off, int n, char (*fn
 	posix_spawn_file_actions_adddup2(&fa, out[1], 1);
 	posix_spawn_file_actions_addclose(&fa, out[0]);
 	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-	char **argv = calloc((size_t)n + 6, sizeof *argv);
+	char **argv = calloc((size_t)n + 8, sizeof *argv);
 	char (*hex)[24] = calloc((size_t)n, sizeof *hex);
 	pid_t pid = -1;
 	if (argv && hex) {
 		int a = 0;
 		argv[a++] = "addr2line";
-		argv[a++] = "-C";
+		argv[a++] = "-a";
 		argv[a++] = "-f";
+		argv[a++] = "-i";
+		argv[a++] = "-C";
 		argv[a++] = "-e";
 		argv[a++] = (char *)module;
 		for (int i = 0; i < n; i++) {
@@ -111,20 +126,27 @@ static void addr2line(const char *module, const uintptr_t *off, int n, char (*fn
 	FILE *f = pid > 0 ? fdopen(out[0], "r") : NULL;
 	if (!f)
 		close(out[0]);
-	char line[512];
-	for (int i = 0; f && i < n; i++) {
-		if (!fgets(line, sizeof line, f))
-			break;
+	/* groups: an address line "0x...", then pairs of lines: function, file:line */
+	char line[512], fn[256] = "";
+	int i = -1, half = 0, depth = 0;
+	while (f && fgets(line, sizeof line, f)) {
 		line[strcspn(line, "\n")] = 0;
-		if (strcmp(line, "??"))
-			snprintf(fn[i], sizeof fn[i], "%.159s", line);
-		if (!fgets(line, sizeof line, f))
-			break;
-		line[strcspn(line, "\n")] = 0;
-		/* "file:line (discriminator 2)", or "??:0" / "??:?" without debug info */
-		line[strcspn(line, " ")] = 0;
-		if (strncmp(line, "??", 2))
-			snprintf(loc[i], sizeof loc[i], "%.199s", line);
+		if (!strncmp(line, "0x", 2)) {
+			i++, half = 0, depth = 0;
+			continue;
+		}
+		if (i < 0 || i >= n)
+			continue;
+		if (!half) {
+			snprintf(fn, sizeof fn, "%.255s", line);
+			half = 1;
+			continue;
+		}
+		half = 0;
+		line[strcspn(line, " ")] = 0; /* drops " (discriminator 2)" */
+		if (!strcmp(fn, "??"))
+			continue;
+		append_frame(text[i], sizeof text[i], depth++ ? "\n      inlined in " : "", fn, line);
 	}
 	if (f)
 		fclose(f);
@@ -151,9 +173,8 @@ static void name_frames(thread_stack *ts, int nt, frame_name *names)
 	fr *all = calloc((size_t)total, sizeof *all);
 	uintptr_t *offs = calloc((size_t)total, sizeof *offs);
 	int *idx = calloc((size_t)total, sizeof *idx);
-	char(*fn)[160] = calloc((size_t)total, sizeof *fn);
-	char(*loc)[200] = calloc((size_t)total, sizeof *loc);
-	if (!all || !offs || !idx || !fn || !loc)
+	char(*text)[1024] = calloc((size_t)total, sizeof *text);
+	if (!all || !offs || !idx || !text)
 		goto out;
 	/* the main program by its real path (its link-map name may be empty) */
 	static char exe[1024];
@@ -185,19 +206,17 @@ static void name_frames(thread_stack *ts, int nt, frame_name *names)
 				idx[n] = j;
 				offs[n++] = all[j].off;
 			}
-		memset(fn, 0, (size_t)n * sizeof *fn);
-		memset(loc, 0, (size_t)n * sizeof *loc);
-		addr2line(all[i].module, offs, n, fn, loc);
+		memset(text, 0, (size_t)n * sizeof *text);
+		addr2line(all[i].module, offs, n, text);
 		const char *base = strrchr(all[i].module, '/');
 		base = base ? base + 1 : all[i].module;
 		for (int j = 0; j < n; j++) {
 			fr *f = &all[idx[j]];
-			const char *func = fn[j][0] ? fn[j] : f->sym ? f->sym : "??";
-			if (loc[j][0])
-				snprintf(names[idx[j]].text, sizeof names[idx[j]].text, "%s at %s (%s)", func,
-					 loc[j], base);
+			char *out = names[idx[j]].text;
+			if (text[j][0])
+				snprintf(out, sizeof names[idx[j]].text, "%.1000s (%s)", text[j], base);
 			else
-				snprintf(names[idx[j]].text, sizeof names[idx[j]].text, "%s (%s+0x%lx)", func,
+				snprintf(out, sizeof names[idx[j]].text, "%.200s (%s+0x%lx)", f->sym ? f->sym : "??",
 					 base, (unsigned long)f->off);
 			f->done = 1;
 		}
@@ -206,8 +225,7 @@ out:
 	free(all);
 	free(offs);
 	free(idx);
-	free(fn);
-	free(loc);
+	free(text);
 }
 
 int stacks_dump(void)
@@ -260,8 +278,18 @@ int stacks_dump(void)
 		log_info("thread %d (%s%s)%s", (int)ts[t].tid, ts[t].name,
 			 ts[t].tid == pid ? ", main" : "",
 			 ts[t].n < 0 ? ": no stack (the thread blocks signals)" : ":");
-		for (int i = 0; i < ts[t].n; i++, k++)
-			log_info("  #%-2d %s", i, names && names[k].text[0] ? names[k].text : "??");
+		for (int i = 0; i < ts[t].n; i++, k++) {
+			const char *name = names && names[k].text[0] ? names[k].text : "??";
+			/* one log line per line: every line carries the rank */
+			for (int first = 1; *name; first = 0) {
+				int len = (int)strcspn(name, "\n");
+				if (first)
+					log_info("  #%-2d %.*s", i, len, name);
+				else
+					log_info("%.*s", len, name);
+				name += len + (name[len] == '\n');
+			}
+		}
 	}
 	free(names);
 	free(ts);
