@@ -82,7 +82,7 @@ check sbatch/tiny/completed test "$(job_field "$job" JobState)" = COMPLETED
 first=$(losses $T/tiny | head -n 1 | cut -d' ' -f2) last=$(losses $T/tiny | tail -n 1 | cut -d' ' -f2)
 check sbatch/tiny/loss_fell awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b < a - 0.05) }'
 check sbatch/tiny/outputs test -f $T/tiny/checkpoints/step_00000030/manifest.json -a -s $T/tiny/metrics.jsonl \
-	-a -n "$(ls $T/tiny/tensorboard/events.out.tfevents.* 2>/dev/null)"
+	-a "$(ls $T/tiny/tensorboard/ 2>/dev/null | grep -c "^events.out.tfevents")" = 1
 
 # --- preemption round trip --------------------------------------------------------
 steps=150
