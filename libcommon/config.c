@@ -577,7 +577,8 @@ const char *pp_config_dir(void)
 		snprintf(dir, sizeof dir, "%s", env);
 		return dir;
 	}
-	/* tools live in build/bin (or PREFIX/bin): try ../configs, then ../../configs */
+	/* tools live in build/bin or PREFIX/bin: try ../configs, ../../configs,
+	 * then ../share/pp/configs (an install in another PREFIX than built for) */
 	char exe[PP_PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n > 0) {
@@ -585,7 +586,7 @@ const char *pp_config_dir(void)
 		char *slash = strrchr(exe, '/');
 		if (slash)
 			*slash = 0;
-		static const char *const up[] = {"/../configs", "/../../configs"};
+		static const char *const up[] = {"/../configs", "/../../configs", "/../share/pp/configs"};
 		for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
 			char cand[PP_PATH_MAX + 32], models[PP_PATH_MAX + 64];
 			snprintf(cand, sizeof cand, "%s%s", exe, up[i]);

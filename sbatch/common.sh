@@ -17,7 +17,12 @@
 #   MOUNTS   with IMAGE: srun --container-mounts (default: the submit
 #            directory at the same path)
 #   PP_BIN   the directory of the tools (default: build/bin of the submit
-#            directory)
+#            directory when it holds them, else the PATH)
+#   PP_CONFIG_DIR  run configs and model presets (default: configs/ of the
+#            submit directory when it exists, else the installed
+#            share/pp/configs beside the tools)
+# The scripts are submitted from the directory that holds sbatch/ (the
+# source tree, or a copy of an installed share/pp/sbatch).
 #   PP_PLAN_ONLY=1  run nothing: print `pp-init --plan --json` for the job's
 #            pp-train command line (how the tests check every script's layout)
 
@@ -38,9 +43,25 @@ pp_gpu_env() {
 	export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-LAZY}
 }
 
+# The tools and the configs, found once when this file is sourced (the
+# scripts name configs as $PP_CONFIG_DIR/NAME.json).
+pp_paths() {
+	local dir=${SLURM_SUBMIT_DIR:-$PWD}
+	[ -z "${PP_BIN:-}" ] && [ -x "$dir/build/bin/pp-train" ] && PP_BIN=$dir/build/bin
+	[ -n "${PP_BIN:-}" ] && export PATH="$PP_BIN:$PATH"
+	if [ -z "${PP_CONFIG_DIR:-}" ]; then
+		if [ -d "$dir/configs/models" ]; then
+			PP_CONFIG_DIR=$dir/configs
+		else
+			PP_CONFIG_DIR=$(dirname "$(command -v pp-train || echo .)")/../share/pp/configs
+		fi
+	fi
+	export PP_CONFIG_DIR
+}
+pp_paths
+
 pp_train_job() {
 	local dir=${SLURM_SUBMIT_DIR:-$PWD}
-	export PATH="${PP_BIN:-$dir/build/bin}:$PATH" PP_CONFIG_DIR=${PP_CONFIG_DIR:-$dir/configs}
 	export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
 	# RUN and DATA first: the script's arguments, then sbatch's, override them
 	local args=()
