@@ -850,7 +850,7 @@ static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline
 		rc = trainer_save(t, e);
 		deadline_save(dl, now() - s0 - waited);
 		if (!rc && say)
-			log_info("saved checkpoint step %ld in %.2f s", t->step, now() - s0);
+			log_info("saved checkpoint step %ld in %.3f s", t->step, now() - s0);
 		return rc;
 	}
 	ckpt_job *j = malloc(sizeof *j);

@@ -16,6 +16,8 @@
 #   - bench/cpu-vs-torch.sh on a tiny model (it shares bench/lib.sh);
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
+#   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
+#     asynchronous saves;
 #   - bench/decode-cpu.sh --quick where its venv exists (scripts/setup-bench-env.sh);
 #   - usage errors.
 . "$(dirname "$0")/lib.sh"
@@ -127,6 +129,11 @@ fi
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err
 check bench/ckpt_smoke eval 'jqt "[.rows[].command] == [\"cp\", \"cp+sync\", \"convert\", \"export\"] and all(.rows[]; .seconds >= 0 and .gb_per_s > 0 and .peak_rss_mb > 0) and .rows[0].vs_cp == 1" $T/ckpt.json && grep -qE "^convert +[0-9.]+ " $T/ckpt.txt || { tail -n 5 $T/ckpt.err; false; }'
 expect_fail bench/ckpt_bad_arg 2 "unknown argument '--bogus'" bench/ckpt.sh --bogus
+
+# --- ckpt-async.sh: a save's blocked time, synchronous against asynchronous ---------------
+bench/ckpt-async.sh --smoke --json $T/ca.json >$T/ca.txt 2>$T/ca.err
+check bench/ckpt_async_smoke eval 'jqt "[.rows[].mode] == [\"sync\", \"async\"] and all(.rows[]; .saves == 3 and .blocked_s >= 0 and .blocked_s_per_gb >= 0) and .rows[0].blocked_vs_sync == 1 and .checkpoint_bytes > 0" $T/ca.json && grep -qE "^async +3 +[0-9.]+ " $T/ca.txt || { tail -n 5 $T/ca.err; false; }'
+expect_fail bench/ckpt_async_bad_period 2 "need steps >= period" bench/ckpt-async.sh --steps 2 --period 4
 
 # --- usage errors ----------------------------------------------------------------------
 expect_fail bench/gpu_bad_tokens 2 "--tokens 1000 is not a positive multiple of seq 2048" bench/gpu.sh --tokens 1000
