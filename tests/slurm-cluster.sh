@@ -15,7 +15,9 @@
 # the node is idle, writes DIR/env.sh and prints on stdout the line to eval:
 #   export SLURM_CONF=DIR/slurm.conf
 # The node has 8 CPUs (whatever the machine has) and 4 GPUs (gres gpu:4),
-# MpiDefault=pmix. On failure it prints the daemons' logs, stops what it had
+# MpiDefault=pmix. With PP_SLURM_GPU_NODES=N in the environment the
+# cluster also has a partition "gpu" of N cloud nodes of 8 fake GPUs each,
+# where nothing runs but `sbatch --test-only -p gpu` plans multi-node jobs. On failure it prints the daemons' logs, stops what it had
 # started and exits 1. `down` works on a half-started DIR too.
 #
 # Exit status: 0 ok, 1 failed, 2 usage, 3 not root, 4 packages missing
