@@ -5,7 +5,8 @@
 #   bench/ckpt-async.sh [--model llama-110m] [--set "KEY=V ..."] [--steps 12] [--period 4]
 #                       [--dir DIR] [--json FILE] [--smoke]
 #
-# Three pp-train runs of the same model, data and steps, one process:
+# Three pp-train runs of the same model, data and steps (one sequence of 64
+# tokens per step: the saves, not the steps, are measured), one process:
 #   none   no checkpoint (save_on_completion=false)
 #   sync   a checkpoint every --period steps, written while the step waits
 #   async  the same, written on a background thread
@@ -26,7 +27,7 @@ set -euo pipefail
 bench_init ckpt-async
 
 model=llama-110m set= steps=12 period=4 dir= json= smoke=0
-usage() { sed -n '2,23s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,24s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
@@ -48,7 +49,7 @@ train=$(bench_tool pp-train)
 work=${dir:-$bench_tmp}
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 # shellcheck disable=SC2206 # KEY=V words
-cfg=(model=$model data=synthetic global_batch=2 microbatch=2 seq_len=128 steps=$steps log_period=1
+cfg=(model=$model data=synthetic global_batch=1 microbatch=1 seq_len=64 steps=$steps log_period=1
 	save_on_completion=false keep=1 $set)
 
 for mode in none sync async; do

@@ -790,8 +790,8 @@ enum { STOP_NONE, STOP_RUNTIME, STOP_SIGNAL };
  * background (*bg), whose phases each end when they have ended on every
  * rank: the writes, then rank 0's commit. wait: until the save is
  * published. On an error *bg stays for the caller to free. */
-static int save_progress(trainer *t, const train_opts *o, run_log *lg, run_deadline *dl,
-			 ckpt_job **bg, int *stop, bool wait, pp_err *e)
+static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt_job **bg, int *stop,
+			 bool wait, pp_err *e)
 {
 	for (;;) {
 		ckpt_job *j = *bg;
@@ -826,7 +826,6 @@ static int save_progress(trainer *t, const train_opts *o, run_log *lg, run_deadl
 		deadline_save(dl, took);
 		if (!o->quiet && trainer_leader(t))
 			log_info("checkpoint step %ld written in the background in %.2f s", j->cs.step, took);
-		(void)lg;
 		ckpt_job_free(j);
 		free(j);
 		*bg = NULL;
@@ -842,7 +841,7 @@ static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline
 {
 	double s0 = now();
 	int none = STOP_NONE, rc = 0;
-	if (*bg && (rc = save_progress(t, o, lg, dl, bg, &none, true, e)))
+	if (*bg && (rc = save_progress(t, o, dl, bg, &none, true, e)))
 		return rc;
 	double waited = now() - s0;
 	bool say = !o->quiet && trainer_leader(t);
@@ -935,7 +934,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		/* a signal may reach the ranks at different steps: agree */
 		int stop = o->stop && *o->stop ? STOP_SIGNAL : deadline_near(&dl) ? STOP_RUNTIME : STOP_NONE;
 		if (!rc)
-			rc = save_progress(t, o, &lg, &dl, &bg, &stop, false, e);
+			rc = save_progress(t, o, &dl, &bg, &stop, false, e);
 		watchdog_disarm(wd);
 		bool period = c->checkpoint_period > 0 && t->step % c->checkpoint_period == 0;
 		bool last = t->step == c->steps && c->save_on_completion;
@@ -956,7 +955,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	}
 	if (bg && !rc) {
 		int none = STOP_NONE;
-		rc = save_progress(t, o, &lg, &dl, &bg, &none, true, e);
+		rc = save_progress(t, o, &dl, &bg, &none, true, e);
 	}
 	if (bg) { /* failed: what it wrote is not a checkpoint */
 		ckpt_job_free(bg); /* joins its thread first */
