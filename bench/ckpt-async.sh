@@ -12,7 +12,9 @@
 #   async  the same, written on a background thread
 # and for each save the seconds the step was blocked, from the log: the
 # whole save for sync ("saved checkpoint step N in S s"), the copy of the
-# state for async ("training blocked S s"); also per GB of checkpoint
+# state for async ("training blocked S s"), and of that the mean time spent
+# waiting for the previous save still in flight (make --period long enough
+# for a save to finish in the background, and it is 0); also per GB of checkpoint
 # (parameters and AdamW m and v, fp32), and the run's wall time over the
 # run without saves, per save: what the saves cost in all, the background
 # thread's share of the CPU included. The async/sync ratio of the blocked
@@ -27,7 +29,7 @@ set -euo pipefail
 bench_init ckpt-async
 
 model=llama-110m set= steps=12 period=4 dir= json= smoke=0
-usage() { sed -n '2,24s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,26s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--model) model=$2; shift 2 ;;
@@ -73,12 +75,16 @@ tmp, nbytes, model, extra, steps, period, commit, out = sys.argv[1:9]
 nbytes, steps, period = int(nbytes), int(steps), int(period)
 pat = {"sync": r"saved checkpoint step \d+ in ([0-9.]+) s",
        "async": r"checkpoint step \d+: training blocked ([0-9.]+) s"}
+# the part of an asynchronous save's block spent waiting for the one before
+waits = r"checkpoint step \d+: training blocked [0-9.]+ s \(([0-9.]+) s waiting for the previous save"
 wall, blocked = {}, {}
 for mode in ("none", "sync", "async"):
     a, b = map(float, open(os.path.join(tmp, mode + ".wall")).read().split())
     wall[mode] = b - a
     log = open(os.path.join(tmp, mode + ".log")).read()
     blocked[mode] = [float(x) for x in re.findall(pat[mode], log)] if mode in pat else []
+    if mode == "async":
+        waited = sum(float(x) for x in re.findall(waits, log))
 saves = steps // period
 for mode in ("sync", "async"):
     if len(blocked[mode]) != saves:
@@ -88,7 +94,8 @@ rows = []
 for mode in ("sync", "async"):
     b = blocked[mode]
     mean = sum(b) / len(b)
-    rows.append({"mode": mode, "saves": len(b), "blocked_s": mean, "blocked_max_s": max(b),
+    wait = waited / len(b) if mode == "async" else 0.0
+    rows.append({"mode": mode, "saves": len(b), "blocked_s": mean, "blocked_max_s": max(b), "waiting_s": wait,
                  "blocked_s_per_gb": mean / gb, "overhead_s_per_save": (wall[mode] - wall["none"]) / len(b),
                  "wall_s": wall[mode]})
 for r in rows:
@@ -96,9 +103,10 @@ for r in rows:
 print(f"# {model}{' ' + extra if extra else ''}: checkpoint {gb:.2f} GB (fp32 parameters, AdamW m and v); "
       f"{steps} steps, a save every {period}; run without saves {wall['none']:.1f} s; "
       f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, {os.cpu_count()} cores")
-print(f"{'mode':<6} {'saves':>5} {'blocked s':>10} {'max s':>7} {'s per GB':>9} {'vs sync':>8} {'run +s/save':>12}")
+print(f"{'mode':<6} {'saves':>5} {'blocked s':>10} {'max s':>7} {'waiting s':>10} {'s per GB':>9} {'vs sync':>8} "
+      f"{'run +s/save':>12}")
 for r in rows:
-    print(f"{r['mode']:<6} {r['saves']:5d} {r['blocked_s']:10.3f} {r['blocked_max_s']:7.3f} "
+    print(f"{r['mode']:<6} {r['saves']:5d} {r['blocked_s']:10.3f} {r['blocked_max_s']:7.3f} {r['waiting_s']:10.3f} "
           f"{r['blocked_s_per_gb']:9.3f} {r['blocked_vs_sync']:8.3f} {r['overhead_s_per_save']:12.2f}")
 if out:
     json.dump({"bench": "ckpt-async", "model": model, "set": extra, "checkpoint_bytes": nbytes, "steps": steps,

@@ -864,10 +864,12 @@ static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline
 	ckpt_job_start(j, CKPT_JOB_WRITE, NULL); /* a failure is the job's status */
 	*bg = j;
 	double blocked = now() - s0;
+	char wait[64] = "";
+	if (waited > 0.0005)
+		snprintf(wait, sizeof wait, "%.3f s waiting for the previous save, %.3f s ", waited, blocked - waited);
 	if (say)
-		log_info("checkpoint step %ld: training blocked %.3f s (copying the state%s), writing "
-			 "it in the background",
-			 t->step, blocked, waited > 0.001 ? " and waiting for the previous save" : "");
+		log_info("checkpoint step %ld: training blocked %.3f s (%scopying the state), writing it in "
+			 "the background", t->step, blocked, wait);
 	log_scalar(lg, t->step, "checkpoint_blocked_s", blocked);
 	return 0;
 }
