@@ -39,9 +39,9 @@ def main():
                 if key == "step" or isinstance(v, bool) or not isinstance(v, (int, Decimal)):
                     continue
                 want = float(v)
-                # half a unit of the last digit printed, or float32's rounding
+                # half a unit of the last digit printed, plus float32's rounding
                 exp = v.as_tuple().exponent if isinstance(v, Decimal) else 0
-                tol = max(0.5 * 10.0 ** exp, 1e-6 * abs(want))
+                tol = 0.5 * 10.0 ** exp + 1e-6 * abs(want)
                 got = tb.get(key, {}).get(step)
                 checked += 1
                 if got is None:
