@@ -188,6 +188,12 @@ void trainer_close(trainer *t)
 	}
 	free(t->chunks);
 	free(t->opt);
+	for (int k = 0; t->staging && k < t->mesh.v; k++) {
+		free(t->staging[k].w);
+		free(t->staging[k].m);
+		free(t->staging[k].v);
+	}
+	free(t->staging);
 	pp_comm *world = t->mesh.world_comm;
 	mesh_free(&t->mesh);
 	comm_free(world);
@@ -211,17 +217,28 @@ void trainer_init(trainer *t)
 
 /* ---- checkpoints ------------------------------------------------------- */
 
+/* Copies chunk k's parameters and AdamW state to host memory, into
+ * staging buffers that stay allocated from one save to the next: a save
+ * writes into pages already mapped (on a VM, the first touch of a page costs
+ * more than the copy), and the buffers are free again by the next save,
+ * which waits for the one in flight. */
 static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 {
 	const pp_stage *st = &t->chunks[k];
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
 	size_t n = st->n_elems, share = o->hi - o->lo;
-	*h = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
-	if (!t->params_only) {
-		h->m = malloc(share * sizeof(pp_real) + 1);
-		h->v = malloc(share * sizeof(pp_real) + 1);
+	if (!t->staging && !(t->staging = calloc((size_t)t->mesh.v, sizeof *t->staging)))
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
+	ckpt_host *s = &t->staging[k];
+	if (!s->w) {
+		*s = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
+		if (!t->params_only) {
+			s->m = malloc(share * sizeof(pp_real) + 1);
+			s->v = malloc(share * sizeof(pp_real) + 1);
+		}
 	}
+	*h = *s;
 	if (!h->w || (!t->params_only && (!h->m || !h->v)))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
 	ops->to_host(h->w, st->w, n * sizeof(pp_real));
@@ -374,12 +391,8 @@ static int save_prepare(trainer *t, ckpt_job *j, pp_err *e)
 	ckpt_host *hs = ckpt_job_own(j, calloc((size_t)me->v, sizeof *hs));
 	if (!hs)
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
-	for (int k = 0; k < me->v && !rc; k++) {
-		rc = gather_state(t, k, &hs[k], e);
-		ckpt_job_own(j, hs[k].w);
-		ckpt_job_own(j, hs[k].m);
-		ckpt_job_own(j, hs[k].v);
-	}
+	for (int k = 0; k < me->v && !rc; k++)
+		rc = gather_state(t, k, &hs[k], e); /* the trainer's staging buffers */
 	rc = agree(t, rc, e); /* build_shard gathers fused tensors over tp */
 	fill_header(t, &j->cs);
 	void **owned = NULL;

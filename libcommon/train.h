@@ -31,6 +31,7 @@ typedef struct {
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */
+	struct ckpt_host *staging; /* per chunk: host copies of the state a save writes, kept between saves */
 } trainer;
 
 typedef struct {
