@@ -102,14 +102,21 @@ test: deps
 	@$(MAKE) --no-print-directory -j2 tests
 	@tests/run.sh
 
+# Man pages of every section under man/ (man1 tools, man5 formats, man7 the
+# overview) go to share/man/manN; the batch scripts to share/pp/sbatch.
+MANPAGES := $(wildcard man/man[1-9]/*.[1-9])
+SHARE    := $(DESTDIR)$(PREFIX)/share
 install: $(TOOLS)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/pp/configs/models \
-		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/pp/configs/models $(SHARE)/pp/sbatch
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin
-	install -m 644 configs/models/*.json $(DESTDIR)$(PREFIX)/share/pp/configs/models
-	install -m 644 configs/*.json $(DESTDIR)$(PREFIX)/share/pp/configs
-	install -m 644 man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1
-	install -m 644 man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 644 configs/models/*.json $(SHARE)/pp/configs/models
+	install -m 644 configs/*.json $(SHARE)/pp/configs
+	install -m 644 sbatch/common.sh $(SHARE)/pp/sbatch
+	install -m 755 sbatch/*.sub $(SHARE)/pp/sbatch
+	@for p in $(MANPAGES); do \
+		d=$(SHARE)/man/$$(basename $$(dirname $$p)); \
+		echo "install -m 644 $$p $$d"; install -d $$d && install -m 644 $$p $$d || exit 1; \
+	done
 
 clean:
 	rm -rf $(B)

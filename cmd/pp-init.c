@@ -8,6 +8,7 @@
 #include "../libcommon/cli.h"
 #include "../libcommon/log.h"
 #include "../libcommon/plan.h"
+#include "../libcommon/preflight.h"
 #include "../libcommon/train.h"
 
 static int write_step0(pp_config *cfg, pp_err *e)
@@ -36,16 +37,17 @@ static int write_step0(pp_config *cfg, pp_err *e)
 
 int main(int argc, char **argv)
 {
-	bool plan = false, json = false;
+	bool plan = false, json = false, check = false;
 	const char *out = NULL;
 	const cli_opt opts[] = {
 		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out, NULL},
 		{"--plan", NULL, "print parameters, FLOPs and per-rank memory; allocate nothing", NULL, &plan},
 		{"--json", NULL, "with --plan: one JSON object on stdout", NULL, &json},
+		{"--check", NULL, "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory", NULL, &check},
 		{0},
 	};
-	const cli_spec spec = {"pp-init", "--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json])",
-			       "Write a seeded step-0 checkpoint, or plan a layout's memory and FLOPs.",
+	const cli_spec spec = {"pp-init", "--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check)",
+			       "Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, or check an allocation.",
 			       opts, true, 0, NULL};
 	log_set_prefix("pp-init", 0, 1);
 	pp_err e = {0};
@@ -55,8 +57,10 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	if (!rc && !plan && !out)
-		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUNDIR (or --plan); see pp-init --help");
+	if (!rc && !plan && !check && !out)
+		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUNDIR (or --plan, or --check); see pp-init --help");
+	if (!rc && plan + check > 1)
+		rc = pp_errorf(&e, PP_EUSAGE, "--plan and --check exclude each other");
 	if (!rc && out) {
 		json_t *s = json_string(out);
 		char *quoted = json_dumps(s, JSON_ENCODE_ANY);
@@ -70,6 +74,8 @@ int main(int argc, char **argv)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && plan)
 		rc = plan_print(stdout, &cfg, json, &e);
+	else if (!rc && check)
+		rc = preflight_run(&cfg, stdout, &e);
 	else if (!rc)
 		rc = write_step0(&cfg, &e);
 	pp_config_free(&cfg);

@@ -158,6 +158,10 @@ static int tokenize(const args *a, const pp_tokenizer *tok, docs_reader *r, toke
 	tok_ids_free(&ids);
 	if (interrupted)
 		rc = pp_errorf(e, PP_ERUNTIME, "interrupted; %s not written", a->out);
+	if (!rc && !p->tokens)
+		rc = pp_errorf(e, PP_ERUNTIME, "%s: no text to tokenize (%llu bytes read); %s not written",
+			       a->n_inputs ? a->n_inputs == 1 ? a->inputs[0] : "the inputs" : "standard input",
+			       (unsigned long long)docs_bytes_read(r), a->out);
 	return rc;
 }
 

@@ -70,6 +70,8 @@ int main(int argc, char **argv)
 		}
 		if (!rc && sample)
 			rc = trainer_sample(&t, prompt, (int)n_sample, temp, stdout, &e);
+		if (rc == PP_ESTOPPED)
+			e.msg[0] = 0; /* a clean stop, logged as such: exit 75 asks for a requeue */
 		if (rc && rc != PP_ESTOPPED) {
 			/* the other ranks may be waiting on this one: end the job */
 			log_error("%s", e.msg);

@@ -159,12 +159,17 @@ static const key_desc keys[] = {
 	NUM("log_period", K_LONG, log_period, "1", R_GE1, 0),
 	NUM("timing_skip_steps", K_INT, timing_skip_steps, "1", R_GE0, 0),
 	STR("profile_steps", profile_steps, "\"\"", 0),
+	BOOL("tensorboard", tensorboard, "true", 0),
+	BOOL("async_checkpointing", async_checkpointing, "false", 0),
+	NUM("step_timeout", K_REAL, step_timeout, "0", R_GE0, 0),
+	NUM("max_runtime", K_REAL, max_runtime, "0", R_GE0, 0),
 	OBJ("debug"),
 	NUM("debug.clock_offset_s", K_REAL, debug.clock_offset_s, "0", R_ANY, 0),
 	NUM("debug.clock_offset_rank", K_INT, debug.clock_offset_rank, "-1", R_GEM1, 0),
 	NUM("debug.fwd_ms", K_REAL, debug.fwd_ms, "0", R_GE0, 0),
 	NUM("debug.bwd_ms", K_REAL, debug.bwd_ms, "0", R_GE0, 0),
 	NUM("debug.bwd_w_ms", K_REAL, debug.bwd_w_ms, "0", R_GE0, 0),
+	NUM("debug.hang_step", K_LONG, debug.hang_step, "0", R_GE0, 0),
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
@@ -579,7 +584,8 @@ const char *pp_config_dir(void)
 		snprintf(dir, sizeof dir, "%s", env);
 		return dir;
 	}
-	/* tools live in build/bin (or PREFIX/bin): try ../configs, then ../../configs */
+	/* tools live in build/bin or PREFIX/bin: try ../configs, ../../configs,
+	 * then ../share/pp/configs (an install in another PREFIX than built for) */
 	char exe[PP_PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n > 0) {
@@ -587,7 +593,7 @@ const char *pp_config_dir(void)
 		char *slash = strrchr(exe, '/');
 		if (slash)
 			*slash = 0;
-		static const char *const up[] = {"/../configs", "/../../configs"};
+		static const char *const up[] = {"/../configs", "/../../configs", "/../share/pp/configs"};
 		for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
 			char cand[PP_PATH_MAX + 32], models[PP_PATH_MAX + 64];
 			snprintf(cand, sizeof cand, "%s%s", exe, up[i]);
@@ -612,7 +618,7 @@ static int load_json_file(const char *path, const char *what, json_t **out, pp_e
 		return pp_errorf(e, PP_EUSAGE, "cannot read %s '%s': is a directory", what, path);
 	}
 	json_error_t je;
-	json_t *root = json_loadf(f, 0, &je);
+	json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
 	fclose(f);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "%s:%d:%d: invalid JSON in %s: %s", path, je.line,
@@ -933,6 +939,12 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 	}
 	json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
 	int i = key_index(key);
+	/* an integer JSON cannot hold would otherwise pass as a string */
+	const char *digits = eq + 1 + (eq[1] == '-');
+	if (!v && *digits && strspn(digits, "0123456789") == strlen(digits) &&
+	    !(i >= 0 && keys[i].kind == K_STRING))
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is too large (integers are at most %lld)", what,
+				 eq + 1, LLONG_MAX);
 	bool raw = !strcmp(key, "model") ? !json_is_object(v)
 					 : i >= 0 && (keys[i].kind == K_STRING || keys[i].names) &&
 						   !json_is_string(v);
@@ -978,7 +990,7 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 {
 	memset(c, 0, sizeof *c);
 	json_error_t je;
-	json_t *root = json_loads(json_text, 0, &je);
+	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
 	if (!json_is_object(root)) {
@@ -992,7 +1004,7 @@ int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e)
 {
 	memset(c, 0, sizeof *c);
 	json_error_t je;
-	json_t *root = json_loads(json_text, 0, &je);
+	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
 	int rc;

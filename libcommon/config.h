@@ -118,12 +118,17 @@ typedef struct {
 	char profile_steps[32];
 	long profile_begin, profile_end; /* "A:B"; 0 otherwise */
 	int profile_count;               /* "N"; 0 otherwise */
+	bool tensorboard;        /* RUN/tensorboard/events.out.tfevents.* beside metrics.jsonl */
+	bool async_checkpointing; /* write checkpoints on a background thread */
+	double step_timeout;     /* seconds a step may take before the watchdog ends the job; 0 = off */
+	double max_runtime;      /* seconds of wall clock: stop and save before they run out; 0 = off */
 	/* test-only: one rank's profile clock offset by seconds; every pipeline
-	 * pass padded to a fixed time (ms; 0 = as it comes) */
+	 * pass padded to a fixed time (ms; 0 = as it comes); a hung rank */
 	struct {
 		double clock_offset_s;
 		int clock_offset_rank; /* -1: none */
 		double fwd_ms, bwd_ms, bwd_w_ms;
+		long hang_step; /* the job's last rank sleeps inside this step (tests the watchdog); 0 = off */
 	} debug;
 
 	json_t *json; /* the fully resolved config (owned) */

@@ -941,6 +941,9 @@ int docs_next(docs_reader *r, const char **text, size_t *len, bool *got, pp_err 
 		int rc = next_piece(r, &p, &n, &nl, e);
 		if (rc)
 			return rc;
+		/* text never holds a NUL byte; images, archives and HDF5 files do */
+		if (n && memchr(p, 0, n))
+			return pp_errorf(e, PP_ERUNTIME, "%s holds NUL bytes: a binary file, not text", r->name);
 		if (!n && !nl) { /* the end of an input ends a document */
 			close_input(r);
 			if (r->doc.n)

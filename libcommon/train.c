@@ -7,10 +7,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt/async.h"
 #include "ckpt/stage.h"
+#include "deadline.h"
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"
+#include "tensorboard.h"
+#include "watchdog.h"
 #include "decode/request.h"
 #include "tokenizer.h"
 
@@ -185,6 +189,12 @@ void trainer_close(trainer *t)
 	}
 	free(t->chunks);
 	free(t->opt);
+	for (int k = 0; t->staging && k < t->mesh.v; k++) {
+		free(t->staging[k].w);
+		free(t->staging[k].m);
+		free(t->staging[k].v);
+	}
+	free(t->staging);
 	pp_comm *world = t->mesh.world_comm;
 	mesh_free(&t->mesh);
 	comm_free(world);
@@ -208,17 +218,28 @@ void trainer_init(trainer *t)
 
 /* ---- checkpoints ------------------------------------------------------- */
 
+/* Copies chunk k's parameters and AdamW state to host memory, into
+ * staging buffers that stay allocated from one save to the next: a save
+ * writes into pages already mapped (on a VM, the first touch of a page costs
+ * more than the copy), and the buffers are free again by the next save,
+ * which waits for the one in flight. */
 static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 {
 	const pp_stage *st = &t->chunks[k];
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
 	size_t n = st->n_elems, share = o->hi - o->lo;
-	*h = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
-	if (!t->params_only) {
-		h->m = malloc(share * sizeof(pp_real) + 1);
-		h->v = malloc(share * sizeof(pp_real) + 1);
+	if (!t->staging && !(t->staging = calloc((size_t)t->mesh.v, sizeof *t->staging)))
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
+	ckpt_host *s = &t->staging[k];
+	if (!s->w) {
+		*s = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
+		if (!t->params_only) {
+			s->m = malloc(share * sizeof(pp_real) + 1);
+			s->v = malloc(share * sizeof(pp_real) + 1);
+		}
 	}
+	*h = *s;
 	if (!h->w || (!t->params_only && (!h->m || !h->v)))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
 	ops->to_host(h->w, st->w, n * sizeof(pp_real));
@@ -347,53 +368,64 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->tokenizer = t->cfg->tokenizer; /* shard pp000-tp000 keeps a copy */
 }
 
-int trainer_save(trainer *t, pp_err *e)
+/* Every rank: agrees on the temporary directory, copies its state to host
+ * memory and builds its part of the checkpoint, all of it owned by j. The
+ * step is blocked only for this; writing it (j's write phase) may overlap
+ * the steps that follow. */
+static int save_prepare(trainer *t, ckpt_job *j, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
 	pp_comm *world = me->world_comm;
-	char tmp[PP_PATH_MAX + 128] = "";
 	int rc = 0;
-	if (me->rank == 0)
-		rc = ckpt_begin(t->cfg->run_dir, t->step, tmp, sizeof tmp, e);
+	memset(j, 0, sizeof *j);
+	snprintf(j->run_dir, sizeof j->run_dir, "%s", t->cfg->run_dir);
+	j->keep = t->cfg->keep;
+	if (me->rank == 0) {
+		rc = ckpt_begin(t->cfg->run_dir, t->step, j->tmp, sizeof j->tmp, e);
+		j->made_tmp = !rc;
+	}
 	if ((rc = agree(t, rc, e)))
 		return rc;
-	if (world && (rc = comm_broadcast(world, tmp, sizeof tmp, PP_DT_BYTE, 0, e)))
+	if (world && (rc = comm_broadcast(world, j->tmp, sizeof j->tmp, PP_DT_BYTE, 0, e)))
 		return rc;
 
-	ckpt_host *hs = calloc((size_t)me->v, sizeof *hs);
+	ckpt_host *hs = ckpt_job_own(j, calloc((size_t)me->v, sizeof *hs));
+	if (!hs)
+		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
 	for (int k = 0; k < me->v && !rc; k++)
-		rc = gather_state(t, k, &hs[k], e);
+		rc = gather_state(t, k, &hs[k], e); /* the trainer's staging buffers */
 	rc = agree(t, rc, e); /* build_shard gathers fused tensors over tp */
-	ckpt_state cs = {0};
+	fill_header(t, &j->cs);
 	void **owned = NULL;
 	int n_owned = 0;
-	fill_header(t, &cs);
 	if (!rc)
-		rc = build_shard(t, hs, &cs, &owned, &n_owned, e);
-	char *json = pp_config_dump(t->cfg);
-	cs.config_json = json;
-	if (!rc && me->dp_rank == 0)
-		rc = ckpt_write_shard(tmp, &cs, e);
-	if (!rc && cs.optim_per_dp)
-		rc = ckpt_write_optim_shard(tmp, &cs, e);
-	rc = agree(t, rc, e);
-	if (!rc && me->rank == 0)
-		rc = ckpt_commit(t->cfg->run_dir, tmp, t->step, t->cfg->keep, e);
-	rc = agree(t, rc, e);
-	if (rc && me->rank == 0 && tmp[0])
-		fs_rm_rf(tmp); /* every rank is done with it; gone already if committed */
-	free(json);
-	free(cs.tensors);
-	free(cs.optim);
+		rc = build_shard(t, hs, &j->cs, &owned, &n_owned, e);
 	for (int i = 0; i < n_owned; i++)
-		free(owned[i]);
+		ckpt_job_own(j, owned[i]);
 	free(owned);
-	for (int k = 0; k < me->v; k++) {
-		free(hs[k].w);
-		free(hs[k].m);
-		free(hs[k].v);
-	}
-	free(hs);
+	j->cs.config_json = ckpt_job_own(j, pp_config_dump(t->cfg));
+	j->write_shard = me->dp_rank == 0;
+	return rc;
+}
+
+/* Every rank: agrees that every rank's write succeeded (rc: this rank's),
+ * then rank 0 publishes the checkpoint. */
+static int save_commit(trainer *t, ckpt_job *j, int rc, pp_err *e)
+{
+	rc = agree(t, rc, e);
+	if (!rc && t->mesh.rank == 0)
+		rc = ckpt_job_run(j, CKPT_JOB_COMMIT, e);
+	return agree(t, rc, e);
+}
+
+int trainer_save(trainer *t, pp_err *e)
+{
+	ckpt_job j;
+	int rc = save_prepare(t, &j, e);
+	if (!rc)
+		rc = ckpt_job_run(&j, CKPT_JOB_WRITE, e);
+	rc = save_commit(t, &j, rc, e);
+	ckpt_job_free(&j);
 	return rc;
 }
 
@@ -508,7 +540,7 @@ static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid,
 static int total_loss(trainer *t, double *sum, long *valid, pp_err *e)
 {
 	double v[2] = {*sum, (double)*valid};
-	int rc = sum_over(t->mesh.pp_comm, v, 1, PP_DT_F64, PP_OP_SUM, e);
+	int rc = sum_over(t->mesh.pp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e); /* the last stages count */
 	if (!rc)
 		rc = sum_over(t->mesh.dp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e);
 	*sum = v[0];
@@ -537,6 +569,7 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 
 typedef struct {
 	FILE *metrics; /* leader only */
+	tb_writer *tb; /* leader only; NULL when tensorboard=false */
 	double flops_per_token;
 	double peak; /* FLOP/s of the device, 0 when unknown */
 	double t_avg; /* moving average of the step time, warm-up steps left out */
@@ -544,6 +577,40 @@ typedef struct {
 	long n_timed; /* of which after the warm-up (timing_skip_steps) */
 	double timed; /* their seconds */
 } run_log;
+
+/* The scalars of a metrics.jsonl record into the TensorBoard events too; a
+ * failed write is reported once and ends the events, not the run. */
+static void tensorboard_scalars(run_log *lg, long step, const char *const *tags, const double *vals,
+				int n)
+{
+	pp_err e = {0};
+	if (lg->tb && tb_scalars(lg->tb, step, tags, vals, n, &e)) {
+		log_info("warning: %s; no more TensorBoard events in this run", e.msg);
+		tb_close(lg->tb);
+		lg->tb = NULL;
+	}
+}
+
+/* v for JSON: NaN and infinities, which JSON lacks, as null */
+static const char *json_number(char *buf, size_t n, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, n, "%.9g", v);
+	else
+		snprintf(buf, n, "null");
+	return buf;
+}
+
+/* A record of one scalar for metrics.jsonl and TensorBoard. */
+static void log_scalar(run_log *lg, long step, const char *name, double v)
+{
+	if (!lg->metrics)
+		return;
+	char num[32];
+	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %s}\n", step, name, json_number(num, sizeof num, v));
+	fflush(lg->metrics);
+	tensorboard_scalars(lg, step, &name, &v, 1);
+}
 
 static void log_step(const trainer *t, run_log *lg, const train_opts *o, double loss, double lr,
 		     double gnorm, double dt, bool skipped)
@@ -565,11 +632,16 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	char mfu[64] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
+	char l[32], g[32];
 	fprintf(lg->metrics,
-		"{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s}\n",
-		t->step, loss, lr, gnorm, dt, tps, fps, mfu, skipped ? ", \"skipped\": true" : "");
+		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt, tps, fps, mfu,
+		skipped ? ", \"skipped\": true" : "");
 	fflush(lg->metrics);
+	const char *tags[] = {"loss", "lr", "grad_norm", "step_time", "tokens_per_s", "flops_per_s", "mfu"};
+	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};
+	tensorboard_scalars(lg, t->step, tags, vals, lg->peak > 0 ? 7 : 6);
 	if (o->quiet || (t->step % c->log_period && t->step != c->steps))
 		return;
 	char rate[64], eta[32], tp[32];
@@ -655,8 +727,7 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 		return rc;
 	log_info("step %ld/%ld | val_loss %.4f (%d batches)", t->step, t->cfg->steps, vl,
 		 t->cfg->eval_batches);
-	fprintf(lg->metrics, "{\"step\": %ld, \"val_loss\": %.9g}\n", t->step, vl);
-	fflush(lg->metrics);
+	log_scalar(lg, t->step, "val_loss", vl);
 	return 0;
 }
 
@@ -752,6 +823,8 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	const pp_config *c = t->cfg;
 	const int n = c->microbatches * c->microbatch;
 	long valid;
+	if (c->debug.hang_step == t->step + 1 && t->mesh.rank == t->mesh.world - 1)
+		debug_hang(t->step + 1);
 	prof_span data = prof_begin(t->prof, PROF_DATA);
 	int rc = read_batch(t->train, n, c->seq_len, tok, tgt, &valid, e);
 	prof_end(t->prof, &data, -1, -1, -1, (int64_t)n * c->seq_len * 2 * (int64_t)sizeof(int));
@@ -808,6 +881,104 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	return 0;
 }
 
+/* The watchdog's end of a hung job: every rank (MPI_Abort), or this process. */
+static void end_job(void *ctx, const char *why)
+{
+	trainer *t = ctx;
+	comm_abort(t->mesh.world_comm, PP_ERUNTIME, why);
+}
+
+enum { STOP_NONE, STOP_RUNTIME, STOP_SIGNAL };
+
+/* The step's agreement across ranks: whether to stop (*stop becomes the
+ * largest reason of any rank), and the progress of the save in the
+ * background (*bg), whose phases each end when they have ended on every
+ * rank: the writes, then rank 0's commit. wait: until the save is
+ * published. On an error *bg stays for the caller to free. */
+static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt_job **bg, int *stop,
+			 bool wait, pp_err *e)
+{
+	for (;;) {
+		ckpt_job *j = *bg;
+		pp_err mine = {0};
+		int failed = 0;
+		if (j && (wait || !ckpt_job_busy(j)))
+			failed = ckpt_job_join(j, &mine) != 0;
+		int v[3] = {*stop, j && ckpt_job_busy(j), failed};
+		int rc = sum_over(t->mesh.world_comm, v, 3, PP_DT_I32, PP_OP_MAX, e);
+		*stop = v[0];
+		if (rc || !j)
+			return rc;
+		if (v[2]) {
+			if (!failed)
+				return pp_errorf(e, PP_ERUNTIME, "checkpoint step %ld: another rank failed to "
+						 "write its part (see its message)", j->cs.step);
+			*e = mine;
+			return mine.code;
+		}
+		if (v[1])
+			return 0;
+		if (j->phase == CKPT_JOB_WRITE) {
+			/* every rank's files are written: rank 0 publishes them */
+			j->phase = CKPT_JOB_COMMIT;
+			if (t->mesh.rank == 0)
+				ckpt_job_start(j, CKPT_JOB_COMMIT, NULL); /* a failure is the job's status */
+			if (wait)
+				continue;
+			return 0;
+		}
+		double took = now() - j->t_start;
+		deadline_save(dl, took);
+		if (!o->quiet && trainer_leader(t))
+			log_info("checkpoint step %ld written in the background in %.2f s", j->cs.step, took);
+		ckpt_job_free(j);
+		free(j);
+		*bg = NULL;
+		return 0;
+	}
+}
+
+/* Saves a checkpoint of the current step, after waiting for the one in
+ * flight. Synchronous; or with async, the step is blocked only while the
+ * state is copied, and the rest goes on in the background (*bg). */
+static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline *dl, ckpt_job **bg,
+		      bool async, pp_err *e)
+{
+	double s0 = now();
+	int none = STOP_NONE, rc = 0;
+	if (*bg && (rc = save_progress(t, o, dl, bg, &none, true, e)))
+		return rc;
+	double waited = now() - s0;
+	bool say = !o->quiet && trainer_leader(t);
+	if (!async) {
+		rc = trainer_save(t, e);
+		deadline_save(dl, now() - s0 - waited);
+		if (!rc && say)
+			log_info("saved checkpoint step %ld in %.3f s", t->step, now() - s0);
+		return rc;
+	}
+	ckpt_job *j = malloc(sizeof *j);
+	if (!j)
+		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
+	if ((rc = save_prepare(t, j, e))) {
+		ckpt_job_free(j);
+		free(j);
+		return rc;
+	}
+	j->t_start = s0 + waited;
+	ckpt_job_start(j, CKPT_JOB_WRITE, NULL); /* a failure is the job's status */
+	*bg = j;
+	double blocked = now() - s0;
+	char wait[64] = "";
+	if (waited > 0.0005)
+		snprintf(wait, sizeof wait, "%.3f s waiting for the previous save, %.3f s ", waited, blocked - waited);
+	if (say)
+		log_info("checkpoint step %ld: training blocked %.3f s (%scopying the state), writing it in "
+			 "the background", t->step, blocked, wait);
+	log_scalar(lg, t->step, "checkpoint_blocked_s", blocked);
+	return 0;
+}
+
 int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 {
 	pp_config *c = t->cfg;
@@ -819,6 +990,9 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
 		if (!rc && !(lg.metrics = fopen(path, "a")))
 			rc = pp_errorf(e, PP_ERUNTIME, "cannot open %s: %s", path, strerror(errno));
+		snprintf(path, sizeof path, "%s/tensorboard", c->run_dir);
+		if (!rc && c->tensorboard)
+			rc = tb_open(&lg.tb, path, e);
 	}
 	if ((rc = agree(t, rc, e)))
 		return rc;
@@ -850,9 +1024,16 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			log_info("device %s, dtype %s: no known peak, so no MFU", device,
 				 pp_type_name(c->dtype));
 	}
+	watchdog *wd = NULL;
+	if (!rc && c->step_timeout > 0)
+		rc = watchdog_start(&wd, c->step_timeout, end_job, t, e);
+	run_deadline dl;
+	deadline_init(&dl, c->max_runtime);
+	ckpt_job *bg = NULL; /* an asynchronous save in flight */
 	while (t->step < c->steps && !rc) {
 		double loss = 0, gnorm = 0, lr = 0, t0 = now();
 		bool skipped;
+		watchdog_arm(wd, t->step + 1);
 		if ((rc = prof_rec_step_begin(t->prof, t->step + 1, e)))
 			break;
 		prof_span step = prof_begin(t->prof, PROF_STEP);
@@ -861,34 +1042,48 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		if (rc)
 			break;
 		log_step(t, &lg, o, loss, lr, gnorm, now() - t0, skipped);
+		deadline_step(&dl, now() - t0);
 		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps)) {
 			prof_span ev = prof_begin(t->prof, PROF_EVAL);
 			rc = run_eval(t, &lg, e);
 			prof_end(t->prof, &ev, -1, -1, -1, 0);
 		}
 		/* a signal may reach the ranks at different steps: agree */
-		int stop = o->stop && *o->stop;
+		int stop = o->stop && *o->stop ? STOP_SIGNAL : deadline_near(&dl) ? STOP_RUNTIME : STOP_NONE;
 		if (!rc)
-			rc = sum_over(t->mesh.world_comm, &stop, 1, PP_DT_I32, PP_OP_MAX, e);
+			rc = save_progress(t, o, &dl, &bg, &stop, false, e);
+		watchdog_disarm(wd);
 		bool period = c->checkpoint_period > 0 && t->step % c->checkpoint_period == 0;
 		bool last = t->step == c->steps && c->save_on_completion;
 		if (!rc && (period || stop || last)) {
-			double s0 = now();
 			prof_span save = prof_begin(t->prof, PROF_CHECKPOINT);
-			rc = trainer_save(t, e);
+			rc = checkpoint(t, o, &lg, &dl, &bg, c->async_checkpointing && !stop && !last, e);
 			prof_end(t->prof, &save, -1, -1, -1, 0);
-			if (!rc && !o->quiet && trainer_leader(t))
-				log_info("saved checkpoint step %ld in %.2f s", t->step, now() - s0);
 		}
 		if (!rc)
 			rc = prof_rec_step_end(t->prof, t->step, e);
 		if (!rc && stop && t->step < c->steps) {
+			/* exit status 75: the batch script requeues the job */
+			char why[128];
+			if (stop == STOP_SIGNAL)
+				snprintf(why, sizeof why, "stopped by a signal");
+			else
+				snprintf(why, sizeof why, "stopped by max_runtime=%g s with %.0f s left",
+					 c->max_runtime, c->max_runtime - deadline_elapsed(&dl));
 			if (trainer_leader(t))
-				log_info("stopped by a signal at step %ld after saving", t->step);
-			rc = pp_errorf(e, PP_ESTOPPED, "stopped by a signal at step %ld; checkpoint saved",
-				       t->step);
+				log_info("%s at step %ld after saving a checkpoint", why, t->step);
+			rc = pp_errorf(e, PP_ESTOPPED, "%s at step %ld; checkpoint saved", why, t->step);
 		}
 	}
+	if (bg && !rc) {
+		int none = STOP_NONE;
+		rc = save_progress(t, o, &dl, &bg, &none, true, e);
+	}
+	if (bg) { /* failed: what it wrote is not a checkpoint */
+		ckpt_job_free(bg); /* joins its thread first */
+		free(bg);
+	}
+	watchdog_stop(wd);
 	/* a run that ends inside the window: every rank is here, unless one failed */
 	pp_err pe;
 	int prc = prof_rec_finish(t->prof, !rc || rc == PP_ESTOPPED, &pe);
@@ -906,6 +1101,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	free(tgt);
 	if (lg.metrics)
 		fclose(lg.metrics);
+	tb_close(lg.tb);
 	return rc;
 }
 

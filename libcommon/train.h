@@ -33,6 +33,7 @@ typedef struct {
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */
 	prof_rec *prof;       /* the profile being recorded (profile_steps), or NULL */
+	struct ckpt_host *staging; /* per chunk: host copies of the state a save writes, kept between saves */
 } trainer;
 
 typedef struct {

@@ -15,7 +15,9 @@
 # the node is idle, writes DIR/env.sh and prints on stdout the line to eval:
 #   export SLURM_CONF=DIR/slurm.conf
 # The node has 8 CPUs (whatever the machine has) and 4 GPUs (gres gpu:4),
-# MpiDefault=pmix. On failure it prints the daemons' logs, stops what it had
+# MpiDefault=pmix. With PP_SLURM_GPU_NODES=N in the environment the
+# cluster also has a partition "gpu" of N cloud nodes of 8 fake GPUs each,
+# where nothing runs but `sbatch --test-only -p gpu` plans multi-node jobs. On failure it prints the daemons' logs, stops what it had
 # started and exits 1. `down` works on a half-started DIR too.
 #
 # Exit status: 0 ok, 1 failed, 2 usage, 3 not root, 4 packages missing
@@ -207,6 +209,22 @@ start() {
 
 pid_of() { cat "$dir/run/$1.pid" 2>/dev/null; }
 
+# PP_SLURM_GPU_NODES=N adds N nodes of 8 fake GPUs and 64 CPUs each in a
+# partition of their own, "gpu". No slurmd runs for them: they are cloud
+# nodes, powered down, which the controller still plans jobs on (a node in
+# state UNKNOWN it would not), so `sbatch --test-only -p gpu` judges a
+# multi-node GPU script. Nothing can run there.
+fake_gpu_nodes() {
+	local n=${PP_SLURM_GPU_NODES:-0}
+	[ "$n" -gt 0 ] || return 0
+	echo "NodeName=gpu[1-$n] NodeAddr=127.0.0.1 CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=32 ThreadsPerCore=1 RealMemory=1000000 Gres=gpu:8 State=CLOUD"
+	echo "SuspendProgram=/bin/true"
+	echo "ResumeProgram=/bin/true"
+	echo "SuspendTime=600"
+	echo "SuspendExcNodes=$(hostname -s)"
+	echo "PartitionName=gpu Nodes=gpu[1-$n] Default=NO MaxTime=INFINITE State=UP"
+}
+
 write_conf() {
 	local host=$1 ctld_port=$2 slurmd_port=$3 name=$4 first_job=$5
 	cat >"$dir/slurm.conf" <<EOF
@@ -249,7 +267,8 @@ KillWait=2
 InactiveLimit=0
 GresTypes=gpu
 NodeName=$host NodeAddr=127.0.0.1 NodeHostname=$host CPUs=8 Boards=1 SocketsPerBoard=1 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=8000 Gres=gpu:4 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+$(fake_gpu_nodes)
 EOF
 	cat >"$dir/gres.conf" <<EOF
 AutoDetect=off

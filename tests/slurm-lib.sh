@@ -7,7 +7,9 @@
 #   slurm_up || { skip slurm "$SLURM_SKIP"; exit 0; }   # or: exit 1 on failure
 #   srun -n 4 --mpi=pmix pp-train ...
 #
-# slurm_up   brings the cluster up in a fresh directory ($SLURM_DIR), exports
+# slurm_up   brings the cluster up in a fresh directory ($SLURM_DIR; with
+#            PP_SLURM_GPU_NODES=N, also N fake 8-GPU nodes for
+#            sbatch --test-only -p gpu: see slurm-cluster.sh), exports
 #            SLURM_CONF, and adds slurm_down to the caller's EXIT trap (in
 #            front of what is there, e.g. lib.sh's `rm -rf "$T"`). It unsets
 #            the SLURM_*/SBATCH_*/SALLOC_*/SRUN_* variables inherited from an

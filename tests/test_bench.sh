@@ -17,6 +17,8 @@
 #   - bench/profile.sh's smoke mode: step times without and with profiling;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
+#   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
+#     asynchronous saves;
 #   - bench/decode-cpu.sh --quick where its venv exists (scripts/setup-bench-env.sh);
 #   - usage errors.
 . "$(dirname "$0")/lib.sh"
@@ -133,6 +135,11 @@ expect_fail bench/ckpt_bad_arg 2 "unknown argument '--bogus'" bench/ckpt.sh --bo
 bench/profile.sh --smoke --json $T/prof.json >$T/prof.txt 2>$T/prof.err
 check bench/profile_smoke eval 'jqt "[.rows[].layout] == [\"one\", \"pp4\"] and all(.rows[]; .steps == 3 and .step_ms_off > 0 and .step_ms_on > 0 and .events_per_step > 0 and (.ratio - .step_ms_on / .step_ms_off | fabs) < 1e-9)" $T/prof.json && grep -qE "^pp4 +3 " $T/prof.txt || { tail -n 5 $T/prof.err; false; }'
 expect_fail bench/profile_bad_steps 2 "^profile: --steps x: expected an integer" bench/profile.sh --steps x
+
+# --- ckpt-async.sh: a save's blocked time, synchronous against asynchronous ---------------
+bench/ckpt-async.sh --smoke --json $T/ca.json >$T/ca.txt 2>$T/ca.err
+check bench/ckpt_async_smoke eval 'jqt "[.rows[].mode] == [\"sync\", \"async\"] and all(.rows[]; .saves == 3 and .blocked_s >= 0 and .blocked_s_per_gb >= 0) and .rows[0].blocked_vs_sync == 1 and .checkpoint_bytes > 0" $T/ca.json && grep -qE "^async +3 +[0-9.]+ " $T/ca.txt || { tail -n 5 $T/ca.err; false; }'
+expect_fail bench/ckpt_async_bad_period 2 "need steps >= period" bench/ckpt-async.sh --steps 2 --period 4
 
 # --- usage errors ----------------------------------------------------------------------
 expect_fail bench/gpu_bad_tokens 2 "--tokens 1000 is not a positive multiple of seq 2048" bench/gpu.sh --tokens 1000

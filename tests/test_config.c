@@ -321,7 +321,8 @@ static void test_run_configs(void)
 			      c.global_batch == 8 && c.microbatch == 4 && c.microbatches == 2 &&
 			      c.seq_len == 64 && c.lr == 3e-3 &&
 			      c.lr_schedule.type == PP_LR_COSINE &&
-			      c.lr_schedule.warmup_steps == 20 && !strcmp(c.run_dir, run_dir) &&
+			      c.lr_schedule.warmup_steps == -1 && c.lr_schedule.warmup_fraction == 0.1 &&
+			      !strcmp(c.run_dir, run_dir) &&
 			      !strcmp(c.data, "synthetic") && c.checkpoint_period == 50 &&
 			      c.eval_interval == 50 && c.log_period == 10,
 		      name, "rc %d: %s", rc, e.msg);
@@ -349,7 +350,7 @@ static void test_overrides(void)
 		CHECK(c.model.n_layers == 4 && c.model.d_model == 64 && c.model.n_kv_heads == 2,
 		      "config/override/nested_model", "n_layers %d d_model %d", c.model.n_layers,
 		      c.model.d_model);
-		CHECK(c.lr_schedule.type == PP_LR_LINEAR && c.lr_schedule.warmup_steps == 20,
+		CHECK(c.lr_schedule.type == PP_LR_LINEAR && c.lr_schedule.warmup_fraction == 0.1,
 		      "config/override/nested_keeps_siblings", "type %d warmup %ld",
 		      c.lr_schedule.type, c.lr_schedule.warmup_steps);
 		CHECK(c.adamw.b1 == 0.8 && c.adamw.b2 == 0.95 && c.adamw.decay_norms_and_biases,
@@ -628,13 +629,15 @@ static void test_resolved_json(void)
 			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
 			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
 			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from",
-			       NULL, "profile_steps", NULL, "timing_skip_steps", "debug", "fwd_ms"};
+			       NULL, "profile_steps", NULL, "timing_skip_steps", "debug", "fwd_ms",
+			       NULL, "tensorboard", NULL, "async_checkpointing", NULL, "step_timeout",
+			       NULL, "max_runtime", "debug", "hang_step"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 40, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 44, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

@@ -38,6 +38,12 @@ expect_fail tokenize/no_tokenizer 2 "--tokenizer" pp-tokenize -o $T/x.h5 ${texts
 expect_fail tokenize/no_output 2 "-o OUT.h5" pp-tokenize --tokenizer $tok ${texts[0]}
 expect_fail tokenize/two_modes 2 "exclude each other" pp-tokenize --tokenizer $tok -o $T/x.h5 --one-doc-per-line --separator x ${texts[0]}
 expect_fail tokenize/unknown_option 2 "--frobnicate" pp-tokenize --tokenizer $tok -o $T/x.h5 --frobnicate ${texts[0]}
+# binary and empty input: an error naming the input, and no dataset written
+expect_fail tokenize/binary_input 1 "pp-init holds NUL bytes: a binary file" pp-tokenize --tokenizer $tok -o $T/bin.h5 $PP_ROOT/build/bin/pp-init
+: >$T/empty.txt
+expect_fail tokenize/empty_input 1 "empty.txt: no text to tokenize \(0 bytes read\)" pp-tokenize --tokenizer $tok -o $T/empty.h5 $T/empty.txt
+expect_fail tokenize/empty_stdin 1 "standard input: no text to tokenize" pp-tokenize --tokenizer $tok -o $T/empty.h5 </dev/null
+check tokenize/nothing_written_for_bad_input test ! -e $T/bin.h5 -a ! -e $T/empty.h5
 expect_fail tokenize/bad_tokenizer 1 "x.h5|tokenizer|protobuf|model" pp-tokenize --tokenizer ${texts[0]} -o $T/x.h5 ${texts[0]}
 check tokenize/nothing_left_behind bash -c "! ls -A $T | grep -q 'x.h5'"
 # a signal stops it cleanly: status 1, no output and no temporary file

@@ -50,7 +50,8 @@ kill -TERM $pid
 wait $pid
 rc=$?
 check resume/sigterm_exit_75 test "$rc" -eq 75
-check resume/sigterm_message grep -q "stopped by a signal" $T/sig.log
+check resume/sigterm_message grep -q "stopped by a signal at step [0-9]* after saving a checkpoint" $T/sig.log
+check resume/sigterm_not_an_error bash -c "! grep -q 'error' $T/sig.log"
 pp-train $slow run_dir=$T/sig --quiet 2>>$T/sig.log
 same_slow() {
 	diff <(losses $T/ref) <(losses $1) >/dev/null &&
@@ -83,6 +84,49 @@ check kill9_save/resumes_from_previous grep -q "resumed from step 1" $T/big.log
 check kill9_save/finishes test -f $T/big/checkpoints/step_00000003/manifest.json
 check kill9_save/temporary_removed bash -c "! ls -d $T/big/checkpoints/.tmp-* 2>/dev/null"
 
+# --- asynchronous checkpoints -----------------------------------------------------
+# Written on a background thread while training goes on: every checkpoint
+# bitwise the synchronous run's, the step blocked only while the state is
+# copied, and the write overlapping the next steps.
+acfg="$tiny steps=12 checkpoint_period=4 keep=0 log_period=1"
+pp-train $acfg run_dir=$T/sync 2>/dev/null
+pp-train $acfg run_dir=$T/async async_checkpointing=true 2>$T/async.log
+async_same() {
+	local s
+	for s in 4 8 12; do
+		s=$(printf 'step_%08d' $s)
+		same_tensors $T/sync/checkpoints/$s/shard-pp000-tp000.h5 $T/async/checkpoints/$s/shard-pp000-tp000.h5 || return 1
+	done
+	diff <(losses $T/sync) <(losses $T/async) >/dev/null
+}
+check async/bitwise_as_sync async_same
+check async/blocked_logged grep -qE "checkpoint step 4: training blocked [0-9.]+ s \(copying the state\), writing it in the background" $T/async.log
+check async/blocked_in_metrics jq -se '[.[] | select(.checkpoint_blocked_s != null)] | length == 2' $T/async/metrics.jsonl
+# step 5 ran while step 4's checkpoint was written
+check async/overlapped bash -c "sed -n '/checkpoint step 4: training blocked/,/checkpoint step 4 written in the background/p' $T/async.log | grep -q 'step 5/12'"
+check async/verifies pp-ckpt verify $T/async/checkpoints/step_00000008
+# kill -9 while the background thread writes step 2: step 1 stays loadable
+big_async="$big async_checkpointing=true"
+pp-train $big_async run_dir=$T/bigasync --quiet 2>/dev/null &
+pid=$!
+while ! ls $T/bigasync/checkpoints/.tmp-step_00000002*/shard-* >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do sleep 0.01; done
+kill -9 $pid
+wait $pid 2>/dev/null
+check async_kill9/killed_mid_write test ! -d $T/bigasync/checkpoints/step_00000002
+check async_kill9/previous_verifies pp-ckpt verify $T/bigasync/checkpoints/step_00000001
+pp-train $big_async run_dir=$T/bigasync 2>$T/bigasync.log
+check async_kill9/resumes_from_previous grep -q "resumed from step 1" $T/bigasync.log
+check async_kill9/finishes test -f $T/bigasync/checkpoints/step_00000003/manifest.json
+
+# --- max_runtime: stop and save before the wall clock runs out ----------------------
+t0=$SECONDS
+pp-train $slow steps=100000 max_runtime=4 run_dir=$T/maxrt 2>$T/maxrt.log
+rc=$?
+check max_runtime/exit_75 test $rc -eq 75
+check max_runtime/in_time test $((SECONDS - t0)) -le 5
+check max_runtime/logged grep -qE "stopped by max_runtime=4 s with [0-9]+ s left at step [0-9]+ after saving a checkpoint" $T/maxrt.log
+check max_runtime/saved bash -c "ls $T/maxrt/checkpoints | grep -q step_"
+
 # --- keep-N ---------------------------------------------------------------------
 pp-train $tiny steps=6 checkpoint_period=1 keep=2 run_dir=$T/keep --quiet 2>/dev/null
 check keep/last_two [ "$(ls $T/keep/checkpoints)" = "$(printf 'step_00000005\nstep_00000006')" ]
@@ -110,6 +154,15 @@ expect_fail config/moe_refused 2 "mixture of experts" pp-train model=mixtral-tin
 expect_fail config/layout_needs_ranks 2 "ranks" pp-train $tiny pp=2
 expect_fail config/cuda_without_backend 2 "cuda" pp-train $tiny device=cuda run_dir=$T/cuda
 check config/print_config bash -c "pp-train $tiny --print-config | jq -e '.model.n_kv_heads == 2 and .steps == 100'"
+echo '{"model": "llama-tiny", "steps": 10, "steps": 20}' >$T/dup.json
+expect_fail config/duplicate_key 2 "dup.json:1:.*duplicate object key" pp-train --cfg $T/dup.json
+expect_fail config/integer_too_large 2 "steps=99999999999999999999.*too large" pp-train $tiny steps=99999999999999999999
+# the shipped tiny configs take a short run without a warmup override
+for f in tiny-llama tiny-gpt tiny-gemma tiny-mistral; do
+	check config/short_run/$f pp-train --cfg $PP_ROOT/configs/$f.json steps=5 --print-config &>/dev/null
+done
+pp-train --cfg $PP_ROOT/configs/tiny-llama.json steps=5 run_dir=$T/short --quiet 2>/dev/null
+check config/short_run_trains test -f $T/short/checkpoints/step_00000005/manifest.json
 
 # --- bad checkpoints (clear message, non-zero exit, nothing overwritten) -----------
 mk_ckpt() { rm -rf $T/bad; pp-init $tiny -o $T/bad >/dev/null 2>&1; }

@@ -215,6 +215,11 @@ int pp_cuda_init(int device, pp_err *e)
 
 const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
 
+int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
+{
+	return ready && cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}
+
 /* ---- the tables ------------------------------------------------------------ */
 
 /* One table per compute type, over the same op templates */

@@ -38,7 +38,7 @@ int ckpt_optim_ranges(const pp_param *p, size_t lo, size_t hi, bool fused, int64
 
 /* Host copies of one chunk's parameters (all of them) and of a range
  * [lo, hi) of its flat buffer's AdamW state (m and v may be NULL). */
-typedef struct {
+typedef struct ckpt_host {
 	pp_real *w, *m, *v;
 	size_t lo, hi;
 } ckpt_host;
