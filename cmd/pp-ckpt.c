@@ -218,7 +218,7 @@ static int cmd_convert(int argc, char **argv)
 		{"--params-only", NULL, "leave out the AdamW state", NULL, &params_only},
 		{0}};
 	const cli_spec spec = {"pp-ckpt convert",
-			       "CKPT -o RUN_DIR [pp=N tp=N dp=N shard_optimizer=B virtual_stages=N "
+			       "CKPT -o RUN_DIR [pp=N tp=N dp=N ep=N shard_optimizer=B virtual_stages=N "
 			       "key=value ...] [--params-only]",
 			       "Reshard a checkpoint to another layout, one tensor at a time.", opts,
 			       true, 1, "pp-ckpt"};
@@ -295,7 +295,7 @@ static const struct {
 	{"info", cmd_info, "show a checkpoint's config, layout and tensors"},
 	{"verify", cmd_verify, "check every file, checksum, slice and value"},
 	{"diff", cmd_diff, "the largest differences between two checkpoints"},
-	{"convert", cmd_convert, "reshard to another layout (pp, tp, dp, ZeRO-1)"},
+	{"convert", cmd_convert, "reshard to another layout (pp, tp, dp, ep, ZeRO-1)"},
 	{"export", cmd_export, "write safetensors, GGUF or llama2.c"},
 	{"import", cmd_import, "make a run from safetensors or GGUF"},
 };

@@ -116,6 +116,7 @@ static const key_desc keys[] = {
 	NUM("pp", K_INT, pp, "1", R_GE1, 0),
 	NUM("dp", K_INT, dp, "1", R_GE1, 0),
 	NUM("tp", K_INT, tp, "1", R_GE1, 0),
+	NUM("ep", K_INT, ep, "1", R_GE1, 0),
 	NUM("microbatches", K_INT, microbatches, NULL, R_GE1, F_DERIVED),
 	NUM("virtual_stages", K_INT, virtual_stages, "1", R_GE1, 0),
 	ENUM("schedule", K_INT, schedule, schedule_kind_names, "\"1f1b\"", 0),
@@ -821,6 +822,12 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		"replicated)",
 		m->n_kv_heads, c->tp);
 	REQUIRE(m->d_ff % c->tp == 0, "model.d_ff %d is not divisible by tp %d", m->d_ff, c->tp);
+	REQUIRE(c->ep == 1 || m->n_experts > 0,
+		"ep %d: expert parallelism needs a mixture of experts (model.n_experts is 0)", c->ep);
+	REQUIRE(c->dp % c->ep == 0, "ep %d does not divide dp %d (the ep groups lie inside dp)",
+		c->ep, c->dp);
+	REQUIRE(m->n_experts % c->ep == 0, "ep %d does not divide model.n_experts %d", c->ep,
+		m->n_experts);
 	return 0;
 }
 

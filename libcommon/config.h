@@ -69,6 +69,7 @@ typedef struct {
 
 	/* mesh: world size = pp * dp * tp; tp innermost, then dp, then pp */
 	int pp, dp, tp;
+	int ep;             /* expert parallelism inside dp: ep divides dp and model.n_experts */
 	int microbatches;   /* per dp rank per step: global_batch / (dp * microbatch) */
 	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
 	sched_kind schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */

@@ -12,14 +12,29 @@ void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi)
 	*hi = *lo + share < n ? *lo + share : n;
 }
 
+void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep,
+		     optim_ranges *r)
+{
+	const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
+	const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
+	const int size[OPTIM_REGIONS] = {dp, dp / ep}, rank[OPTIM_REGIONS] = {dp_rank, dp_rank / ep};
+	for (int i = 0; i < OPTIM_REGIONS; i++) {
+		size_t lo = 0, hi = end[i] - base[i];
+		if (sharded)
+			gradsync_shard(end[i] - base[i], size[i], rank[i], &lo, &hi);
+		r->lo[i] = base[i] + lo;
+		r->hi[i] = base[i] + hi;
+	}
+}
+
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool sharded,
-		  pp_comm *dp, const pp_ops *ops, double bucket_mb, pp_err *e)
+		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
+		  pp_err *e)
 {
 	memset(g, 0, sizeof *g);
-	g->dp = dp;
 	g->ops = ops;
 	g->v = v;
 	if (bucket_mb > 0) {
@@ -32,19 +47,26 @@ int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool
 		goto oom;
 	for (int k = 0; k < v; k++) {
 		gradsync_chunk *gc = &g->chunks[k];
-		size_t n = chunks[k].n_elems;
-		gc->st = &chunks[k];
-		gc->lo = 0, gc->hi = n;
-		if (sharded && dp) {
-			gradsync_shard(n, dp->size, dp->rank, &gc->lo, &gc->hi);
-			/* one element more: a buffer for an empty shard */
-			if (!(gc->shard = ops->alloc((gc->hi - gc->lo + 1) * sizeof(pp_real))))
+		pp_stage *st = &chunks[k];
+		optim_ranges r;
+		gradsync_ranges(st, sharded, dp ? dp->size : 1, dp ? dp->rank : 0, ep, &r);
+		pp_comm *comm[OPTIM_REGIONS] = {dp, edp};
+		const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
+		const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
+		gc->st = st;
+		for (int i = 0; i < OPTIM_REGIONS; i++) {
+			gradsync_region *rg = &gc->region[i];
+			*rg = (gradsync_region){comm[i], base[i], end[i], r.lo[i], r.hi[i], NULL};
+			/* one element more: a buffer for an empty share */
+			if (sharded && rg->comm &&
+			    !(rg->shard = ops->alloc((rg->hi - rg->lo + 1) * sizeof(pp_real))))
 				goto oom;
 		}
-		gc->hold = min_size(hold[k], n);
-		gc->ready = gc->next = n;
-		/* the requests one step can have in flight: every bucket, the rest */
-		g->cap += (g->bucket ? (int)((n + g->bucket - 1) / g->bucket) : 0) + 2;
+		gc->hold = min_size(hold[k], st->n_shared);
+		gc->ready = gc->next = st->n_shared;
+		/* the requests one step can have in flight: every bucket, the
+		 * rest, the experts */
+		g->cap += (g->bucket ? (int)((st->n_shared + g->bucket - 1) / g->bucket) : 0) + 3;
 	}
 	if (!(g->reqs = calloc((size_t)g->cap, sizeof *g->reqs)) ||
 	    !(g->timing = calloc((size_t)g->cap, sizeof *g->timing)))
@@ -58,8 +80,9 @@ oom:
 void gradsync_free(gradsync *g)
 {
 	for (int k = 0; g->chunks && k < g->v; k++)
-		if (g->chunks[k].shard)
-			g->ops->free(g->chunks[k].shard);
+		for (int i = 0; i < OPTIM_REGIONS; i++)
+			if (g->chunks[k].region[i].shard)
+				g->ops->free(g->chunks[k].region[i].shard);
 	free(g->chunks);
 	free(g->counts);
 	free(g->reqs); /* requests still in flight only after an error: the job is ending */
@@ -67,10 +90,11 @@ void gradsync_free(gradsync *g)
 	memset(g, 0, sizeof *g);
 }
 
-/* Starts the sum over dp of g[a, b) of chunk gc. */
-static int launch(gradsync *g, gradsync_chunk *gc, size_t a, size_t b, pp_err *e)
+/* Starts the sum of g[a, b) of chunk gc over the group of its region rg. */
+static int launch(gradsync *g, gradsync_chunk *gc, const gradsync_region *rg, size_t a, size_t b,
+		  pp_err *e)
 {
-	pp_comm *dp = g->dp;
+	pp_comm *c = rg->comm;
 	pp_real *grad = gc->st->g;
 	pp_comm_req *r = NULL;
 	int rc;
@@ -79,26 +103,37 @@ static int launch(gradsync *g, gradsync_chunk *gc, size_t a, size_t b, pp_err *e
 	struct gradsync_timing *tm = &g->timing[g->n_reqs];
 	tm->span = prof_begin(g->prof, PROF_GRAD_REDUCE);
 	tm->bytes = (int64_t)((b - a) * sizeof(pp_real));
-	if (!gc->shard) {
-		rc = comm_iallreduce(dp, grad + a, b - a, PP_DT_REAL, PP_OP_SUM, &r, e);
+	if (!rg->shard) {
+		rc = comm_iallreduce(c, grad + a, b - a, PP_DT_REAL, PP_OP_SUM, &r, e);
 	} else {
-		/* rank i's block: [a, b) within its shard; the blocks follow each
-		 * other in rank order, as the shards do */
-		for (int i = 0; i < dp->size; i++) {
+		/* rank i's block: [a, b) within its share; the blocks follow each
+		 * other in rank order, as the shares do */
+		for (int i = 0; i < c->size; i++) {
 			size_t lo, hi;
-			gradsync_shard(gc->st->n_elems, dp->size, i, &lo, &hi);
-			lo = max_size(lo, a), hi = min_size(hi, b);
+			gradsync_shard(rg->end - rg->base, c->size, i, &lo, &hi);
+			lo = max_size(rg->base + lo, a), hi = min_size(rg->base + hi, b);
 			g->counts[i] = hi > lo ? hi - lo : 0;
 		}
-		size_t at = max_size(a, gc->lo);
-		pp_real *recv = gc->shard + (at < gc->hi ? at - gc->lo : 0);
-		rc = comm_ireduce_scatter(dp, grad + a, recv, g->counts, PP_DT_REAL, PP_OP_SUM, &r, e);
+		size_t at = max_size(a, rg->lo);
+		pp_real *recv = rg->shard + (at < rg->hi ? at - rg->lo : 0);
+		rc = comm_ireduce_scatter(c, grad + a, recv, g->counts, PP_DT_REAL, PP_OP_SUM, &r, e);
 	}
 	if (rc)
-		return pp_err_prefix(e, "gradient sum over dp of elements [%zu, %zu)", a, b);
-	tm->mark = prof_on(g->prof) ? comm_mark(dp) : NULL;
+		return pp_err_prefix(e, "gradient sum over %s of elements [%zu, %zu)",
+				     rg->base ? "the ranks holding the same experts" : "dp", a, b);
+	tm->mark = prof_on(g->prof) ? comm_mark(c) : NULL;
 	g->reqs[g->n_reqs++] = r;
 	return 0;
+}
+
+/* Launches the experts' sum of chunk gc, once a step. */
+static int launch_experts(gradsync *g, gradsync_chunk *gc, pp_err *e)
+{
+	const gradsync_region *rg = &gc->region[OPTIM_EXPERTS];
+	if (gc->experts_sent || !rg->comm || rg->end == rg->base)
+		return 0;
+	gc->experts_sent = true;
+	return launch(g, gc, rg, rg->base, rg->end, e);
 }
 
 /* Request head has completed. */
@@ -117,20 +152,27 @@ int gradsync_ready(gradsync *g, const pp_stage *s, size_t from, pp_err *e)
 	if (k == g->v)
 		return pp_errorf(e, PP_ERUNTIME, "gradient buckets: a stage they do not know");
 	gradsync_chunk *gc = &g->chunks[k];
+	const gradsync_region *rg = &gc->region[OPTIM_SHARED];
 	gc->ready = min_size(gc->ready, from);
-	if (!g->dp || !g->bucket)
+	if (!g->bucket)
 		return 0;
-	/* buckets from the end of the buffer: [next - bucket, next), the last
+	/* buckets from the end of the region: [next - bucket, next), the last
 	 * one cut at hold */
-	while (gc->next > gc->hold) {
+	while (rg->comm && gc->next > gc->hold) {
 		size_t a = gc->next - gc->hold > g->bucket ? gc->next - g->bucket : gc->hold;
 		if (a < gc->ready)
 			break;
-		int rc = launch(g, gc, a, gc->next, e);
+		int rc = launch(g, gc, rg, a, gc->next, e);
 		if (rc)
 			return rc;
 		gc->next = a;
 		g->early++;
+	}
+	if (from == 0) {
+		int before = g->n_reqs, rc = launch_experts(g, gc, e);
+		if (rc)
+			return rc;
+		g->early += g->n_reqs - before;
 	}
 	/* MPI moves a nonblocking collective on only inside its calls */
 	while (g->head < g->n_reqs) {
@@ -148,10 +190,15 @@ int gradsync_ready(gradsync *g, const pp_stage *s, size_t from, pp_err *e)
 int gradsync_finish(gradsync *g, pp_err *e)
 {
 	int rc = 0;
-	for (int k = 0; k < g->v && !rc && g->dp; k++) {
+	for (int k = 0; k < g->v && !rc; k++) {
 		gradsync_chunk *gc = &g->chunks[k];
-		if (gc->next > 0 && !(rc = launch(g, gc, 0, gc->next, e)))
-			g->late++;
+		const gradsync_region *rg = &gc->region[OPTIM_SHARED];
+		int before = g->n_reqs;
+		if (rg->comm && gc->next > 0)
+			rc = launch(g, gc, rg, 0, gc->next, e);
+		if (!rc)
+			rc = launch_experts(g, gc, e);
+		g->late += g->n_reqs - before;
 	}
 	while (!rc && g->head < g->n_reqs) {
 		rc = comm_wait(g->reqs[g->head], e);
@@ -160,14 +207,18 @@ int gradsync_finish(gradsync *g, pp_err *e)
 		else
 			completed(g);
 	}
-	for (int k = 0; k < g->v && !rc; k++) {
+	for (int k = 0; k < g->v && !rc; k++)
+		for (int i = 0; i < OPTIM_REGIONS; i++) {
+			const gradsync_region *rg = &g->chunks[k].region[i];
+			if (rg->shard && rg->hi > rg->lo)
+				g->ops->to_device(g->chunks[k].st->g + rg->lo, rg->shard,
+						  (rg->hi - rg->lo) * sizeof(pp_real));
+		}
+	for (int k = 0; k < g->v; k++) {
 		gradsync_chunk *gc = &g->chunks[k];
-		if (gc->shard && gc->hi > gc->lo)
-			g->ops->to_device(gc->st->g + gc->lo, gc->shard,
-					  (gc->hi - gc->lo) * sizeof(pp_real));
+		gc->ready = gc->next = gc->st->n_shared;
+		gc->experts_sent = false;
 	}
-	for (int k = 0; k < g->v; k++)
-		g->chunks[k].ready = g->chunks[k].next = g->chunks[k].st->n_elems;
 	g->head = g->n_reqs = 0;
 	return rc;
 }

@@ -1,13 +1,18 @@
 /* The sum of a step's gradients over the data-parallel group, overlapped
  * with the backward pass (bucketed, as in PyTorch DDP and Megatron).
  *
- * A stage's parameters sit in one flat buffer in layer order, and the
- * backward pass walks it from the end: during a chunk's last backward pass
- * of the step a growing suffix g[from, n) is final (stage_grad_hook). The
- * buffer is cut from its end into buckets of `bucket` elements; each bucket
- * is reduced by a nonblocking collective over dp as soon as it is wholly
- * final, while the backward pass goes on, and gradsync_finish reduces the
- * rest and waits for all of it before the gradient norm and the optimizer.
+ * A stage's parameters sit in one flat buffer in two regions (model.h):
+ * what its expert-parallel group shares, [0, n_shared), summed over dp, and
+ * this rank's experts, [n_shared, n_elems), summed over the ranks that hold
+ * the same experts (edp: dp / ep of them; all of dp when ep = 1). The
+ * backward pass walks the shared region from its end: during a chunk's
+ * last backward pass of the step a growing suffix g[from, n_shared) is
+ * final (stage_grad_hook). That region is cut from its end into buckets of
+ * `bucket` elements; each bucket is reduced by a nonblocking collective
+ * over dp as soon as it is wholly final, while the backward pass goes on.
+ * The experts are final when the pass ends (from = 0) and go as one
+ * collective over edp then. gradsync_finish reduces the rest and waits for
+ * all of it before the gradient norm and the optimizer.
  *
  * The buckets change when the sums travel, not what is summed: with two dp
  * ranks each element's sum is one addition, a + b, whatever the bucket, so
@@ -18,12 +23,13 @@
  * A chunk's first `hold` elements (a tied embedding, which is summed with
  * the other end of the pipeline first) wait for gradsync_finish.
  *
- * ZeRO-1: dp rank r updates elements [lo_r, hi_r) (gradsync_shard). A
- * bucket [a, b) is then a reduce-scatter whose block for rank r is
- * [a, b) ∩ [lo_r, hi_r): the shards are consecutive in rank order, so the
+ * ZeRO-1: each rank updates a share of each region, the shares of a region
+ * consecutive in the rank order of the group that sums it
+ * (gradsync_ranges). A bucket [a, b) is then a reduce-scatter whose block
+ * for rank r is [a, b) within r's share: the shares are consecutive, so the
  * blocks are too, and each rank receives exactly the part of the bucket it
- * updates. gradsync_finish moves the summed shard into g[lo, hi); the rest
- * of g is left partial, as the optimizer reads its shard only. */
+ * updates. gradsync_finish moves the summed shares into g; the rest of g
+ * is left partial, as the optimizer reads its shares only. */
 #ifndef PP_GRADSYNC_H
 #define PP_GRADSYNC_H
 
@@ -31,21 +37,29 @@
 
 #include "comm.h"
 #include "model.h"
+#include "optim.h"
 #include "profile/record.h"
+
+/* One region of a chunk's buffer and the group that sums it. */
+typedef struct {
+	pp_comm *comm;    /* NULL: nothing to sum (a group of one) */
+	size_t base, end; /* the region [base, end) */
+	size_t lo, hi;    /* this rank's optimizer range in it */
+	pp_real *shard;   /* ZeRO-1: (hi - lo) the summed share, until finish */
+} gradsync_region;
 
 typedef struct {
 	pp_stage *st;
-	size_t lo, hi;  /* this dp rank's optimizer range: [0, n) when not sharded */
+	gradsync_region region[OPTIM_REGIONS];
 	size_t hold;    /* g[0, hold) waits for gradsync_finish */
-	size_t ready;   /* g[ready, n) is final (n: nothing yet this step) */
-	size_t next;    /* g[next, n) has been launched */
-	pp_real *shard; /* ZeRO-1: (hi - lo) the summed shard, until finish */
+	size_t ready;   /* g[ready, n_shared) is final (n_shared: nothing yet this step) */
+	size_t next;    /* g[next, n_shared) has been launched */
+	bool experts_sent; /* the experts' sum has been launched this step */
 } gradsync_chunk;
 
 typedef struct {
-	pp_comm *dp; /* NULL: nothing to sum (dp = 1) */
 	const pp_ops *ops;
-	size_t bucket; /* elements; 0: one reduction per chunk, in gradsync_finish */
+	size_t bucket; /* elements; 0: one reduction per region, in gradsync_finish */
 	int v;
 	gradsync_chunk *chunks; /* (v) */
 	size_t *counts;         /* (dp size) a reduce-scatter's blocks */
@@ -61,20 +75,31 @@ typedef struct {
 	} *timing;     /* (cap) as reqs */
 } gradsync;
 
-/* The range [*lo, *hi) of n elements that rank r of dp updates under
- * ZeRO-1: shares of ceil(n / dp), the last ones shorter or empty. */
+/* The range [*lo, *hi) of n elements that rank r of a group of dp ranks
+ * updates under ZeRO-1: shares of ceil(n / dp), the last ones shorter or
+ * empty. */
 void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi);
 /* ceil(n / dp): the length of those shares */
 size_t gradsync_share(size_t n, int dp);
+/* The ranges of st's buffer that dp rank dp_rank updates, in a data-parallel
+ * group of dp ranks whose consecutive groups of ep form expert-parallel
+ * groups: each region whole, or (sharded, ZeRO-1) the shared region's share
+ * over dp and the experts' share over the dp / ep ranks that hold them
+ * (rank dp_rank / ep of those). */
+void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep,
+		     optim_ranges *r);
 
 /* Over chunks (v) of this rank; hold (v) as above; sharded: ZeRO-1 ranges
- * (gradsync_shard), else every rank sums all of g. bucket_mb: MiB per
- * bucket (0: no overlap). dp may be NULL. */
+ * (gradsync_ranges), else every rank sums all of g. bucket_mb: MiB per
+ * bucket (0: no overlap). dp sums the shared region, edp the experts;
+ * either may be NULL (a group of one); ep is the expert-parallel size. */
 int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool sharded,
-		  pp_comm *dp, const pp_ops *ops, double bucket_mb, pp_err *e);
+		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
+		  pp_err *e);
 void gradsync_free(gradsync *g);
 
-/* The stage hook's work: g[from, n) of chunk s is final. Launches every
+/* The stage hook's work: g[from, n_shared) of chunk s is final (and, when
+ * from is 0, its experts). Launches every
  * bucket that is now wholly final, and moves what is in flight along. */
 int gradsync_ready(gradsync *g, const pp_stage *s, size_t from, pp_err *e);
 

@@ -22,6 +22,8 @@ int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e)
 	m->tp_rank = rank % c->tp;
 	m->dp_rank = rank / c->tp % c->dp;
 	m->pp_rank = rank / (c->tp * c->dp);
+	m->ep = c->ep;
+	m->ep_rank = m->dp_rank % c->ep;
 	return 0;
 }
 
@@ -49,6 +51,9 @@ int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)
 		{dp_group, m->dp, m->dp_rank, "dp", &m->dp_comm},
 		{pp_group, m->pp, m->pp_rank, "pp", &m->pp_comm},
 		{end && m->pp > 1 ? pp_group : PP_COMM_NOCOLOR, 2, m->pp_rank, "tied", &m->tied_comm},
+		{dp_group * m->dp + m->dp_rank / m->ep, m->ep, m->ep_rank, "ep", &m->ep_comm},
+		{dp_group * m->ep + m->ep_rank, m->dp / m->ep, m->dp_rank / m->ep, "edp",
+		 &m->edp_comm},
 	};
 	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
 		pp_comm *c = NULL;
@@ -66,8 +71,8 @@ int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)
 
 void mesh_free(pp_mesh *m)
 {
-	pp_comm *c[] = {m->tied_comm, m->pp_comm, m->dp_comm, m->tp_comm};
+	pp_comm *c[] = {m->edp_comm, m->ep_comm, m->tied_comm, m->pp_comm, m->dp_comm, m->tp_comm};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++)
 		comm_free(c[i]);
-	m->tied_comm = m->pp_comm = m->dp_comm = m->tp_comm = NULL;
+	m->edp_comm = m->ep_comm = m->tied_comm = m->pp_comm = m->dp_comm = m->tp_comm = NULL;
 }

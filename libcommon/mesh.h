@@ -1,6 +1,12 @@
 /* The pp x dp x tp mesh: each rank's coordinates and its process groups.
  * tp is innermost (ranks of a tp group are neighbours, on one node), then dp,
- * then pp: rank = (pp_rank * dp + dp_rank) * tp + tp_rank. */
+ * then pp: rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
+ *
+ * Expert parallelism lives inside dp: ep consecutive dp ranks form an ep
+ * group, which splits every MoE layer's experts between its ranks (ep_rank =
+ * dp_rank % ep) and exchanges token rows among them; the ranks that hold
+ * the same experts (the same ep_rank: dp / ep of them) form an edp group,
+ * over which the experts' gradients are summed. */
 #ifndef PP_MESH_H
 #define PP_MESH_H
 
@@ -11,12 +17,15 @@ typedef struct {
 	int pp, dp, tp, v; /* sizes; v virtual stages (chunks) per pp rank */
 	int rank, world;
 	int pp_rank, dp_rank, tp_rank;
+	int ep, ep_rank;    /* ep divides dp */
 	/* groups (NULL when of size 1, or for tied: when pp == 1) */
 	pp_comm *world_comm;
 	pp_comm *tp_comm;   /* same pp and dp rank */
 	pp_comm *dp_comm;   /* same pp and tp rank */
 	pp_comm *pp_comm;   /* same dp and tp rank */
 	pp_comm *tied_comm; /* first and last pp rank of a pp group: tied embeddings */
+	pp_comm *ep_comm;   /* same pp and tp rank, same dp_rank / ep */
+	pp_comm *edp_comm;  /* same pp and tp rank, same ep_rank */
 } pp_mesh;
 
 /* Coordinates of rank in a world of world ranks; errors when the world size

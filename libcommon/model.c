@@ -247,18 +247,7 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 			li->moe = a->n_moe++;
 			li->router_w = replicated(&n, nm(&n, h, i, "block_sparse_moe.gate.weight"), 2,
 						  m->n_experts, C, true, std, 0);
-			const int nl = m->n_experts / s->spec.ep.size;
-			for (int x = s->spec.ep.rank * nl, j = 0; j < nl; j++, x++) {
-				char en[64];
-				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w1.weight", x);
-				int w1 = row_block(&n, nm(&n, h, i, en), 2, F, GF, r * F, C, 1, std);
-				li->expert0 = j ? li->expert0 : w1;
-				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w3.weight", x);
-				row_block(&n, nm(&n, h, i, en), 2, F, GF, r * F, C, 1, std);
-				snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w2.weight", x);
-				col_block(&n, nm(&n, h, i, en), C, F, GF, r * F, res_std);
-			}
-			continue;
+			continue; /* the experts go at the end */
 		}
 		li->dense = a->n_dense++;
 		if (gated)
@@ -286,6 +275,25 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 		a->head_w = m->tied_embeddings ? a->embed_w
 					       : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
 							   s->vocab_begin, C, 1, std);
+	}
+	/* This rank's experts of every MoE layer, after everything the ep
+	 * group shares; Mixtral's names, each expert's w1 (gate) and w3 (up)
+	 * adjacent: one (2F, C) product */
+	s->n_shared = s->n_elems;
+	const int nl = m->n_experts / s->spec.ep.size;
+	for (int l = 0; l < L; l++) {
+		layer_index *li = &a->layer[l];
+		const char *h = "model.layers.%d.%s";
+		for (int x = s->spec.ep.rank * nl, j = 0; li->moe >= 0 && j < nl; j++, x++) {
+			char en[64];
+			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w1.weight", x);
+			int w1 = row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F, C, 1, std);
+			li->expert0 = j ? li->expert0 : w1;
+			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w3.weight", x);
+			row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F, C, 1, std);
+			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w2.weight", x);
+			col_block(&n, nm(&n, h, s->layer_begin + l, en), C, F, GF, r * F, res_std);
+		}
 	}
 }
 
@@ -1083,10 +1091,10 @@ static size_t layer_from(const pp_stage *s, int l)
 }
 static size_t tail_from(const pp_stage *s)
 {
-	return s->last ? s->params[s->acts->normf_w].off : s->n_elems;
+	return s->last ? s->params[s->acts->normf_w].off : s->n_shared;
 }
 
-/* Tells spec.grad_ready that g[from, n_elems) is final, when report. */
+/* Tells spec.grad_ready that g[from, n_shared) is final, when report. */
 static int grads_final(pp_stage *s, bool report, size_t from, pp_err *e)
 {
 	const stage_grad_hook *h = &s->spec.grad_ready;

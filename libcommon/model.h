@@ -12,7 +12,11 @@
  *
  * All parameters of a stage live in one flat buffer (w), in the order of
  * params[]; gradients (g) use the same layout. Within a layer q, k, v are
- * adjacent (one (Hq+2Hkv)*D x C product) and so are gate and up. */
+ * adjacent (one (Hq+2Hkv)*D x C product) and so are gate and up. The
+ * buffer holds, in layer order, what every rank of an expert-parallel
+ * group holds alike ([0, n_shared): embeddings, attention, norms, routers,
+ * dense MLPs, the head), then this rank's experts of every MoE layer
+ * ([n_shared, n_elems)), which are summed and sharded over other ranks. */
 #ifndef PP_MODEL_H
 #define PP_MODEL_H
 
@@ -51,10 +55,11 @@ enum { STAGE_BWD_LAST = 16 };
 
 struct pp_stage;
 /* Told, during a step's last backward pass of a stage, that the gradients
- * g[from, n_elems) are final: the backward walks the parameter buffer from
- * its end (head, final norm, then each layer from the last) to its start
- * (embeddings), so from only decreases, and the last call of the pass has
- * from = 0. Called after the head and final norm, after each layer's
+ * g[from, n_shared) are final: the backward walks that part of the
+ * parameter buffer from its end (head, final norm, then each layer from the
+ * last) to its start (embeddings), so from only decreases, and the last
+ * call of the pass has from = 0, when the experts g[n_shared, n_elems) are
+ * final too. Called after the head and final norm, after each layer's
  * weight gradients, and at the end. An error stops the backward pass. */
 typedef struct {
 	int (*fn)(void *ctx, struct pp_stage *s, size_t from, pp_err *e);
@@ -131,6 +136,7 @@ typedef struct pp_stage {
 	int n_params;
 	pp_param *params;
 	size_t n_elems;
+	size_t n_shared; /* [0, n_shared): all but this rank's experts (n_elems without MoE) */
 	pp_real *w, *g; /* device buffers, n_elems each: master weights, gradients */
 	pp_act *wc;     /* the weights in the compute type, which the forward and backward
 			 * read: w itself when that is pp_real, else a copy (stage_weights_changed) */

@@ -3,12 +3,44 @@
 #include <math.h>
 #include <string.h>
 
-int optim_create(optim_state *o, const pp_ops *ops, size_t lo, size_t hi, pp_err *e)
+size_t optim_ranges_count(const optim_ranges *r)
 {
-	size_t n = hi - lo;
+	size_t n = 0;
+	for (int i = 0; i < OPTIM_REGIONS; i++)
+		n += r->hi[i] - r->lo[i];
+	return n;
+}
+
+size_t optim_ranges_pos(const optim_ranges *r, size_t x)
+{
+	size_t at = 0;
+	for (int i = 0; i < OPTIM_REGIONS; i++) {
+		if (x >= r->lo[i] && x < r->hi[i])
+			return at + (x - r->lo[i]);
+		at += r->hi[i] - r->lo[i];
+	}
+	return at;
+}
+
+bool optim_ranges_meet(const optim_ranges *r, size_t a, size_t b)
+{
+	for (int i = 0; i < OPTIM_REGIONS; i++)
+		if (a < r->hi[i] && b > r->lo[i])
+			return true;
+	return false;
+}
+
+bool optim_ranges_whole(const optim_ranges *r, const pp_stage *st)
+{
+	return r->lo[OPTIM_SHARED] == 0 && r->hi[OPTIM_SHARED] == st->n_shared &&
+	       r->lo[OPTIM_EXPERTS] == st->n_shared && r->hi[OPTIM_EXPERTS] == st->n_elems;
+}
+
+int optim_create(optim_state *o, const pp_ops *ops, const optim_ranges *r, pp_err *e)
+{
+	size_t n = optim_ranges_count(r);
 	o->ops = ops;
-	o->lo = lo;
-	o->hi = hi;
+	o->r = *r;
 	o->m = ops->alloc((n ? n : 1) * sizeof(pp_real));
 	o->v = ops->alloc((n ? n : 1) * sizeof(pp_real));
 	if (!o->m || !o->v) {
@@ -101,15 +133,18 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
-		size_t x, y;
-		overlap(p->off, p->off + p->n, o->lo, o->hi, &x, &y);
-		if (x >= y)
-			continue;
 		double wd = p->decay || c->adamw.decay_norms_and_biases ? c->adamw.weight_decay : 0;
-		/* the compute copy in the same pass, where there is one */
-		pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x) : NULL;
-		o->ops->adamw(st->w + x, wc, st->g + x, o->m + (x - o->lo), o->v + (x - o->lo), y - x,
-			      (float)lr, (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
-			      (float)wd, t, (float)gscale);
+		for (int r = 0; r < OPTIM_REGIONS; r++) {
+			size_t x, y;
+			overlap(p->off, p->off + p->n, o->r.lo[r], o->r.hi[r], &x, &y);
+			if (x >= y)
+				continue;
+			/* the compute copy in the same pass, where there is one */
+			pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x) : NULL;
+			size_t at = optim_ranges_pos(&o->r, x);
+			o->ops->adamw(st->w + x, wc, st->g + x, o->m + at, o->v + at, y - x, (float)lr,
+				      (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
+				      (float)wd, t, (float)gscale);
+		}
 	}
 }

@@ -61,15 +61,16 @@ bool plan_layer_is_moe(const pp_model_cfg *m, int layer)
 	return m->n_experts > 0 && layer % every == every - 1;
 }
 
-/* One layer's parameters on one tp rank (tp = 1: the whole layer). */
+/* One layer's parameters on one tp and ep rank (tp = ep = 1: the whole
+ * layer). */
 typedef struct {
 	int64_t attn_mat, attn_bias;
 	int64_t mlp_mat, mlp_bias; /* one MLP (one expert) */
-	int64_t n_mlp;             /* MLP copies: 1, or E */
+	int64_t n_mlp;             /* MLP copies: 1, or this ep rank's E / ep */
 	int64_t router, norms;
 } layer_parts;
 
-static void layer_parts_of(const shape *s, bool moe, int64_t tp, layer_parts *p)
+static void layer_parts_of(const shape *s, bool moe, int64_t tp, int64_t ep, layer_parts *p)
 {
 	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
 	int64_t C = s->C, D = s->D;
@@ -77,7 +78,7 @@ static void layer_parts_of(const shape *s, bool moe, int64_t tp, layer_parts *p)
 	p->attn_bias = s->bias ? (hq + 2 * hkv) * D + C : 0;
 	p->mlp_mat = (s->gated ? 3 : 2) * f * C;
 	p->mlp_bias = s->bias ? (s->gated ? 2 * f : f) + C : 0;
-	p->n_mlp = moe ? s->E : 1;
+	p->n_mlp = moe ? s->E / ep : 1;
 	p->router = moe ? s->E * C : 0;
 	p->norms = 2 * (s->layernorm ? 2 * C : C);
 }
@@ -93,8 +94,8 @@ void plan_param_count(const pp_model_cfg *m, plan_counts *out)
 	shape s;
 	shape_of(m, &s);
 	layer_parts dense, moe;
-	layer_parts_of(&s, false, 1, &dense);
-	layer_parts_of(&s, true, 1, &moe);
+	layer_parts_of(&s, false, 1, 1, &dense);
+	layer_parts_of(&s, true, 1, 1, &moe);
 	int64_t n_moe = moe_below(&s, s.L), n_dense = s.L - n_moe;
 	int64_t final_norm = s.layernorm ? 2 * s.C : s.C;
 
@@ -219,8 +220,8 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 							     c->microbatches, rank);
 
 	layer_parts dense, moe;
-	layer_parts_of(&s, false, tp, &dense);
-	layer_parts_of(&s, true, tp, &moe);
+	layer_parts_of(&s, false, tp, 1, &dense);
+	layer_parts_of(&s, true, tp, c->ep > 0 ? c->ep : 1, &moe);
 	const int64_t dense_act = layer_act_bytes(&s, false, tp, B, T, b);
 	const int64_t moe_act = layer_act_bytes(&s, true, tp, B, T, b);
 
@@ -247,7 +248,8 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	/* Per chunk: parameters, full activation set, layer count; activations
 	 * take the largest chunk of the rank (exact for v = 1). */
 	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, chunk_layers_max = 0;
-	int64_t layer_act_max = 0;
+	int64_t layer_act_max = 0, experts = 0, chunk_experts_max = 0;
+	const int64_t layer_experts = moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
 	for (int64_t j = 0; j < v; j++) {
 		int lb, le;
 		plan_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
@@ -257,8 +259,11 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 				 (out->first && j == 0 ? embed : 0) +
 				 (out->last && j == v - 1 ? head : 0);
 		count += params;
-		if (params > chunk_params_max)
-			chunk_params_max = params;
+		experts += n_moe * layer_experts;
+		if (params - n_moe * layer_experts > chunk_params_max)
+			chunk_params_max = params - n_moe * layer_experts;
+		if (n_moe * layer_experts > chunk_experts_max)
+			chunk_experts_max = n_moe * layer_experts;
 		int64_t act = n_dense * dense_act + n_moe * moe_act;
 		if (act > chunk_act_max)
 			chunk_act_max = act;
@@ -275,13 +280,19 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	out->params = count * b;
 	/* Gradients accumulate over microbatches in fp32 whatever the dtype. */
 	out->grads = count * 4;
-	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over dp, and
-	 * under bf16 the fp32 master weights (4), which every dp rank keeps
-	 * whole (it updates its share, then gathers the rest into one fp32
-	 * buffer of every share and its own, sized for the largest chunk). */
+	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over the ranks
+	 * that hold the same parameters (dp; for the experts, the dp / ep
+	 * holding the same experts), and under bf16 the fp32 master weights
+	 * (4), which every dp rank keeps whole (it updates its share, then
+	 * gathers the rest into one fp32 buffer of every share and its own,
+	 * sized for the largest chunk's region). */
 	const bool zero1 = c->shard_optimizer && c->dp > 1;
-	out->optimizer = (zero1 ? ceil_div(count, c->dp) : count) * 8 + (b < 4 ? count * 4 : 0) +
-			 (zero1 ? ceil_div(chunk_params_max, c->dp) * (c->dp + 1) * 4 : 0);
+	const int64_t edp = c->dp / (c->ep > 0 ? c->ep : 1), shared = count - experts;
+	int64_t gather = ceil_div(chunk_params_max, c->dp) * (c->dp + 1);
+	if (ceil_div(chunk_experts_max, edp) * (edp + 1) > gather)
+		gather = ceil_div(chunk_experts_max, edp) * (edp + 1);
+	out->optimizer = (zero1 ? ceil_div(shared, c->dp) + ceil_div(experts, edp) : count) * 8 +
+			 (b < 4 ? count * 4 : 0) + (zero1 ? gather * 4 : 0);
 
 	/* Without recompute every chunk-microbatch in flight keeps its full set.
 	 * With recompute it keeps only each layer's input (B T C), and one
@@ -453,7 +464,7 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 	json_t *o = json_pack(
 		"{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
 		"s:{s:f, s:f, s:I, s:s, s:s}, "
-		"s:{s:I, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:s, s:o, s:s, s:o}, "
+		"s:{s:I, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:s, s:o, s:s, s:o}, "
 		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:i, s:i, s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I, "
 		"s:I, s:I, s:f}}",
 		"preset", m->preset,
@@ -469,7 +480,7 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"train", a->flops, "forward", a->flops_fwd, "seq_len", (json_int_t)c->seq_len,
 		"train_formula", "6*N + 6*L*Hq*D*T", "forward_formula", "2*N + 2*L*Hq*D*T",
 		"layout",
-		"world", (json_int_t)a->world, "pp", c->pp, "dp", c->dp, "tp", c->tp,
+		"world", (json_int_t)a->world, "pp", c->pp, "dp", c->dp, "tp", c->tp, "ep", c->ep,
 		"schedule", sched_name(c), "virtual_stages", a->v, "microbatch", c->microbatch,
 		"microbatches", a->m, "seq_len", c->seq_len,
 		"tokens_per_step", (json_int_t)a->tokens_per_step, "bubble", a->bubble,
@@ -549,8 +560,12 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "  %-22s %.4g per step\n", "train FLOPs", a->flops * (double)a->tokens_per_step);
 
 	fprintf(f, "\nlayout\n");
-	fprintf(f, "  %-22s %lld = pp %d x dp %d x tp %d\n", "ranks", (long long)a->world, c->pp,
+	fprintf(f, "  %-22s %lld = pp %d x dp %d x tp %d", "ranks", (long long)a->world, c->pp,
 		c->dp, c->tp);
+	if (c->ep > 1)
+		fprintf(f, "; ep %d inside dp: %d of %lld experts per rank", c->ep,
+			(int)(c->model.n_experts / c->ep), (long long)c->model.n_experts);
+	fprintf(f, "\n");
 	fprintf(f, "  %-22s %s, %d virtual stage(s) per rank\n", "schedule", sched_name(c), a->v);
 	int nchunks = c->pp * a->v, lb0, le0, lbl, lel;
 	plan_chunk_layers(c, 0, &lb0, &le0);

@@ -193,8 +193,8 @@ static float pattern(int r, size_t i)
 	return (float)((r + 1) * (int)(i % 13 + 1));
 }
 
-enum { OP_ALLREDUCE, OP_ALL_GATHER, OP_SENDRECV, N_OPS };
-static const char *const op_names[N_OPS] = {"allreduce", "all_gather", "sendrecv"};
+enum { OP_ALLREDUCE, OP_ALL_GATHER, OP_SENDRECV, OP_ALLTOALL, N_OPS };
+static const char *const op_names[N_OPS] = {"allreduce", "all_gather", "sendrecv", "alltoall"};
 
 /* One op at one size (bytes per rank): checks the result on this rank
  * (*wrong) and times it (seconds per op, the slowest rank's). */
@@ -203,11 +203,19 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 {
 	const int n = w->size, r = w->rank;
 	size_t count = bytes / sizeof(float);
+	/* all-to-all (expert parallelism's exchange): block b of the message
+	 * goes to rank b */
+	const size_t blk = count / (size_t)n;
+	if (op == OP_ALLTOALL)
+		count = blk * (size_t)n;
 	size_t out_count = op == OP_ALL_GATHER ? count * (size_t)n : count;
+	size_t *counts = calloc(2 * (size_t)n, sizeof *counts), *displs = counts ? counts + n : NULL;
+	for (int q = 0; counts && q < n; q++)
+		counts[q] = blk, displs[q] = (size_t)q * blk;
 	float *host = malloc(out_count * sizeof(float));
 	void *send = ops->alloc(count * sizeof(float)), *recv = ops->alloc(out_count * sizeof(float));
 	int rc = 0;
-	if (!host || !send || !recv)
+	if (!host || !send || !recv || !counts)
 		rc = pp_errorf(e, PP_ERUNTIME, "out of memory for a %zu-byte message", bytes);
 	for (size_t i = 0; !rc && i < count; i++)
 		host[i] = pattern(r, i);
@@ -225,6 +233,8 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 			rc = comm_allreduce(w, recv, count, PP_DT_F32, PP_OP_SUM, e);
 		else if (op == OP_ALL_GATHER)
 			rc = comm_all_gather(w, send, recv, count, PP_DT_F32, e);
+		else if (op == OP_ALLTOALL)
+			rc = comm_alltoallv(w, send, counts, displs, recv, counts, displs, PP_DT_F32, e);
 		else
 			rc = comm_sendrecv(w, send, count, (r + 1) % n, recv, count, (r + n - 1) % n, PP_DT_F32,
 					   1, e);
@@ -238,6 +248,7 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 		for (size_t i = 0; i < out_count && !*wrong; i++) {
 			float want = op == OP_ALLREDUCE   ? (float)(i % 13 + 1) * (float)(n * (n + 1) / 2)
 				     : op == OP_ALL_GATHER ? pattern((int)(i / count), i % count)
+				     : op == OP_ALLTOALL   ? pattern((int)(i / blk), (size_t)r * blk + i % blk)
 							   : pattern(from, i);
 			*wrong = host[i] != want;
 		}
@@ -245,6 +256,7 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 		rc = comm_allreduce(w, secs, 1, PP_DT_F64, PP_OP_MAX, e);
 	}
 	free(host);
+	free(counts);
 	if (send)
 		ops->free(send);
 	if (recv)
@@ -273,6 +285,8 @@ static int check_collectives(pp_comm *w, const pp_ops *ops, table *t, pp_err *e)
 				bus = bytes / secs * 2.0 * (n - 1) / n;
 			else if (op == OP_ALL_GATHER)
 				bus = bytes * n / secs * (double)(n - 1) / n;
+			else if (op == OP_ALLTOALL) /* (n - 1) / n of each rank's message leaves it */
+				bus = bytes / secs * (double)(n - 1) / n;
 			else
 				bus = bytes / secs;
 			char size[32], bad[200] = "";

@@ -68,11 +68,6 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	t->cfg = c;
 	t->params_only = params_only;
 	const pp_model_cfg *m = &c->model;
-	if (m->n_experts > 0)
-		return pp_errorf(e, PP_EUSAGE,
-				 "model '%s' is a mixture of experts (n_experts=%d): this version of pp "
-				 "plans and checkpoints MoE models but trains dense models only",
-				 m->preset, m->n_experts);
 	if (m->pos == PP_POS_RELATIVE)
 		return pp_errorf(e, PP_EUSAGE,
 				 "model '%s' uses relative position biases (pos=relative): this version "
@@ -85,7 +80,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if (params_only) {
 		/* one process holds the whole model, whatever the layout */
 		pp_config whole = *c;
-		whole.pp = whole.dp = whole.tp = whole.virtual_stages = 1;
+		whole.pp = whole.dp = whole.tp = whole.ep = whole.virtual_stages = 1;
 		whole.n_stage_layers = 0;
 		rc = mesh_init(&t->mesh, &whole, 0, 1, e);
 	} else {
@@ -130,16 +125,20 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		sp.split_backward = kind == SCHED_ZBH1 && !params_only;
 		sp.loss_chunk_mb = c->loss_chunk_mb;
 		sp.tp = (pp_tp){me->tp_rank, me->tp, tp_allreduce, me->tp_comm};
+		sp.ep.rank = me->ep_rank;
+		sp.ep.size = me->ep;
+		sp.ep.comm = me->ep_comm;
+		/* the MoE losses' mean over the step's microbatches */
+		sp.moe_loss_scale = 1.0 / ((double)c->microbatches * me->dp);
 		if (!params_only && me->dp_comm && c->grad_bucket_mb > 0)
 			sp.grad_ready = (stage_grad_hook){grads_final, t};
 		pp_stage *st = &t->chunks[k];
 		if ((rc = stage_create(st, m, t->ops, &sp, e)))
 			return rc;
-		/* ZeRO-1: this dp rank updates elements [lo, hi) of the flat buffer */
-		size_t n = st->n_elems, lo = 0, hi = n;
-		if (c->shard_optimizer && me->dp > 1)
-			gradsync_shard(n, me->dp, me->dp_rank, &lo, &hi);
-		if (!params_only && (rc = optim_create(&t->opt[k], t->ops, lo, hi, e)))
+		/* ZeRO-1: this dp rank updates a share of each region of the buffer */
+		optim_ranges r;
+		gradsync_ranges(st, c->shard_optimizer && me->dp > 1, me->dp, me->dp_rank, me->ep, &r);
+		if (!params_only && (rc = optim_create(&t->opt[k], t->ops, &r, e)))
 			return rc;
 		/* a tied embedding is summed with the pipeline's other end first */
 		if (m->tied_embeddings && (me->pp > 1 || me->v > 1) && (st->first || st->last))
@@ -148,20 +147,24 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if (params_only)
 		return 0;
 	if ((rc = gradsync_init(&t->sync, t->chunks, me->v, hold, c->shard_optimizer && me->dp > 1,
-				me->dp_comm, t->ops, c->grad_bucket_mb, e)))
+				me->dp_comm, me->edp_comm, me->ep, t->ops, c->grad_bucket_mb, e)))
 		return rc;
 	if (c->shard_optimizer && me->dp > 1) {
 		/* every share padded to the largest, then this rank's share */
 		size_t most = 0;
-		for (int k = 0; k < me->v; k++)
-			most = t->chunks[k].n_elems > most ? t->chunks[k].n_elems : most;
-		size_t share = gradsync_share(most, me->dp);
-		t->gather = t->ops->alloc(share * ((size_t)me->dp + 1) * sizeof(pp_real));
+		for (int k = 0; k < me->v; k++) {
+			const pp_stage *st = &t->chunks[k];
+			size_t shared = gradsync_share(st->n_shared, me->dp) * ((size_t)me->dp + 1);
+			size_t experts = gradsync_share(st->n_elems - st->n_shared, me->dp / me->ep) *
+					 ((size_t)(me->dp / me->ep) + 1);
+			most = shared > most ? shared : most;
+			most = experts > most ? experts : most;
+		}
+		t->gather = t->ops->alloc(most * sizeof(pp_real));
 		if (!t->gather)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
-					 pp_device_name(c->device),
-					 1e-9 * (double)(share * (me->dp + 1) * sizeof(pp_real)));
+					 pp_device_name(c->device), 1e-9 * (double)(most * sizeof(pp_real)));
 	}
 	if ((rc = pipeline_init(&t->pl, kind, t->chunks, me->v, me->pp, me->pp_rank, c->microbatches,
 				me->pp_comm, e)))
@@ -228,12 +231,12 @@ static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 	const pp_stage *st = &t->chunks[k];
 	const optim_state *o = &t->opt[k];
 	const pp_ops *ops = t->ops;
-	size_t n = st->n_elems, share = o->hi - o->lo;
+	size_t n = st->n_elems, share = optim_ranges_count(&o->r);
 	if (!t->staging && !(t->staging = calloc((size_t)t->mesh.v, sizeof *t->staging)))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
 	ckpt_host *s = &t->staging[k];
 	if (!s->w) {
-		*s = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .lo = o->lo, .hi = o->hi};
+		*s = (ckpt_host){.w = malloc(n * sizeof(pp_real) + 1), .r = o->r};
 		if (!t->params_only) {
 			s->m = malloc(share * sizeof(pp_real) + 1);
 			s->v = malloc(share * sizeof(pp_real) + 1);
@@ -274,13 +277,15 @@ static int gather_fused(trainer *t, const pp_param *p, const ckpt_host *h, pp_re
 	return rc;
 }
 
-/* Under ZeRO-1, the part of p's AdamW state in this rank's range
- * [h->lo, h->hi), as ranges of the block the shard saves p's params in. The
- * range arrays go to owned. */
-static int add_optim_part(const pp_param *p, const ckpt_host *h, bool fused, ckpt_state *cs, void **owned,
-			  int *n_owned, pp_err *e)
+/* Under ZeRO-1, the part of p's AdamW state in this rank's range of p's
+ * region of the buffer (st's: h->r), as ranges of the block the shard saves
+ * p's params in. The range arrays go to owned. */
+static int add_optim_part(const pp_stage *st, const pp_param *p, const ckpt_host *h, bool fused,
+			  ckpt_state *cs, void **owned, int *n_owned, pp_err *e)
 {
-	size_t max = ckpt_optim_max_ranges(p, h->lo, h->hi, fused);
+	const int i = p->off < st->n_shared ? OPTIM_SHARED : OPTIM_EXPERTS;
+	const size_t lo = h->r.lo[i], hi = h->r.hi[i];
+	size_t max = ckpt_optim_max_ranges(p, lo, hi, fused);
 	if (!max)
 		return 0;
 	int64_t *begin = malloc(max * sizeof *begin), *end = malloc(max * sizeof *end);
@@ -288,13 +293,13 @@ static int add_optim_part(const pp_param *p, const ckpt_host *h, bool fused, ckp
 	owned[(*n_owned)++] = end;
 	if (!begin || !end)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
-	int n = ckpt_optim_ranges(p, h->lo, h->hi, fused, begin, end);
+	int n = ckpt_optim_ranges(p, lo, hi, fused, begin, end);
 	ckpt_tensor c;
 	ckpt_saved_block(p, &c);
-	size_t a = h->lo > p->off ? h->lo : p->off;
+	size_t at = optim_ranges_pos(&h->r, lo > p->off ? lo : p->off);
 	ckpt_optim_part *q = &cs->optim[cs->n_optim++];
 	*q = (ckpt_optim_part){.name = p->name, .ndim = p->ndim, .n_ranges = n, .begin = begin, .end = end,
-			       .m = h->m + (a - h->lo), .v = h->v + (a - h->lo)};
+			       .m = h->m + at, .v = h->v + at};
 	memcpy(q->shape, c.shape, sizeof q->shape);
 	memcpy(q->global_shape, c.global_shape, sizeof q->global_shape);
 	memcpy(q->offset, c.offset, sizeof q->offset);
@@ -334,14 +339,14 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 					(*owned)[(*n_owned)++] = whole[j];
 			if (!p->tp_owner)
 				continue;
-			if (cs->optim_per_dp && (rc = add_optim_part(p, &hs[k], fused, cs, *owned, n_owned, e)))
+			if (cs->optim_per_dp && (rc = add_optim_part(st, p, &hs[k], fused, cs, *owned, n_owned, e)))
 				break;
-			if (fused && t->mesh.tp_rank != 0)
+			if ((fused && t->mesh.tp_rank != 0) || !ckpt_shard_holds(st, p))
 				continue;
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];
 			ckpt_saved_block(p, c);
 			c->param = fused ? whole[0] : src.w + p->off;
-			if (!cs->optim_per_dp && src.m) { /* [lo, hi) is everything */
+			if (!cs->optim_per_dp && src.m) { /* the ranges are everything, in order */
 				c->m = fused ? whole[1] : src.m + p->off;
 				c->v = fused ? whole[2] : src.v + p->off;
 			}
@@ -360,9 +365,11 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->pp_rank = me->pp_rank;
 	cs->tp_rank = me->tp_rank;
 	cs->dp_rank = me->dp_rank;
+	cs->ep_rank = me->ep_rank;
 	cs->pp_size = me->pp;
 	cs->tp_size = me->tp;
 	cs->dp_size = me->dp;
+	cs->ep_size = me->ep;
 	/* ZeRO-1: each dp rank saves the AdamW state it holds */
 	cs->optim_per_dp = t->cfg->shard_optimizer && me->dp > 1;
 	cs->tokenizer = t->cfg->tokenizer; /* shard pp000-tp000 keeps a copy */
@@ -404,7 +411,7 @@ static int save_prepare(trainer *t, ckpt_job *j, pp_err *e)
 		ckpt_job_own(j, owned[i]);
 	free(owned);
 	j->cs.config_json = ckpt_job_own(j, pp_config_dump(t->cfg));
-	j->write_shard = me->dp_rank == 0;
+	j->write_shard = me->dp_rank < me->ep; /* the first ep group: one copy of everything */
 	return rc;
 }
 
@@ -431,8 +438,8 @@ int trainer_save(trainer *t, pp_err *e)
 
 /* Loads this rank's tensors (any layout the checkpoint was saved in: the
  * reader assembles each requested slice from the files that hold it), and
- * the AdamW state of its range [lo, hi): m and v are read, into host
- * buffers of the whole chunk, for the blocks that meet the range only. */
+ * the AdamW state of its ranges: m and v are read, into host buffers laid
+ * out as the whole chunk, for the blocks that meet the ranges only. */
 static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
@@ -448,7 +455,7 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		const optim_state *o = &t->opt[k];
 		size_t n = st->n_elems;
 		hs[k] = (ckpt_host){malloc(n * sizeof(pp_real) + 1), calloc(n + 1, sizeof(pp_real)),
-				     calloc(n + 1, sizeof(pp_real)), o->lo, o->hi};
+				     calloc(n + 1, sizeof(pp_real)), o->r};
 		if (!hs[k].w || !hs[k].m || !hs[k].v)
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
 		/* without AdamW state in the checkpoint, m and v stay zero: a fresh optimizer */
@@ -466,8 +473,11 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		if (!rc) {
 			t->ops->to_device(st->w, hs[k].w, st->n_elems * sizeof(pp_real));
 			stage_weights_changed(&t->chunks[k]);
-			t->ops->to_device(o->m, hs[k].m + o->lo, (o->hi - o->lo) * sizeof(pp_real));
-			t->ops->to_device(o->v, hs[k].v + o->lo, (o->hi - o->lo) * sizeof(pp_real));
+			for (int i = 0; i < OPTIM_REGIONS; i++) {
+				size_t lo = o->r.lo[i], n = o->r.hi[i] - lo, at = optim_ranges_pos(&o->r, lo);
+				t->ops->to_device(o->m + at, hs[k].m + lo, n * sizeof(pp_real));
+				t->ops->to_device(o->v + at, hs[k].v + lo, n * sizeof(pp_real));
+			}
 		}
 		free(hs[k].w);
 		free(hs[k].m);
@@ -567,6 +577,15 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 	return rc;
 }
 
+/* What a step reports. */
+typedef struct {
+	double loss, gnorm, lr;
+	bool skipped;    /* non-finite loss or gradient norm (nan_policy=skip) */
+	double moe_aux;  /* MoE: the load-balancing loss, mean over layers (1: balanced) */
+	double moe_z;    /* the router z-loss, likewise */
+	double moe_dropped; /* the fraction of expert assignments dropped (capacity) */
+} step_result;
+
 typedef struct {
 	FILE *metrics; /* leader only */
 	tb_writer *tb; /* leader only; NULL when tensorboard=false */
@@ -612,10 +631,12 @@ static void log_scalar(run_log *lg, long step, const char *name, double v)
 	tensorboard_scalars(lg, step, &name, &v, 1);
 }
 
-static void log_step(const trainer *t, run_log *lg, const train_opts *o, double loss, double lr,
-		     double gnorm, double dt, bool skipped)
+static void log_step(const trainer *t, run_log *lg, const train_opts *o, const step_result *r,
+		     double dt)
 {
 	const pp_config *c = t->cfg;
+	const double loss = r->loss, lr = r->lr, gnorm = r->gnorm;
+	const bool skipped = r->skipped, moe = c->model.n_experts > 0;
 	if (!lg->metrics)
 		return;
 	double tokens = (double)c->global_batch * c->seq_len;
@@ -632,16 +653,26 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	char mfu[64] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
-	char l[32], g[32];
+	char l[32], g[32], ma[32], mz[32], moe_json[160] = "";
+	if (moe)
+		snprintf(moe_json, sizeof moe_json,
+			 ", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
+			 json_number(ma, sizeof ma, r->moe_aux), json_number(mz, sizeof mz, r->moe_z),
+			 r->moe_dropped);
 	fprintf(lg->metrics,
 		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s}\n",
+		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s%s}\n",
 		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt, tps, fps, mfu,
-		skipped ? ", \"skipped\": true" : "");
+		moe_json, skipped ? ", \"skipped\": true" : "");
 	fflush(lg->metrics);
 	const char *tags[] = {"loss", "lr", "grad_norm", "step_time", "tokens_per_s", "flops_per_s", "mfu"};
 	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};
 	tensorboard_scalars(lg, t->step, tags, vals, lg->peak > 0 ? 7 : 6);
+	if (moe) {
+		const char *mt[] = {"moe_aux_loss", "moe_z_loss", "moe_dropped_fraction"};
+		const double mv[] = {r->moe_aux, r->moe_z, r->moe_dropped};
+		tensorboard_scalars(lg, t->step, mt, mv, 3);
+	}
 	if (o->quiet || (t->step % c->log_period && t->step != c->steps))
 		return;
 	char rate[64], eta[32], tp[32];
@@ -652,9 +683,13 @@ static void log_step(const trainer *t, run_log *lg, const train_opts *o, double 
 	else
 		snprintf(rate, sizeof rate, "%.3g TFLOP/s/device", fps / 1e12);
 	log_duration(eta, sizeof eta, lg->t_avg * (double)(c->steps - t->step));
-	log_info("step %ld/%ld | loss %.4f | lr %.2e | grad_norm %.3f | %.3f s | %s tok/s | %s | "
+	char moe_line[128] = "";
+	if (moe)
+		snprintf(moe_line, sizeof moe_line, " | moe_aux %.4f | moe_z %.4f | dropped %.2f%%", r->moe_aux,
+			 r->moe_z, 100 * r->moe_dropped);
+	log_info("step %ld/%ld | loss %.4f%s | lr %.2e | grad_norm %.3f | %.3f s | %s tok/s | %s | "
 		 "ETA %s%s",
-		 t->step, c->steps, loss, lr, gnorm, dt, tp, rate, eta,
+		 t->step, c->steps, loss, moe_line, lr, gnorm, dt, tp, rate, eta,
 		 skipped ? " | skipped (non-finite)" : "");
 }
 
@@ -777,48 +812,83 @@ static int sync_grads(trainer *t, pp_err *e)
 static int grad_norm(trainer *t, double *norm, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
+	/* a region replicated over its group counts on the group's rank 0 (dp
+	 * rank 0; for the experts, every rank of the first ep group); sharded,
+	 * each rank counts its share */
+	const bool first[OPTIM_REGIONS] = {me->dp_rank == 0, me->dp_rank < me->ep};
+	const bool sharded = t->cfg->shard_optimizer && me->dp > 1;
 	double sum = 0;
-	for (int k = 0; k < me->v; k++) {
-		const optim_state *o = &t->opt[k];
-		bool sharded = !(o->lo == 0 && o->hi == t->chunks[k].n_elems);
-		/* replicated over dp: dp rank 0 counts; sharded: each its shard */
-		if (sharded || me->dp_rank == 0)
-			sum += optim_grad_sumsq(&t->chunks[k], o->lo, o->hi, counts_once);
-	}
+	for (int k = 0; k < me->v; k++)
+		for (int i = 0; i < OPTIM_REGIONS; i++)
+			if (sharded || first[i])
+				sum += optim_grad_sumsq(&t->chunks[k], t->opt[k].r.lo[i], t->opt[k].r.hi[i],
+							counts_once);
 	int rc = sum_over(me->world_comm, &sum, 1, PP_DT_F64, PP_OP_SUM, e);
 	*norm = sqrt(sum);
 	return rc;
 }
 
-/* After a ZeRO-1 update each dp rank holds fresh values of its shard only. */
+/* After a ZeRO-1 update each rank holds fresh values of its shares only:
+ * each region's shares are gathered over the group that shares them. */
 static int gather_params(trainer *t, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
+	if (!(t->cfg->shard_optimizer && me->dp > 1))
+		return 0;
+	pp_comm *comm[OPTIM_REGIONS] = {me->dp_comm, me->edp_comm};
 	for (int k = 0; k < me->v; k++) {
 		pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];
-		if (o->lo == 0 && o->hi == st->n_elems)
-			continue;
-		size_t share = gradsync_share(st->n_elems, me->dp);
-		pp_real *all = t->gather, *mine = all + share * (size_t)me->dp;
-		t->ops->to_device(mine, st->w + o->lo, (o->hi - o->lo) * sizeof(pp_real));
-		int rc = comm_all_gather(me->dp_comm, mine, all, share, PP_DT_REAL, e);
-		if (rc)
-			return rc;
-		/* the other ranks' shards, in the master weights and the compute
-		 * copy (AdamW wrote both for this rank's own) */
-		t->ops->to_device(st->w, all, o->lo * sizeof(pp_real));
-		t->ops->to_device(st->w + o->hi, all + o->hi,
-				  (st->n_elems - o->hi) * sizeof(pp_real));
-		stage_weights_range_changed(st, 0, o->lo);
-		stage_weights_range_changed(st, o->hi, st->n_elems);
+		const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
+		const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
+		for (int i = 0; i < OPTIM_REGIONS; i++) {
+			if (!comm[i] || end[i] == base[i])
+				continue;
+			const size_t lo = o->r.lo[i], hi = o->r.hi[i], n = end[i] - base[i];
+			const size_t share = gradsync_share(n, comm[i]->size);
+			pp_real *all = t->gather, *mine = all + share * (size_t)comm[i]->size;
+			t->ops->to_device(mine, st->w + lo, (hi - lo) * sizeof(pp_real));
+			int rc = comm_all_gather(comm[i], mine, all, share, PP_DT_REAL, e);
+			if (rc)
+				return rc;
+			/* the other ranks' shares, in the master weights and the
+			 * compute copy (AdamW wrote both for this rank's own) */
+			t->ops->to_device(st->w + base[i], all, (lo - base[i]) * sizeof(pp_real));
+			t->ops->to_device(st->w + hi, all + (hi - base[i]), (end[i] - hi) * sizeof(pp_real));
+			stage_weights_range_changed(st, base[i], lo);
+			stage_weights_range_changed(st, hi, end[i]);
+		}
 	}
 	return 0;
 }
 
 /* One optimizer step over every microbatch of the global batch. */
-static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnorm, bool *skipped,
-		      double *lr, pp_err *e)
+/* The MoE layers' losses of the step, as Megatron logs them: the mean over
+ * MoE layers and the step's microbatches (the objective adds each layer's,
+ * times its coefficient); and the fraction of assignments dropped
+ * (capacity routing). Counted on tp rank 0 (every tp rank routes alike),
+ * summed over pp and dp. */
+static int moe_totals(trainer *t, step_result *r, pp_err *e)
+{
+	const pp_mesh *me = &t->mesh;
+	double v[4] = {0, 0, 0, 0};
+	for (int k = 0; me->tp_rank == 0 && k < me->v; k++) {
+		const pp_stage *st = &t->chunks[k];
+		v[0] += st->moe.aux, v[1] += st->moe.z;
+		v[2] += (double)st->moe.dropped, v[3] += (double)st->moe.routed;
+	}
+	int rc = sum_over(me->world_comm, v, 4, PP_DT_F64, PP_OP_SUM, e);
+	int layers = 0;
+	for (int l = 0; l < t->cfg->model.n_layers; l++)
+		layers += plan_layer_is_moe(&t->cfg->model, l);
+	const double mbs = (double)t->cfg->microbatches * me->dp * (layers ? layers : 1);
+	r->moe_aux = v[0] / mbs;
+	r->moe_z = v[1] / mbs;
+	r->moe_dropped = v[3] > 0 ? v[2] / v[3] : 0;
+	return rc;
+}
+
+static int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 {
 	const pp_config *c = t->cfg;
 	const int n = c->microbatches * c->microbatch;
@@ -840,8 +910,10 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	pp_real dscale = (pp_real)(1.0 / v);
 	double sum = 0;
 	long dummy = 0;
-	for (int k = 0; k < t->mesh.v; k++)
+	for (int k = 0; k < t->mesh.v; k++) {
 		stage_zero_grad(&t->chunks[k]);
+		memset(&t->chunks[k].moe, 0, sizeof t->chunks[k].moe);
+	}
 	if ((rc = pipeline_train(&t->pl, tok, tgt, dscale, &sum, e)))
 		return rc;
 	prof_span sp = prof_begin(t->prof, PROF_GRAD_SYNC);
@@ -849,27 +921,30 @@ static int train_step(trainer *t, int *tok, int *tgt, double *loss, double *gnor
 	prof_end(t->prof, &sp, -1, -1, -1, 0);
 	sp = prof_begin(t->prof, PROF_GRAD_NORM);
 	if (!rc)
-		rc = grad_norm(t, gnorm, e);
+		rc = grad_norm(t, &r->gnorm, e);
 	prof_end(t->prof, &sp, -1, -1, -1, 0);
 	sp = prof_begin(t->prof, PROF_LOSS_REDUCE);
 	if (!rc)
 		rc = total_loss(t, &sum, &dummy, e);
+	if (!rc && c->model.n_experts > 0)
+		rc = moe_totals(t, r, e);
 	prof_end(t->prof, &sp, -1, -1, -1, 0);
 	if (rc)
 		return rc;
-	*loss = sum / v;
-	*lr = optim_lr(c, t->step);
-	*skipped = !isfinite(*loss) || !isfinite(*gnorm);
-	if (*skipped && c->nan_policy != PP_NAN_SKIP)
+	r->loss = sum / v;
+	r->lr = optim_lr(c, t->step);
+	r->skipped = !isfinite(r->loss) || !isfinite(r->gnorm);
+	if (r->skipped && c->nan_policy != PP_NAN_SKIP)
 		return pp_errorf(e, PP_ERUNTIME,
 				 "step %ld: %s is %g (loss %g, gradient norm %g); stopping "
 				 "(nan_policy=skip skips such steps)",
-				 t->step + 1, isfinite(*loss) ? "gradient norm" : "loss",
-				 isfinite(*loss) ? *gnorm : *loss, *loss, *gnorm);
-	if (!*skipped) {
+				 t->step + 1, isfinite(r->loss) ? "gradient norm" : "loss",
+				 isfinite(r->loss) ? r->gnorm : r->loss, r->loss, r->gnorm);
+	if (!r->skipped) {
 		prof_span opt = prof_begin(t->prof, PROF_OPTIMIZER);
 		for (int k = 0; k < t->mesh.v; k++)
-			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, *lr, optim_clip_scale(c, *gnorm));
+			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, r->lr,
+				   optim_clip_scale(c, r->gnorm));
 		prof_end(t->prof, &opt, -1, -1, -1, 0);
 		prof_span gather = prof_begin(t->prof, PROF_PARAM_GATHER);
 		rc = gather_params(t, e);
@@ -1031,17 +1106,17 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	deadline_init(&dl, c->max_runtime);
 	ckpt_job *bg = NULL; /* an asynchronous save in flight */
 	while (t->step < c->steps && !rc) {
-		double loss = 0, gnorm = 0, lr = 0, t0 = now();
-		bool skipped;
+		step_result res = {0};
+		double t0 = now();
 		watchdog_arm(wd, t->step + 1);
 		if ((rc = prof_rec_step_begin(t->prof, t->step + 1, e)))
 			break;
 		prof_span step = prof_begin(t->prof, PROF_STEP);
-		rc = train_step(t, tok, tgt, &loss, &gnorm, &skipped, &lr, e);
+		rc = train_step(t, tok, tgt, &res, e);
 		prof_end(t->prof, &step, -1, -1, -1, 0);
 		if (rc)
 			break;
-		log_step(t, &lg, o, loss, lr, gnorm, now() - t0, skipped);
+		log_step(t, &lg, o, &res, now() - t0);
 		deadline_step(&dl, now() - t0);
 		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps)) {
 			prof_span ev = prof_begin(t->prof, PROF_EVAL);

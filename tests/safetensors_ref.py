@@ -131,6 +131,10 @@ def cmd_mkhf(kind, dtype, d):
     elif kind == "mistral":
         cfg = tr.MistralConfig(sliding_window=4, rope_theta=1e6, **common)
         cls = tr.MistralForCausalLM
+    elif kind == "mixtral":
+        cfg = tr.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, rope_theta=1e6,
+                               router_aux_loss_coef=0.02, **common)
+        cls = tr.MixtralForCausalLM
     elif kind in ("gpt2", "gpt2-bare"):
         cfg = tr.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=128,
                             initializer_range=0.1)

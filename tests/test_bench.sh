@@ -14,6 +14,8 @@
 #   - scripts/gpu-check.sh build without a GPU: builds, then says there is
 #     no GPU and exits 3;
 #   - bench/cpu-vs-torch.sh on a tiny model (it shares bench/lib.sh);
+#   - bench/moe.sh's smoke mode: a tiny Mixtral against PyTorch's, dp=2 at
+#     ep=1 and ep=2, and the all-to-all's bandwidth on two ranks;
 #   - bench/profile.sh's smoke mode: step times without and with profiling;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
@@ -125,6 +127,15 @@ if [ -n "$py" ]; then
 else
 	skip bench/cpu_vs_torch "no PyTorch reference environment"
 fi
+
+# --- moe.sh: a Mixtral against PyTorch's, ep=2, the all-to-all ---------------------------
+if [ -n "$py" ]; then
+	bench/moe.sh --smoke --json $T/moe.json >$T/moe.txt 2>$T/moe.err
+	check bench/moe_smoke eval 'jqt ".pp_tokens_per_s > 0 and .torch_tokens_per_s > 0 and (.pp_over_torch - .pp_tokens_per_s / .torch_tokens_per_s | fabs) < 1e-9 and .dp2_ep2_tokens_per_s > 0 and ([.collectives[] | select(.op == \"alltoall\" and .bus_gb_s >= 0)] | length) == 4" $T/moe.json && grep -qE "^dp=2 ep=2" $T/moe.txt || { tail -n 5 $T/moe.err; false; }'
+else
+	skip bench/moe_smoke "no PyTorch reference environment"
+fi
+expect_fail bench/moe_bad_steps 2 "^moe: --steps x: expected an integer" bench/moe.sh --steps x
 
 # --- ckpt.sh: convert and export against cp -------------------------------------------
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err

@@ -522,15 +522,15 @@ static void test_load_errors(void)
 	snprintf(path, sizeof path, "%s/manifest.json", d);
 	char *text = slurp(path), *v = text ? strstr(text, "\"version\": 1") : NULL;
 	if (v)
-		v[11] = '3';
+		v[11] = '4';
 	if (text)
 		spit(path, text);
 	free(text);
 	rc = load_into(d, &e);
-	CHECK(v && rc && strstr(e.msg, "version 3") && strstr(e.msg, "reads versions 1 to 2"), "ckpt/err_version",
+	CHECK(v && rc && strstr(e.msg, "version 4") && strstr(e.msg, "reads versions 1 to 3"), "ckpt/err_version",
 	      "rc %d: %s", rc, e.msg);
 	rc = ckpt_verify(d, &e);
-	CHECK(rc && strstr(e.msg, "version 3"), "ckpt/verify_version", "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "version 4"), "ckpt/verify_version", "rc %d: %s", rc, e.msg);
 	/* a version-1 checkpoint relabelled 2 lacks the optimizer files, and
 	 * its shard says 1 */
 	d = copy_ckpt("err_version2");

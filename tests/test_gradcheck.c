@@ -14,8 +14,9 @@
  *     loss_chunk_mb) give the same loss, gradients and kept logits as one
  *     chunk, alone, with the split backward and with tp = 2;
  *   - the last backward pass (STAGE_BWD_LAST) reports final gradients to the
- *     stage's grad_ready hook: a shrinking suffix g[from, n), each already
- *     equal to its value at the end, the last report from 0; other passes
+ *     stage's grad_ready hook: a shrinking suffix g[from, n_shared), each
+ *     already equal to its value at the end, the last report from 0 with the
+ *     experts g[n_shared, n) final too; other passes
  *     report nothing, and an error from the hook stops the pass. */
 #include <math.h>
 #include <pthread.h>
@@ -375,7 +376,8 @@ static void hook_reset(hook_log *h)
 }
 
 /* the reports came with from decreasing to 0, at least one per layer, and
- * g[from, n) already had its final value at each */
+ * g[from, n_shared) already had its final value at each (the experts',
+ * g[n_shared, n), at the last) */
 static int hook_ok(const hook_log *h, const pp_stage *s, char *why, size_t len)
 {
 	int L = s->layer_end - s->layer_begin;
@@ -389,7 +391,9 @@ static int hook_ok(const hook_log *h, const pp_stage *s, char *why, size_t len)
 			snprintf(why, len, "report %d: from %zu after %zu", i, h->from[i], h->from[i - 1]);
 			return 0;
 		}
-		for (size_t j = h->from[i]; j < s->n_elems; j++)
+		/* the experts at the buffer's end are final with the last report */
+		size_t end = i == h->n - 1 ? s->n_elems : s->n_shared;
+		for (size_t j = h->from[i]; j < end; j++)
 			if (h->snap[i][j] != s->g[j]) {
 				snprintf(why, len, "report %d (from %zu): g[%zu] = %g, final %g", i,
 					 h->from[i], j, (double)h->snap[i][j], (double)s->g[j]);

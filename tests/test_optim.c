@@ -1,8 +1,11 @@
 /* The learning-rate schedules (MaxText semantics), clipping, the
- * weight-decay mask of AdamW and the gradient norm's sum of squares. */
+ * weight-decay mask of AdamW, the gradient norm's sum of squares, and the
+ * ranges a rank updates: the experts at the buffer's end, each region
+ * shared out over its group under ZeRO-1, AdamW over two ranges. */
 #include <math.h>
 #include <string.h>
 
+#include "../libcommon/gradsync.h"
 #include "../libcommon/optim.h"
 #include "harness.h"
 
@@ -68,6 +71,100 @@ static void check_grad_sumsq(pp_stage *s, size_t lo, size_t hi,
 	      sumsq_calls, calls);
 }
 
+/* A MoE stage's regions and the ranges of each rank of dp = 4, ep = 2 under
+ * ZeRO-1; then AdamW over a rank's two ranges against AdamW over the whole
+ * buffer, element by element. */
+static void check_moe_ranges(void)
+{
+	pp_config c;
+	pp_err e = {0};
+	char *ov[] = {"model=mixtral-tiny"};
+	if (pp_config_load(&c, NULL, 1, ov, &e)) {
+		CHECK(0, "optim/moe_config", "%s", e.msg);
+		return;
+	}
+	stage_spec sp = stage_spec_whole(&c.model, 1, 4, false);
+	sp.ep.rank = 1;
+	sp.ep.size = 2;
+	pp_stage s;
+	if (stage_create(&s, &c.model, &pp_ops_cpu, &sp, &e)) {
+		CHECK(0, "optim/moe_stage", "%s", e.msg);
+		pp_config_free(&c);
+		return;
+	}
+	/* every expert (and only experts) after n_shared; this rank's half */
+	int experts = 0, misplaced = 0;
+	for (int i = 0; i < s.n_params; i++) {
+		const pp_param *p = &s.params[i];
+		bool expert = strstr(p->name, ".experts.") != NULL;
+		experts += expert;
+		misplaced += expert != (p->off >= s.n_shared);
+	}
+	CHECK(misplaced == 0 && s.n_shared < s.n_elems &&
+		      experts == 3 * c.model.n_layers * c.model.n_experts / 2 &&
+		      stage_find_param(&s, "model.layers.0.block_sparse_moe.experts.0.w1.weight") == NULL,
+	      "optim/moe_experts_at_end", "%d misplaced of %d experts; shared %zu of %zu", misplaced,
+	      experts, s.n_shared, s.n_elems);
+
+	/* the shared region tiled by all four dp ranks, the experts by the
+	 * two of each ep rank (this stage is ep rank 1: dp ranks 1 and 3) */
+	size_t covered[2] = {0, 0};
+	bool ordered = true;
+	optim_ranges r[4];
+	for (int d = 0; d < 4; d++) {
+		gradsync_ranges(&s, true, 4, d, 2, &r[d]);
+		covered[0] += r[d].hi[OPTIM_SHARED] - r[d].lo[OPTIM_SHARED];
+		if (d % 2 == 1)
+			covered[1] += r[d].hi[OPTIM_EXPERTS] - r[d].lo[OPTIM_EXPERTS];
+		ordered &= r[d].hi[OPTIM_SHARED] <= s.n_shared && r[d].lo[OPTIM_EXPERTS] >= s.n_shared &&
+			   (d == 0 || r[d].lo[OPTIM_SHARED] == r[d - 1].hi[OPTIM_SHARED]);
+	}
+	ordered &= r[1].hi[OPTIM_EXPERTS] == r[3].lo[OPTIM_EXPERTS] &&
+		   r[1].lo[OPTIM_EXPERTS] == s.n_shared && r[3].hi[OPTIM_EXPERTS] == s.n_elems;
+	CHECK(ordered && covered[0] == s.n_shared && covered[1] == s.n_elems - s.n_shared,
+	      "optim/moe_zero1_ranges", "shared covered %zu of %zu, experts %zu of %zu", covered[0],
+	      s.n_shared, covered[1], s.n_elems - s.n_shared);
+	const optim_ranges *q = &r[3];
+	CHECK(optim_ranges_count(q) == q->hi[0] - q->lo[0] + q->hi[1] - q->lo[1] &&
+		      optim_ranges_pos(q, q->lo[1]) == q->hi[0] - q->lo[0] &&
+		      optim_ranges_pos(q, q->lo[0] + 2) == 2 && optim_ranges_meet(q, q->lo[1], q->lo[1] + 1) &&
+		      !optim_ranges_meet(q, q->hi[0], q->lo[1]) && !optim_ranges_whole(q, &s),
+	      "optim/ranges_layout", "count %zu pos %zu", optim_ranges_count(q),
+	      optim_ranges_pos(q, q->lo[1]));
+
+	/* AdamW over dp rank 3's two ranges against the whole buffer's */
+	pp_real *w0 = malloc(s.n_elems * sizeof *w0), *whole = malloc(s.n_elems * sizeof *whole);
+	for (size_t j = 0; j < s.n_elems; j++) {
+		w0[j] = (pp_real)(((j * 131) % 97) * 1e-2);
+		s.g[j] = (pp_real)(((j * 7919) % 1000) * 1e-3 - 0.5);
+	}
+	optim_ranges all;
+	gradsync_ranges(&s, false, 4, 3, 2, &all);
+	optim_state o_all, o_part;
+	optim_create(&o_all, &pp_ops_cpu, &all, &e);
+	optim_create(&o_part, &pp_ops_cpu, q, &e);
+	for (int step = 1; step <= 2; step++) {
+		memcpy(s.w, w0, s.n_elems * sizeof *w0);
+		optim_step(step == 1 ? &o_all : &o_part, &s, &c, 1, 1e-2, 1.0);
+		if (step == 1)
+			memcpy(whole, s.w, s.n_elems * sizeof *whole);
+	}
+	size_t bad = 0;
+	for (size_t j = 0; j < s.n_elems; j++) {
+		bool in = optim_ranges_meet(q, j, j + 1);
+		bad += in ? s.w[j] != whole[j] : s.w[j] != w0[j];
+	}
+	size_t at = optim_ranges_pos(q, q->lo[1]);
+	bad += o_part.m[at] != o_all.m[q->lo[1]];
+	CHECK(bad == 0, "optim/adamw_two_ranges", "%zu elements differ from AdamW over the whole buffer", bad);
+	optim_free(&o_all);
+	optim_free(&o_part);
+	free(w0);
+	free(whole);
+	stage_free(&s);
+	pp_config_free(&c);
+}
+
 int main(void)
 {
 	/* cosine: linear warmup from 0 over 10 steps, then cosine to 0.1 * lr at the last step */
@@ -116,7 +213,9 @@ int main(void)
 		pp_stage s;
 		optim_state o;
 		stage_create(&s, &full.model, &pp_ops_cpu, &sp, &e);
-		optim_create(&o, &pp_ops_cpu, 0, s.n_elems, &e);
+		optim_ranges all;
+		gradsync_ranges(&s, false, 1, 0, 1, &all);
+		optim_create(&o, &pp_ops_cpu, &all, &e);
 		for (size_t j = 0; j < s.n_elems; j++)
 			s.w[j] = 1; /* zero gradients: only decay moves a parameter */
 		optim_step(&o, &s, &full, 1, 0.5, 1.0);
@@ -159,5 +258,6 @@ int main(void)
 		}
 	}
 	pp_config_free(&full);
+	check_moe_ranges();
 	TH_EXIT();
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "../libcommon/model.h"
 #include "../libcommon/plan.h"
 
 static pp_model_cfg llama(const char *name, int C, int Hq, int Hkv, int F, int L, int V)
@@ -317,6 +318,35 @@ static void test_memory(void)
 		      iz.optimizer == (i0.param_count + 3) / 4 * 8 + (big + 3) / 4 * 5 * 4,
 	      "plan/mem/shard-optimizer-chunks", "rc %d optimizer %lld, stage %lld, largest chunk %lld",
 	      rc, (long long)iz.optimizer, (long long)i0.param_count, (long long)big);
+
+	/* expert parallelism: a rank holds E / ep experts of each MoE layer, as
+	 * the stage it builds does; ZeRO-1 splits the rest over dp and the
+	 * experts over the dp / ep ranks that hold the same ones (here one:
+	 * not split), and the gather buffer fits the larger region's shares */
+	pp_model_cfg mx = llama("moe", 64, 4, 2, 96, 4, 256);
+	mx.family = PP_FAMILY_MIXTRAL;
+	mx.n_experts = 4;
+	mx.top_k = 2;
+	pp_config ce = run_cfg(mx);
+	ce.dp = ce.ep = 2;
+	ce.global_batch = 16;
+	ce.shard_optimizer = true;
+	plan_memory_t me;
+	rc = plan_memory_rank(&ce, 0, &me, &e);
+	stage_spec sp = stage_spec_whole(&mx, 1, 1, false);
+	sp.ep.rank = 1;
+	sp.ep.size = 2;
+	pp_stage st;
+	rc = rc || stage_describe(&st, &mx, &sp, &e);
+	const int64_t ne = rc ? 0 : (int64_t)st.n_elems, ns = rc ? 0 : (int64_t)st.n_shared;
+	int64_t gather = (ns + 1) / 2 * 3 > (ne - ns) * 2 ? (ns + 1) / 2 * 3 : (ne - ns) * 2;
+	CHECK(rc == 0 && me.param_count == ne && ne > ns &&
+		      me.optimizer == ((ns + 1) / 2 + (ne - ns)) * 8 + gather * 4,
+	      "plan/mem/ep-matches-stage", "rc %d %s: plan %lld, stage %lld (shared %lld); optimizer %lld",
+	      rc, e.msg, (long long)me.param_count, (long long)ne, (long long)ns,
+	      (long long)me.optimizer);
+	if (!rc)
+		stage_free(&st);
 
 	/* errors are values naming the key */
 	pp_config bad = c;

@@ -33,7 +33,7 @@ rc=$?
 echo "$out"
 check check/srun4_passes test $rc -eq 0
 check check/srun4_every_rank test "$(grep -cE '^(wiring|device|run_dir|memory) +rank [0-3] +ok' <<<"$out")" -eq 16
-check check/srun4_collectives test "$(grep -cE '^(allreduce|all_gather|sendrecv) +[0-9]+ [KM]iB +ok +bus [0-9.]+ GB/s' <<<"$out")" -eq 12
+check check/srun4_collectives test "$(grep -cE '^(allreduce|all_gather|sendrecv|alltoall) +[0-9]+ [KM]iB +ok +bus [0-9.]+ GB/s' <<<"$out")" -eq 16
 check check/srun4_bandwidth grep -qE "^wiring +job +ok +4 ranks on 1 node" <<<"$out"
 expect_fail check/layout_mismatch 1 "preflight" srun -n 4 --mpi=pmix pp-init --check $cfg dp=2 run_dir=$T/four
 # a read-only file system as the run directory: the check fails naming it

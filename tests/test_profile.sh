@@ -103,9 +103,11 @@ if sched gpipe 4 "$(frac 3 / 7)" $pp4 schedule=gpipe global_batch=4 debug.fwd_ms
 		fail profile/pp4/trace "$out"
 	fi
 fi
-sched 1f1b 4 "$(frac 3 / 19)" $pp4 schedule=1f1b global_batch=16 debug.fwd_ms=10 debug.bwd_ms=20
+# passes of 20 and 40 ms: a rank's fixed costs per pass (the transfers, the
+# scheduler of 4 ranks on fewer cores) stay small beside them
+sched 1f1b 4 "$(frac 3 / 19)" $pp4 schedule=1f1b global_batch=16 debug.fwd_ms=20 debug.bwd_ms=40
 sched interleaved 4 "$(frac 3 / 35)" $pp4 schedule=interleaved1f1b virtual_stages=2 \
-	global_batch=16 debug.fwd_ms=10 debug.bwd_ms=20
+	global_batch=16 debug.fwd_ms=20 debug.bwd_ms=40
 sched zbh1 4 "$(frac 3 / 51)" $pp4 schedule=zbh1 global_batch=16 debug.fwd_ms=25 \
 	debug.bwd_ms=50 debug.bwd_w_ms=25
 if [ -n "${measured[gpipe]:-}" ] && [ -n "${measured[1f1b]:-}" ] && [ -n "${measured[interleaved]:-}" ] &&

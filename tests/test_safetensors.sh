@@ -3,13 +3,13 @@
 # hfconfig.c, llama2c.c) through pp-ckpt import and export, checked by readers
 # that are not pp's (tests/safetensors_ref.py: transformers in the venv of
 # scripts/setup-reference.sh, safetensors' own loader, struct):
-#   - each dense tiny preset exported loads in transformers with no missing
-#     or unexpected keys and gives pp's logits; imported back, the same
-#     parameters bit for bit
+#   - each tiny preset (Mixtral's with its experts) exported loads in
+#     transformers with no missing or unexpected keys and gives pp's logits;
+#     imported back, the same parameters bit for bit
 #   - F16 and BF16 exports are torch's own rounding and load; a sharded
 #     export (an index and 3+ files) loads and imports back bitwise
 #   - models save_pretrained wrote (F32 llama, whole and sharded, BF16
-#     mistral with a sliding window, GPT-2 with and without the
+#     mistral with a sliding window, F32 mixtral, GPT-2 with and without the
 #     "transformer." prefix and mask buffers) import and give transformers'
 #     logits
 #   - damaged files and configs pp cannot build fail with a clear message
@@ -39,9 +39,9 @@ else
 	skip safetensors/hf "reference environment unavailable: $(grep -v '^ ' "$T/setup.log" | tail -n 1)"
 fi
 
-# ---- pp -> safetensors -> pp, for every dense family ---------------------------
+# ---- pp -> safetensors -> pp, for every family ---------------------------------
 jobs=()
-for f in llama mistral gemma gpt; do
+for f in llama mistral gemma gpt mixtral; do
 	if ! quiet pp-init model=$f-tiny -o "$T/$f" || ! quiet pp-ckpt export "$T/$f" --format safetensors -o "$T/st-$f" ||
 		! quiet "$logits" "$T/$f/checkpoints/step_00000000" "$T/$f.f32" "${TOK[@]}"; then
 		fail "safetensors/$f/export" "$(tail -n 2 "$T/log")"
@@ -85,6 +85,7 @@ fi
 hf_cases="llama float32
 llama-sharded float32
 mistral bfloat16
+mixtral float32
 gpt2 float32
 gpt2-bare float32"
 if $have_ref; then
@@ -135,8 +136,11 @@ if "$py" "$ref" corrupt "$T/st-llama" "$T/bad"; then
 else
 	fail safetensors/bad "cannot write the damaged files"
 fi
-cp -r "$T/st-llama" "$T/moe" && sed -i 's/"model_type": "llama"/"model_type": "mixtral", "num_local_experts": 8/' "$T/moe/config.json"
-expect_fail safetensors/bad/model-type 2 "key 'model_type' is \"mixtral\": pp imports llama, mistral, gemma and gpt2" \
+cp -r "$T/st-llama" "$T/qmoe" && sed -i 's/"model_type": "llama"/"model_type": "qwen2_moe"/' "$T/qmoe/config.json"
+expect_fail safetensors/bad/model-type 2 "key 'model_type' is \"qwen2_moe\": pp imports llama, mistral, mixtral, gemma and gpt2" \
+	pp-ckpt import --format safetensors "$T/qmoe" -o "$T/out-qmoe"
+cp -r "$T/st-llama" "$T/moe" && sed -i 's/"model_type": "llama"/"model_type": "llama", "num_experts": 8/' "$T/moe/config.json"
+expect_fail safetensors/bad/experts-not-mixtral 2 "key 'num_experts'.*pp imports the experts of Mixtral only" \
 	pp-ckpt import --format safetensors "$T/moe" -o "$T/out-moe"
 cp -r "$T/st-llama" "$T/abias" && sed -i 's/"attention_bias": false/"attention_bias": true/' "$T/abias/config.json"
 expect_fail safetensors/bad/attention-bias 2 "key 'attention_bias' is true: pp's bias puts biases on attention and MLP alike" \

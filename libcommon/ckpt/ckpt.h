@@ -17,9 +17,10 @@
 
 #define PP_CKPT_FORMAT "pp-checkpoint"
 /* Format versions this pp reads. A checkpoint is written as version 1 unless
- * it has per-dp optimizer files (ZeRO-1), which version 2 added. */
+ * it has per-dp optimizer files (ZeRO-1), which version 2 added, or shards
+ * per expert-parallel rank (ep > 1), which version 3 added. */
 #define PP_CKPT_VERSION_OLDEST 1
-#define PP_CKPT_VERSION 2
+#define PP_CKPT_VERSION 3
 #define PP_CKPT_MAXDIM 4
 #define PP_CKPT_DATA_STATE 16
 
@@ -67,8 +68,10 @@ typedef struct {
 	 * pp000-tp000 keeps a copy of in /tokenizer, so that the checkpoint
 	 * decodes text on its own; NULL or "" for none */
 	const char *tokenizer;
-	/* this shard's coordinates in the mesh and the mesh size */
+	/* this shard's coordinates in the mesh and the mesh size; ep_size 0
+	 * counts as 1 (no expert parallelism) */
 	int pp_rank, tp_rank, dp_rank, pp_size, tp_size, dp_size;
+	int ep_rank, ep_size;
 	int n_tensors;
 	ckpt_tensor *tensors;
 	/* ZeRO-1 (format version 2): AdamW state is saved per dp rank, each
@@ -155,15 +158,17 @@ int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e);
  *   under ZeRO-1, every rank:   ckpt_write_optim_shard(tmp, s)
  *   barrier, then rank 0:   ckpt_commit(run, tmp, step, keep)
  * Without ZeRO-1 the shard holds params, m and v, and dp ranks other than 0
- * write nothing (their copies are identical). */
+ * write nothing (their copies are identical). With expert parallelism the
+ * first ep dp ranks of each (pp, tp) each write a shard (pp, tp, ep): their
+ * experts, and on ep rank 0 the rest. */
 
 /* Creates RUN/checkpoints (mkdir -p) and an empty temporary directory
  * RUN/checkpoints/.tmp-step_NNNNNNNN-PID, returned in tmp_dir. Removes stale
  * .tmp-* and .trash-* directories left by processes no longer alive. */
 int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, pp_err *e);
 
-/* Writes this process's shard file (s->pp_rank, s->tp_rank) into dir and
- * fsyncs it. */
+/* Writes this process's shard file (s->pp_rank, s->tp_rank, and s->ep_rank
+ * when s->ep_size > 1) into dir and fsyncs it. */
 int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e);
 
 /* Writes this rank's optimizer file (s->pp_rank, s->tp_rank, s->dp_rank)
@@ -195,9 +200,10 @@ int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e);
 int ckpt_writer_close(ckpt_writer *w, pp_err *e);
 void ckpt_writer_abort(ckpt_writer *w);
 
-/* File names inside a checkpoint directory: the (pp, tp) shard and the
- * per-rank optimizer file (ZeRO-1, version 2). */
-void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank);
+/* File names inside a checkpoint directory: the (pp, tp) shard, or with
+ * ep_rank >= 0 the (pp, tp, ep) one (version 3), and the per-rank optimizer
+ * file (ZeRO-1, version 2). */
+void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank, int ep_rank);
 void ckpt_optim_name(char *buf, size_t size, int pp_rank, int tp_rank, int dp_rank);
 
 /* ---- reading the manifest (for pp-ckpt: list, inspect, reshard) ---- */
@@ -237,7 +243,7 @@ typedef struct {
 typedef struct {
 	int version;
 	long step;
-	int pp_size, tp_size, dp_size;
+	int pp_size, tp_size, dp_size, ep_size;
 	int n_files;
 	ckpt_file_info *files; /* sorted by name */
 	int n_tensors;

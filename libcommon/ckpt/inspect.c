@@ -62,8 +62,11 @@ int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e)
 		int problems = ckpt_verify_each(dir, false, NULL, NULL, &why);
 		bool parsed = ckpt_read_manifest(dir, &m, NULL) == 0;
 		if (parsed) {
-			snprintf(layout, sizeof layout, "pp=%d tp=%d dp=%d%s", m.pp_size, m.tp_size,
-				 m.dp_size, zero1(&m) ? " zero1" : "");
+			char ep[16] = "";
+			if (m.ep_size > 1)
+				snprintf(ep, sizeof ep, " ep=%d", m.ep_size);
+			snprintf(layout, sizeof layout, "pp=%d tp=%d dp=%d%s%s", m.pp_size, m.tp_size,
+				 m.dp_size, ep, zero1(&m) ? " zero1" : "");
 			human_bytes(size, sizeof size, (double)total_bytes(&m));
 		}
 		if (json) {
@@ -73,6 +76,7 @@ int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e)
 				json_object_set_new(o, "pp", json_integer(m.pp_size));
 				json_object_set_new(o, "tp", json_integer(m.tp_size));
 				json_object_set_new(o, "dp", json_integer(m.dp_size));
+				json_object_set_new(o, "ep", json_integer(m.ep_size));
 				json_object_set_new(o, "zero1", json_boolean(zero1(&m)));
 				json_object_set_new(o, "bytes", json_integer(total_bytes(&m)));
 				json_object_set_new(o, "version", json_integer(m.version));
@@ -156,11 +160,11 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 							    "dtype", "float32", "adam", t->adam, "shards",
 							    shards));
 		}
-		json_t *o = json_pack("{s:s, s:I, s:f, s:i, s:{s:i, s:i, s:i, s:b}, s:I, s:I, s:I, s:b, "
+		json_t *o = json_pack("{s:s, s:I, s:f, s:i, s:{s:i, s:i, s:i, s:i, s:b}, s:I, s:I, s:I, s:b, "
 				      "s:s, s:O, s:O, s:o}",
 				      "dir", dir, "step", (json_int_t)m.step, "tokens_seen", tokens,
 				      "format_version", m.version, "layout", "pp", m.pp_size, "tp",
-				      m.tp_size, "dp", m.dp_size, "zero1", zero1(&m), "parameters",
+				      m.tp_size, "dp", m.dp_size, "ep", m.ep_size, "zero1", zero1(&m), "parameters",
 				      (json_int_t)params, "files", (json_int_t)m.n_files, "bytes",
 				      (json_int_t)total_bytes(&m), "optimizer_state", holds, "tokenizer",
 				      tok ? tok : "", "model", model ? model : json_null(), "config", cfg,
@@ -176,8 +180,10 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 		fprintf(out, "step         %ld (%.6g tokens seen at global_batch %.0f x seq_len %.0f)\n",
 			m.step, tokens, batch, seq);
 		fprintf(out, "format       pp-checkpoint version %d\n", m.version);
-		fprintf(out, "layout       pp=%d tp=%d dp=%d%s\n", m.pp_size, m.tp_size, m.dp_size,
-			zero1(&m) ? ", AdamW state sharded over dp (ZeRO-1)" : "");
+		fprintf(out, "layout       pp=%d tp=%d dp=%d", m.pp_size, m.tp_size, m.dp_size);
+		if (m.ep_size > 1)
+			fprintf(out, " ep=%d, experts sharded over ep", m.ep_size);
+		fprintf(out, "%s\n", zero1(&m) ? ", AdamW state sharded over dp (ZeRO-1)" : "");
 		fprintf(out, "files        %d, %s\n", m.n_files, size);
 		fprintf(out, "model        %s %s: d_model %lld, %lld layers, %lld heads (%lld kv), vocab "
 			     "%lld; %lld parameters\n",

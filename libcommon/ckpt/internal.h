@@ -30,14 +30,17 @@ extern const char *const ck_group_name[N_GROUPS];
 /* ---- util.c: names, paths, shapes ---- */
 /* The two kinds of file in a checkpoint directory. */
 enum { F_NONE, F_SHARD, F_OPTIM };
-/* The kind of a file name and its mesh coordinates (dp = -1 for a shard). */
-int ck_file_kind(const char *name, int *pp, int *tp, int *dp);
+/* The kind of a file name and its mesh coordinates (dp = -1 for a shard,
+ * ep = -1 for an optimizer file or a shard of a mesh without ep). */
+int ck_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep);
 /* "step_" and digits only */
 bool ck_parse_step_name(const char *name, long *step);
 /* snprintf that reports truncation as an error (paths, names) */
 __attribute__((format(printf, 4, 5))) int ck_fmt_checked(char *out, size_t n, pp_err *e,
 							  const char *fmt, ...);
 int ck_join(char *out, size_t n, const char *a, const char *b, pp_err *e);
+/* The ep rank in a shard's name for a mesh of ep_size: -1 (none) when 1. */
+static inline int ck_ep_name(int ep_rank, int ep_size) { return ep_size > 1 ? ep_rank : -1; }
 /* The element count, or -1 when it does not fit int64_t (a damaged manifest). */
 int64_t ck_volume(int ndim, const int64_t *d);
 bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b);
@@ -60,8 +63,9 @@ bool ck_version_known(long long v);
 int ck_cmp_tensor(const void *a, const void *b);
 int ck_cmp_file(const void *a, const void *b);
 int ck_file_index(const ckpt_manifest *m, const char *name);
-/* The files are exactly the pp x tp shards of the mesh and, from version 2
- * on, its pp x tp x dp optimizer files. */
+/* The files are exactly the pp x tp (x ep, version 3) shards of the mesh
+ * and its pp x tp x dp optimizer files: always in version 2, all or none in
+ * version 3. */
 int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e);
 /* Tensor t's params, and its m and v, covered exactly once. */
 int ck_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t, pp_err *e);
@@ -87,6 +91,7 @@ int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HE
  * them. */
 typedef struct {
 	int64_t version, step, pp_rank, tp_rank, dp_rank, pp_size, tp_size, dp_size;
+	int64_t ep_rank, ep_size; /* version 3; else 0 and 1 */
 } ck_file_attrs;
 
 int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attrs *a, pp_err *e);

@@ -60,29 +60,39 @@ int ck_file_index(const ckpt_manifest *m, const char *name)
 	return f ? (int)(f - m->files) : -1;
 }
 
-/* The files are exactly the pp x tp shards of the mesh and, from version 2
- * on, its pp x tp x dp optimizer files. */
+/* The files are exactly the pp x tp (x ep, version 3) shards of the mesh
+ * and its pp x tp x dp optimizer files: always in version 2, all or none in
+ * version 3. */
 int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 {
-	if (m->pp_size < 1 || m->tp_size < 1 || m->dp_size < 1)
-		return pp_errorf(e, PP_ERUNTIME, "%s: mesh pp=%d tp=%d dp=%d is not valid", where,
-				 m->pp_size, m->tp_size, m->dp_size);
+	if (m->pp_size < 1 || m->tp_size < 1 || m->dp_size < 1 || m->ep_size < 1 ||
+	    m->dp_size % m->ep_size || (m->version < 3 && m->ep_size != 1))
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: mesh pp=%d tp=%d dp=%d ep=%d is not valid (ep divides dp; ep > 1 "
+				 "needs format version 3)",
+				 where, m->pp_size, m->tp_size, m->dp_size, m->ep_size);
+	const int ep_size = m->version >= 3 ? m->ep_size : 1;
 	long long n_shards = 0, n_optim = 0;
 	for (int i = 0; i < m->n_files; i++) {
 		const char *name = m->files[i].name;
-		int pp, tp, dp, kind = ck_file_kind(name, &pp, &tp, &dp);
+		int pp, tp, dp, ep, kind = ck_file_kind(name, &pp, &tp, &dp, &ep);
 		if (kind == F_NONE)
 			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: unexpected file %s (shard files are named shard-ppNNN-tpNNN.h5, "
-					 "optimizer files optim-ppNNN-tpNNN-dpNNN.h5)",
+					 "%s: unexpected file %s (shard files are named shard-ppNNN-tpNNN.h5, or "
+					 "shard-ppNNN-tpNNN-epNNN.h5 with ep > 1, optimizer files "
+					 "optim-ppNNN-tpNNN-dpNNN.h5)",
 					 where, name);
 		if (kind == F_OPTIM && m->version < 2)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: %s is an optimizer file, which format version %d does not have (version 2 added them)",
 					 where, name, m->version);
-		if (pp >= m->pp_size || tp >= m->tp_size || dp >= m->dp_size)
-			return pp_errorf(e, PP_ERUNTIME, "%s: %s lies outside the mesh pp=%d tp=%d dp=%d", where, name,
-					 m->pp_size, m->tp_size, m->dp_size);
+		if (kind == F_SHARD && (ep < 0) != (ep_size == 1))
+			return pp_errorf(e, PP_ERUNTIME, "%s: %s: the shards of a mesh with ep=%d are named %s", where,
+					 name, m->ep_size,
+					 ep_size > 1 ? "shard-ppNNN-tpNNN-epNNN.h5" : "shard-ppNNN-tpNNN.h5");
+		if (pp >= m->pp_size || tp >= m->tp_size || dp >= m->dp_size || ep >= ep_size)
+			return pp_errorf(e, PP_ERUNTIME, "%s: %s lies outside the mesh pp=%d tp=%d dp=%d ep=%d", where,
+					 name, m->pp_size, m->tp_size, m->dp_size, m->ep_size);
 		if (i && strcmp(m->files[i - 1].name, name) == 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: %s is listed twice", where, name);
 		if (kind == F_SHARD)
@@ -91,15 +101,18 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 			n_optim++;
 	}
 	char name[64];
-	if (n_shards != (long long)m->pp_size * m->tp_size)
+	if (n_shards != (long long)m->pp_size * m->tp_size * ep_size)
 		for (int pp = 0; pp < m->pp_size; pp++)
-			for (int tp = 0; tp < m->tp_size; tp++) {
-				ckpt_shard_name(name, sizeof name, pp, tp);
-				if (ck_file_index(m, name) < 0)
-					return pp_errorf(e, PP_ERUNTIME, "%s: shard %s of the pp=%d tp=%d mesh is missing",
-							 where, name, m->pp_size, m->tp_size);
-			}
-	if (m->version >= 2 && n_optim != (long long)m->pp_size * m->tp_size * m->dp_size)
+			for (int tp = 0; tp < m->tp_size; tp++)
+				for (int ep = 0; ep < ep_size; ep++) {
+					ckpt_shard_name(name, sizeof name, pp, tp, ck_ep_name(ep, ep_size));
+					if (ck_file_index(m, name) < 0)
+						return pp_errorf(e, PP_ERUNTIME,
+								 "%s: shard %s of the pp=%d tp=%d ep=%d mesh is missing",
+								 where, name, m->pp_size, m->tp_size, m->ep_size);
+				}
+	bool want_optim = m->version == 2 || (m->version >= 3 && n_optim > 0);
+	if (want_optim && n_optim != (long long)m->pp_size * m->tp_size * m->dp_size)
 		for (int pp = 0; pp < m->pp_size; pp++)
 			for (int tp = 0; tp < m->tp_size; tp++)
 				for (int dp = 0; dp < m->dp_size; dp++) {
@@ -107,7 +120,7 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 					if (ck_file_index(m, name) < 0)
 						return pp_errorf(e, PP_ERUNTIME,
 								 "%s: optimizer file %s of the pp=%d tp=%d dp=%d mesh is missing "
-								 "(format version 2 has one per rank)",
+								 "(ZeRO-1 has one per rank)",
 								 where, name, m->pp_size, m->tp_size, m->dp_size);
 				}
 	return PP_OK;
@@ -275,8 +288,10 @@ json_t *ck_manifest_to_json(const ckpt_manifest *m)
 	json_object_set_new(root, "format", json_string(PP_CKPT_FORMAT));
 	json_object_set_new(root, "version", json_integer(m->version));
 	json_object_set_new(root, "step", json_integer(m->step));
-	json_object_set_new(root, "mesh", json_pack("{s:i, s:i, s:i}", "pp", m->pp_size, "tp", m->tp_size,
-						    "dp", m->dp_size));
+	json_t *mesh = json_pack("{s:i, s:i, s:i}", "pp", m->pp_size, "tp", m->tp_size, "dp", m->dp_size);
+	if (m->version >= 3)
+		json_object_set_new(mesh, "ep", json_integer(m->ep_size));
+	json_object_set_new(root, "mesh", mesh);
 	for (int i = 0; i < m->n_files; i++)
 		json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", m->files[i].name, "bytes",
 						       (json_int_t)m->files[i].bytes, "sha256", m->files[i].sha256));
@@ -406,7 +421,7 @@ static int parse_optim_entries(const char *where, const ckpt_manifest *m, ckpt_t
 		json_t *oj = json_array_get(optim, j);
 		const char *file = NULL;
 		int64_t offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM], *begin = NULL, *end = NULL;
-		int nd1 = 0, nd2 = 0, nb = 0, ne = 0, rc = PP_OK, fi = -1, pp, tp, dp;
+		int nd1 = 0, nd2 = 0, nb = 0, ne = 0, rc = PP_OK, fi = -1, pp, tp, dp, ep;
 		bool ok = json_unpack(oj, "{s:s}", "file", &file) == 0 &&
 			  json_dims(json_object_get(oj, "offset"), offset, &nd1) &&
 			  json_dims(json_object_get(oj, "shape"), shape, &nd2) && nd1 == t->ndim && nd2 == t->ndim &&
@@ -417,7 +432,7 @@ static int parse_optim_entries(const char *where, const ckpt_manifest *m, ckpt_t
 				       "%s: tensor %s: optim[%zu] must be {\"file\": f, \"offset\": [%d ints], \"shape\": [%d ints], "
 				       "\"slice_begin\": [n ints], \"slice_end\": [n ints]}",
 				       where, t->name, j, t->ndim, t->ndim);
-		else if ((fi = ck_file_index(m, file)) < 0 || ck_file_kind(file, &pp, &tp, &dp) != F_OPTIM)
+		else if ((fi = ck_file_index(m, file)) < 0 || ck_file_kind(file, &pp, &tp, &dp, &ep) != F_OPTIM)
 			rc = pp_errorf(e, PP_ERUNTIME, "%s: tensor %s: optim[%zu] names %s, which is not an optimizer file in \"files\"",
 				       where, t->name, j, file);
 		else {
@@ -459,6 +474,14 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 	m->pp_size = (int)pp;
 	m->tp_size = (int)tp;
 	m->dp_size = (int)dp;
+	m->ep_size = 1;
+	json_t *ep = json_object_get(mesh, "ep");
+	if (m->version >= 3 || ep) {
+		if (!json_is_integer(ep) || json_integer_value(ep) < 1 || json_integer_value(ep) > INT_MAX)
+			return pp_errorf(e, PP_ERUNTIME, "%s: \"mesh\" must have \"ep\": n >= 1 (format version 3)",
+					 where);
+		m->ep_size = (int)json_integer_value(ep);
+	}
 	if (!json_is_array(files) || json_array_size(files) < 1)
 		return pp_errorf(e, PP_ERUNTIME, "%s: \"files\" must be a non-empty array", where);
 	if (!json_is_object(tensors))

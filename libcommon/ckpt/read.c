@@ -319,16 +319,17 @@ static int read_state(hid_t f, const char *path, ckpt_state *s, long step, pp_er
 	return PP_OK;
 }
 
-/* Index of the shard at (pp, tp), or of shard pp000-tp000 when the mesh
- * has none there. */
+/* Index of the shard at (pp, tp) (ep rank 0 of a mesh with ep), or of the
+ * first shard when the mesh has none there. */
 static int own_file(const ckpt_manifest *m, int pp, int tp)
 {
 	char name[64];
-	ckpt_shard_name(name, sizeof name, pp, tp);
+	const int ep = ck_ep_name(0, m->version >= 3 ? m->ep_size : 1);
+	ckpt_shard_name(name, sizeof name, pp, tp, ep);
 	int i = ck_file_index(m, name);
 	if (i >= 0)
 		return i;
-	ckpt_shard_name(name, sizeof name, 0, 0);
+	ckpt_shard_name(name, sizeof name, 0, 0, ep);
 	return ck_file_index(m, name);
 }
 
@@ -485,8 +486,8 @@ static void verify_files(const char *dir, const ckpt_manifest *m, ck_report *r, 
 		if (!rc)
 			rc = ck_file_open(dir, m, i, &f, &pe);
 		snprintf(path, sizeof path, "%s/%s", dir, m->files[i].name);
-		int pp, tp, dp;
-		bool optim = ck_file_kind(m->files[i].name, &pp, &tp, &dp) == F_OPTIM;
+		int pp, tp, dp, ep;
+		bool optim = ck_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) == F_OPTIM;
 		if (!rc && !optim) {
 			ckpt_state st = {0};
 			rc = read_state(f, path, &st, m->step, &pe);

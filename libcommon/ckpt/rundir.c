@@ -243,11 +243,11 @@ int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e)
 {
 	if (ck_check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
-	if (s->pp_size * s->tp_size != 1)
+	if (s->pp_size * s->tp_size != 1 || s->ep_size > 1)
 		return pp_errorf(e, PP_EUSAGE,
-				 "ckpt_save writes one shard, but mesh pp=%d tp=%d has %d: use ckpt_begin, "
-				 "ckpt_write_shard on every rank, then ckpt_commit",
-				 s->pp_size, s->tp_size, s->pp_size * s->tp_size);
+				 "ckpt_save writes one shard, but mesh pp=%d tp=%d ep=%d has more: use "
+				 "ckpt_begin, ckpt_write_shard on every rank, then ckpt_commit",
+				 s->pp_size, s->tp_size, s->ep_size);
 	if (s->optim_per_dp && s->dp_size != 1)
 		return pp_errorf(e, PP_EUSAGE,
 				 "ckpt_save writes one optimizer file, but dp=%d ranks each have one: use ckpt_begin, "

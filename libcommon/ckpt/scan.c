@@ -258,12 +258,12 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 	DIR *d = opendir(dir);
 	if (!d)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint commit: %s: %s", dir, strerror(errno));
-	int rc = PP_OK, cap = 0, pp, tp, dp;
+	int rc = PP_OK, cap = 0, pp, tp, dp, ep;
 	struct dirent *de;
 	while (!rc && (de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (ck_file_kind(de->d_name, &pp, &tp, &dp) == F_NONE) {
+		if (ck_file_kind(de->d_name, &pp, &tp, &dp, &ep) == F_NONE) {
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: unexpected file %s in %s", de->d_name, dir);
 			break;
 		}
@@ -294,7 +294,7 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 	int first = -1; /* the file whose version and mesh the others must match */
 	for (int kind = F_SHARD; kind <= F_OPTIM; kind++)
 		for (int i = 0; !rc && i < m->n_files; i++) {
-			if (ck_file_kind(m->files[i].name, &pp, &tp, &dp) != kind)
+			if (ck_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) != kind)
 				continue;
 			if ((rc = ck_join(path, sizeof path, dir, m->files[i].name, e)))
 				break;
@@ -314,17 +314,21 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 				m->pp_size = (int)a.pp_size;
 				m->tp_size = (int)a.tp_size;
 				m->dp_size = (int)a.dp_size;
+				m->ep_size = (int)a.ep_size;
 			}
 			if (!rc && a.version != m->version)
 				rc = pp_errorf(e, PP_ERUNTIME,
 					       "%s has format version %lld; %s has %d (shards are written with optim_per_dp "
 					       "when the checkpoint has optimizer files)",
 					       path, (long long)a.version, m->files[first].name, m->version);
-			if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size))
+			if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size ||
+				    a.ep_size != m->ep_size))
 				rc = pp_errorf(e, PP_ERUNTIME,
-					       "%s was written for mesh pp=%lld tp=%lld dp=%lld; %s for pp=%d tp=%d dp=%d", path,
-					       (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size,
-					       m->files[first].name, m->pp_size, m->tp_size, m->dp_size);
+					       "%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; %s for pp=%d tp=%d "
+					       "dp=%d ep=%d",
+					       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size,
+					       (long long)a.ep_size, m->files[first].name, m->pp_size, m->tp_size,
+					       m->dp_size, m->ep_size);
 			if (!rc)
 				rc = kind == F_SHARD ? scan_shard(f, path, m, i, index, e) : scan_optim(f, path, m, i, index, e);
 			H5Fclose(f);

@@ -44,8 +44,13 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 		if (!h5u_attr_get_i64(f, ints[i].name, 1, ints[i].v, NULL))
 			return pp_errorf(e, PP_ERUNTIME, "%s: root attribute %s missing or not an integer", path,
 					 ints[i].name);
-	int pp = 0, tp = 0, dp = 0;
-	if (ck_file_kind(name, &pp, &tp, &dp) == F_OPTIM) {
+	a->ep_rank = 0, a->ep_size = 1;
+	if (a->version >= 3 && (!h5u_attr_get_i64(f, "ep_rank", 1, &a->ep_rank, NULL) ||
+				!h5u_attr_get_i64(f, "ep_size", 1, &a->ep_size, NULL)))
+		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute ep_rank or ep_size missing or not an integer "
+				 "(format version 3 has them)", path);
+	int pp = 0, tp = 0, dp = 0, ep = -1;
+	if (ck_file_kind(name, &pp, &tp, &dp, &ep) == F_OPTIM) {
 		if (a->pp_rank != pp || a->tp_rank != tp || a->dp_rank != dp)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s says it is the optimizer file of pp=%lld tp=%lld dp=%lld; its name says pp=%d tp=%d dp=%d",
@@ -53,9 +58,11 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 		if (a->version < 2)
 			return pp_errorf(e, PP_ERUNTIME, "%s is an optimizer file of format version %lld (version 2 added them)",
 					 path, (long long)a->version);
-	} else if (a->pp_rank != pp || a->tp_rank != tp) {
-		return pp_errorf(e, PP_ERUNTIME, "%s says it is shard pp=%lld tp=%lld; its name says pp=%d tp=%d", path,
-				 (long long)a->pp_rank, (long long)a->tp_rank, pp, tp);
+	} else if (a->pp_rank != pp || a->tp_rank != tp || ck_ep_name((int)a->ep_rank, (int)a->ep_size) != ep) {
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s says it is shard pp=%lld tp=%lld ep=%lld of ep size %lld; its name says pp=%d tp=%d%s",
+				 path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->ep_rank,
+				 (long long)a->ep_size, pp, tp, ep < 0 ? " and no ep" : " and an ep rank");
 	}
 	return PP_OK;
 }
@@ -78,11 +85,12 @@ int ck_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, 
 	if (!rc && a.step != m->step)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; " MANIFEST " says step %ld", path,
 			       (long long)a.step, m->step);
-	if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size))
-		rc = pp_errorf(e, PP_ERUNTIME, "%s was written for mesh pp=%lld tp=%lld dp=%lld; " MANIFEST
-					       " says pp=%d tp=%d dp=%d",
-			       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size, m->pp_size,
-			       m->tp_size, m->dp_size);
+	if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size ||
+		    a.ep_size != m->ep_size))
+		rc = pp_errorf(e, PP_ERUNTIME, "%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; " MANIFEST
+					       " says pp=%d tp=%d dp=%d ep=%d",
+			       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size,
+			       (long long)a.ep_size, m->pp_size, m->tp_size, m->dp_size, m->ep_size);
 	if (rc) {
 		H5Fclose(f);
 		return rc;
@@ -164,10 +172,15 @@ static int check_header(const ckpt_state *s, pp_err *e)
 {
 	if (s->step < 0)
 		return pp_errorf(e, PP_EUSAGE, "checkpoint save: step %ld is negative", s->step);
+	const int ep = s->ep_size > 1 ? s->ep_size : 1;
 	if (s->pp_size < 1 || s->tp_size < 1 || s->dp_size < 1 || s->pp_rank < 0 || s->pp_rank >= s->pp_size ||
-	    s->tp_rank < 0 || s->tp_rank >= s->tp_size || s->dp_rank < 0 || s->dp_rank >= s->dp_size)
-		return pp_errorf(e, PP_EUSAGE, "checkpoint save: rank pp=%d tp=%d dp=%d is not inside mesh pp=%d tp=%d dp=%d",
-				 s->pp_rank, s->tp_rank, s->dp_rank, s->pp_size, s->tp_size, s->dp_size);
+	    s->tp_rank < 0 || s->tp_rank >= s->tp_size || s->dp_rank < 0 || s->dp_rank >= s->dp_size ||
+	    s->ep_rank < 0 || s->ep_rank >= ep || s->dp_size % ep)
+		return pp_errorf(e, PP_EUSAGE,
+				 "checkpoint save: rank pp=%d tp=%d dp=%d ep=%d is not inside mesh pp=%d tp=%d dp=%d "
+				 "ep=%d (ep divides dp)",
+				 s->pp_rank, s->tp_rank, s->dp_rank, s->ep_rank, s->pp_size, s->tp_size,
+				 s->dp_size, ep);
 	if (s->n_data_state < 0 || s->n_data_state > PP_CKPT_DATA_STATE)
 		return pp_errorf(e, PP_EUSAGE, "checkpoint save: n_data_state %d (0 to %d)", s->n_data_state,
 				 PP_CKPT_DATA_STATE);
@@ -236,18 +249,20 @@ static bool write_ints(hid_t g, const char *name, int n, const void *v, bool sca
 	return ok;
 }
 
-/* The version a state's files carry: 2 when its m and v go to optimizer
- * files, else 1, which every pp reads. */
-static int64_t state_version(const ckpt_state *s) { return s->optim_per_dp ? 2 : 1; }
+/* The version a state's files carry: 3 when its shards are per ep rank,
+ * else 2 when its m and v go to optimizer files, else 1, which every pp
+ * reads. */
+static int64_t state_version(const ckpt_state *s) { return s->ep_size > 1 ? 3 : s->optim_per_dp ? 2 : 1; }
 
 static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
 {
-	int64_t ints[8] = {state_version(s), s->step,    s->pp_rank, s->tp_rank,
-			   s->dp_rank,       s->pp_size, s->tp_size, s->dp_size};
-	const char *names[8] = {"version", "step", "pp_rank", "tp_rank", "dp_rank", "pp_size", "tp_size", "dp_size"};
+	int64_t ints[10] = {state_version(s), s->step,    s->pp_rank, s->tp_rank, s->dp_rank,
+			    s->pp_size,       s->tp_size, s->dp_size, s->ep_rank, s->ep_size};
+	const char *names[10] = {"version", "step",    "pp_rank", "tp_rank", "dp_rank",
+				 "pp_size", "tp_size", "dp_size", "ep_rank", "ep_size"};
 	if (!h5u_attr_put_str(f, "format", PP_CKPT_FORMAT))
 		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path, h5u_reason());
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < (ints[0] >= 3 ? 10 : 8); i++)
 		if (!h5u_attr_put_i64(f, names[i], 0, &ints[i]))
 			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path, names[i], h5u_reason());
 	return PP_OK;
@@ -355,7 +370,7 @@ int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writ
 	if (optim)
 		ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
 	else
-		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank);
+		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank, ck_ep_name(s->ep_rank, s->ep_size));
 	int rc = w->config_json ? ck_join(w->path, sizeof w->path, dir, name, e)
 				: pp_errorf(e, PP_ERUNTIME, "out of memory");
 	if (rc) {
@@ -462,13 +477,14 @@ static int write_bytes(hid_t g, const char *path, const char *file, pp_err *e)
 			      h5u_reason());
 }
 
-/* The run's tokenizer into /tokenizer (shard pp000-tp000 only): the file,
+/* The run's tokenizer into /tokenizer (shard pp000-tp000, of ep rank 0
+ * with ep > 1, only): the file,
  * the merges.txt beside a GPT-2 vocab.json, and a tokenizer_config.json
  * beside it (whether BOS begins the text). */
 static int write_tokenizer(ckpt_writer *w, pp_err *e)
 {
 	const char *t = w->head.tokenizer;
-	if (!t || !*t || w->head.pp_rank || w->head.tp_rank)
+	if (!t || !*t || w->head.pp_rank || w->head.tp_rank || w->head.ep_rank)
 		return PP_OK;
 	hid_t g = H5Gcreate2(w->f, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 	if (!h5u_ok(g))

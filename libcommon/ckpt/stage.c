@@ -36,6 +36,11 @@ bool ckpt_rank_saves(const pp_stage *st, const pp_param *p)
 	return p->tp_owner && !stage_is_embedding_copy(st, p);
 }
 
+bool ckpt_shard_holds(const pp_stage *st, const pp_param *p)
+{
+	return p->off >= st->n_shared || st->spec.ep.rank == 0;
+}
+
 size_t ckpt_optim_max_ranges(const pp_param *p, size_t lo, size_t hi, bool fused)
 {
 	size_t a = lo > p->off ? lo : p->off, b = hi < p->off + p->n ? hi : p->off + p->n;
@@ -77,7 +82,7 @@ void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs)
 			ckpt_entry_of(p, b, c);
 			size_t at = p->off + (size_t)b * len;
 			c->param = h->w + at;
-			if (h->m && at < h->hi && at + len > h->lo) {
+			if (h->m && optim_ranges_meet(&h->r, at, at + len)) {
 				c->m = h->m + at;
 				c->v = h->v + at;
 			}

@@ -11,6 +11,7 @@
 
 #include "../config.h"
 #include "../model.h"
+#include "../optim.h"
 #include "ckpt.h"
 
 /* The entry of row block `block` of p: a whole unsharded tensor, a slice,
@@ -36,17 +37,24 @@ size_t ckpt_optim_max_ranges(const pp_param *p, size_t lo, size_t hi, bool fused
 int ckpt_optim_ranges(const pp_param *p, size_t lo, size_t hi, bool fused, int64_t *begin,
 		      int64_t *end);
 
-/* Host copies of one chunk's parameters (all of them) and of a range
- * [lo, hi) of its flat buffer's AdamW state (m and v may be NULL). */
+/* Whether the shard of this rank's (pp, tp, ep) coordinates holds p (one
+ * that ckpt_rank_saves): its experts, and on ep rank 0 what the ep group
+ * shares. */
+bool ckpt_shard_holds(const pp_stage *st, const pp_param *p);
+
+/* Host copies of one chunk's parameters (all of them) and of the ranges r
+ * of its flat buffer's AdamW state (m and v may be NULL): for saving, m and
+ * v hold the ranges one after another (optim_ranges_pos); for loading, they
+ * are laid out as the whole buffer. */
 typedef struct ckpt_host {
 	pp_real *w, *m, *v;
-	size_t lo, hi;
+	optim_ranges r;
 } ckpt_host;
 
 /* For loading: appends to cs the entries of every block of st's
  * parameters, reading into h->w at their offsets, and into h->m and h->v
- * for the blocks that meet [h->lo, h->hi). cs->tensors needs room for the
- * blocks of every parameter (3 per parameter is always enough). */
+ * (laid out as w) for the blocks that meet h->r. cs->tensors needs room for
+ * the blocks of every parameter (3 per parameter is always enough). */
 void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs);
 
 /* The checkpoint in dir holds the model c configures (else PP_EUSAGE,

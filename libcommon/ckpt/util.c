@@ -62,9 +62,12 @@ bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b)
 	return true;
 }
 
-void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank)
+void ckpt_shard_name(char *buf, size_t size, int pp_rank, int tp_rank, int ep_rank)
 {
-	snprintf(buf, size, "shard-pp%03d-tp%03d.h5", pp_rank, tp_rank);
+	if (ep_rank < 0)
+		snprintf(buf, size, "shard-pp%03d-tp%03d.h5", pp_rank, tp_rank);
+	else
+		snprintf(buf, size, "shard-pp%03d-tp%03d-ep%03d.h5", pp_rank, tp_rank, ep_rank);
 }
 
 void ckpt_optim_name(char *buf, size_t size, int pp_rank, int tp_rank, int dp_rank)
@@ -73,12 +76,16 @@ void ckpt_optim_name(char *buf, size_t size, int pp_rank, int tp_rank, int dp_ra
 }
 
 /* Only the canonical spelling counts, so a manifest cannot name ../x. */
-static bool parse_shard_name(const char *name, int *pp, int *tp)
+static bool parse_shard_name(const char *name, int *pp, int *tp, int *ep)
 {
 	char canon[64];
-	if (sscanf(name, "shard-pp%d-tp%d.h5", pp, tp) != 2 || *pp < 0 || *tp < 0)
+	*ep = -1;
+	if (sscanf(name, "shard-pp%d-tp%d-ep%d.h5", pp, tp, ep) != 3 &&
+	    sscanf(name, "shard-pp%d-tp%d.h5", pp, tp) != 2)
 		return false;
-	ckpt_shard_name(canon, sizeof canon, *pp, *tp);
+	if (*pp < 0 || *tp < 0)
+		return false;
+	ckpt_shard_name(canon, sizeof canon, *pp, *tp, *ep);
 	return strcmp(canon, name) == 0;
 }
 
@@ -91,11 +98,12 @@ static bool parse_optim_name(const char *name, int *pp, int *tp, int *dp)
 	return strcmp(canon, name) == 0;
 }
 
-/* The kind of a file name and its mesh coordinates (dp = -1 for a shard). */
-int ck_file_kind(const char *name, int *pp, int *tp, int *dp)
+/* The kind of a file name and its mesh coordinates (dp = -1 for a shard,
+ * ep = -1 for an optimizer file or a shard without one). */
+int ck_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep)
 {
-	*dp = -1;
-	if (parse_shard_name(name, pp, tp))
+	*dp = *ep = -1;
+	if (parse_shard_name(name, pp, tp, ep))
 		return F_SHARD;
 	return parse_optim_name(name, pp, tp, dp) ? F_OPTIM : F_NONE;
 }

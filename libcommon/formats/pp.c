@@ -182,10 +182,11 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 
 /* ---- sink: a checkpoint in any layout, one tensor at a time ----------------------- */
 
-/* One (pp, tp) rank of the target layout: its chunks' parameter tables and
- * its files (the shard; under ZeRO-1 one optimizer file per dp rank). */
+/* One (pp, tp, ep) rank of the target layout: its chunks' parameter tables
+ * and its files (the shard; under ZeRO-1, on ep rank 0, the (pp, tp)
+ * group's optimizer files, one per dp rank). */
 typedef struct {
-	int pp_rank, tp_rank;
+	int pp_rank, tp_rank, ep_rank;
 	pp_stage *chunks; /* v, described only */
 	ckpt_writer *shard;
 	ckpt_writer **optim; /* dp, or NULL */
@@ -196,11 +197,11 @@ typedef struct {
 	char tmp[PP_PATH_MAX + 128];
 	char tok_dir[PP_PATH_MAX + 32]; /* RUN_DIR/tokenizer when this sink made it */
 	pp_config cfg;
-	int pp, tp, dp, v;
+	int pp, tp, dp, ep, v;
 	bool zero;      /* ZeRO-1: AdamW state in per-dp optimizer files */
 	bool with_adam; /* optimizer state kept (else parameters only) */
 	long step;
-	pp_rank_files *ranks; /* pp * tp */
+	pp_rank_files *ranks; /* pp * tp * ep: ((pp_rank * tp) + tp_rank) * ep + ep_rank */
 	char **expected;      /* the names the model's ranks save, sorted */
 	bool *seen;
 	int n_expected;
@@ -216,7 +217,7 @@ static int cmp_str(const void *a, const void *b)
 
 static void sink_free(pp_sink *k, bool remove_tmp)
 {
-	for (int r = 0; k->ranks && r < k->pp * k->tp; r++) {
+	for (int r = 0; k->ranks && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		ckpt_writer_abort(f->shard);
 		for (int d = 0; f->optim && d < k->dp; d++)
@@ -283,8 +284,10 @@ static pp_real *block_of(pp_real *dst, const float *src, int64_t C, int64_t r0, 
 	return dst;
 }
 
-/* tensor t of one (pp, tp) rank's chunk st: its block into the shard, and
- * under ZeRO-1 each dp rank's part of its m and v into that rank's file */
+/* tensor t of one (pp, tp, ep) rank's chunk st: its block into the shard,
+ * and under ZeRO-1 the part of its m and v that each dp rank holding it
+ * updates into that rank's file (every dp rank for what the ep group
+ * shares, those of the same ep rank for experts) */
 static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_param *p,
 		     const tio_tensor *t, const float *param, const float *m, const float *v,
 		     pp_err *e)
@@ -316,9 +319,14 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 		if ((rc = ckpt_writer_put(f->shard, &c, e)))
 			return rc;
 	}
+	const bool expert = p->off >= st->n_shared;
+	ckpt_writer **optim = (f - f->ep_rank)->optim; /* ep rank 0 holds the group's files */
 	for (int d = 0; adam && k->zero && d < k->dp; d++) {
-		size_t lo, hi;
-		gradsync_shard(st->n_elems, k->dp, d, &lo, &hi);
+		if (expert && d % k->ep != f->ep_rank)
+			continue;
+		optim_ranges or;
+		gradsync_ranges(st, true, k->dp, d, k->ep, &or);
+		const size_t lo = or.lo[expert], hi = or.hi[expert];
 		size_t max = ckpt_optim_max_ranges(p, lo, hi, fused);
 		if (!max)
 			continue;
@@ -337,7 +345,7 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 		memcpy(q.shape, c.shape, sizeof q.shape);
 		memcpy(q.global_shape, c.global_shape, sizeof q.global_shape);
 		memcpy(q.offset, c.offset, sizeof q.offset);
-		if ((rc = ckpt_writer_put_optim(f->optim[d], &q, e)))
+		if ((rc = ckpt_writer_put_optim(optim[d], &q, e)))
 			return rc;
 	}
 	return 0;
@@ -359,12 +367,12 @@ static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const 
 	if (k->with_adam && (!m || !v))
 		return pp_errorf(e, PP_EUSAGE, "%s comes without its optimizer state", t->name);
 	int rc = 0;
-	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		for (int c = 0; !rc && c < k->v; c++) {
 			const pp_stage *st = &f->chunks[c];
 			const pp_param *p = stage_find_param(st, t->name);
-			if (p && ckpt_rank_saves(st, p))
+			if (p && ckpt_rank_saves(st, p) && ckpt_shard_holds(st, p))
 				rc = put_param(k, f, st, p, t, param, m, v, e);
 		}
 	}
@@ -378,7 +386,7 @@ static int sink_finish(tio_sink *s, pp_err *e)
 	for (int i = 0; i < k->n_expected && !rc; i++)
 		if (!k->seen[i])
 			rc = pp_errorf(e, PP_EUSAGE, "the model's %s was not given", k->expected[i]);
-	for (int r = 0; r < k->pp * k->tp; r++) {
+	for (int r = 0; r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		int rr = rc ? (ckpt_writer_abort(f->shard), 0) : ckpt_writer_close(f->shard, e);
 		f->shard = NULL;
@@ -500,24 +508,28 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 		k->pp = k->cfg.pp;
 		k->tp = k->cfg.tp;
 		k->dp = k->cfg.dp;
+		k->ep = k->cfg.ep;
 		k->v = k->cfg.virtual_stages;
 		k->zero = k->cfg.shard_optimizer && k->dp > 1;
-		k->ranks = calloc((size_t)(k->pp * k->tp), sizeof *k->ranks);
+		k->ranks = calloc((size_t)(k->pp * k->tp * k->ep), sizeof *k->ranks);
 		if (!k->ranks)
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 	}
 	/* every rank's chunks, described, and the names they save */
 	int cap = 0;
-	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
-		f->pp_rank = r / k->tp;
-		f->tp_rank = r % k->tp;
+		f->pp_rank = r / k->ep / k->tp;
+		f->tp_rank = r / k->ep % k->tp;
+		f->ep_rank = r % k->ep;
 		if (!(f->chunks = calloc((size_t)k->v, sizeof *f->chunks)))
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 		for (int c = 0; !rc && c < k->v; c++) {
 			stage_spec sp = stage_spec_whole(&k->cfg.model, 1, 1, false);
 			plan_chunk_layers(&k->cfg, c * k->pp + f->pp_rank, &sp.layer_begin, &sp.layer_end);
 			sp.tp = (pp_tp){.rank = f->tp_rank, .size = k->tp};
+			sp.ep.rank = f->ep_rank;
+			sp.ep.size = k->ep;
 			sp.no_grad = true;
 			if ((rc = stage_describe(&f->chunks[c], &k->cfg.model, &sp, e)))
 				break;
@@ -554,12 +566,12 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	if (!rc)
 		rc = ckpt_begin(run_dir, k->step, k->tmp, sizeof k->tmp, e);
 	char *json = rc ? NULL : pp_config_dump(&k->cfg);
-	for (int r = 0; !rc && r < k->pp * k->tp; r++) {
+	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		ckpt_state h = {.step = k->step, .config_json = json, .tokenizer = k->cfg.tokenizer,
-				.pp_rank = f->pp_rank,
-				.tp_rank = f->tp_rank, .pp_size = k->pp, .tp_size = k->tp,
-				.dp_size = k->dp, .optim_per_dp = k->zero && k->with_adam};
+				.pp_rank = f->pp_rank, .tp_rank = f->tp_rank, .ep_rank = f->ep_rank,
+				.pp_size = k->pp, .tp_size = k->tp, .dp_size = k->dp, .ep_size = k->ep,
+				.optim_per_dp = k->zero && k->with_adam};
 		if (o->meta->has_state) {
 			memcpy(h.rng, o->meta->rng, sizeof h.rng);
 			h.n_data_state = o->meta->n_data_state;
@@ -569,10 +581,12 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 			h.n_data_state = 1;
 		}
 		rc = ckpt_writer_open(k->tmp, &h, false, &f->shard, e);
-		if (!rc && h.optim_per_dp && !(f->optim = calloc((size_t)k->dp, sizeof *f->optim)))
+		const bool files = h.optim_per_dp && f->ep_rank == 0;
+		if (!rc && files && !(f->optim = calloc((size_t)k->dp, sizeof *f->optim)))
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
-		for (int d = 0; !rc && h.optim_per_dp && d < k->dp; d++) {
+		for (int d = 0; !rc && files && d < k->dp; d++) {
 			h.dp_rank = d;
+			h.ep_rank = d % k->ep; /* as the trainer's rank d writes it */
 			rc = ckpt_writer_open(k->tmp, &h, true, &f->optim[d], e);
 		}
 	}
