@@ -37,6 +37,8 @@ losses() { python3 "$PP_ROOT/tests/runcheck.py" losses "$1"; }
 loss_diff() { python3 "$PP_ROOT/tests/runcheck.py" loss-diff "$1" "$2" || { echo inf; return 1; }; }
 # within D BOUND: D (as loss_diff prints it) is a number no larger than BOUND
 within() { awk -v d="$1" -v b="$2" 'BEGIN { exit !(d ~ /^[0-9][0-9.e+-]*$/ && d + 0 <= b + 0) }'; }
+# losses_close RUN_A RUN_B: every step's loss within $TOL (relative) of B's
+losses_close() { within "$(loss_diff "$1" "$2")" "$TOL"; }
 # same_losses RUN_A RUN_B [AFTER]: both logged losses, and the same ones (of
 # the steps after AFTER), bit for bit
 same_losses() {

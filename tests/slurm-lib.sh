@@ -84,3 +84,25 @@ slurm_down() {
 	fi
 	return $rc
 }
+
+# layout_run NAME BASE DIR N ARGS...: srun -n N --mpi=pmix pp-train ARGS
+# run_dir=DIR, then passes NAME when every step's loss is within $TOL
+# (relative) of run BASE's and so is every tensor of its newest checkpoint
+# (build/tests/tool_ckpt_compare against BASE's of the same step); else
+# fails NAME saying which and by how much. Needs lib.sh.
+layout_run() {
+	local name=$1 base=$2 dir=$3 n=$4 last
+	shift 4
+	last=$(cd "$base/checkpoints" 2>/dev/null && ls -d step_* | tail -n 1)
+	if ! srun -n "$n" --mpi=pmix pp-train "$@" run_dir="$dir" --quiet 2>"$T/run.log"; then
+		fail "$name" "srun exited $?: $(grep -m1 error "$T/run.log")"
+	elif ! losses_close "$base" "$dir"; then
+		fail "$name" "losses differ by $(loss_diff "$base" "$dir") relative (tolerance $TOL)"
+	elif ! "$PP_ROOT/build/tests/tool_ckpt_compare" "$base/checkpoints/$last" "$dir/checkpoints/$last" \
+		"$TOL" >"$T/cmp.log"; then
+		fail "$name" "parameters differ: $(cat "$T/cmp.log")"
+	else
+		pass "$name"
+		echo "  $name: losses within $(loss_diff "$base" "$dir"); $(cat "$T/cmp.log")"
+	fi
+}

@@ -41,13 +41,6 @@ case $? in
 	exit 1 ;;
 esac
 
-# losses_close A B: every step's loss within TOL relative
-losses_close() {
-	paste -d' ' <(losses $1) <(losses $2) | awk -v tol=$TOL '
-		NF != 4 || $1 != $3 { bad = 1 }
-		{ d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > tol) bad = 1; n++ }
-		END { exit bad || n == 0 }'
-}
 # same_model A B: final parameters within TOL (tool prints the worst tensor)
 same_model() { $compare $1/checkpoints/step_00000020 $2/checkpoints/step_00000020 $TOL >$T/cmp.log; }
 
@@ -61,18 +54,8 @@ for model in llama-tiny gpt-tiny; do
 		{ fail "layouts/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
 	for l in "${layouts[@]}"; do
 		n=${l%% *} kv=${l#* }
-		name="layouts/$model/${kv// /,}"
-		dir=$T/$model/${kv// /_}
-		if ! srun -n $n --mpi=pmix pp-train $base $kv run_dir=$dir --quiet 2>$T/run.log; then
-			fail "$name" "srun exited $?: $(grep -m1 error $T/run.log)"
-		elif ! losses_close $T/$model/base $dir; then
-			fail "$name" "losses differ: $(paste <(losses $T/$model/base) <(losses $dir) | head -3 | tr '\n' ';')"
-		elif ! same_model $T/$model/base $dir; then
-			fail "$name" "parameters differ: $(cat $T/cmp.log)"
-		else
-			pass "$name"
-			echo "  $name: $(cat $T/cmp.log)"
-		fi
+		# shellcheck disable=SC2086 # base and kv hold key=value words
+		layout_run "layouts/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n $base $kv
 	done
 done
 

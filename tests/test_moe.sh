@@ -16,8 +16,6 @@ compare=$PP_ROOT/build/tests/tool_ckpt_compare
 common="data=synthetic global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 log_period=20"
 last=checkpoints/step_00000020
 
-# losses_close A B: every step's loss within TOL relative
-losses_close() { within "$(loss_diff $1 $2)" $TOL; }
 # same_model A B: final parameters within TOL (tool prints the worst tensor)
 same_model() { $compare $1/$last $2/$last $TOL >$T/cmp.log; }
 
@@ -83,18 +81,8 @@ esac
 
 for l in "${layouts[@]}"; do
 	read -r model n kv <<<"$l"
-	name="moe/layouts/$model/${kv// /,}"
-	dir=$T/$model/${kv// /_}
-	if ! srun -n $n --mpi=pmix pp-train model=$model $common $kv run_dir=$dir --quiet 2>$T/run.log; then
-		fail "$name" "srun exited $?: $(grep -m1 error $T/run.log)"
-	elif ! losses_close $T/$model/base $dir; then
-		fail "$name" "losses differ: $(loss_diff $T/$model/base $dir)"
-	elif ! same_model $T/$model/base $dir; then
-		fail "$name" "parameters differ: $(cat $T/cmp.log)"
-	else
-		pass "$name"
-		echo "  $name: losses within $(loss_diff $T/$model/base $dir); $(cat $T/cmp.log)"
-	fi
+	# shellcheck disable=SC2086 # common and kv hold key=value words
+	layout_run "moe/layouts/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n model=$model $common $kv
 done
 
 # the checkpoint of dp=4 ep=2 with ZeRO-1: one shard per ep rank, one
