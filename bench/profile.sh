@@ -11,8 +11,8 @@
 #   pp4   pp=4 1f1b, 16 microbatches, 4 ranks under mpirun (OMP_NUM_THREADS=1
 #         each, --oversubscribe): the most events per second, every
 #         forward, backward, send and receive of 16 microbatches
-# Each round runs each layout once without and once with profiling
-# (profile_steps=2:STEPS+2, so the window is exactly the measured steps
+# Each round runs each layout once without and once with profiling, in
+# alternating order (profile_steps=2:STEPS+2, so the window is exactly the measured steps
 # 2..STEPS+1 after one warm-up step); the figures are the medians of every
 # round's step times (metrics.jsonl's step_time, rank 0's wall clock), the
 # ratio with/without the figure of merit (goal <= 1.03). A profiled step
@@ -71,11 +71,13 @@ print(sum(t['count'] for t in j['top_ops']) / j['ranks'] / (j['steps'][1] - j['s
 	fi
 }
 
+# odd rounds run without profiling first, even ones with it first: what the
+# second run of a pair gains (a warm page cache, the clock) cancels out
 for k in $(seq "$rounds"); do
 	for l in $layouts; do
 		say "round $k/$rounds: $l without and with profiling ($steps steps each)"
-		run "$l" off "$k"
-		run "$l" on "$k"
+		if [ $((k % 2)) = 1 ]; then sides="off on"; else sides="on off"; fi
+		for side in $sides; do run "$l" "$side" "$k"; done
 	done
 done
 say "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
