@@ -71,15 +71,29 @@ GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight"
 LAYER = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
          "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
          "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
-         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+         "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "ffn_gate_inp": "block_sparse_moe.gate"}
+# Mixtral's experts, stacked by llama.cpp into one tensor of E slices per projection
+EXPERTS = {"ffn_gate_exps": "w1", "ffn_up_exps": "w3", "ffn_down_exps": "w2"}
 
 
-def hf_name(name):
+def hf_name(name, expert=None):
     if name in GLOBAL:
         return GLOBAL[name]
     blk, n, part, kind = name.split(".")
     assert blk == "blk", name
+    if part in EXPERTS:
+        return f"model.layers.{n}.block_sparse_moe.experts.{expert}.{EXPERTS[part]}.{kind}"
     return f"model.layers.{n}.{LAYER[part]}.{kind}"
+
+
+def slices(t):
+    """(pp's name, this slice's floats, its raw rows) of a tensor: one, or each
+    expert's of a stacked one."""
+    w = dequant(t)
+    if t.name in GLOBAL or t.name.split(".")[2] not in EXPERTS:
+        return [(hf_name(t.name), w, np.asarray(t.data))]
+    raw = np.asarray(t.data)
+    return [(hf_name(t.name, x), w[x], raw[x]) for x in range(w.shape[0])]
 
 
 def permute(w, heads):
@@ -208,46 +222,47 @@ def cmd_export(a):
             "llama.attention.layer_norm_rms_epsilon": float(np.float32(m["norm_eps"])),
             "llama.rope.freq_base": float(np.float32(m["rope_theta"])),
             "llama.vocab_size": m["vocab_size"]}
+    if m.get("n_experts"):
+        want.update({"llama.expert_count": m["n_experts"], "llama.expert_used_count": m["top_k"]})
     bad = [f"{k}={field(r, k)!r} (expected {v!r})" for k, v in want.items() if field(r, k) != v]
     check(f"{tag}/metadata", not bad and r.fields["GGUF.version"].contents() == 3,
           "; ".join(bad) or f"GGUF v3, {len(want)} keys as pp's config says")
     # tensors
     worst, problems, seen = 0.0, [], set()
     for t in r.tensors:
-        name = hf_name(t.name)
-        seen.add(name)
-        if name not in params:
-            problems.append(f"{t.name}: pp has no {name}")
-            continue
-        p = params[name].astype(np.float32)
-        w = dequant(t)
-        if ".attn_q." in t.name:
-            w = unpermute(w, h["H"])
-        elif ".attn_k." in t.name:
-            w = unpermute(w, h["KV"])
-        want_t = QT.F32 if p.ndim == 1 else QTYPE[a.dtype]
-        if t.tensor_type != want_t:
-            problems.append(f"{t.name} is {t.tensor_type.name}, expected {want_t.name}")
-            continue
-        if w.shape != p.shape:
-            problems.append(f"{t.name}: shape {w.shape}, pp's {p.shape}")
-        elif t.tensor_type == QT.F32:
-            ok = np.array_equal(w, p)
-        elif t.tensor_type == QT.F16:
-            ok = np.array_equal(w, p.astype(np.float16).astype(np.float32))
-        elif t.tensor_type == QT.BF16:
-            ok = np.array_equal(w, bf16_round(p))
-        else:  # Q8_0: each element within half its block's scale
-            raw = np.asarray(t.data, dtype=np.uint8).reshape(-1, 34)
-            d = raw[:, :2].copy().view(np.float16).astype(np.float64).ravel()
-            gw = permute(w, h["H"]) if ".attn_q." in t.name else permute(w, h["KV"]) if ".attn_k." in t.name else w
-            gp = permute(p, h["H"]) if ".attn_q." in t.name else permute(p, h["KV"]) if ".attn_k." in t.name else p
-            err = np.abs(gw.astype(np.float64) - gp.astype(np.float64)).reshape(-1, 32)
-            bound = d[:, None] / 2 + 1e-6 * np.abs(gp.astype(np.float64)).reshape(-1, 32)
-            ok = bool((err <= bound).all())
-            worst = max(worst, float((err / np.maximum(d[:, None], 1e-30)).max()))
-        if w.shape == p.shape and not ok:
-            problems.append(f"{t.name} differs from pp's {name}")
+        for name, w, raw in slices(t):
+            seen.add(name)
+            if name not in params:
+                problems.append(f"{t.name}: pp has no {name}")
+                continue
+            p = params[name].astype(np.float32)
+            if ".attn_q." in t.name:
+                w = unpermute(w, h["H"])
+            elif ".attn_k." in t.name:
+                w = unpermute(w, h["KV"])
+            want_t = QT.F32 if p.ndim == 1 or ".ffn_gate_inp." in t.name else QTYPE[a.dtype]
+            if t.tensor_type != want_t:
+                problems.append(f"{t.name} is {t.tensor_type.name}, expected {want_t.name}")
+                continue
+            if w.shape != p.shape:
+                problems.append(f"{t.name}: shape {w.shape}, pp's {p.shape}")
+            elif t.tensor_type == QT.F32:
+                ok = np.array_equal(w, p)
+            elif t.tensor_type == QT.F16:
+                ok = np.array_equal(w, p.astype(np.float16).astype(np.float32))
+            elif t.tensor_type == QT.BF16:
+                ok = np.array_equal(w, bf16_round(p))
+            else:  # Q8_0: each element within half its block's scale
+                d = np.asarray(raw, dtype=np.uint8).reshape(-1, 34)[:, :2].copy().view(np.float16)
+                d = d.astype(np.float64).ravel()
+                gw = permute(w, h["H"]) if ".attn_q." in t.name else permute(w, h["KV"]) if ".attn_k." in t.name else w
+                gp = permute(p, h["H"]) if ".attn_q." in t.name else permute(p, h["KV"]) if ".attn_k." in t.name else p
+                err = np.abs(gw.astype(np.float64) - gp.astype(np.float64)).reshape(-1, 32)
+                bound = d[:, None] / 2 + 1e-6 * np.abs(gp.astype(np.float64)).reshape(-1, 32)
+                ok = bool((err <= bound).all())
+                worst = max(worst, float((err / np.maximum(d[:, None], 1e-30)).max()))
+            if w.shape == p.shape and not ok:
+                problems.append(f"{t.name} differs from pp's {name}")
     missing = sorted(set(params) - seen)
     if missing:
         problems.append(f"pp's {missing[:3]} not in the file")

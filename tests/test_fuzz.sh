@@ -28,7 +28,8 @@
 # cannot validate away before calling it. fuzz_tokens therefore keeps going
 # after a report (libFuzzer -fork), reruns each input it kept, and tells
 # reports inside libhdf5 (the faulting frame is libhdf5's; for leaks, memory
-# the HDF5 metadata cache allocated, H5C_protect) from pp's: pp's FAIL,
+# libhdf5 allocated for itself, not a variable-length value for pp) from
+# pp's: pp's FAIL,
 # HDF5's are counted in the PASS line and their reports kept beside the
 # inputs (*.txt), as are crashes that do not repeat when their input runs
 # alone (they needed libhdf5's state from the job's earlier inputs, and a
@@ -173,14 +174,20 @@ $(grep -E -A 12 'ERROR: |runtime error|==ERROR|deadly signal|Test unit written' 
 # report's first stack in libhdf5 or in pp's sources (libcommon/, tests/fuzz/,
 # built with -g), past the sanitizers', libFuzzer's and libc's (a signal, a
 # memcpy); none of either is pp's. A leak is libhdf5's when every leaked block was
-# allocated under H5C_protect: HDF5's metadata cache loading a damaged object
-# header or heap, memory that never reaches pp (unlike, say, the
-# variable-length strings HDF5 hands pp to free).
+# allocated by libhdf5 itself (the frame that called malloc is libhdf5's)
+# for its own use: the metadata cache loading a damaged object header or
+# heap (H5C_protect), a datatype decoded from one or a conversion path built
+# for it, lost when the operation fails; memory that never reaches pp. The
+# one kind libhdf5 allocates for pp, which pp must free, is a
+# variable-length value (H5T__conv_vlen): its leak is pp's, as is any
+# block pp's own code allocated.
 where() {
 	if grep -q 'runtime error' "$1"; then
 		echo pp # UBSan: only pp's code is instrumented
 	elif grep -q 'LeakSanitizer' "$1"; then
-		awk '/^(Direct|Indirect) leak/ { n++; h[n] = 0 } / in H5C_protect / { h[n] = 1 }
+		awk '/^(Direct|Indirect) leak/ { n++; h[n] = 1; next }
+		     n && /^ *#1 / && !/libhdf5/ { h[n] = 0 }
+		     n && / in H5T__conv_vlen / { h[n] = 0 }
 		     END { for (i = 1; i <= n; i++) if (!h[i]) { print "pp"; exit } print n ? "hdf5" : "pp" }' "$1"
 	else
 		awk '/ERROR: |deadly signal/ { on = 1; next }

@@ -8,7 +8,9 @@
 #     transformers' LlamaForCausalLM, pp-decode's greedy text, and a
 #     fine-tune resuming from the import
 #   - a tiny llama exported as F32, F16, BF16 and Q8_0: read back by
-#     GGUFReader (tensors, metadata), and by pp (F32: bit for bit)
+#     GGUFReader (tensors, metadata), and by pp (F32: bit for bit); a tiny
+#     Mixtral likewise (its experts stacked per layer, as llama.cpp stores
+#     them), and decoded from the file as from its checkpoint
 #   - tokenizers exported and imported: SmolLM2's byte-level BPE (the arrays
 #     equal the original file's) and Llama 2's SentencePiece (same ids)
 #   - Q8_0, Q4_0, Q4_1, F16 and BF16 tensors quantized by gguf.quants
@@ -150,6 +152,37 @@ done
 pp-ckpt import --format gguf $T/tiny-F32.gguf -o $T/back >/dev/null 2>$T/back.log
 check gguf/export/F32/reimport_bitwise same_tensors $h5 $T/back/checkpoints/step_00000000/shard-pp000-tp000.h5 /params
 check gguf/export/no_temporary_left test -z "$(ls $T | grep '\.gguf\.tmp')"
+
+# --- export: a tiny Mixtral, its experts stacked as llama.cpp stores them --------------
+# blk.N.ffn_{gate,up,down}_exps of ne (cols, rows, experts) and the router
+# blk.N.ffn_gate_inp in F32: read back expert by expert by GGUFReader,
+# imported back bit for bit, and pp-decode from the file continues a prompt
+# as from the checkpoint
+pp-train model=mixtral-tiny data=synthetic global_batch=8 microbatch=4 seq_len=32 steps=4 \
+	run_dir=$T/mx --quiet 2>$T/mx.log || fail gguf/export/mixtral "pp-train: $(tail -n 1 $T/mx.log)"
+mx5=$T/mx/checkpoints/step_00000004/shard-pp000-tp000.h5
+for d in F32 Q8_0; do
+	if pp-ckpt export $T/mx --format gguf -o $T/mx-$d.gguf --dtype $d >$T/mx-$d.log 2>&1; then
+		ref --tag gguf/export/mixtral/$d export $T/mx-$d.gguf $mx5 $d 2>$T/mx-$d.err || tail -n 2 $T/mx-$d.err
+	else
+		fail gguf/export/mixtral/$d "$(tail -n 1 $T/mx-$d.log)"
+	fi
+done
+pp-ckpt import --format gguf $T/mx-F32.gguf -o $T/mx-back >/dev/null 2>$T/mx-back.log
+check gguf/export/mixtral/reimport_bitwise same_tensors $mx5 $T/mx-back/checkpoints/step_00000000/shard-pp000-tp000.h5 /params
+gguf_decodes_as_ckpt() {
+	local a b
+	a=$(pp-decode --ckpt $T/mx-F32.gguf --prompt "1 2 3" -n 12 --temperature 0 2>/dev/null) &&
+		b=$(pp-decode --ckpt $T/mx --prompt "1 2 3" -n 12 --temperature 0 2>/dev/null) &&
+		[ -n "$a" ] && [ "$a" = "$b" ]
+}
+check gguf/export/mixtral/decode_as_checkpoint gguf_decodes_as_ckpt
+pp-init model=mixtral-tiny model.router=softmax_topk -o $T/glam-init >/dev/null 2>&1
+expect_fail gguf/export/glam_routing 2 "experts in every layer, Mixtral's top-k softmax routing and no capacity" \
+	pp-ckpt export $T/glam-init --format gguf -o $T/glam.gguf
+pp-init model=glam-tiny -o $T/glam-geglu >/dev/null 2>&1
+expect_fail gguf/export/geglu 2 "an MLP other than SwiGLU, which llama.cpp's llama architecture does not" \
+	pp-ckpt export $T/glam-geglu --format gguf -o $T/glam.gguf
 
 # --- tokenizers both ways ----------------------------------------------------------
 # SmolLM2's byte-level BPE on a tiny llama: the arrays equal the original file's

@@ -120,8 +120,9 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 					if (ck_file_index(m, name) < 0)
 						return pp_errorf(e, PP_ERUNTIME,
 								 "%s: optimizer file %s of the pp=%d tp=%d dp=%d mesh is missing "
-								 "(ZeRO-1 has one per rank)",
-								 where, name, m->pp_size, m->tp_size, m->dp_size);
+								 "(format version %d has one per rank%s)",
+								 where, name, m->pp_size, m->tp_size, m->dp_size, m->version,
+								 m->version >= 3 ? " when it has any" : "");
 				}
 	return PP_OK;
 }
