@@ -140,6 +140,13 @@ typedef struct pp_comm_ops {
 	 * on every rank and may be zero; send and recv do not overlap. */
 	int (*ireduce_scatter)(pp_comm *c, const void *send, void *recv, const size_t *counts,
 			       pp_dtype t, pp_redop op, pp_comm_req **req, pp_err *e);
+	/* Nonblocking all-gather with a block size per rank: recv (the sum of
+	 * counts) = every rank's send (counts[rank]), blocks in rank order;
+	 * counts (c->size) are the same on every rank and may be zero; send
+	 * may be recv at this rank's block (in place). FSDP's gather of a
+	 * layer's parameters from their shards. */
+	int (*iall_gatherv)(pp_comm *c, const void *send, void *recv, const size_t *counts,
+			    pp_dtype t, pp_comm_req **req, pp_err *e);
 	/* For comm_test and comm_wait: advances req without waiting; *done once
 	 * it has completed and its data is in place. An error fails it. */
 	int (*progress)(pp_comm_req *req, int *done, pp_err *e);
@@ -280,6 +287,11 @@ static inline int comm_ireduce_scatter(pp_comm *c, const void *send, void *recv,
 				       pp_comm_req **req, pp_err *e)
 {
 	return c->ops->ireduce_scatter(c, send, recv, counts, t, op, req, e);
+}
+static inline int comm_iall_gatherv(pp_comm *c, const void *send, void *recv,
+				     const size_t *counts, pp_dtype t, pp_comm_req **req, pp_err *e)
+{
+	return c->ops->iall_gatherv(c, send, recv, counts, t, req, e);
 }
 /* Waits for req to complete (bounded like every call: the communicator's
  * timeout from now, and a dead peer on this host), then frees it. */

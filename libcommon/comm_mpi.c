@@ -260,6 +260,40 @@ static int mpi_ireduce_scatter(pp_comm *c, const void *send, void *recv, const s
 	return posted(q, rc, out, e);
 }
 
+static int mpi_iall_gatherv(pp_comm *c, const void *send, void *recv, const size_t *counts,
+			    pp_dtype t, pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = mpi_check(c, "all_gatherv", t, -1, e), any = 0;
+	size_t at = 0, mine = 0;
+	for (int i = 0; !rc && i < c->size; i++) {
+		rc = too_long(c, "all_gatherv", at + counts[i], e);
+		mine = i == c->rank ? at : mine;
+		at += counts[i];
+		any |= counts[i] > 0;
+	}
+	if (rc)
+		return rc;
+	mpi_req *q = req_new(c, "all_gatherv", NULL, 0, any, e);
+	if (!q)
+		return PP_ERUNTIME;
+	if (!any)
+		return posted(q, MPI_SUCCESS, out, e);
+	if (!(q->counts = malloc(sizeof(int) * 2 * (size_t)c->size))) {
+		mpi_release(&q->base, 0);
+		return pp_errorf(e, PP_ERUNTIME, "all_gatherv on '%s': out of memory", c->name);
+	}
+	int *displs = q->counts + c->size;
+	for (int i = 0, d = 0; i < c->size; d += (int)counts[i], i++) {
+		q->counts[i] = (int)counts[i];
+		displs[i] = d;
+	}
+	const int in_place = send == (const char *)recv + mine * comm_dtype_size(t);
+	rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, (int)counts[c->rank], mpi_type(t), recv,
+			     q->counts, displs, mpi_type(t), handle(c), &q->r[0]);
+	return posted(q, rc, out, e);
+}
+
 static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			  pp_err *e)
 {
@@ -550,6 +584,7 @@ const pp_comm_ops pp_comm_mpi = {
 	.reduce_scatter = mpi_reduce_scatter,
 	.iallreduce = mpi_iallreduce,
 	.ireduce_scatter = mpi_ireduce_scatter,
+	.iall_gatherv = mpi_iall_gatherv,
 	.progress = mpi_progress,
 	.release = mpi_release,
 	.all_gather = mpi_all_gather,

@@ -429,6 +429,47 @@ static int nccl_ireduce_scatter(pp_comm *c, const void *send, void *recv, const 
 	return posted(q, rc, r, out, e);
 }
 
+static int nccl_iall_gatherv(pp_comm *c, const void *send, void *recv, const size_t *counts,
+			     pp_dtype t, pp_comm_req **out, pp_err *e)
+{
+	*out = NULL;
+	int rc = comm_check(c, "all_gatherv", t, -1, e);
+	nccl_req *q;
+	if (rc || (rc = req_new(c, "all_gatherv", NULL, 0, &q, e)))
+		return rc;
+	nccl_impl *s = impl(c);
+	size_t esz = comm_dtype_size(t), total = 0, mine = 0;
+	for (int i = 0; i < c->size; i++) {
+		mine = i == c->rank ? total : mine;
+		total += counts[i];
+	}
+	/* in place: this rank's block of a host recv is copied in with the rest */
+	const int in_place = (const char *)send == (const char *)recv + mine * esz;
+	void *ds = NULL, *dr;
+	ncclResult_t r = ncclSuccess;
+	rc = bounce_in(q, 1, recv, total * esz, in_place, 1, &dr, e);
+	if (!rc && in_place)
+		ds = (char *)dr + mine * esz;
+	else if (!rc)
+		rc = bounce_in(q, 0, send, counts[c->rank] * esz, 1, 0, &ds, e);
+	if (!rc)
+		rc = after_compute(q, e);
+	if (!rc && total) {
+		/* one broadcast per block, from the rank that holds it, in one group */
+		r = ncclGroupStart();
+		size_t at = 0;
+		for (int i = 0; i < c->size; i++) {
+			if (r == ncclSuccess && counts[i])
+				r = ncclBroadcast(ds, (char *)dr + at * esz, counts[i], nccl_type(t), i,
+						  s->nc, s->stream);
+			at += counts[i];
+		}
+		ncclResult_t end = ncclGroupEnd();
+		r = r != ncclSuccess ? r : end;
+	}
+	return posted(q, rc, r, out, e);
+}
+
 static int nccl_reduce_scatter(pp_comm *c, const void *send, void *recv, size_t count, pp_dtype t,
 			       pp_redop op, pp_err *e)
 {
@@ -884,6 +925,7 @@ const pp_comm_ops pp_comm_nccl = {
 	.reduce_scatter = nccl_reduce_scatter,
 	.iallreduce = nccl_iallreduce,
 	.ireduce_scatter = nccl_ireduce_scatter,
+	.iall_gatherv = nccl_iall_gatherv,
 	.progress = nccl_progress,
 	.release = nccl_release,
 	.all_gather = nccl_all_gather,

@@ -116,6 +116,7 @@ static const key_desc keys[] = {
 	NUM("pp", K_INT, pp, "1", R_GE1, 0),
 	NUM("dp", K_INT, dp, "1", R_GE1, 0),
 	NUM("tp", K_INT, tp, "1", R_GE1, 0),
+	NUM("fsdp", K_INT, fsdp, "1", R_GE1, 0),
 	NUM("ep", K_INT, ep, "1", R_GE1, 0),
 	NUM("microbatches", K_INT, microbatches, NULL, R_GE1, F_DERIVED),
 	NUM("virtual_stages", K_INT, virtual_stages, "1", R_GE1, 0),
@@ -746,20 +747,23 @@ static int derive_defaults(pp_config *c, const bool *given, pp_err *e)
 		m->top_k = m->n_experts < 2 ? m->n_experts : 2;
 	if (!given[key_index("seq_len")])
 		c->seq_len = m->max_seq_len < 256 ? m->max_seq_len : 256;
+	/* the batch is split over every data-parallel rank: dp * fsdp */
+	const int data = pp_config_data_ranks(c);
+	const char *dn = c->fsdp > 1 ? "dp * fsdp" : "dp";
 	if (!given[key_index("microbatch")]) {
-		REQUIRE(c->global_batch % c->dp == 0, "global_batch %d is not divisible by dp %d",
-			c->global_batch, c->dp);
-		c->microbatch = c->global_batch / c->dp;
+		REQUIRE(c->global_batch % data == 0, "global_batch %d is not divisible by %s %d",
+			c->global_batch, dn, data);
+		c->microbatch = c->global_batch / data;
 	}
-	long per_step = (long)c->dp * c->microbatch;
+	long per_step = (long)data * c->microbatch;
 	REQUIRE(c->global_batch % per_step == 0,
-		"global_batch %d is not divisible by dp * microbatch = %d * %d", c->global_batch,
-		c->dp, c->microbatch);
+		"global_batch %d is not divisible by %s * microbatch = %d * %d", c->global_batch,
+		dn, data, c->microbatch);
 	int mbs = (int)(c->global_batch / per_step);
 	REQUIRE(!given[key_index("microbatches")] || c->microbatches == mbs,
-		"microbatches %d does not match global_batch / (dp * microbatch) = %d / (%d * %d) = "
+		"microbatches %d does not match global_batch / (%s * microbatch) = %d / (%d * %d) = "
 		"%d",
-		c->microbatches, c->global_batch, c->dp, c->microbatch, mbs);
+		c->microbatches, dn, c->global_batch, data, c->microbatch, mbs);
 	c->microbatches = mbs;
 	return 0;
 }
@@ -767,8 +771,8 @@ static int derive_defaults(pp_config *c, const bool *given, pp_err *e)
 int pp_config_check_layout(const pp_config *c, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
-	REQUIRE(c->pp >= 1 && c->dp >= 1 && c->tp >= 1, "mesh pp=%d dp=%d tp=%d: each must be >= 1",
-		c->pp, c->dp, c->tp);
+	REQUIRE(c->pp >= 1 && c->dp >= 1 && c->fsdp >= 1 && c->tp >= 1,
+		"mesh pp=%d dp=%d fsdp=%d tp=%d: each must be >= 1", c->pp, c->dp, c->fsdp, c->tp);
 	if (schedule_check(c->schedule, c->pp, c->virtual_stages, c->microbatches, -1, e))
 		return pp_err_prefix(e, "schedule=%s pp=%d virtual_stages=%d microbatches=%d",
 				     schedule_kind_name(c->schedule), c->pp, c->virtual_stages,
@@ -828,6 +832,10 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		c->ep, c->dp);
 	REQUIRE(m->n_experts % c->ep == 0, "ep %d does not divide model.n_experts %d", c->ep,
 		m->n_experts);
+	REQUIRE(c->fsdp == 1 || m->n_experts == 0,
+		"fsdp %d: a mixture of experts shards its experts with ep and the rest with "
+		"shard_optimizer (ZeRO-1); fsdp shards dense models",
+		c->fsdp);
 	return 0;
 }
 

@@ -67,10 +67,14 @@ typedef struct {
 	int microbatch;     /* sequences per forward/backward */
 	int seq_len;
 
-	/* mesh: world size = pp * dp * tp; tp innermost, then dp, then pp */
+	/* mesh: world size = pp * dp * fsdp * tp; tp innermost, then fsdp, then
+	 * dp, then pp (MaxText's and Pax's [data, fsdp, tensor]). The batch is
+	 * split over dp * fsdp ranks; fsdp ranks also shard the parameters, the
+	 * gradients and the optimizer state (ZeRO-3). */
 	int pp, dp, tp;
+	int fsdp;
 	int ep;             /* expert parallelism inside dp: ep divides dp and model.n_experts */
-	int microbatches;   /* per dp rank per step: global_batch / (dp * microbatch) */
+	int microbatches;   /* per data rank per step: global_batch / (dp * fsdp * microbatch) */
 	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
 	sched_kind schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
 	bool recompute;     /* recompute activations in the backward pass */
@@ -151,6 +155,10 @@ void pp_config_free(pp_config *c);
  * one layer per pipeline stage, and stage_layers, when given, naming every
  * stage and adding up to model.n_layers. PP_EUSAGE naming the keys. */
 int pp_config_check_layout(const pp_config *c, pp_err *e);
+/* The ranks that split each step's batch: dp * fsdp. */
+static inline int pp_config_data_ranks(const pp_config *c) { return c->dp * c->fsdp; }
+/* The world size of the layout: pp * dp * fsdp * tp. */
+static inline int pp_config_world(const pp_config *c) { return c->pp * c->dp * c->fsdp * c->tp; }
 /* The resolved config as pretty JSON (caller frees). */
 char *pp_config_dump(const pp_config *c);
 /* Directory holding the models/NAME.json presets: $PP_CONFIG_DIR, else ../configs beside the

@@ -1,5 +1,6 @@
 #include "mesh.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "plan.h"
@@ -8,22 +9,28 @@ int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e)
 {
 	memset(m, 0, sizeof *m);
 	m->pp = c->pp;
-	m->dp = c->dp;
+	m->dp = pp_config_data_ranks(c);
 	m->tp = c->tp;
 	m->v = c->virtual_stages;
 	m->rank = rank;
 	m->world = world;
-	if (world != c->pp * c->dp * c->tp)
+	if (world != pp_config_world(c)) {
+		char fsdp[32] = "";
+		if (c->fsdp > 1)
+			snprintf(fsdp, sizeof fsdp, " fsdp=%d", c->fsdp);
 		return pp_errorf(e, PP_EUSAGE,
-				 "the layout pp=%d dp=%d tp=%d needs %d ranks, but the job has %d%s",
-				 c->pp, c->dp, c->tp, c->pp * c->dp * c->tp, world,
-				 world == 1 ? " (launch with srun --mpi=pmix -n N, or set pp=1 dp=1 tp=1)"
+				 "the layout pp=%d dp=%d%s tp=%d needs %d ranks, but the job has %d%s",
+				 c->pp, c->dp, fsdp, c->tp, pp_config_world(c), world,
+				 world == 1 ? " (launch with srun --mpi=pmix -n N, or set pp=1 dp=1 fsdp=1 tp=1)"
 					    : "");
+	}
 	m->tp_rank = rank % c->tp;
-	m->dp_rank = rank / c->tp % c->dp;
-	m->pp_rank = rank / (c->tp * c->dp);
+	m->dp_rank = rank / c->tp % m->dp;
+	m->pp_rank = rank / (c->tp * m->dp);
 	m->ep = c->ep;
 	m->ep_rank = m->dp_rank % c->ep;
+	m->fsdp = c->fsdp;
+	m->fsdp_rank = m->dp_rank % c->fsdp;
 	return 0;
 }
 
@@ -54,6 +61,10 @@ int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)
 		{dp_group * m->dp + m->dp_rank / m->ep, m->ep, m->ep_rank, "ep", &m->ep_comm},
 		{dp_group * m->ep + m->ep_rank, m->dp / m->ep, m->dp_rank / m->ep, "edp",
 		 &m->edp_comm},
+		{dp_group * m->dp + m->dp_rank / m->fsdp, m->fsdp, m->fsdp_rank, "fsdp",
+		 &m->fsdp_comm},
+		{dp_group * m->fsdp + m->fsdp_rank, m->dp / m->fsdp, m->dp_rank / m->fsdp, "rep",
+		 &m->rep_comm},
 	};
 	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
 		pp_comm *c = NULL;
@@ -71,8 +82,10 @@ int mesh_split(pp_mesh *m, pp_comm *world, pp_err *e)
 
 void mesh_free(pp_mesh *m)
 {
-	pp_comm *c[] = {m->edp_comm, m->ep_comm, m->tied_comm, m->pp_comm, m->dp_comm, m->tp_comm};
+	pp_comm *c[] = {m->rep_comm, m->fsdp_comm, m->edp_comm, m->ep_comm,
+			m->tied_comm, m->pp_comm, m->dp_comm, m->tp_comm};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++)
 		comm_free(c[i]);
-	m->edp_comm = m->ep_comm = m->tied_comm = m->pp_comm = m->dp_comm = m->tp_comm = NULL;
+	m->rep_comm = m->fsdp_comm = m->edp_comm = m->ep_comm = NULL;
+	m->tied_comm = m->pp_comm = m->dp_comm = m->tp_comm = NULL;
 }

@@ -368,6 +368,36 @@ static int shard_dims(pp_stage *s, pp_err *e)
 	return 0;
 }
 
+/* FSDP's units (stage_units): their bounds, each parameter's unit, and the
+ * part of the buffer this rank keeps. */
+static int describe_units(pp_stage *s, pp_err *e)
+{
+	const pp_stage_acts *a = s->acts;
+	const int L = s->layer_end - s->layer_begin;
+	s->n_units = L + 2;
+	s->unit_lo = calloc((size_t)s->n_units + 1, sizeof *s->unit_lo);
+	s->param_unit = calloc((size_t)s->n_params + 1, sizeof *s->param_unit);
+	if (!s->unit_lo || !s->param_unit)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	for (int l = 0; l < L; l++)
+		s->unit_lo[1 + l] = s->params[a->layer[l].norm1_w].off;
+	s->unit_lo[L + 1] = s->last ? s->params[a->normf_w].off : s->n_shared;
+	s->unit_lo[L + 2] = s->n_shared;
+	for (int i = 0, u = 0; i < s->n_params; i++) {
+		while (u < s->n_units && s->params[i].off >= s->unit_lo[u + 1])
+			u++;
+		s->param_unit[i] = u;
+	}
+	const stage_units *un = &s->spec.units;
+	s->w_lo = un->use ? un->lo : 0;
+	s->w_hi = un->use ? un->hi : s->n_elems;
+	if (un->use && (s->n_elems != s->n_shared || un->lo > un->hi || un->hi > s->n_elems))
+		return pp_errorf(e, PP_EUSAGE,
+				 "fsdp: shard [%zu, %zu) of a stage of %zu parameters%s", un->lo,
+				 un->hi, s->n_elems, s->n_elems != s->n_shared ? " with experts" : "");
+	return 0;
+}
+
 int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e)
 {
 	memset(s, 0, sizeof *s);
@@ -403,7 +433,7 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	if (!s->acts)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	build_table(s, s->acts);
-	return 0;
+	return describe_units(s, e);
 }
 
 static moe_layer moe_of(const pp_stage *s, const layer_index *li);
@@ -428,11 +458,15 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	const size_t Lm = s->recompute && a->n_moe ? 1 : (size_t)a->n_moe;
 	const size_t NH = (size_t)s->B * s->n_heads * s->T;
 
-	s->w = ops->alloc(s->n_elems * sizeof(pp_real));
-	s->g = spec->no_grad ? NULL : ops->alloc(s->n_elems * sizeof(pp_real));
-	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w
-					       : ops->alloc(s->n_elems * pp_act_size(ops));
-	if (!s->w || !s->wc || (!s->g && !spec->no_grad))
+	/* under FSDP this rank's shard, and the units' pointers its owner sets */
+	const size_t held = s->w_hi - s->w_lo;
+	s->w = ops->alloc(held * sizeof(pp_real));
+	s->g = spec->no_grad ? NULL : ops->alloc(held * sizeof(pp_real));
+	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w : ops->alloc(held * pp_act_size(ops));
+	if ((held && (!s->w || !s->wc || (!s->g && !spec->no_grad))))
+		goto oom;
+	if (spec->units.use && (!(s->unit_w = calloc((size_t)s->n_units, sizeof *s->unit_w)) ||
+				!(s->unit_g = calloc((size_t)s->n_units, sizeof *s->unit_g))))
 		goto oom;
 	const size_t Nb = spec->no_grad ? 0 : N; /* backward scratch */
 	const size_t last = s->last ? 1 : 0, keep = spec->keep_logits ? 1 : 0;
@@ -513,6 +547,8 @@ void stage_free(pp_stage *s)
 			free(a->layer);
 		free(a);
 		free(s->params);
+		free(s->unit_lo);
+		free(s->param_unit);
 		memset(s, 0, sizeof *s);
 		return;
 	}
@@ -547,6 +583,10 @@ void stage_free(pp_stage *s)
 	ops->free(s->w);
 	ops->free(s->g);
 	free(s->params);
+	free(s->unit_lo);
+	free(s->param_unit);
+	free(s->unit_w);
+	free(s->unit_g);
 	memset(s, 0, sizeof *s);
 }
 
@@ -585,15 +625,17 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 				x[j] = (pp_real)p->init_value;
 		}
 	}
-	s->ops->to_device(s->w, host, s->n_elems * sizeof(pp_real));
+	s->ops->to_device(s->w, host + s->w_lo, (s->w_hi - s->w_lo) * sizeof(pp_real));
 	free(host);
 	stage_weights_changed(s);
 }
 
 void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi)
 {
+	lo = lo > s->w_lo ? lo : s->w_lo;
+	hi = hi < s->w_hi ? hi : s->w_hi;
 	if (s->wc != (pp_act *)s->w && hi > lo)
-		s->ops->to_act(pp_act_at(s->ops, s->wc, lo), s->w + lo, hi - lo);
+		s->ops->to_act(pp_act_at(s->ops, s->wc, lo - s->w_lo), stage_w(s, lo), hi - lo);
 }
 
 void stage_weights_changed(pp_stage *s) { stage_weights_range_changed(s, 0, s->n_elems); }
@@ -611,7 +653,7 @@ bool stage_is_embedding_copy(const pp_stage *s, const pp_param *p)
 	return s->last && !s->first && s->cfg->tied_embeddings && p == &s->params[0];
 }
 
-void stage_zero_grad(pp_stage *s) { s->ops->zero(s->g, s->n_elems * sizeof(pp_real)); }
+void stage_zero_grad(pp_stage *s) { s->ops->zero(s->g, (s->w_hi - s->w_lo) * sizeof(pp_real)); }
 
 const pp_act *stage_logits(const pp_stage *s, int slot)
 {
@@ -623,9 +665,34 @@ const pp_act *stage_logits(const pp_stage *s, int slot)
 /* Parameter (its compute copy) or gradient pointer by table index (NULL for -1). */
 static pp_act *W(const pp_stage *s, int i)
 {
-	return i < 0 ? NULL : pp_act_at(s->ops, s->wc, s->params[i].off);
+	if (i < 0)
+		return NULL;
+	if (!s->unit_w)
+		return pp_act_at(s->ops, s->wc, s->params[i].off);
+	const int u = s->param_unit[i];
+	return pp_act_at(s->ops, s->unit_w[u], s->params[i].off - s->unit_lo[u]);
 }
-static pp_real *G(const pp_stage *s, int i) { return i < 0 ? NULL : s->g + s->params[i].off; }
+static pp_real *G(const pp_stage *s, int i)
+{
+	if (i < 0)
+		return NULL;
+	if (!s->unit_g)
+		return s->g + s->params[i].off;
+	const int u = s->param_unit[i];
+	return s->unit_g[u] + (s->params[i].off - s->unit_lo[u]);
+}
+
+/* FSDP (stage_units): unit u is needed now, and next after it. */
+static int unit_use(pp_stage *s, int u, int next, bool grads, pp_err *e)
+{
+	const stage_units *h = &s->spec.units;
+	return h->use ? h->use(h->ctx, s, u, next, grads, e) : 0;
+}
+static int unit_done(pp_stage *s, int u, pp_err *e)
+{
+	const stage_units *h = &s->spec.units;
+	return h->done ? h->done(h->ctx, s, u, e) : 0;
+}
 /* The bias of a row-parallel product is added once: on tp rank 0. */
 static pp_act *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
 
@@ -1019,7 +1086,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	pp_stage_acts *a = s->acts;
 	slot_acts *sa = &a->slot[slot];
 	const int B = s->B, T = s->T, N = B * T, C = m->d_model, V = m->vocab_size;
-	const int L = s->layer_end - s->layer_begin;
+	const int L = s->layer_end - s->layer_begin, tail = s->n_units - 1;
 	int rc;
 
 	if (s->first) {
@@ -1030,6 +1097,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 						 tokens[i], i, V);
 		to_shard(s, a->host_ids, tokens, N);
 		o->to_device(sa->tok, a->host_ids, (size_t)N * sizeof(int));
+		if ((rc = unit_use(s, 0, L > 0 ? 1 : tail, false, e)))
+			return rc;
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
 		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T, C,
 			     NULL);
@@ -1041,7 +1110,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	moe_losses moe = {0};
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, &moe, e)))
+		if ((rc = unit_use(s, 1 + l, l + 1 < L ? 2 + l : s->last ? tail : -1, false, e)) ||
+		    (rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, &moe, e)))
 			return rc;
 	}
 	{
@@ -1067,9 +1137,16 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	}
 	to_shard(s, a->host_ids, targets, N);
 	o->to_device(sa->tgt, a->host_ids, (size_t)N * sizeof(int));
+	/* a tied head reads the embedding's unit too */
+	const bool tied = a->head_w == a->embed_w, grads = dscale != 0;
+	if ((rc = unit_use(s, tail, tied ? 0 : -1, grads, e)) ||
+	    (tied && (rc = unit_use(s, 0, -1, grads, e))))
+		return rc;
 	norm_fwd(s, N, a->hf, sa->meanf, sa->rstdf, x, a->normf_w, a->normf_b);
 	sa->has_grad = 0;
 	if ((rc = head_and_loss(s, sa, dscale, e)))
+		return rc;
+	if (grads && ((rc = unit_done(s, tail, e)) || (tied && (rc = unit_done(s, 0, e)))))
 		return rc;
 	sa->has_grad = dscale != 0;
 	o->to_host(a->host_real, a->losses, (size_t)N * sizeof(pp_real));
@@ -1108,7 +1185,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 	pp_stage_acts *a = s->acts;
 	slot_acts *sa = &a->slot[slot];
 	const int B = s->B, T = s->T, N = B * T, C = m->d_model;
-	const int L = s->layer_end - s->layer_begin;
+	const int L = s->layer_end - s->layer_begin, tail = s->n_units - 1;
 	const size_t NC = (size_t)N * C;
 	const bool report = (part & STAGE_BWD_LAST) && (part & ~STAGE_BWD_LAST) != STAGE_BWD_INPUT;
 	part &= ~STAGE_BWD_LAST;
@@ -1127,8 +1204,11 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 			return rc;
 		for (int l = L - 1; l >= 0; l--) {
 			layer_acts t = layer_view(s, sa, l);
+			if ((rc = unit_use(s, 1 + l, l > 0 ? l : -1, true, e)))
+				return rc;
 			layer_backward(s, &a->layer[l], &t, part, e);
-			if ((rc = grads_final(s, report, layer_from(s, l), e)))
+			if ((rc = unit_done(s, 1 + l, e)) ||
+			    (rc = grads_final(s, report, layer_from(s, l), e)))
 				return rc;
 		}
 		sa->has_input_grad = 0;
@@ -1140,10 +1220,13 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 					 "backward of microbatch slot %d without a training forward", slot);
 		pp_act *x = pp_act_at(o, sa->res, (size_t)L * NC);
 		o->zero(a->d_res, NC * pp_act_size(o));
-		if ((rc = tp_sum(s, sa->dhf, NC, e)))
+		if ((rc = tp_sum(s, sa->dhf, NC, e)) ||
+		    (rc = unit_use(s, tail, L > 0 ? L : s->first ? 0 : -1, true, e)))
 			return rc;
 		norm_bwd(s, a->d_res, sa->dhf, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
 		sa->has_grad = 0;
+		if ((rc = unit_done(s, tail, e)))
+			return rc;
 	} else {
 		o->to_device(a->d_res, dout, NC * pp_act_size(o));
 	}
@@ -1151,16 +1234,22 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
+		if ((rc = unit_use(s, 1 + l, l > 0 ? l : s->first ? 0 : -1, true, e)))
+			return rc;
 		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, NULL, e)))
 			return rc;
-		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) ||
+		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) || (rc = unit_done(s, 1 + l, e)) ||
 		    (rc = grads_final(s, report, layer_from(s, l), e)))
 			return rc;
 	}
 	if (s->first) {
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
+		if ((rc = unit_use(s, 0, -1, true, e)))
+			return rc;
 		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T, C,
 			     NULL);
+		if ((rc = unit_done(s, 0, e)))
+			return rc;
 	} else {
 		*din = a->d_res;
 	}
@@ -1178,15 +1267,22 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 		pp_param *p = &s->params[i];
 		if (!p->grad_partial || p->off < lo || p->off >= hi)
 			continue;
+		/* the part held: every tp rank holds the same part (FSDP shards
+		 * alike layouts alike) */
+		const size_t a = p->off > s->w_lo ? p->off : s->w_lo;
+		const size_t b = p->off + p->n < s->w_hi ? p->off + p->n : s->w_hi;
+		if (a >= b)
+			continue;
+		const size_t n = b - a;
 		size_t heads = (size_t)(p->global_shape[0] / p->shape[0]);
 		size_t slot = (size_t)(p->block_row[0] / p->shape[0]);
 		pp_real *buf = s->acts->replica; /* (heads, n), sized in stage_create */
-		s->ops->zero(buf, heads * p->n * sizeof(pp_real));
-		s->ops->to_device(buf + slot * p->n, s->g + p->off, p->n * sizeof(pp_real));
-		int rc = tp->allreduce(tp->ctx, buf, heads * p->n, PP_TYPE_REAL, PP_REDUCE_SUM, e);
+		s->ops->zero(buf, heads * n * sizeof(pp_real));
+		s->ops->to_device(buf + slot * n, stage_g(s, a), n * sizeof(pp_real));
+		int rc = tp->allreduce(tp->ctx, buf, heads * n, PP_TYPE_REAL, PP_REDUCE_SUM, e);
 		if (rc)
 			return rc;
-		s->ops->to_device(s->g + p->off, buf + slot * p->n, p->n * sizeof(pp_real));
+		s->ops->to_device(stage_g(s, a), buf + slot * n, n * sizeof(pp_real));
 	}
 	return 0;
 }

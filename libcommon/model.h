@@ -66,6 +66,28 @@ typedef struct {
 	void *ctx;
 } stage_grad_hook;
 
+/* Fully sharded data parallelism (FSDP). The stage's buffer is cut into
+ * units: [0, the first layer's first tensor) (the embedding, on the first
+ * stage; on the last with tied embeddings, its copy), each layer, and [the
+ * final norm, n_shared) (the last stage's final norm and head): unit 0, 1
+ * + l for layer l, and n_units - 1. With units.use set the stage keeps the
+ * master weights and gradients of [units.lo, units.hi) only (w_lo, w_hi)
+ * and reads each unit's weights where whoever set the hooks has put them
+ * (unit_w), which that owner gathers from the shards:
+ *   use(u, next, grads): unit u's weights are needed now at s->unit_w[u],
+ *     and with grads a buffer at s->unit_g[u] that the pass adds unit u's
+ *     gradients to; next is the unit the pass reads after u (-1: none),
+ *     which the owner may start fetching while u computes.
+ *   done(u): the pass has added all it will to unit_g[u] for now.
+ * A forward reads units in order (the last stage then the tail, and unit
+ * 0 again for a tied head), a backward in reverse. An error stops the pass. */
+typedef struct {
+	int (*use)(void *ctx, struct pp_stage *s, int u, int next, bool grads, pp_err *e);
+	int (*done)(void *ctx, struct pp_stage *s, int u, pp_err *e);
+	void *ctx;
+	size_t lo, hi; /* the elements this rank keeps */
+} stage_units;
+
 typedef struct {
 	int layer_begin, layer_end; /* this stage's layers */
 	int B, T;                   /* microbatch shape */
@@ -88,6 +110,7 @@ typedef struct {
 	 * that the step's gradient is their mean's. 0: 1. */
 	double moe_loss_scale;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
+	stage_units units;          /* use NULL: the stage holds all of its weights */
 } stage_spec;
 
 typedef struct {
@@ -137,9 +160,21 @@ typedef struct pp_stage {
 	pp_param *params;
 	size_t n_elems;
 	size_t n_shared; /* [0, n_shared): all but this rank's experts (n_elems without MoE) */
-	pp_real *w, *g; /* device buffers, n_elems each: master weights, gradients */
+	/* Device buffers of the elements [w_lo, w_hi) of the parameter buffer
+	 * (all n_elems of it, or under FSDP this rank's shard): element x is
+	 * w[x - w_lo] (stage_w, stage_g). */
+	size_t w_lo, w_hi;
+	pp_real *w, *g; /* master weights, gradients */
 	pp_act *wc;     /* the weights in the compute type, which the forward and backward
 			 * read: w itself when that is pp_real, else a copy (stage_weights_changed) */
+	/* FSDP's units (stage_units): n_units + 1 bounds in the buffer, each
+	 * parameter's unit, and where each unit's weights and gradient buffer
+	 * are now (NULL when the stage holds all of its weights). */
+	int n_units;
+	size_t *unit_lo;
+	int *param_unit;
+	pp_act **unit_w;
+	pp_real **unit_g;
 
 	pp_stage_acts *acts; /* per-slot saved activations and scratch */
 
@@ -189,6 +224,10 @@ void stage_weights_changed(pp_stage *s);
 /* The same for the elements [lo, hi) of w only. */
 void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi);
 
+/* Element x of the master weights and of the gradients (w_lo <= x <= w_hi). */
+static inline pp_real *stage_w(const pp_stage *s, size_t x) { return s->w + (x - s->w_lo); }
+static inline pp_real *stage_g(const pp_stage *s, size_t x) { return s->g + (x - s->w_lo); }
+
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
 
 /* Whether p is the last stage's copy of a tied embedding (the first stage
@@ -236,8 +275,9 @@ void stage_zero_grad(pp_stage *s);
 /* After the last backward of a step: sums the gradients of kv heads that
  * several tp ranks hold (tp > kv heads), each of which saw only its own
  * query heads. Other replicated tensors come out identical by construction.
- * Only the tensors that start in [lo, hi) of the buffer: a collective over
- * tp, called with the same range on every tp rank. */
+ * Only the tensors that start in [lo, hi) of the buffer, and of those the
+ * part the stage holds ([w_lo, w_hi)): a collective over tp, called with
+ * the same range on every tp rank. */
 int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e);
 
 /* ---- decoding ------------------------------------------------------------

@@ -113,12 +113,12 @@ double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
 		if (x >= y || !counts(st, p))
 			continue;
 		if (x != b) {
-			sum += a < b ? st->ops->sumsq(st->g + a, b - a) : 0;
+			sum += a < b ? st->ops->sumsq(stage_g(st, a), b - a) : 0;
 			a = x;
 		}
 		b = y;
 	}
-	return sum + (a < b ? st->ops->sumsq(st->g + a, b - a) : 0);
+	return sum + (a < b ? st->ops->sumsq(stage_g(st, a), b - a) : 0);
 }
 
 double optim_clip_scale(const pp_config *c, double grad_norm)
@@ -140,9 +140,10 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 			if (x >= y)
 				continue;
 			/* the compute copy in the same pass, where there is one */
-			pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x) : NULL;
+			pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x - st->w_lo)
+							      : NULL;
 			size_t at = optim_ranges_pos(&o->r, x);
-			o->ops->adamw(st->w + x, wc, st->g + x, o->m + at, o->v + at, y - x, (float)lr,
+			o->ops->adamw(stage_w(st, x), wc, stage_g(st, x), o->m + at, o->v + at, y - x, (float)lr,
 				      (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
 				      (float)wd, t, (float)gscale);
 		}

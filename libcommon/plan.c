@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fsdp.h"
 #include "model.h"
 
 /* The model's dimensions with defaults resolved. */
@@ -249,6 +250,9 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	 * take the largest chunk of the rank (exact for v = 1). */
 	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, chunk_layers_max = 0;
 	int64_t layer_act_max = 0, experts = 0, chunk_experts_max = 0;
+	/* fsdp: the shares of each chunk, the largest unit, the held units */
+	const int64_t fsdp = c->fsdp > 0 ? c->fsdp : 1, norm_f = s.layernorm ? 2 * s.C : s.C;
+	int64_t shares = 0, unit_max = 0, held = 0;
 	const int64_t layer_experts = moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
 	for (int64_t j = 0; j < v; j++) {
 		int lb, le;
@@ -260,6 +264,17 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 				 (out->last && j == v - 1 ? head : 0);
 		count += params;
 		experts += n_moe * layer_experts;
+		shares += ceil_div(params, fsdp);
+		const int64_t units[] = {
+			n_dense ? layer_total(&dense) : 0, n_moe ? layer_total(&moe) : 0,
+			out->first && j == 0 ? embed : 0,
+			/* the last chunk: the final norm with an untied head; a tied
+			 * head's copy of the embedding is a unit of its own */
+			out->last && j == v - 1 ? norm_f + (s.tied ? 0 : vocab_rows) : 0,
+			out->last && j == v - 1 && s.tied && pp > 1 ? vocab_rows : 0};
+		for (size_t u = 0; u < sizeof units / sizeof *units; u++)
+			unit_max = units[u] > unit_max ? units[u] : unit_max;
+		held += (out->first && j == 0 ? embed : 0) + (out->last && j == v - 1 ? head : 0);
 		if (params - n_moe * layer_experts > chunk_params_max)
 			chunk_params_max = params - n_moe * layer_experts;
 		if (n_moe * layer_experts > chunk_experts_max)
@@ -293,6 +308,19 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		gather = ceil_div(chunk_experts_max, edp) * (edp + 1);
 	out->optimizer = (zero1 ? ceil_div(shared, c->dp) + ceil_div(experts, edp) : count) * 8 +
 			 (b < 4 ? count * 4 : 0) + (zero1 ? gather * 4 : 0);
+	if (fsdp > 1) {
+		/* fsdp keeps the shares of everything, and gathers one unit at a time */
+		out->params = shares * b;
+		out->grads = shares * 4;
+		out->optimizer = shares * 8 + (b < 4 ? shares * 4 : 0);
+		out->unit_max = unit_max;
+		out->gathered = FSDP_BUFS * unit_max * b;
+		out->grad_buffers = (2 * FSDP_GBUFS * unit_max + held) * 4;
+		const double part = (double)(fsdp - 1) / (double)fsdp;
+		out->fsdp_gather = (int64_t)(2.0 * (double)m * (double)count * (double)b * part);
+		out->fsdp_reduce = (int64_t)(((double)m * (double)(count - held) + (double)held) * 4.0 * part);
+		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)shares * 4.0 * (double)(c->dp - 1) / c->dp) : 0;
+	}
 
 	/* Without recompute every chunk-microbatch in flight keeps its full set.
 	 * With recompute it keeps only each layer's input (B T C), and one
@@ -312,7 +340,8 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		out->logits = stage_loss_rows(B * T, V, b, c->loss_chunk_mb) * V * b;
 		out->activations += (c->schedule == SCHED_GPIPE ? m : 1) * B * T * s.C * b;
 	}
-	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits;
+	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits +
+		     out->gathered + out->grad_buffers;
 	return PP_OK;
 }
 
@@ -426,7 +455,7 @@ static int plan_compute(const pp_config *c, plan_all *a, pp_err *e)
 	a->m = c->microbatches;
 	a->v = c->virtual_stages;
 	a->tokens_per_step = (int64_t)c->global_batch * c->seq_len;
-	a->world = (int64_t)c->pp * c->dp * c->tp;
+	a->world = pp_config_world(c);
 	/* at the reference costs: backward 2 x forward, zbh1's weight gradient 1 x */
 	a->bubble = schedule_bubble_theory(c->schedule, c->pp, a->v, a->m, NULL);
 	return PP_OK;
@@ -499,6 +528,16 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"total", (json_int_t)r->total, "total_gib", gib(r->total));
 	if (!o)
 		return pp_errorf(e, PP_ERUNTIME, "plan: cannot build the JSON report");
+	/* fsdp: its axis, its working set beside the shares, its traffic */
+	json_object_set_new(json_object_get(o, "layout"), "fsdp", json_integer(c->fsdp));
+	json_t *mem = json_object_get(o, "memory");
+	json_object_set_new(mem, "unit_max", json_integer((json_int_t)r->unit_max));
+	json_object_set_new(mem, "gathered", json_integer((json_int_t)r->gathered));
+	json_object_set_new(mem, "grad_buffers", json_integer((json_int_t)r->grad_buffers));
+	json_object_set_new(mem, "fsdp_traffic",
+			    json_pack("{s:I, s:I, s:I}", "all_gather", (json_int_t)r->fsdp_gather,
+				      "reduce_scatter", (json_int_t)r->fsdp_reduce, "dp",
+				      (json_int_t)r->fsdp_dp));
 	int rc = json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(12));
 	json_decref(o);
 	if (rc || fputc('\n', f) == EOF)
@@ -560,8 +599,12 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "  %-22s %.4g per step\n", "train FLOPs", a->flops * (double)a->tokens_per_step);
 
 	fprintf(f, "\nlayout\n");
-	fprintf(f, "  %-22s %lld = pp %d x dp %d x tp %d", "ranks", (long long)a->world, c->pp,
-		c->dp, c->tp);
+	if (c->fsdp > 1)
+		fprintf(f, "  %-22s %lld = pp %d x dp %d x fsdp %d x tp %d", "ranks",
+			(long long)a->world, c->pp, c->dp, c->fsdp, c->tp);
+	else
+		fprintf(f, "  %-22s %lld = pp %d x dp %d x tp %d", "ranks", (long long)a->world,
+			c->pp, c->dp, c->tp);
 	if (c->ep > 1)
 		fprintf(f, "; ep %d inside dp: %d of %lld experts per rank", c->ep,
 			(int)(c->model.n_experts / c->ep), (long long)c->model.n_experts);
@@ -607,16 +650,30 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		r->rank, c->pp, r->layers, r->first ? ", embedding" : "", r->last ? ", head" : "",
 		r->in_flight, pp_type_name(c->dtype), c->recompute ? ", recompute" : "",
 		c->shard_optimizer ? ", optimizer sharded" : "");
-	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes\n", "parameters", gib(r->params),
-		commas(b2, r->param_count), dtype_bytes(c->dtype));
-	fprintf(f, "  %-22s %10.2f GiB\n", "gradients", gib(r->grads));
+	const char *by_fsdp = c->fsdp > 1 ? ", / fsdp" : "";
+	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes%s\n", "parameters",
+		gib(r->params), commas(b2, r->param_count), dtype_bytes(c->dtype), by_fsdp);
+	fprintf(f, "  %-22s %10.2f GiB   fp32%s\n", "gradients", gib(r->grads), by_fsdp);
 	fprintf(f, "  %-22s %10.2f GiB   AdamW m, v%s in fp32%s\n", "optimizer",
 		gib(r->optimizer), dtype_bytes(c->dtype) < 4 ? ", master weights" : "",
-		c->shard_optimizer && c->dp > 1 ? ", / dp" : "");
+		c->fsdp > 1 ? by_fsdp : c->shard_optimizer && c->dp > 1 ? ", / dp" : "");
+	if (c->fsdp > 1) {
+		fprintf(f, "  %-22s %10.2f GiB   %d units of %s parameters (the largest), gathered\n",
+			"fsdp gathered", gib(r->gathered), FSDP_BUFS, commas(b1, r->unit_max));
+		fprintf(f, "  %-22s %10.2f GiB   %d x 2 units, the embedding's and head's whole\n",
+			"fsdp grad buffers", gib(r->grad_buffers), FSDP_GBUFS);
+	}
 	fprintf(f, "  %-22s %10.2f GiB\n", "activations", gib(r->activations));
 	if (r->logits)
 		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
 	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));
+	if (c->fsdp > 1)
+		fprintf(f, "\nfsdp traffic per rank per step\n"
+			   "  %-22s %10.2f GiB   every unit, each microbatch's forward and backward\n"
+			   "  %-22s %10.2f GiB   the layers' per microbatch, embedding and head once\n"
+			   "  %-22s %10.2f GiB   the shares' sum over dp %d\n",
+			"all-gather", gib(r->fsdp_gather), "reduce-scatter", gib(r->fsdp_reduce),
+			"all-reduce", gib(r->fsdp_dp), c->dp);
 }
 
 int plan_print(FILE *f, const pp_config *c, bool json, pp_err *e)

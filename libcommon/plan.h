@@ -77,6 +77,17 @@ typedef struct {
 	int64_t grads;       /* param_count * 4: fp32 */
 	int64_t optimizer;   /* AdamW m, v (/ dp if sharded), + the fp32 master under bf16,
 			      * + the ZeRO-1 gather buffer */
+	/* fsdp > 1: params, grads and optimizer above are this rank's shares
+	 * (fsdp.h), and beside them the working set: */
+	int64_t unit_max;     /* parameters of the largest unit (a layer, the embedding, the head) */
+	int64_t gathered;     /* FSDP_BUFS gathered units of unit_max, dtype bytes */
+	int64_t grad_buffers; /* FSDP_GBUFS x 2 of unit_max, and the embedding's and head's whole
+			       * gradients, fp32 */
+	/* and the bytes each rank sends per step (about what it receives):
+	 * every unit all-gathered for each microbatch's forward and backward,
+	 * the layers' gradients reduce-scattered per microbatch (the
+	 * embedding's and head's once a step), the shares summed over dp */
+	int64_t fsdp_gather, fsdp_reduce, fsdp_dp;
 	int64_t activations; /* saved for backward, peak */
 	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
 	int64_t total;

@@ -383,19 +383,20 @@ static void check_run_dir(const pp_config *c, const rank_info *all, int n, table
 
 static void check_memory(const pp_config *c, const rank_info *all, int n, table *t)
 {
-	const int world = c->pp * c->dp * c->tp;
+	const int world = pp_config_world(c), data = pp_config_data_ranks(c);
 	if (n > 1 && n != world) {
-		add(t, "layout", "job", false, "pp x dp x tp = %d x %d x %d needs %d ranks; the job has %d", c->pp,
-		    c->dp, c->tp, world, n);
+		add(t, "layout", "job", false, "pp x dp x fsdp x tp = %d x %d x %d x %d needs %d ranks; "
+		    "the job has %d", c->pp, c->dp, c->fsdp, c->tp, world, n);
 		return;
 	}
-	add(t, "layout", "job", true, "pp x dp x tp = %d x %d x %d = %d rank%s%s", c->pp, c->dp, c->tp, world,
-	    world > 1 ? "s" : "", n == 1 && world > 1 ? " (this machine checked as one of them)" : "");
+	add(t, "layout", "job", true, "pp x dp x fsdp x tp = %d x %d x %d x %d = %d rank%s%s", c->pp, c->dp,
+	    c->fsdp, c->tp, world, world > 1 ? "s" : "",
+	    n == 1 && world > 1 ? " (this machine checked as one of them)" : "");
 	/* a single process stands for the most loaded rank */
 	for (int r = 0; r < (n > 1 ? n : 1); r++) {
 		plan_memory_t pm;
 		pp_err e = {0};
-		int rc = n > 1 ? plan_memory_rank(c, r / (c->dp * c->tp), &pm, &e) : plan_memory(c, &pm, &e);
+		int rc = n > 1 ? plan_memory_rank(c, r / (data * c->tp), &pm, &e) : plan_memory(c, &pm, &e);
 		char where[24], need[32], have[32];
 		snprintf(where, sizeof where, "rank %d", r);
 		if (rc) {

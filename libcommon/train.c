@@ -62,6 +62,28 @@ static bool counts_once(const pp_stage *st, const pp_param *p)
 	return ckpt_rank_saves(st, p);
 }
 
+/* Fully sharded: fsdp > 1 (fsdp.h). */
+static bool fsdp_on(const trainer *t) { return t->mesh.fsdp > 1; }
+/* ZeRO-1: each dp rank updates a share of the buffer, and holds all of it. */
+static bool zero1(const trainer *t)
+{
+	return t->cfg->shard_optimizer && t->mesh.dp > 1 && !fsdp_on(t);
+}
+
+/* The stage of spec sp under fsdp: the share of its buffer this rank keeps,
+ * and the hooks that gather the rest. */
+static int fsdp_spec(trainer *t, stage_spec *sp, pp_err *e)
+{
+	pp_stage d;
+	int rc = stage_describe(&d, &t->cfg->model, sp, e);
+	if (rc)
+		return rc;
+	sp->units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, 0, 0};
+	gradsync_shard(d.n_shared, t->mesh.fsdp, t->mesh.fsdp_rank, &sp->units.lo, &sp->units.hi);
+	stage_free(&d);
+	return 0;
+}
+
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 {
 	memset(t, 0, sizeof *t);
@@ -80,7 +102,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if (params_only) {
 		/* one process holds the whole model, whatever the layout */
 		pp_config whole = *c;
-		whole.pp = whole.dp = whole.tp = whole.ep = whole.virtual_stages = 1;
+		whole.pp = whole.dp = whole.fsdp = whole.tp = whole.ep = whole.virtual_stages = 1;
 		whole.n_stage_layers = 0;
 		rc = mesh_init(&t->mesh, &whole, 0, 1, e);
 	} else {
@@ -130,14 +152,20 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		sp.ep.comm = me->ep_comm;
 		/* the MoE losses' mean over the step's microbatches */
 		sp.moe_loss_scale = 1.0 / ((double)c->microbatches * me->dp);
-		if (!params_only && me->dp_comm && c->grad_bucket_mb > 0)
+		if (!params_only && me->dp_comm && c->grad_bucket_mb > 0 && !fsdp_on(t))
 			sp.grad_ready = (stage_grad_hook){grads_final, t};
 		pp_stage *st = &t->chunks[k];
+		if (fsdp_on(t) && (rc = fsdp_spec(t, &sp, e)))
+			return rc;
 		if ((rc = stage_create(st, m, t->ops, &sp, e)))
 			return rc;
-		/* ZeRO-1: this dp rank updates a share of each region of the buffer */
+		/* ZeRO-1: this dp rank updates a share of each region of the buffer;
+		 * fsdp: this rank keeps and updates its share of the fsdp group's */
 		optim_ranges r;
-		gradsync_ranges(st, c->shard_optimizer && me->dp > 1, me->dp, me->dp_rank, me->ep, &r);
+		if (fsdp_on(t))
+			gradsync_ranges(st, true, me->fsdp, me->fsdp_rank, 1, &r);
+		else
+			gradsync_ranges(st, zero1(t), me->dp, me->dp_rank, me->ep, &r);
 		if (!params_only && (rc = optim_create(&t->opt[k], t->ops, &r, e)))
 			return rc;
 		/* a tied embedding is summed with the pipeline's other end first */
@@ -146,10 +174,14 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	}
 	if (params_only)
 		return 0;
-	if ((rc = gradsync_init(&t->sync, t->chunks, me->v, hold, c->shard_optimizer && me->dp > 1,
-				me->dp_comm, me->edp_comm, me->ep, t->ops, c->grad_bucket_mb, e)))
+	if (fsdp_on(t))
+		rc = fsdp_init(&t->fsdp, t->chunks, me->v, me->fsdp_comm, me->rep_comm, t->ops, e);
+	else
+		rc = gradsync_init(&t->sync, t->chunks, me->v, hold, zero1(t), me->dp_comm,
+				   me->edp_comm, me->ep, t->ops, c->grad_bucket_mb, e);
+	if (rc)
 		return rc;
-	if (c->shard_optimizer && me->dp > 1) {
+	if (zero1(t)) {
 		/* every share padded to the largest, then this rank's share */
 		size_t most = 0;
 		for (int k = 0; k < me->v; k++) {
@@ -161,6 +193,7 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 			most = experts > most ? experts : most;
 		}
 		t->gather = t->ops->alloc(most * sizeof(pp_real));
+		t->gather_n = most;
 		if (!t->gather)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
@@ -184,6 +217,7 @@ void trainer_close(trainer *t)
 	data_close(t->val);
 	pipeline_free(&t->pl);
 	gradsync_free(&t->sync);
+	fsdp_free(&t->fsdp);
 	if (t->gather)
 		t->ops->free(t->gather);
 	for (int k = 0; t->chunks && k < t->mesh.v; k++) {
@@ -219,6 +253,41 @@ void trainer_init(trainer *t)
 	t->step = 0;
 }
 
+/* The bytes of training state this rank allocated, as pp-init --plan
+ * counts them: parameters (the compute copy), gradients, optimizer (AdamW
+ * m and v, the fp32 master weights under bf16, the ZeRO-1 gather buffer);
+ * under fsdp the shares of those, and beside them the working set: the
+ * gathered units, the units' gradient buffers and the embedding's and
+ * head's whole gradients. */
+static void log_state_bytes(const trainer *t)
+{
+	const pp_ops *o = t->ops;
+	const double R = sizeof(pp_real), A = (double)pp_act_size(o);
+	double params = 0, grads = 0, optim = 0, gathered = 0, buffers = 0;
+	for (int k = 0; k < t->mesh.v; k++) {
+		const pp_stage *st = &t->chunks[k];
+		const double held = (double)(st->w_hi - st->w_lo);
+		params += held * A;
+		grads += held * R;
+		optim += 2 * (double)optim_ranges_count(&t->opt[k].r) * R + (A < R ? held * R : 0);
+		for (int j = 0; fsdp_on(t) && j < 2; j++) {
+			const int u = j ? st->n_units - 1 : 0;
+			buffers += (double)(st->unit_lo[u + 1] - st->unit_lo[u]) * R;
+		}
+	}
+	optim += (double)t->gather_n * R;
+	if (!fsdp_on(t)) {
+		log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
+			 "%.4g MB", params / 1e6, grads / 1e6, optim / 1e6);
+		return;
+	}
+	gathered = FSDP_BUFS * (double)t->fsdp.unit_max * A;
+	buffers += 2 * FSDP_GBUFS * (double)t->fsdp.unit_max * R;
+	log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
+		 "%.4g MB (its fsdp shares); working set: gathered units %.4g MB, gradient buffers "
+		 "%.4g MB", params / 1e6, grads / 1e6, optim / 1e6, gathered / 1e6, buffers / 1e6);
+}
+
 /* ---- checkpoints ------------------------------------------------------- */
 
 /* Copies chunk k's parameters and AdamW state to host memory, into
@@ -245,7 +314,11 @@ static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 	*h = *s;
 	if (!h->w || (!t->params_only && (!h->m || !h->v)))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
-	ops->to_host(h->w, st->w, n * sizeof(pp_real));
+	int rc = fsdp_on(t) ? fsdp_gather_master(&t->fsdp, k, h->w, e) : 0;
+	if (rc)
+		return rc;
+	if (!fsdp_on(t))
+		ops->to_host(h->w, st->w, n * sizeof(pp_real));
 	if (!t->params_only) {
 		ops->to_host(h->m, o->m, share * sizeof(pp_real));
 		ops->to_host(h->v, o->v, share * sizeof(pp_real));
@@ -370,8 +443,13 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->tp_size = me->tp;
 	cs->dp_size = me->dp;
 	cs->ep_size = me->ep;
-	/* ZeRO-1: each dp rank saves the AdamW state it holds */
-	cs->optim_per_dp = t->cfg->shard_optimizer && me->dp > 1;
+	/* ZeRO-1: each dp rank saves the AdamW state it holds; fsdp: each rank
+	 * of an fsdp group (one group: the others hold the same shares) */
+	cs->optim_per_dp = zero1(t) || fsdp_on(t);
+	if (fsdp_on(t)) {
+		cs->dp_rank = me->fsdp_rank;
+		cs->dp_size = me->fsdp;
+	}
 	cs->tokenizer = t->cfg->tokenizer; /* shard pp000-tp000 keeps a copy */
 }
 
@@ -412,6 +490,7 @@ static int save_prepare(trainer *t, ckpt_job *j, pp_err *e)
 	free(owned);
 	j->cs.config_json = ckpt_job_own(j, pp_config_dump(t->cfg));
 	j->write_shard = me->dp_rank < me->ep; /* the first ep group: one copy of everything */
+	j->write_optim = j->cs.optim_per_dp && me->dp_rank < (fsdp_on(t) ? me->fsdp : me->dp);
 	return rc;
 }
 
@@ -471,7 +550,7 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		const pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];
 		if (!rc) {
-			t->ops->to_device(st->w, hs[k].w, st->n_elems * sizeof(pp_real));
+			t->ops->to_device(st->w, hs[k].w + st->w_lo, (st->w_hi - st->w_lo) * sizeof(pp_real));
 			stage_weights_changed(&t->chunks[k]);
 			for (int i = 0; i < OPTIM_REGIONS; i++) {
 				size_t lo = o->r.lo[i], n = o->r.hi[i] - lo, at = optim_ranges_pos(&o->r, lo);
@@ -516,6 +595,8 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	ckpt_manifest_free(&m);
 	if (!rc && !(rc = ckpt_check_model(t->cfg, dir, e)))
 		rc = load_chunks(t, dir, &cs, adam, e);
+	if (!rc && fsdp_on(t))
+		fsdp_params_changed(&t->fsdp);
 	if (!rc && t->train)
 		rc = data_set_state(t->train, cs.data_state, cs.n_data_state, e);
 	if (!rc && cs.step > t->cfg->steps)
@@ -786,25 +867,32 @@ static int sync_grads(trainer *t, pp_err *e)
 	const pp_mesh *me = &t->mesh;
 	const int v = me->v;
 	int rc = 0;
-	/* what grads_final has not seen */
-	for (int k = 0; k < v && !rc; k++)
+	/* what grads_final has not seen (under fsdp: once summed into the shares) */
+	for (int k = 0; k < v && !rc && !fsdp_on(t); k++)
 		rc = stage_reduce_replica_grads(&t->chunks[k], 0, t->sync.chunks[k].ready, e);
 	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1)) {
 		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank hold
-		 * it, as their first tensor */
-		pp_stage *first = &t->chunks[0], *last = &t->chunks[v - 1];
+		 * it, as their first tensor: in g, or under fsdp in the buffers
+		 * of their first unit's whole gradients */
+		pp_real *first = fsdp_on(t) ? fsdp_held_grad(&t->fsdp, 0, 0) : t->chunks[0].g;
+		pp_real *last = fsdp_on(t) ? fsdp_held_grad(&t->fsdp, v - 1, 0) : t->chunks[v - 1].g;
+		const pp_stage *mine = &t->chunks[me->pp_rank == 0 ? 0 : v - 1];
+		const size_t n = mine->params[0].n;
 		if (me->pp == 1) {
-			size_t n = first->params[0].n;
-			t->ops->add_real(first->g, first->g, last->g, n);
-			t->ops->to_device(last->g, first->g, n * sizeof(pp_real));
+			t->ops->add_real(first, first, last, n);
+			t->ops->to_device(last, first, n * sizeof(pp_real));
 		} else if (me->tied_comm) {
-			pp_stage *mine = me->pp_rank == 0 ? first : last;
-			rc = comm_allreduce(me->tied_comm, mine->g, mine->params[0].n, PP_DT_REAL,
-					    PP_OP_SUM, e);
+			rc = comm_allreduce(me->tied_comm, me->pp_rank == 0 ? first : last, n,
+					    PP_DT_REAL, PP_OP_SUM, e);
 		}
 	}
-	if (!rc)
-		rc = gradsync_finish(&t->sync, e);
+	if (rc)
+		return rc;
+	if (!fsdp_on(t))
+		return gradsync_finish(&t->sync, e);
+	rc = fsdp_finish(&t->fsdp, e);
+	for (int k = 0; k < v && !rc; k++)
+		rc = stage_reduce_replica_grads(&t->chunks[k], 0, t->chunks[k].n_elems, e);
 	return rc;
 }
 
@@ -816,7 +904,8 @@ static int grad_norm(trainer *t, double *norm, pp_err *e)
 	 * rank 0; for the experts, every rank of the first ep group); sharded,
 	 * each rank counts its share */
 	const bool first[OPTIM_REGIONS] = {me->dp_rank == 0, me->dp_rank < me->ep};
-	const bool sharded = t->cfg->shard_optimizer && me->dp > 1;
+	/* under fsdp the first fsdp group's shares (the others hold the same) */
+	const bool sharded = zero1(t) || (fsdp_on(t) && me->dp_rank < me->fsdp);
 	double sum = 0;
 	for (int k = 0; k < me->v; k++)
 		for (int i = 0; i < OPTIM_REGIONS; i++)
@@ -833,7 +922,7 @@ static int grad_norm(trainer *t, double *norm, pp_err *e)
 static int gather_params(trainer *t, pp_err *e)
 {
 	const pp_mesh *me = &t->mesh;
-	if (!(t->cfg->shard_optimizer && me->dp > 1))
+	if (!zero1(t))
 		return 0;
 	pp_comm *comm[OPTIM_REGIONS] = {me->dp_comm, me->edp_comm};
 	for (int k = 0; k < me->v; k++) {
@@ -946,6 +1035,8 @@ static int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, r->lr,
 				   optim_clip_scale(c, r->gnorm));
 		prof_end(t->prof, &opt, -1, -1, -1, 0);
+		if (fsdp_on(t))
+			fsdp_params_changed(&t->fsdp);
 		prof_span gather = prof_begin(t->prof, PROF_PARAM_GATHER);
 		rc = gather_params(t, e);
 		prof_end(t->prof, &gather, -1, -1, -1, 0);
@@ -1084,13 +1175,18 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		return rc;
 	size_t n = (size_t)c->microbatches * c->microbatch * c->seq_len;
 	int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
+	char fsdp[32] = "";
+	if (c->fsdp > 1)
+		snprintf(fsdp, sizeof fsdp, " fsdp=%d", c->fsdp);
 	if (!o->quiet && trainer_leader(t))
-		log_info("training %s on %d rank%s (pp=%d dp=%d tp=%d, %s, %d microbatches) "
+		log_info("training %s on %d rank%s (pp=%d dp=%d%s tp=%d, %s, %d microbatches) "
 			 "for %ld steps from step %ld; %.3g FLOP/token = 6N + 6*L*H*D*T; %d x %d "
 			 "tokens per step",
 			 c->model.preset, t->mesh.world, t->mesh.world > 1 ? "s" : "", c->pp, c->dp,
-			 c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps, t->step, lg.flops_per_token,
-			 c->global_batch, c->seq_len);
+			 fsdp, c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps, t->step,
+			 lg.flops_per_token, c->global_batch, c->seq_len);
+	if (!o->quiet && trainer_leader(t))
+		log_state_bytes(t);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0)
 			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
@@ -1168,7 +1264,12 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	}
 	if (!rc && !o->quiet)
 		log_timing(t, &lg);
-	if (!rc && !o->quiet && trainer_leader(t) && t->mesh.dp_comm)
+	if (!rc && !o->quiet && trainer_leader(t) && fsdp_on(t))
+		log_info("fsdp: %ld all-gathers of a layer's parameters, %ld of them issued while the "
+			 "layer before computed (%ld still in flight when needed); %ld reduce-scatters",
+			 t->fsdp.stats.gathers, t->fsdp.stats.prefetched, t->fsdp.stats.waited,
+			 t->fsdp.stats.reduces);
+	else if (!rc && !o->quiet && trainer_leader(t) && t->mesh.dp_comm)
 		log_info("gradient sum over dp: %d reduction(s) overlapped with the backward passes, "
 			 "%d after them (grad_bucket_mb=%g)",
 			 t->sync.early, t->sync.late, c->grad_bucket_mb);

@@ -11,6 +11,7 @@
 #include "boot.h"
 #include "config.h"
 #include "data.h"
+#include "fsdp.h"
 #include "gradsync.h"
 #include "mesh.h"
 #include "model.h"
@@ -28,7 +29,9 @@ typedef struct {
 	optim_state *opt;  /* per chunk: all of it, or this dp rank's shard (ZeRO-1) */
 	pipeline pl;
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
+	fsdp fsdp;            /* fsdp > 1: the gathers and reduce-scatters of the shards */
 	pp_real *gather;      /* ZeRO-1: the parameter all-gather's buffer (largest chunk) */
+	size_t gather_n;      /* its elements */
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */

@@ -631,13 +631,14 @@ static void test_resolved_json(void)
 			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from",
 			       NULL, "profile_steps", NULL, "timing_skip_steps", "debug", "fwd_ms",
 			       NULL, "tensorboard", NULL, "async_checkpointing", NULL, "step_timeout",
-			       NULL, "max_runtime", "debug", "hang_step", NULL, "ep", "model", "router"};
+			       NULL, "max_runtime", "debug", "hang_step", NULL, "ep", "model", "router",
+			       NULL, "fsdp"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 45, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 46, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),

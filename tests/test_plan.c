@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "../libcommon/fsdp.h"
 #include "../libcommon/model.h"
 #include "../libcommon/plan.h"
 
@@ -75,7 +76,7 @@ static pp_config run_cfg(pp_model_cfg m)
 	c.global_batch = 8;
 	c.microbatch = 2;
 	c.seq_len = 256;
-	c.pp = c.dp = c.tp = 1;
+	c.pp = c.dp = c.fsdp = c.tp = 1;
 	c.microbatches = 4;
 	c.virtual_stages = 1;
 	c.schedule = SCHED_1F1B;
@@ -470,6 +471,40 @@ static void test_schedule_facts(void)
 	}
 }
 
+/* fsdp: the shares of parameters, gradients and optimizer state, and beside
+ * them the working set: FSDP_BUFS gathered units of the largest (a layer of
+ * the 7B) and the units' gradient buffers with the embedding's and head's
+ * whole; the traffic of a step */
+static void test_fsdp_plan(void)
+{
+	pp_err e = {0};
+	pp_model_cfg l7 = llama("llama2-7b", 4096, 32, 32, 11008, 32, 32000);
+	plan_counts n;
+	plan_param_count(&l7, &n);
+	pp_config c = run_cfg(l7);
+	c.fsdp = 8;
+	c.global_batch = 16;
+	plan_memory_t f;
+	int rc = plan_memory(&c, &f, &e);
+	const int64_t share = (n.total + 7) / 8, held = 2LL * 32000 * 4096;
+	CHECK(rc == 0 && f.params == share * 4 && f.grads == share * 4 && f.optimizer == share * 8 &&
+		      f.unit_max == n.per_layer && f.gathered == FSDP_BUFS * n.per_layer * 4 &&
+		      f.grad_buffers == (2LL * FSDP_GBUFS * n.per_layer + held + 4096) * 4,
+	      "plan/fsdp/shares-and-working-set", "rc %d %s: params %lld unit %lld", rc, e.msg,
+	      (long long)f.params, (long long)f.unit_max);
+	/* each microbatch gathers every unit twice; 7/8 of each comes from the others */
+	CHECK(f.fsdp_gather == (int64_t)(2.0 * 4 * (double)n.total * 4 * 7 / 8) && f.fsdp_dp == 0 &&
+		      f.fsdp_reduce > 0,
+	      "plan/fsdp/traffic", "gather %lld", (long long)f.fsdp_gather);
+	pp_config h = c;
+	h.dp = 2;
+	h.global_batch = 32;
+	plan_memory_t fh;
+	rc = plan_memory(&h, &fh, &e);
+	CHECK(rc == 0 && fh.params == f.params && fh.fsdp_dp == (int64_t)(2.0 * share * 4 / 2),
+	      "plan/fsdp/hybrid", "dp traffic %lld", (long long)fh.fsdp_dp);
+}
+
 int main(void)
 {
 	test_schedule_facts();
@@ -478,5 +513,6 @@ int main(void)
 	test_memory();
 	test_70b_plan();
 	test_peaks();
+	test_fsdp_plan();
 	TH_EXIT();
 }

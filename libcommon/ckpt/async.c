@@ -32,7 +32,7 @@ int ckpt_job_run(ckpt_job *j, int phase, pp_err *e)
 	int rc = 0;
 	if (j->write_shard)
 		rc = ckpt_write_shard(j->tmp, &j->cs, e);
-	if (!rc && j->cs.optim_per_dp)
+	if (!rc && j->write_optim)
 		rc = ckpt_write_optim_shard(j->tmp, &j->cs, e);
 	return rc;
 }

@@ -7,7 +7,8 @@
  *
  * The phases, each either inline or on the job's thread:
  *   write   every rank: its shard (dp rank 0 of each (pp, tp)) and, under
- *           ZeRO-1, its optimizer file (ckpt_write_shard, ckpt_write_optim_shard)
+ *           ZeRO-1 or fsdp, its optimizer file (ckpt_write_shard,
+ *           ckpt_write_optim_shard; under fsdp the first fsdp group's ranks)
  *   commit  rank 0, once every rank's write succeeded: ckpt_commit
  * The caller agrees between the phases over its communicator; the job
  * itself never talks to other ranks. At most one phase runs at a time. */
@@ -27,6 +28,7 @@ typedef struct {
 	int keep;
 	ckpt_state cs;        /* header, tensors and optimizer parts: host copies */
 	bool write_shard;     /* this rank writes the (pp, tp) shard */
+	bool write_optim;     /* and its optimizer file (cs.optim_per_dp) */
 	bool made_tmp;        /* this rank made tmp: ckpt_job_free removes it if it is still there */
 	void **owned;         /* freed with the job */
 	int n_owned, cap_owned;

@@ -511,6 +511,10 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 		k->ep = k->cfg.ep;
 		k->v = k->cfg.virtual_stages;
 		k->zero = k->cfg.shard_optimizer && k->dp > 1;
+		if (k->cfg.fsdp > 1) { /* cut as an fsdp run saves: AdamW state per fsdp rank */
+			k->dp = k->cfg.fsdp;
+			k->zero = true;
+		}
 		k->ranks = calloc((size_t)(k->pp * k->tp * k->ep), sizeof *k->ranks);
 		if (!k->ranks)
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
