@@ -20,6 +20,7 @@ Exit status 1 with a message naming the file when an input is missing or
 malformed.
 """
 import json
+import os
 import sys
 
 
@@ -367,7 +368,52 @@ def cmd_profile_report(tmp, layouts, json_path=None):
             f.write("\n")
 
 
-COMMANDS = {"get": cmd_get, "pp-metrics": cmd_pp_metrics, "step-times": cmd_step_times,
+def cmd_maxrss(out, *cmd):
+    """Runs cmd and writes its peak resident memory in bytes (the largest
+    of its process tree's, getrusage's RUSAGE_CHILDREN) to out, with the
+    rank of an MPI job (OMPI_COMM_WORLD_RANK) appended to the name; exits
+    with cmd's status."""
+    import resource
+    import subprocess
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", "0"))
+    rc = subprocess.call(list(cmd))
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}\n")
+    sys.exit(rc)
+
+
+def cmd_fsdp_report(tmp, rounds, json_path=None):
+    """bench/fsdp.sh's table: for zero1 and fsdp, the median step time over
+    every round's steady steps (ROUND.SIDE.times: one line of step times)
+    and the largest peak RSS of any rank in any round (ROUND.SIDE.rss.R)."""
+    import glob
+    rows = {}
+    for side in ("zero1", "fsdp"):
+        times, rss = [], []
+        for r in range(int(rounds)):
+            with open(os.path.join(tmp, f"{r}.{side}.times")) as f:
+                times += [float(x) for x in f.read().split()]
+            for p in glob.glob(os.path.join(tmp, f"{r}.{side}.rss.*")):
+                with open(p) as f:
+                    rss.append(int(f.read()))
+        if not times or not rss:
+            die(f"{tmp}: no step times or peak memory of {side}")
+        rows[side] = {"steps": len(times), "step_ms": 1e3 * median(times), "peak_rss_mb": max(rss) / 1e6}
+    z, f = rows["zero1"], rows["fsdp"]
+    print(f"{'run':<28} {'steps':>6} {'step ms':>10} {'peak RSS MB':>12}")
+    for name, r in (("dp=4 shard_optimizer (ZeRO-1)", z), ("fsdp=4", f)):
+        print(f"{name:<28} {r['steps']:>6} {r['step_ms']:>10.2f} {r['peak_rss_mb']:>12.1f}")
+    print(f"{'fsdp / ZeRO-1':<28} {'':>6} {ratio(f['step_ms'], z['step_ms']):>10.3f} "
+          f"{ratio(f['peak_rss_mb'], z['peak_rss_mb']):>12.3f}")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump({"bench": "fsdp", "zero1": z, "fsdp": f,
+                       "step_ratio": ratio(f["step_ms"], z["step_ms"]),
+                       "rss_ratio": ratio(f["peak_rss_mb"], z["peak_rss_mb"])}, out, indent=1)
+            out.write("\n")
+
+
+COMMANDS = {"get": cmd_get, "maxrss": cmd_maxrss, "fsdp-report": cmd_fsdp_report, "pp-metrics": cmd_pp_metrics, "step-times": cmd_step_times,
             "fit-microbatch": cmd_fit_microbatch,
             "gpu-report": cmd_gpu_report, "decode-metrics": cmd_decode_metrics,
             "decode-report": cmd_decode_report, "profile-report": cmd_profile_report}

@@ -218,7 +218,7 @@ static int cmd_convert(int argc, char **argv)
 		{"--params-only", NULL, "leave out the AdamW state", NULL, &params_only},
 		{0}};
 	const cli_spec spec = {"pp-ckpt convert",
-			       "CKPT -o RUN_DIR [pp=N tp=N dp=N ep=N shard_optimizer=B virtual_stages=N "
+			       "CKPT -o RUN_DIR [pp=N tp=N dp=N fsdp=N ep=N shard_optimizer=B virtual_stages=N "
 			       "key=value ...] [--params-only]",
 			       "Reshard a checkpoint to another layout, one tensor at a time.", opts,
 			       true, 1, "pp-ckpt"};

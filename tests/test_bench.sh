@@ -17,6 +17,8 @@
 #   - bench/moe.sh's smoke mode: a tiny Mixtral against PyTorch's, dp=2 at
 #     ep=1 and ep=2, and the all-to-all's bandwidth on two ranks;
 #   - bench/profile.sh's smoke mode: step times without and with profiling;
+#   - bench/fsdp.sh's smoke mode: fsdp=4 against ZeRO-1 over 4 ranks, step
+#     time and peak memory;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
 #   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
@@ -136,6 +138,11 @@ else
 	skip bench/moe_smoke "no PyTorch reference environment"
 fi
 expect_fail bench/moe_bad_steps 2 "^moe: --steps x: expected an integer" bench/moe.sh --steps x
+
+# --- fsdp.sh: fsdp=4 against ZeRO-1, step time and peak memory ----------------------------
+bench/fsdp.sh --smoke --json $T/fsdp.json >$T/fsdp.txt 2>$T/fsdp.err
+check bench/fsdp_smoke eval 'jqt ".zero1.step_ms > 0 and .fsdp.step_ms > 0 and .zero1.peak_rss_mb > 0 and .fsdp.peak_rss_mb > 0 and (.step_ratio - .fsdp.step_ms / .zero1.step_ms | fabs) < 1e-9" $T/fsdp.json && grep -q "^fsdp / ZeRO-1" $T/fsdp.txt || { tail -n 5 $T/fsdp.err; false; }'
+expect_fail bench/fsdp_bad_rounds 2 "^fsdp: --rounds x: expected an integer" bench/fsdp.sh --rounds x
 
 # --- ckpt.sh: convert and export against cp -------------------------------------------
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err
