@@ -20,6 +20,9 @@
 #   bench   bench/gpu.sh: llama-1b training at seq 2048 and 4096, pp
 #           against PyTorch (table and JSON), then pp-train's per-op
 #           profile (--profile: PP_CUDA_PROFILE=1).
+#   a3mega  bench/a3mega.sh: MaxText's A3 Mega recipe (Llama-2 7B, 4 x 4096
+#           tokens per GPU, bf16, minimal_flash) scaled to one GPU (fsdp 1,
+#           as many of the 7B's layers as fit), its MFU against MaxText's 55%.
 #   decode  bench/gpu-decode.sh: batch-1 decode of llama-1b and llama2-7b
 #           with pp-decode, against the measured copy bandwidth, then
 #           pp-decode's per-op profile.
@@ -71,10 +74,10 @@ for a in "$@"; do
 	case $a in
 	-h | --help) usage; exit 0 ;;
 	--smoke) smoke=1 ;;
-	build | test | bench | decode) stages+=("$a") ;;
+	build | test | bench | a3mega | decode) stages+=("$a") ;;
 	-*) echo "gpu-check: unknown option '$a' (see --help)" >&2; exit 2 ;;
 	*)
-		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, decode) and OUTDIR is already $out" >&2; exit 2; }
+		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, a3mega, decode) and OUTDIR is already $out" >&2; exit 2; }
 		out=$a
 		;;
 	esac
@@ -247,11 +250,12 @@ for stage in "${run[@]}"; do
 			record test fail $secs "$counts, exit $rc$(grep -E '^(FAIL|SKIP): ' "$r" | grep -v ' \[expected\]$' | head -n 3 | sed 's/^/; /' | tr -d '\n')"
 		fi
 		;;
-	bench | decode)
-		script=bench/gpu.sh
-		[ "$stage" = bench ] || script=bench/gpu-decode.sh
-		name=bench-gpu
-		[ "$stage" = bench ] || name=bench-decode
+	bench | a3mega | decode)
+		case $stage in
+		bench) script=bench/gpu.sh name=bench-gpu ;;
+		a3mega) script=bench/a3mega.sh name=bench-a3mega ;;
+		*) script=bench/gpu-decode.sh name=bench-decode ;;
+		esac
 		# the script's own budget ends it, table written, before the stage limit kills it
 		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" --profile --budget $((limit > 90 ? limit - 45 : limit / 2)) \
 			--json "$out/$name.json"
@@ -263,13 +267,16 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 if d["bench"] == "gpu":
     print("; ".join(f"seq {r['seq']}: pp/torch {r['pp_over_torch']:.3f}" for r in d["rows"]))
+elif d["bench"] == "a3mega":
+    print(f"{d['layers']} layers: {d['tokens_per_s']:.1f} tok/s"
+          + (f", MFU {100 * d['mfu']:.1f}% (MaxText 55%)" if d["mfu"] else ""))
 else:
     print("; ".join(f"{r['model']}: {r['tokens_per_s']:.1f} tok/s"
                     + (f", MBU {100 * r['mbu']:.1f}%" if r["mbu"] else "") for r in d["rows"]))
 EOF
 )"
 		else
-			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
+			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode|a3mega): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
 		fi
 		;;
 	esac
