@@ -106,3 +106,26 @@ layout_run() {
 		echo "  $name: losses within $(loss_diff "$base" "$dir"); $(cat "$T/cmp.log")"
 	fi
 }
+
+# layout_suite PREFIX "COMMON" MODEL... -- LAYOUT...: for each MODEL, the
+# single process's run of "model=MODEL COMMON" into $T/MODEL/base, then
+# layout_run PREFIX/MODEL/LAYOUT against it for each LAYOUT ("N key=value
+# ...": N ranks); a failed baseline fails PREFIX/MODEL/baseline and skips
+# that model's layouts.
+layout_suite() {
+	local prefix=$1 common=$2 model l n kv models=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do models+=("$1"); shift; done
+	shift
+	for model in "${models[@]}"; do
+		# shellcheck disable=SC2086 # common holds key=value words
+		pp-train model=$model $common run_dir=$T/$model/base --quiet 2>$T/base.log ||
+			{ fail "$prefix/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
+		for l in "$@"; do
+			n=${l%% *} kv=${l#* }
+			# shellcheck disable=SC2086 # common and kv hold key=value words
+			layout_run "$prefix/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n \
+				model=$model $common $kv
+		done
+	done
+}

@@ -45,16 +45,7 @@ case $? in
 esac
 
 common="model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 adamw.eps=1e-6 log_period=20"
-for model in llama-tiny gpt-tiny; do
-	base="model=$model $common"
-	pp-train $base run_dir=$T/$model/base --quiet 2>$T/base.log ||
-		{ fail "fsdp/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
-	for l in "${layouts[@]}"; do
-		n=${l%% *} kv=${l#* }
-		# shellcheck disable=SC2086 # base and kv hold key=value words
-		layout_run "fsdp/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n $base $kv
-	done
-done
+layout_suite fsdp "$common" llama-tiny gpt-tiny -- "${layouts[@]}"
 base="model=llama-tiny $common"
 
 # --- memory: a quarter of each, and the plan ---------------------------------------

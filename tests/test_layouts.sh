@@ -48,16 +48,7 @@ same_model() { $compare $1/checkpoints/step_00000020 $2/checkpoints/step_0000002
 # ignores a shift), so their fp32 gradients are round-off, which AdamW with
 # eps=1e-8 turns into full-size steps that differ between layouts.
 common="model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 adamw.eps=1e-6 log_period=20"
-for model in llama-tiny gpt-tiny; do
-	base="model=$model $common"
-	pp-train $base run_dir=$T/$model/base --quiet 2>$T/base.log ||
-		{ fail "layouts/$model/baseline" "$(tail -n 2 $T/base.log)"; continue; }
-	for l in "${layouts[@]}"; do
-		n=${l%% *} kv=${l#* }
-		# shellcheck disable=SC2086 # base and kv hold key=value words
-		layout_run "layouts/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n $base $kv
-	done
-done
+layout_suite layouts "$common" llama-tiny gpt-tiny -- "${layouts[@]}"
 
 # --- the same under OpenMPI's mpirun ---------------------------------------------
 base="model=llama-tiny $common"
