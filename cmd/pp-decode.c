@@ -245,7 +245,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 			      .vocab = cfg->model.vocab_size};
 	if (!rc)
 		rc = read_requests(a, &d, &reqs, &n_req, e);
-	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, false);
+	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, PP_RECOMPUTE_NONE);
 	spec.no_grad = true;
 	if (!rc)
 		rc = stage_create(&s, &cfg->model, ops, &spec, e);

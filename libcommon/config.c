@@ -64,6 +64,17 @@ static const char *const lr_names[] = {"cosine", "linear", "constant", "wsd", NU
 /* in the order of PP_ROUTE_* (kernels/ops.h) */
 static const char *const router_names[] = {"topk_softmax", "softmax_topk", NULL};
 static const char *const nan_names[] = {"abort", "skip", NULL};
+/* in the order of PP_RECOMPUTE_* */
+static const char *const recompute_names[] = {"none", "full", "minimal", "minimal_flash", NULL};
+
+/* Values an enum key still takes from before it was one: recompute was a
+ * bool, and configs and checkpoints written then say true or false. */
+static const struct {
+	const char *path, *was, *is;
+} enum_aliases[] = {
+	{"recompute", "true", "full"},
+	{"recompute", "false", "none"},
+};
 /* enum fields are read and written as int */
 _Static_assert(sizeof(sched_kind) == sizeof(int), "sched_kind is stored as an int");
 
@@ -121,7 +132,7 @@ static const key_desc keys[] = {
 	NUM("microbatches", K_INT, microbatches, NULL, R_GE1, F_DERIVED),
 	NUM("virtual_stages", K_INT, virtual_stages, "1", R_GE1, 0),
 	ENUM("schedule", K_INT, schedule, schedule_kind_names, "\"1f1b\"", 0),
-	BOOL("recompute", recompute, "false", 0),
+	ENUM("recompute", K_INT, recompute, recompute_names, "\"none\"", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
 	NUM("grad_bucket_mb", K_REAL, grad_bucket_mb, "25", R_GE0, 0),
 	NUM("loss_chunk_mb", K_REAL, loss_chunk_mb, PP_STR(PP_LOSS_CHUNK_MB), R_GT0, 0),
@@ -181,6 +192,14 @@ const char *pp_family_name(int family)
 	if (family < 0 || family >= (int)(sizeof family_names / sizeof family_names[0]) - 1)
 		return "unknown";
 	return family_names[family];
+}
+
+const char *pp_recompute_name(int recompute)
+{
+	const int n = (int)(sizeof recompute_names / sizeof recompute_names[0]) - 1;
+	if (recompute < 0 || recompute >= n)
+		return "unknown";
+	return recompute_names[recompute];
 }
 
 static int key_index(const char *path)
@@ -443,13 +462,24 @@ static int convert_layers(const key_desc *k, const json_t *v, pp_config *c, pp_e
 	return 0;
 }
 
+/* The name an enum key's old value was stands for now; was itself if it is none. */
+static const char *enum_alias(const char *path, const char *was)
+{
+	for (size_t i = 0; i < sizeof enum_aliases / sizeof enum_aliases[0]; i++)
+		if (!strcmp(enum_aliases[i].path, path) && !strcmp(enum_aliases[i].was, was))
+			return enum_aliases[i].is;
+	return was;
+}
+
 static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 {
 	void *field = (char *)c + k->off;
 	if (k->names) {
-		if (!json_is_string(v))
+		const char *was = json_is_boolean(v) ? json_is_true(v) ? "true" : "false"
+						     : json_string_value(v);
+		const char *s = was ? enum_alias(k->path, was) : NULL;
+		if (!s || (json_is_boolean(v) && s == was))
 			return type_error(k->path, "a string", v, e);
-		const char *s = json_string_value(v);
 		int idx = 0;
 		while (k->names[idx] && strcmp(k->names[idx], s))
 			idx++;

@@ -26,6 +26,12 @@ enum { PP_POS_ROPE, PP_POS_LEARNED, PP_POS_RELATIVE };
 enum { PP_FAMILY_LLAMA, PP_FAMILY_MISTRAL, PP_FAMILY_MIXTRAL, PP_FAMILY_GEMMA, PP_FAMILY_GPT };
 enum { PP_LR_COSINE, PP_LR_LINEAR, PP_LR_CONSTANT, PP_LR_WSD };
 enum { PP_NAN_ABORT, PP_NAN_SKIP };
+/* What the backward pass rebuilds rather than keeps (MaxText's remat_policy):
+ * none keeps every activation; full keeps each layer's input only; minimal
+ * keeps the matrix products' outputs and rebuilds the norms, the activation
+ * function and attention; minimal_flash also keeps attention's output and
+ * log-sum-exp. libcommon/model.c: stage_saved_acts. */
+enum { PP_RECOMPUTE_NONE, PP_RECOMPUTE_FULL, PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_MINIMAL_FLASH };
 
 typedef struct {
 	char preset[64];
@@ -77,7 +83,7 @@ typedef struct {
 	int microbatches;   /* per data rank per step: global_batch / (dp * fsdp * microbatch) */
 	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
 	sched_kind schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
-	bool recompute;     /* recompute activations in the backward pass */
+	int recompute;      /* PP_RECOMPUTE_*: activations rebuilt in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
 	double grad_bucket_mb; /* dp gradient sum in buckets of this many MiB, overlapped with the backward; 0: after it */
 	double loss_chunk_mb;  /* logits of the head and loss computed this many MiB at a time */
@@ -166,5 +172,7 @@ char *pp_config_dump(const pp_config *c);
 const char *pp_config_dir(void);
 
 const char *pp_family_name(int family);
+/* "none", "full", "minimal" or "minimal_flash" */
+const char *pp_recompute_name(int recompute);
 
 #endif

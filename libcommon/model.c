@@ -30,22 +30,26 @@ typedef struct {
 	int dense, moe;
 } layer_index;
 
-/* Saved activations of one microbatch. Per-layer buffers hold L copies, or
- * one when recomputing (the backward pass rebuilds them layer by layer).
- * Activations are in the compute type (pp_act), statistics in pp_real. */
+/* Saved activations of one microbatch. A per-layer buffer holds L copies
+ * (Ld of the dense layers, Lm of the MoE layers) when the recompute policy
+ * keeps it (stage_saved_acts), else none: the stage's rebuilt set holds its
+ * one copy, which the backward pass rebuilds layer by layer. Activations
+ * are in the compute type (pp_act), statistics in pp_real; the means are
+ * layernorm's only. */
 typedef struct {
 	pp_act *res;                   /* (L+1, N, C) input of each layer, then the stage output */
-	pp_act *h1;                    /* (L', N, C) */
-	pp_real *mean1, *rstd1;        /* (L', N), (L', N) */
-	pp_act *qkv;                   /* (L', N, QKV) after rope */
-	pp_act *att;                   /* (L', N, HD) */
-	pp_real *lse;                  /* (L', B, Hq, T) */
-	pp_act *mid;                   /* (L', N, C) residual after attention */
-	pp_act *h2;                    /* (L', N, C) */
-	pp_real *mean2, *rstd2;        /* (L', N), (L', N) */
-	pp_act *up;                    /* (Ld', N, UP) gate|up, or before gelu: dense layers */
-	pp_act *act;                   /* (Ld', N, F) */
-	moe_acts *moe;                 /* (Lm') the MoE layers' */
+	pp_act *h1;                    /* (L, N, C) */
+	pp_real *mean1, *rstd1;        /* (L, N), (L, N) */
+	pp_act *qkv;                   /* (L, N, QKV) after rope */
+	pp_act *att;                   /* (L, N, HD) */
+	pp_real *lse;                  /* (L, B, Hq, T) */
+	pp_act *mid;                   /* (L, N, C) residual after attention */
+	pp_act *h2;                    /* (L, N, C) */
+	pp_real *mean2, *rstd2;        /* (L, N), (L, N) */
+	pp_act *up;                    /* (Ld, N, UP) gate|up, or before gelu: dense layers */
+	pp_act *act;                   /* (Ld, N, F) */
+	moe_acts *moe;                 /* (n_moe) the MoE layers' */
+	int n_moe;                     /* Lm, 1 or 0 */
 	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
 	pp_act *dhf;                   /* (N, C) gradient of the head's input, from a training
 					* forward (partial over tp until stage_backward sums it) */
@@ -59,6 +63,10 @@ typedef struct {
 
 struct pp_stage_acts {
 	slot_acts *slot;
+	/* one copy of what the recompute policy does not keep: only one layer
+	 * is rebuilt at a time, whichever slot it belongs to (per-layer
+	 * buffers only) */
+	slot_acts rebuilt;
 	layer_index *layer;            /* (L) */
 	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
 	/* backward scratch, shared by all slots */
@@ -336,7 +344,22 @@ int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
 	return rows < 1 ? 1 : rows < 128 ? (int64_t)rows : (int64_t)rows / 128 * 128;
 }
 
-stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute)
+unsigned stage_saved_acts(int recompute)
+{
+	const unsigned products = PP_SAVE_QKV | PP_SAVE_MID | PP_SAVE_UP | PP_SAVE_MOE;
+	switch (recompute) {
+	case PP_RECOMPUTE_FULL:
+		return 0;
+	case PP_RECOMPUTE_MINIMAL:
+		return products;
+	case PP_RECOMPUTE_MINIMAL_FLASH:
+		return products | PP_SAVE_ATT;
+	default:
+		return PP_SAVE_ALL;
+	}
+}
+
+stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute)
 {
 	return (stage_spec){.layer_begin = 0, .layer_end = cfg->n_layers, .B = B, .T = T,
 			    .n_slots = 1, .recompute = recompute, .tp = {.rank = 0, .size = 1}};
@@ -411,9 +434,14 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	if (cfg->n_experts > 0 && (cfg->n_experts % ep || spec->ep.rank < 0 || spec->ep.rank >= ep))
 		return pp_errorf(e, PP_EUSAGE, "ep=%d does not divide model.n_experts=%d", ep,
 				 cfg->n_experts);
-	if (spec->recompute && spec->split_backward)
+	if (spec->recompute < PP_RECOMPUTE_NONE || spec->recompute > PP_RECOMPUTE_MINIMAL_FLASH)
+		return pp_errorf(e, PP_EUSAGE, "recompute policy %d: expected a PP_RECOMPUTE_*",
+				 spec->recompute);
+	if (spec->recompute != PP_RECOMPUTE_NONE && spec->split_backward)
 		return pp_errorf(e, PP_EUSAGE,
-				 "recompute and a split backward pass (schedule zbh1) do not combine");
+				 "recompute=%s and a split backward pass (schedule zbh1) do not "
+				 "combine: use recompute=none",
+				 pp_recompute_name(spec->recompute));
 	s->cfg = cfg;
 	s->spec = *spec;
 	if (s->spec.ep.size < 1)
@@ -426,6 +454,7 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	s->T = spec->T;
 	s->n_slots = spec->n_slots;
 	s->recompute = spec->recompute;
+	s->saved = stage_saved_acts(spec->recompute);
 	int rc = shard_dims(s, e);
 	if (rc)
 		return rc;
@@ -437,6 +466,50 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 }
 
 static moe_layer moe_of(const pp_stage *s, const layer_index *li);
+
+/* 1 when which holds bit, else 0: a factor of a buffer's size */
+static size_t has(unsigned which, unsigned bit) { return (which & bit) ? 1 : 0; }
+
+/* Allocates sa's per-layer activations of the kinds in which (PP_SAVE_*): a
+ * copy for each layer needing one, or with one a single copy, for the
+ * stage's rebuilt set. -1 when out of memory (what was allocated stays, for
+ * stage_free). */
+static int alloc_layer_acts(pp_stage *s, slot_acts *sa, unsigned which, bool one)
+{
+	const pp_model_cfg *m = s->cfg;
+	const pp_ops *ops = s->ops;
+	const pp_stage_acts *a = s->acts;
+	const size_t N = (size_t)s->B * s->T, C = m->d_model, F = s->d_ff;
+	const size_t HD = (size_t)s->n_heads * m->head_dim;
+	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
+	const size_t UP = m->mlp == PP_MLP_GELU ? F : 2 * F, NH = (size_t)s->B * s->n_heads * s->T;
+	const size_t L = (size_t)(s->layer_end - s->layer_begin);
+	/* copies of the attention's tensors, and of each kind of MLP's */
+	const size_t La = one ? L > 0 : L, Ld = one ? a->n_dense > 0 : (size_t)a->n_dense;
+	const size_t Lm = one ? a->n_moe > 0 : (size_t)a->n_moe;
+	const size_t ln = m->norm == PP_NORM_LAYER;
+	/* copies of each kind: none where which lacks it */
+	const size_t c1 = has(which, PP_SAVE_NORM1) * La, cq = has(which, PP_SAVE_QKV) * La;
+	const size_t ca = has(which, PP_SAVE_ATT) * La, cm = has(which, PP_SAVE_MID) * La;
+	const size_t c2 = has(which, PP_SAVE_NORM2) * La, cu = has(which, PP_SAVE_UP) * Ld;
+	const size_t cf = has(which, PP_SAVE_ACT) * Ld;
+	pp_act **p[] = {&sa->h1, &sa->qkv, &sa->att, &sa->mid, &sa->h2, &sa->up, &sa->act};
+	const size_t n[] = {c1 * N * C, cq * N * QKV, ca * N * HD, cm * N * C,
+			    c2 * N * C, cu * N * UP,  cf * N * F};
+	pp_real **r[] = {&sa->mean1, &sa->rstd1, &sa->lse, &sa->mean2, &sa->rstd2};
+	const size_t rn[] = {c1 * ln * N, c1 * N, ca * NH, c2 * ln * N, c2 * N};
+	if (alloc_acts(ops, p, n, NELEMS(p)) || alloc_reals(ops, r, rn, NELEMS(r)))
+		return -1;
+	sa->n_moe = (int)(has(which, PP_SAVE_MOE) * Lm);
+	if (sa->n_moe && !(sa->moe = calloc((size_t)sa->n_moe, sizeof *sa->moe)))
+		return -1;
+	for (int j = 0; j < sa->n_moe; j++) {
+		moe_layer ml = moe_of(s, &a->layer[0]);
+		if (moe_acts_alloc(&sa->moe[j], &ml, (int)N, s->spec.split_backward, NULL))
+			return -1;
+	}
+	return 0;
+}
 
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
 		 pp_err *e)
@@ -451,12 +524,8 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	const size_t HD = (size_t)s->n_heads * cfg->head_dim;
 	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * cfg->head_dim;
 	const size_t UP = cfg->mlp == PP_MLP_GELU ? F : 2 * F;
-	const size_t L = (size_t)(s->layer_end - s->layer_begin), Ls = s->recompute && L ? 1 : L;
+	const size_t L = (size_t)(s->layer_end - s->layer_begin);
 	const size_t Lg = spec->split_backward ? L : 0;
-	/* the MLPs' saved activations, per layer of each kind (one when recomputing) */
-	const size_t Ld = s->recompute && a->n_dense ? 1 : (size_t)a->n_dense;
-	const size_t Lm = s->recompute && a->n_moe ? 1 : (size_t)a->n_moe;
-	const size_t NH = (size_t)s->B * s->n_heads * s->T;
 
 	/* under FSDP this rank's shard, and the units' pointers its owner sets */
 	const size_t held = s->w_hi - s->w_lo;
@@ -500,30 +569,22 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	for (int k = 0; k < s->n_slots; k++) {
 		slot_acts *sa = &a->slot[k];
 		const size_t lastg = spec->no_grad ? 0 : last;
-		pp_act **p[] = {&sa->res, &sa->h1, &sa->qkv, &sa->att, &sa->mid, &sa->h2,
-				&sa->up, &sa->act, &sa->dhf, &sa->logits, &sa->g_out, &sa->g_up,
-				&sa->g_mid, &sa->g_qkv};
-		const size_t n[] = {(L + 1) * N * C, Ls * N * C, Ls * N * QKV, Ls * N * HD,
-				    Ls * N * C, Ls * N * C, Ld * N * UP, Ld * N * F, lastg * N * C,
-				    last * keep * N * V, Lg * N * C, Lg * N * UP, Lg * N * C,
-				    Lg * N * QKV};
-		pp_real **r[] = {&sa->mean1, &sa->rstd1, &sa->lse, &sa->mean2, &sa->rstd2,
-				 &sa->meanf, &sa->rstdf};
-		const size_t rn[] = {Ls * N, Ls * N, Ls * NH, Ls * N, Ls * N, last * N, last * N};
-		if (alloc_acts(ops, p, n, NELEMS(p)) || alloc_reals(ops, r, rn, NELEMS(r)))
+		pp_act **p[] = {&sa->res, &sa->dhf, &sa->logits, &sa->g_out, &sa->g_up, &sa->g_mid,
+				&sa->g_qkv};
+		const size_t n[] = {(L + 1) * N * C, lastg * N * C, last * keep * N * V,
+				    Lg * N * C, Lg * N * UP, Lg * N * C, Lg * N * QKV};
+		pp_real **r[] = {&sa->meanf, &sa->rstdf};
+		const size_t rn[] = {last * N, last * N};
+		if (alloc_acts(ops, p, n, NELEMS(p)) || alloc_reals(ops, r, rn, NELEMS(r)) ||
+		    alloc_layer_acts(s, sa, s->saved, false))
 			goto oom;
 		sa->tok = ops->alloc(N * sizeof(int));
 		sa->tgt = ops->alloc(N * sizeof(int));
 		if (!sa->tok || !sa->tgt)
 			goto oom;
-		if (Lm && !(sa->moe = calloc(Lm, sizeof *sa->moe)))
-			goto oom;
-		for (size_t j = 0; j < Lm; j++) {
-			moe_layer ml = moe_of(s, &a->layer[0]);
-			if ((rc = moe_acts_alloc(&sa->moe[j], &ml, (int)N, spec->split_backward, e)))
-				goto oom;
-		}
 	}
+	if (alloc_layer_acts(s, &a->rebuilt, PP_SAVE_ALL & ~s->saved, true))
+		goto oom;
 	if (a->n_moe) {
 		moe_layer ml = moe_of(s, &a->layer[0]);
 		if ((rc = moe_scratch_alloc(&a->moe_sc, &ml, (int)N, e)))
@@ -536,6 +597,18 @@ oom:;
 	return pp_errorf(e, PP_ERUNTIME,
 			 "out of memory building layers %d..%d (B=%d, T=%d, %zu parameters)",
 			 spec->layer_begin, spec->layer_end - 1, spec->B, spec->T, n_elems);
+}
+
+static void free_slot_acts(const pp_ops *ops, slot_acts *sa)
+{
+	void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att, sa->lse, sa->mid,
+		     sa->h2, sa->mean2, sa->rstd2, sa->up, sa->act, sa->meanf, sa->rstdf, sa->dhf,
+		     sa->logits, sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
+	for (int i = 0; i < NELEMS(p); i++)
+		ops->free(p[i]);
+	for (int j = 0; sa->moe && j < sa->n_moe; j++)
+		moe_acts_free(&sa->moe[j], ops);
+	free(sa->moe);
 }
 
 void stage_free(pp_stage *s)
@@ -553,18 +626,9 @@ void stage_free(pp_stage *s)
 		return;
 	}
 	if (a) {
-		for (int k = 0; a->slot && k < s->n_slots; k++) {
-			slot_acts *sa = &a->slot[k];
-			void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att,
-				     sa->lse, sa->mid, sa->h2, sa->mean2, sa->rstd2, sa->up,
-				     sa->act, sa->meanf, sa->rstdf, sa->dhf, sa->logits,
-				     sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
-			for (int i = 0; i < NELEMS(p); i++)
-				ops->free(p[i]);
-			for (int j = 0; sa->moe && j < (s->recompute ? 1 : a->n_moe); j++)
-				moe_acts_free(&sa->moe[j], ops);
-			free(sa->moe);
-		}
+		for (int k = 0; a->slot && k < s->n_slots; k++)
+			free_slot_acts(ops, &a->slot[k]);
+		free_slot_acts(ops, &a->rebuilt);
 		moe_scratch_free(&a->moe_sc, ops);
 		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce,
 			     a->hf, a->losses, a->logits, a->replica};
@@ -724,6 +788,21 @@ typedef struct {
 	moe_scratch *moe_sc;
 } layer_acts;
 
+/* The slot that holds layer tensors of kind what (PP_SAVE_*), sa or the
+ * stage's rebuilt set, and in *k their copy there: i, the layer's number
+ * among those the kind has a copy for, or 0. */
+static const slot_acts *holder(const pp_stage *s, const slot_acts *sa, unsigned what, int i,
+			       size_t *k)
+{
+	const bool kept = s->saved & what;
+	*k = kept && i > 0 ? (size_t)i : 0;
+	return kept ? sa : &s->acts->rebuilt;
+}
+
+/* Copy k of n statistics each; NULL for a buffer the stage does not hold
+ * (rmsnorm's means) */
+static pp_real *stat_at(pp_real *p, size_t k, size_t n) { return p ? p + k * n : NULL; }
+
 static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 {
 	const layer_index *li = &s->acts->layer[l];
@@ -732,23 +811,33 @@ static layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 	const size_t HD = (size_t)s->n_heads * m->head_dim;
 	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
 	const size_t UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
-	const size_t k = s->recompute ? 0 : (size_t)l, g = (size_t)l;
-	/* the MLP's buffers by the layer's number among those of its kind */
-	const size_t kd = s->recompute || li->dense < 0 ? 0 : (size_t)li->dense;
+	const size_t g = (size_t)l;
+	/* each kind's copy: the layer's own in the slot, by its number among
+	 * the layers of its kind for the MLP's, or the stage's rebuilt one */
+	size_t k1, kq, ka, km, k2, ku, kf, ke;
+	const slot_acts *n1 = holder(s, sa, PP_SAVE_NORM1, l, &k1);
+	const slot_acts *q = holder(s, sa, PP_SAVE_QKV, l, &kq);
+	const slot_acts *at = holder(s, sa, PP_SAVE_ATT, l, &ka);
+	const slot_acts *md = holder(s, sa, PP_SAVE_MID, l, &km);
+	const slot_acts *n2 = holder(s, sa, PP_SAVE_NORM2, l, &k2);
+	const slot_acts *up = holder(s, sa, PP_SAVE_UP, li->dense, &ku);
+	const slot_acts *ac = holder(s, sa, PP_SAVE_ACT, li->dense, &kf);
+	const slot_acts *mo = holder(s, sa, PP_SAVE_MOE, li->moe, &ke);
 	const bool split = s->spec.split_backward;
 	const pp_ops *o = s->ops;
 	return (layer_acts){
 		.x = pp_act_at(o, sa->res, (size_t)l * N * C),
 		.out = pp_act_at(o, sa->res, (size_t)(l + 1) * N * C),
-		.h1 = pp_act_at(o, sa->h1, k * N * C),
-		.mean1 = sa->mean1 + k * N, .rstd1 = sa->rstd1 + k * N,
-		.qkv = pp_act_at(o, sa->qkv, k * N * QKV), .att = pp_act_at(o, sa->att, k * N * HD),
-		.lse = sa->lse + k * (size_t)s->B * s->n_heads * s->T,
-		.mid = pp_act_at(o, sa->mid, k * N * C), .h2 = pp_act_at(o, sa->h2, k * N * C),
-		.mean2 = sa->mean2 + k * N, .rstd2 = sa->rstd2 + k * N,
-		.up = li->dense >= 0 ? pp_act_at(o, sa->up, kd * N * UP) : NULL,
-		.act = li->dense >= 0 ? pp_act_at(o, sa->act, kd * N * F) : NULL,
-		.moe = li->moe >= 0 ? &sa->moe[s->recompute ? 0 : li->moe] : NULL,
+		.h1 = pp_act_at(o, n1->h1, k1 * N * C),
+		.mean1 = stat_at(n1->mean1, k1, N), .rstd1 = stat_at(n1->rstd1, k1, N),
+		.qkv = pp_act_at(o, q->qkv, kq * N * QKV),
+		.att = pp_act_at(o, at->att, ka * N * HD),
+		.lse = stat_at(at->lse, ka, (size_t)s->B * s->n_heads * s->T),
+		.mid = pp_act_at(o, md->mid, km * N * C), .h2 = pp_act_at(o, n2->h2, k2 * N * C),
+		.mean2 = stat_at(n2->mean2, k2, N), .rstd2 = stat_at(n2->rstd2, k2, N),
+		.up = li->dense >= 0 ? pp_act_at(o, up->up, ku * N * UP) : NULL,
+		.act = li->dense >= 0 ? pp_act_at(o, ac->act, kf * N * F) : NULL,
+		.moe = li->moe >= 0 ? &mo->moe[ke] : NULL,
 		.moe_sc = &s->acts->moe_sc,
 		.g_out = split ? pp_act_at(o, sa->g_out, g * N * C) : NULL,
 		.g_up = split ? pp_act_at(o, sa->g_up, g * N * UP) : NULL,
@@ -907,6 +996,36 @@ static int layer_forward(const pp_stage *s, const layer_index *li, const layer_a
 	 * and recompute, the stage boundary and the cached decode all start a
 	 * layer from its input alone. */
 	o->add(t->out, t->out, t->mid, (size_t)N * C);
+	return 0;
+}
+
+/* Rebuilds in t what the stage's recompute policy did not keep of layer li
+ * (stage_saved_acts), from what it did, each with the forward's own op on
+ * the forward's own inputs, so to the same bits: the whole layer from its
+ * input where not even the qkv product was kept (full); else (a policy
+ * keeping every product) the norms, attention where its output was not
+ * kept, and the MLP's activation function. */
+static int layer_rebuild(const pp_stage *s, const layer_index *li, const layer_acts *t, pp_err *e)
+{
+	const pp_model_cfg *m = s->cfg;
+	const pp_ops *o = s->ops;
+	const unsigned keep = s->saved;
+	const int B = s->B, T = s->T, N = B * T, F = s->d_ff;
+	if (!(keep & PP_SAVE_QKV))
+		return layer_forward(s, li, t, B, T, NULL, NULL, e);
+	if (!(keep & PP_SAVE_NORM1))
+		norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
+	if (!(keep & PP_SAVE_ATT))
+		o->attention_fwd(t->att, t->lse, t->qkv, B, T, s->n_heads, s->n_kv_heads,
+				 m->head_dim, m->sliding_window);
+	if (!(keep & PP_SAVE_NORM2))
+		norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
+	if (li->dense >= 0 && !(keep & PP_SAVE_ACT)) {
+		if (m->mlp == PP_MLP_GELU)
+			o->gelu_fwd(t->act, t->up, (size_t)N * F);
+		else
+			o->glu_fwd(t->act, t->up, N, F, act_kind(m));
+	}
 	return 0;
 }
 
@@ -1234,9 +1353,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = unit_use(s, 1 + l, l > 0 ? l : s->first ? 0 : -1, true, e)))
-			return rc;
-		if (s->recompute && (rc = layer_forward(s, &a->layer[l], &t, s->B, s->T, NULL, NULL, e)))
+		if ((rc = unit_use(s, 1 + l, l > 0 ? l : s->first ? 0 : -1, true, e)) ||
+		    (rc = layer_rebuild(s, &a->layer[l], &t, e)))
 			return rc;
 		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) || (rc = unit_done(s, 1 + l, e)) ||
 		    (rc = grads_final(s, report, layer_from(s, l), e)))

@@ -92,7 +92,7 @@ typedef struct {
 	int layer_begin, layer_end; /* this stage's layers */
 	int B, T;                   /* microbatch shape */
 	int n_slots;                /* microbatches in flight */
-	bool recompute;             /* keep layer inputs only; rebuild the rest in backward */
+	int recompute;              /* PP_RECOMPUTE_*: what backward rebuilds (stage_saved_acts) */
 	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
 	bool no_grad;               /* inference only: no gradients, no backward scratch */
 	bool keep_logits;           /* last stage: keep each slot's (B,T,V) logits (stage_logits) */
@@ -152,7 +152,8 @@ typedef struct pp_stage {
 	int layer_begin, layer_end;
 	bool first, last;
 	int B, T, n_slots;
-	bool recompute;
+	int recompute;  /* PP_RECOMPUTE_* */
+	unsigned saved; /* stage_saved_acts(recompute) */
 	/* this rank's share of the heads and widths */
 	int n_heads, n_kv_heads, d_ff, vocab, vocab_begin;
 
@@ -209,8 +210,30 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
  * plan counts the same scratch. */
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb);
 
+/* A layer's activations as a recompute policy keeps or rebuilds them. The
+ * layer's input is always kept; so, in effect, is its down product, which
+ * is the next layer's input less the residual (mid). */
+enum {
+	PP_SAVE_NORM1 = 1 << 0, /* h1 = norm1(x), and its mean and rstd */
+	PP_SAVE_QKV = 1 << 1,   /* the qkv product, after rope */
+	PP_SAVE_ATT = 1 << 2,   /* attention's output and log-sum-exp */
+	PP_SAVE_MID = 1 << 3,   /* x + the o product */
+	PP_SAVE_NORM2 = 1 << 4, /* h2 = norm2(mid), and its mean and rstd */
+	PP_SAVE_UP = 1 << 5,    /* a dense MLP's up (gate|up) product */
+	PP_SAVE_ACT = 1 << 6,   /* its activation function's output */
+	PP_SAVE_MOE = 1 << 7,   /* a MoE MLP's routing and experts' activations, as one */
+	PP_SAVE_ALL = (1 << 8) - 1,
+};
+/* The PP_SAVE_* a policy keeps for every layer of every microbatch in
+ * flight. A stage holds one copy of the rest, which the backward pass
+ * rebuilds layer by layer, shared by its microbatches: none keeps them all,
+ * full none, minimal QKV, MID, UP and MOE (a MoE layer's MLP is kept whole:
+ * its experts' rows are products, and rebuilding its routing would repeat
+ * the experts' exchange), minimal_flash those and ATT. */
+unsigned stage_saved_acts(int recompute);
+
 /* The spec of a single stage holding every layer, without tensor parallelism. */
-stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, bool recompute);
+stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,

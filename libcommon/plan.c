@@ -174,35 +174,62 @@ static int check_layout(const pp_config *c, pp_err *e)
 	return PP_OK;
 }
 
-/* Saved activations of one layer for one microbatch on one tp rank, bytes.
- * A standard implementation keeps, in the training dtype (b bytes):
- *   x      layer input (residual stream)        B T C
- *   n1     norm1 output (qkv input)             B T C
- *   qkv    after RoPE (attention input)         B T (hq + 2 hkv) D
- *   att    attention output (o input)           B T hq D
- *   x2     residual after attention             B T C
- *   n2     norm2 output (MLP input)             B T C
- *   up     fc / gate+up output                  B T f (gelu) or B T 2f (gated)
- *   act    activation output (down input)       B T f
- * and in fp32: norm statistics (rstd, + mean for layernorm) B T per norm,
- * the attention log-sum-exp B hq T. Residual and norm tensors are full on
- * every tp rank (no sequence parallelism); hq, hkv, f are tp slices.
- * MoE (dropless): each token's K expert MLPs keep up and act (K times the
- * dense figure), plus its K dispatched copies of n2 (B T K C) and the
- * router probabilities (B T E, fp32). */
+/* Saved activations of one layer for one microbatch on one tp rank, bytes,
+ * of the kinds in which (PP_SAVE_*, model.h) but its input x (B T C, kept
+ * whatever the recompute policy). A standard implementation keeps, in the
+ * training dtype (b bytes):
+ *   n1     norm1 output (qkv input)             B T C        NORM1
+ *   qkv    after RoPE (attention input)         B T (hq + 2 hkv) D   QKV
+ *   att    attention output (o input)           B T hq D     ATT
+ *   x2     residual after attention             B T C        MID
+ *   n2     norm2 output (MLP input)             B T C        NORM2
+ *   up     fc / gate+up output                  B T f (gelu) or B T 2f (gated)  UP
+ *   act    activation output (down input)       B T f        ACT
+ * and in fp32: each norm's statistics (rstd, + mean for layernorm) B T,
+ * with its output; the attention log-sum-exp B hq T, with att. Residual
+ * and norm tensors are full on every tp rank (no sequence parallelism); hq,
+ * hkv, f are tp slices.
+ * MoE (dropless), MOE in place of UP and ACT: each token's K expert MLPs
+ * keep up and act (K times the dense figure), plus its K dispatched copies
+ * of n2 (B T K C) and the router probabilities (B T E, fp32). */
 static int64_t layer_act_bytes(const shape *s, bool moe, int64_t tp, int64_t B, int64_t T,
-			       int64_t b)
+			       int64_t b, unsigned which)
 {
 	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
-	int64_t BT = B * T, k = moe ? s->K : 1;
-	int64_t elems = BT * (4 * s->C + (hq + 2 * hkv) * s->D + hq * s->D) +
-			k * BT * ((s->gated ? 2 : 1) * f + f);
-	int64_t f32 = BT * (s->layernorm ? 4 : 2) + B * hq * T;
-	if (moe) {
-		elems += BT * s->K * s->C;
-		f32 += BT * s->E;
-	}
-	return elems * b + f32 * 4;
+	int64_t BT = B * T, mlp = BT * ((s->gated ? 2 : 1) * f + f) * b;
+	int64_t stats = BT * (s->layernorm ? 2 : 1) * 4;
+	int64_t bytes = 0;
+	if (which & PP_SAVE_NORM1)
+		bytes += BT * s->C * b + stats;
+	if (which & PP_SAVE_QKV)
+		bytes += BT * (hq + 2 * hkv) * s->D * b;
+	if (which & PP_SAVE_ATT)
+		bytes += BT * hq * s->D * b + B * hq * T * 4;
+	if (which & PP_SAVE_MID)
+		bytes += BT * s->C * b;
+	if (which & PP_SAVE_NORM2)
+		bytes += BT * s->C * b + stats;
+	if (!moe && (which & PP_SAVE_UP))
+		bytes += BT * (s->gated ? 2 : 1) * f * b;
+	if (!moe && (which & PP_SAVE_ACT))
+		bytes += BT * f * b;
+	if (moe && (which & PP_SAVE_MOE))
+		bytes += s->K * mlp + BT * s->K * s->C * b + BT * s->E * 4;
+	return bytes;
+}
+
+/* The one copy of the activations of the kinds in which that a chunk of
+ * n_dense dense and n_moe MoE layers rebuilds in its backward pass: the
+ * attention's, and each kind of MLP's it has (model.c's rebuilt set). */
+static int64_t rebuilt_bytes(const shape *s, int64_t n_dense, int64_t n_moe, int64_t tp,
+			     int64_t B, int64_t T, int64_t b, unsigned which)
+{
+	const unsigned mlp = PP_SAVE_UP | PP_SAVE_ACT | PP_SAVE_MOE;
+	if (!n_dense && !n_moe)
+		return 0;
+	return layer_act_bytes(s, false, tp, B, T, b, which & ~mlp) +
+	       (n_dense ? layer_act_bytes(s, false, tp, B, T, b, which & mlp) : 0) +
+	       (n_moe ? layer_act_bytes(s, true, tp, B, T, b, which & mlp) : 0);
 }
 
 int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e)
@@ -223,8 +250,12 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	layer_parts dense, moe;
 	layer_parts_of(&s, false, tp, 1, &dense);
 	layer_parts_of(&s, true, tp, c->ep > 0 ? c->ep : 1, &moe);
-	const int64_t dense_act = layer_act_bytes(&s, false, tp, B, T, b);
-	const int64_t moe_act = layer_act_bytes(&s, true, tp, B, T, b);
+	/* The recompute policy keeps each layer's input and the kinds in kept
+	 * for every chunk-microbatch in flight; each chunk holds one copy of
+	 * the rest, which its backward pass rebuilds layer by layer. */
+	const unsigned kept = stage_saved_acts(c->recompute), rebuilt = PP_SAVE_ALL & ~kept;
+	const int64_t dense_act = B * T * s.C * b + layer_act_bytes(&s, false, tp, B, T, b, kept);
+	const int64_t moe_act = B * T * s.C * b + layer_act_bytes(&s, true, tp, B, T, b, kept);
 
 	memset(out, 0, sizeof *out);
 	out->rank = rank;
@@ -246,10 +277,10 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	const int64_t embed = vocab_rows + (s.learned_pos ? s.max_seq * s.C : 0);
 	const int64_t head = (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
 
-	/* Per chunk: parameters, full activation set, layer count; activations
-	 * take the largest chunk of the rank (exact for v = 1). */
-	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, chunk_layers_max = 0;
-	int64_t layer_act_max = 0, experts = 0, chunk_experts_max = 0;
+	/* Per chunk: parameters, kept activations, rebuilt set; kept
+	 * activations take the largest chunk of the rank (exact for v = 1). */
+	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, rebuilt_sum = 0;
+	int64_t experts = 0, chunk_experts_max = 0;
 	/* fsdp: the shares of each chunk, the largest unit, the held units */
 	const int64_t fsdp = c->fsdp > 0 ? c->fsdp : 1, norm_f = s.layernorm ? 2 * s.C : s.C;
 	int64_t shares = 0, unit_max = 0, held = 0;
@@ -282,12 +313,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		int64_t act = n_dense * dense_act + n_moe * moe_act;
 		if (act > chunk_act_max)
 			chunk_act_max = act;
-		if (n > chunk_layers_max)
-			chunk_layers_max = n;
-		if (n_dense && dense_act > layer_act_max)
-			layer_act_max = dense_act;
-		if (n_moe && moe_act > layer_act_max)
-			layer_act_max = moe_act;
+		rebuilt_sum += rebuilt_bytes(&s, n_dense, n_moe, tp, B, T, b, rebuilt);
 		out->layers += (int)n;
 	}
 	out->param_count = count;
@@ -322,14 +348,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)shares * 4.0 * (double)(c->dp - 1) / c->dp) : 0;
 	}
 
-	/* Without recompute every chunk-microbatch in flight keeps its full set.
-	 * With recompute it keeps only each layer's input (B T C), and one
-	 * layer's full set exists while that layer is recomputed and
-	 * back-propagated. */
-	if (c->recompute)
-		out->activations = in_flight * chunk_layers_max * B * T * s.C * b + layer_act_max;
-	else
-		out->activations = in_flight * chunk_act_max;
+	out->activations = in_flight * chunk_act_max + rebuilt_sum;
 	/* The head and the loss run over chunks of rows: one (R, V/tp) chunk of
 	 * logits in the training dtype, shared by all microbatches. What a
 	 * microbatch keeps from its forward to its backward is the gradient of
@@ -494,7 +513,7 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"{s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
 		"s:{s:f, s:f, s:I, s:s, s:s}, "
 		"s:{s:I, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:s, s:o, s:s, s:o}, "
-		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:i, s:i, s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I, "
+		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:i, s:i, s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:I, "
 		"s:I, s:I, s:f}}",
 		"preset", m->preset,
 		"params",
@@ -521,7 +540,7 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"rank", r->rank, "layers", r->layers, "chunks", r->chunks, "first", r->first,
 		"last", r->last, "in_flight", r->in_flight, "peak_activations", r->peak_act,
 		"peak_wstash", r->peak_wstash, "dtype", pp_type_name(c->dtype),
-		"recompute", c->recompute, "shard_optimizer", c->shard_optimizer,
+		"recompute", pp_recompute_name(c->recompute), "shard_optimizer", c->shard_optimizer,
 		"param_count", (json_int_t)r->param_count, "params", (json_int_t)r->params,
 		"grads", (json_int_t)r->grads, "optimizer", (json_int_t)r->optimizer,
 		"activations", (json_int_t)r->activations, "logits", (json_int_t)r->logits,
@@ -646,9 +665,10 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	}
 
 	fprintf(f, "\nmemory per rank: pp rank %d of %d (%d layers%s%s), %d chunk-microbatch(es) "
-		   "in flight, %s%s%s\n",
+		   "in flight, %s%s%s%s\n",
 		r->rank, c->pp, r->layers, r->first ? ", embedding" : "", r->last ? ", head" : "",
-		r->in_flight, pp_type_name(c->dtype), c->recompute ? ", recompute" : "",
+		r->in_flight, pp_type_name(c->dtype), c->recompute ? ", recompute=" : "",
+		c->recompute ? pp_recompute_name(c->recompute) : "",
 		c->shard_optimizer ? ", optimizer sharded" : "");
 	const char *by_fsdp = c->fsdp > 1 ? ", / fsdp" : "";
 	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes%s\n", "parameters",

@@ -256,8 +256,8 @@ static void test_defaults(void)
 		return;
 	bool ok = c.steps == 100 && c.global_batch == 8 && c.microbatch == 8 &&
 		  c.microbatches == 1 && c.seq_len == 128 && c.pp == 1 && c.dp == 1 && c.tp == 1 &&
-		  c.virtual_stages == 1 && c.schedule == SCHED_1F1B && !c.recompute &&
-		  !c.shard_optimizer && c.lr == 3e-4 && c.lr_schedule.type == PP_LR_COSINE &&
+		  c.virtual_stages == 1 && c.schedule == SCHED_1F1B &&
+		  c.recompute == PP_RECOMPUTE_NONE && !c.shard_optimizer && c.lr == 3e-4 && c.lr_schedule.type == PP_LR_COSINE &&
 		  c.lr_schedule.warmup_steps == -1 && c.lr_schedule.warmup_fraction == 0.1 &&
 		  c.lr_schedule.final_fraction == 0.1 && c.lr_schedule.decay_fraction == 0.2 &&
 		  c.adamw.b1 == 0.9 && c.adamw.b2 == 0.95 && c.adamw.eps == 1e-8 &&
@@ -355,7 +355,7 @@ static void test_overrides(void)
 		      c.lr_schedule.type, c.lr_schedule.warmup_steps);
 		CHECK(c.adamw.b1 == 0.8 && c.adamw.b2 == 0.95 && c.adamw.decay_norms_and_biases,
 		      "config/override/adamw", "b1 %g", c.adamw.b1);
-		CHECK(c.recompute && c.lr == 1e-3 && c.steps == 1000 && c.seed == 12345678901234ull &&
+		CHECK(c.recompute == PP_RECOMPUTE_FULL && c.lr == 1e-3 && c.steps == 1000 && c.seed == 12345678901234ull &&
 			      c.model.rope_theta == 5e5,
 		      "config/override/numbers_bools", "steps %ld lr %g", c.steps, c.lr);
 		CHECK(!strcmp(c.run_dir, "2024"),
@@ -435,8 +435,10 @@ static const struct err_case {
 	 {"key 'steps': expected an integer, got string \"ten\""}},
 	{"type/real_for_int", NULL, {"model=llama-tiny", "steps=3.5"},
 	 {"key 'steps': expected an integer, got number 3.5"}},
-	{"type/bool", NULL, {"model=llama-tiny", "recompute=1"},
-	 {"key 'recompute': expected true or false, got integer 1"}},
+	{"type/bool", NULL, {"model=llama-tiny", "shard_optimizer=1"},
+	 {"key 'shard_optimizer': expected true or false, got integer 1"}},
+	{"type/recompute", "{\"model\": \"llama-tiny\", \"recompute\": 1}", {0},
+	 {"key 'recompute': expected a string, got integer 1"}},
 	{"type/object", NULL, {"model=llama-tiny", "adamw=3"}, {"key 'adamw': expected an object"}},
 	{"type/string", "{\"model\": \"llama-tiny\", \"data\": 5}", {0},
 	 {"key 'data': expected a string, got integer 5"}},
@@ -493,6 +495,10 @@ static const struct err_case {
 	 {"key 'lr_schedule.type'", "cosine, linear, constant, wsd", "did you mean 'cosine'"}},
 	{"enum/dtype", NULL, {"model=llama-tiny", "dtype=fp16"}, {"key 'dtype'", "fp32, bf16"}},
 	{"enum/device", NULL, {"model=llama-tiny", "device=tpu"}, {"key 'device'", "cpu, cuda"}},
+	{"enum/recompute", NULL, {"model=llama-tiny", "recompute=bogus"},
+	 {"key 'recompute': unknown value \"bogus\"", "none, full, minimal, minimal_flash"}},
+	{"enum/recompute_near", NULL, {"model=llama-tiny", "recompute=minimal_flsh"},
+	 {"key 'recompute'", "did you mean 'minimal_flash'"}},
 	{"enum/nan_policy", NULL, {"model=llama-tiny", "nan_policy=ignore"}, {"key 'nan_policy'", "abort, skip"}},
 
 	{"rule/head_dim_divisible", NULL, {"model=llama-tiny", "model.d_model=66"},
@@ -670,6 +676,41 @@ static void test_resolved_json(void)
 	pp_config_free(&c);
 }
 
+/* recompute: each policy by name; true and false, from a file or an
+ * override, as recompute was a bool before it named policies */
+static void test_recompute(void)
+{
+	const struct {
+		const char *text, *ov;
+		int want;
+	} t[] = {
+		{NULL, "recompute=none", PP_RECOMPUTE_NONE},
+		{NULL, "recompute=full", PP_RECOMPUTE_FULL},
+		{NULL, "recompute=minimal", PP_RECOMPUTE_MINIMAL},
+		{NULL, "recompute=minimal_flash", PP_RECOMPUTE_MINIMAL_FLASH},
+		{NULL, "recompute=true", PP_RECOMPUTE_FULL},
+		{NULL, "recompute=false", PP_RECOMPUTE_NONE},
+		{"{\"recompute\": true}", NULL, PP_RECOMPUTE_FULL},
+		{"{\"recompute\": false}", NULL, PP_RECOMPUTE_NONE},
+		{"{\"recompute\": \"minimal\"}", NULL, PP_RECOMPUTE_MINIMAL},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		pp_config c;
+		pp_err e = {0};
+		const char *ov = t[i].ov ? t[i].ov : "steps=1";
+		int rc = load_text(&c, &e, t[i].text, OV("model=llama-tiny", ov));
+		char *text = rc ? NULL : pp_config_dump(&c);
+		char want[64];
+		snprintf(want, sizeof want, "\"recompute\": \"%s\"", pp_recompute_name(t[i].want));
+		CHECK(!rc && c.recompute == t[i].want && text && strstr(text, want),
+		      "config/recompute", "%s: rc %d %s: recompute %d, want %s",
+		      t[i].ov ? t[i].ov : t[i].text, rc, e.msg, c.recompute, want);
+		free(text);
+		if (!rc)
+			pp_config_free(&c);
+	}
+}
+
 /* profile_steps as a window, as a count, and off; the test-only keys */
 static void test_profile_keys(void)
 {
@@ -709,6 +750,7 @@ int main(void)
 	test_errors();
 	test_resolved_json();
 	test_profile_keys();
+	test_recompute();
 	printf("%d passed, %d failed\n", th_passed, th_failed);
 	TH_EXIT();
 }

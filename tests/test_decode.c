@@ -348,7 +348,7 @@ static void check_graphs(const pp_stage *s, const int *tok, const pp_real *full,
 	pp_stage g;
 	pp_err e = {0};
 	char name[96];
-	stage_spec sp = stage_spec_whole(s->cfg, B, T, false);
+	stage_spec sp = stage_spec_whole(s->cfg, B, T, PP_RECOMPUTE_NONE);
 	if (stage_create(&g, s->cfg, &ops, &sp, &e)) {
 		CHECK(0, "decode/graph/setup", "%s", e.msg);
 		return;
@@ -456,7 +456,7 @@ static void check_family(const char *preset)
 	}
 	const pp_model_cfg *m = &cfg.model;
 	pp_stage s;
-	stage_spec sp = stage_spec_whole(m, B, T, false);
+	stage_spec sp = stage_spec_whole(m, B, T, PP_RECOMPUTE_NONE);
 	sp.keep_logits = true;
 	if (stage_create(&s, m, pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL), &sp, &e)) {
 		CHECK(0, name, "%s", e.msg);

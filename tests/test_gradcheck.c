@@ -5,8 +5,11 @@
  * plus the MoE layers' load-balancing and z losses at their weights:
  *   - the analytic gradient of the mean loss w.r.t. every parameter tensor
  *     agrees with central finite differences;
- *   - recompute, a split into two pipeline stages, and the split backward
- *     pass (input part, then weight part) give the same loss and gradients;
+ *   - each recompute policy (full, minimal, minimal_flash), a split into two
+ *     pipeline stages, and the split backward pass (input part, then weight
+ *     part) give the same loss and gradients; the policies to the bit, with
+ *     one microbatch in flight and with two whose backward passes rebuild
+ *     into the same buffers;
  *   - tensor parallelism over tp = 2 and 4 (threads standing in for ranks,
  *     kv heads replicated when tp > kv heads) gives the same loss, and each
  *     rank's gradient slice equals the matching slice of the full gradient;
@@ -61,7 +64,7 @@ static long n_valid(void)
 
 static stage_spec spec_of(const pp_model_cfg *m, int begin, int end)
 {
-	stage_spec sp = stage_spec_whole(m, B, T, false);
+	stage_spec sp = stage_spec_whole(m, B, T, PP_RECOMPUTE_NONE);
 	sp.layer_begin = begin;
 	sp.layer_end = end;
 	return sp;
@@ -459,6 +462,54 @@ static void check_grad_hook(const char *preset, const pp_model_cfg *m, const pp_
 	stage_free(&s);
 }
 
+/* Two microbatches in flight on a stage of two slots: both forwards, then
+ * both backwards, the first's after the second's forward has overwritten
+ * what a policy rebuilds. The gradients into s->g. */
+static int two_in_flight(pp_stage *s, pp_err *e)
+{
+	int tok2[N], tgt2[N]; /* the batch reversed: another microbatch */
+	for (int i = 0; i < N; i++) {
+		tok2[i] = tokens[N - 1 - i];
+		tgt2[i] = targets[N - 1 - i];
+	}
+	const pp_real d = 1.0 / (double)n_valid();
+	stage_zero_grad(s);
+	return stage_forward(s, 0, tokens, NULL, targets, d, NULL, NULL, NULL, e) ||
+	       stage_forward(s, 1, tok2, NULL, tgt2, d, NULL, NULL, NULL, e) ||
+	       stage_backward(s, 0, STAGE_BWD_FULL, NULL, NULL, e) ||
+	       stage_backward(s, 1, STAGE_BWD_FULL, NULL, NULL, e);
+}
+
+static void check_two_in_flight(const char *preset, const pp_model_cfg *m, const pp_stage *ref)
+{
+	char name[128];
+	pp_err e = {0};
+	pp_real *g = NULL;
+	for (int p = PP_RECOMPUTE_NONE; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
+		stage_spec sp = spec_of(m, 0, m->n_layers);
+		sp.n_slots = 2;
+		sp.recompute = p;
+		pp_stage s;
+		int rc = stage_create(&s, m, &pp_ops_cpu, &sp, &e);
+		if (!rc) {
+			copy_weights(&s, ref);
+			rc = two_in_flight(&s, &e);
+		}
+		if (p == PP_RECOMPUTE_NONE && !rc) {
+			g = malloc(s.n_elems * sizeof *g);
+			memcpy(g, s.g, s.n_elems * sizeof *g);
+		} else if (p != PP_RECOMPUTE_NONE) {
+			snprintf(name, sizeof name, "gradcheck/%s/recompute_%s/two_in_flight",
+				 preset, pp_recompute_name(p));
+			CHECK(!rc && g && !memcmp(s.g, g, s.n_elems * sizeof *g), name, "%s",
+			      rc ? e.msg : "gradients differ from recompute=none's");
+		}
+		if (!rc)
+			stage_free(&s);
+	}
+	free(g);
+}
+
 static void check_family(const char *preset)
 {
 	char name[128], ov[64];
@@ -488,16 +539,21 @@ static void check_family(const char *preset)
 	finite_differences(preset, &s, g, L0);
 
 	/* recompute: identical loss and gradients */
-	stage_spec rs = whole;
-	rs.recompute = true;
+	stage_spec rs;
 	pp_stage r;
-	stage_create(&r, m, &pp_ops_cpu, &rs, &e);
-	copy_weights(&r, &s);
-	double Lr = loss_of(&r, true, STAGE_BWD_FULL, &e);
-	snprintf(name, sizeof name, "gradcheck/%s/recompute", preset);
-	CHECK(Lr == L0 && !memcmp(r.g, g, s.n_elems * sizeof(pp_real)), name,
-	      "loss %.17g vs %.17g or gradients differ", Lr, L0);
-	stage_free(&r);
+	for (int p = PP_RECOMPUTE_FULL; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
+		rs = whole;
+		rs.recompute = p;
+		stage_create(&r, m, &pp_ops_cpu, &rs, &e);
+		copy_weights(&r, &s);
+		double Lr = loss_of(&r, true, STAGE_BWD_FULL, &e);
+		snprintf(name, sizeof name, "gradcheck/%s/recompute_%s", preset,
+			 pp_recompute_name(p));
+		CHECK(Lr == L0 && !memcmp(r.g, g, s.n_elems * sizeof(pp_real)), name,
+		      "loss %.17g vs %.17g or gradients differ", Lr, L0);
+		stage_free(&r);
+	}
+	check_two_in_flight(preset, m, &s);
 
 	/* split backward: input part then weight part, identical */
 	rs = whole;

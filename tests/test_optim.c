@@ -83,7 +83,7 @@ static void check_moe_ranges(void)
 		CHECK(0, "optim/moe_config", "%s", e.msg);
 		return;
 	}
-	stage_spec sp = stage_spec_whole(&c.model, 1, 4, false);
+	stage_spec sp = stage_spec_whole(&c.model, 1, 4, PP_RECOMPUTE_NONE);
 	sp.ep.rank = 1;
 	sp.ep.size = 2;
 	pp_stage s;
@@ -209,7 +209,7 @@ int main(void)
 	}
 	for (int with_norms = 0; with_norms < 2; with_norms++) {
 		full.adamw.decay_norms_and_biases = with_norms;
-		stage_spec sp = stage_spec_whole(&full.model, 1, 4, false);
+		stage_spec sp = stage_spec_whole(&full.model, 1, 4, PP_RECOMPUTE_NONE);
 		pp_stage s;
 		optim_state o;
 		stage_create(&s, &full.model, &pp_ops_cpu, &sp, &e);
@@ -236,7 +236,7 @@ int main(void)
 	{
 		pp_ops ops = pp_ops_cpu;
 		ops.sumsq = counted_sumsq;
-		stage_spec sp = stage_spec_whole(&full.model, 1, 4, false);
+		stage_spec sp = stage_spec_whole(&full.model, 1, 4, PP_RECOMPUTE_NONE);
 		pp_stage s;
 		if (stage_create(&s, &full.model, &ops, &sp, &e)) {
 			CHECK(0, "optim/grad_sumsq_setup", "%s", e.msg);

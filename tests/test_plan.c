@@ -256,14 +256,24 @@ static void test_memory(void)
 	      "plan/mem/shard-optimizer", "sharded %lld unsharded %lld", (long long)mz1.optimizer,
 	      (long long)mz0.optimizer);
 
-	/* recompute: layer inputs + one layer's full set */
+	/* recompute=full: layer inputs + one layer's full set; minimal keeps
+	 * more, minimal_flash more again (attention's output), none the most */
 	pp_config cr = c;
-	cr.recompute = true;
-	plan_memory_t mr;
-	rc = plan_memory(&cr, &mr, &e);
-	CHECK(rc == 0 && mr.activations < m1.activations / 4 && mr.activations > m1.activations / 32,
-	      "plan/mem/recompute", "recompute %lld full %lld", (long long)mr.activations,
+	plan_memory_t mr[4];
+	for (int p = PP_RECOMPUTE_NONE; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
+		cr.recompute = p;
+		rc = rc || plan_memory(&cr, &mr[p], &e);
+	}
+	const int64_t full = mr[PP_RECOMPUTE_FULL].activations;
+	const int64_t minimal = mr[PP_RECOMPUTE_MINIMAL].activations;
+	const int64_t flash = mr[PP_RECOMPUTE_MINIMAL_FLASH].activations;
+	CHECK(rc == 0 && mr[0].activations == m1.activations && full < m1.activations / 4 &&
+		      full > m1.activations / 32,
+	      "plan/mem/recompute", "recompute %lld none %lld", (long long)full,
 	      (long long)m1.activations);
+	CHECK(rc == 0 && full < minimal && minimal < flash && flash < m1.activations,
+	      "plan/mem/recompute-order", "full %lld minimal %lld minimal_flash %lld none %lld",
+	      (long long)full, (long long)minimal, (long long)flash, (long long)m1.activations);
 
 	/* pp = 4, 1f1b: rank 0 keeps 4 microbatches in flight, the last 1;
 	 * 34 layers over 4 stages: 9, 9, 8, 8 (remainder to the first) */
@@ -334,7 +344,7 @@ static void test_memory(void)
 	ce.shard_optimizer = true;
 	plan_memory_t me;
 	rc = plan_memory_rank(&ce, 0, &me, &e);
-	stage_spec sp = stage_spec_whole(&mx, 1, 1, false);
+	stage_spec sp = stage_spec_whole(&mx, 1, 1, PP_RECOMPUTE_NONE);
 	sp.ep.rank = 1;
 	sp.ep.size = 2;
 	pp_stage st;
@@ -360,6 +370,97 @@ static void test_memory(void)
 	rc = plan_memory(&bad, &m1, &e);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "dtype"), "plan/mem/bad-dtype", "rc %d: %s", rc,
 	      e.msg);
+}
+
+/* Device bytes stage_create allocates, through the CPU ops. */
+static size_t counted;
+static void *counting_alloc(size_t bytes)
+{
+	counted += bytes;
+	return pp_ops_cpu.alloc(bytes);
+}
+
+static int64_t stage_bytes(const pp_config *c, int n_slots, pp_err *e)
+{
+	pp_ops ops = pp_ops_cpu;
+	ops.alloc = counting_alloc;
+	stage_spec sp = stage_spec_whole(&c->model, c->microbatch, c->seq_len, c->recompute);
+	sp.n_slots = n_slots;
+	pp_stage st;
+	counted = 0;
+	if (stage_create(&st, &c->model, &ops, &sp, e))
+		return -1;
+	stage_free(&st);
+	return (int64_t)counted;
+}
+
+/* The plan's activations for each recompute policy are what stage_create
+ * allocates for them. Beside activations a stage allocates weights,
+ * gradients and scratch that no policy changes, so with one microbatch in
+ * flight the stage's bytes less the plan's activations are the same for
+ * every policy; and a second slot adds what the plan adds for a second
+ * microbatch in flight, plus what the plan leaves out of a slot: the
+ * stage's output (B T C), and the final norm's statistics and the token
+ * ids (B T four-byte values each). */
+static void test_recompute_allocations(void)
+{
+	pp_model_cfg gpt = gpt2_124m();
+	snprintf(gpt.preset, sizeof gpt.preset, "gpt-tiny");
+	gpt.d_model = 64;
+	gpt.n_heads = gpt.n_kv_heads = 4;
+	gpt.head_dim = 16;
+	gpt.d_ff = 256;
+	gpt.n_layers = 3;
+	gpt.vocab_size = 256;
+	gpt.max_seq_len = 64;
+	gpt.init_std = 0.02;
+	gpt.norm_eps = 1e-5;
+	const pp_model_cfg models[] = {llama("llama-tiny", 64, 4, 2, 96, 3, 256), gpt};
+	for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+		pp_err e = {0};
+		pp_config c = run_cfg(models[i]);
+		c.microbatch = 2;
+		c.seq_len = 16;
+		c.global_batch = 2;
+		c.microbatches = 1;
+		const int64_t N = (int64_t)c.microbatch * c.seq_len, C = c.model.d_model;
+		int64_t base = 0;
+		bool same = true;
+		char why[512] = "";
+		for (int p = PP_RECOMPUTE_NONE; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
+			c.recompute = p;
+			plan_memory_t one, two;
+			pp_config c2 = c;
+			c2.schedule = SCHED_GPIPE; /* two microbatches in flight */
+			c2.microbatches = 2;
+			c2.global_batch = 4;
+			int rc = plan_memory(&c, &one, &e) || plan_memory(&c2, &two, &e);
+			int64_t s1 = rc ? -1 : stage_bytes(&c, 1, &e);
+			int64_t s2 = s1 < 0 ? -1 : stage_bytes(&c, 2, &e);
+			if (s2 < 0 || one.in_flight != 1 || two.in_flight != 2) {
+				snprintf(why, sizeof why, "%s: %.200s (in flight %d, %d)",
+					 pp_recompute_name(p), e.msg, one.in_flight, two.in_flight);
+				same = false;
+				break;
+			}
+			const int64_t rest = s1 - one.activations;
+			const int64_t slot = (s2 - s1) - (two.activations - one.activations);
+			if (p == PP_RECOMPUTE_NONE)
+				base = rest;
+			if (rest != base || slot != N * C * 4 + 4 * N * 4) {
+				snprintf(why + strlen(why), sizeof why - strlen(why),
+					 "%s: stage %lld plan %lld (rest %lld, none's %lld), a slot %lld "
+					 "more than the plan's microbatch, want %lld; ",
+					 pp_recompute_name(p), (long long)s1, (long long)one.activations,
+					 (long long)rest, (long long)base, (long long)slot,
+					 (long long)(N * C * 4 + 4 * N * 4));
+				same = false;
+			}
+		}
+		char name[128];
+		snprintf(name, sizeof name, "plan/mem/recompute-allocations/%.60s", models[i].preset);
+		CHECK(same, name, "%s", why);
+	}
 }
 
 static double now(void)
@@ -511,6 +612,7 @@ int main(void)
 	test_counts();
 	test_flops();
 	test_memory();
+	test_recompute_allocations();
 	test_70b_plan();
 	test_peaks();
 	test_fsdp_plan();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pp-init and pp-train end to end on one CPU process: learning, bitwise
 # resume after a signal and after kill -9, kill -9 during a checkpoint write,
-# bad configs and bad checkpoints.
+# recompute policies, bad configs and bad checkpoints.
 . "$(dirname "$0")/lib.sh"
 
 tiny="model=llama-tiny data=synthetic global_batch=8 microbatch=4 seq_len=32 log_period=10"
@@ -130,6 +130,30 @@ check max_runtime/saved bash -c "ls $T/maxrt/checkpoints | grep -q step_"
 # --- keep-N ---------------------------------------------------------------------
 pp-train $tiny steps=6 checkpoint_period=1 keep=2 run_dir=$T/keep --quiet 2>/dev/null
 check keep/last_two [ "$(ls $T/keep/checkpoints)" = "$(printf 'step_00000005\nstep_00000006')" ]
+
+# --- recompute policies ------------------------------------------------------------
+# Every policy rebuilds with the forward's own ops from the forward's own
+# inputs, so on the CPU each step's loss and the final parameters are
+# recompute=none's, bit for bit. gpipe keeps both microbatches in flight,
+# whose backward passes rebuild into the same buffers.
+for m in llama-tiny gpt-tiny; do
+	rcfg="model=$m data=synthetic global_batch=8 microbatch=4 seq_len=32 steps=4 log_period=1 schedule=gpipe"
+	for p in none full minimal minimal_flash; do
+		pp-train $rcfg recompute=$p run_dir=$T/remat-$m-$p --quiet 2>/dev/null
+	done
+	same_as_none() {
+		same_losses $T/remat-$m-none $T/remat-$m-$1 &&
+			same_tensors $T/remat-$m-none/checkpoints/step_00000004/shard-pp000-tp000.h5 \
+				$T/remat-$m-$1/checkpoints/step_00000004/shard-pp000-tp000.h5
+	}
+	for p in full minimal minimal_flash; do
+		check recompute/$m/$p/same_as_none same_as_none $p
+	done
+done
+check recompute/config_names_policy bash -c "pp-train $tiny recompute=minimal_flash --print-config | jq -e '.recompute == \"minimal_flash\"' >/dev/null"
+check recompute/true_is_full bash -c "pp-train $tiny recompute=true --print-config | jq -e '.recompute == \"full\"' >/dev/null"
+expect_fail recompute/bogus 2 "key 'recompute': unknown value \"bogus\", expected one of none, full, minimal, minimal_flash" pp-train $tiny recompute=bogus
+expect_fail recompute/split_backward_refused 2 "recompute=minimal and a split backward pass \(schedule zbh1\) do not combine" pp-train $tiny recompute=minimal schedule=zbh1 steps=1 run_dir=$T/remat-zbh1
 
 # --- nan handling ---------------------------------------------------------------
 expect_fail nan/abort 1 "step 1: (loss|gradient norm) is -?(nan|inf)" pp-train $tiny steps=3 lr=1e30 model.init_std=1e30 run_dir=$T/nan

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
 		tgt[i] = 0;
 	}
 	pp_stage s = {0};
-	stage_spec spec = stage_spec_whole(&cfg.model, 1, T, false);
+	stage_spec spec = stage_spec_whole(&cfg.model, 1, T, PP_RECOMPUTE_NONE);
 	spec.no_grad = true;
 	spec.keep_logits = true;
 	long step;

@@ -13,7 +13,7 @@ int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
 {
 	*out = NULL;
 	*n = 0;
-	stage_spec spec = stage_spec_whole(m, 1, 1, false);
+	stage_spec spec = stage_spec_whole(m, 1, 1, PP_RECOMPUTE_NONE);
 	spec.no_grad = true;
 	pp_stage s;
 	int rc = stage_describe(&s, m, &spec, e);

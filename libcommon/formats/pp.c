@@ -529,7 +529,7 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 		if (!(f->chunks = calloc((size_t)k->v, sizeof *f->chunks)))
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 		for (int c = 0; !rc && c < k->v; c++) {
-			stage_spec sp = stage_spec_whole(&k->cfg.model, 1, 1, false);
+			stage_spec sp = stage_spec_whole(&k->cfg.model, 1, 1, PP_RECOMPUTE_NONE);
 			plan_chunk_layers(&k->cfg, c * k->pp + f->pp_rank, &sp.layer_begin, &sp.layer_end);
 			sp.tp = (pp_tp){.rank = f->tp_rank, .size = k->tp};
 			sp.ep.rank = f->ep_rank;
