@@ -61,20 +61,21 @@ fi
 say "$layers layers, $warmup warm-up + $steps timed steps"
 bench_pp_train a3mega "$warmup" "$budget" "${recipe[@]}" model.n_layers="$layers" ||
 	die "pp-train failed: $(cat "$bench_tmp/a3mega.pp.err")"
-read -r tps mfu <<<"$(benchlib get "$bench_tmp/a3mega.pp.json" tokens_per_s mfu)"
-echo "# the A3 Mega recipe on one $( [ "$smoke" = 1 ] && echo CPU || bench_gpu_name): llama2-7b shapes, $layers of 32 layers, 4 x 4096 tokens per step$( [ "$smoke" = 1 ] && echo " (smoke: llama-tiny, seq 64)"), bf16, recompute=minimal_flash; $steps steps after $warmup warm-up; commit $(bench_commit)"
-printf '%-30s %12s %8s %18s\n' run "tok/s" MFU "MaxText (2 nodes)"
-printf '%-30s %12.1f %8s %18s\n' "pp-train, fsdp 1, one device" "$tps" \
-	"$([ "$mfu" = None ] || [ "$mfu" = null ] && echo - || python3 -c "print(f'{100 * $mfu:.1f}%')")" "55%"
-if [ -n "$json" ]; then
-	python3 - "$json" "$layers" "$tps" "$mfu" <<'EOF'
+where="one $(bench_gpu_name)"
+[ "$smoke" = 0 ] || where="the CPU (smoke: llama-tiny, seq 64, fp32)"
+echo "# the A3 Mega recipe on $where: llama2-7b shapes, $layers of 32 layers, 4 x 4096 tokens per step, bf16, recompute=minimal_flash; $steps steps after $warmup warm-up; commit $(bench_commit)"
+python3 - "$bench_tmp/a3mega.pp.json" "$layers" "$json" <<'EOF'
 import json, sys
-path, layers, tps, mfu = sys.argv[1:]
-json.dump({"bench": "a3mega", "layers": int(layers), "tokens_per_s": float(tps),
-           "mfu": None if mfu in ("None", "null") else float(mfu), "maxtext_mfu": 0.55},
-          open(path, "w"), indent=1)
+src, layers, path = sys.argv[1:]
+r = json.load(open(src))
+mfu = r["mfu"]
+print(f"{'run':<30} {'tok/s':>12} {'MFU':>8} {'MaxText (2 nodes)':>18}")
+print(f"{'pp-train, fsdp 1, one device':<30} {r['tokens_per_s']:>12.1f} "
+      f"{'-' if mfu is None else f'{100 * mfu:.1f}%':>8} {'55%':>18}")
+if path:
+    json.dump({"bench": "a3mega", "layers": int(layers), "tokens_per_s": r["tokens_per_s"],
+               "mfu": mfu, "maxtext_mfu": 0.55}, open(path, "w"), indent=1)
 EOF
-fi
 if [ "$profile" = 1 ]; then
 	bench_profile "$budget" "pp-train's per-op profile, $layers layers" "$(bench_tool pp-train)" \
 		"${recipe[@]}" model.n_layers="$layers" steps=$((warmup + 2)) run_dir="$bench_tmp/profile"

@@ -19,6 +19,7 @@
 #   - bench/profile.sh's smoke mode: step times without and with profiling;
 #   - bench/fsdp.sh's smoke mode: fsdp=4 against ZeRO-1 over 4 ranks, step
 #     time and peak memory;
+#   - bench/a3mega.sh's smoke mode: the A3 Mega recipe's run on one device;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
 #   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
@@ -143,6 +144,10 @@ expect_fail bench/moe_bad_steps 2 "^moe: --steps x: expected an integer" bench/m
 bench/fsdp.sh --smoke --json $T/fsdp.json >$T/fsdp.txt 2>$T/fsdp.err
 check bench/fsdp_smoke eval 'jqt ".zero1.step_ms > 0 and .fsdp.step_ms > 0 and .zero1.peak_rss_mb > 0 and .fsdp.peak_rss_mb > 0 and (.step_ratio - .fsdp.step_ms / .zero1.step_ms | fabs) < 1e-9" $T/fsdp.json && grep -q "^fsdp / ZeRO-1" $T/fsdp.txt || { tail -n 5 $T/fsdp.err; false; }'
 expect_fail bench/fsdp_bad_rounds 2 "^fsdp: --rounds x: expected an integer" bench/fsdp.sh --rounds x
+
+# --- a3mega.sh: the A3 Mega recipe on one device ------------------------------------------
+bench/a3mega.sh --smoke --json $T/a3mega.json >$T/a3mega.txt 2>$T/a3mega.err
+check bench/a3mega_smoke eval 'jqt ".bench == \"a3mega\" and .tokens_per_s > 0 and .mfu == null and .maxtext_mfu == 0.55" $T/a3mega.json && grep -q "^pp-train, fsdp 1, one device" $T/a3mega.txt || { tail -n 5 $T/a3mega.err; false; }'
 
 # --- ckpt.sh: convert and export against cp -------------------------------------------
 bench/ckpt.sh --smoke --json $T/ckpt.json >$T/ckpt.txt 2>$T/ckpt.err

@@ -174,7 +174,7 @@ expect_fail config/batch_vs_micro 2 "global_batch" pp-train $tiny global_batch=6
 expect_fail config/seq_vs_positions 2 "seq_len" pp-train model=gpt-tiny seq_len=4096
 expect_fail config/unknown_preset 2 "no-such-model" pp-train model=no-such-model
 expect_fail config/bad_override_syntax 2 "argument" pp-train $tiny --stepz
-expect_fail config/moe_refused 2 "mixture of experts" pp-train model=mixtral-tiny
+expect_fail config/moe_gelu_refused 2 "experts are gated MLPs" pp-train model=mixtral-tiny model.mlp=gelu run_dir=$T/moe_gelu
 expect_fail config/layout_needs_ranks 2 "ranks" pp-train $tiny pp=2
 expect_fail config/cuda_without_backend 2 "cuda" pp-train $tiny device=cuda run_dir=$T/cuda
 check config/print_config bash -c "pp-train $tiny --print-config | jq -e '.model.n_kv_heads == 2 and .steps == 100'"
