@@ -30,7 +30,7 @@ layouts=(
 	"2 fsdp=2 recompute=minimal_flash"
 )
 checks=(memory/shares memory/plan overlap resume/bitwise resume/other_layout
-	ckpt/verify ckpt/convert)
+	ckpt/verify ckpt/info ckpt/convert)
 
 slurm_up 2>$T/slurm.log
 case $? in
@@ -106,6 +106,7 @@ check fsdp/resume/other_layout $compare $T/llama-tiny/base/checkpoints/step_0000
 
 # --- pp-ckpt: an fsdp checkpoint is an ordinary one --------------------------------
 check fsdp/ckpt/verify pp-ckpt verify $T/r_ref/checkpoints/step_00000020
+check fsdp/ckpt/info sh -c "pp-ckpt info $T/r_ref/checkpoints/step_00000020 | grep -q 'sharded over the run.s fsdp group'"
 # to pp=2, and back to fsdp=2 (its AdamW state cut per fsdp rank, as the run's)
 pp-ckpt convert $T/r_ref/checkpoints/step_00000020 -o $T/conv pp=2 >/dev/null 2>$T/conv.log
 pp-ckpt convert $T/conv/checkpoints/step_00000020 -o $T/back pp=1 fsdp=2 >/dev/null 2>>$T/conv.log

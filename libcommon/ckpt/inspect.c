@@ -183,7 +183,11 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 		fprintf(out, "layout       pp=%d tp=%d dp=%d", m.pp_size, m.tp_size, m.dp_size);
 		if (m.ep_size > 1)
 			fprintf(out, " ep=%d, experts sharded over ep", m.ep_size);
-		fprintf(out, "%s\n", zero1(&m) ? ", AdamW state sharded over dp (ZeRO-1)" : "");
+		/* an fsdp run cuts its AdamW state over its fsdp group */
+		const json_int_t fsdp = json_integer_value(json_object_get(cfg, "fsdp"));
+		fprintf(out, "%s\n", !zero1(&m)  ? ""
+				      : fsdp > 1 ? ", AdamW state sharded over the run's fsdp group"
+						 : ", AdamW state sharded over dp (ZeRO-1)");
 		fprintf(out, "files        %d, %s\n", m.n_files, size);
 		fprintf(out, "model        %s %s: d_model %lld, %lld layers, %lld heads (%lld kv), vocab "
 			     "%lld; %lld parameters\n",
