@@ -19,8 +19,9 @@ LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) $(BLAS) -lm -fopenmp
 
 B       := build
 LIBSRC  := $(wildcard libcommon/*.c) $(wildcard libcommon/ckpt/*.c) $(wildcard libcommon/formats/*.c) \
-           $(wildcard libcommon/decode/*.c) $(wildcard libcommon/profile/*.c) $(wildcard kernels/*.c) \
-           $(wildcard kernels/cpu/*.c)
+           $(wildcard libcommon/decode/*.c) $(wildcard libcommon/profile/*.c) \
+           $(wildcard libcommon/tok/*.c) $(wildcard libcommon/comm/*.c) $(wildcard libcommon/data/*.c) \
+           $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 
 # The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
 # the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt, cuDNN and
@@ -87,9 +88,9 @@ $(addprefix $(B)/tests/,$(F64TESTS)): $(B)/tests/%: $(B)/f64/obj/tests/%.o $(LIB
 
 # The NCCL backend built against tests/cudastub, whose CUDA and NCCL calls
 # the test implements as a model of streams and events: no GPU, no CUDA.
-ORDERSRC := tests/test_comm_order.c libcommon/comm_nccl.c libcommon/comm.c
+ORDERSRC := tests/test_comm_order.c libcommon/comm/nccl.c libcommon/comm/comm.c
 $(B)/tests/test_comm_order: $(ORDERSRC) $(wildcard tests/cudastub/*.h) tests/harness.h \
-			    libcommon/comm.h $(LIB)
+			    libcommon/comm/comm.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DPP_CUDA -Itests/cudastub $(ORDERSRC) $(LIB) -o $@ $(LDLIBS)
 

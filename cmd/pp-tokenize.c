@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "../libcommon/cli.h"
-#include "../libcommon/dataset.h"
+#include "../libcommon/data/dataset.h"
 #include "../libcommon/log.h"
-#include "../libcommon/tokenizer.h"
+#include "../libcommon/tok/tokenizer.h"
 
 static volatile sig_atomic_t interrupted;
 

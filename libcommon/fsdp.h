@@ -32,7 +32,7 @@
 
 #include <stdbool.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "model.h"
 
 enum { FSDP_BUFS = 3, FSDP_GBUFS = 2 };

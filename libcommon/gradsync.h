@@ -35,7 +35,7 @@
 
 #include <stdbool.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "model.h"
 #include "optim.h"
 #include "profile/record.h"

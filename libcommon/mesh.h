@@ -19,7 +19,7 @@
 #ifndef PP_MESH_H
 #define PP_MESH_H
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "config.h"
 
 typedef struct {

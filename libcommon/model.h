@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "config.h"
 #include "error.h"
 #include "moe.h"

@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 #include "../kernels/ops.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "error.h"
 
 /* A layer's MoE MLP as one rank holds it. */

@@ -5,7 +5,7 @@
 #ifndef PP_PIPELINE_H
 #define PP_PIPELINE_H
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "model.h"
 #include "profile/record.h"
 #include "schedule.h"

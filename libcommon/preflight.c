@@ -12,7 +12,7 @@
 
 #include "../kernels/ops.h"
 #include "boot.h"
-#include "comm.h"
+#include "comm/comm.h"
 #include "fsutil.h"
 #include "log.h"
 #include "plan.h"

@@ -16,7 +16,7 @@
 #include "tensorboard.h"
 #include "watchdog.h"
 #include "decode/request.h"
-#include "tokenizer.h"
+#include "tok/tokenizer.h"
 
 static double now(void)
 {

@@ -10,7 +10,7 @@
 
 #include "boot.h"
 #include "config.h"
-#include "data.h"
+#include "data/data.h"
 #include "fsdp.h"
 #include "gradsync.h"
 #include "mesh.h"

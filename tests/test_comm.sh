@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rank bootstrap (libcommon/boot.h) and the comm interface (libcommon/comm.h,
+# Rank bootstrap (libcommon/boot.h) and the comm interface (libcommon/comm/comm.h,
 # "mpi" backend) under every launcher: no launcher (singleton), mpirun, and
 # srun --mpi=pmix on a one-node Slurm cluster; srun --mpi=none refused with a
 # clear message; a rank killed (or stuck) in the middle of an operation makes
@@ -21,13 +21,13 @@ fi
 
 # --- build ------------------------------------------------------------------------
 warn="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror"
-# The Makefile compiles every libcommon/*.c with plain flags: without the
-# PMIx/MPI headers these files must still compile (to stubs), and comm_nccl.c
+# The Makefile compiles every libcommon/ source with plain flags: without the
+# PMIx/MPI headers these files must still compile (to stubs), and comm/nccl.c
 # to nothing without -DPP_CUDA.
 plain_build() {
 	local f
-	for f in boot comm comm_mpi comm_nccl; do
-		cc $warn -c libcommon/$f.c -o $T/plain-$f.o 2>>$T/plain.log || return 1
+	for f in boot comm/comm comm/mpi comm/nccl; do
+		cc $warn -c libcommon/$f.c -o $T/plain-${f//\//-}.o 2>>$T/plain.log || return 1
 	done
 }
 check comm/builds_without_pmix_mpi_flags plain_build || head -n 5 $T/plain.log

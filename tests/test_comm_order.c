@@ -1,5 +1,5 @@
 /* The NCCL comm backend's stream ordering, without a GPU: libcommon/
- * comm_nccl.c is built against tests/cudastub (this file implements those
+ * comm/nccl.c is built against tests/cudastub (this file implements those
  * headers' CUDA and NCCL calls) and driven through the comm interface the
  * way the trainer drives it: the dp gradient sum in flight (iallreduce,
  * ireduce_scatter) while tp sums and pipeline transfers go out on their
@@ -12,14 +12,14 @@
  * cudaEventQuery, a synchronous copy). The GPU may run two nodes at once
  * unless one is reachable from the other. The check: every two NCCL
  * operations on different communicators are ordered, so no two are ever
- * in flight at once, whatever the timing (comm_nccl.c's rule). A model
+ * in flight at once, whatever the timing (comm/nccl.c's rule). A model
  * whose two streams carry an operation each with no wait between them shows
  * the check failing. */
 #include <stdint.h>
 #include <string.h>
 
 #include "../libcommon/boot.h"
-#include "../libcommon/comm.h"
+#include "../libcommon/comm/comm.h"
 #include "cudastub/nccl.h"
 #include "harness.h"
 

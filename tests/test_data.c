@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../libcommon/data.h"
-#include "../libcommon/dataset.h"
+#include "../libcommon/data/data.h"
+#include "../libcommon/data/dataset.h"
 #include "../libcommon/rng.h"
 #include "harness.h"
 

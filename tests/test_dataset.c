@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../libcommon/dataset.h"
+#include "../libcommon/data/dataset.h"
 #include "harness.h"
 
 static char dir[64];

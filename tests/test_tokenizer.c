@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../libcommon/tokenizer.h"
+#include "../libcommon/tok/tokenizer.h"
 #include "harness.h"
 
 static char tmpdir[] = "/tmp/pp-test-tok.XXXXXX";

@@ -45,7 +45,7 @@
 #endif
 
 #include "../libcommon/boot.h"
-#include "../libcommon/comm.h"
+#include "../libcommon/comm/comm.h"
 #include "../libcommon/log.h"
 #include "harness.h"
 

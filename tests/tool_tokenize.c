@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/tokenizer.h"
+#include "../libcommon/tok/tokenizer.h"
 
 static int usage(void)
 {

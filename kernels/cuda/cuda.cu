@@ -53,7 +53,7 @@ void pp_cuda_launched_(const char *file, int line, const char *kernel)
 {
 	pp_cuda_check_(cudaGetLastError(), file, line, kernel);
 	/* the compute stream only: the whole device would wait for NCCL kernels
-	 * that wait for their peers (libcommon/comm_nccl.c) */
+	 * that wait for their peers (libcommon/comm/nccl.c) */
 	if (pp_cuda.sync && !pp_cuda.capturing) /* a recorded launch has not run */
 		pp_cuda_check_(cudaStreamSynchronize(pp_cuda.stream), file, line, kernel);
 	pp_cuda_profile_mark(kernel);
@@ -77,7 +77,7 @@ void *pp_cuda_scratch(size_t bytes)
 	 * have run, and nothing waits for the device. A cudaFree (or a device
 	 * synchronisation) here would wait for NCCL kernels in flight beside
 	 * the compute stream, which may wait for peers that wait for us
-	 * (libcommon/comm_nccl.c). Every op uses the scratch on the compute
+	 * (libcommon/comm/nccl.c). Every op uses the scratch on the compute
 	 * stream, cuDNN's included. */
 	if (scratch) {
 		PP_CUDA_CHECK(cudaFreeAsync(scratch, pp_cuda.stream));

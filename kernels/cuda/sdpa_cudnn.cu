@@ -769,7 +769,7 @@ static sdpa_entry *entry_of(const sdpa_shape *s)
 		if (e->used) {
 			/* nothing may still run a plan we destroy: the plans run on the
 			 * compute stream; the whole device would also wait for NCCL
-			 * kernels in flight (libcommon/comm_nccl.c) */
+			 * kernels in flight (libcommon/comm/nccl.c) */
 			PP_CUDA_CHECK(cudaStreamSynchronize(0));
 			graph_free(e->g[FWD]);
 			graph_free(e->g[BWD]);

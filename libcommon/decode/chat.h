@@ -3,7 +3,7 @@
 #define PP_DECODE_CHAT_H
 
 #include "../error.h"
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 
 enum { CHAT_PLAIN = 0, CHAT_CHATML = 1 };
 

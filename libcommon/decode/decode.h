@@ -21,7 +21,7 @@
 
 #include "../model.h"
 #include "../sample.h"
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 
 /* One prompt to continue. */
 typedef struct {

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "../fsutil.h"
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "gguf_file.h"
 #include "tensorio.h"
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "gguf_quant.h"
 
 /* metadata value types */

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "gguf_file.h"
 
 /* llama.cpp's pre-tokenizers (tokenizer.ggml.pre) that pp's byte-level BPE
@@ -169,7 +169,7 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 	return write_json(s, cfg, "tokenizer_config.json", NULL, 0);
 }
 
-/* ---- a SentencePiece ModelProto, as tok_spm.c reads it ---- */
+/* ---- a SentencePiece ModelProto, as tok/spm.c reads it ---- */
 
 static void pb_varint(gguf_buf *b, uint64_t v)
 {

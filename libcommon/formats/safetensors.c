@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "fileio.h"
 #include "../../kernels/halffloat.h"
 #include "hfconfig.h"

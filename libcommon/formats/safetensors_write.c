@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../fsutil.h"
-#include "../tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "fileio.h"
 #include "../../kernels/halffloat.h"
 #include "hfconfig.h"

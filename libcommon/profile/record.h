@@ -24,7 +24,7 @@
 #ifndef PP_PROFILE_RECORD_H
 #define PP_PROFILE_RECORD_H
 
-#include "../comm.h"
+#include "../comm/comm.h"
 #include "profile.h"
 
 typedef struct prof_rec prof_rec;

@@ -1,5 +1,5 @@
 /* A stand-in for the CUDA runtime's header, for tests/test_comm_order.c:
- * the subset of the API libcommon/comm_nccl.c calls, implemented by that
+ * the subset of the API libcommon/comm/nccl.c calls, implemented by that
  * test as a model of streams and events (no GPU, no CUDA install). */
 #ifndef PP_CUDASTUB_RUNTIME_H
 #define PP_CUDASTUB_RUNTIME_H

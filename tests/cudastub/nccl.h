@@ -1,5 +1,5 @@
 /* A stand-in for NCCL's header, for tests/test_comm_order.c: the subset of
- * the API libcommon/comm_nccl.c calls, implemented by that test (each
+ * the API libcommon/comm/nccl.c calls, implemented by that test (each
  * operation one node of its model of the GPU's streams). */
 #ifndef PP_CUDASTUB_NCCL_H
 #define PP_CUDASTUB_NCCL_H

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../libcommon/data.h"
+#include "../../libcommon/data/data.h"
 
 #include "fuzz_dir.h"
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../libcommon/tok_internal.h"
+#include "../../libcommon/tok/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../libcommon/dataset.h"
+#include "../../libcommon/data/dataset.h"
 
 #include "fuzz_dir.h"
 

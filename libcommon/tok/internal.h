@@ -1,12 +1,12 @@
-/* Private to the tokenizer modules (tokenizer.c, tok_spm.c, tok_bpe.c,
- * tok_unicode.c): the tokenizer object, a string hash map, UTF-8 helpers. */
+/* Private to the tokenizer modules (tokenizer.c, spm.c, bpe.c, unicode.c):
+ * the tokenizer object, a string hash map, UTF-8 helpers. */
 #ifndef PP_TOK_INTERNAL_H
 #define PP_TOK_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sha256.h"
+#include "../sha256.h"
 #include "tokenizer.h"
 
 /* Open-addressing hash map from byte strings to ints. Keys are not copied:
@@ -149,14 +149,14 @@ int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids,
 void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k);
 
 
-/* Loaders (tok_spm.c, tok_bpe.c): fill a new tokenizer from the file's
+/* Loaders (spm.c, bpe.c): fill a new tokenizer from the file's
  * bytes. The fingerprint is filled by the caller. */
 int tok_spm_load(pp_tokenizer **t, const char *path, const unsigned char *buf, size_t n,
 		 pp_err *e);
 int tok_bpe_load_json(pp_tokenizer **t, const char *path, const char *buf, size_t n,
 		      char fingerprint[SHA256_HEX], pp_err *e);
 
-/* Unicode classes for the GPT-2 pre-tokenizer (tok_unicode.c, generated). */
+/* Unicode classes for the GPT-2 pre-tokenizer (unicode.c, generated). */
 int tok_uni_is_letter(uint32_t cp);
 int tok_uni_is_number(uint32_t cp);
 int tok_uni_is_space(uint32_t cp);

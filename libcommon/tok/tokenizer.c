@@ -1,6 +1,6 @@
 /* Tokenizer front end: loading by content, the shared piece table and hash
- * maps, buffers. The algorithms are in tok_spm.c (SentencePiece BPE) and
- * tok_bpe.c (byte-level BPE). */
+ * maps, buffers. The algorithms are in spm.c (SentencePiece BPE) and bpe.c
+ * (byte-level BPE). */
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsutil.h"
-#include "tok_internal.h"
+#include "../fsutil.h"
+#include "internal.h"
 
 /* ---- hashing ---- */
 

@@ -1,5 +1,5 @@
-/* The comm interface: one table of functions per backend (comm_mpi.c on host
- * memory, comm_nccl.c on GPU memory). Parallel code (tp, dp, pp) talks to
+/* The comm interface: one table of functions per backend (mpi.c on host
+ * memory, nccl.c on GPU memory). Parallel code (tp, dp, pp) talks to
  * its peers only through these calls.
  *
  * Buffers live where the matching op backend keeps tensors: host memory for
@@ -56,9 +56,9 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "../kernels/ops.h"
-#include "boot.h"
-#include "error.h"
+#include "../../kernels/ops.h"
+#include "../boot.h"
+#include "../error.h"
 
 typedef enum {
 	PP_DT_F32,

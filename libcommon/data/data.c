@@ -9,15 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kernels/ops.h"
-#include "data_source.h"
-#include "rng.h"
-#include "tokenizer.h"
+#include "../../kernels/ops.h"
+#include "source.h"
+#include "../rng.h"
+#include "../tok/tokenizer.h"
 
 /* A source fills whole sequences of T+1 tokens by global sequence index; the
  * loader walks indices dp_rank, dp_rank + dp_size, ... so every rank reads
  * its own share and the position is one counter. Two sources: synthetic
- * data, and token files (any corpus_format of data_source.h) packed into
+ * data, and token files (any corpus_format of source.h) packed into
  * windows. */
 typedef struct {
 	const char *name;

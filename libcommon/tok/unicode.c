@@ -3,7 +3,7 @@
  * Code point ranges of the general categories L (letters: Lu Ll Lt Lm Lo) and
  * N (numbers: Nd Nl No), for the byte-level BPE pre-tokenizer's \p{L} and
  * \p{N}, and the White_Space property for \s. */
-#include "tok_internal.h"
+#include "internal.h"
 
 static const uint32_t uni_letter[][2] = {
 	{0x41, 0x5A}, {0x61, 0x7A}, {0xAA, 0xAA}, {0xB5, 0xB5},

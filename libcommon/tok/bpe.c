@@ -20,8 +20,8 @@
 
 #include <jansson.h>
 
-#include "fsutil.h"
-#include "tok_internal.h"
+#include "../fsutil.h"
+#include "internal.h"
 
 /* more than any real vocabulary (Gemma's is 256000), and a bound on what a
  * damaged file can make us allocate */

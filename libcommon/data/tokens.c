@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_source.h"
+#include "source.h"
 #include "dataset.h"
 
 typedef struct {

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data_source.h"
+#include "source.h"
 
 #define MEGATRON_MAGIC "MMIDIDX\0\0"
 #define MEGATRON_HEADER 34 /* 9 + 8 + 1 + 8 + 8 */

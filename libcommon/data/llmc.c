@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_source.h"
+#include "source.h"
 
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)

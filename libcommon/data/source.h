@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "../config.h"
+#include "../error.h"
 
 /* Which part of a file to read. Formats without splits read the whole file
  * for CORPUS_TRAIN and CORPUS_ANY; a pp-tokens file read as CORPUS_ANY
@@ -52,9 +52,9 @@ struct data_corpus {
 	void *impl;
 };
 
-extern const corpus_format corpus_pp_tokens; /* data_tokens.c */
-extern const corpus_format corpus_megatron;  /* data_megatron.c */
-extern const corpus_format corpus_llmc;      /* data_llmc.c */
+extern const corpus_format corpus_pp_tokens; /* tokens.c */
+extern const corpus_format corpus_megatron;  /* megatron.c */
+extern const corpus_format corpus_llmc;      /* llmc.c */
 
 static inline bool corpus_has_suffix(const char *s, const char *suffix)
 {

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_internal.h"
+#include "internal.h"
 
 enum { SP_NORMAL = 1, SP_UNKNOWN, SP_CONTROL, SP_USER, SP_UNUSED, SP_BYTE };
 
