@@ -5,7 +5,8 @@
  * types; point to point around a ring and with tags; barrier; the
  * nonblocking allreduce and reduce-scatter (uneven and empty blocks, several
  * in flight at once with blocking calls between them, finished in another
- * order, by comm_wait or by polling comm_test); argument errors; and, on
+ * order, by comm_wait or by polling comm_test); the nonblocking all-gather
+ * of uneven blocks, in fp32 and bf16; argument errors; and, on
  * request, a rank that dies or hangs mid-operation.
  *
  * Built with -DPP_CUDA it can check the "nccl" backend instead
@@ -447,6 +448,55 @@ static void check_nonblocking(pp_comm *c, const char *label, pp_dtype t)
 	report(ok, name, "%s", why);
 }
 
+/* Element i of an all-gatherv of blocks counts (n): rank q's block holds
+ * (q + 1) * 100 + j % 7 at its element j. */
+static double gathered(const size_t *counts, int n, size_t i)
+{
+	for (int q = 0; q < n; i -= counts[q], q++)
+		if (i < counts[q])
+			return (q + 1) * 100.0 + (double)(i % 7);
+	return -1;
+}
+
+/* The nonblocking all-gather with a block size per rank (FSDP's gather of
+ * a layer from its shards): uneven and empty blocks, from a separate
+ * buffer and in place, finished by comm_wait. Moves bfloat16 on every
+ * backend (no reduction). */
+static void check_gatherv(pp_comm *c, const char *label, pp_dtype t)
+{
+	char name[160], why[256] = "";
+	pp_err e = {0};
+	const int n = c ? c->size : 1, r = c ? c->rank : 0;
+	int ok = 1;
+	for (int l = 0; c && l < NLEN && ok; l++) {
+		for (int in_place = 0; in_place < 2 && ok; in_place++) {
+			size_t counts[64], total = 0, at = 0;
+			for (int q = 0; q < n && q < 64; q++) {
+				counts[q] = (lengths[l] + 2 * (size_t)q) % 4 * (lengths[l] > 7 ? 50 : 1);
+				at += q < r ? counts[q] : 0;
+				total += counts[q];
+			}
+			void *x = alloc(total, t), *mine = alloc(counts[r], t);
+			for (size_t i = 0; i < total; i++)
+				put(x, t, i, -1);
+			void *src = in_place ? (char *)x + at * comm_dtype_size(t) : mine;
+			for (size_t j = 0; j < counts[r]; j++)
+				put(src, t, j, (r + 1) * 100.0 + (double)(j % 7));
+			pp_comm_req *q;
+			if (comm_iall_gatherv(c, src, x, counts, t, &q, &e) || comm_wait(q, &e))
+				fatal("iall_gatherv", &e);
+			EXPECT(x, t, total, gathered(counts, n, i), why);
+			if (!ok)
+				snprintf(why + strlen(why), sizeof why - strlen(why), "%s",
+					 in_place ? " (in place)" : "");
+			release(x), release(mine);
+		}
+	}
+	snprintf(name, sizeof name, "iall_gatherv with uneven blocks %s on %s", comm_dtype_name(t),
+		 label);
+	report(ok, name, "%s", why);
+}
+
 static void check_barrier(pp_comm *c, const char *label)
 {
 	char name[160];
@@ -465,6 +515,8 @@ static void check_group(pp_comm *c, const char *label)
 		check_collectives(c, label, PP_DT_BF16);
 	check_nonblocking(c, label, PP_DT_F32);
 	check_nonblocking(c, label, PP_DT_F64);
+	check_gatherv(c, label, PP_DT_F32);
+	check_gatherv(c, label, PP_DT_BF16);
 	check_ring(c, label);
 	check_barrier(c, label);
 }
