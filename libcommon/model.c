@@ -532,7 +532,7 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 	s->w = ops->alloc(held * sizeof(pp_real));
 	s->g = spec->no_grad ? NULL : ops->alloc(held * sizeof(pp_real));
 	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w : ops->alloc(held * pp_act_size(ops));
-	if ((held && (!s->w || !s->wc || (!s->g && !spec->no_grad))))
+	if (held && (!s->w || !s->wc || (!s->g && !spec->no_grad)))
 		goto oom;
 	if (spec->units.use && (!(s->unit_w = calloc((size_t)s->n_units, sizeof *s->unit_w)) ||
 				!(s->unit_g = calloc((size_t)s->n_units, sizeof *s->unit_g))))
