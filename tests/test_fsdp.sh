@@ -76,10 +76,11 @@ else
 fi
 
 # --- overlap: the next layer's gather is issued before this one's compute ends -----
-# every gather but the first of each pass is a prefetch: of 4 layers and the
-# embedding and head, at least half
+# every gather but the first of each pass is a prefetch: of the 32-layer
+# run's, at least half
 line=$(grep -o 'fsdp: [0-9]* all-gathers.*' $T/mem_fsdp.log)
-if awk -v l="$line" 'BEGIN { split(l, w, " "); n = w[2]; p = w[9]; exit !(n > 0 && p >= n / 2) }' </dev/null; then
+read -r n p <<<"$(sed -E 's/^fsdp: ([0-9]+) all-gathers[^,]*, ([0-9]+) of them issued while.*/\1 \2/' <<<"$line")"
+if [[ ${n:-} =~ ^[0-9]+$ && ${p:-} =~ ^[0-9]+$ ]] && [ "$n" -gt 0 ] && [ $((2 * p)) -ge "$n" ]; then
 	pass fsdp/overlap
 	echo "  $line"
 else
