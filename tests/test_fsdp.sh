@@ -2,15 +2,17 @@
 # Fully sharded data parallelism (fsdp=N), under srun on the local Slurm
 # cluster: a tiny llama and a tiny gpt (tied embeddings) reproduce the
 # single process's losses and final parameters to 1e-5 relative over 20
-# steps with fsdp over 2 and 4 ranks, fsdp x pp=2 (1f1b, zbh1, interleaved),
-# fsdp x tp=2, fsdp inside dp (hybrid sharding) and fsdp with every
-# recompute policy (bf16, which the CPU backend does not compute, is
-# tests/test_gpu.sh's). Then: each rank's parameter,
-# gradient and optimizer shares are a quarter of the unsharded run's and,
-# with the working set, match pp-init --plan to 10%; the next layer's
-# gather goes out while a layer computes (the run's counters); a checkpoint
-# resumes bitwise in its layout and to 1e-5 in another, and pp-ckpt
-# verifies and converts it; bad layouts get clear errors.
+# steps with fsdp over 2 and 4 ranks, fsdp x pp=2 (1f1b, zbh1,
+# interleaved), fsdp x tp=2 and x tp=4 (the llama's 2 kv heads then shared
+# by 2 tp ranks each, their gradients summed over tp from the shares), fsdp
+# inside dp (hybrid sharding) and fsdp with every recompute policy. (fsdp
+# in bf16 is not checked here: the CPU backend computes in fp32 only.)
+# Then: each rank's parameter, gradient and optimizer shares are a quarter
+# of the unsharded run's and, with the working set, match pp-init --plan to
+# 10%; the next layer's gather goes out while a layer computes (the run's
+# counters); a checkpoint resumes bitwise in its layout and to 1e-5 in
+# another, and pp-ckpt verifies, describes and converts it; bad layouts get
+# clear errors.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/slurm-lib.sh"
 export OMP_NUM_THREADS=1
@@ -24,6 +26,7 @@ layouts=(
 	"4 pp=2 fsdp=2 schedule=zbh1"
 	"4 pp=2 fsdp=2 schedule=interleaved1f1b virtual_stages=2"
 	"4 tp=2 fsdp=2"
+	"8 tp=4 fsdp=2"
 	"4 dp=2 fsdp=2"
 	"2 fsdp=2 recompute=full"
 	"2 fsdp=2 recompute=minimal"
