@@ -18,10 +18,7 @@ BLAS    := $(if $(OMPBLAS),-L$(dir $(OMPBLAS)) -Wl$(comma)-rpath$(comma)$(dir $(
 LDLIBS  += $(shell pkg-config --libs $(PKGCFG)) $(BLAS) -lm -fopenmp
 
 B       := build
-LIBSRC  := $(wildcard libcommon/*.c) $(wildcard libcommon/ckpt/*.c) $(wildcard libcommon/formats/*.c) \
-           $(wildcard libcommon/decode/*.c) $(wildcard libcommon/profile/*.c) \
-           $(wildcard libcommon/tok/*.c) $(wildcard libcommon/comm/*.c) $(wildcard libcommon/data/*.c) \
-           $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
+LIBSRC  := $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c)
 
 # The CUDA backend (kernels/cuda) is built when nvcc is found; CUDA=0 forces
 # the CPU-only build. The binaries then link the CUDA runtime, cuBLASLt, cuDNN and

@@ -185,7 +185,7 @@ def cmd_gpu_report(meta_path, tmp, tags, json_path=None):
             tflops = pp["flops_per_s"] / 1e12
             row["pp"] = {"dtype": pp_dtype, "tokens_per_s": pp["tokens_per_s"],
                          "tflops": tflops, "mfu": pp["mfu"], "loss_first": pp["loss_first"]}
-            if pp["mfu"]:  # the peak pp-train used: its own table in libcommon/plan.c
+            if pp["mfu"]:  # the peak pp-train used: its own table in libcommon/plan/plan.c
                 peak = pp["flops_per_s"] / pp["mfu"]
         else:
             row["pp_error"] = r["pp_error"]

@@ -26,7 +26,7 @@
 #
 # FLOPs per token = 6N + 6*L*Hq*D*T (llm.c; pp-init --plan prints N), for
 # both sides. pp's MFU is pp-train's (metrics.jsonl), against the dense bf16
-# peak of libcommon/plan.c's table (989.4 TFLOP/s for H100 SXM and H200),
+# peak of libcommon/plan/plan.c's table (989.4 TFLOP/s for H100 SXM and H200),
 # and PyTorch's is taken against the same peak; on a device not in the table
 # neither side gets an MFU. Under dtype=bf16 pp keeps bf16 activations and
 # compute weights with fp32 master weights, gradients and AdamW state (as

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline schedules on CPU: measured step time against the ideal time of
-# each schedule (libcommon/schedule.h, through build/tests/tool_schedule).
+# each schedule (libcommon/schedule/schedule.h, through build/tests/tool_schedule).
 #
 #   bench/schedules.sh [--pp 4] [--m "8 16"] [--schedules "gpipe 1f1b ..."]
 #                      [--warmup 2] [--steps 6] [--rounds 2] [--layers 8]

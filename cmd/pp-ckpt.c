@@ -9,9 +9,9 @@
 
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/ckpt/inspect.h"
-#include "../libcommon/cli.h"
+#include "../libcommon/base/cli.h"
 #include "../libcommon/formats/tensorio.h"
-#include "../libcommon/log.h"
+#include "../libcommon/base/log.h"
 
 /* Parses a subcommand's arguments: 0 go on, -1 help printed, else an error. */
 static int parse(const cli_spec *spec, int argc, char **argv, cli_args *a, int need, pp_err *e)

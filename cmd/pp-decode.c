@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include "../libcommon/ckpt/stage.h"
-#include "../libcommon/cli.h"
+#include "../libcommon/base/cli.h"
 #include "../libcommon/decode/gguf.h"
 #include "../libcommon/decode/request.h"
-#include "../libcommon/fsutil.h"
-#include "../libcommon/log.h"
+#include "../libcommon/base/fsutil.h"
+#include "../libcommon/base/log.h"
 
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;

@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "../libcommon/ckpt/ckpt.h"
-#include "../libcommon/cli.h"
-#include "../libcommon/log.h"
-#include "../libcommon/plan.h"
-#include "../libcommon/preflight.h"
-#include "../libcommon/train.h"
+#include "../libcommon/base/cli.h"
+#include "../libcommon/base/log.h"
+#include "../libcommon/plan/plan.h"
+#include "../libcommon/plan/preflight.h"
+#include "../libcommon/train/train.h"
 
 static int write_step0(pp_config *cfg, pp_err *e)
 {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../libcommon/cli.h"
-#include "../libcommon/log.h"
+#include "../libcommon/base/cli.h"
+#include "../libcommon/base/log.h"
 #include "../libcommon/profile/analyze.h"
 #include "../libcommon/profile/trace.h"
 

@@ -7,9 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../libcommon/cli.h"
+#include "../libcommon/base/cli.h"
 #include "../libcommon/data/dataset.h"
-#include "../libcommon/log.h"
+#include "../libcommon/base/log.h"
 #include "../libcommon/tok/tokenizer.h"
 
 static volatile sig_atomic_t interrupted;

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/cli.h"
-#include "../libcommon/log.h"
-#include "../libcommon/train.h"
+#include "../libcommon/base/cli.h"
+#include "../libcommon/base/log.h"
+#include "../libcommon/train/train.h"
 
 static volatile sig_atomic_t stop_requested;
 

@@ -289,7 +289,7 @@ typedef struct pp_ops {
 
 extern const pp_ops pp_ops_cpu;
 
-#include "../libcommon/error.h"
+#include "../libcommon/base/error.h"
 
 #ifdef PP_CUDA
 

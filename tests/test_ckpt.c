@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "../libcommon/ckpt/ckpt.h"
-#include "../libcommon/sha256.h"
+#include "../libcommon/base/sha256.h"
 #include "harness.h"
 
 static char root[256];

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rank bootstrap (libcommon/boot.h) and the comm interface (libcommon/comm/comm.h,
+# Rank bootstrap (libcommon/comm/boot.h) and the comm interface (libcommon/comm/comm.h,
 # "mpi" backend) under every launcher: no launcher (singleton), mpirun, and
 # srun --mpi=pmix on a one-node Slurm cluster; srun --mpi=none refused with a
 # clear message; a rank killed (or stuck) in the middle of an operation makes
@@ -26,7 +26,7 @@ warn="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror"
 # to nothing without -DPP_CUDA.
 plain_build() {
 	local f
-	for f in boot comm/comm comm/mpi comm/nccl; do
+	for f in comm/boot comm/comm comm/mpi comm/nccl; do
 		cc $warn -c libcommon/$f.c -o $T/plain-${f//\//-}.o 2>>$T/plain.log || return 1
 	done
 }

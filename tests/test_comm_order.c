@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../libcommon/boot.h"
+#include "../libcommon/comm/boot.h"
 #include "../libcommon/comm/comm.h"
 #include "cudastub/nccl.h"
 #include "harness.h"

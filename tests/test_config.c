@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../libcommon/config.h"
+#include "../libcommon/config/config.h"
 #include "harness.h"
 
 static char root_dir[PP_PATH_MAX], cfg_dir[PP_PATH_MAX + 16];

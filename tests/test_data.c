@@ -13,7 +13,7 @@
 
 #include "../libcommon/data/data.h"
 #include "../libcommon/data/dataset.h"
-#include "../libcommon/rng.h"
+#include "../libcommon/base/rng.h"
 #include "harness.h"
 
 static char dir[64];

@@ -12,7 +12,7 @@
 
 #include "../kernels/quant.h"
 #include "../libcommon/decode/decode.h"
-#include "../libcommon/rng.h"
+#include "../libcommon/base/rng.h"
 #include "harness.h"
 
 #define B 2

@@ -1,15 +1,15 @@
-/* The TensorBoard event writer (libcommon/tensorboard.c) byte by byte:
+/* The TensorBoard event writer (libcommon/train/tensorboard.c) byte by byte:
  * CRC-32C against its published check value, the TFRecord framing with its
  * masked CRCs, and the hand-encoded Event protos; and max_runtime's rule
- * (libcommon/deadline.c). tests/test_tensorboard.sh reads the files with
+ * (libcommon/train/deadline.c). tests/test_tensorboard.sh reads the files with
  * the tensorboard package itself. */
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../libcommon/deadline.h"
-#include "../libcommon/fsutil.h"
-#include "../libcommon/tensorboard.h"
+#include "../libcommon/train/deadline.h"
+#include "../libcommon/base/fsutil.h"
+#include "../libcommon/train/tensorboard.h"
 #include "harness.h"
 
 static uint64_t le(const unsigned char *p, int n)

@@ -56,18 +56,18 @@ h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib $h5))
 libs=($(pkg-config --libs jansson libcrypto zlib $h5) -lpthread -lm)
-tok_src="tok/tokenizer tok/spm tok/bpe tok/unicode sha256 fsutil error"
+tok_src="tok/tokenizer tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
-	[fuzz_config]="config schedule ../kernels/names error"
-	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read fsutil h5util sha256 log error"
-	[fuzz_tokens]="data/dataset fsutil h5util rng error"
-	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset h5util rng $tok_src"
-	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config schedule plan moe comm/comm boot ../kernels/names model rng $tok_src"
-	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config schedule ../kernels/names $tok_src"
-	[fuzz_requests]="decode/request decode/chat sample rng $tok_src"
-	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule fsutil h5util log error"
+	[fuzz_config]="config/config schedule/schedule ../kernels/names base/error"
+	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read base/fsutil base/h5util base/sha256 base/log base/error"
+	[fuzz_tokens]="data/dataset base/fsutil base/h5util base/rng base/error"
+	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $tok_src"
+	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config/config schedule/schedule plan/plan model/moe comm/comm comm/boot ../kernels/names model/model base/rng $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config/config schedule/schedule ../kernels/names $tok_src"
+	[fuzz_requests]="decode/request decode/chat decode/sample base/rng $tok_src"
+	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/schedule base/fsutil base/h5util base/log base/error"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)

@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/model.h"
-#include "../libcommon/rng.h"
+#include "../libcommon/model/model.h"
+#include "../libcommon/base/rng.h"
 #include "harness.h"
 
 #define B 2

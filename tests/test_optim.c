@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../libcommon/gradsync.h"
-#include "../libcommon/optim.h"
+#include "../libcommon/parallel/gradsync.h"
+#include "../libcommon/model/optim.h"
 #include "harness.h"
 
 static pp_config cfg(int type, long steps, long warmup, double final)

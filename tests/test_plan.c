@@ -8,9 +8,9 @@
 #include <time.h>
 
 #include "harness.h"
-#include "../libcommon/fsdp.h"
-#include "../libcommon/model.h"
-#include "../libcommon/plan.h"
+#include "../libcommon/parallel/fsdp.h"
+#include "../libcommon/model/model.h"
+#include "../libcommon/plan/plan.h"
 
 static pp_model_cfg llama(const char *name, int C, int Hq, int Hkv, int F, int L, int V)
 {

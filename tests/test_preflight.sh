@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pp-init --check (libcommon/preflight.c): alone, which checks this machine;
+# pp-init --check (libcommon/plan/preflight.c): alone, which checks this machine;
 # under srun -n 4 on the local Slurm cluster, where every rank's wiring,
 # device, collectives and run directory pass; and failing, naming what is at
 # fault: a read-only run directory, a layout the job's ranks do not match, a

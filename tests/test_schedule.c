@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/schedule.h"
+#include "../libcommon/schedule/schedule.h"
 #include "harness.h"
 
 enum { P_ONCE, P_DEPS, P_PAIRS, P_BLOCKING, P_SAME_BUILD, P_MAKESPAN, P_BUBBLE, P_PEAK, P_COSTS, NPROP };

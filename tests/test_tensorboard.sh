@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TensorBoard event files (libcommon/tensorboard.c): pp-train writes
+# TensorBoard event files (libcommon/train/tensorboard.c): pp-train writes
 # RUN/tensorboard/events.out.tfevents.* beside metrics.jsonl, and the
 # `tensorboard` package from PyPI (in the venv scripts/setup-tensorboard.sh
 # makes) reads back every scalar of metrics.jsonl: loss, lr, grad norm, step

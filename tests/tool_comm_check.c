@@ -45,9 +45,9 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "../libcommon/boot.h"
+#include "../libcommon/comm/boot.h"
 #include "../libcommon/comm/comm.h"
-#include "../libcommon/log.h"
+#include "../libcommon/base/log.h"
 #include "harness.h"
 
 static pp_proc proc;

@@ -26,12 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../libcommon/cli.h"
-#include "../libcommon/config.h"
+#include "../libcommon/base/cli.h"
+#include "../libcommon/config/config.h"
 #include "../libcommon/decode/decode.h"
-#include "../libcommon/log.h"
-#include "../libcommon/model.h"
-#include "../libcommon/rng.h"
+#include "../libcommon/base/log.h"
+#include "../libcommon/model/model.h"
+#include "../libcommon/base/rng.h"
 
 #define H5_REAL_MEM (sizeof(pp_real) == sizeof(double) ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT)
 #define H5_REAL_FILE (sizeof(pp_real) == sizeof(double) ? H5T_IEEE_F64LE : H5T_IEEE_F32LE)

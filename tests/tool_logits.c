@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "../libcommon/ckpt/stage.h"
-#include "../libcommon/config.h"
-#include "../libcommon/model.h"
+#include "../libcommon/config/config.h"
+#include "../libcommon/model/model.h"
 
 int main(int argc, char **argv)
 {

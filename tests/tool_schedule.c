@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/schedule.h"
+#include "../libcommon/schedule/schedule.h"
 
 static const char usage[] =
 	"usage: tool_schedule KIND P V M FWD BWD [BWD_W]\n"

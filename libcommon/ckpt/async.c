@@ -1,6 +1,6 @@
 #include "async.h"
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 
 #include <signal.h>
 #include <stdlib.h>

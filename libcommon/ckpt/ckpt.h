@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../error.h"
+#include "../base/error.h"
 #include "../../kernels/ops.h"
 
 #define PP_CKPT_FORMAT "pp-checkpoint"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../config.h"
+#include "../config/config.h"
 #include "ckpt.h"
 
 static void human_bytes(char *buf, size_t n, double b)

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../error.h"
+#include "../base/error.h"
 
 /* The checkpoints of run_dir, newest first: step, layout, size, and whether
  * each passes verification (its files' sizes and sha256, its tiling), with

@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../h5util.h"
-#include "../sha256.h"
+#include "../base/h5util.h"
+#include "../base/sha256.h"
 #include "ckpt.h"
 
 #define CKPT_PATH 4096

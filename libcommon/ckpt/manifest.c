@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
-#include "../sha256.h"
+#include "../base/fsutil.h"
+#include "../base/sha256.h"
 #include "internal.h"
 
 void ckpt_manifest_free(ckpt_manifest *m)

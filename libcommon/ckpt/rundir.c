@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
-#include "../log.h"
-#include "../sha256.h"
+#include "../base/fsutil.h"
+#include "../base/log.h"
+#include "../base/sha256.h"
 #include "internal.h"
 
 static bool pid_alive(long pid)

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
-#include "../sha256.h"
+#include "../base/fsutil.h"
+#include "../base/sha256.h"
 #include "internal.h"
 
 static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const char *name, int file, int nd,

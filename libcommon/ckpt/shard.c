@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
-#include "../sha256.h"
+#include "../base/fsutil.h"
+#include "../base/sha256.h"
 #include "internal.h"
 
 /* Reads the root attributes of file f, called name, and checks that they

@@ -1,7 +1,7 @@
 /* Stages' parameter tables as checkpoint entries (stage.h). */
 #include "stage.h"
 
-#include "../log.h"
+#include "../base/log.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -9,9 +9,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../config.h"
-#include "../model.h"
-#include "../optim.h"
+#include "../config/config.h"
+#include "../model/model.h"
+#include "../model/optim.h"
 #include "ckpt.h"
 
 /* The entry of row block `block` of p: a whole unsharded tensor, a slice,

@@ -57,8 +57,8 @@
 #include <string.h>
 
 #include "../../kernels/ops.h"
-#include "../boot.h"
-#include "../error.h"
+#include "boot.h"
+#include "../base/error.h"
 
 typedef enum {
 	PP_DT_F32,

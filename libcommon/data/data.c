@@ -11,7 +11,7 @@
 
 #include "../../kernels/ops.h"
 #include "source.h"
-#include "../rng.h"
+#include "../base/rng.h"
 #include "../tok/tokenizer.h"
 
 /* A source fills whole sequences of T+1 tokens by global sequence index; the

@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-#include "../config.h"
-#include "../error.h"
+#include "../config/config.h"
+#include "../base/error.h"
 
 typedef struct pp_data pp_data;
 

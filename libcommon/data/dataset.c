@@ -4,8 +4,8 @@
  * Every entry point that touches HDF5 quiets its error printing and reports
  * its own message naming the file, group or attribute at fault. */
 #include "dataset.h"
-#include "../fsutil.h"
-#include "../h5util.h"
+#include "../base/fsutil.h"
+#include "../base/h5util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../config.h"
-#include "../rng.h"
+#include "../config/config.h"
+#include "../base/rng.h"
 
 const char *const tokens_split_name[TOKENS_NSPLITS] = {"train", "val"};
 

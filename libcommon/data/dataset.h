@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../error.h"
+#include "../base/error.h"
 
 #define PP_TOKENS_FORMAT "pp-tokens"
 #define PP_TOKENS_VERSION 1

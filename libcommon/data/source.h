@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../config.h"
-#include "../error.h"
+#include "../config/config.h"
+#include "../base/error.h"
 
 /* Which part of a file to read. Formats without splits read the whole file
  * for CORPUS_TRAIN and CORPUS_ANY; a pp-tokens file read as CORPUS_ANY

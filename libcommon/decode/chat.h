@@ -2,7 +2,7 @@
 #ifndef PP_DECODE_CHAT_H
 #define PP_DECODE_CHAT_H
 
-#include "../error.h"
+#include "../base/error.h"
 #include "../tok/tokenizer.h"
 
 enum { CHAT_PLAIN = 0, CHAT_CHATML = 1 };

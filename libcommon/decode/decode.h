@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../model.h"
-#include "../sample.h"
+#include "../model/model.h"
+#include "sample.h"
 #include "../tok/tokenizer.h"
 
 /* One prompt to continue. */

@@ -7,9 +7,9 @@
 
 #include <stdbool.h>
 
-#include "../config.h"
+#include "../config/config.h"
 #include "../formats/tensorio.h"
-#include "../model.h"
+#include "../model/model.h"
 
 /* Whether path is a GGUF file (its magic). */
 bool decode_is_gguf(const char *path);

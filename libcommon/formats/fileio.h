@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../error.h"
+#include "../base/error.h"
 
 /* n bytes at off, all of them: a read that ends early is an error naming
  * path ("ends early" for a file shorter than that). */

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 #include "../tok/tokenizer.h"
 #include "gguf_file.h"
 #include "tensorio.h"

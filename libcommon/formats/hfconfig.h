@@ -17,8 +17,8 @@
 
 #include <jansson.h>
 
-#include "../config.h"
-#include "../error.h"
+#include "../config/config.h"
+#include "../base/error.h"
 
 /* config.json (parsed) -> a complete pp "model" object (a new reference
  * in *model). PP_EUSAGE for a model_type, key or value pp cannot build. */

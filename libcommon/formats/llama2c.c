@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 #include "fileio.h"
 #include "modeltable.h"
 #include "tensorio.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model.h"
+#include "../model/model.h"
 
 int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
 {

@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include "../ckpt/stage.h"
-#include "../fsutil.h"
-#include "../gradsync.h"
-#include "../model.h"
-#include "../plan.h"
+#include "../base/fsutil.h"
+#include "../parallel/gradsync.h"
+#include "../model/model.h"
+#include "../plan/plan.h"
 #include "tensorio.h"
 
 /* ---- source ------------------------------------------------------------------ */

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 #include "../tok/tokenizer.h"
 #include "fileio.h"
 #include "../../kernels/halffloat.h"

@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../config.h"
-#include "../error.h"
+#include "../config/config.h"
+#include "../base/error.h"
 
 #define TIO_MAXDIM 4
 

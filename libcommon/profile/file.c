@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fsutil.h"
-#include "../h5util.h"
+#include "../base/fsutil.h"
+#include "../base/h5util.h"
 
 /* ---- the kinds of events ------------------------------------------------ */
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../log.h"
+#include "../base/log.h"
 
 /* ---- finding the files ---------------------------------------------------- */
 

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../error.h"
-#include "../schedule.h"
+#include "../base/error.h"
+#include "../schedule/schedule.h"
 
 #define PROF_FORMAT "pp-profile"
 #define PROF_VERSION 1

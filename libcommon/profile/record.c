@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../fsutil.h"
-#include "../log.h"
+#include "../base/fsutil.h"
+#include "../base/log.h"
 
 /* barrier rounds at each end of the window (merge.c intersects what they say) */
 #define SYNC_ROUNDS 8

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 
 #define MAX_LANES 64
 #define MAX_DEPTH 32

@@ -20,7 +20,7 @@
 
 #include <jansson.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 #include "internal.h"
 
 /* more than any real vocabulary (Gemma's is 256000), and a bound on what a

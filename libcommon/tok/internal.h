@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../sha256.h"
+#include "../base/sha256.h"
 #include "tokenizer.h"
 
 /* Open-addressing hash map from byte strings to ints. Keys are not copied:

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fsutil.h"
+#include "../base/fsutil.h"
 #include "internal.h"
 
 /* ---- hashing ---- */

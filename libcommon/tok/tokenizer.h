@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "../error.h"
+#include "../base/error.h"
 
 typedef struct pp_tokenizer pp_tokenizer;
 

@@ -35,10 +35,10 @@
 
 #include <stdbool.h>
 
-#include "comm/comm.h"
-#include "model.h"
-#include "optim.h"
-#include "profile/record.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "../profile/record.h"
 
 /* One region of a chunk's buffer and the group that sums it. */
 typedef struct {

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "rng.h"
+#include "../base/rng.h"
 
 sample_params sample_defaults(void)
 {

@@ -7,16 +7,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt/async.h"
-#include "ckpt/stage.h"
+#include "../ckpt/async.h"
+#include "../ckpt/stage.h"
 #include "deadline.h"
-#include "fsutil.h"
-#include "log.h"
-#include "plan.h"
+#include "../base/fsutil.h"
+#include "../base/log.h"
+#include "../plan/plan.h"
 #include "tensorboard.h"
 #include "watchdog.h"
-#include "decode/request.h"
-#include "tok/tokenizer.h"
+#include "../decode/request.h"
+#include "../tok/tokenizer.h"
 
 static double now(void)
 {

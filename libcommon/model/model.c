@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "moe.h"
-#include "plan.h"
-#include "rng.h"
+#include "../plan/plan.h"
+#include "../base/rng.h"
 
 /* Shapes below are this rank's: N = B*T rows, C = d_model, D = head_dim,
  * Hq and Hkv local heads, QKV = (Hq+2Hkv)*D, HD = Hq*D, F local mlp width,

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan.h"
+#include "../plan/plan.h"
 
 int mesh_init(pp_mesh *m, const pp_config *c, int rank, int world, pp_err *e)
 {

@@ -10,11 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../kernels/ops.h"
-#include "boot.h"
-#include "comm/comm.h"
-#include "fsutil.h"
-#include "log.h"
+#include "../../kernels/ops.h"
+#include "../comm/boot.h"
+#include "../comm/comm.h"
+#include "../base/fsutil.h"
+#include "../base/log.h"
 #include "plan.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)

@@ -3,7 +3,7 @@
 #ifndef PP_OPTIM_H
 #define PP_OPTIM_H
 
-#include "config.h"
+#include "../config/config.h"
 #include "model.h"
 
 /* The elements of a stage's flat parameter buffer that one rank updates:

@@ -8,16 +8,16 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "boot.h"
-#include "config.h"
-#include "data/data.h"
-#include "fsdp.h"
-#include "gradsync.h"
-#include "mesh.h"
-#include "model.h"
-#include "optim.h"
-#include "pipeline.h"
-#include "profile/record.h"
+#include "../comm/boot.h"
+#include "../config/config.h"
+#include "../data/data.h"
+#include "../parallel/fsdp.h"
+#include "../parallel/gradsync.h"
+#include "../parallel/mesh.h"
+#include "../model/model.h"
+#include "../model/optim.h"
+#include "../parallel/pipeline.h"
+#include "../profile/record.h"
 
 typedef struct {
 	pp_config *cfg;

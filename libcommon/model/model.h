@@ -23,11 +23,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "comm/comm.h"
-#include "config.h"
-#include "error.h"
+#include "../comm/comm.h"
+#include "../config/config.h"
+#include "../base/error.h"
 #include "moe.h"
-#include "../kernels/ops.h"
+#include "../../kernels/ops.h"
 
 #define PP_MAXDIM 4
 

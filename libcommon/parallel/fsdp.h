@@ -32,8 +32,8 @@
 
 #include <stdbool.h>
 
-#include "comm/comm.h"
-#include "model.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
 
 enum { FSDP_BUFS = 3, FSDP_GBUFS = 2 };
 

@@ -12,9 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../kernels/ops.h"
-#include "error.h"
-#include "schedule.h"
+#include "../../kernels/ops.h"
+#include "../base/error.h"
+#include "../schedule/schedule.h"
 
 #define PP_PATH_MAX 4096
 #define PP_MAX_CHUNKS 256 /* pipeline stages: pp * virtual_stages */
@@ -30,7 +30,7 @@ enum { PP_NAN_ABORT, PP_NAN_SKIP };
  * none keeps every activation; full keeps each layer's input only; minimal
  * keeps the matrix products' outputs and rebuilds the norms, the activation
  * function and attention; minimal_flash also keeps attention's output and
- * log-sum-exp. libcommon/model.c: stage_saved_acts. */
+ * log-sum-exp. libcommon/model/model.c: stage_saved_acts. */
 enum { PP_RECOMPUTE_NONE, PP_RECOMPUTE_FULL, PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_MINIMAL_FLASH };
 
 typedef struct {

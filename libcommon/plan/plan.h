@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
-#include "error.h"
+#include "../config/config.h"
+#include "../base/error.h"
 
 /* Parameter counts of the whole (unsharded) model. */
 typedef struct {

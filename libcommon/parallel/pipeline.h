@@ -1,14 +1,14 @@
-/* Runs one pp rank's schedule (libcommon/schedule.h) over its chunks: the
+/* Runs one pp rank's schedule (libcommon/schedule/schedule.h) over its chunks: the
  * forward and backward passes of every microbatch, and the activations and
  * gradients exchanged with the neighbouring pp ranks through the comm
  * interface. */
 #ifndef PP_PIPELINE_H
 #define PP_PIPELINE_H
 
-#include "comm/comm.h"
-#include "model.h"
-#include "profile/record.h"
-#include "schedule.h"
+#include "../comm/comm.h"
+#include "../model/model.h"
+#include "../profile/record.h"
+#include "../schedule/schedule.h"
 
 typedef struct {
 	pp_stage *chunks; /* v local chunks: chunk c is virtual stage c * p + rank */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "error.h"
+#include "../base/error.h"
 
 #define BOOT_HOST_MAX 64
 

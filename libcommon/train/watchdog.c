@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../base/log.h"
 
 extern char **environ;
 

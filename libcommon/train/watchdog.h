@@ -18,7 +18,7 @@
 #ifndef PP_WATCHDOG_H
 #define PP_WATCHDOG_H
 
-#include "error.h"
+#include "../base/error.h"
 
 typedef struct watchdog watchdog;
 
@@ -34,7 +34,7 @@ void watchdog_stop(watchdog *w);
 
 /* Writes the stack of every other thread of this process to stderr, one
  * line per frame, each prefixed by the log prefix: "thread 1234 (pp-train, main)"
- * then "  #0 train_step at libcommon/train.c:655 (pp-train)". Returns the
+ * then "  #0 train_step at libcommon/train/train.c:655 (pp-train)". Returns the
  * number of threads that answered. */
 int stacks_dump(void);
 

@@ -19,8 +19,8 @@
 #ifndef PP_MESH_H
 #define PP_MESH_H
 
-#include "comm/comm.h"
-#include "config.h"
+#include "../comm/comm.h"
+#include "../config/config.h"
 
 typedef struct {
 	int pp, dp, tp, v; /* sizes; v virtual stages (chunks) per pp rank */

@@ -8,7 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "fsutil.h"
+#include "../base/fsutil.h"
 
 struct tb_writer {
 	FILE *f;

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "fsdp.h"
-#include "model.h"
+#include "../parallel/fsdp.h"
+#include "../model/model.h"
 
 /* The model's dimensions with defaults resolved. */
 typedef struct {

@@ -32,9 +32,9 @@
 
 #include <stdbool.h>
 
-#include "../kernels/ops.h"
-#include "comm/comm.h"
-#include "error.h"
+#include "../../kernels/ops.h"
+#include "../comm/comm.h"
+#include "../base/error.h"
 
 /* A layer's MoE MLP as one rank holds it. */
 typedef struct {

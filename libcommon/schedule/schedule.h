@@ -76,7 +76,7 @@
 
 #include <stddef.h>
 
-#include "error.h"
+#include "../base/error.h"
 
 typedef enum {
 	SCHED_GPIPE,
