@@ -50,10 +50,12 @@ $(shell mkdir -p $(B)/obj; [ "$$(cat $(VARIANT) 2>/dev/null)" = "$(PKGSIG)" ] ||
 TOOLS   := $(patsubst cmd/%.c,$(B)/bin/%,$(wildcard cmd/pp-*.c))
 LIB     := $(B)/libpp.a
 LIB64   := $(B)/f64/libpp.a
-# tests that need double precision (finite differences) link the -DPP_F64 build
+# Tests: the unit tests (tests/unit/test_*.c) and the helper tools (tool_*.c of
+# tests/tools and tests/gpu) each become build/tests/NAME; those that need
+# double precision (finite differences) link the -DPP_F64 build.
 F64TESTS := test_ops test_gradcheck
-TESTSRC := $(wildcard tests/test_*.c)
-TESTBIN := $(patsubst tests/%.c,$(B)/tests/%,$(TESTSRC) $(wildcard tests/tool_*.c))
+TESTSRC := $(wildcard tests/unit/test_*.c) $(wildcard tests/tools/tool_*.c) $(wildcard tests/gpu/tool_*.c)
+TESTBIN := $(patsubst %.c,$(B)/tests/%,$(notdir $(TESTSRC))) $(B)/bench/tool_schedule
 
 all: $(TOOLS)
 
@@ -76,20 +78,31 @@ $(B)/bin/%: $(B)/obj/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
-$(B)/tests/%: $(B)/obj/tests/%.o $(LIB)
+# build/tests/NAME from tests/<folder>/NAME.c
+test_name = $(basename $(notdir $(1)))
+define test_rule
+ifneq ($(filter $(call test_name,$(1)),$(F64TESTS)),)
+$(B)/tests/$(call test_name,$(1)): $(B)/f64/obj/$(1:.c=.o) $(LIB64)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -DPP_F64 $$^ -o $$@ $$(LDLIBS)
+else
+$(B)/tests/$(call test_name,$(1)): $(B)/obj/$(1:.c=.o) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $$^ -o $$@ $$(LDLIBS) $$(CUDA_LIBS)
+endif
+endef
+$(foreach t,$(filter-out tests/unit/test_comm_order.c,$(TESTSRC)),$(eval $(call test_rule,$(t))))
+$(B)/bench/tool_schedule: $(B)/obj/bench/tool_schedule.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
-$(addprefix $(B)/tests/,$(F64TESTS)): $(B)/tests/%: $(B)/f64/obj/tests/%.o $(LIB64)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DPP_F64 $^ -o $@ $(LDLIBS)
 
-# The NCCL backend built against tests/cudastub, whose CUDA and NCCL calls
+# The NCCL backend built against tests/tools/cudastub, whose CUDA and NCCL calls
 # the test implements as a model of streams and events: no GPU, no CUDA.
-ORDERSRC := tests/test_comm_order.c libcommon/comm/nccl.c libcommon/comm/comm.c
-$(B)/tests/test_comm_order: $(ORDERSRC) $(wildcard tests/cudastub/*.h) tests/harness.h \
+ORDERSRC := tests/unit/test_comm_order.c libcommon/comm/nccl.c libcommon/comm/comm.c
+$(B)/tests/test_comm_order: $(ORDERSRC) $(wildcard tests/tools/cudastub/*.h) tests/tools/harness.h \
 			    libcommon/comm/comm.h $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DPP_CUDA -Itests/cudastub $(ORDERSRC) $(LIB) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -DPP_CUDA -Itests/tools/cudastub $(ORDERSRC) $(LIB) -o $@ $(LDLIBS)
 
 tests: $(TOOLS) $(TESTBIN)
 

@@ -14,7 +14,7 @@
 # --budget: seconds the run may take (0: no limit). --profile: then the
 # per-op table of pp-train under PP_CUDA_PROFILE=1 (bench/gpu.sh's).
 # --smoke: llama-tiny on the CPU at seq 64, one timed step, for
-# tests/test_bench.sh (no MFU: the CPU has no known peak). Table on stdout
+# tests/e2e/test_bench.sh (no MFU: the CPU has no known peak). Table on stdout
 # (progress on stderr); with --json, the figures as JSON.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

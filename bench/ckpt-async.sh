@@ -21,7 +21,7 @@
 # time is the figure of merit. The final save is off in every run, so the
 # three runs train the same steps.
 # --set adds config overrides (a bigger model: --set "model.n_layers=8"
-# with --model llama-1b). --smoke: llama-tiny, for tests/test_bench.sh.
+# with --model llama-1b). --smoke: llama-tiny, for tests/e2e/test_bench.sh.
 # Prints a table on stdout (progress on stderr) and, with --json, the same
 # as JSON.
 set -euo pipefail

@@ -22,7 +22,7 @@
 # is the figure of merit (goal >= 0.8), with peak RSS (goal < 2 GB for a 1B
 # model). The page cache is dropped before each command where the bench runs
 # as root (echo 3 > /proc/sys/vm/drop_caches), so every side reads from disk.
-# --smoke: llama-tiny, for tests/test_bench.sh. Prints a table on stdout
+# --smoke: llama-tiny, for tests/e2e/test_bench.sh. Prints a table on stdout
 # (progress on stderr) and, with --json, the same as JSON.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

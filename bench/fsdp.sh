@@ -13,7 +13,7 @@
 # alternating order (ZeRO-1 first in even rounds); the step time is the
 # median over every round's steps after --warmup, the peak RSS the largest
 # of any rank (each rank's getrusage). --smoke: a tiny model, one round of
-# one timed step, for tests/test_bench.sh. Table on stdout (progress on
+# one timed step, for tests/e2e/test_bench.sh. Table on stdout (progress on
 # stderr); with --json, the figures as JSON.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

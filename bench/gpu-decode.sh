@@ -31,7 +31,7 @@
 #
 # --smoke: llama-tiny on the CPU in fp32, 16 tokens, without the bandwidth
 # measurement (no GPU: no MBU unless --bandwidth is given): a check that the
-# script works (tests/test_bench.sh).
+# script works (tests/e2e/test_bench.sh).
 #
 # Prints a table on stdout (progress on stderr) and, with --json, writes it
 # as JSON. PP_DECODE overrides the pp-decode binary. Exit 1 when pp-decode

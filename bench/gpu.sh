@@ -40,7 +40,7 @@
 #
 # --smoke: llama-tiny on the CPU in fp32 (seq 32 and 64, 128 tokens, microbatch 2,
 # 1 warm-up + 2 steps, PyTorch from scripts/setup-reference.sh), a check
-# that the script works end to end, in seconds (tests/test_bench.sh).
+# that the script works end to end, in seconds (tests/e2e/test_bench.sh).
 #
 # Prints the table on stdout (progress on stderr) and, with --json, writes
 # it as JSON. PP_PYTHON picks the python for PyTorch (default: python3 on

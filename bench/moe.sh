@@ -17,7 +17,7 @@
 # 3. `pp-init --check` on two ranks: the all-to-all's bus bandwidth (block
 #    q of each rank's message to rank q) at 4 KiB to 32 MiB per rank, with
 #    the allreduce beside it for scale.
-# --smoke: a tiny model, one timed step, for tests/test_bench.sh. Table on
+# --smoke: a tiny model, one timed step, for tests/e2e/test_bench.sh. Table on
 # stdout (progress on stderr); with --json, the figures as JSON.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

@@ -19,7 +19,7 @@
 # records the events; the barriers that open and close the window and the
 # file's write fall outside the steps. events/step/rank counts what one
 # rank recorded per step. --smoke: one round of three steps of a 4-layer
-# model, for tests/test_bench.sh. Table on stdout (progress on stderr);
+# model, for tests/e2e/test_bench.sh. Table on stdout (progress on stderr);
 # with --json, the same as JSON.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

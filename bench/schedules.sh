@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline schedules on CPU: measured step time against the ideal time of
-# each schedule (libcommon/schedule/schedule.h, through build/tests/tool_schedule).
+# each schedule (libcommon/schedule/schedule.h, through build/bench/tool_schedule).
 #
 #   bench/schedules.sh [--pp 4] [--m "8 16"] [--schedules "gpipe 1f1b ..."]
 #                      [--warmup 2] [--steps 6] [--rounds 2] [--layers 8]
@@ -84,7 +84,7 @@ done
 [ "$steps" -ge 1 ] && [ "$rounds" -ge 1 ] && [ "$pp" -ge 1 ] ||
 	{ echo "schedules: --steps, --rounds and --pp must be at least 1" >&2; exit 2; }
 
-train=$root/build/bin/pp-train tool=$root/build/tests/tool_schedule
+train=$root/build/bin/pp-train tool=$root/build/bench/tool_schedule
 for x in "$train" "$tool"; do
 	[ -x "$x" ] || { echo "schedules: $x not found: run make -j2 tests first" >&2; exit 1; }
 done

@@ -11,7 +11,7 @@ Same work per step as pp-train: one forward and backward of global_batch x
 seq_len tokens (microbatches of `microbatch`), global-norm clipping at
 clip_norm, AdamW with pp's betas, eps and weight decay on matrices only.
 Dropout is off and the KV cache unused. The model is built by
-tests/hf_reference.py's build_model, the code the reference test checks pp
+tests/ref/hf_reference.py's build_model, the code the reference test checks pp
 against.
 
 The defaults are bench/cpu-vs-torch.sh's settings: fp32, eager attention, no

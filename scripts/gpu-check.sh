@@ -14,7 +14,7 @@
 #           versions (nvidia-smi, driver, nvcc, cuDNN, NCCL, gcc, python,
 #           torch, transformers, commit) into versions.txt. Stops here with
 #           exit status 3 and says so when the machine has no GPU.
-#   test    tests/test_gpu.sh: every CUDA op against the CPU backend,
+#   test    tests/gpu/test_gpu.sh: every CUDA op against the CPU backend,
 #           pp-train device=cuda against device=cpu for each tiny family,
 #           a bitwise resume on the GPU.
 #   bench   bench/gpu.sh: llama-1b training at seq 2048 and 4096, pp
@@ -44,9 +44,9 @@
 # --smoke runs the stages on the CPU (test: PP_TEST_GPU_DEVICE=cpu, where
 # the op check skips; bench, decode: their --smoke modes) and skips the GPU
 # requirement: a check of this script on a machine without a GPU
-# (tests/test_bench.sh). Without it a SKIP line of tests/test_gpu.sh fails
+# (tests/e2e/test_bench.sh). Without it a SKIP line of tests/gpu/test_gpu.sh fails
 # the test stage unless it is marked [expected] (the shapes cuDNN refuses
-# by design, listed in tests/test_gpu.sh).
+# by design, listed in tests/gpu/test_gpu.sh).
 #
 # On a GPU machine without pp's build dependencies (no Debian build
 # packages, no network):
@@ -234,9 +234,9 @@ for stage in "${run[@]}"; do
 		;;
 	test)
 		if [ "$smoke" = 1 ]; then
-			stage_run test "$out/test-gpu.txt" env PP_TEST_GPU_DEVICE=cpu bash tests/test_gpu.sh
+			stage_run test "$out/test-gpu.txt" env PP_TEST_GPU_DEVICE=cpu bash tests/gpu/test_gpu.sh
 		else
-			stage_run test "$out/test-gpu.txt" bash tests/test_gpu.sh
+			stage_run test "$out/test-gpu.txt" bash tests/gpu/test_gpu.sh
 		fi
 		r=$out/test-gpu.txt
 		unexpected=$(grep '^SKIP: ' "$r" | grep -vc ' \[expected\]$')

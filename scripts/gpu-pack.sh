@@ -29,7 +29,7 @@ stage=build/gpu-pack
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests" "$stage/lib" "$stage/obj"
 cp build/bin/pp-* "$stage/bin/"
 find build/tests -maxdepth 1 -type f -perm -u+x -exec cp {} "$stage/tests/" \;
-touch "$stage/obj/.variant-cuda" # what tests/test_gpu.sh looks for
+touch "$stage/obj/.variant-cuda" # what tests/gpu/test_gpu.sh looks for
 
 # the libraries every binary loads, minus those the GPU machine provides
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn[a-z_]*|libnvrtc|libnvJitLink)\.so'

@@ -13,7 +13,7 @@ pkgs=(
 	slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: one-node Slurm cluster on loopback
 	libpmix-dev libpmix-bin openmpi-bin libopenmpi-dev  # PMIx bootstrap, MPI comm, mpirun tests
 	sentencepiece bible-kjv bible-kjv-text unzip python3-pip  # tokenizer references: spm_encode/spm_train, the KJV corpus, PyPI downloads
-	clang libclang-rt-14-dev       # libFuzzer targets (tests/test_fuzz.sh)
+	clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz/test_fuzz.sh)
 )
 [ $# -gt 0 ] && pkgs=("$@")
 missing=()

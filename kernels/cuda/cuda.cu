@@ -1,7 +1,7 @@
 /* The CUDA backend: kernels in plain CUDA over the compute type (fp32 or
  * bf16), matrix products through cuBLASLt, attention through cuDNN or the
  * plain kernels, checked op by op against the CPU backend
- * (tests/tool_cuda_check.c). This file holds the two op tables, device
+ * (tests/gpu/tool_cuda_check.c). This file holds the two op tables, device
  * selection and the error checks; see cuda.h for the execution, numerics,
  * determinism and error conventions. */
 #include <stdlib.h>

@@ -26,7 +26,7 @@
  * the whole device while an operation is in flight, since that waits for
  * a kernel whose peers may wait for us: the backend's scratch grows
  * stream-ordered and cuDNN's plan eviction waits for the compute stream
- * only (kernels/cuda); tests/test_comm_order.c checks the ordering.
+ * only (kernels/cuda); tests/unit/test_comm_order.c checks the ordering.
  * Completion is cudaEventQuery of that event, polled with
  * ncclCommGetAsyncError in comm_wait (comm.c) against the deadline; once
  * done, the compute stream waits for the event too, so kernels issued later

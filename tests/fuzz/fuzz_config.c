@@ -4,7 +4,7 @@
  * overrides for pp_config_load with no config file, which resolves model
  * presets from $PP_CONFIG_DIR. Checks: every error has a message, and a
  * config that loads dumps to JSON that loads back to the same dump (what
- * resuming from a checkpoint relies on). Built and run by tests/test_fuzz.sh. */
+ * resuming from a checkpoint relies on). Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
  *   flags & 32  also ask for the validation split (these formats have none)
  * Checks: errors have a message; a batch that is read has every token in
  * the vocabulary and targets equal to the inputs shifted by one.
- * Built and run by tests/test_fuzz.sh. */
+ * Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

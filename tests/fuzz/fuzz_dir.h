@@ -1,5 +1,5 @@
 /* A private directory for the fuzz targets that read files: made under
- * $TMPDIR (tests/test_fuzz.sh points it at its own temporary directory,
+ * $TMPDIR (tests/fuzz/test_fuzz.sh points it at its own temporary directory,
  * which also takes what a process killed on a report leaves), emptied and
  * removed at exit. Header-only: each target is a program of its own. */
 #ifndef PP_FUZZ_DIR_H

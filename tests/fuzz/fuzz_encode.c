@@ -4,7 +4,7 @@
  * the rest is the text. Checks: ids inside the vocabulary, and
  * decode(encode(text)) == text for byte-level BPE always and for
  * SentencePiece models that keep whitespace (Llama's) when the text has no
- * U+2581. Built and run by tests/test_fuzz.sh. */
+ * U+2581. Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

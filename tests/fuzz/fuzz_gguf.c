@@ -2,7 +2,7 @@
  * header, metadata, tensor infos, the model they describe and the tokenizer
  * it writes as a file. An error must name the file; a file that opens must
  * list tensors whose shapes fit the model, and each must dequantize. Built
- * and run by tests/test_fuzz.sh. */
+ * and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * parser promises: files sorted and distinct, tensors sorted and found by
  * name, every shard in a listed file and inside its tensor, the shards of
  * each tensor covering it exactly, and (format version 2) every optimizer
- * range inside its block. Built and run by tests/test_fuzz.sh. */
+ * range inside its block. Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

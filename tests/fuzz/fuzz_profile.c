@@ -4,7 +4,7 @@
  * the merge (clock alignment, message matching), the pipeline analysis and
  * the trace, which must all succeed or say why. HDF5 itself may reject the
  * file (an error is fine); a crash, a hang or a sanitizer report in pp's
- * code is not. Built and run by tests/test_fuzz.sh, which tells reports
+ * code is not. Built and run by tests/fuzz/test_fuzz.sh, which tells reports
  * inside libhdf5 (not built with sanitizers) from pp's. */
 #include <stdint.h>
 #include <stdio.h>

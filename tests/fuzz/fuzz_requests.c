@@ -5,7 +5,7 @@
  * <|im_start|>, else the plain template). Checks: every request either
  * holds an error that names its line, or ids within the vocabulary and a
  * prompt text; the requests come in line order. Built and run by
- * tests/test_fuzz.sh. */
+ * tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * Input: byte 0 flags, then the file.
  *   flags & 3   the config.json beside it: 0 llama, 1 llama with tied
  *               embeddings, 2 gpt2 (tied), 3 gpt2 untied; each a one-layer
- *               model of width 8 and 16 tokens (tests/test_fuzz.sh exports
+ *               model of width 8 and 16 tokens (tests/fuzz/test_fuzz.sh exports
  *               the same models as seeds)
  *   flags & 4   open the file's path; else the directory
  *   flags & 8   sharded: a 2-byte little-endian length n, n bytes of
@@ -13,7 +13,7 @@
  *               model-00001-of-00001.safetensors
  * Checks: an error has a message; a tensor read after a successful open
  * fills its buffer (ASan sees any overrun) and a second read gives the same
- * bytes. Built and run by tests/test_fuzz.sh. */
+ * bytes. Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * starting with '{' goes to the JSON loader (tokenizer.json, vocab.json),
  * anything else to the SentencePiece protobuf parser. A file that loads
  * must then encode and decode a few strings. Built and run by
- * tests/test_fuzz.sh. */
+ * tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <string.h>
 

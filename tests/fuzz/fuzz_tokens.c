@@ -4,7 +4,7 @@
  * tokens and document offsets of each split, and reads past the end, which
  * must fail. HDF5 itself may reject the file (an error is fine); a crash, a
  * hang or a sanitizer report in pp's code is not. Built and run by
- * tests/test_fuzz.sh, which tells reports inside libhdf5 itself (not built
+ * tests/fuzz/test_fuzz.sh, which tells reports inside libhdf5 itself (not built
  * with sanitizers; HDF5 bugs on corrupt files that pp does not validate
  * before calling HDF5) from pp's. */
 #include <stdint.h>
