@@ -6,6 +6,7 @@
 
 #include "../libcommon/base/cli.h"
 #include "../libcommon/base/log.h"
+#include "../libcommon/decode/request.h"
 #include "../libcommon/train/train.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -68,8 +69,11 @@ int main(int argc, char **argv)
 			train_opts o = {.quiet = quiet, .stop = &stop_requested};
 			rc = trainer_run(&t, &o, &e);
 		}
-		if (!rc && sample)
-			rc = trainer_sample(&t, prompt, (int)n_sample, temp, stdout, &e);
+		if (!rc && sample && t.lay.world * t.lay.v != 1)
+			rc = pp_errorf(&e, PP_EUSAGE, "--sample runs in a single process (pp=1 dp=1 tp=1)");
+		else if (!rc && sample)
+			rc = decode_continue(&t.chunks[0], cfg.tokenizer, prompt, (int)n_sample, temp,
+					     cfg.seed, stdout, &e);
 		if (rc == PP_ESTOPPED)
 			e.msg[0] = 0; /* a clean stop, logged as such: exit 75 asks for a requeue */
 		if (rc && rc != PP_ESTOPPED) {

@@ -16,6 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hparams.h"
+#include "layout.h"
+
 #ifndef PP_SHARE_DIR
 #define PP_SHARE_DIR "/usr/local/share/pp"
 #endif
@@ -798,29 +801,6 @@ static int derive_defaults(pp_config *c, const bool *given, pp_err *e)
 	return 0;
 }
 
-int pp_config_check_layout(const pp_config *c, pp_err *e)
-{
-	const pp_model_cfg *m = &c->model;
-	REQUIRE(c->pp >= 1 && c->dp >= 1 && c->fsdp >= 1 && c->tp >= 1,
-		"mesh pp=%d dp=%d fsdp=%d tp=%d: each must be >= 1", c->pp, c->dp, c->fsdp, c->tp);
-	if (schedule_check(c->schedule, c->pp, c->virtual_stages, c->microbatches, -1, e))
-		return pp_err_prefix(e, "schedule=%s pp=%d virtual_stages=%d microbatches=%d",
-				     schedule_kind_name(c->schedule), c->pp, c->virtual_stages,
-				     c->microbatches);
-	REQUIRE((long)c->pp * c->virtual_stages <= m->n_layers,
-		"model.n_layers %d is fewer than pp * virtual_stages = %d * %d pipeline stages",
-		m->n_layers, c->pp, c->virtual_stages);
-	long sum = 0; /* up to PP_MAX_CHUNKS counts of up to INT_MAX each */
-	for (int i = 0; i < c->n_stage_layers; i++)
-		sum += c->stage_layers[i];
-	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
-		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
-		c->pp, c->virtual_stages);
-	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
-		"stage_layers adds up to %ld layers, but model.n_layers is %d", sum, m->n_layers);
-	return 0;
-}
-
 static int check_consistency(const pp_config *c, pp_err *e)
 {
 	const pp_model_cfg *m = &c->model;
@@ -838,6 +818,8 @@ static int check_consistency(const pp_config *c, pp_err *e)
 	REQUIRE(m->n_experts == 0 || m->top_k >= 1,
 		"model.top_k is 0 but model.n_experts is %d: each token needs top_k >= 1 experts",
 		m->n_experts);
+	if (hparams_check(m, e))
+		return PP_EUSAGE;
 	REQUIRE(c->lr_schedule.warmup_steps <= c->steps,
 		"lr_schedule.warmup_steps %ld exceeds steps %ld", c->lr_schedule.warmup_steps,
 		c->steps);
@@ -846,27 +828,8 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		"backward pass)",
 		c->debug.bwd_w_ms, c->debug.bwd_ms);
 
-	int rc = pp_config_check_layout(c, e);
-	if (rc)
-		return rc;
-	REQUIRE(m->n_heads % c->tp == 0, "model.n_heads %d is not divisible by tp %d", m->n_heads,
-		c->tp);
-	REQUIRE(m->n_kv_heads % c->tp == 0 || c->tp % m->n_kv_heads == 0,
-		"model.n_kv_heads %d is not divisible by tp %d (nor tp by it, so kv heads cannot be "
-		"replicated)",
-		m->n_kv_heads, c->tp);
-	REQUIRE(m->d_ff % c->tp == 0, "model.d_ff %d is not divisible by tp %d", m->d_ff, c->tp);
-	REQUIRE(c->ep == 1 || m->n_experts > 0,
-		"ep %d: expert parallelism needs a mixture of experts (model.n_experts is 0)", c->ep);
-	REQUIRE(c->dp % c->ep == 0, "ep %d does not divide dp %d (the ep groups lie inside dp)",
-		c->ep, c->dp);
-	REQUIRE(m->n_experts % c->ep == 0, "ep %d does not divide model.n_experts %d", c->ep,
-		m->n_experts);
-	REQUIRE(c->fsdp == 1 || m->n_experts == 0,
-		"fsdp %d: a mixture of experts shards its experts with ep and the rest with "
-		"shard_optimizer (ZeRO-1); fsdp shards dense models",
-		c->fsdp);
-	return 0;
+	/* the layout's rules: layout.c holds them, for every tool */
+	return layout_check(c, e);
 }
 
 static json_t *to_json(const pp_config *c)

@@ -155,12 +155,6 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 /* The same from an already resolved JSON text (a checkpoint's config). */
 int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e);
 void pp_config_free(pp_config *c);
-/* The pipeline layout's rules, which loading checks and plan.c relies on:
- * mesh sizes >= 1, the schedule's own (schedule_check: virtual stages only
- * with interleaved1f1b, whose microbatches are a multiple of pp), at least
- * one layer per pipeline stage, and stage_layers, when given, naming every
- * stage and adding up to model.n_layers. PP_EUSAGE naming the keys. */
-int pp_config_check_layout(const pp_config *c, pp_err *e);
 /* The ranks that split each step's batch: dp * fsdp. */
 static inline int pp_config_data_ranks(const pp_config *c) { return c->dp * c->fsdp; }
 /* The world size of the layout: pp * dp * fsdp * tp. */

@@ -15,8 +15,9 @@
 #include "../tok/tokenizer.h"
 
 /* A source fills whole sequences of T+1 tokens by global sequence index; the
- * loader walks indices dp_rank, dp_rank + dp_size, ... so every rank reads
- * its own share and the position is one counter. Two sources: synthetic
+ * loader walks the indices its layout gives (layout_seq_index: microbatch
+ * j of each step on data rank j % ranks), so every rank reads its own share
+ * and the position is one counter. Two sources: synthetic
  * data, and token files (any corpus_format of source.h) packed into
  * windows. */
 typedef struct {
@@ -29,7 +30,7 @@ typedef struct {
 
 struct pp_data {
 	const data_source *src;
-	int dp_rank, dp_size;
+	layout_seqs seqs;
 	uint64_t pos; /* sequences this rank has consumed */
 	int *seq;     /* (T+1) scratch */
 	int seq_cap;
@@ -369,18 +370,18 @@ static int packed_open(pp_data *d, const pp_config *c, const char *key, const ch
 	return layout(d, c->seq_len, e);
 }
 
-int data_open(pp_data **out, const pp_config *c, const char *split, int dp_rank, int dp_size,
+int data_open(pp_data **out, const pp_config *c, const char *split, const layout_seqs *seqs,
 	      pp_err *e)
 {
 	*out = NULL;
 	bool val = strcmp(split, "val") == 0;
 	if (!val && strcmp(split, "train") != 0)
 		return pp_errorf(e, PP_EUSAGE, "data split '%s': expected train or val", split);
-	if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
-		return pp_errorf(e, PP_EUSAGE, "data-parallel rank %d of %d", dp_rank, dp_size);
+	if (seqs->ranks < 1 || seqs->rank < 0 || seqs->rank >= seqs->ranks || seqs->group < 1)
+		return pp_errorf(e, PP_EUSAGE, "data rank %d of %d, microbatches of %d", seqs->rank,
+				 seqs->ranks, seqs->group);
 	pp_data *d = calloc(1, sizeof *d);
-	d->dp_rank = dp_rank;
-	d->dp_size = dp_size;
+	d->seqs = *seqs;
 	/* validation reads val_data when set, else the data's own split */
 	bool own = !val || !c->val_data[0];
 	const char *key = own ? "data" : "val_data", *path = own ? c->data : c->val_data;
@@ -406,7 +407,7 @@ int data_next(pp_data *d, int n_seq, int T, int *tokens, int *targets, pp_err *e
 		d->seq_cap = T + 1;
 	}
 	for (int b = 0; b < n_seq; b++) {
-		uint64_t index = d->pos * (uint64_t)d->dp_size + (uint64_t)d->dp_rank;
+		uint64_t index = layout_seq_index(&d->seqs, d->pos);
 		int rc = d->src->sequence(d, index, T, d->seq, e);
 		if (rc)
 			return rc;
@@ -423,7 +424,7 @@ int data_get_state(const pp_data *d, uint64_t *state, int max)
 		return 0;
 	/* the global position: sequences read by all dp ranks together (they
 	 * move in lockstep), so a run may resume with another dp size */
-	state[0] = d->pos * (uint64_t)d->dp_size;
+	state[0] = d->pos * (uint64_t)d->seqs.ranks;
 	return 1;
 }
 
@@ -431,12 +432,12 @@ int data_set_state(pp_data *d, const uint64_t *state, int n, pp_err *e)
 {
 	if (n < 1)
 		return pp_errorf(e, PP_ERUNTIME, "data position missing from the checkpoint");
-	if (state[0] % (uint64_t)d->dp_size)
+	if (state[0] % (uint64_t)d->seqs.ranks)
 		return pp_errorf(e, PP_EUSAGE,
 				 "the checkpoint's data position (%llu sequences) does not split over dp=%d "
 				 "ranks; resume with a dp that divides it",
-				 (unsigned long long)state[0], d->dp_size);
-	d->pos = state[0] / (uint64_t)d->dp_size;
+				 (unsigned long long)state[0], d->seqs.ranks);
+	d->pos = state[0] / (uint64_t)d->seqs.ranks;
 	return 0;
 }
 

@@ -1,21 +1,23 @@
 /* Token data for training and evaluation. One interface, several sources:
  * "synthetic" (a seeded, learnable token stream), pp-tokens HDF5 datasets,
  * Megatron-LM indexed datasets and llm.c shards. Documents are packed into
- * windows and shuffled per epoch from the seed; a source is sharded by
- * data-parallel rank and its exact (global) position is saved in
- * checkpoints, so a resumed run sees the same batches bitwise. */
+ * windows and shuffled per epoch from the seed; a source is sharded over
+ * the data ranks as the layout says (layout_seq_index) and its exact
+ * (global) position is saved in checkpoints, so a resumed run sees the same batches bitwise. */
 #ifndef PP_DATA_H
 #define PP_DATA_H
 
 #include <stdint.h>
 
 #include "../config/config.h"
+#include "../config/layout.h"
 #include "../base/error.h"
 
 typedef struct pp_data pp_data;
 
-/* split is "train" or "val". */
-int data_open(pp_data **d, const pp_config *c, const char *split, int dp_rank, int dp_size,
+/* split is "train" or "val"; seqs: which sequences this rank reads (its
+ * layout's). */
+int data_open(pp_data **d, const pp_config *c, const char *split, const layout_seqs *seqs,
 	      pp_err *e);
 /* Fills tokens and targets, each (n_seq, T); targets[t] is the token after
  * tokens[t] (PP_IGNORE_INDEX where there is none). */

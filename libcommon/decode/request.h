@@ -34,6 +34,13 @@ typedef struct {
  * token 0. */
 int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *ids, pp_err *e);
 
+/* Continues prompt (text with the tokenizer at tokenizer_path, token ids
+ * without one: "") by n tokens sampled at temperature with seed, from a
+ * stage holding every layer, and writes the continuation's text (or ids)
+ * to out: pp-train --sample. */
+int decode_continue(pp_stage *s, const char *tokenizer_path, const char *prompt, int n,
+		    double temperature, uint64_t seed, FILE *out, pp_err *e);
+
 /* Appends the requests of text (n bytes) to *out (*count of them). Fails
  * only when out of memory. */
 int requests_from_lines(const char *text, size_t n, const request_defaults *d,

@@ -12,7 +12,6 @@
 #include "../base/fsutil.h"
 #include "../parallel/gradsync.h"
 #include "../model/model.h"
-#include "../plan/plan.h"
 #include "tensorio.h"
 
 /* ---- source ------------------------------------------------------------------ */
@@ -528,12 +527,16 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 		f->ep_rank = r % k->ep;
 		if (!(f->chunks = calloc((size_t)k->v, sizeof *f->chunks)))
 			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+		/* the ranks of the first ep group hold one copy of everything */
+		pp_layout lay;
+		if (!rc)
+			rc = layout_build(&lay, &k->cfg,
+					  layout_rank_of(&k->cfg, f->pp_rank, f->ep_rank, f->tp_rank), e);
 		for (int c = 0; !rc && c < k->v; c++) {
-			stage_spec sp = stage_spec_whole(&k->cfg.model, 1, 1, PP_RECOMPUTE_NONE);
-			plan_chunk_layers(&k->cfg, c * k->pp + f->pp_rank, &sp.layer_begin, &sp.layer_end);
-			sp.tp = (pp_tp){.rank = f->tp_rank, .size = k->tp};
-			sp.ep.rank = f->ep_rank;
-			sp.ep.size = k->ep;
+			stage_spec sp = stage_spec_of(&k->cfg, &lay, c);
+			sp.B = sp.T = sp.n_slots = 1;
+			sp.recompute = PP_RECOMPUTE_NONE;
+			sp.split_backward = false;
 			sp.no_grad = true;
 			if ((rc = stage_describe(&f->chunks[c], &k->cfg.model, &sp, e)))
 				break;

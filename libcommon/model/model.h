@@ -23,11 +23,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../../kernels/ops.h"
+#include "../base/error.h"
 #include "../comm/comm.h"
 #include "../config/config.h"
-#include "../base/error.h"
+#include "../config/layout.h"
 #include "moe.h"
-#include "../../kernels/ops.h"
 
 #define PP_MAXDIM 4
 
@@ -154,8 +155,9 @@ typedef struct pp_stage {
 	int B, T, n_slots;
 	int recompute;  /* PP_RECOMPUTE_* */
 	unsigned saved; /* stage_saved_acts(recompute) */
-	/* this rank's share of the heads and widths */
+	/* this rank's share of the heads and widths (layout_tp_share) */
 	int n_heads, n_kv_heads, d_ff, vocab, vocab_begin;
+	int kv_replicas, kv_block; /* tp ranks holding its kv heads; which block of them */
 
 	int n_params;
 	pp_param *params;
@@ -234,6 +236,11 @@ unsigned stage_saved_acts(int recompute);
 
 /* The spec of a single stage holding every layer, without tensor parallelism. */
 stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute);
+/* The spec of local chunk k of a rank with layout l under config c: its
+ * layers, the microbatch shape, its slots, the recompute policy, the
+ * schedule's split backward, the loss chunk and its tp and ep coordinates
+ * (the caller binds their communicators: tp.allreduce, ep.comm). */
+stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,

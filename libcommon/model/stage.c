@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe.h"
-#include "../plan/plan.h"
 #include "../base/rng.h"
+#include "../config/hparams.h"
+#include "../config/layout.h"
+#include "moe.h"
 
 /* Shapes below are this rank's: N = B*T rows, C = d_model, D = head_dim,
  * Hq and Hkv local heads, QKV = (Hq+2Hkv)*D, HD = Hq*D, F local mlp width,
@@ -190,13 +191,13 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 	namer n = {&tb, s, ""};
 	const bool gpt = m->family == PP_FAMILY_GPT;
 	const bool ln = m->norm == PP_NORM_LAYER, gated = m->mlp != PP_MLP_GELU;
-	const int r = s->spec.tp.rank, tp = s->spec.tp.size;
+	const int r = s->spec.tp.rank;
 	const int64_t C = m->d_model, D = m->head_dim, F = s->d_ff, GF = m->d_ff;
 	const int64_t HD = (int64_t)s->n_heads * D, GHD = (int64_t)m->n_heads * D;
 	const int64_t KV = (int64_t)s->n_kv_heads * D, GKV = (int64_t)m->n_kv_heads * D;
 	/* kv heads: split when tp divides them, else each rank holds one, shared by tp/Hkv ranks */
-	const int kv_rep = m->n_kv_heads % tp == 0 ? 1 : tp / m->n_kv_heads;
-	const int64_t kv_row = (int64_t)(r / kv_rep) * KV;
+	const int kv_rep = s->kv_replicas;
+	const int64_t kv_row = (int64_t)s->kv_block * KV;
 	const double std = m->init_std;
 	const double res_std = m->scaled_residual_init ? std / sqrt(2.0 * m->n_layers) : std;
 	const double norm_one = 1.0 - m->norm_offset; /* Gemma stores w of (1 + w) */
@@ -249,7 +250,7 @@ static void build_table(pp_stage *s, pp_stage_acts *a)
 		li->norm2_w = replicated(&n, nm(&n, h, i, "post_attention_layernorm.weight"), 1, C, 1, false, 0, norm_one);
 		if (ln)
 			li->norm2_b = replicated(&n, nm(&n, h, i, "post_attention_layernorm.bias"), 1, C, 1, false, 0, 0);
-		if (plan_layer_is_moe(m, i)) {
+		if (hparams_layer_is_moe(m, i)) {
 			/* Mixtral's names; this rank's experts, each w1 (gate) and w3
 			 * (up) adjacent: one (2F, C) product */
 			li->moe = a->n_moe++;
@@ -365,29 +366,34 @@ stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute
 			    .n_slots = 1, .recompute = recompute, .tp = {.rank = 0, .size = 1}};
 }
 
-/* This rank's share of heads and widths; errors name what tp does not divide. */
+stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k)
+{
+	stage_spec sp = stage_spec_whole(&c->model, l->microbatch, l->seq_len, c->recompute);
+	sp.layer_begin = l->chunk[k].layer_begin;
+	sp.layer_end = l->chunk[k].layer_end;
+	sp.n_slots = l->chunk[k].slots;
+	sp.split_backward = l->split_backward;
+	sp.loss_chunk_mb = c->loss_chunk_mb;
+	sp.tp = (pp_tp){.rank = l->tp_rank, .size = l->tp};
+	sp.ep.rank = l->ep_rank;
+	sp.ep.size = l->ep;
+	return sp;
+}
+
+/* This rank's share of heads and widths (layout.h decides it). */
 static int shard_dims(pp_stage *s, pp_err *e)
 {
-	const pp_model_cfg *m = s->cfg;
-	const int tp = s->spec.tp.size, r = s->spec.tp.rank;
-	if (tp < 1 || r < 0 || r >= tp)
-		return pp_errorf(e, PP_EUSAGE, "tensor-parallel rank %d of %d", r, tp);
-	if (m->n_heads % tp)
-		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.n_heads=%d", tp, m->n_heads);
-	if (m->n_kv_heads % tp && tp % m->n_kv_heads)
-		return pp_errorf(e, PP_EUSAGE,
-				 "tp=%d and model.n_kv_heads=%d: one must divide the other", tp,
-				 m->n_kv_heads);
-	if (m->d_ff % tp)
-		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.d_ff=%d", tp, m->d_ff);
-	if (m->vocab_size % tp)
-		return pp_errorf(e, PP_EUSAGE, "tp=%d does not divide model.vocab_size=%d", tp,
-				 m->vocab_size);
-	s->n_heads = m->n_heads / tp;
-	s->n_kv_heads = m->n_kv_heads % tp == 0 ? m->n_kv_heads / tp : 1;
-	s->d_ff = m->d_ff / tp;
-	s->vocab = m->vocab_size / tp;
-	s->vocab_begin = r * s->vocab;
+	layout_tp t;
+	int rc = layout_tp_share(s->cfg, s->spec.tp.size, s->spec.tp.rank, &t, e);
+	if (rc)
+		return rc;
+	s->n_heads = t.n_heads;
+	s->n_kv_heads = t.n_kv_heads;
+	s->kv_replicas = t.kv_replicas;
+	s->kv_block = t.kv_block;
+	s->d_ff = t.d_ff;
+	s->vocab = t.vocab;
+	s->vocab_begin = t.vocab_begin;
 	return 0;
 }
 
@@ -424,23 +430,18 @@ static int describe_units(pp_stage *s, pp_err *e)
 int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e)
 {
 	memset(s, 0, sizeof *s);
-	if (cfg->n_experts > 0 && (cfg->mlp == PP_MLP_GELU || cfg->bias ||
-				   cfg->family == PP_FAMILY_GPT))
-		return pp_errorf(e, PP_EUSAGE,
-				 "model '%s': experts are gated MLPs (mlp swiglu or geglu) without "
-				 "biases, in a llama-style layer (not family gpt)",
-				 cfg->preset);
+	int rc = hparams_check(cfg, e);
+	if (rc)
+		return rc;
 	const int ep = spec->ep.size > 0 ? spec->ep.size : 1;
 	if (cfg->n_experts > 0 && (cfg->n_experts % ep || spec->ep.rank < 0 || spec->ep.rank >= ep))
-		return pp_errorf(e, PP_EUSAGE, "ep=%d does not divide model.n_experts=%d", ep,
+		return pp_errorf(e, PP_EUSAGE, "ep %d does not divide model.n_experts %d", ep,
 				 cfg->n_experts);
 	if (spec->recompute < PP_RECOMPUTE_NONE || spec->recompute > PP_RECOMPUTE_MINIMAL_FLASH)
 		return pp_errorf(e, PP_EUSAGE, "recompute policy %d: expected a PP_RECOMPUTE_*",
 				 spec->recompute);
-	if (spec->recompute != PP_RECOMPUTE_NONE && spec->split_backward)
-		return pp_errorf(e, PP_EUSAGE,
-				 "recompute=%s and a split backward pass (schedule zbh1) do not "
-				 "combine: use recompute=none",
+	if (spec->recompute != PP_RECOMPUTE_NONE && spec->split_backward) /* layout_check_recompute */
+		return pp_errorf(e, PP_EUSAGE, "recompute=%s with a split backward pass",
 				 pp_recompute_name(spec->recompute));
 	s->cfg = cfg;
 	s->spec = *spec;
@@ -455,8 +456,7 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	s->n_slots = spec->n_slots;
 	s->recompute = spec->recompute;
 	s->saved = stage_saved_acts(spec->recompute);
-	int rc = shard_dims(s, e);
-	if (rc)
+	if ((rc = shard_dims(s, e)))
 		return rc;
 	s->acts = calloc(1, sizeof *s->acts);
 	if (!s->acts)

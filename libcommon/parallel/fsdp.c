@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gradsync.h"
+#include "../config/layout.h"
+
 
 static size_t unit_len(const pp_stage *s, int u) { return s->unit_lo[u + 1] - s->unit_lo[u]; }
 
@@ -23,7 +24,7 @@ static void blocks(fsdp *f, const pp_stage *s, size_t a, size_t b, size_t *mine,
 {
 	for (int r = 0; r < f->size; r++) {
 		size_t lo, hi;
-		gradsync_shard(s->n_shared, f->size, r, &lo, &hi);
+		layout_share(s->n_shared, f->size, r, &lo, &hi);
 		lo = lo > a ? lo : a;
 		hi = hi < b ? hi : b;
 		f->counts[r] = hi > lo ? hi - lo : 0;

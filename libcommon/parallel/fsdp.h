@@ -2,7 +2,7 @@
  * axis) for the chunks (stages) of one rank.
  *
  * The ranks of an fsdp group cut each chunk's parameter buffer into
- * consecutive shares (gradsync_shard: the ZeRO-1 ranges of a group that
+ * consecutive shares (layout_share: the ZeRO-1 ranges of a group that
  * size): each rank keeps the master weights, the gradients and the AdamW
  * state of its share only (the stage's w_lo..w_hi, stage_units). The
  * stage asks for one unit (a layer, the embedding, the head: model.h) at
@@ -80,7 +80,7 @@ int fsdp_use(void *ctx, pp_stage *s, int u, int next, bool grads, pp_err *e);
 int fsdp_done(void *ctx, pp_stage *s, int u, pp_err *e);
 
 /* Over chunks (v) built with those hooks and, as their stage_units.lo and
- * hi, the shares gradsync_shard gives comm's ranks; rep may be NULL. */
+ * hi, the shares layout_share gives comm's ranks; rep may be NULL. */
 int fsdp_init(fsdp *f, pp_stage *chunks, int v, pp_comm *comm, pp_comm *rep, const pp_ops *ops,
 	      pp_err *e);
 void fsdp_free(fsdp *f);

@@ -3,13 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t gradsync_share(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
+#include "../config/layout.h"
 
-void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi)
+size_t gradsync_gather_len(size_t shared, size_t experts, int dp, int ep)
 {
-	const size_t share = gradsync_share(n, dp);
-	*lo = share * (size_t)r < n ? share * (size_t)r : n;
-	*hi = *lo + share < n ? *lo + share : n;
+	const size_t a = layout_share_len(shared, dp) * ((size_t)dp + 1);
+	const size_t b = layout_share_len(experts, dp / ep) * ((size_t)(dp / ep) + 1);
+	return a > b ? a : b;
 }
 
 void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep,
@@ -21,7 +21,7 @@ void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int 
 	for (int i = 0; i < OPTIM_REGIONS; i++) {
 		size_t lo = 0, hi = end[i] - base[i];
 		if (sharded)
-			gradsync_shard(end[i] - base[i], size[i], rank[i], &lo, &hi);
+			layout_share(end[i] - base[i], size[i], rank[i], &lo, &hi);
 		r->lo[i] = base[i] + lo;
 		r->hi[i] = base[i] + hi;
 	}
@@ -110,7 +110,7 @@ static int launch(gradsync *g, gradsync_chunk *gc, const gradsync_region *rg, si
 		 * other in rank order, as the shares do */
 		for (int i = 0; i < c->size; i++) {
 			size_t lo, hi;
-			gradsync_shard(rg->end - rg->base, c->size, i, &lo, &hi);
+			layout_share(rg->end - rg->base, c->size, i, &lo, &hi);
 			lo = max_size(rg->base + lo, a), hi = min_size(rg->base + hi, b);
 			g->counts[i] = hi > lo ? hi - lo : 0;
 		}

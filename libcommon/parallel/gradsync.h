@@ -25,7 +25,7 @@
  *
  * ZeRO-1: each rank updates a share of each region, the shares of a region
  * consecutive in the rank order of the group that sums it
- * (gradsync_ranges). A bucket [a, b) is then a reduce-scatter whose block
+ * (gradsync_ranges, with layout_share). A bucket [a, b) is then a reduce-scatter whose block
  * for rank r is [a, b) within r's share: the shares are consecutive, so the
  * blocks are too, and each rank receives exactly the part of the bucket it
  * updates. gradsync_finish moves the summed shares into g; the rest of g
@@ -75,12 +75,11 @@ typedef struct {
 	} *timing;     /* (cap) as reqs */
 } gradsync;
 
-/* The range [*lo, *hi) of n elements that rank r of a group of dp ranks
- * updates under ZeRO-1: shares of ceil(n / dp), the last ones shorter or
- * empty. */
-void gradsync_shard(size_t n, int dp, int r, size_t *lo, size_t *hi);
-/* ceil(n / dp): the length of those shares */
-size_t gradsync_share(size_t n, int dp);
+/* ZeRO-1's parameter all-gather after an update, of a chunk of `shared`
+ * elements summed over dp ranks and `experts` summed over dp / ep: its
+ * buffer's elements, every share of the larger region padded to the
+ * longest (layout_share), then this rank's own. */
+size_t gradsync_gather_len(size_t shared, size_t experts, int dp, int ep);
 /* The ranges of st's buffer that dp rank dp_rank updates, in a data-parallel
  * group of dp ranks whose consecutive groups of ep form expert-parallel
  * groups: each region whole, or (sharded, ZeRO-1) the shared region's share

@@ -11,26 +11,6 @@ enum { TAG_ACT = 1, TAG_GRAD = 2 };
 /* Whether the action is a compute that frees its microbatch's slot. */
 static bool frees_slot(sched_op op) { return op == SCHED_BWD || op == SCHED_BWD_W; }
 
-int pipeline_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e)
-{
-	sched_action *acts;
-	int n, rc = schedule_build(kind, p, v, m, rank, &acts, &n, e);
-	if (rc)
-		return rc;
-	int live[64] = {0};
-	for (int c = 0; c < v; c++)
-		slots[c] = 0;
-	for (int i = 0; i < n; i++) {
-		int c = acts[i].vstage / p;
-		if (acts[i].op == SCHED_FWD && ++live[c] > slots[c])
-			slots[c] = live[c];
-		if (frees_slot(acts[i].op))
-			live[c]--;
-	}
-	free(acts);
-	return 0;
-}
-
 int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p, int rank, int m,
 		  pp_comm *pp, pp_err *e)
 {

@@ -33,12 +33,8 @@ typedef struct {
 			  * costs: bwd is BWD's, BWD_I takes bwd - bwd_w); 0: off */
 } pipeline;
 
-/* The slots each chunk needs: the most microbatches in flight on it under
- * this rank's action list (forward to the end of its backward). */
-int pipeline_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e);
-
 /* Builds the action list of (kind, p, v, m, rank) over chunks already
- * created (each with pipeline_slots' slots). */
+ * created (each with schedule_slots' slots). */
 int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p, int rank, int m,
 		  pp_comm *pp, pp_err *e);
 void pipeline_free(pipeline *pl);

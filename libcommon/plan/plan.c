@@ -20,8 +20,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../parallel/fsdp.h"
+#include "../config/layout.h"
 #include "../model/model.h"
+#include "../parallel/fsdp.h"
 
 /* The model's dimensions with defaults resolved. */
 typedef struct {
@@ -34,14 +35,12 @@ static void shape_of(const pp_model_cfg *m, shape *s)
 	s->V = m->vocab_size;
 	s->C = m->d_model;
 	s->Hq = m->n_heads;
-	s->Hkv = m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
-	s->D = m->head_dim > 0 ? m->head_dim : (m->n_heads > 0 ? m->d_model / m->n_heads : 0);
+	s->Hkv = m->n_kv_heads;
+	s->D = m->head_dim;
 	s->F = m->d_ff;
 	s->L = m->n_layers;
 	s->E = m->n_experts > 0 ? m->n_experts : 0;
-	s->K = s->E ? (m->top_k > 0 ? m->top_k : 1) : 0;
-	if (s->K > s->E)
-		s->K = s->E;
+	s->K = s->E ? m->top_k : 0;
 	s->every = m->moe_every > 0 ? m->moe_every : 1;
 	s->max_seq = m->max_seq_len;
 	s->gated = m->mlp == PP_MLP_SWIGLU || m->mlp == PP_MLP_GEGLU;
@@ -55,12 +54,6 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Number of MoE layers among [0, n): i is MoE iff i % every == every - 1. */
 static int64_t moe_below(const shape *s, int64_t n) { return s->E ? n / s->every : 0; }
-
-bool plan_layer_is_moe(const pp_model_cfg *m, int layer)
-{
-	int every = m->moe_every > 0 ? m->moe_every : 1;
-	return m->n_experts > 0 && layer % every == every - 1;
-}
 
 /* One layer's parameters on one tp and ep rank (tp = ep = 1: the whole
  * layer). */
@@ -134,21 +127,6 @@ double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len)
 	return 2.0 * (double)n.matmul + 2.0 * (double)s.L * (double)(s.Hq * s.D) * seq_len;
 }
 
-void plan_chunk_layers(const pp_config *c, int chunk, int *begin, int *end)
-{
-	if (c->n_stage_layers) {
-		*begin = 0;
-		for (int i = 0; i < chunk; i++)
-			*begin += c->stage_layers[i];
-		*end = *begin + c->stage_layers[chunk];
-		return;
-	}
-	int n_layers = c->model.n_layers, n_chunks = c->pp * c->virtual_stages;
-	int base = n_layers / n_chunks, rem = n_layers % n_chunks;
-	*begin = chunk * base + (chunk < rem ? chunk : rem);
-	*end = *begin + base + (chunk < rem);
-}
-
 static int dtype_bytes(int dtype)
 {
 	return dtype == PP_TYPE_REAL ? 4 : dtype == PP_TYPE_BF16 ? 2 : 0;
@@ -166,7 +144,7 @@ static int check_layout(const pp_config *c, pp_err *e)
 				 "plan: model.d_model=%d n_heads=%d n_layers=%d vocab_size=%d "
 				 "d_ff=%d: each must be >= 1",
 				 m->d_model, m->n_heads, m->n_layers, m->vocab_size, m->d_ff);
-	int rc = pp_config_check_layout(c, e);
+	int rc = layout_check(c, e);
 	if (rc)
 		return rc;
 	if (!dtype_bytes(c->dtype))
@@ -287,7 +265,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	const int64_t layer_experts = moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
 	for (int64_t j = 0; j < v; j++) {
 		int lb, le;
-		plan_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
+		layout_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
 		int64_t n_moe = moe_below(&s, le) - moe_below(&s, lb), n = le - lb;
 		int64_t n_dense = n - n_moe;
 		int64_t params = n_dense * layer_total(&dense) + n_moe * layer_total(&moe) +
@@ -630,8 +608,8 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "\n");
 	fprintf(f, "  %-22s %s, %d virtual stage(s) per rank\n", "schedule", sched_name(c), a->v);
 	int nchunks = c->pp * a->v, lb0, le0, lbl, lel;
-	plan_chunk_layers(c, 0, &lb0, &le0);
-	plan_chunk_layers(c, nchunks - 1, &lbl, &lel);
+	layout_chunk_layers(c, 0, &lb0, &le0);
+	layout_chunk_layers(c, nchunks - 1, &lbl, &lel);
 	if (c->n_stage_layers) {
 		fprintf(f, "  %-22s", "pipeline chunks");
 		for (int i = 0; i < c->n_stage_layers; i++)
@@ -651,12 +629,12 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		fprintf(f, "  %-22s %.1f%% = %s at p=%d v=%d m=%d, backward = 2 x forward%s\n",
 			"pipeline bubble", 100.0 * a->bubble, schedule_bubble_formula(c->schedule),
 			c->pp, a->v, a->m,
-			c->schedule == SCHED_ZBH1 ? ", weight gradient = forward" : "");
+			schedule_split_backward(c->schedule) ? ", weight gradient = forward" : "");
 		fprintf(f, "  %-22s ", "peak activations");
 		print_peaks(f, c, schedule_peak_act_theory);
 		fprintf(f, " chunk-microbatches on pp ranks 0..%d: %s\n", c->pp - 1,
 			schedule_peak_act_formula(c->schedule));
-		if (c->schedule == SCHED_ZBH1) {
+		if (schedule_split_backward(c->schedule)) {
 			fprintf(f, "  %-22s ", "weight-grad stashes");
 			print_peaks(f, c, schedule_peak_wstash_theory);
 			fprintf(f, ": min(r+1, m), each held with its activations until its weight "

@@ -40,12 +40,8 @@ typedef struct {
 	int64_t active;
 } plan_counts;
 
-/* Resolves head_dim = 0 to C / Hq and n_kv_heads = 0 to Hq, as the config
- * loader does. */
+/* Of a resolved model config (every default filled in by the loader). */
 void plan_param_count(const pp_model_cfg *m, plan_counts *out);
-
-/* Whether layer i is an MoE layer: i % moe_every == moe_every - 1. */
-bool plan_layer_is_moe(const pp_model_cfg *m, int layer);
 
 /* Training FLOPs per token (llm.c, causal attention):
  *   6 N + 6 L (Hq D) T
@@ -55,12 +51,6 @@ bool plan_layer_is_moe(const pp_model_cfg *m, int layer);
 double plan_flops_per_token(const pp_model_cfg *m, int seq_len);
 /* Forward only (eval, decode at context T): 2 N + 2 L (Hq D) T. */
 double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len);
-
-/* Layers [*begin, *end) of pipeline chunk (virtual stage) chunk of
- * pp * virtual_stages; chunk c runs on pp rank c % pp. stage_layers when the
- * config lists them, else an even split with the remainder L % chunks going
- * one each to the first chunks. */
-void plan_chunk_layers(const pp_config *c, int chunk, int *begin, int *end);
 
 /* Memory of one pp rank (every dp and tp rank of it is alike), in bytes. */
 typedef struct {

@@ -453,7 +453,7 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 	}
 	fprintf(f, "\npipeline bubble: measured %.1f%%, theory %.1f%% = %s", 100 * a->bubble,
 		100 * a->theory, schedule_bubble_formula(a->kind));
-	if (a->costs_used && a->kind == SCHED_ZBH1)
+	if (a->costs_used && schedule_split_backward(a->kind))
 		fprintf(f, "\n  at the measured costs: forward %.3f ms, backward %.3f ms of which weight "
 			   "gradient %.3f ms\n",
 			a->costs.fwd, a->costs.bwd, a->costs.bwd_w);

@@ -30,7 +30,8 @@
  * costs the blocking run loses nothing to the non-blocking one; at other
  * costs it can (the simulator reports both).
  *
- * Compute orders (per rank, before the messages are placed):
+ * Compute orders (per rank, before the messages are placed; kinds.c holds
+ * each kind as one row of a table):
  *   gpipe            F(0..m-1), then B(0..m-1).                   (v = 1)
  *   1f1b             JaxPP Std1F1B = Megatron 1F1B: w = min(p - r, m)
  *                    warm-up forwards (Megatron counts p - r - 1 and starts
@@ -74,6 +75,7 @@
 #ifndef PP_SCHEDULE_H
 #define PP_SCHEDULE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../base/error.h"
@@ -128,6 +130,10 @@ char *schedule_action_format(const sched_action *a, char *buf, size_t size);
  * rank check). */
 int schedule_check(sched_kind kind, int p, int v, int m, int rank, pp_err *e);
 
+/* Whether the kind splits each backward pass into BWD_I and a deferred
+ * BWD_W (zbh1): a stage then keeps what BWD_W needs. */
+bool schedule_split_backward(sched_kind kind);
+
 /* The actions rank runs, in order: *actions (malloc'd, the caller frees) and
  * *n. Validates with schedule_check. */
 int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions,
@@ -138,6 +144,12 @@ int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action 
 int schedule_build_all(sched_kind kind, int p, int v, int m, sched_action **lists, int *counts,
 		       pp_err *e);
 void schedule_free_all(int p, sched_action **lists);
+
+/* The slots each of rank's v chunks needs: the most of its microbatches
+ * held at once under the rank's compute order, each from its FWD until its
+ * BWD (or, split, its BWD_W). slots has room for v. Validates with
+ * schedule_check. */
+int schedule_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e);
 
 /* Time of one stage's (chunk's) work for one microbatch. bwd is the full
  * backward; bwd_w is its weight-gradient part, so BWD_I takes bwd - bwd_w

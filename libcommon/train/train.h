@@ -1,6 +1,12 @@
 /* The training loop of one rank: its pipeline chunks (stages), AdamW, the
- * data loader, the gradient exchanges of the pp x dp x tp mesh, logging,
- * evaluation and checkpoints. Commands only parse arguments and call these. */
+ * data loader, the gradient exchanges of the mesh, logging, evaluation and
+ * checkpoints. Commands only parse arguments and call these.
+ *
+ * open.c builds the rank (its layout, groups, chunks, optimizer, data),
+ * step.c runs one optimizer step and evaluation, state.c converts between
+ * the trainer and checkpoints, metrics.c writes the step log, the metrics
+ * and the memory line, loop.c runs the steps with profiles, saves and the
+ * stop conditions. */
 #ifndef PP_TRAIN_H
 #define PP_TRAIN_H
 
@@ -10,12 +16,13 @@
 
 #include "../comm/boot.h"
 #include "../config/config.h"
+#include "../config/layout.h"
 #include "../data/data.h"
+#include "../model/model.h"
+#include "../model/optim.h"
 #include "../parallel/fsdp.h"
 #include "../parallel/gradsync.h"
 #include "../parallel/mesh.h"
-#include "../model/model.h"
-#include "../model/optim.h"
 #include "../parallel/pipeline.h"
 #include "../profile/record.h"
 
@@ -24,9 +31,10 @@ typedef struct {
 	const pp_ops *ops;
 	pp_proc proc;  /* from boot_init; size 1 without a launcher */
 	bool booted;
-	pp_mesh mesh;
-	pp_stage *chunks;  /* mesh.v chunks of this pp rank */
-	optim_state *opt;  /* per chunk: all of it, or this dp rank's shard (ZeRO-1) */
+	pp_layout lay;     /* what this rank holds */
+	pp_mesh mesh;      /* its process groups */
+	pp_stage *chunks;  /* lay.v chunks of this pp rank */
+	optim_state *opt;  /* per chunk: all of it, or this data rank's shard (ZeRO-1, fsdp) */
 	pipeline pl;
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
 	fsdp fsdp;            /* fsdp > 1: the gathers and reduce-scatters of the shards */
@@ -70,13 +78,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e);
 /* Mean loss over cfg->eval_batches validation microbatches per dp rank. */
 int trainer_eval(trainer *t, double *loss, pp_err *e);
 
-/* Generates n tokens after prompt (text when the config names a tokenizer,
- * else token ids separated by spaces) with the trained model and writes the
- * continuation's text (or ids) to out. Single process only. */
-int trainer_sample(trainer *t, const char *prompt, int n, double temperature, FILE *out,
-		   pp_err *e);
-
 /* Whether this rank prints progress and writes metrics (world rank 0). */
-static inline bool trainer_leader(const trainer *t) { return t->mesh.rank == 0; }
+static inline bool trainer_leader(const trainer *t) { return t->lay.rank == 0; }
 
 #endif

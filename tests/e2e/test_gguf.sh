@@ -30,7 +30,7 @@ if ! py=$(cd "$root" && scripts/setup-reference.sh 2>$T/setup.log); then
 	skip gguf "reference environment unavailable: $(grep -v '^ ' $T/setup.log | tail -n 1)"
 	exit 0
 fi
-ref() { "$py" "$root/tests/gguf_reference.py" "$@"; }
+ref() { "$py" "$root/tests/ref/gguf_reference.py" "$@"; }
 # --- SmolLM2-135M-Instruct, as llama.cpp quantized it ------------------------------
 if ! G=$(cd "$root" && PP_PYTHON=$py scripts/fetch-smollm2.sh 2>$T/fetch.log); then
 	skip gguf/smollm2 "model unavailable: $(tail -n 1 $T/fetch.log)"

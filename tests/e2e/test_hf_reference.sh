@@ -6,7 +6,7 @@
 # Prints PASS:/FAIL:/SKIP: lines; SKIP when the reference environment cannot
 # be made (not root and Debian packages missing, or PyPI out of reach).
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 root=${PP_ROOT:-$PWD}
 export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

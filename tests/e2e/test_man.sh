@@ -6,7 +6,7 @@
 # the options of --help against the page's OPTIONS list; --help and
 # --version, which every tool has, aside).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH=$PWD/build/bin:$PATH
 failed=0
 ok() { echo "PASS: $1"; }

@@ -18,11 +18,11 @@
 #     offsets, q and k in interleaved pairs
 # The transformers checks SKIP when the reference environment cannot be made.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 . tests/tools/lib.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 logits=$PP_ROOT/build/tests/tool_logits
-ref=$PP_ROOT/tests/safetensors_ref.py
+ref=$PP_ROOT/tests/ref/safetensors_ref.py
 for b in "$PP_ROOT/build/bin/pp-ckpt" "$logits" "$PP_ROOT/build/tests/tool_h5_same" "$PP_ROOT/build/bin/pp-init"; do
 	[ -x "$b" ] || { fail safetensors "$b is not built (make tests)"; exit 1; }
 done

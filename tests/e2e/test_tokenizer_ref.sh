@@ -16,7 +16,7 @@
 # Prints PASS:/FAIL:/SKIP: lines; SKIP where a package or a download is
 # missing.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 . tests/tools/lib.sh
 root=$PP_ROOT
 tool=$root/build/tests/tool_tokenize

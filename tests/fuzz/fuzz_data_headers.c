@@ -167,11 +167,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pp_data *d = NULL;
 	pp_err e = {0};
 	if (flags & 32) {
-		if (!data_open(&d, &c, "val", 0, 1, &e))
+		if (!data_open(&d, &c, "val", &(layout_seqs){0, 1, 1}, &e))
 			__builtin_trap(); /* no validation split in these formats */
 		memset(&e, 0, sizeof e);
 	}
-	if (data_open(&d, &c, "train", dp_size - 1, dp_size, &e)) {
+	if (data_open(&d, &c, "train", &(layout_seqs){dp_size - 1, dp_size, 1}, &e)) {
 		if (!e.msg[0])
 			__builtin_trap();
 		return 0;

@@ -36,7 +36,7 @@
 # forked job's log keeps no stack to place them). PP_FUZZ_VERBOSE=1 also shows libFuzzer's coverage at start
 # and end.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 . tests/tools/lib.sh
 root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
@@ -60,14 +60,14 @@ tok_src="tok/tokenizer tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
-	[fuzz_config]="config/config schedule/schedule ../kernels/names base/error"
+	[fuzz_config]="config/config schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
 	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read base/fsutil base/h5util base/sha256 base/log base/error"
 	[fuzz_tokens]="data/dataset base/fsutil base/h5util base/rng base/error"
 	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $tok_src"
-	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config/config schedule/schedule plan/plan model/moe comm/comm comm/boot ../kernels/names model/model base/rng $tok_src"
-	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config/config schedule/schedule ../kernels/names $tok_src"
+	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config/config schedule/kinds schedule/build schedule/simulate plan/plan model/moe comm/comm comm/boot ../kernels/names model/model base/rng $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config/config schedule/kinds schedule/build schedule/simulate ../kernels/names $tok_src"
 	[fuzz_requests]="decode/request decode/chat decode/sample base/rng $tok_src"
-	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/schedule base/fsutil base/h5util base/log base/error"
+	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
 )
 # each library source once (in parallel), then each target
 need=$(for t in $targets; do echo ${src[$t]:-}; done | tr ' ' '\n' | sort -u)
@@ -135,7 +135,7 @@ printf '\x01a\xffb\xe2\x82 it'"'"'s  \t\n 12' >"$seeds_e/bytes1"
 # case: fuzz_gguf's seeds carry it).
 models=
 [ -f "$shared/llama2-tokenizer.model" ] && models=$shared/llama2-tokenizer.model
-/usr/bin/python3 "$root/tests/tiny_bpe.py" gpt2 "$T/vocab.json"
+/usr/bin/python3 "$root/tests/tools/tiny_bpe.py" gpt2 "$T/vocab.json"
 if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
 	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
 else

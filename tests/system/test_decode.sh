@@ -15,7 +15,7 @@ if py=$(cd "$PP_ROOT" && scripts/setup-reference.sh 2>$T/setup.log); then
 	for p in llama mistral gemma gpt; do
 		if "$tool" model.preset=$p-tiny seq_len=16 model.init_std=0.1 --batch 1 --seed 99 \
 			--generate 64 -o $T/$p.h5 2>$T/$p.log; then
-			"$py" "$PP_ROOT/tests/hf_reference.py" $T/$p.h5 --tag decode/hf/$p | grep "/generate"
+			"$py" "$PP_ROOT/tests/ref/hf_reference.py" $T/$p.h5 --tag decode/hf/$p | grep "/generate"
 		else
 			fail decode/hf/$p "tool_hf_dump: $(tail -n 1 $T/$p.log)"
 		fi

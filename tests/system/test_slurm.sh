@@ -5,7 +5,7 @@
 # Needs root and the Slurm/munge/PMIx/OpenMPI packages; otherwise every
 # check is skipped with the reason.
 . "$(dirname "$0")/../tools/lib.sh"
-. "$PP_ROOT/tests/slurm-lib.sh"
+. "$PP_ROOT/tests/tools/slurm-lib.sh"
 
 checks=(up srun-pmix mpi-list sbatch gpus-per-task pmix-client mpi-srun mpi-mpirun down)
 ms() { echo $(($(date +%s%N) / 1000000)); }

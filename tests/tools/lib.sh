@@ -1,6 +1,6 @@
 # Shared helpers for the shell tests: each check prints one counted line.
 set -u
-PP_ROOT=${PP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+PP_ROOT=${PP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 export PP_ROOT PATH="$PP_ROOT/build/bin:$PATH" PP_CONFIG_DIR="$PP_ROOT/configs"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 T=$(mktemp -d /tmp/pp-test.XXXXXX)
@@ -30,11 +30,11 @@ expect_fail() {
 }
 # last logged loss of each step in RUN/metrics.jsonl: "step loss" lines;
 # fails, saying why, when the run logged no loss
-losses() { python3 "$PP_ROOT/tests/runcheck.py" losses "$1"; }
+losses() { python3 "$PP_ROOT/tests/tools/runcheck.py" losses "$1"; }
 # loss_diff RUN_A RUN_B: the largest relative difference of their per-step
 # losses; "inf" (and failure) when they did not log the same steps or one
 # logged none
-loss_diff() { python3 "$PP_ROOT/tests/runcheck.py" loss-diff "$1" "$2" || { echo inf; return 1; }; }
+loss_diff() { python3 "$PP_ROOT/tests/tools/runcheck.py" loss-diff "$1" "$2" || { echo inf; return 1; }; }
 # within D BOUND: D (as loss_diff prints it) is a number no larger than BOUND
 within() { awk -v d="$1" -v b="$2" 'BEGIN { exit !(d ~ /^[0-9][0-9.e+-]*$/ && d + 0 <= b + 0) }'; }
 # losses_close RUN_A RUN_B: every step's loss within $TOL (relative) of B's

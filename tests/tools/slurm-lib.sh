@@ -2,8 +2,8 @@
 # Sourced by shell tests that need a Slurm cluster: a real one-node cluster
 # on loopback (tests/tools/slurm-cluster.sh), 8 CPUs, 4 fake GPUs, MpiDefault=pmix.
 #
-#   . "$PP_ROOT/tests/lib.sh"
-#   . "$PP_ROOT/tests/slurm-lib.sh"
+#   . "$PP_ROOT/tests/tools/lib.sh"
+#   . "$PP_ROOT/tests/tools/slurm-lib.sh"
 #   slurm_up || { skip slurm "$SLURM_SKIP"; exit 0; }   # or: exit 1 on failure
 #   srun -n 4 --mpi=pmix pp-train ...
 #
@@ -28,7 +28,7 @@
 # A batch job: poll `squeue -h -j ID` until empty (sbatch --wait is slow),
 # then read its state with `scontrol show job ID` (kept 300 s after the end).
 
-SLURM_CLUSTER_SH=${PP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}/tests/slurm-cluster.sh
+SLURM_CLUSTER_SH=${PP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/tests/tools/slurm-cluster.sh
 SLURM_DIR=
 SLURM_SKIP=
 

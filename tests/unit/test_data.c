@@ -70,7 +70,7 @@ static int open_cfg(pp_data **d, const char *split, int rank, int size, pp_err *
 	pp_config c;
 	int rc = load_cfg(&c, e, ov);
 	if (!rc)
-		rc = data_open(d, &c, split, rank, size, e);
+		rc = data_open(d, &c, split, &(layout_seqs){rank, size, 1}, e);
 	pp_config_free(&c);
 	return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "../tools/harness.h"
 #include "../../libcommon/parallel/fsdp.h"
+#include "../../libcommon/config/hparams.h"
 #include "../../libcommon/model/model.h"
 #include "../../libcommon/plan/plan.h"
 
@@ -76,7 +77,7 @@ static pp_config run_cfg(pp_model_cfg m)
 	c.global_batch = 8;
 	c.microbatch = 2;
 	c.seq_len = 256;
-	c.pp = c.dp = c.fsdp = c.tp = 1;
+	c.pp = c.dp = c.fsdp = c.tp = c.ep = 1;
 	c.microbatches = 4;
 	c.virtual_stages = 1;
 	c.schedule = SCHED_1F1B;
@@ -154,7 +155,7 @@ static void test_counts(void)
 	plan_counts dense;
 	plan_param_count(&g2, &dense);
 	long long mlp1 = 2LL * 768 * 3072 + 3072 + 768;
-	CHECK(n.n_moe_layers == 6 && plan_layer_is_moe(&half, 1) && !plan_layer_is_moe(&half, 0) &&
+	CHECK(n.n_moe_layers == 6 && hparams_layer_is_moe(&half, 1) && !hparams_layer_is_moe(&half, 0) &&
 		      n.total == dense.total + 6 * (3 * mlp1 + 4 * 768),
 	      "plan/count/moe-every-2", "%d MoE layers, total %lld", n.n_moe_layers,
 	      (long long)n.total);
@@ -284,7 +285,7 @@ static void test_memory(void)
 	plan_memory_rank(&cp, 0, &r0, &e);
 	rc = plan_memory_rank(&cp, 3, &r3, &e);
 	int b2, e2;
-	plan_chunk_layers(&cp, 2, &b2, &e2);
+	layout_chunk_layers(&cp, 2, &b2, &e2);
 	CHECK(rc == 0 && r0.layers == 9 && r3.layers == 8 && b2 == 18 && e2 == 26 &&
 		      r0.in_flight == 4 && r3.in_flight == 1 && r0.first && !r0.last && r3.last &&
 		      r0.logits == 0 && r3.logits > 0,

@@ -1,0 +1,91 @@
+/* Private to train/: what its files share. */
+#ifndef PP_TRAIN_INTERNAL_H
+#define PP_TRAIN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "../ckpt/async.h"
+#include "tensorboard.h"
+#include "train.h"
+
+static inline double train_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A collective over c that is a no-op on a group of one (c NULL). */
+static inline int sum_over(pp_comm *c, void *buf, size_t n, pp_dtype t, pp_redop op, pp_err *e)
+{
+	return c ? comm_allreduce(c, buf, n, t, op, e) : 0;
+}
+
+/* Agrees on a status across the job: the worst code of any rank. */
+static inline int agree(trainer *t, int rc, pp_err *e)
+{
+	int worst = rc;
+	pp_err ignore;
+	if (t->mesh.world_comm &&
+	    comm_allreduce(t->mesh.world_comm, &worst, 1, PP_DT_I32, PP_OP_MAX, &ignore))
+		return rc ? rc : pp_errorf(e, PP_ERUNTIME, "%s", ignore.msg);
+	if (worst && !rc)
+		return pp_errorf(e, worst, "another rank failed (see its message)");
+	return rc;
+}
+
+/* Fully sharded: fsdp > 1 (fsdp.h). */
+static inline bool fsdp_on(const trainer *t) { return t->lay.fsdp > 1; }
+/* ZeRO-1: each data rank updates a share of the buffer, and holds all of it. */
+static inline bool zero1(const trainer *t)
+{
+	return t->cfg->shard_optimizer && t->lay.data > 1 && !fsdp_on(t);
+}
+
+/* What a step reports. */
+typedef struct {
+	double loss, gnorm, lr;
+	bool skipped;    /* non-finite loss or gradient norm (nan_policy=skip) */
+	double moe_aux;  /* MoE: the load-balancing loss, mean over layers (1: balanced) */
+	double moe_z;    /* the router z-loss, likewise */
+	double moe_dropped; /* the fraction of expert assignments dropped (capacity) */
+} step_result;
+
+/* The run's log: metrics.jsonl, TensorBoard and the step lines. */
+typedef struct {
+	FILE *metrics; /* leader only */
+	tb_writer *tb; /* leader only; NULL when tensorboard=false */
+	double flops_per_token;
+	double peak; /* FLOP/s of the device, 0 when unknown */
+	double t_avg; /* moving average of the step time, warm-up steps left out */
+	long n_run;   /* steps run by this process */
+	long n_timed; /* of which after the warm-up (timing_skip_steps) */
+	double timed; /* their seconds */
+} run_log;
+
+/* step.c */
+/* The stage hook during a chunk's last backward pass of the step
+ * (stage_grad_hook; ctx: the trainer). */
+int train_grads_final(void *ctx, pp_stage *s, size_t from, pp_err *e);
+/* One optimizer step over the global batch; tok and tgt hold this rank's
+ * microbatches. */
+int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e);
+
+/* state.c: a save in two phases (ckpt/async.h's job) */
+/* Every rank: agrees on the temporary directory, copies its state to host
+ * memory and builds its part of the checkpoint, all of it owned by j. */
+int train_save_prepare(trainer *t, ckpt_job *j, pp_err *e);
+/* Every rank: agrees that every rank's write succeeded (rc: this rank's),
+ * then rank 0 publishes the checkpoint. */
+int train_save_commit(trainer *t, ckpt_job *j, int rc, pp_err *e);
+
+/* metrics.c */
+void train_log_scalar(run_log *lg, long step, const char *name, double v);
+void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const step_result *r,
+		    double dt);
+void train_log_timing(const trainer *t, const run_log *lg);
+void train_log_state_bytes(const trainer *t);
+
+#endif
