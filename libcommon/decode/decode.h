@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "../model/model.h"
+#include "../model/kvcache.h"
 #include "sample.h"
 #include "../tok/tokenizer.h"
 

@@ -9,7 +9,7 @@
 
 #include "../config/config.h"
 #include "../formats/tensorio.h"
-#include "../model/model.h"
+#include "../model/kvcache.h"
 
 /* Whether path is a GGUF file (its magic). */
 bool decode_is_gguf(const char *path);

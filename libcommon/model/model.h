@@ -86,6 +86,8 @@ typedef struct {
 	int (*use)(void *ctx, struct pp_stage *s, int u, int next, bool grads, pp_err *e);
 	int (*done)(void *ctx, struct pp_stage *s, int u, pp_err *e);
 	void *ctx;
+	bool sharded;  /* the stage keeps [lo, hi) only (FSDP); set with the hooks, or
+			* alone to describe such a stage */
 	size_t lo, hi; /* the elements this rank keeps */
 } stage_units;
 
@@ -139,12 +141,6 @@ typedef struct {
 
 typedef struct pp_stage_acts pp_stage_acts;
 
-/* A product's weights stored for decoding (stage_pack_weights). */
-typedef struct pp_packed {
-	void *data; /* NULL: the product reads the compute copy */
-	int fmt;    /* PP_WEIGHTS_* */
-	bool owned; /* data was allocated for it (else it is the compute copy) */
-} pp_packed;
 
 typedef struct pp_stage {
 	const pp_model_cfg *cfg;
@@ -189,8 +185,8 @@ typedef struct pp_stage {
 		long dropped, routed;
 	} moe;
 
-	/* stage_pack_weights: per parameter, its stored form for decoding (data
-	 * NULL for the others) */
+	/* stage_pack_weights (kvcache.h): per parameter, its stored form for
+	 * decoding (data NULL for the others) */
 	struct pp_packed *packed;
 	size_t packed_elems; /* parameters stored so */
 	double packed_bytes; /* and their bytes as stored */
@@ -206,6 +202,24 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
  * activations (ops NULL, w and g NULL): what a checkpoint writer needs to
  * know of a layout. stage_free releases it. */
 int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec, pp_err *e);
+/* The bytes of what stage_create allocates for a stage (built, or
+ * described only), with activations of act_bytes each (pp_act_size): the
+ * sizes it allocates by, added up for pp-init --plan and pp-train's
+ * memory line. */
+typedef struct {
+	int64_t params;  /* the compute copy of the parameters it keeps (the master itself in fp32) */
+	int64_t master;  /* the fp32 master weights beside a compute copy of another type */
+	int64_t grads;   /* fp32 gradients (none for inference) */
+	int64_t slot;    /* each slot: its layers' inputs and kept activations, the stage's
+			  * output, the token ids, the final norm's statistics, the head's input
+			  * gradient, a split backward's stash */
+	int64_t rebuilt; /* the one copy of what the policy rebuilds */
+	int64_t scratch; /* the backward pass's, the head's and the experts' working buffers */
+	int64_t logits;  /* the head's chunk of logits (with keep_logits, each slot's) */
+	int64_t total;   /* all of it: slot counted n_slots times */
+} stage_bytes;
+void stage_sizes(const pp_stage *s, size_t act_bytes, stage_bytes *out);
+
 /* Rows per chunk of the last stage's head and loss: as many rows of V
  * logits of elem bytes as fit in mb MiB (PP_LOSS_CHUNK_MB if 0), rounded
  * down to a multiple of 128 where 128 fit, at least one, at most N. The
@@ -309,95 +323,5 @@ void stage_zero_grad(pp_stage *s);
  * part the stage holds ([w_lo, w_hi)): a collective over tp, called with
  * the same range on every tp rank. */
 int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e);
-
-/* ---- decoding ------------------------------------------------------------
- *
- * A KV cache for a stage holding every layer without tp: B slots, one per
- * sequence, each with its own length, holding per layer the keys and
- * values of positions [0, len[slot]) ((B,Tmax,Hkv*D) per layer, on the
- * stage's device), and the scratch of one cached forward of up to `rows`
- * new rows. A forward runs a range of slots [slot0, slot0 + nseq) with n new
- * tokens each, every sequence at its own position: a prompt prefilled into
- * one slot (nseq 1, n its length) while the others wait, or one token for
- * each of nseq slots of different lengths (a ragged batch step). Positions
- * run to Tmax <= max_seq_len (a sliding window still keeps every position:
- * the kernel skips the old). */
-typedef struct {
-	const pp_ops *ops;
-	int B, Tmax, rows;
-	int *len;           /* (B) host: positions cached per slot */
-	int slot0, nseq, n; /* the forward kv_cache_tokens set; n is 0 after it */
-	size_t kv_bytes;    /* of k and v together */
-	int layers;
-	size_t pos_bytes;   /* of one position's keys (or values) in one layer */
-	/* in the compute type but stat (pp_real) */
-	pp_act *k, *v;      /* (L,B,Tmax,Hkv*D) */
-	pp_act *x[2], *h, *qkv, *att, *mid, *up, *act; /* (rows, ...) scratch */
-	pp_real *stat;      /* (2*rows) norm statistics */
-	pp_act *last;       /* (B,C) each sequence's last new row */
-	pp_act *logits;     /* (nseq,V) after stage_forward_cached */
-	/* on the device and on the host: the positions of the nseq sequences'
-	 * first new tokens, then their (nseq,n) new tokens */
-	int *dev, *host;
-	moe_acts moe;       /* the MoE layers' buffers (one set serves every layer) */
-	moe_scratch moe_sc;
-	bool graphs;        /* record the step of one token per sequence (never with
-			     * experts, whose routing is read on the host) */
-	bool warm;          /* that step ran eagerly, for these slots, since the last other forward */
-	void *graph;        /* that recording, once made */
-	int graph_slot0, graph_nseq; /* the slots of the step warm and graph are for */
-} pp_kv_cache;
-
-/* graphs: record the cached forward of one new token per sequence as a
- * backend graph, once that step has run eagerly, and replay it afterwards
- * for the same slots, where the backend has graphs. rows: the most new rows
- * (nseq * n) one forward takes. */
-int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows, bool graphs,
-		    pp_err *e);
-void kv_cache_free(pp_kv_cache *c);
-
-/* The next n new tokens of the nseq sequences in slots slot0.., tokens
- * (nseq,n) host ints: checked against the vocabulary and each slot's room,
- * and copied to the device with the slots' positions. */
-int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, int slot0, int nseq, const int *tokens,
-		    int n, pp_err *e);
-
-/* Empties slot (a new sequence starts there). */
-void kv_cache_reset(pp_kv_cache *c, int slot);
-/* Moves the sequence in slot `from` to slot `to` (its keys, values and
- * length), so that the busy slots stay contiguous; `from` is left empty. */
-void kv_cache_move(pp_kv_cache *c, int from, int to);
-
-/* Forward of the tokens set by kv_cache_tokens, sequence b at positions
- * len[slot0+b]..+n-1: appends their keys and values to the cache, leaves
- * the logits of each sequence's last new token in c->logits (nseq,V) on the
- * device and advances the slots' lengths. The same layer code as
- * stage_forward; only attention reads the cache. With n == 1 it only issues
- * ops that read the tokens and the positions from the device, so one
- * recorded graph serves every such step of the same slots after the first
- * (c->graphs); any other forward drops the recording, and the step after it
- * runs eagerly again. */
-int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e);
-
-/* Where a product's weights may already be stored in a form decoding reads
- * (a GGUF file's blocks). get, for parameter p (rows of a product, in pp's
- * layout), gives the format (PP_WEIGHTS_*, or -1 for none) and, when out
- * is not NULL, writes its rows so stored there (pp_weights_bytes of them). */
-typedef struct {
-	int (*get)(void *ctx, const pp_param *p, int *fmt, void *out, pp_err *e);
-	void *ctx;
-} stage_stored;
-
-/* Stores the weights of every matrix product (attention, MLP, head) for the
- * products of decoding (ops pack_weight and matmul_packed); the forwards
- * then read those. A product whose parameters all have one stored format
- * in `stored` (may be NULL) takes those bytes as they are; the others are
- * made from the compute copy as fmt (PP_WEIGHTS_F32: the compute copy
- * itself). Errors: a backend without packed products, a width the format
- * does not take (naming the tensor), or memory. For decoding only:
- * training reads the master weights. */
-int stage_pack_weights(pp_stage *s, int fmt, const stage_stored *stored, pp_err *e);
-/* Drops the stored weights: the forwards read the compute copy again. */
-void stage_unpack_weights(pp_stage *s);
 
 #endif

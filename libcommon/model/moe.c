@@ -6,16 +6,9 @@
 #include <string.h>
 
 /* ep ranks; 1 without expert parallelism */
-static int ep_size(const moe_layer *m) { return m->ep ? m->ep->size : 1; }
+static int ep_size(const moe_layer *m) { return m->ep_size > 1 ? m->ep_size : 1; }
 
 size_t moe_rows_max(const moe_layer *m, int N) { return (size_t)N * m->K * ep_size(m); }
-
-static void *dev(const pp_ops *o, size_t n, size_t elem, int *failed)
-{
-	void *p = n ? o->alloc(n * elem) : NULL;
-	*failed |= n && !p;
-	return p;
-}
 
 static void dev_free(const pp_ops *o, void *p)
 {
@@ -23,34 +16,104 @@ static void dev_free(const pp_ops *o, void *p)
 		o->free(p);
 }
 
+/* A device buffer: where its pointer goes, its elements and their bytes. */
+typedef struct {
+	void **p;
+	size_t n, elem;
+} moe_buf;
+
+/* moe_acts' device buffers for N rows (b has room for 16); the count. ym is
+ * y itself without ep, which has no buffer of its own then. */
+static int acts_bufs(moe_acts *t, const moe_layer *m, int N, bool split, size_t A, moe_buf *b)
+{
+	const size_t NK = (size_t)N * m->K, R = moe_rows_max(m, N), I = sizeof(int);
+	const size_t C = m->C, F = m->F, E = m->E, P = ep_size(m), S = sizeof(pp_real);
+	int n = 0;
+	b[n++] = (moe_buf){(void **)&t->logits, N * E, A};
+	b[n++] = (moe_buf){(void **)&t->prob, N * E, S};
+	b[n++] = (moe_buf){(void **)&t->lse, (size_t)N, S};
+	b[n++] = (moe_buf){(void **)&t->gate, NK, S};
+	b[n++] = (moe_buf){(void **)&t->frac, E, S};
+	b[n++] = (moe_buf){(void **)&t->expert, NK, I};
+	b[n++] = (moe_buf){(void **)&t->slot, NK, I};
+	b[n++] = (moe_buf){(void **)&t->rows, NK, I};
+	b[n++] = (moe_buf){(void **)&t->counts, 2 * E, I};
+	b[n++] = (moe_buf){(void **)&t->xs, R * C, A};
+	b[n++] = (moe_buf){(void **)&t->up, R * 2 * F, A};
+	b[n++] = (moe_buf){(void **)&t->act, R * F, A};
+	b[n++] = (moe_buf){(void **)&t->y, R * C, A};
+	if (P > 1) {
+		b[n++] = (moe_buf){(void **)&t->ym, NK * C, A};
+		b[n++] = (moe_buf){(void **)&t->index, 2 * R, I};
+	}
+	if (split) {
+		b[n++] = (moe_buf){(void **)&t->g_y, R * C, A};
+		b[n++] = (moe_buf){(void **)&t->g_up, R * 2 * F, A};
+		b[n++] = (moe_buf){(void **)&t->g_logits, N * E, A};
+	}
+	return n;
+}
+
+static int scratch_bufs(moe_scratch *sc, const moe_layer *m, int N, size_t A, moe_buf *b)
+{
+	const size_t NK = (size_t)N * m->K, R = moe_rows_max(m, N), S = sizeof(pp_real);
+	const size_t C = m->C, F = m->F, E = m->E;
+	int n = 0;
+	b[n++] = (moe_buf){(void **)&sc->d_y, R * C, A};
+	b[n++] = (moe_buf){(void **)&sc->d_up, R * 2 * F, A};
+	b[n++] = (moe_buf){(void **)&sc->d_act, R * F, A};
+	b[n++] = (moe_buf){(void **)&sc->d_xs, R * C, A};
+	b[n++] = (moe_buf){(void **)&sc->d_h, (size_t)N * C, A};
+	b[n++] = (moe_buf){(void **)&sc->d_logits, N * E, A};
+	if (ep_size(m) > 1)
+		b[n++] = (moe_buf){(void **)&sc->sent, (R > NK ? R : NK) * C, A};
+	b[n++] = (moe_buf){(void **)&sc->stats, E + 1, S};
+	b[n++] = (moe_buf){(void **)&sc->dgate, NK, S};
+	return n;
+}
+
+static size_t bufs_bytes(const moe_buf *b, int n)
+{
+	size_t sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += b[i].n * b[i].elem;
+	return sum;
+}
+
+/* Allocates every buffer of b; 0, or -1 when one fails (those done stay, for
+ * the caller's free). */
+static int bufs_alloc(const pp_ops *o, const moe_buf *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (b[i].n && !(*b[i].p = o->alloc(b[i].n * b[i].elem)))
+			return -1;
+	return 0;
+}
+
+size_t moe_acts_bytes(const moe_layer *m, int N, bool split, size_t A)
+{
+	moe_acts t;
+	moe_buf b[16];
+	return bufs_bytes(b, acts_bufs(&t, m, N, split, A, b));
+}
+
+size_t moe_scratch_bytes(const moe_layer *m, int N, size_t A)
+{
+	moe_scratch sc;
+	moe_buf b[16];
+	return bufs_bytes(b, scratch_bufs(&sc, m, N, A, b));
+}
+
 int moe_acts_alloc(moe_acts *t, const moe_layer *m, int N, bool split, pp_err *e)
 {
 	const pp_ops *o = m->ops;
-	const size_t A = pp_act_size(o), NK = (size_t)N * m->K, R = moe_rows_max(m, N);
-	const size_t C = m->C, F = m->F, E = m->E, P = ep_size(m);
-	int failed = 0;
+	const size_t R = moe_rows_max(m, N), P = ep_size(m);
+	moe_buf b[16];
 	memset(t, 0, sizeof *t);
-	t->logits = dev(o, N * E, A, &failed);
-	t->prob = dev(o, N * E, sizeof(pp_real), &failed);
-	t->lse = dev(o, N, sizeof(pp_real), &failed);
-	t->gate = dev(o, NK, sizeof(pp_real), &failed);
-	t->frac = dev(o, E, sizeof(pp_real), &failed);
-	t->expert = dev(o, NK, sizeof(int), &failed);
-	t->slot = dev(o, NK, sizeof(int), &failed);
-	t->rows = dev(o, NK, sizeof(int), &failed);
-	t->counts = dev(o, 2 * E, sizeof(int), &failed);
-	t->xs = dev(o, R * C, A, &failed);
-	t->up = dev(o, R * 2 * F, A, &failed);
-	t->act = dev(o, R * F, A, &failed);
-	t->y = dev(o, R * C, A, &failed);
-	t->ym = P > 1 ? dev(o, NK * C, A, &failed) : t->y;
-	t->index = P > 1 ? dev(o, 2 * R, sizeof(int), &failed) : NULL;
-	if (split) {
-		t->g_y = dev(o, R * C, A, &failed);
-		t->g_up = dev(o, R * 2 * F, A, &failed);
-		t->g_logits = dev(o, N * E, A, &failed);
-	}
-	t->host = calloc(2 * E + (size_t)m->n_local + P * m->n_local + (P > 1 ? 2 * R : 0),
+	int failed = bufs_alloc(o, b, acts_bufs(t, m, N, split, pp_act_size(o), b));
+	if (P == 1)
+		t->ym = t->y;
+	t->host = calloc(2 * (size_t)m->E + (size_t)m->n_local + P * m->n_local + (P > 1 ? 2 * R : 0),
 			 sizeof(int));
 	t->xfer = calloc(4 * P, sizeof(size_t));
 	if (failed || !t->host || !t->xfer) {
@@ -79,20 +142,10 @@ void moe_acts_free(moe_acts *t, const pp_ops *o)
 int moe_scratch_alloc(moe_scratch *sc, const moe_layer *m, int N, pp_err *e)
 {
 	const pp_ops *o = m->ops;
-	const size_t A = pp_act_size(o), NK = (size_t)N * m->K, R = moe_rows_max(m, N);
-	const size_t C = m->C, F = m->F, E = m->E;
-	int failed = 0;
+	moe_buf b[16];
 	memset(sc, 0, sizeof *sc);
-	sc->d_y = dev(o, R * C, A, &failed);
-	sc->d_up = dev(o, R * 2 * F, A, &failed);
-	sc->d_act = dev(o, R * F, A, &failed);
-	sc->d_xs = dev(o, R * C, A, &failed);
-	sc->d_h = dev(o, (size_t)N * C, A, &failed);
-	sc->d_logits = dev(o, N * E, A, &failed);
-	sc->sent = ep_size(m) > 1 ? dev(o, (R > NK ? R : NK) * C, A, &failed) : NULL;
-	sc->stats = dev(o, E + 1, sizeof(pp_real), &failed);
-	sc->dgate = dev(o, NK, sizeof(pp_real), &failed);
-	sc->host = calloc(E + 1, sizeof(pp_real));
+	int failed = bufs_alloc(o, b, scratch_bufs(sc, m, N, pp_act_size(o), b));
+	sc->host = calloc((size_t)m->E + 1, sizeof(pp_real));
 	if (failed || !sc->host) {
 		moe_scratch_free(sc, o);
 		return pp_errorf(e, PP_ERUNTIME, "out of memory for the experts' scratch of %d rows",

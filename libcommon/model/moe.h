@@ -51,6 +51,7 @@ typedef struct {
 	size_t stride;
 	pp_real *g_router, *g_experts; /* the same places in the gradients */
 	pp_comm *ep;         /* the expert-parallel group; NULL: every expert is here */
+	int ep_size;         /* its ranks (1: none), which sizes the buffers */
 	int tp_rank;         /* the router's share of the input gradient is added on tp rank 0 */
 	/* sums a buffer over tp when the experts are split (NULL: tp 1) */
 	int (*tp_sum)(void *ctx, pp_real *buf, size_t n, pp_err *e);
@@ -90,6 +91,11 @@ typedef struct {
 /* The most rows of local experts one forward of N rows may keep: N K, ep
  * times that under expert parallelism. */
 size_t moe_rows_max(const moe_layer *m, int N);
+
+/* Device bytes of moe_acts_alloc's buffers and of moe_scratch_alloc's, for
+ * N rows of A-byte activations: what the allocations are made of. */
+size_t moe_acts_bytes(const moe_layer *m, int N, bool split, size_t A);
+size_t moe_scratch_bytes(const moe_layer *m, int N, size_t A);
 
 /* split: keep the inputs of a deferred weight-gradient pass too. */
 int moe_acts_alloc(moe_acts *t, const moe_layer *m, int N, bool split, pp_err *e);

@@ -23,7 +23,7 @@ static int fsdp_spec(trainer *t, stage_spec *sp, pp_err *e)
 	int rc = stage_describe(&d, &t->cfg->model, sp, e);
 	if (rc)
 		return rc;
-	sp->units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, 0, 0};
+	sp->units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, true, 0, 0};
 	layout_share(d.n_shared, t->lay.fsdp, t->lay.fsdp_rank, &sp->units.lo, &sp->units.hi);
 	stage_free(&d);
 	return 0;

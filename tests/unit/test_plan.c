@@ -381,7 +381,7 @@ static void *counting_alloc(size_t bytes)
 	return pp_ops_cpu.alloc(bytes);
 }
 
-static int64_t stage_bytes(const pp_config *c, int n_slots, pp_err *e)
+static int64_t allocated_bytes(const pp_config *c, int n_slots, pp_err *e)
 {
 	pp_ops ops = pp_ops_cpu;
 	ops.alloc = counting_alloc;
@@ -436,8 +436,8 @@ static void test_recompute_allocations(void)
 			c2.microbatches = 2;
 			c2.global_batch = 4;
 			int rc = plan_memory(&c, &one, &e) || plan_memory(&c2, &two, &e);
-			int64_t s1 = rc ? -1 : stage_bytes(&c, 1, &e);
-			int64_t s2 = s1 < 0 ? -1 : stage_bytes(&c, 2, &e);
+			int64_t s1 = rc ? -1 : allocated_bytes(&c, 1, &e);
+			int64_t s2 = s1 < 0 ? -1 : allocated_bytes(&c, 2, &e);
 			if (s2 < 0 || one.in_flight != 1 || two.in_flight != 2) {
 				snprintf(why, sizeof why, "%s: %.200s (in flight %d, %d)",
 					 pp_recompute_name(p), e.msg, one.in_flight, two.in_flight);

@@ -1,0 +1,267 @@
+/* Private to model/: the stage's internal tables and the layer code that
+ * its files share.
+ *
+ * The files: table.c builds the parameter table (Hugging Face names, tp
+ * slices, FSDP units); sizes.c gives every buffer's size, which stage.c
+ * allocates by and pp-init --plan and pp-train's memory line count;
+ * stage.c holds a stage's lifetime; layer.c one layer's forward, rebuild
+ * and backward; pass.c a microbatch's forward and backward through the
+ * stage with the head and the loss; kvcache.c decoding's cached forward;
+ * packed.c decoding's stored weights; moe.c the mixture-of-experts MLP;
+ * optim.c AdamW. */
+#ifndef PP_MODEL_INTERNAL_H
+#define PP_MODEL_INTERNAL_H
+
+#include "../config/hparams.h"
+#include "kvcache.h"
+#include "model.h"
+#include "moe.h"
+
+/* Shapes below are this rank's: N = B*T rows, C = d_model, D = head_dim,
+ * Hq and Hkv local heads, QKV = (Hq+2Hkv)*D, HD = Hq*D, F local mlp width,
+ * UP = 2F (gated) or F, V local vocab, L = layers of this stage.
+ *
+ * Tensor parallelism follows Megatron: q/k/v and gate/up (or c_fc) are
+ * column-parallel (each rank holds a block of output rows), o and down are
+ * row-parallel (a block of input columns, outputs summed across tp), the
+ * embedding and the head are vocabulary-parallel. Norms and the biases of
+ * row-parallel products are replicated; their gradients come out identical
+ * on every rank because their inputs are. */
+
+/* Indices of one layer's tensors in params[] (-1 if absent). A MoE layer
+ * has a router and experts (expert0: the first local expert's w1) in place
+ * of up and down; dense and moe number the layers of each kind in the
+ * stage (-1 for the other kind): they index the saved activations. */
+typedef struct {
+	int norm1_w, norm1_b, qkv_w, qkv_b, o_w, o_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
+	int router_w, expert0;
+	int dense, moe;
+} layer_index;
+
+/* Saved activations of one microbatch. A per-layer buffer holds L copies
+ * (Ld of the dense layers, Lm of the MoE layers) when the recompute policy
+ * keeps it (stage_saved_acts), else none: the stage's rebuilt set holds its
+ * one copy, which the backward pass rebuilds layer by layer. Activations
+ * are in the compute type (pp_act), statistics in pp_real; the means are
+ * layernorm's only. */
+typedef struct {
+	pp_act *res;                   /* (L+1, N, C) input of each layer, then the stage output */
+	pp_act *h1;                    /* (L, N, C) */
+	pp_real *mean1, *rstd1;        /* (L, N), (L, N) */
+	pp_act *qkv;                   /* (L, N, QKV) after rope */
+	pp_act *att;                   /* (L, N, HD) */
+	pp_real *lse;                  /* (L, B, Hq, T) */
+	pp_act *mid;                   /* (L, N, C) residual after attention */
+	pp_act *h2;                    /* (L, N, C) */
+	pp_real *mean2, *rstd2;        /* (L, N), (L, N) */
+	pp_act *up;                    /* (Ld, N, UP) gate|up, or before gelu: dense layers */
+	pp_act *act;                   /* (Ld, N, F) */
+	moe_acts *moe;                 /* (n_moe) the MoE layers' */
+	int n_moe;                     /* Lm, 1 or 0 */
+	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
+	pp_act *dhf;                   /* (N, C) gradient of the head's input, from a training
+					* forward (partial over tp until stage_backward sums it) */
+	pp_act *logits;                /* (N, V) with spec.keep_logits; dlogits after a training forward */
+	/* split backward: gradients the weight part consumes, (L, ...) each */
+	pp_act *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
+	int *tok, *tgt;                /* (N) device copies; tok local to the vocab shard */
+	int has_grad;                  /* forward kept dlogits */
+	int has_input_grad;            /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
+} slot_acts;
+
+struct pp_stage_acts {
+	slot_acts *slot;
+	/* one copy of what the recompute policy does not keep: only one layer
+	 * is rebuilt at a time, whichever slot it belongs to (per-layer
+	 * buffers only) */
+	slot_acts rebuilt;
+	layer_index *layer;            /* (L) */
+	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
+	/* backward scratch, shared by all slots */
+	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
+	pp_real *replica;              /* kv heads shared over tp: one slot per head of the largest */
+	int n_dense, n_moe;            /* layers of each kind */
+	moe_scratch moe_sc;            /* the MoE layers' scratch, shared by all slots */
+	/* the last stage's head and loss, shared by all slots */
+	int loss_rows;                 /* R: rows per chunk */
+	pp_act *hf;                    /* (N, C) final norm output */
+	pp_real *losses;               /* (N) */
+	pp_act *logits;                /* (R, V) one chunk, unless spec.keep_logits */
+	double *host;                  /* (3N) */
+	int *host_ids;                 /* (N) */
+	pp_real *host_real;            /* (2N) */
+};
+
+/* ---- parameter table -------------------------------------------------- */
+
+/* Pointers into one layer's saved activations (a MoE layer: moe in place
+ * of up and act). */
+typedef struct {
+	pp_act *x, *h1, *qkv, *att, *mid, *h2, *up, *act, *out;
+	pp_real *mean1, *rstd1, *lse, *mean2, *rstd2;
+	pp_act *g_out, *g_up, *g_mid, *g_qkv;
+	moe_acts *moe;
+	moe_scratch *moe_sc;
+} layer_acts;
+
+/* Where a layer's attention finds its keys and values: in the T rows of
+ * the microbatch itself (training, NULL), or in a KV cache (decoding) that
+ * the rows of sequence b, at positions pos[b].. (device memory), are
+ * appended to: its slot's (Tmax,Hkv*D) entries start at k + b * Tmax*Hkv*D. */
+typedef struct {
+	pp_act *k, *v; /* this layer's, from the first sequence's slot */
+	int Tmax;
+	const int *pos; /* (B) */
+} layer_kv;
+
+#define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* count elements of elem bytes each (none: NULL, not a failure) */
+static inline void *alloc_elems(const pp_ops *ops, size_t count, size_t elem, int *failed)
+{
+	void *p = count ? ops->alloc(count * elem) : NULL;
+	*failed |= count && !p;
+	return p;
+}
+
+/* Buffers of counts[i] activations (compute type) or pp_real each; -1 if
+ * one fails (those done stay allocated, for the caller's cleanup). */
+static inline int alloc_acts(const pp_ops *ops, pp_act **ptrs[], const size_t counts[], int n)
+{
+	int failed = 0;
+	for (int i = 0; i < n && !failed; i++)
+		*ptrs[i] = alloc_elems(ops, counts[i], pp_act_size(ops), &failed);
+	return failed ? -1 : 0;
+}
+
+static inline int alloc_reals(const pp_ops *ops, pp_real **ptrs[], const size_t counts[], int n)
+{
+	int failed = 0;
+	for (int i = 0; i < n && !failed; i++)
+		*ptrs[i] = alloc_elems(ops, counts[i], sizeof(pp_real), &failed);
+	return failed ? -1 : 0;
+}
+
+/* Parameter (its compute copy) or gradient pointer by table index (NULL for -1). */
+static inline pp_act *W(const pp_stage *s, int i)
+{
+	if (i < 0)
+		return NULL;
+	if (!s->unit_w)
+		return pp_act_at(s->ops, s->wc, s->params[i].off);
+	const int u = s->param_unit[i];
+	return pp_act_at(s->ops, s->unit_w[u], s->params[i].off - s->unit_lo[u]);
+}
+
+static inline pp_real *G(const pp_stage *s, int i)
+{
+	if (i < 0)
+		return NULL;
+	if (!s->unit_g)
+		return s->g + s->params[i].off;
+	const int u = s->param_unit[i];
+	return s->unit_g[u] + (s->params[i].off - s->unit_lo[u]);
+}
+
+/* FSDP (stage_units): unit u is needed now, and next after it. */
+static inline int unit_use(pp_stage *s, int u, int next, bool grads, pp_err *e)
+{
+	const stage_units *h = &s->spec.units;
+	return h->use ? h->use(h->ctx, s, u, next, grads, e) : 0;
+}
+
+static inline int unit_done(pp_stage *s, int u, pp_err *e)
+{
+	const stage_units *h = &s->spec.units;
+	return h->done ? h->done(h->ctx, s, u, e) : 0;
+}
+
+/* The bias of a row-parallel product is added once: on tp rank 0. */
+static inline pp_act *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0 ? W(s, i) : NULL; }
+
+/* Sums a partial activation across the tp group (a no-op without tp). */
+static inline int tp_sum(const pp_stage *s, pp_act *buf, size_t n, pp_err *e)
+{
+	const pp_tp *tp = &s->spec.tp;
+	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, s->ops->act_type, PP_REDUCE_SUM, e) : 0;
+}
+
+/* The activation function of a model's gated MLP (kernels' PP_ACT_*). */
+static inline int stage_act_kind(const pp_model_cfg *m)
+{
+	return m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH;
+}
+
+/* sizes.c: element counts of a stage's buffers, indexed as stage.c lists
+ * their pointers. */
+enum { LA_H1, LA_QKV, LA_ATT, LA_MID, LA_H2, LA_UP, LA_ACT, LA_NACT };   /* compute type */
+enum { LR_MEAN1, LR_RSTD1, LR_LSE, LR_MEAN2, LR_RSTD2, LR_NREAL };        /* pp_real */
+/* A set of per-layer activations (slot_acts' h1 .. act, their statistics,
+ * and n_moe MoE layers' moe_acts). */
+typedef struct {
+	size_t act[LA_NACT], real[LR_NREAL];
+	int n_moe;
+} layer_counts;
+enum { SA_RES, SA_DHF, SA_LOGITS, SA_G_OUT, SA_G_UP, SA_G_MID, SA_G_QKV, SA_NACT };
+enum { SR_MEANF, SR_RSTDF, SR_NREAL };
+enum { SI_TOK, SI_TGT, SI_NINT };
+/* One slot: its own buffers and the layers' activations it keeps. */
+typedef struct {
+	size_t act[SA_NACT], real[SR_NREAL], ints[SI_NINT];
+	layer_counts kept;
+} slot_counts;
+enum { SC_D_RES, SC_D_H, SC_D_ATT, SC_D_QKV, SC_D_UP, SC_D_ACT, SC_HF, SC_LOGITS, SC_NACT };
+enum { SCR_CE, SCR_LOSSES, SCR_REPLICA, SCR_NREAL };
+/* What the stage shares between its slots: backward scratch, the head's,
+ * and the one rebuilt copy of what the policy does not keep. */
+typedef struct {
+	size_t act[SC_NACT], real[SCR_NREAL];
+	layer_counts rebuilt;
+} scratch_counts;
+
+/* The kinds in which (PP_SAVE_*) of every layer, or with one a single copy
+ * of each kind (the rebuilt set). */
+void stage_layer_counts(const pp_stage *s, unsigned which, bool one, layer_counts *c);
+void stage_slot_counts(const pp_stage *s, slot_counts *c);
+void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c);
+/* Rows per chunk of the head and loss for activations of act_bytes. */
+int stage_loss_rows_of(const pp_stage *s, size_t act_bytes);
+/* The MoE MLP's dimensions as this rank holds it (no weights). */
+moe_layer stage_moe_dims(const pp_stage *s);
+
+/* table.c */
+/* The parameter table of s (params, n_params, n_elems, n_shared) and a's
+ * indices into it. */
+void stage_build_table(pp_stage *s, pp_stage_acts *a);
+/* FSDP's units (stage_units): their bounds, each parameter's unit, and the
+ * part of the buffer this rank keeps (w_lo, w_hi). */
+int stage_describe_units(pp_stage *s, pp_err *e);
+
+/* layer.c */
+/* Pointers into slot sa's activations of layer l (or the rebuilt set's). */
+layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l);
+/* out (N,OC) = inp (N,C) @ weight wi ^T + bias, from the weights stored for
+ * decoding where the stage has them (stage_pack_weights) */
+void layer_linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, const pp_act *bias,
+		  int N, int C, int OC);
+/* The stage's norm (rmsnorm or layernorm, weights wi and bi) over N rows of
+ * (N,C), forward and backward. */
+void layer_norm_fwd(const pp_stage *s, int N, pp_act *out, pp_real *mean, pp_real *rstd,
+		    const pp_act *x, int wi, int bi);
+void layer_norm_bwd(const pp_stage *s, pp_act *dx, const pp_act *dout, const pp_act *x,
+		    const pp_real *mean, const pp_real *rstd, int wi, int bi);
+/* The MoE MLP of layer li as this rank holds it (moe.h). */
+moe_layer layer_moe(const pp_stage *s, const layer_index *li);
+/* One layer over B sequences of T rows (t's buffers hold B*T rows); kv:
+ * decoding's cache, NULL in training; moe: adds the MoE losses (may be
+ * NULL). */
+int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, int B, int T,
+		  const layer_kv *kv, moe_losses *moe, pp_err *e);
+/* Rebuilds what the recompute policy did not keep of layer li. */
+int layer_rebuild(const pp_stage *s, const layer_index *li, const layer_acts *t, pp_err *e);
+/* a->d_res holds dL/d(layer output) on entry and dL/d(layer input) on exit. */
+int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t, int part,
+		   pp_err *e);
+
+#endif
