@@ -86,9 +86,10 @@ typedef struct {
 	int (*use)(void *ctx, struct pp_stage *s, int u, int next, bool grads, pp_err *e);
 	int (*done)(void *ctx, struct pp_stage *s, int u, pp_err *e);
 	void *ctx;
-	bool sharded;  /* the stage keeps [lo, hi) only (FSDP); set with the hooks, or
-			* alone to describe such a stage */
-	size_t lo, hi; /* the elements this rank keeps */
+	/* the fsdp group: the stage keeps rank's share of its buffer
+	 * (layout_share); size 0 or 1 keeps all of it. Set with the hooks, or
+	 * alone to describe such a stage. */
+	int size, rank;
 } stage_units;
 
 typedef struct {

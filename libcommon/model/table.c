@@ -249,12 +249,12 @@ int stage_describe_units(pp_stage *s, pp_err *e)
 		s->param_unit[i] = u;
 	}
 	const stage_units *un = &s->spec.units;
-	s->w_lo = un->sharded ? un->lo : 0;
-	s->w_hi = un->sharded ? un->hi : s->n_elems;
-	if (un->sharded && (s->n_elems != s->n_shared || un->lo > un->hi || un->hi > s->n_elems))
-		return pp_errorf(e, PP_EUSAGE,
-				 "fsdp: shard [%zu, %zu) of a stage of %zu parameters%s", un->lo,
-				 un->hi, s->n_elems, s->n_elems != s->n_shared ? " with experts" : "");
+	s->w_lo = 0;
+	s->w_hi = s->n_elems;
+	if (un->size > 1 && s->n_elems != s->n_shared)
+		return pp_errorf(e, PP_EUSAGE, "fsdp: a stage with experts cannot be sharded");
+	if (un->size > 1)
+		layout_share(s->n_shared, un->size, un->rank, &s->w_lo, &s->w_hi);
 	return 0;
 }
 

@@ -5,10 +5,23 @@
 
 #include "../config/layout.h"
 
-
 static size_t unit_len(const pp_stage *s, int u) { return s->unit_lo[u + 1] - s->unit_lo[u]; }
 
 static bool held_unit(const pp_stage *s, int u) { return u == 0 || u == s->n_units - 1; }
+
+void fsdp_sizes(const pp_stage *chunks, int v, size_t act_bytes, fsdp_bytes *out)
+{
+	size_t most = 0, held = 0;
+	for (int k = 0; k < v; k++) {
+		const pp_stage *s = &chunks[k];
+		for (int u = 0; u < s->n_units; u++) {
+			most = unit_len(s, u) > most ? unit_len(s, u) : most;
+			held += held_unit(s, u) ? unit_len(s, u) : 0;
+		}
+	}
+	*out = (fsdp_bytes){most, (int64_t)(FSDP_BUFS * most * act_bytes),
+			    (int64_t)((2 * FSDP_GBUFS * most + held) * sizeof(pp_real))};
+}
 
 static int chunk_of(const fsdp *f, const pp_stage *s)
 {
@@ -185,12 +198,11 @@ int fsdp_init(fsdp *f, pp_stage *chunks, int v, pp_comm *comm, pp_comm *rep, con
 	f->counts = calloc((size_t)f->size, sizeof *f->counts);
 	if (!f->chunks || !f->counts)
 		goto oom;
-	for (int k = 0; k < v; k++) {
-		pp_stage *s = &chunks[k];
-		f->chunks[k].st = s;
-		for (int u = 0; u < s->n_units; u++)
-			f->unit_max = unit_len(s, u) > f->unit_max ? unit_len(s, u) : f->unit_max;
-	}
+	fsdp_bytes sz;
+	fsdp_sizes(chunks, v, pp_act_size(ops), &sz);
+	f->unit_max = sz.unit_max;
+	for (int k = 0; k < v; k++)
+		f->chunks[k].st = &chunks[k];
 	for (int i = 0; i < FSDP_BUFS; i++)
 		if (!(f->buf[i].data = ops->alloc(f->unit_max * pp_act_size(ops) + 1)))
 			goto oom;

@@ -79,11 +79,22 @@ typedef struct {
 int fsdp_use(void *ctx, pp_stage *s, int u, int next, bool grads, pp_err *e);
 int fsdp_done(void *ctx, pp_stage *s, int u, pp_err *e);
 
-/* Over chunks (v) built with those hooks and, as their stage_units.lo and
- * hi, the shares layout_share gives comm's ranks; rep may be NULL. */
+/* Over chunks (v) built with those hooks and comm's size and rank as their
+ * stage_units' (each keeps the share layout_share gives it); rep may be
+ * NULL. */
 int fsdp_init(fsdp *f, pp_stage *chunks, int v, pp_comm *comm, pp_comm *rep, const pp_ops *ops,
 	      pp_err *e);
 void fsdp_free(fsdp *f);
+
+/* The working set fsdp_init allocates beside the shares of chunks (v): the
+ * largest unit's elements, FSDP_BUFS gathered units of it in the compute
+ * type (act_bytes each), and in fp32 FSDP_GBUFS pairs of gradient buffers
+ * of it with the embedding's and the head's whole gradients. */
+typedef struct {
+	size_t unit_max;
+	int64_t gathered, grad_buffers;
+} fsdp_bytes;
+void fsdp_sizes(const pp_stage *chunks, int v, size_t act_bytes, fsdp_bytes *out);
 
 /* Chunk k's held gradients of unit 0 (which == 0) or of its last unit. */
 pp_real *fsdp_held_grad(fsdp *f, int k, int which);

@@ -10,9 +10,11 @@
  *         MoE layers: E copies of the MLP + router (E x C, replicated)
  * plus wte (V x C, vocab-parallel), wpe (max_seq_len x C, replicated) for
  * learned positions, final norm, head (V x C, vocab-parallel) unless tied.
- * Under tp every rank holds ceil(Hq/tp) query heads, ceil(Hkv/tp) kv heads
- * (kv heads are replicated when Hkv < tp), ceil(F/tp) MLP columns and
- * ceil(V/tp) vocabulary rows; norms are replicated. */
+ *
+ * Those counts are of the whole model. What one rank holds and allocates
+ * is not counted here: the plan describes each of its chunks as the
+ * trainer would build it (its layout, stage_describe) and adds up the
+ * sizes stage_create allocates by (stage_sizes, fsdp_sizes). */
 #include "plan.h"
 
 #include <jansson.h>
@@ -23,6 +25,7 @@
 #include "../config/layout.h"
 #include "../model/model.h"
 #include "../parallel/fsdp.h"
+#include "../parallel/gradsync.h"
 
 /* The model's dimensions with defaults resolved. */
 typedef struct {
@@ -50,13 +53,11 @@ static void shape_of(const pp_model_cfg *m, shape *s)
 	s->learned_pos = m->pos == PP_POS_LEARNED;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Number of MoE layers among [0, n): i is MoE iff i % every == every - 1. */
 static int64_t moe_below(const shape *s, int64_t n) { return s->E ? n / s->every : 0; }
 
-/* One layer's parameters on one tp and ep rank (tp = ep = 1: the whole
- * layer). */
+/* One layer's parameters. */
 typedef struct {
 	int64_t attn_mat, attn_bias;
 	int64_t mlp_mat, mlp_bias; /* one MLP (one expert) */
@@ -64,15 +65,15 @@ typedef struct {
 	int64_t router, norms;
 } layer_parts;
 
-static void layer_parts_of(const shape *s, bool moe, int64_t tp, int64_t ep, layer_parts *p)
+static void layer_parts_of(const shape *s, bool moe, layer_parts *p)
 {
-	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
+	int64_t hq = s->Hq, hkv = s->Hkv, f = s->F;
 	int64_t C = s->C, D = s->D;
 	p->attn_mat = (hq + 2 * hkv) * D * C + C * hq * D;
 	p->attn_bias = s->bias ? (hq + 2 * hkv) * D + C : 0;
 	p->mlp_mat = (s->gated ? 3 : 2) * f * C;
 	p->mlp_bias = s->bias ? (s->gated ? 2 * f : f) + C : 0;
-	p->n_mlp = moe ? s->E / ep : 1;
+	p->n_mlp = moe ? s->E : 1;
 	p->router = moe ? s->E * C : 0;
 	p->norms = 2 * (s->layernorm ? 2 * C : C);
 }
@@ -88,8 +89,8 @@ void plan_param_count(const pp_model_cfg *m, plan_counts *out)
 	shape s;
 	shape_of(m, &s);
 	layer_parts dense, moe;
-	layer_parts_of(&s, false, 1, 1, &dense);
-	layer_parts_of(&s, true, 1, 1, &moe);
+	layer_parts_of(&s, false, &dense);
+	layer_parts_of(&s, true, &moe);
 	int64_t n_moe = moe_below(&s, s.L), n_dense = s.L - n_moe;
 	int64_t final_norm = s.layernorm ? 2 * s.C : s.C;
 
@@ -152,193 +153,88 @@ static int check_layout(const pp_config *c, pp_err *e)
 	return PP_OK;
 }
 
-/* Saved activations of one layer for one microbatch on one tp rank, bytes,
- * of the kinds in which (PP_SAVE_*, model.h) but its input x (B T C, kept
- * whatever the recompute policy). A standard implementation keeps, in the
- * training dtype (b bytes):
- *   n1     norm1 output (qkv input)             B T C        NORM1
- *   qkv    after RoPE (attention input)         B T (hq + 2 hkv) D   QKV
- *   att    attention output (o input)           B T hq D     ATT
- *   x2     residual after attention             B T C        MID
- *   n2     norm2 output (MLP input)             B T C        NORM2
- *   up     fc / gate+up output                  B T f (gelu) or B T 2f (gated)  UP
- *   act    activation output (down input)       B T f        ACT
- * and in fp32: each norm's statistics (rstd, + mean for layernorm) B T,
- * with its output; the attention log-sum-exp B hq T, with att. Residual
- * and norm tensors are full on every tp rank (no sequence parallelism); hq,
- * hkv, f are tp slices.
- * MoE (dropless), MOE in place of UP and ACT: each token's K expert MLPs
- * keep up and act (K times the dense figure), plus its K dispatched copies
- * of n2 (B T K C) and the router probabilities (B T E, fp32). */
-static int64_t layer_act_bytes(const shape *s, bool moe, int64_t tp, int64_t B, int64_t T,
-			       int64_t b, unsigned which)
-{
-	int64_t hq = ceil_div(s->Hq, tp), hkv = ceil_div(s->Hkv, tp), f = ceil_div(s->F, tp);
-	int64_t BT = B * T, mlp = BT * ((s->gated ? 2 : 1) * f + f) * b;
-	int64_t stats = BT * (s->layernorm ? 2 : 1) * 4;
-	int64_t bytes = 0;
-	if (which & PP_SAVE_NORM1)
-		bytes += BT * s->C * b + stats;
-	if (which & PP_SAVE_QKV)
-		bytes += BT * (hq + 2 * hkv) * s->D * b;
-	if (which & PP_SAVE_ATT)
-		bytes += BT * hq * s->D * b + B * hq * T * 4;
-	if (which & PP_SAVE_MID)
-		bytes += BT * s->C * b;
-	if (which & PP_SAVE_NORM2)
-		bytes += BT * s->C * b + stats;
-	if (!moe && (which & PP_SAVE_UP))
-		bytes += BT * (s->gated ? 2 : 1) * f * b;
-	if (!moe && (which & PP_SAVE_ACT))
-		bytes += BT * f * b;
-	if (moe && (which & PP_SAVE_MOE))
-		bytes += s->K * mlp + BT * s->K * s->C * b + BT * s->E * 4;
-	return bytes;
-}
-
-/* The one copy of the activations of the kinds in which that a chunk of
- * n_dense dense and n_moe MoE layers rebuilds in its backward pass: the
- * attention's, and each kind of MLP's it has (model.c's rebuilt set). */
-static int64_t rebuilt_bytes(const shape *s, int64_t n_dense, int64_t n_moe, int64_t tp,
-			     int64_t B, int64_t T, int64_t b, unsigned which)
-{
-	const unsigned mlp = PP_SAVE_UP | PP_SAVE_ACT | PP_SAVE_MOE;
-	if (!n_dense && !n_moe)
-		return 0;
-	return layer_act_bytes(s, false, tp, B, T, b, which & ~mlp) +
-	       (n_dense ? layer_act_bytes(s, false, tp, B, T, b, which & mlp) : 0) +
-	       (n_moe ? layer_act_bytes(s, true, tp, B, T, b, which & mlp) : 0);
-}
-
 int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e)
 {
 	if (check_layout(c, e))
 		return e ? e->code : PP_EUSAGE;
 	if (rank < 0 || rank >= c->pp)
 		return pp_errorf(e, PP_EUSAGE, "plan: pp rank %d outside 0..%d", rank, c->pp - 1);
-	shape s;
-	shape_of(&c->model, &s);
-	const int64_t pp = c->pp, tp = c->tp, v = c->virtual_stages, m = c->microbatches;
-	const int64_t B = c->microbatch, T = c->seq_len, b = dtype_bytes(c->dtype);
-	/* what the runtime keeps: a microbatch's saved state lives from its
-	 * forward until its backward, under zbh1 until its weight gradient */
-	const int64_t in_flight = schedule_peak_held_theory(c->schedule, c->pp, c->virtual_stages,
-							     c->microbatches, rank);
-
-	layer_parts dense, moe;
-	layer_parts_of(&s, false, tp, 1, &dense);
-	layer_parts_of(&s, true, tp, c->ep > 0 ? c->ep : 1, &moe);
-	/* The recompute policy keeps each layer's input and the kinds in kept
-	 * for every chunk-microbatch in flight; each chunk holds one copy of
-	 * the rest, which its backward pass rebuilds layer by layer. */
-	const unsigned kept = stage_saved_acts(c->recompute), rebuilt = PP_SAVE_ALL & ~kept;
-	const int64_t dense_act = B * T * s.C * b + layer_act_bytes(&s, false, tp, B, T, b, kept);
-	const int64_t moe_act = B * T * s.C * b + layer_act_bytes(&s, true, tp, B, T, b, kept);
-
+	/* the first rank of the pp rank's data and tp groups: the one with the
+	 * largest shares (layout_share rounds up) and the first ep group */
+	pp_layout l;
+	int rc = layout_build(&l, c, layout_rank_of(c, rank, 0, 0), e);
+	if (rc)
+		return rc;
+	const int64_t m = c->microbatches, b = dtype_bytes(c->dtype), R = sizeof(pp_real);
+	const int fsdp = c->fsdp;
 	memset(out, 0, sizeof *out);
 	out->rank = rank;
-	out->chunks = (int)v;
+	out->chunks = l.v;
 	out->first = rank == 0;
-	out->last = rank == pp - 1;
-	out->in_flight = (int)in_flight;
-	out->peak_act = schedule_peak_act_theory(c->schedule, c->pp, c->virtual_stages,
-						 c->microbatches, rank);
-	out->peak_wstash = schedule_peak_wstash_theory(c->schedule, c->pp, c->virtual_stages,
-						       c->microbatches, rank);
+	out->last = rank == c->pp - 1;
+	/* what the runtime keeps: a microbatch's saved state lives from its
+	 * forward until its backward, under a split backward until its weight
+	 * gradient */
+	out->in_flight = schedule_peak_held_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
+	out->peak_act = schedule_peak_act_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
+	out->peak_wstash = schedule_peak_wstash_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
 
-	/* The first chunk of stage 0: wte (vocab-parallel) and wpe
-	 * (replicated). The last chunk of the last stage: final norm and head; a
-	 * tied head is the wte itself on a single stage and a copy of it on the
-	 * last stage when pp > 1 (kept in sync by an all-reduce of the two
-	 * gradients, as Megatron does). */
-	const int64_t vocab_rows = ceil_div(s.V, tp) * s.C;
-	const int64_t embed = vocab_rows + (s.learned_pos ? s.max_seq * s.C : 0);
-	const int64_t head = (s.layernorm ? 2 * s.C : s.C) + (s.tied && pp == 1 ? 0 : vocab_rows);
-
-	/* Per chunk: parameters, kept activations, rebuilt set; kept
-	 * activations take the largest chunk of the rank (exact for v = 1). */
-	int64_t count = 0, chunk_params_max = 0, chunk_act_max = 0, rebuilt_sum = 0;
-	int64_t experts = 0, chunk_experts_max = 0;
-	/* fsdp: the shares of each chunk, the largest unit, the held units */
-	const int64_t fsdp = c->fsdp > 0 ? c->fsdp : 1, norm_f = s.layernorm ? 2 * s.C : s.C;
-	int64_t shares = 0, unit_max = 0, held = 0;
-	const int64_t layer_experts = moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
-	for (int64_t j = 0; j < v; j++) {
-		int lb, le;
-		layout_chunk_layers(c, (int)(j * pp + rank), &lb, &le);
-		int64_t n_moe = moe_below(&s, le) - moe_below(&s, lb), n = le - lb;
-		int64_t n_dense = n - n_moe;
-		int64_t params = n_dense * layer_total(&dense) + n_moe * layer_total(&moe) +
-				 (out->first && j == 0 ? embed : 0) +
-				 (out->last && j == v - 1 ? head : 0);
-		count += params;
-		experts += n_moe * layer_experts;
-		shares += ceil_div(params, fsdp);
-		const int64_t units[] = {
-			n_dense ? layer_total(&dense) : 0, n_moe ? layer_total(&moe) : 0,
-			out->first && j == 0 ? embed : 0,
-			/* the last chunk: the final norm with an untied head; a tied
-			 * head's copy of the embedding is a unit of its own */
-			out->last && j == v - 1 ? norm_f + (s.tied ? 0 : vocab_rows) : 0,
-			out->last && j == v - 1 && s.tied && pp > 1 ? vocab_rows : 0};
-		for (size_t u = 0; u < sizeof units / sizeof *units; u++)
-			unit_max = units[u] > unit_max ? units[u] : unit_max;
-		held += (out->first && j == 0 ? embed : 0) + (out->last && j == v - 1 ? head : 0);
-		if (params - n_moe * layer_experts > chunk_params_max)
-			chunk_params_max = params - n_moe * layer_experts;
-		if (n_moe * layer_experts > chunk_experts_max)
-			chunk_experts_max = n_moe * layer_experts;
-		int64_t act = n_dense * dense_act + n_moe * moe_act;
-		if (act > chunk_act_max)
-			chunk_act_max = act;
-		rebuilt_sum += rebuilt_bytes(&s, n_dense, n_moe, tp, B, T, b, rebuilt);
-		out->layers += (int)n;
+	pp_stage st[LAYOUT_MAX_CHUNKS];
+	int built = 0;
+	int64_t adam = 0, gather = 0;
+	for (int k = 0; k < l.v && !rc; k++, built++) {
+		stage_spec sp = stage_spec_of(c, &l, k);
+		sp.units = (stage_units){.size = fsdp, .rank = l.fsdp_rank};
+		if ((rc = stage_describe(&st[k], &c->model, &sp, e)))
+			break;
+		stage_bytes sb;
+		stage_sizes(&st[k], (size_t)b, &sb);
+		out->layers += st[k].layer_end - st[k].layer_begin;
+		out->param_count += (int64_t)st[k].n_elems;
+		out->params += sb.params;
+		out->grads += sb.grads;
+		out->optimizer += sb.master;
+		out->activations += st[k].n_slots * sb.slot + sb.rebuilt;
+		out->scratch += sb.scratch;
+		out->logits += sb.logits;
+		/* AdamW's m and v of the ranges this rank updates (ZeRO-1, fsdp:
+		 * its shares; data rank 0's are the largest) */
+		optim_ranges r;
+		if (fsdp > 1)
+			gradsync_ranges(&st[k], true, fsdp, l.fsdp_rank, 1, &r);
+		else
+			gradsync_ranges(&st[k], c->shard_optimizer && l.data > 1, l.data, l.data_rank,
+					l.ep, &r);
+		adam += (int64_t)optim_ranges_count(&r) * 2 * R;
+		const size_t n = gradsync_gather_len(st[k].n_shared, st[k].n_elems - st[k].n_shared,
+						     l.data, l.ep);
+		gather = (int64_t)n > gather ? (int64_t)n : gather;
 	}
-	out->param_count = count;
-	/* The weights the products read, in the training dtype. */
-	out->params = count * b;
-	/* Gradients accumulate over microbatches in fp32 whatever the dtype. */
-	out->grads = count * 4;
-	/* AdamW: m and v in fp32 (8 bytes), which ZeRO-1 splits over the ranks
-	 * that hold the same parameters (dp; for the experts, the dp / ep
-	 * holding the same experts), and under bf16 the fp32 master weights
-	 * (4), which every dp rank keeps whole (it updates its share, then
-	 * gathers the rest into one fp32 buffer of every share and its own,
-	 * sized for the largest chunk's region). */
-	const bool zero1 = c->shard_optimizer && c->dp > 1;
-	const int64_t edp = c->dp / (c->ep > 0 ? c->ep : 1), shared = count - experts;
-	int64_t gather = ceil_div(chunk_params_max, c->dp) * (c->dp + 1);
-	if (ceil_div(chunk_experts_max, edp) * (edp + 1) > gather)
-		gather = ceil_div(chunk_experts_max, edp) * (edp + 1);
-	out->optimizer = (zero1 ? ceil_div(shared, c->dp) + ceil_div(experts, edp) : count) * 8 +
-			 (b < 4 ? count * 4 : 0) + (zero1 ? gather * 4 : 0);
-	if (fsdp > 1) {
-		/* fsdp keeps the shares of everything, and gathers one unit at a time */
-		out->params = shares * b;
-		out->grads = shares * 4;
-		out->optimizer = shares * 8 + (b < 4 ? shares * 4 : 0);
-		out->unit_max = unit_max;
-		out->gathered = FSDP_BUFS * unit_max * b;
-		out->grad_buffers = (2 * FSDP_GBUFS * unit_max + held) * 4;
-		const double part = (double)(fsdp - 1) / (double)fsdp;
-		out->fsdp_gather = (int64_t)(2.0 * (double)m * (double)count * (double)b * part);
-		out->fsdp_reduce = (int64_t)(((double)m * (double)(count - held) + (double)held) * 4.0 * part);
-		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)shares * 4.0 * (double)(c->dp - 1) / c->dp) : 0;
+	if (!rc && fsdp > 1) {
+		fsdp_bytes f;
+		fsdp_sizes(st, l.v, (size_t)b, &f);
+		out->unit_max = (int64_t)f.unit_max;
+		out->gathered = f.gathered;
+		out->grad_buffers = f.grad_buffers;
+		/* the bytes each rank sends per step (about what it receives):
+		 * every unit all-gathered for each microbatch's forward and
+		 * backward, the layers' gradients reduce-scattered per microbatch
+		 * (the embedding's and head's once a step), the shares summed
+		 * over dp */
+		int64_t whole = (f.grad_buffers / R) - 2 * FSDP_GBUFS * (int64_t)f.unit_max;
+		const double part = (double)(fsdp - 1) / (double)fsdp, count = (double)out->param_count;
+		out->fsdp_gather = (int64_t)(2.0 * (double)m * count * (double)b * part);
+		out->fsdp_reduce = (int64_t)(((double)m * (count - (double)whole) + (double)whole) * 4.0 * part);
+		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)(out->params / b) * 4.0 * (double)(c->dp - 1) / c->dp) : 0;
 	}
-
-	out->activations = in_flight * chunk_act_max + rebuilt_sum;
-	/* The head and the loss run over chunks of rows: one (R, V/tp) chunk of
-	 * logits in the training dtype, shared by all microbatches. What a
-	 * microbatch keeps from its forward to its backward is the gradient of
-	 * the head's input (B, T, C): m of them under gpipe, else 1 (the last
-	 * stage runs each microbatch's backward right after its forward). */
-	if (out->last) {
-		int64_t V = ceil_div(s.V, tp);
-		out->logits = stage_loss_rows(B * T, V, b, c->loss_chunk_mb) * V * b;
-		out->activations += (c->schedule == SCHED_GPIPE ? m : 1) * B * T * s.C * b;
-	}
-	out->total = out->params + out->grads + out->optimizer + out->activations + out->logits +
-		     out->gathered + out->grad_buffers;
+	for (int k = 0; k < built; k++)
+		stage_free(&st[k]);
+	if (rc)
+		return rc;
+	const bool zero1 = fsdp == 1 && c->shard_optimizer && l.data > 1;
+	out->optimizer += adam + (zero1 ? gather * R : 0);
+	out->total = out->params + out->grads + out->optimizer + out->activations + out->scratch +
+		     out->logits + out->gathered + out->grad_buffers;
 	return PP_OK;
 }
 
@@ -528,6 +424,7 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 	/* fsdp: its axis, its working set beside the shares, its traffic */
 	json_object_set_new(json_object_get(o, "layout"), "fsdp", json_integer(c->fsdp));
 	json_t *mem = json_object_get(o, "memory");
+	json_object_set_new(mem, "scratch", json_integer((json_int_t)r->scratch));
 	json_object_set_new(mem, "unit_max", json_integer((json_int_t)r->unit_max));
 	json_object_set_new(mem, "gathered", json_integer((json_int_t)r->gathered));
 	json_object_set_new(mem, "grad_buffers", json_integer((json_int_t)r->grad_buffers));
@@ -661,7 +558,10 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		fprintf(f, "  %-22s %10.2f GiB   %d x 2 units, the embedding's and head's whole\n",
 			"fsdp grad buffers", gib(r->grad_buffers), FSDP_GBUFS);
 	}
-	fprintf(f, "  %-22s %10.2f GiB\n", "activations", gib(r->activations));
+	fprintf(f, "  %-22s %10.2f GiB   kept for the backward passes of the microbatches in flight\n",
+		"activations", gib(r->activations));
+	fprintf(f, "  %-22s %10.2f GiB   the backward pass's and the head's working buffers\n",
+		"scratch", gib(r->scratch));
 	if (r->logits)
 		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
 	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));

@@ -52,7 +52,10 @@ double plan_flops_per_token(const pp_model_cfg *m, int seq_len);
 /* Forward only (eval, decode at context T): 2 N + 2 L (Hq D) T. */
 double plan_flops_per_token_fwd(const pp_model_cfg *m, int seq_len);
 
-/* Memory of one pp rank (every dp and tp rank of it is alike), in bytes. */
+/* Memory of one pp rank, in bytes: of its first data and tp rank (the
+ * others hold as much or, where a share rounds down, less). The chunks are
+ * described as the trainer builds them and their sizes are stage_create's
+ * (model.h: stage_sizes), so the plan is what the run allocates. */
 typedef struct {
 	int rank;            /* pp rank */
 	int layers;          /* layers it holds (all its chunks) */
@@ -78,7 +81,9 @@ typedef struct {
 	 * the layers' gradients reduce-scattered per microbatch (the
 	 * embedding's and head's once a step), the shares summed over dp */
 	int64_t fsdp_gather, fsdp_reduce, fsdp_dp;
-	int64_t activations; /* saved for backward, peak */
+	int64_t activations; /* what its slots hold (each chunk's slots: the schedule's
+			      * microbatches in flight on it) and the rebuilt set */
+	int64_t scratch;     /* working buffers: the backward pass's, the head's, the experts' */
 	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
 	int64_t total;
 } plan_memory_t;

@@ -129,31 +129,33 @@ void train_log_timing(const trainer *t, const run_log *lg)
  * head's whole gradients. */
 void train_log_state_bytes(const trainer *t)
 {
-	const pp_ops *o = t->ops;
-	const double R = sizeof(pp_real), A = (double)pp_act_size(o);
-	double params = 0, grads = 0, optim = 0, gathered = 0, buffers = 0;
+	const size_t A = pp_act_size(t->ops);
+	const double R = sizeof(pp_real);
+	double params = 0, grads = 0, optim = (double)t->gather_n * R, acts = 0, scratch = 0;
 	for (int k = 0; k < t->lay.v; k++) {
-		const pp_stage *st = &t->chunks[k];
-		const double held = (double)(st->w_hi - st->w_lo);
-		params += held * A;
-		grads += held * R;
-		optim += 2 * (double)optim_ranges_count(&t->opt[k].r) * R + (A < R ? held * R : 0);
-		for (int j = 0; fsdp_on(t) && j < 2; j++) {
-			const int u = j ? st->n_units - 1 : 0;
-			buffers += (double)(st->unit_lo[u + 1] - st->unit_lo[u]) * R;
-		}
+		stage_bytes b;
+		stage_sizes(&t->chunks[k], A, &b);
+		params += (double)b.params;
+		grads += (double)b.grads;
+		optim += 2 * (double)optim_ranges_count(&t->opt[k].r) * R + (double)b.master;
+		acts += (double)(t->chunks[k].n_slots * b.slot + b.rebuilt);
+		scratch += (double)(b.scratch + b.logits);
 	}
-	optim += (double)t->gather_n * R;
 	if (!fsdp_on(t)) {
 		log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
 			 "%.4g MB", params / 1e6, grads / 1e6, optim / 1e6);
-		return;
+	} else {
+		fsdp_bytes f;
+		fsdp_sizes(t->chunks, t->lay.v, A, &f);
+		log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
+			 "%.4g MB (its fsdp shares); working set: gathered units %.4g MB, gradient "
+			 "buffers %.4g MB",
+			 params / 1e6, grads / 1e6, optim / 1e6, (double)f.gathered / 1e6,
+			 (double)f.grad_buffers / 1e6);
 	}
-	gathered = FSDP_BUFS * (double)t->fsdp.unit_max * A;
-	buffers += 2 * FSDP_GBUFS * (double)t->fsdp.unit_max * R;
-	log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
-		 "%.4g MB (its fsdp shares); working set: gathered units %.4g MB, gradient buffers "
-		 "%.4g MB", params / 1e6, grads / 1e6, optim / 1e6, gathered / 1e6, buffers / 1e6);
+	log_info("activations on rank 0: %.4g MB held for the backward passes, %.4g MB of "
+		 "working buffers and logits",
+		 acts / 1e6, scratch / 1e6);
 }
 
 /* ---- checkpoints ------------------------------------------------------- */

@@ -15,20 +15,6 @@ static int tp_allreduce(void *ctx, void *buf, size_t n, int type, int op, pp_err
 			      op == PP_REDUCE_MAX ? PP_OP_MAX : PP_OP_SUM, e);
 }
 
-/* The stage of spec sp under fsdp: the share of its buffer this rank keeps,
- * and the hooks that gather the rest. */
-static int fsdp_spec(trainer *t, stage_spec *sp, pp_err *e)
-{
-	pp_stage d;
-	int rc = stage_describe(&d, &t->cfg->model, sp, e);
-	if (rc)
-		return rc;
-	sp->units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, true, 0, 0};
-	layout_share(d.n_shared, t->lay.fsdp, t->lay.fsdp_rank, &sp->units.lo, &sp->units.hi);
-	stage_free(&d);
-	return 0;
-}
-
 int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 {
 	memset(t, 0, sizeof *t);
@@ -95,8 +81,9 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		if (!params_only && me->data_comm && c->grad_bucket_mb > 0 && !fsdp_on(t))
 			sp.grad_ready = (stage_grad_hook){train_grads_final, t};
 		pp_stage *st = &t->chunks[k];
-		if (fsdp_on(t) && (rc = fsdp_spec(t, &sp, e)))
-			return rc;
+		/* under fsdp the stage keeps its share and asks for the rest */
+		if (fsdp_on(t))
+			sp.units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, l->fsdp, l->fsdp_rank};
 		if ((rc = stage_create(st, m, t->ops, &sp, e)))
 			return rc;
 		/* ZeRO-1: this data rank updates a share of each region of the

@@ -200,7 +200,8 @@ static void test_memory(void)
 	      "plan/mem/fp32-single-rank", "rc %d %s: params %lld want %lld", rc, e.msg,
 	      (long long)m1.params, (long long)n.total * 4);
 	CHECK(m1.logits == 2LL * 256 * 32000 * 4 && m1.in_flight == 1 &&
-		      m1.total == m1.params + m1.grads + m1.optimizer + m1.activations + m1.logits,
+		      m1.total == m1.params + m1.grads + m1.optimizer + m1.activations + m1.scratch +
+					  m1.logits,
 	      "plan/mem/logits-and-total", "logits %lld in_flight %d", (long long)m1.logits,
 	      m1.in_flight);
 
@@ -381,12 +382,16 @@ static void *counting_alloc(size_t bytes)
 	return pp_ops_cpu.alloc(bytes);
 }
 
-static int64_t allocated_bytes(const pp_config *c, int n_slots, pp_err *e)
+/* What stage_create allocates for the single rank of c, built as the
+ * trainer builds it (its layout's spec). */
+static int64_t allocated_bytes(const pp_config *c, pp_err *e)
 {
 	pp_ops ops = pp_ops_cpu;
 	ops.alloc = counting_alloc;
-	stage_spec sp = stage_spec_whole(&c->model, c->microbatch, c->seq_len, c->recompute);
-	sp.n_slots = n_slots;
+	pp_layout l;
+	if (layout_build(&l, c, 0, e))
+		return -1;
+	stage_spec sp = stage_spec_of(c, &l, 0);
 	pp_stage st;
 	counted = 0;
 	if (stage_create(&st, &c->model, &ops, &sp, e))
@@ -395,14 +400,11 @@ static int64_t allocated_bytes(const pp_config *c, int n_slots, pp_err *e)
 	return (int64_t)counted;
 }
 
-/* The plan's activations for each recompute policy are what stage_create
- * allocates for them. Beside activations a stage allocates weights,
- * gradients and scratch that no policy changes, so with one microbatch in
- * flight the stage's bytes less the plan's activations are the same for
- * every policy; and a second slot adds what the plan adds for a second
- * microbatch in flight, plus what the plan leaves out of a slot: the
- * stage's output (B T C), and the final norm's statistics and the token
- * ids (B T four-byte values each). */
+/* The plan is what stage_create allocates (model.h: stage_sizes): for every
+ * recompute policy, with one microbatch in flight (1f1b) and two (gpipe),
+ * with a split backward's stashes (zbh1), for a dense llama and gpt, and a
+ * mixtral; the parameters, gradients, activations, scratch and logits of
+ * the plan add up to the stage's device bytes exactly. */
 static void test_recompute_allocations(void)
 {
 	pp_model_cfg gpt = gpt2_124m();
@@ -416,48 +418,43 @@ static void test_recompute_allocations(void)
 	gpt.max_seq_len = 64;
 	gpt.init_std = 0.02;
 	gpt.norm_eps = 1e-5;
-	const pp_model_cfg models[] = {llama("llama-tiny", 64, 4, 2, 96, 3, 256), gpt};
+	pp_model_cfg mix = llama("mixtral-tiny", 64, 4, 2, 96, 3, 256);
+	mix.family = PP_FAMILY_MIXTRAL;
+	mix.n_experts = 4;
+	mix.top_k = 2;
+	const pp_model_cfg models[] = {llama("llama-tiny", 64, 4, 2, 96, 3, 256), gpt, mix};
+	const struct {
+		sched_kind kind;
+		int m;
+	} runs[] = {{SCHED_1F1B, 1}, {SCHED_GPIPE, 2}, {SCHED_ZBH1, 2}};
 	for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-		pp_err e = {0};
-		pp_config c = run_cfg(models[i]);
-		c.microbatch = 2;
-		c.seq_len = 16;
-		c.global_batch = 2;
-		c.microbatches = 1;
-		const int64_t N = (int64_t)c.microbatch * c.seq_len, C = c.model.d_model;
-		int64_t base = 0;
+		char why[1024] = "";
 		bool same = true;
-		char why[512] = "";
-		for (int p = PP_RECOMPUTE_NONE; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
-			c.recompute = p;
-			plan_memory_t one, two;
-			pp_config c2 = c;
-			c2.schedule = SCHED_GPIPE; /* two microbatches in flight */
-			c2.microbatches = 2;
-			c2.global_batch = 4;
-			int rc = plan_memory(&c, &one, &e) || plan_memory(&c2, &two, &e);
-			int64_t s1 = rc ? -1 : allocated_bytes(&c, 1, &e);
-			int64_t s2 = s1 < 0 ? -1 : allocated_bytes(&c, 2, &e);
-			if (s2 < 0 || one.in_flight != 1 || two.in_flight != 2) {
-				snprintf(why, sizeof why, "%s: %.200s (in flight %d, %d)",
-					 pp_recompute_name(p), e.msg, one.in_flight, two.in_flight);
-				same = false;
-				break;
+		for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++)
+			for (int p = PP_RECOMPUTE_NONE; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
+				if (p != PP_RECOMPUTE_NONE && schedule_split_backward(runs[k].kind))
+					continue;
+				pp_err e = {0};
+				pp_config c = run_cfg(models[i]);
+				c.microbatch = 2;
+				c.seq_len = 16;
+				c.microbatches = runs[k].m;
+				c.global_batch = 2 * runs[k].m;
+				c.schedule = runs[k].kind;
+				c.recompute = p;
+				plan_memory_t pl;
+				int64_t got = plan_memory(&c, &pl, &e) ? -1 : allocated_bytes(&c, &e);
+				int64_t want = pl.params + pl.grads + pl.activations + pl.scratch + pl.logits;
+				if (got != want ||
+				    pl.in_flight != schedule_peak_held_theory(c.schedule, 1, 1, c.microbatches, 0)) {
+					snprintf(why + strlen(why), sizeof why - strlen(why),
+						 "%s %s m=%d: stage %lld, plan %lld (in flight %d) %.100s; ",
+						 schedule_kind_name(runs[k].kind), pp_recompute_name(p),
+						 runs[k].m, (long long)got, (long long)want, pl.in_flight,
+						 e.msg);
+					same = false;
+				}
 			}
-			const int64_t rest = s1 - one.activations;
-			const int64_t slot = (s2 - s1) - (two.activations - one.activations);
-			if (p == PP_RECOMPUTE_NONE)
-				base = rest;
-			if (rest != base || slot != N * C * 4 + 4 * N * 4) {
-				snprintf(why + strlen(why), sizeof why - strlen(why),
-					 "%s: stage %lld plan %lld (rest %lld, none's %lld), a slot %lld "
-					 "more than the plan's microbatch, want %lld; ",
-					 pp_recompute_name(p), (long long)s1, (long long)one.activations,
-					 (long long)rest, (long long)base, (long long)slot,
-					 (long long)(N * C * 4 + 4 * N * 4));
-				same = false;
-			}
-		}
 		char name[128];
 		snprintf(name, sizeof name, "plan/mem/recompute-allocations/%.60s", models[i].preset);
 		CHECK(same, name, "%s", why);
