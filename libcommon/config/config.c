@@ -59,7 +59,6 @@ typedef struct {
 	int flags;
 } key_desc;
 
-static const char *const family_names[] = {"llama", "mistral", "mixtral", "gemma", "gpt", NULL};
 static const char *const mlp_names[] = {"swiglu", "geglu", "gelu", NULL};
 static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", "relative", NULL};
@@ -68,7 +67,6 @@ static const char *const lr_names[] = {"cosine", "linear", "constant", "wsd", NU
 static const char *const router_names[] = {"topk_softmax", "softmax_topk", NULL};
 static const char *const nan_names[] = {"abort", "skip", NULL};
 /* in the order of PP_RECOMPUTE_* */
-static const char *const recompute_names[] = {"none", "full", "minimal", "minimal_flash", NULL};
 
 /* Values an enum key still takes from before it was one: recompute was a
  * bool, and configs and checkpoints written then say true or false. */
@@ -94,7 +92,7 @@ _Static_assert(sizeof(sched_kind) == sizeof(int), "sched_kind is stored as an in
 static const key_desc keys[] = {
 	OBJ("model"),
 	STR("model.preset", model.preset, "\"\"", 0),
-	ENUM("model.family", K_INT, model.family, family_names, NULL, F_REQUIRED),
+	ENUM("model.family", K_INT, model.family, pp_family_names, NULL, F_REQUIRED),
 	NUM("model.d_model", K_INT, model.d_model, NULL, R_GE1, F_REQUIRED),
 	NUM("model.n_heads", K_INT, model.n_heads, NULL, R_GE1, F_REQUIRED),
 	NUM("model.n_kv_heads", K_INT, model.n_kv_heads, NULL, R_GE1, F_DERIVED),
@@ -135,7 +133,7 @@ static const key_desc keys[] = {
 	NUM("microbatches", K_INT, microbatches, NULL, R_GE1, F_DERIVED),
 	NUM("virtual_stages", K_INT, virtual_stages, "1", R_GE1, 0),
 	ENUM("schedule", K_INT, schedule, schedule_kind_names, "\"1f1b\"", 0),
-	ENUM("recompute", K_INT, recompute, recompute_names, "\"none\"", 0),
+	ENUM("recompute", K_INT, recompute, pp_recompute_names, "\"none\"", 0),
 	BOOL("shard_optimizer", shard_optimizer, "false", 0),
 	NUM("grad_bucket_mb", K_REAL, grad_bucket_mb, "25", R_GE0, 0),
 	NUM("loss_chunk_mb", K_REAL, loss_chunk_mb, PP_STR(PP_LOSS_CHUNK_MB), R_GT0, 0),
@@ -189,21 +187,6 @@ static const key_desc keys[] = {
 };
 
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
-
-const char *pp_family_name(int family)
-{
-	if (family < 0 || family >= (int)(sizeof family_names / sizeof family_names[0]) - 1)
-		return "unknown";
-	return family_names[family];
-}
-
-const char *pp_recompute_name(int recompute)
-{
-	const int n = (int)(sizeof recompute_names / sizeof recompute_names[0]) - 1;
-	if (recompute < 0 || recompute >= n)
-		return "unknown";
-	return recompute_names[recompute];
-}
 
 static int key_index(const char *path)
 {

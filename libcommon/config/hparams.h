@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "../base/error.h"
-#include "config.h"
+#include "types.h"
 
 /* The model's own rules beyond each key's range, PP_EUSAGE naming them:
  * experts are gated MLPs without biases in a llama-style layer. */

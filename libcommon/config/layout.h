@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #include "../base/error.h"
-#include "config.h"
+#include "types.h"
 
 /* Local chunks (virtual stages) per rank at most. */
 #define LAYOUT_MAX_CHUNKS 64

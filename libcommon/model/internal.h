@@ -13,7 +13,6 @@
 #define PP_MODEL_INTERNAL_H
 
 #include "../config/hparams.h"
-#include "kvcache.h"
 #include "model.h"
 #include "moe.h"
 
@@ -114,6 +113,13 @@ typedef struct {
 	int Tmax;
 	const int *pos; /* (B) */
 } layer_kv;
+
+/* A product's weights stored for decoding (stage_pack_weights). */
+typedef struct pp_packed {
+	void *data; /* NULL: the product reads the compute copy */
+	int fmt;    /* PP_WEIGHTS_* */
+	bool owned; /* data was allocated for it (else it is the compute copy) */
+} pp_packed;
 
 #define NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kvcache.h"
 
 int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows, bool graphs,
 		    pp_err *e)

@@ -5,13 +5,6 @@
 
 #include "model.h"
 
-/* A product's weights stored for decoding (stage_pack_weights). */
-typedef struct pp_packed {
-	void *data; /* NULL: the product reads the compute copy */
-	int fmt;    /* PP_WEIGHTS_* */
-	bool owned; /* data was allocated for it (else it is the compute copy) */
-} pp_packed;
-
 /* A KV cache for a stage holding every layer without tp: B slots, one per
  * sequence, each with its own length, holding per layer the keys and
  * values of positions [0, len[slot]) ((B,Tmax,Hkv*D) per layer, on the

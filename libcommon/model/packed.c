@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kvcache.h"
 
 void stage_unpack_weights(pp_stage *s)
 {

@@ -9,6 +9,7 @@
 #include "../base/rng.h"
 #include "../config/hparams.h"
 #include "internal.h"
+#include "kvcache.h"
 
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
 {

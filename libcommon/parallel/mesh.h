@@ -28,6 +28,16 @@ typedef struct {
 	pp_comm *rep_comm;  /* same pp and tp rank, same fsdp_rank */
 } pp_mesh;
 
+/* The groups of l's rank, one per communicator of pp_mesh but world (in
+ * its field order): the color its members share (PP_COMM_NOCOLOR: not in
+ * one), its size, and this rank's key (its rank in the group). */
+enum { MESH_GROUPS = 8 };
+typedef struct {
+	const char *name;
+	int color, size, key;
+} mesh_group;
+void mesh_groups(const pp_layout *l, mesh_group g[MESH_GROUPS]);
+
 /* Splits world into l's groups (collective over world; world may be NULL
  * for a single process: every group is then NULL). */
 int mesh_split(pp_mesh *m, const pp_layout *l, pp_comm *world, pp_err *e);

@@ -500,7 +500,7 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	pp_tokenizer *t = tok_new(nv);
 	struct tok_bpe *b = t ? calloc(1, sizeof *b) : NULL;
 	if (!b) {
-		tok_free(t);
+		tok_vocab_free(t);
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	}
 	*tp = t;

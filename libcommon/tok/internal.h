@@ -1,4 +1,4 @@
-/* Private to the tokenizer modules (tokenizer.c, spm.c, bpe.c, unicode.c):
+/* Private to the tokenizer modules (tokenizer.c, vocab.c, spm.c, bpe.c, unicode.c):
  * the tokenizer object, a string hash map, UTF-8 helpers. */
 #ifndef PP_TOK_INTERNAL_H
 #define PP_TOK_INTERNAL_H
@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "../base/sha256.h"
-#include "tokenizer.h"
+#include "types.h"
 
 /* Open-addressing hash map from byte strings to ints. Keys are not copied:
  * they point into storage that outlives the map (a tokenizer's piece pool). */
@@ -148,6 +148,9 @@ tok_cache *tok_cache_get(const pp_tokenizer *t);
 int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids, size_t *k);
 void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k);
 
+
+/* Frees t and everything it owns (tok_free, and the loaders on a failure). */
+void tok_vocab_free(pp_tokenizer *t);
 
 /* Loaders (spm.c, bpe.c): fill a new tokenizer from the file's
  * bytes. The fingerprint is filled by the caller. */

@@ -368,7 +368,7 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	pp_tokenizer *t = tok_new((int)npieces);
 	struct tok_spm *m = t ? calloc(1, sizeof *m) : NULL;
 	if (!m) {
-		tok_free(t);
+		tok_vocab_free(t);
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	}
 	*tp = t;

@@ -8,8 +8,7 @@
 #include <stddef.h>
 
 #include "../base/error.h"
-
-typedef struct pp_tokenizer pp_tokenizer;
+#include "types.h"
 
 /* Loads by content: a SentencePiece protobuf, a tokenizer.json (has a
  * "model" object), or a GPT-2 vocab.json (merges.txt beside it). Errors
@@ -24,37 +23,17 @@ const char *tok_kind(const pp_tokenizer *t); /* "sentencepiece-bpe", "byte-level
 /* sha256 (hex) of the tokenizer file(s): the identity stored in datasets */
 const char *tok_fingerprint(const pp_tokenizer *t);
 
-/* A growable id buffer. */
-typedef struct {
-	int *ids;
-	size_t n, cap;
-} tok_ids;
-
 /* Appends the ids of n bytes of text (no BOS/EOS). Invalid UTF-8 is
  * encoded through byte fallback (SentencePiece) or as its bytes (byte-level
  * BPE), never dropped. */
 int tok_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e);
 
-/* A growable byte buffer. */
-typedef struct {
-	char *s;
-	size_t n, cap;
-} tok_text;
-
 /* Appends the text of ids; an id outside the vocabulary is an error.
  * decode(encode(x)) == x for any valid UTF-8 x. */
 int tok_decode(const pp_tokenizer *t, const int *ids, size_t n, tok_text *out, pp_err *e);
 
-/* Append one id / n bytes (kept NUL-terminated); 0, or -1 out of memory. */
-int tok_ids_push(tok_ids *v, int id);
-int tok_text_append(tok_text *v, const char *s, size_t n);
-void tok_ids_free(tok_ids *v);
-void tok_text_free(tok_text *v);
-
-/* Decoding in pieces (streaming generation): TOK_DECODE_CONTINUE says the
- * ids continue earlier text, so the first piece keeps its leading space
- * (SentencePiece drops the dummy-prefix space of the text's first piece). */
-enum { TOK_DECODE_CONTINUE = 1 };
+/* Decoding in pieces (streaming generation): flags TOK_DECODE_CONTINUE
+ * (types.h). */
 int tok_decode_ex(const pp_tokenizer *t, const int *ids, size_t n, int flags, tok_text *out,
 		  pp_err *e);
 
@@ -66,9 +45,6 @@ const char *tok_piece(const pp_tokenizer *t, int id, size_t *len);
 int tok_piece_id(const pp_tokenizer *t, const char *piece, size_t len);
 
 /* ---- what other formats need to write the tokenizer (GGUF) ---- */
-
-/* Piece types, numbered as SentencePiece (and GGUF's token_type) number them. */
-enum { TOK_NORMAL = 1, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE };
 
 /* The type of piece id (0 outside the vocabulary). Byte-level BPE: special
  * added tokens are TOK_CONTROL, other added tokens TOK_USER_DEFINED, ids
@@ -86,13 +62,6 @@ int tok_merge(const pp_tokenizer *t, int rank, int *left, int *right);
  * add_bos_token beside a tokenizer.json, else true (SentencePiece too). */
 int tok_adds_bos(const pp_tokenizer *t);
 
-/* How text is prepared before the merges. */
-typedef struct {
-	int add_space_prefix;         /* SentencePiece add_dummy_prefix, ByteLevel add_prefix_space */
-	int remove_extra_whitespaces; /* SentencePiece */
-	int byte_fallback;            /* SentencePiece */
-	int split_digits;             /* byte-level BPE: Digits first; 1 each digit alone, 2 runs */
-} tok_prep;
 tok_prep tok_get_prep(const pp_tokenizer *t);
 
 /* Semantics worth knowing:

@@ -176,6 +176,22 @@ expect_fail config/unknown_preset 2 "no-such-model" pp-train model=no-such-model
 expect_fail config/bad_override_syntax 2 "argument" pp-train $tiny --stepz
 expect_fail config/moe_gelu_refused 2 "experts are gated MLPs" pp-train model=mixtral-tiny model.mlp=gelu run_dir=$T/moe_gelu
 expect_fail config/layout_needs_ranks 2 "ranks" pp-train $tiny pp=2
+# the layout's rules hold for the plan and the run alike, before any rank
+# starts: a vocabulary tp does not divide, a recompute policy with a split
+# backward pass; the same message from both
+vocab_msg="model.vocab_size 255 is not divisible by tp 2"
+expect_fail layout/vocab_tp/plan 2 "$vocab_msg" pp-init --plan $tiny model.vocab_size=255 tp=2
+expect_fail layout/vocab_tp/train 2 "$vocab_msg" pp-train $tiny model.vocab_size=255 tp=2 run_dir=$T/vocab_tp
+expect_fail layout/split_recompute/plan 2 "recompute=full and a split backward pass" pp-init --plan $tiny recompute=full schedule=zbh1
+# MoE's top_k defaults to min(2, n_experts) in the plan as in the run
+top_k_plan() { pp-init --plan --json model=mixtral-tiny "$@" | jq -r .params.active; }
+top_k_default() {
+	local d two one
+	d=$(top_k_plan) && two=$(top_k_plan model.top_k=2) && one=$(top_k_plan model.top_k=1) &&
+		[ "$d" = "$two" ] && [ "$d" != "$one" ] &&
+		pp-train model=mixtral-tiny --print-config 2>/dev/null | jq -e '.model.top_k == 2' >/dev/null
+}
+check layout/top_k_default top_k_default
 expect_fail config/cuda_without_backend 2 "cuda" pp-train $tiny device=cuda run_dir=$T/cuda
 check config/print_config bash -c "pp-train $tiny --print-config | jq -e '.model.n_kv_heads == 2 and .steps == 100'"
 echo '{"model": "llama-tiny", "steps": 10, "steps": 20}' >$T/dup.json

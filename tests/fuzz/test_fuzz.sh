@@ -56,16 +56,18 @@ h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib $h5))
 libs=($(pkg-config --libs jansson libcrypto zlib $h5) -lpthread -lm)
-tok_src="tok/tokenizer tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
+config_src="config/config config/types config/layout config/hparams schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
+model_src="model/table model/stage model/sizes model/layer model/pass model/kvcache model/packed model/moe comm/comm comm/boot base/rng"
+tok_src="tok/tokenizer tok/types tok/vocab tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
 	[fuzz_encode]=$tok_src
-	[fuzz_config]="config/config schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
+	[fuzz_config]=$config_src
 	[fuzz_manifest]="ckpt/util ckpt/manifest ckpt/shard ckpt/scan ckpt/rundir ckpt/read base/fsutil base/h5util base/sha256 base/log base/error"
 	[fuzz_tokens]="data/dataset base/fsutil base/h5util base/rng base/error"
-	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $tok_src"
-	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio config/config schedule/kinds schedule/build schedule/simulate plan/plan model/moe comm/comm comm/boot ../kernels/names model/model base/rng $tok_src"
-	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant config/config schedule/kinds schedule/build schedule/simulate ../kernels/names $tok_src"
+	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $config_src $tok_src"
+	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio $config_src $model_src $tok_src"
+	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant $config_src $tok_src"
 	[fuzz_requests]="decode/request decode/chat decode/sample base/rng $tok_src"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
 )
@@ -87,7 +89,7 @@ done
 for target in $targets; do
 	[ -n "${src[$target]:-}" ] || { fail fuzz "PP_FUZZ_TARGETS: no target $target"; exit 1; }
 	objs=()
-	for f in ${src[$target]}; do objs+=("$out/obj/${f//\//_}.o"); done
+	for f in $(tr ' ' '\n' <<<"${src[$target]}" | sort -u); do objs+=("$out/obj/${f//\//_}.o"); done
 	if ! "$cc" "${flags[@]}" "tests/fuzz/$target.c" "${objs[@]}" -o "$out/$target" "${libs[@]}" \
 		2>"$T/$target.build"; then
 		if grep -q 'libclang_rt.fuzzer\|fsanitize=fuzzer' "$T/$target.build"; then

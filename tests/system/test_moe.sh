@@ -5,7 +5,7 @@
 # plan with ep, and the bad MoE configs. Under srun on the local Slurm
 # cluster: a tiny Mixtral and a tiny GLaM trained at ep=1, ep=2, pp=2 x
 # ep=2, tp=2 x ep=2 and with ZeRO-1 reproduce the single process (losses and
-# final parameters to 1e-5 relative over 20 steps); checkpoints sharded over
+# final parameters to 1e-5 relative over 20 steps), at microbatch 1 and 4; checkpoints sharded over
 # ep (format version 3), verified, resumed in another ep and resharded by
 # pp-ckpt convert; the gradient buckets bitwise as one sum after the backward.
 . "$(dirname "$0")/../tools/lib.sh"
@@ -72,7 +72,7 @@ slurm_up 2>$T/slurm.log
 case $? in
 0) ;;
 3 | 4)
-	for l in "${layouts[@]}" resume convert buckets; do skip "moe/layouts/${l// /,}" "$SLURM_SKIP"; done
+	for l in "${layouts[@]}" resume convert buckets mb4; do skip "moe/layouts/${l// /,}" "$SLURM_SKIP"; done
 	exit 0 ;;
 *)
 	fail moe/slurm "the local Slurm cluster did not come up: $(tail -n 3 $T/slurm.log)"
@@ -84,6 +84,25 @@ for l in "${layouts[@]}"; do
 	# shellcheck disable=SC2086 # common and kv hold key=value words
 	layout_run "moe/layouts/$model/${kv// /,}" $T/$model/base $T/$model/${kv// /_} $n model=$model $common $kv
 done
+
+# at a microbatch above 1 too: the load-balancing loss is a microbatch's, and
+# every layout's microbatches are the single process's (layout.h), so the
+# layouts reproduce it as they do at microbatch 1
+mb4="${common/microbatch=1/microbatch=4}"
+# shellcheck disable=SC2086 # mb4 holds key=value words
+pp-train model=mixtral-tiny $mb4 run_dir=$T/mb4/base --quiet 2>$T/mb4.log ||
+	fail moe/layouts_mb4/baseline "$(tail -n 2 $T/mb4.log)"
+for l in "2 dp=2" "2 dp=2 ep=2" "4 pp=2 dp=2 ep=2"; do
+	n=${l%% *} kv=${l#* }
+	# shellcheck disable=SC2086 # mb4 and kv hold key=value words
+	layout_run "moe/layouts_mb4/mixtral-tiny/${kv// /,}" $T/mb4/base $T/mb4/${kv// /_} $n \
+		model=mixtral-tiny $mb4 $kv
+done
+# the first step's load-balancing loss (before any update): the same sum of
+# the same microbatches' losses, so equal to rounding
+aux_step1() { jq -r 'select(.step == 1) | .moe_aux_loss' "$1/metrics.jsonl"; }
+check moe/layouts_mb4/aux_loss_step1 awk -v a="$(aux_step1 $T/mb4/base)" -v b="$(aux_step1 $T/mb4/dp=2_ep=2)" \
+	'BEGIN { d = a - b; exit !(a > 0 && (d < 0 ? -d : d) <= 1e-7 * a) }'
 
 # the checkpoint of dp=4 ep=2 with ZeRO-1: one shard per ep rank, one
 # optimizer file per dp rank, format version 3, sound

@@ -20,7 +20,7 @@ check watchdog/single_fast test $took -le 15
 check watchdog/single_names_step grep -q "error: step 3 ran past step_timeout=2 s" $T/one.log
 # the main thread, symbolized down to the hanging call in train.c
 check watchdog/single_main_stack grep -qE "^pp-train:   #[0-9]+ +debug_hang at .*libcommon/train/watchdog.c:[0-9]+" $T/one.log
-check watchdog/single_caller grep -qE "^pp-train: +(#[0-9]+ +|inlined in )train_step at .*libcommon/train/train.c:[0-9]+" $T/one.log
+check watchdog/single_caller grep -qE "^pp-train: +(#[0-9]+ +|inlined in )train_step at .*libcommon/train/step.c:[0-9]+" $T/one.log
 check watchdog/single_threads grep -qE "^pp-train: thread [0-9]+ \(pp-train, main\):" $T/one.log
 # a run within its timeout is not disturbed
 pp-train $tiny steps=5 step_timeout=30 run_dir=$T/fine --quiet 2>$T/fine.log
@@ -46,7 +46,7 @@ every() {
 	local r
 	for r in 0 1 2 3; do
 		grep -q "^pp-train\[$r\]: error: step 4 ran past step_timeout=3 s" $T/four.log &&
-			grep -qE "^pp-train\[$r\]: +(#[0-9]+ +|inlined in )trainer_run at .*libcommon/train/train.c:[0-9]+" $T/four.log ||
+			grep -qE "^pp-train\[$r\]: +(#[0-9]+ +|inlined in )trainer_run at .*libcommon/train/loop.c:[0-9]+" $T/four.log ||
 			{ echo "rank $r printed no stack" >&2; return 1; }
 	done
 }
