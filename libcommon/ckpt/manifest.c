@@ -36,12 +36,12 @@ void ckpt_manifest_free(ckpt_manifest *m)
 	memset(m, 0, sizeof *m);
 }
 
-int ck_cmp_tensor(const void *a, const void *b)
+int ckpt_cmp_tensor(const void *a, const void *b)
 {
 	return strcmp(((const ckpt_tensor_info *)a)->name, ((const ckpt_tensor_info *)b)->name);
 }
 
-int ck_cmp_file(const void *a, const void *b)
+int ckpt_cmp_file(const void *a, const void *b)
 {
 	return strcmp(((const ckpt_file_info *)a)->name, ((const ckpt_file_info *)b)->name);
 }
@@ -49,21 +49,21 @@ int ck_cmp_file(const void *a, const void *b)
 const ckpt_tensor_info *ckpt_manifest_tensor(const ckpt_manifest *m, const char *name)
 {
 	ckpt_tensor_info key = {.name = (char *)name};
-	return bsearch(&key, m->tensors, (size_t)m->n_tensors, sizeof key, ck_cmp_tensor);
+	return bsearch(&key, m->tensors, (size_t)m->n_tensors, sizeof key, ckpt_cmp_tensor);
 }
 
-int ck_file_index(const ckpt_manifest *m, const char *name)
+int ckpt_file_index(const ckpt_manifest *m, const char *name)
 {
 	ckpt_file_info key;
 	snprintf(key.name, sizeof key.name, "%s", name);
-	const ckpt_file_info *f = bsearch(&key, m->files, (size_t)m->n_files, sizeof key, ck_cmp_file);
+	const ckpt_file_info *f = bsearch(&key, m->files, (size_t)m->n_files, sizeof key, ckpt_cmp_file);
 	return f ? (int)(f - m->files) : -1;
 }
 
 /* The files are exactly the pp x tp (x ep, version 3) shards of the mesh
  * and its pp x tp x dp optimizer files: always in version 2, all or none in
  * version 3. */
-int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
+int ckpt_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 {
 	if (m->pp_size < 1 || m->tp_size < 1 || m->dp_size < 1 || m->ep_size < 1 ||
 	    m->dp_size % m->ep_size || (m->version < 3 && m->ep_size != 1))
@@ -75,7 +75,7 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 	long long n_shards = 0, n_optim = 0;
 	for (int i = 0; i < m->n_files; i++) {
 		const char *name = m->files[i].name;
-		int pp, tp, dp, ep, kind = ck_file_kind(name, &pp, &tp, &dp, &ep);
+		int pp, tp, dp, ep, kind = ckpt_file_kind(name, &pp, &tp, &dp, &ep);
 		if (kind == F_NONE)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: unexpected file %s (shard files are named shard-ppNNN-tpNNN.h5, or "
@@ -105,8 +105,8 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 		for (int pp = 0; pp < m->pp_size; pp++)
 			for (int tp = 0; tp < m->tp_size; tp++)
 				for (int ep = 0; ep < ep_size; ep++) {
-					ckpt_shard_name(name, sizeof name, pp, tp, ck_ep_name(ep, ep_size));
-					if (ck_file_index(m, name) < 0)
+					ckpt_shard_name(name, sizeof name, pp, tp, ckpt_ep_name(ep, ep_size));
+					if (ckpt_file_index(m, name) < 0)
 						return pp_errorf(e, PP_ERUNTIME,
 								 "%s: shard %s of the pp=%d tp=%d ep=%d mesh is missing",
 								 where, name, m->pp_size, m->tp_size, m->ep_size);
@@ -117,7 +117,7 @@ int ck_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e)
 			for (int tp = 0; tp < m->tp_size; tp++)
 				for (int dp = 0; dp < m->dp_size; dp++) {
 					ckpt_optim_name(name, sizeof name, pp, tp, dp);
-					if (ck_file_index(m, name) < 0)
+					if (ckpt_file_index(m, name) < 0)
 						return pp_errorf(e, PP_ERUNTIME,
 								 "%s: optimizer file %s of the pp=%d tp=%d dp=%d mesh is missing "
 								 "(format version %d has one per rank%s)",
@@ -160,9 +160,9 @@ static int check_tiling(const char *where, const ckpt_manifest *m, const ckpt_te
 						 "replicated tensors by tp rank 0 only)",
 						 where, t->name, what, m->files[b[j].file].name, m->files[b[i].file].name);
 		}
-		covered += ck_volume(nd, b[i].shape);
+		covered += ckpt_volume(nd, b[i].shape);
 	}
-	int64_t total = ck_volume(nd, t->global_shape);
+	int64_t total = ckpt_volume(nd, t->global_shape);
 	if (covered != total)
 		return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s: its %s cover %lld of %lld elements of %s (%s)", where,
 				 t->name, what, (long long)covered, (long long)total, pp_shape_str(x, sizeof x, nd, t->global_shape),
@@ -194,7 +194,7 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int i = 0; i < t->n_ranges && !rc; i++) {
 		r[i] = &t->ranges[i];
-		int64_t vol = ck_volume(nd, r[i]->shape);
+		int64_t vol = ckpt_volume(nd, r[i]->shape);
 		if (r[i]->begin < 0 || r[i]->begin >= r[i]->end || r[i]->end > vol)
 			rc = pp_errorf(e, PP_ERUNTIME,
 				       "%s: tensor %s: %s holds elements [%lld, %lld) of the block at offset %s with shape %s, "
@@ -207,9 +207,9 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 		qsort(r, (size_t)t->n_ranges, sizeof *r, cmp_range);
 	for (int i = 0; i < t->n_ranges && !rc;) {
 		const ckpt_range_info *g = r[i];
-		int64_t vol = ck_volume(nd, g->shape), next = 0;
+		int64_t vol = ckpt_volume(nd, g->shape), next = 0;
 		const char *prev = NULL;
-		for (; i < t->n_ranges && !rc && ck_same_dims(nd, r[i]->offset, g->offset) && ck_same_dims(nd, r[i]->shape, g->shape);
+		for (; i < t->n_ranges && !rc && ckpt_same_dims(nd, r[i]->offset, g->offset) && ckpt_same_dims(nd, r[i]->shape, g->shape);
 		     i++) {
 			const char *file = m->files[r[i]->file].name;
 			if (r[i]->begin < next)
@@ -229,8 +229,8 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 				       "%s: tensor %s: elements [%lld, %lld) of its Adam m and v in the block at offset %s with "
 				       "shape %s are in no optimizer file (one is missing or incomplete)",
 				       where, t->name, (long long)next,
-				       (long long)(i < t->n_ranges && ck_same_dims(nd, r[i]->offset, g->offset) &&
-							   ck_same_dims(nd, r[i]->shape, g->shape)
+				       (long long)(i < t->n_ranges && ckpt_same_dims(nd, r[i]->offset, g->offset) &&
+							   ckpt_same_dims(nd, r[i]->shape, g->shape)
 						   ? r[i]->begin
 						   : vol),
 				       pp_shape_str(x, sizeof x, nd, g->offset), pp_shape_str(y, sizeof y, nd, g->shape));
@@ -244,7 +244,7 @@ static int check_ranges(const char *where, const ckpt_manifest *m, const ckpt_te
 /* Tensor t's params are covered exactly once by its shards, and so are its
  * m and v (when saved) by the shards that hold them and its optimizer
  * ranges. */
-int ck_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t, pp_err *e)
+int ckpt_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t, pp_err *e)
 {
 	char a[128];
 	int nd = t->ndim;
@@ -252,7 +252,7 @@ int ck_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_
 		return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has %d dimensions (1 to %d supported)", where,
 				 t->name, nd, PP_CKPT_MAXDIM);
 	for (int d = 0; d < nd; d++)
-		if (t->global_shape[d] < 1 || ck_volume(nd, t->global_shape) < 0)
+		if (t->global_shape[d] < 1 || ckpt_volume(nd, t->global_shape) < 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has global shape %s", where, t->name,
 					 pp_shape_str(a, sizeof a, nd, t->global_shape));
 	block_ref *b = malloc((size_t)(t->n_shards + t->n_ranges) * sizeof *b + 1);
@@ -283,7 +283,7 @@ static json_t *dims_json(int nd, const int64_t *d)
 	return a;
 }
 
-json_t *ck_manifest_to_json(const ckpt_manifest *m)
+json_t *ckpt_manifest_to_json(const ckpt_manifest *m)
 {
 	json_t *root = json_object(), *files = json_array(), *tensors = json_object();
 	json_object_set_new(root, "format", json_string(PP_CKPT_FORMAT));
@@ -381,7 +381,7 @@ static bool json_ints(json_t *a, int64_t **out, int *n)
 
 /* Appends the ranges of one optimizer dataset (ascending, disjoint) to t.
  * where and what name it in messages. */
-int ck_add_ranges(const char *where, const char *what, ckpt_tensor_info *t, int file, const int64_t *offset,
+int ckpt_add_ranges(const char *where, const char *what, ckpt_tensor_info *t, int file, const int64_t *offset,
 		      const int64_t *shape, const int64_t *begin, const int64_t *end, int n, pp_err *e)
 {
 	for (int i = 0; i < t->n_ranges; i++)
@@ -433,13 +433,13 @@ static int parse_optim_entries(const char *where, const ckpt_manifest *m, ckpt_t
 				       "%s: tensor %s: optim[%zu] must be {\"file\": f, \"offset\": [%d ints], \"shape\": [%d ints], "
 				       "\"slice_begin\": [n ints], \"slice_end\": [n ints]}",
 				       where, t->name, j, t->ndim, t->ndim);
-		else if ((fi = ck_file_index(m, file)) < 0 || ck_file_kind(file, &pp, &tp, &dp, &ep) != F_OPTIM)
+		else if ((fi = ckpt_file_index(m, file)) < 0 || ckpt_file_kind(file, &pp, &tp, &dp, &ep) != F_OPTIM)
 			rc = pp_errorf(e, PP_ERUNTIME, "%s: tensor %s: optim[%zu] names %s, which is not an optimizer file in \"files\"",
 				       where, t->name, j, file);
 		else {
 			char what[256];
 			snprintf(what, sizeof what, "tensor %s in %s", t->name, file);
-			rc = ck_add_ranges(where, what, t, fi, offset, shape, begin, end, nb, e);
+			rc = ckpt_add_ranges(where, what, t, fi, offset, shape, begin, end, nb, e);
 		}
 		free(begin);
 		free(end);
@@ -449,7 +449,7 @@ static int parse_optim_entries(const char *where, const ckpt_manifest *m, ckpt_t
 	return PP_OK;
 }
 
-bool ck_problem(ck_report *r, const pp_err *e)
+bool ckpt_problem(ckpt_report *r, const pp_err *e)
 {
 	if (!r)
 		return false;
@@ -460,7 +460,7 @@ bool ck_problem(ck_report *r, const pp_err *e)
 	return r->fn != NULL;
 }
 
-static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m, ck_report *r,
+static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m, ckpt_report *r,
 			      pp_err *e)
 {
 	json_t *mesh = json_object_get(root, "mesh"), *files = json_object_get(root, "files"),
@@ -505,9 +505,9 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 		m->files[i].bytes = bytes;
 		snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha);
 	}
-	qsort(m->files, (size_t)m->n_files, sizeof *m->files, ck_cmp_file);
+	qsort(m->files, (size_t)m->n_files, sizeof *m->files, ckpt_cmp_file);
 	pp_err pe = {0};
-	if (ck_check_mesh_files(where, m, &pe) && !ck_problem(r, &pe))
+	if (ckpt_check_mesh_files(where, m, &pe) && !ckpt_problem(r, &pe))
 		return e ? (*e = pe, e->code) : PP_ERUNTIME;
 
 	m->tensors = calloc(json_object_size(tensors) + 1, sizeof *m->tensors);
@@ -546,7 +546,7 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 				return pp_errorf(e, PP_ERUNTIME,
 						 "%s: tensor %s: shards[%d] must be {\"file\": f, \"offset\": [%d ints], \"shape\": [%d ints]}",
 						 where, name, j, t->ndim, t->ndim);
-			if ((t->shards[j].file = ck_file_index(m, file)) < 0)
+			if ((t->shards[j].file = ckpt_file_index(m, file)) < 0)
 				return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s is in %s, which \"files\" does not list", where,
 						 name, file);
 			json_t *sa = json_object_get(sj, "adam");
@@ -558,19 +558,19 @@ static int manifest_from_json(const char *where, json_t *root, ckpt_manifest *m,
 		}
 		if (m->version >= 2 && parse_optim_entries(where, m, t, json_object_get(tj, "optim"), e))
 			return e ? e->code : PP_ERUNTIME;
-		if (ck_check_cover(where, m, t, &pe) && !ck_problem(r, &pe))
+		if (ckpt_check_cover(where, m, t, &pe) && !ckpt_problem(r, &pe))
 			return e ? (*e = pe, e->code) : PP_ERUNTIME;
 	}
-	qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ck_cmp_tensor);
+	qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ckpt_cmp_tensor);
 	return PP_OK;
 }
 
-bool ck_version_known(long long v) { return v >= PP_CKPT_VERSION_OLDEST && v <= PP_CKPT_VERSION; }
+bool ckpt_version_known(long long v) { return v >= PP_CKPT_VERSION_OLDEST && v <= PP_CKPT_VERSION; }
 
 /* Reads DIR/manifest.json. *version gets the format version when the file
  * parses and says format "pp-checkpoint" (else 0), so that callers can tell
  * "a checkpoint of another version" from "not a checkpoint". */
-static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ck_report *r, pp_err *e)
+static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ckpt_report *r, pp_err *e)
 {
 	memset(m, 0, sizeof *m);
 	*version = 0;
@@ -580,7 +580,7 @@ static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ck_rep
 	if (!S_ISDIR(st.st_mode))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint %s is not a directory", dir);
 	char path[CKPT_PATH], where[CKPT_PATH + 32];
-	if (ck_join(path, sizeof path, dir, MANIFEST, e))
+	if (ckpt_join(path, sizeof path, dir, MANIFEST, e))
 		return e ? e->code : PP_EUSAGE;
 	snprintf(where, sizeof where, "checkpoint %s: " MANIFEST, dir);
 	if (stat(path, &st) != 0)
@@ -596,7 +596,7 @@ static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ck_rep
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: \"format\" is not \"" PP_CKPT_FORMAT "\"", where);
 	} else if (!json_is_integer(ver)) {
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: \"version\" must be an integer", where);
-	} else if (!ck_version_known(json_integer_value(ver))) {
+	} else if (!ckpt_version_known(json_integer_value(ver))) {
 		*version = -1;
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s has format version %lld; this pp reads versions %d to %d", dir,
 			       (long long)json_integer_value(ver), PP_CKPT_VERSION_OLDEST, PP_CKPT_VERSION);
@@ -611,12 +611,12 @@ static int manifest_read(const char *dir, ckpt_manifest *m, int *version, ck_rep
 	return rc;
 }
 
-int ck_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e)
+int ckpt_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e)
 {
 	return manifest_read(dir, m, version, NULL, e);
 }
 
-int ck_manifest_read_report(const char *dir, ckpt_manifest *m, ck_report *r, pp_err *e)
+int ckpt_manifest_read_report(const char *dir, ckpt_manifest *m, ckpt_report *r, pp_err *e)
 {
 	int version;
 	return manifest_read(dir, m, &version, r, e);
@@ -625,15 +625,15 @@ int ck_manifest_read_report(const char *dir, ckpt_manifest *m, ck_report *r, pp_
 int ckpt_read_manifest(const char *dir, ckpt_manifest *m, pp_err *e)
 {
 	int version;
-	return ck_manifest_read(dir, m, &version, e);
+	return ckpt_manifest_read(dir, m, &version, e);
 }
 
 /* A listed file is there with its recorded size (and sha256 if hash). */
-int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e)
+int ckpt_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e)
 {
 	char path[CKPT_PATH], hex[SHA256_HEX];
 	struct stat st;
-	if (ck_join(path, sizeof path, dir, f->name, e))
+	if (ckpt_join(path, sizeof path, dir, f->name, e))
 		return e ? e->code : PP_EUSAGE;
 	if (stat(path, &st) != 0)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint %s: %s (listed in " MANIFEST "): %s", dir, f->name,
@@ -652,7 +652,7 @@ int ck_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err *e
 	return PP_OK;
 }
 
-/* The files of ck_hash_files shared out among threads: each takes the next
+/* The files of ckpt_hash_files shared out among threads: each takes the next
  * index until none is left. Plain threads, not OpenMP: a process forked
  * after OpenMP ran cannot start an OpenMP team. */
 typedef struct {
@@ -669,14 +669,14 @@ static void *hash_worker(void *arg)
 	hash_job *j = arg;
 	for (int i; (i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->m->n_files;) {
 		char path[CKPT_PATH];
-		if (!ck_join(path, sizeof path, j->dir, j->m->files[i].name, &j->errs[i]) &&
+		if (!ckpt_join(path, sizeof path, j->dir, j->m->files[i].name, &j->errs[i]) &&
 		    sha256_file(path, j->hex[i], j->bytes ? &j->bytes[i] : NULL, &j->errs[i]))
 			pp_err_prefix(&j->errs[i], "checkpoint %s", j->dir);
 	}
 	return NULL;
 }
 
-int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
+int ckpt_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
 		  pp_err *e)
 {
 	hash_job j = {.dir = dir, .m = m, .hex = hex, .bytes = bytes,
@@ -703,17 +703,17 @@ int ck_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HE
 	return rc;
 }
 
-int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e)
+int ckpt_check_file_set(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e)
 {
 	int rc = PP_OK;
 	for (int i = 0; i < m->n_files && !rc; i++)
-		rc = ck_check_file(dir, &m->files[i], false, e);
+		rc = ckpt_check_file(dir, &m->files[i], false, e);
 	if (rc || !hash)
 		return rc;
 	char(*hex)[SHA256_HEX] = calloc((size_t)m->n_files + 1, sizeof *hex);
 	if (!hex)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
-	rc = ck_hash_files(dir, m, hex, NULL, e);
+	rc = ckpt_hash_files(dir, m, hex, NULL, e);
 	for (int i = 0; i < m->n_files && !rc; i++)
 		if (strcmp(hex[i], m->files[i].sha256) != 0)
 			rc = pp_errorf(e, PP_ERUNTIME,
@@ -725,7 +725,7 @@ int ck_check_files(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e
 
 int ckpt_check_files(const char *dir, const ckpt_manifest *m, pp_err *e)
 {
-	return ck_check_files(dir, m, true, e);
+	return ckpt_check_file_set(dir, m, true, e);
 }
 
 int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)

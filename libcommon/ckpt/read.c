@@ -43,7 +43,7 @@ static int reader_init(shard_reader *r, const char *dir, const ckpt_manifest *m,
 static void reader_close(shard_reader *r)
 {
 	for (int i = 0; r->fh && i < r->m->n_files; i++)
-		ck_h5_close_file(&r->fh[i]);
+		ckpt_h5_close_file(&r->fh[i]);
 	free(r->fh);
 	r->fh = NULL;
 }
@@ -51,8 +51,8 @@ static void reader_close(shard_reader *r)
 static int reader_open(shard_reader *r, int file, pp_err *e)
 {
 	int rc = PP_OK;
-	if (r->fh[file] < 0 && !(rc = ck_check_file(r->dir, &r->m->files[file], r->hash, e)))
-		rc = ck_file_open(r->dir, r->m, file, &r->fh[file], e);
+	if (r->fh[file] < 0 && !(rc = ckpt_check_file(r->dir, &r->m->files[file], r->hash, e)))
+		rc = ckpt_file_open(r->dir, r->m, file, &r->fh[file], e);
 	return rc;
 }
 
@@ -156,18 +156,18 @@ static int read_range(shard_reader *r, const ckpt_tensor_info *t, int k, const c
 	if ((rc = reader_open(r, g->file, e)))
 		return rc;
 	char dpath[1100], path[CKPT_PATH];
-	snprintf(dpath, sizeof dpath, "%s/%s", ck_group_name[k], t->name);
+	snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], t->name);
 	snprintf(path, sizeof path, "%s/%s", r->dir, r->m->files[g->file].name);
 	int64_t len = optim_dataset_len(t, g->file);
 	hid_t fh = r->fh[g->file];
-	if ((rc = ck_check_dataset(fh, path, k, t->name, 1, &len, e)))
+	if ((rc = ckpt_check_dataset(fh, path, k, t->name, 1, &len, e)))
 		return rc;
 	hid_t ds = H5Dopen2(fh, dpath, H5P_DEFAULT);
 	bool ok = h5u_ok(ds);
 	int64_t at = g->at + (begin - g->begin);
-	if (ok && ck_same_dims(nd, g->offset, ro) && ck_same_dims(nd, g->shape, rs)) {
+	if (ok && ckpt_same_dims(nd, g->offset, ro) && ckpt_same_dims(nd, g->shape, rs)) {
 		/* the block is the one wanted: straight into place */
-		ok = read_1d(ds, at, end - begin, out, ck_volume(nd, rs), begin);
+		ok = read_1d(ds, at, end - begin, out, ckpt_volume(nd, rs), begin);
 		*got += ok ? end - begin : 0;
 	} else if (ok) {
 		int64_t n = end - begin < SCATTER_CHUNK ? end - begin : SCATTER_CHUNK;
@@ -200,7 +200,7 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		mdims[d] = (hsize_t)shape[d];
 	int64_t got = 0;
 	char dpath[1100], path[CKPT_PATH], a[128], b[128];
-	snprintf(dpath, sizeof dpath, "%s/%s", ck_group_name[k], t->name);
+	snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], t->name);
 	for (int i = 0; i < t->n_shards && !rc; i++) {
 		const ckpt_slice_info *s = &t->shards[i];
 		hsize_t fstart[PP_CKPT_MAXDIM], mstart[PP_CKPT_MAXDIM], count[PP_CKPT_MAXDIM];
@@ -219,7 +219,7 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		if ((rc = reader_open(r, s->file, e)))
 			break;
 		snprintf(path, sizeof path, "%s/%s", dir, m->files[s->file].name);
-		if ((rc = ck_check_dataset(fh[s->file], path, k, t->name, nd, s->shape, e)))
+		if ((rc = ckpt_check_dataset(fh[s->file], path, k, t->name, nd, s->shape, e)))
 			break;
 		hid_t ds = H5Dopen2(fh[s->file], dpath, H5P_DEFAULT), fs = -1, ms = -1;
 		bool ok = h5u_ok(ds) && h5u_ok(fs = H5Dget_space(ds)) &&
@@ -238,13 +238,13 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		int64_t c[PP_CKPT_MAXDIM];
 		for (int d = 0; d < nd; d++)
 			c[d] = (int64_t)count[d];
-		got += ck_volume(nd, c);
+		got += ckpt_volume(nd, c);
 	}
 	for (int i = 0; k != G_PARAMS && i < t->n_ranges && !rc; i++)
 		rc = read_range(r, t, k, &t->ranges[i], offset, shape, out, &got, e);
-	if (!rc && got != ck_volume(nd, shape))
+	if (!rc && got != ckpt_volume(nd, shape))
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s: its files hold %lld of the %lld elements of /%s in the block %s at %s",
-			       dir, t->name, (long long)got, (long long)ck_volume(nd, shape), ck_group_name[k],
+			       dir, t->name, (long long)got, (long long)ckpt_volume(nd, shape), ckpt_group_name[k],
 			       pp_shape_str(a, sizeof a, nd, shape), pp_shape_str(b, sizeof b, nd, offset));
 	return rc;
 }
@@ -252,7 +252,7 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 static int group_index(const char *group)
 {
 	for (int k = 0; k < N_GROUPS; k++)
-		if (group && strcmp(group, ck_group_name[k]) == 0)
+		if (group && strcmp(group, ckpt_group_name[k]) == 0)
 			return k;
 	return -1;
 }
@@ -324,20 +324,20 @@ static int read_state(hid_t f, const char *path, ckpt_state *s, long step, pp_er
 static int own_file(const ckpt_manifest *m, int pp, int tp)
 {
 	char name[64];
-	const int ep = ck_ep_name(0, m->version >= 3 ? m->ep_size : 1);
+	const int ep = ckpt_ep_name(0, m->version >= 3 ? m->ep_size : 1);
 	ckpt_shard_name(name, sizeof name, pp, tp, ep);
-	int i = ck_file_index(m, name);
+	int i = ckpt_file_index(m, name);
 	if (i >= 0)
 		return i;
 	ckpt_shard_name(name, sizeof name, 0, 0, ep);
-	return ck_file_index(m, name);
+	return ckpt_file_index(m, name);
 }
 
 int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 {
 	h5u_quiet();
 	int rc;
-	if ((rc = ck_check_tensors("checkpoint load", s, false, e)))
+	if ((rc = ckpt_check_tensors("checkpoint load", s, false, e)))
 		return rc;
 	ckpt_manifest m;
 	if ((rc = ckpt_read_manifest(dir, &m, e)))
@@ -346,7 +346,7 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 	 * read: it costs about what reading does, and a corrupt checkpoint
 	 * must not be trained on */
 	shard_reader r = {0};
-	if (!(rc = ck_check_files(dir, &m, false, e)))
+	if (!(rc = ckpt_check_file_set(dir, &m, false, e)))
 		rc = reader_init(&r, dir, &m, true, e);
 	int own = own_file(&m, s->pp_rank, s->tp_rank);
 	char path[CKPT_PATH];
@@ -364,8 +364,8 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 			break;
 		}
 		int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
-		ck_slice_of(t, g, o);
-		if (ti->ndim != t->ndim || !ck_same_dims(t->ndim, ti->global_shape, g)) {
+		ckpt_slice_of(t, g, o);
+		if (ti->ndim != t->ndim || !ckpt_same_dims(t->ndim, ti->global_shape, g)) {
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s has shape %s in %s; expected %s", dir, t->name,
 				       pp_shape_str(a, sizeof a, ti->ndim, ti->global_shape), m.files[ti->shards[0].file].name,
 				       pp_shape_str(b, sizeof b, t->ndim, g));
@@ -397,7 +397,7 @@ int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e)
 	shard_reader r = {0};
 	int own = own_file(&m, s->pp_rank, s->tp_rank);
 	char path[CKPT_PATH];
-	if (!(rc = ck_check_files(dir, &m, false, e)) && !(rc = reader_init(&r, dir, &m, false, e)) &&
+	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) && !(rc = reader_init(&r, dir, &m, false, e)) &&
 	    !(rc = reader_open(&r, own, e))) {
 		snprintf(path, sizeof path, "%s/%s", dir, m.files[own].name);
 		rc = read_state(r.fh[own], path, s, m.step, e);
@@ -421,7 +421,7 @@ static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info 
 	int ng = 0, no = 0;
 	bool ok = ds >= 0 && h5u_attr_get_i64(ds, "global_shape", PP_CKPT_MAXDIM, g, &ng) &&
 		  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, o, &no) && ng == t->ndim && no == t->ndim &&
-		  ck_same_dims(t->ndim, g, t->global_shape) && ck_same_dims(t->ndim, o, s->offset);
+		  ckpt_same_dims(t->ndim, g, t->global_shape) && ckpt_same_dims(t->ndim, o, s->offset);
 	if (ds >= 0)
 		H5Dclose(ds);
 	if (!ok)
@@ -439,10 +439,10 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 	int64_t len = optim_dataset_len(t, file);
 	int rc = PP_OK;
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++)
-		rc = ck_check_dataset(f, path, k, t->name, 1, &len, e);
+		rc = ckpt_check_dataset(f, path, k, t->name, 1, &len, e);
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++) {
 		char dpath[1100];
-		snprintf(dpath, sizeof dpath, "%s/%s", ck_group_name[k], t->name);
+		snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], t->name);
 		hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
 		int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM], sh[PP_CKPT_MAXDIM], *begin = NULL, *end = NULL;
 		int ng = 0, no = 0, ns = 0, nb = 0, ne = 0, n = 0;
@@ -451,13 +451,13 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 			  h5u_attr_get_i64(ds, "shape", PP_CKPT_MAXDIM, sh, &ns) &&
 			  h5u_attr_get_i64_all(ds, "slice_begin", &begin, &nb) && h5u_attr_get_i64_all(ds, "slice_end", &end, &ne) &&
 			  ng == t->ndim && no == t->ndim && ns == t->ndim && nb == ne &&
-			  ck_same_dims(t->ndim, g, t->global_shape);
+			  ckpt_same_dims(t->ndim, g, t->global_shape);
 		for (int i = 0; ok && i < t->n_ranges; i++) {
 			const ckpt_range_info *r = &t->ranges[i];
 			if (r->file != file)
 				continue;
-			ok = n < nb && begin[n] == r->begin && end[n] == r->end && ck_same_dims(t->ndim, o, r->offset) &&
-			     ck_same_dims(t->ndim, sh, r->shape);
+			ok = n < nb && begin[n] == r->begin && end[n] == r->end && ckpt_same_dims(t->ndim, o, r->offset) &&
+			     ckpt_same_dims(t->ndim, sh, r->shape);
 			n++;
 		}
 		ok = ok && n == nb;
@@ -476,18 +476,18 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 /* The files' structure against the manifest: root attributes, /state and
  * /config, every dataset's shape and attributes, nothing unlisted; each
  * problem to r. bad[i]: file i failed (its values are not read). */
-static void verify_files(const char *dir, const ckpt_manifest *m, ck_report *r, bool *bad)
+static void verify_files(const char *dir, const ckpt_manifest *m, ckpt_report *r, bool *bad)
 {
 	char path[CKPT_PATH];
 	for (int i = 0; i < m->n_files; i++) {
 		pp_err pe = {0};
 		hid_t f = -1;
-		int rc = ck_check_file(dir, &m->files[i], true, &pe);
+		int rc = ckpt_check_file(dir, &m->files[i], true, &pe);
 		if (!rc)
-			rc = ck_file_open(dir, m, i, &f, &pe);
+			rc = ckpt_file_open(dir, m, i, &f, &pe);
 		snprintf(path, sizeof path, "%s/%s", dir, m->files[i].name);
 		int pp, tp, dp, ep;
-		bool optim = ck_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) == F_OPTIM;
+		bool optim = ckpt_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) == F_OPTIM;
 		if (!rc && !optim) {
 			ckpt_state st = {0};
 			rc = read_state(f, path, &st, m->step, &pe);
@@ -502,7 +502,7 @@ static void verify_files(const char *dir, const ckpt_manifest *m, ck_report *r, 
 				if (sl->file != i)
 					continue;
 				for (int k = 0; k < (sl->adam ? N_GROUPS : 1) && !rc; k++)
-					rc = ck_check_dataset(f, path, k, t->name, t->ndim, sl->shape, &pe);
+					rc = ckpt_check_dataset(f, path, k, t->name, t->ndim, sl->shape, &pe);
 				if (!rc)
 					rc = verify_slice_attrs(f, path, t, sl, &pe);
 			}
@@ -521,13 +521,13 @@ static void verify_files(const char *dir, const ckpt_manifest *m, ck_report *r, 
 		if (f >= 0)
 			H5Fclose(f);
 		bad[i] = rc != 0;
-		if (rc && !ck_problem(r, &pe))
+		if (rc && !ckpt_problem(r, &pe))
 			return;
 	}
 }
 
 /* Every element of each tensor whose files are sound: no NaN, no Inf. */
-static void verify_values(const char *dir, const ckpt_manifest *m, const bool *bad, ck_report *r)
+static void verify_values(const char *dir, const ckpt_manifest *m, const bool *bad, ckpt_report *r)
 {
 	pp_real *buf = NULL;
 	size_t cap = 0;
@@ -540,21 +540,21 @@ static void verify_values(const char *dir, const ckpt_manifest *m, const bool *b
 			readable = readable && !bad[t->ranges[q].file];
 		if (!readable)
 			continue;
-		size_t n = (size_t)ck_volume(t->ndim, t->global_shape);
+		size_t n = (size_t)ckpt_volume(t->ndim, t->global_shape);
 		if (n > cap) {
 			free(buf);
 			cap = n;
 			if (!(buf = malloc(cap * sizeof *buf))) {
 				pp_err pe;
 				pp_errorf(&pe, PP_ERUNTIME, "out of memory reading %s", t->name);
-				ck_problem(r, &pe);
+				ckpt_problem(r, &pe);
 				return;
 			}
 		}
 		for (int k = 0; k < (t->adam ? N_GROUPS : 1); k++) {
 			pp_err pe = {0};
-			if (ckpt_read_tensor(dir, m, t->name, ck_group_name[k], buf, &pe)) {
-				if (!ck_problem(r, &pe))
+			if (ckpt_read_tensor(dir, m, t->name, ckpt_group_name[k], buf, &pe)) {
+				if (!ckpt_problem(r, &pe))
 					goto done;
 				continue;
 			}
@@ -570,8 +570,8 @@ static void verify_values(const char *dir, const ckpt_manifest *m, const bool *b
 				pp_errorf(&pe, PP_ERUNTIME,
 					  "checkpoint %s: tensor %s: /%s holds %zu NaN and %zu infinite "
 					  "values of %zu (the first at element %zu)",
-					  dir, t->name, ck_group_name[k], nans, infs, n, first);
-				if (!ck_problem(r, &pe))
+					  dir, t->name, ckpt_group_name[k], nans, infs, n, first);
+				if (!ckpt_problem(r, &pe))
 					goto done;
 			}
 		}
@@ -584,11 +584,11 @@ int ckpt_verify_each(const char *dir, bool values, void (*fn)(void *ctx, const c
 		     void *ctx, pp_err *e)
 {
 	h5u_quiet();
-	ck_report r = {.fn = fn, .ctx = ctx};
+	ckpt_report r = {.fn = fn, .ctx = ctx};
 	ckpt_manifest m;
 	pp_err pe = {0};
-	if (ck_manifest_read_report(dir, &m, &r, &pe)) {
-		ck_problem(&r, &pe); /* the manifest itself: nothing else can be checked */
+	if (ckpt_manifest_read_report(dir, &m, &r, &pe)) {
+		ckpt_problem(&r, &pe); /* the manifest itself: nothing else can be checked */
 		if (e)
 			*e = r.first;
 		return r.n;
@@ -596,7 +596,7 @@ int ckpt_verify_each(const char *dir, bool values, void (*fn)(void *ctx, const c
 	bool *bad = calloc((size_t)m.n_files + 1, sizeof *bad);
 	if (!bad) {
 		pp_errorf(&pe, PP_ERUNTIME, "out of memory");
-		ck_problem(&r, &pe);
+		ckpt_problem(&r, &pe);
 	} else {
 		if (!r.n || fn)
 			verify_files(dir, &m, &r, bad);
@@ -625,7 +625,7 @@ int ckpt_read_config(const char *dir, char **json_text, pp_err *e)
 		return rc;
 	int i = own_file(&m, 0, 0);
 	hid_t f = -1;
-	if (!(rc = ck_check_files(dir, &m, false, e)) && !(rc = ck_file_open(dir, &m, i, &f, e))) {
+	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) && !(rc = ckpt_file_open(dir, &m, i, &f, e))) {
 		hid_t ds = H5Lexists(f, "config", H5P_DEFAULT) > 0 ? H5Dopen2(f, "config", H5P_DEFAULT) : -1;
 		if (ds >= 0) {
 			*json_text = h5u_read_string(ds, false);
@@ -653,7 +653,7 @@ static herr_t extract_one(hid_t g, const char *name, const H5L_info_t *info, voi
 	tok_extract *x = arg;
 	char file[CKPT_PATH];
 	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
-	    ck_join(file, sizeof file, x->out_dir, name, x->e)) {
+	    ckpt_join(file, sizeof file, x->out_dir, name, x->e)) {
 		x->rc = pp_errorf(x->e, PP_ERUNTIME, "/tokenizer/%s: not a file name", name);
 		return -1;
 	}
@@ -689,7 +689,7 @@ int ckpt_read_tokenizer(const char *dir, const char *out_dir, char *path, size_t
 	if (rc)
 		return rc;
 	hid_t f = -1;
-	if (!(rc = ck_file_open(dir, &m, own_file(&m, 0, 0), &f, e)) &&
+	if (!(rc = ckpt_file_open(dir, &m, own_file(&m, 0, 0), &f, e)) &&
 	    H5Lexists(f, "tokenizer", H5P_DEFAULT) > 0) {
 		hid_t g = H5Gopen2(f, "tokenizer", H5P_DEFAULT);
 		tok_extract x = {out_dir, path, n, e, 0};

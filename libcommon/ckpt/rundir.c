@@ -70,7 +70,7 @@ static int list_steps(const char *ckpts, long **steps, int *n, pp_err *e)
 	struct dirent *de;
 	long s;
 	while ((de = readdir(d))) {
-		if (!ck_parse_step_name(de->d_name, &s))
+		if (!ckpt_parse_step_name(de->d_name, &s))
 			continue;
 		if (*n == cap) {
 			cap = cap ? 2 * cap : 16;
@@ -92,7 +92,7 @@ static int list_steps(const char *ckpts, long **steps, int *n, pp_err *e)
 
 static int step_path(char *buf, size_t n, const char *ckpts, long step)
 {
-	return ck_fmt_checked(buf, n, NULL, "%s/step_%08ld", ckpts, step);
+	return ckpt_fmt_checked(buf, n, NULL, "%s/step_%08ld", ckpts, step);
 }
 
 /* Complete: the manifest parses and its files have their recorded sizes.
@@ -102,9 +102,9 @@ static bool step_complete(const char *dir)
 {
 	ckpt_manifest m;
 	int version;
-	if (ck_manifest_read(dir, &m, &version, NULL))
-		return version != 0 && !ck_version_known(version);
-	bool ok = ck_check_files(dir, &m, false, NULL) == PP_OK;
+	if (ckpt_manifest_read(dir, &m, &version, NULL))
+		return version != 0 && !ckpt_version_known(version);
+	bool ok = ckpt_check_file_set(dir, &m, false, NULL) == PP_OK;
 	ckpt_manifest_free(&m);
 	return ok;
 }
@@ -113,7 +113,7 @@ static bool step_complete(const char *dir)
 static int remove_checkpoint(const char *ckpts, const char *dir, long step, pp_err *e)
 {
 	char trash[CKPT_PATH];
-	if (ck_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
+	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
 		return PP_EUSAGE;
 	if (rename(dir, trash) != 0)
 		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s: %s", dir, strerror(errno));
@@ -149,7 +149,7 @@ static int prune(const char *ckpts, int keep, long saved, pp_err *e)
 
 static int ckpts_dir(char *buf, size_t n, const char *run_dir, pp_err *e)
 {
-	return ck_join(buf, n, run_dir, "checkpoints", e);
+	return ckpt_join(buf, n, run_dir, "checkpoints", e);
 }
 
 int ckpt_begin(const char *run_dir, long step, char *tmp_dir, size_t tmp_size, pp_err *e)
@@ -188,7 +188,7 @@ static int install(const char *ckpts, const char *tmp, const char *final, long s
 		return pp_errorf(e, PP_ERUNTIME, "cannot replace %s with %s: %s", final, tmp, strerror(errno));
 #endif
 	char trash[CKPT_PATH];
-	if (ck_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
+	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
 		return PP_EUSAGE;
 	if (rename(final, trash) != 0)
 		return pp_errorf(e, PP_ERUNTIME, "cannot move %s aside: %s", final, strerror(errno));
@@ -209,11 +209,11 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 	char ckpts[CKPT_PATH], final[CKPT_PATH], path[CKPT_PATH];
 	ckpt_manifest m;
 	int rc;
-	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = ck_join(path, sizeof path, tmp_dir, MANIFEST, e)))
+	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = ckpt_join(path, sizeof path, tmp_dir, MANIFEST, e)))
 		return rc;
-	if ((rc = ck_manifest_build(tmp_dir, step, &m, e)))
+	if ((rc = ckpt_manifest_build(tmp_dir, step, &m, e)))
 		return rc;
-	json_t *root = ck_manifest_to_json(&m);
+	json_t *root = ckpt_manifest_to_json(&m);
 	char *text = json_dumps(root, JSON_SORT_KEYS | JSON_INDENT(2));
 	json_decref(root);
 	ckpt_manifest_free(&m);
@@ -226,11 +226,11 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	}
 	memcpy(line + n, "\n", 2);
-	rc = ck_write_file_synced(path, line, e);
+	rc = ckpt_write_file_synced(path, line, e);
 	free(line);
 	if (rc || (rc = fs_fsync_path(tmp_dir, e)))
 		return rc;
-	if ((rc = ck_fmt_checked(final, sizeof final, e, "%s/step_%08ld", ckpts, step)))
+	if ((rc = ckpt_fmt_checked(final, sizeof final, e, "%s/step_%08ld", ckpts, step)))
 		return rc;
 	if ((rc = install(ckpts, tmp_dir, final, step, e)))
 		return rc;
@@ -241,7 +241,7 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 
 int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e)
 {
-	if (ck_check_state(s, e))
+	if (ckpt_check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
 	if (s->pp_size * s->tp_size != 1 || s->ep_size > 1)
 		return pp_errorf(e, PP_EUSAGE,
@@ -358,7 +358,7 @@ int ckpt_step_dir(const char *run_dir, long step, char *buf, size_t n, pp_err *e
 {
 	char ckpts[CKPT_PATH];
 	int rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e);
-	return rc ? rc : ck_fmt_checked(buf, n, e, "%s/step_%08ld", ckpts, step);
+	return rc ? rc : ckpt_fmt_checked(buf, n, e, "%s/step_%08ld", ckpts, step);
 }
 
 int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e)

@@ -42,7 +42,7 @@ static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const ch
 		json_object_set_new(index, name, json_integer(m->n_tensors++));
 	} else {
 		t = &m->tensors[json_integer_value(ix)];
-		if (t->ndim != nd || !ck_same_dims(nd, t->global_shape, global))
+		if (t->ndim != nd || !ckpt_same_dims(nd, t->global_shape, global))
 			return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has global shape %s; %s says %s", path, name,
 					 pp_shape_str(a, sizeof a, nd, global), m->files[t->shards[0].file].name,
 					 pp_shape_str(b, sizeof b, t->ndim, t->global_shape));
@@ -86,12 +86,12 @@ static bool is_float32(hid_t ds)
 }
 
 /* Checks /GROUP/NAME in f: float32 with the given slice shape. */
-int ck_check_dataset(hid_t f, const char *path, int k, const char *name, int nd, const int64_t *shape,
+int ckpt_check_dataset(hid_t f, const char *path, int k, const char *name, int nd, const int64_t *shape,
 			 pp_err *e)
 {
 	char dpath[1100], a[128], b[128];
-	snprintf(dpath, sizeof dpath, "%s/%s", ck_group_name[k], name);
-	if (H5Lexists(f, ck_group_name[k], H5P_DEFAULT) <= 0 || H5Lexists(f, dpath, H5P_DEFAULT) <= 0)
+	snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], name);
+	if (H5Lexists(f, ckpt_group_name[k], H5P_DEFAULT) <= 0 || H5Lexists(f, dpath, H5P_DEFAULT) <= 0)
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is missing", path, dpath);
 	hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
 	if (!h5u_ok(ds))
@@ -102,7 +102,7 @@ int ck_check_dataset(hid_t f, const char *path, int k, const char *name, int nd,
 	H5Dclose(ds);
 	if (!f32)
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is not float32", path, dpath);
-	if (!ok || dn != nd || !ck_same_dims(nd, dims, shape))
+	if (!ok || dn != nd || !ckpt_same_dims(nd, dims, shape))
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s has shape %s; expected %s", path, dpath,
 				 ok ? pp_shape_str(a, sizeof a, dn, dims) : "(unreadable)", pp_shape_str(b, sizeof b, nd, shape));
 	return PP_OK;
@@ -152,13 +152,13 @@ static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 				       path, name, PP_CKPT_MAXDIM);
 			break;
 		}
-		if ((rc = ck_check_dataset(f, path, G_PARAMS, name, nd, shape, e)))
+		if ((rc = ckpt_check_dataset(f, path, G_PARAMS, name, nd, shape, e)))
 			break;
 		char mpath[1100];
 		snprintf(mpath, sizeof mpath, "adam_m/%s", name);
 		bool adam = H5Lexists(f, "adam_m", H5P_DEFAULT) > 0 && H5Lexists(f, mpath, H5P_DEFAULT) > 0;
 		for (int k = G_ADAM_M; adam && k <= G_ADAM_V && !rc; k++)
-			rc = ck_check_dataset(f, path, k, name, nd, shape, e);
+			rc = ckpt_check_dataset(f, path, k, name, nd, shape, e);
 		if (!rc)
 			rc = add_slice(m, index, path, name, file, nd, global, offset, shape, adam, e);
 	}
@@ -192,16 +192,16 @@ static int scan_optim_dataset(hid_t f, const char *path, ckpt_manifest *m, int f
 			       "%s: /%s needs int64 attributes global_shape, offset and shape of %d elements (the tensor's "
 			       "dimensions) and slice_begin and slice_end of as many as each other",
 			       path, dpath, nd);
-	else if (!ck_same_dims(nd, global, t->global_shape))
+	else if (!ckpt_same_dims(nd, global, t->global_shape))
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: /%s has global shape %s; %s says %s", path, dpath,
 			       pp_shape_str((char[128]){0}, 128, nd, global), m->files[t->shards[0].file].name,
 			       pp_shape_str((char[128]){0}, 128, nd, t->global_shape));
 	for (int i = 0; !rc && i < nb; i++)
 		len += end[i] - begin[i];
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++)
-		rc = ck_check_dataset(f, path, k, name, 1, &len, e);
+		rc = ckpt_check_dataset(f, path, k, name, 1, &len, e);
 	if (!rc)
-		rc = ck_add_ranges(path, dpath, t, file, offset, shape, begin, end, nb, e);
+		rc = ckpt_add_ranges(path, dpath, t, file, offset, shape, begin, end, nb, e);
 	t->adam = true;
 	free(begin);
 	free(end);
@@ -216,9 +216,9 @@ static int scan_optim(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 	H5G_info_t info[N_GROUPS];
 	int rc = PP_OK;
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++)
-		if (H5Lexists(f, ck_group_name[k], H5P_DEFAULT) <= 0 ||
-		    !h5u_ok(g[k] = H5Gopen2(f, ck_group_name[k], H5P_DEFAULT)) || !h5u_ok(H5Gget_info(g[k], &info[k])))
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot list /%s: %s", path, ck_group_name[k], h5u_reason());
+		if (H5Lexists(f, ckpt_group_name[k], H5P_DEFAULT) <= 0 ||
+		    !h5u_ok(g[k] = H5Gopen2(f, ckpt_group_name[k], H5P_DEFAULT)) || !h5u_ok(H5Gget_info(g[k], &info[k])))
+			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot list /%s: %s", path, ckpt_group_name[k], h5u_reason());
 	if (!rc && info[G_ADAM_M].nlinks != info[G_ADAM_V].nlinks)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: /adam_m has %llu tensors, /adam_v %llu", path,
 			       (unsigned long long)info[G_ADAM_M].nlinks, (unsigned long long)info[G_ADAM_V].nlinks);
@@ -241,7 +241,7 @@ static int hash_files(const char *dir, ckpt_manifest *m, pp_err *e)
 {
 	char(*hex)[SHA256_HEX] = calloc((size_t)m->n_files + 1, sizeof *hex);
 	int64_t *bytes = calloc((size_t)m->n_files + 1, sizeof *bytes);
-	int rc = hex && bytes ? ck_hash_files(dir, m, hex, bytes, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
+	int rc = hex && bytes ? ckpt_hash_files(dir, m, hex, bytes, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int i = 0; !rc && i < m->n_files; i++) {
 		memcpy(m->files[i].sha256, hex[i], SHA256_HEX);
 		m->files[i].bytes = bytes[i];
@@ -251,7 +251,7 @@ static int hash_files(const char *dir, ckpt_manifest *m, pp_err *e)
 	return rc;
 }
 
-int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
+int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 {
 	memset(m, 0, sizeof *m);
 	m->step = step;
@@ -263,7 +263,7 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 	while (!rc && (de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (ck_file_kind(de->d_name, &pp, &tp, &dp, &ep) == F_NONE) {
+		if (ckpt_file_kind(de->d_name, &pp, &tp, &dp, &ep) == F_NONE) {
 			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: unexpected file %s in %s", de->d_name, dir);
 			break;
 		}
@@ -277,7 +277,7 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 			m->files = p;
 		}
 		memset(&m->files[m->n_files], 0, sizeof *m->files);
-		ck_fmt_checked(m->files[m->n_files++].name, sizeof m->files->name, NULL, "%s", de->d_name);
+		ckpt_fmt_checked(m->files[m->n_files++].name, sizeof m->files->name, NULL, "%s", de->d_name);
 	}
 	closedir(d);
 	if (!rc && m->n_files == 0)
@@ -286,7 +286,7 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 		ckpt_manifest_free(m);
 		return rc;
 	}
-	qsort(m->files, (size_t)m->n_files, sizeof *m->files, ck_cmp_file);
+	qsort(m->files, (size_t)m->n_files, sizeof *m->files, ckpt_cmp_file);
 
 	json_t *index = json_object();
 	char path[CKPT_PATH], where[CKPT_PATH + 32];
@@ -294,17 +294,17 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 	int first = -1; /* the file whose version and mesh the others must match */
 	for (int kind = F_SHARD; kind <= F_OPTIM; kind++)
 		for (int i = 0; !rc && i < m->n_files; i++) {
-			if (ck_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) != kind)
+			if (ckpt_file_kind(m->files[i].name, &pp, &tp, &dp, &ep) != kind)
 				continue;
-			if ((rc = ck_join(path, sizeof path, dir, m->files[i].name, e)))
+			if ((rc = ckpt_join(path, sizeof path, dir, m->files[i].name, e)))
 				break;
 			hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 			if (!h5u_ok(f)) {
 				rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: cannot open %s: %s", path, h5u_reason());
 				break;
 			}
-			ck_file_attrs a;
-			rc = ck_read_file_attrs(f, path, m->files[i].name, &a, e);
+			ckpt_file_attrs a;
+			rc = ckpt_read_file_attrs(f, path, m->files[i].name, &a, e);
 			if (!rc && a.step != step)
 				rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; committing step %ld", path, (long long)a.step,
 					       step);
@@ -337,11 +337,11 @@ int ck_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 	if (!rc && first < 0)
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: no shard files in %s", dir);
 	if (!rc)
-		rc = ck_check_mesh_files(where, m, e);
+		rc = ckpt_check_mesh_files(where, m, e);
 	for (int i = 0; !rc && i < m->n_tensors; i++)
-		rc = ck_check_cover(where, m, &m->tensors[i], e);
+		rc = ckpt_check_cover(where, m, &m->tensors[i], e);
 	if (!rc)
-		qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ck_cmp_tensor);
+		qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, ckpt_cmp_tensor);
 	if (!rc)
 		rc = hash_files(dir, m, e);
 	if (rc)

@@ -22,7 +22,7 @@
 
 /* Reads the root attributes of file f, called name, and checks that they
  * agree with its name (an optimizer file's dp rank too). */
-int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attrs *a, pp_err *e)
+int ckpt_read_file_attrs(hid_t f, const char *path, const char *name, ckpt_file_attrs *a, pp_err *e)
 {
 	char *format = h5u_attr_get_str(f, "format");
 	bool is_pp = format && strcmp(format, PP_CKPT_FORMAT) == 0;
@@ -31,7 +31,7 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute format is not \"" PP_CKPT_FORMAT "\"", path);
 	if (!h5u_attr_get_i64(f, "version", 1, &a->version, NULL))
 		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute version missing", path);
-	if (!ck_version_known(a->version))
+	if (!ckpt_version_known(a->version))
 		return pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; this pp reads versions %d to %d", path,
 				 (long long)a->version, PP_CKPT_VERSION_OLDEST, PP_CKPT_VERSION);
 	struct {
@@ -50,7 +50,7 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute ep_rank or ep_size missing or not an integer "
 				 "(format version 3 has them)", path);
 	int pp = 0, tp = 0, dp = 0, ep = -1;
-	if (ck_file_kind(name, &pp, &tp, &dp, &ep) == F_OPTIM) {
+	if (ckpt_file_kind(name, &pp, &tp, &dp, &ep) == F_OPTIM) {
 		if (a->pp_rank != pp || a->tp_rank != tp || a->dp_rank != dp)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s says it is the optimizer file of pp=%lld tp=%lld dp=%lld; its name says pp=%d tp=%d dp=%d",
@@ -58,7 +58,7 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 		if (a->version < 2)
 			return pp_errorf(e, PP_ERUNTIME, "%s is an optimizer file of format version %lld (version 2 added them)",
 					 path, (long long)a->version);
-	} else if (a->pp_rank != pp || a->tp_rank != tp || ck_ep_name((int)a->ep_rank, (int)a->ep_size) != ep) {
+	} else if (a->pp_rank != pp || a->tp_rank != tp || ckpt_ep_name((int)a->ep_rank, (int)a->ep_size) != ep) {
 		return pp_errorf(e, PP_ERUNTIME,
 				 "%s says it is shard pp=%lld tp=%lld ep=%lld of ep size %lld; its name says pp=%d tp=%d%s",
 				 path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->ep_rank,
@@ -68,17 +68,17 @@ int ck_read_file_attrs(hid_t f, const char *path, const char *name, ck_file_attr
 }
 
 /* Opens DIR/FILE and checks its root attributes against the manifest. */
-int ck_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, pp_err *e)
+int ckpt_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, pp_err *e)
 {
 	char path[CKPT_PATH];
 	const char *name = m->files[file].name;
-	if (ck_join(path, sizeof path, dir, name, e))
+	if (ckpt_join(path, sizeof path, dir, name, e))
 		return e ? e->code : PP_EUSAGE;
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (!h5u_ok(f))
 		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint file %s: %s", path, h5u_reason());
-	ck_file_attrs a;
-	int rc = ck_read_file_attrs(f, path, name, &a, e);
+	ckpt_file_attrs a;
+	int rc = ckpt_read_file_attrs(f, path, name, &a, e);
 	if (!rc && a.version != m->version)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; " MANIFEST " says version %d", path,
 			       (long long)a.version, m->version);
@@ -101,7 +101,7 @@ int ck_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, 
 
 /* global shape and offset of a block as the caller describes it ("not
  * sliced", the whole tensor, when global is all zero) */
-void ck_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
+void ckpt_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
 		     int64_t *global, int64_t *offset)
 {
 	bool sliced = false;
@@ -113,9 +113,9 @@ void ck_block_of(int nd, const int64_t *shape, const int64_t *global_in, const i
 	}
 }
 
-void ck_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset)
+void ckpt_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset)
 {
-	ck_block_of(t->ndim, t->shape, t->global_shape, t->offset, global, offset);
+	ckpt_block_of(t->ndim, t->shape, t->global_shape, t->offset, global, offset);
 }
 
 /* The name and block of a caller's tensor i (a slice, or an optimizer part). */
@@ -131,7 +131,7 @@ static int check_block(const char *what, int i, const char *name, int nd, const 
 		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has %d dimensions (1 to %d supported)", what, name, nd,
 				 PP_CKPT_MAXDIM);
 	int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
-	ck_block_of(nd, shape, global_in, offset_in, g, o);
+	ckpt_block_of(nd, shape, global_in, offset_in, g, o);
 	for (int d = 0; d < nd; d++)
 		if (shape[d] < 1 || o[d] < 0 || o[d] + shape[d] > g[d])
 			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s: slice shape %s at offset %s does not fit global shape %s",
@@ -141,7 +141,7 @@ static int check_block(const char *what, int i, const char *name, int nd, const 
 }
 
 /* Checks tensors' names, shapes and slices (both for save and load). */
-int ck_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e)
+int ckpt_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e)
 {
 	if (s->n_tensors < 0 || (s->n_tensors > 0 && !s->tensors))
 		return pp_errorf(e, PP_EUSAGE, "%s: n_tensors %d with no tensors", what, s->n_tensors);
@@ -187,11 +187,11 @@ static int check_header(const ckpt_state *s, pp_err *e)
 	return PP_OK;
 }
 
-int ck_check_state(const ckpt_state *s, pp_err *e)
+int ckpt_check_state(const ckpt_state *s, pp_err *e)
 {
 	if (check_header(s, e))
 		return e ? e->code : PP_EUSAGE;
-	return ck_check_tensors("checkpoint save", s, true, e);
+	return ckpt_check_tensors("checkpoint save", s, true, e);
 }
 
 /* One optimizer part being saved (part i, for messages). */
@@ -203,7 +203,7 @@ static int check_optim_part(const char *what, int i, const ckpt_optim_part *p, p
 		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what, p->name);
 	if (p->n_ranges < 1 || !p->begin || !p->end)
 		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what, p->name);
-	int64_t vol = ck_volume(p->ndim, p->shape);
+	int64_t vol = ckpt_volume(p->ndim, p->shape);
 	for (int r = 0; r < p->n_ranges; r++)
 		if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] || p->end[r] > vol)
 			return pp_errorf(e, PP_EUSAGE,
@@ -268,14 +268,14 @@ static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_e
 	return PP_OK;
 }
 
-/* Creates the groups first..last of ck_group_name in f, into g. */
+/* Creates the groups first..last of ckpt_group_name in f, into g. */
 static int create_groups(hid_t f, const char *path, int first, int last, hid_t *g, pp_err *e)
 {
 	for (int k = first; k <= last; k++)
-		if (!h5u_ok(g[k] = H5Gcreate2(f, ck_group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
+		if (!h5u_ok(g[k] = H5Gcreate2(f, ckpt_group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
 			for (int j = first; j < k; j++)
 				H5Gclose(g[j]);
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, ck_group_name[k], h5u_reason());
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, ckpt_group_name[k], h5u_reason());
 		}
 	return PP_OK;
 }
@@ -370,8 +370,8 @@ int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writ
 	if (optim)
 		ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
 	else
-		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank, ck_ep_name(s->ep_rank, s->ep_size));
-	int rc = w->config_json ? ck_join(w->path, sizeof w->path, dir, name, e)
+		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank, ckpt_ep_name(s->ep_rank, s->ep_size));
+	int rc = w->config_json ? ckpt_join(w->path, sizeof w->path, dir, name, e)
 				: pp_errorf(e, PP_ERUNTIME, "out of memory");
 	if (rc) {
 		writer_free(w);
@@ -415,11 +415,11 @@ int ckpt_writer_put(ckpt_writer *w, const ckpt_tensor *t, pp_err *e)
 				 what, t->name);
 	const pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
 	int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM];
-	ck_slice_of(t, gs, off);
+	ckpt_slice_of(t, gs, off);
 	for (int k = 0; k < N_GROUPS; k++)
 		if (buf[k] && !write_dataset(w->g[k], t->name, t->ndim, t->shape, gs, off, buf[k], t->ndim, NULL))
 			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
-					 ck_group_name[k], t->name, h5u_reason());
+					 ckpt_group_name[k], t->name, h5u_reason());
 	w->n++;
 	return PP_OK;
 }
@@ -434,7 +434,7 @@ int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e)
 	if (check_optim_part(what, w->n, p, e))
 		return e ? e->code : PP_EUSAGE;
 	int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM], len = 0;
-	ck_block_of(p->ndim, p->shape, p->global_shape, p->offset, gs, off);
+	ckpt_block_of(p->ndim, p->shape, p->global_shape, p->offset, gs, off);
 	for (int r = 0; r < p->n_ranges; r++)
 		len += p->end[r] - p->begin[r];
 	const pp_real *buf[N_GROUPS] = {NULL, p->m, p->v};
@@ -448,7 +448,7 @@ int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e)
 			H5Dclose(ds);
 		if (!ok)
 			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
-					 ck_group_name[k], p->name, h5u_reason());
+					 ckpt_group_name[k], p->name, h5u_reason());
 	}
 	w->n++;
 	return PP_OK;
@@ -567,7 +567,7 @@ void ckpt_writer_abort(ckpt_writer *w)
 int ckpt_write_shard(const char *dir, const ckpt_state *s, pp_err *e)
 {
 	h5u_quiet();
-	if (ck_check_state(s, e))
+	if (ckpt_check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
 	ckpt_writer *w;
 	int rc = ckpt_writer_open(dir, s, false, &w, e);

@@ -20,7 +20,7 @@
 #include "../base/sha256.h"
 #include "internal.h"
 
-void ck_h5_close_file(hid_t *f)
+void ckpt_h5_close_file(hid_t *f)
 {
 	if (*f >= 0)
 		H5Fclose(*f);
@@ -28,7 +28,7 @@ void ck_h5_close_file(hid_t *f)
 }
 
 /* snprintf that reports truncation as an error (paths, names) */
-__attribute__((format(printf, 4, 5))) int ck_fmt_checked(char *out, size_t n, pp_err *e, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) int ckpt_fmt_checked(char *out, size_t n, pp_err *e, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -39,13 +39,13 @@ __attribute__((format(printf, 4, 5))) int ck_fmt_checked(char *out, size_t n, pp
 	return PP_OK;
 }
 
-int ck_join(char *out, size_t n, const char *a, const char *b, pp_err *e)
+int ckpt_join(char *out, size_t n, const char *a, const char *b, pp_err *e)
 {
-	return ck_fmt_checked(out, n, e, "%s/%s", a, b);
+	return ckpt_fmt_checked(out, n, e, "%s/%s", a, b);
 }
 
 /* The element count, or -1 when it does not fit int64_t (a damaged manifest). */
-int64_t ck_volume(int ndim, const int64_t *d)
+int64_t ckpt_volume(int ndim, const int64_t *d)
 {
 	int64_t v = 1;
 	for (int i = 0; i < ndim; i++)
@@ -54,7 +54,7 @@ int64_t ck_volume(int ndim, const int64_t *d)
 	return v;
 }
 
-bool ck_same_dims(int ndim, const int64_t *a, const int64_t *b)
+bool ckpt_same_dims(int ndim, const int64_t *a, const int64_t *b)
 {
 	for (int i = 0; i < ndim; i++)
 		if (a[i] != b[i])
@@ -100,7 +100,7 @@ static bool parse_optim_name(const char *name, int *pp, int *tp, int *dp)
 
 /* The kind of a file name and its mesh coordinates (dp = -1 for a shard,
  * ep = -1 for an optimizer file or a shard without one). */
-int ck_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep)
+int ckpt_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep)
 {
 	*dp = *ep = -1;
 	if (parse_shard_name(name, pp, tp, ep))
@@ -109,7 +109,7 @@ int ck_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep)
 }
 
 /* "step_" and digits only */
-bool ck_parse_step_name(const char *name, long *step)
+bool ckpt_parse_step_name(const char *name, long *step)
 {
 	if (strncmp(name, "step_", 5) != 0 || !name[5])
 		return false;
@@ -121,7 +121,7 @@ bool ck_parse_step_name(const char *name, long *step)
 	return errno == 0;
 }
 
-int ck_write_file_synced(const char *path, const char *text, pp_err *e)
+int ckpt_write_file_synced(const char *path, const char *text, pp_err *e)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 	if (fd < 0)
@@ -149,4 +149,4 @@ int ck_write_file_synced(const char *path, const char *text, pp_err *e)
 }
 
 
-const char *const ck_group_name[N_GROUPS] = {"params", "adam_m", "adam_v"};
+const char *const ckpt_group_name[N_GROUPS] = {"params", "adam_m", "adam_v"};

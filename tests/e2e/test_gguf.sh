@@ -22,7 +22,6 @@
 root=$PP_ROOT
 tok=$root/build/tests/tool_tokenize
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-shared=${PP_SHARED_DATA:-$root/../shared/data}
 for b in "$root/build/bin/pp-ckpt" "$tok" "$root/build/tests/tool_logits" "$root/build/tests/tool_h5_same"; do
 	[ -x "$b" ] || { fail gguf "$b is not built (make tests)"; exit 1; }
 done
@@ -197,9 +196,9 @@ if [ -n "${G:-}" ] && [ -f $T/smol/tokenizer/tokenizer.json ]; then
 	fi
 fi
 # Llama 2's SentencePiece: exported, imported back as a .model, same ids
-spm=$shared/llama2-tokenizer.model
+spm=$(spm_tokenizer 2>$T/tok.err)
 if [ ! -f "$spm" ]; then
-	skip gguf/spm "no $spm"
+	skip gguf/spm "no SentencePiece tokenizer: $(cat $T/tok.err)"
 elif pp-init model=llama-tiny model.vocab_size=32000 tokenizer=$spm -o $T/tspm >/dev/null 2>$T/tspm.log &&
 	pp-ckpt export $T/tspm --format gguf -o $T/tspm.gguf --dtype F16 >/dev/null 2>>$T/tspm.log &&
 	pp-ckpt import --format gguf $T/tspm.gguf -o $T/tspm-back >/dev/null 2>>$T/tspm.log; then

@@ -169,9 +169,9 @@ fi
 # SentencePiece (Llama 2's, a model of its 32000 tokens): tokenizer.model as
 # is, a tokenizer_config.json, BOS and EOS in config.json; imported back,
 # the run keeps it in RUN/tokenizer/, where its config names it
-spm=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}/llama2-tokenizer.model
+spm=$(spm_tokenizer 2>$T/tok.err)
 if [ ! -f "$spm" ]; then
-	skip safetensors/tokenizer/sentencepiece "no $spm"
+	skip safetensors/tokenizer/sentencepiece "no SentencePiece tokenizer: $(cat $T/tok.err)"
 elif quiet pp-init model=llama-tiny model.vocab_size=32000 model.tied_embeddings=true tokenizer="$spm" -o "$T/spm" &&
 	quiet pp-ckpt export "$T/spm" --format safetensors -o "$T/st-spm" && quiet pp-ckpt import --format safetensors "$T/st-spm" -o "$T/back-spm"; then
 	check safetensors/tokenizer/sentencepiece-copied cmp -s "$spm" "$T/st-spm/tokenizer.model"

@@ -98,31 +98,26 @@ round_trip() {
 }
 
 # ---- SentencePiece ----
+# Llama 2's where it is at hand, else Mistral's v1 in its place
 llama=$shared/llama2-tokenizer.model
+[ -f "$llama" ] || llama=$(mistral_tokenizer 2>$T/tok.err)
 if [ -f "$llama" ]; then
 	spm tokenizer/llama2/kjv "$llama" "$kjv"
 	spm tokenizer/llama2/stress "$llama" "$stress"
 	round_trip tokenizer/llama2/round-trip/kjv "$llama" "$kjv"
 	round_trip tokenizer/llama2/round-trip/stress "$llama" "$T/stress-spm.txt"
 else
-	skip tokenizer/llama2 "no $llama (set PP_SHARED_DATA)"
+	skip tokenizer/llama2 "no SentencePiece tokenizer: $(cat $T/tok.err)"
 fi
 
-mistral=$cache/mistral/tokenizer.model.v1
-if [ ! -f "$mistral" ]; then
-	mkdir -p "$cache/mistral" "$T/dl"
-	if timeout 300 "${pip_[@]}" download --no-deps mistral-common==1.13.1 -d "$T/dl" >"$T/pip.log" 2>&1 &&
-		unzip -o -q -d "$T/dl" "$T"/dl/mistral_common-*.whl 'mistral_common/data/tokenizer.model.v1' 2>>"$T/pip.log"; then
-		mv "$T/dl/mistral_common/data/tokenizer.model.v1" "$mistral"
-	fi
-fi
+mistral=$(mistral_tokenizer 2>$T/mistral.err)
 if [ -f "$mistral" ]; then
 	spm tokenizer/mistral/kjv "$mistral" "$kjv"
 	spm tokenizer/mistral/stress "$mistral" "$stress"
 	round_trip tokenizer/mistral/round-trip/kjv "$mistral" "$kjv"
 	round_trip tokenizer/mistral/round-trip/stress "$mistral" "$T/stress-spm.txt"
 else
-	skip tokenizer/mistral "cannot download mistral-common 1.13.1 from PyPI: $(tail -n 1 "$T/pip.log")"
+	skip tokenizer/mistral "$(cat $T/mistral.err)"
 fi
 
 # A model trained here: BPE, byte fallback, identity normalization (which

@@ -44,7 +44,6 @@ secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
 targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests fuzz_profile}
 out=$root/build/fuzz
-shared=${PP_SHARED_DATA:-$root/../shared/data}
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
 for v in "$secs" "$psecs"; do
 	[[ $v =~ ^[0-9]+$ ]] || { fail fuzz "PP_FUZZ_SECONDS/PP_FUZZ_PARSER_SECONDS=$v: expected a whole number of seconds"; exit 1; }
@@ -136,7 +135,7 @@ printf '\x01a\xffb\xe2\x82 it'"'"'s  \t\n 12' >"$seeds_e/bytes1"
 # vocabulary made here (the 256 byte tokens and a few merges; made in any
 # case: fuzz_gguf's seeds carry it).
 models=
-[ -f "$shared/llama2-tokenizer.model" ] && models=$shared/llama2-tokenizer.model
+spm=$(spm_tokenizer 2>$T/tok.err) && models=$spm
 /usr/bin/python3 "$root/tests/tools/tiny_bpe.py" gpt2 "$T/vocab.json"
 if [ -f "$root/build/ref/gpt2/vocab.json" ]; then
 	models=${models:+$models:}$root/build/ref/gpt2/vocab.json
@@ -264,7 +263,7 @@ if want fuzz_spm_model; then
 fi
 if want fuzz_encode; then
 	if [ -z "$models" ]; then
-		skip fuzz/fuzz_encode "no tokenizer to fuzz (no $shared/llama2-tokenizer.model)"
+		skip fuzz/fuzz_encode "no tokenizer to fuzz: $(cat $T/tok.err)"
 	else
 		export PP_FUZZ_MODELS=$models
 		run fuzz_encode 4096 "$secs" "$seeds_e"
@@ -364,7 +363,7 @@ fi
 if want fuzz_tokens; then
 	s=$T/seeds-tokens
 	mkdir -p "$s"
-	tok=$shared/llama2-tokenizer.model
+	tok=${spm:-no-tokenizer}
 	head -c 2000 "$gen" >"$T/small.txt"
 	if [ ! -f "$tok" ]; then
 		skip fuzz/fuzz_tokens "no seed dataset: no $tok"

@@ -60,9 +60,8 @@ check ckpt_cli/convert_dtype eval 'pp-ckpt convert $T/small -o $T/bf16 dtype=bf1
 # --- a checkpoint on its own: its config and its tokenizer ------------------------------------
 # trained with a tokenizer file that is then removed: pp-decode --ckpt needs
 # neither --cfg nor the file, and a converted run keeps the tokenizer too
-shared=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}
-if [ -f $shared/llama2-tokenizer.model ]; then
-	cp $shared/llama2-tokenizer.model $T/tok.model
+if spm=$(spm_tokenizer 2>$T/tok.err); then
+	cp "$spm" $T/tok.model
 	pp-train model=llama-tiny model.vocab_size=32000 data=synthetic steps=2 global_batch=2 \
 		microbatch=1 seq_len=16 tokenizer=$T/tok.model run_dir=$T/own --quiet 2>$T/own.log
 	rm -f $T/tok.model
@@ -73,7 +72,7 @@ if [ -f $shared/llama2-tokenizer.model ]; then
 		pp-decode --ckpt $T/own2 --prompt "In the beginning" -n 4 --temperature 0 2>/dev/null | grep -q "^In the beginning"'
 else
 	for c in decode_text decode_checkpoint_dir convert_keeps_tokenizer; do
-		skip ckpt_own/$c "no llama2-tokenizer.model in $shared (set PP_SHARED_DATA)"
+		skip ckpt_own/$c "no SentencePiece tokenizer: $(cat $T/tok.err)"
 	done
 fi
 

@@ -55,3 +55,37 @@ same_tensors() {
 	[ $# -gt 0 ] || set -- /params /adam_m /adam_v
 	"$PP_ROOT/build/tests/tool_h5_same" "$a" "$b" "$@" >/dev/null
 }
+
+# mistral_tokenizer: Mistral's v1 SentencePiece model (BPE, 32000 pieces,
+# byte fallback: the type of Llama 2's), from PyPI's mistral-common 1.13.1
+# wheel (sha256-checked), fetched once into build/ref/mistral. Prints its
+# path; fails, saying why on stderr, when it cannot be had.
+mistral_tokenizer() {
+	local dir=$PP_ROOT/build/ref/mistral whl=mistral_common-1.13.1-py3-none-any.whl
+	local sum=98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af
+	if [ ! -f "$dir/tokenizer.model.v1" ]; then
+		local dl
+		dl=$(mktemp -d "$T/dl.XXXXXX")
+		mkdir -p "$dir"
+		if ! timeout 300 /usr/bin/python3 -m pip download --disable-pip-version-check --no-deps \
+			mistral-common==1.13.1 -d "$dl" >"$dl/pip.log" 2>&1; then
+			echo "cannot download mistral-common 1.13.1 from PyPI: $(tail -n 1 "$dl/pip.log")" >&2
+			return 1
+		fi
+		if ! echo "$sum  $dl/$whl" | sha256sum -c --status; then
+			echo "$whl: not the wheel whose sha256 is $sum" >&2
+			return 1
+		fi
+		unzip -o -q -j -d "$dl" "$dl/$whl" mistral_common/data/tokenizer.model.v1 &&
+			mv "$dl/tokenizer.model.v1" "$dir/tokenizer.model.v1.tmp.$$" &&
+			mv "$dir/tokenizer.model.v1.tmp.$$" "$dir/tokenizer.model.v1" || return 1
+	fi
+	echo "$dir/tokenizer.model.v1"
+}
+# spm_tokenizer: a 32000-piece SentencePiece BPE model with byte fallback:
+# Llama 2's from $PP_SHARED_DATA (or ../shared/data beside the tree) where it
+# is, else Mistral's v1 (mistral_tokenizer). Prints its path, or fails.
+spm_tokenizer() {
+	local llama=${PP_SHARED_DATA:-$PP_ROOT/../shared/data}/llama2-tokenizer.model
+	if [ -f "$llama" ]; then echo "$llama"; else mistral_tokenizer; fi
+}
