@@ -27,8 +27,8 @@ static long long parse(const char *flag, const char *v, long long min)
 	char *end;
 	long long x = v ? strtoll(v, &end, 10) : 0;
 	if (!v || *end || x < min) {
-		fprintf(stderr, "membw: %s %s: expected an integer >= %lld\n", flag, v ? v : "(missing)",
-			min);
+		fprintf(stderr, "membw: %s %s: expected an integer >= %lld\n", flag,
+			v ? v : "(missing)", min);
 		exit(2);
 	}
 	return x;
@@ -43,7 +43,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--reps"))
 			reps = parse("--reps", i + 1 < argc ? argv[++i] : NULL, 1);
 		else {
-			fprintf(stderr, "membw: unknown argument '%s'; usage: membw [--bytes N] [--reps R]\n",
+			fprintf(stderr,
+				"membw: unknown argument '%s'; usage: membw [--bytes N] [--reps R]\n",
 				argv[i]);
 			return 2;
 		}
@@ -57,12 +58,14 @@ int main(int argc, char **argv)
 	    check(cudaMemset(src, 1, (size_t)bytes), "cudaMemset") ||
 	    check(cudaEventCreate(&t0), "cudaEventCreate") ||
 	    check(cudaEventCreate(&t1), "cudaEventCreate") ||
-	    check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice), "warm-up copy"))
+	    check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice),
+		  "warm-up copy"))
 		return 1;
 	if (check(cudaEventRecord(t0), "cudaEventRecord"))
 		return 1;
 	for (long long r = 0; r < reps; r++)
-		if (check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice), "copy"))
+		if (check(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice),
+			  "copy"))
 			return 1;
 	float ms = 0;
 	if (check(cudaEventRecord(t1), "cudaEventRecord") ||

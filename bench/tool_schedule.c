@@ -91,7 +91,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 7 && argc != 8) {
-		fprintf(stderr, "tool_schedule: expected 6 or 7 arguments, got %d\n%s", argc - 1, usage);
+		fprintf(stderr, "tool_schedule: expected 6 or 7 arguments, got %d\n%s", argc - 1,
+			usage);
 		return 2;
 	}
 	pp_err e = {0};

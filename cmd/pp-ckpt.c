@@ -7,19 +7,19 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "../libcommon/base/cli.h"
+#include "../libcommon/base/log.h"
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/ckpt/inspect.h"
-#include "../libcommon/base/cli.h"
 #include "../libcommon/formats/tensorio.h"
-#include "../libcommon/base/log.h"
 
 /* Parses a subcommand's arguments: 0 go on, -1 help printed, else an error. */
 static int parse(const cli_spec *spec, int argc, char **argv, cli_args *a, int need, pp_err *e)
 {
 	int rc = cli_parse(spec, argc, argv, a, e);
 	if (!rc && a->n_positional < need)
-		rc = pp_errorf(e, PP_EUSAGE, "usage: %s %s (see %s --help)", spec->tool, spec->usage,
-			       spec->tool);
+		rc = pp_errorf(e, PP_EUSAGE, "usage: %s %s (see %s --help)", spec->tool,
+			       spec->usage, spec->tool);
 	return rc;
 }
 
@@ -32,10 +32,15 @@ static int finish(const cli_spec *spec, cli_args *a, int rc, pp_err *e)
 static int cmd_ls(int argc, char **argv)
 {
 	bool json = false;
-	const cli_opt opts[] = {{"--json", NULL, "one JSON object per checkpoint", NULL, &json}, {0}};
-	const cli_spec spec = {"pp-ckpt ls", "RUN_DIR [--json]",
+	const cli_opt opts[] = {{"--json", NULL, "one JSON object per checkpoint", NULL, &json},
+				{0}};
+	const cli_spec spec = {"pp-ckpt ls",
+			       "RUN_DIR [--json]",
 			       "The checkpoints of a run, newest first, and whether each is sound.",
-			       opts, false, 1, "pp-ckpt"};
+			       opts,
+			       false,
+			       1,
+			       "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
@@ -76,12 +81,17 @@ static int cmd_info(int argc, char **argv)
 	bool json = false, config = false;
 	const cli_opt opts[] = {
 		{"--json", NULL, "one JSON object", NULL, &json},
-		{"--config", NULL, "the saved run config (run_dir where the checkpoint is), for pp-train --cfg",
-		 NULL, &config},
+		{"--config", NULL,
+		 "the saved run config (run_dir where the checkpoint is), for pp-train --cfg", NULL,
+		 &config},
 		{0}};
-	const cli_spec spec = {"pp-ckpt info", "CKPT [--json | --config]",
-			       "A checkpoint's config, step, layout, format and tensors.", opts,
-			       false, 1, "pp-ckpt"};
+	const cli_spec spec = {"pp-ckpt info",
+			       "CKPT [--json | --config]",
+			       "A checkpoint's config, step, layout, format and tensors.",
+			       opts,
+			       false,
+			       1,
+			       "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
@@ -95,19 +105,21 @@ static int cmd_info(int argc, char **argv)
 	return finish(&spec, &a, rc, &e);
 }
 
-static void print_problem(void *ctx, const char *msg)
-{
-	fprintf((FILE *)ctx, "%s\n", msg);
-}
+static void print_problem(void *ctx, const char *msg) { fprintf((FILE *)ctx, "%s\n", msg); }
 
 static int cmd_verify(int argc, char **argv)
 {
 	bool quick = false;
 	const cli_opt opts[] = {
-		{"--no-values", NULL, "skip reading every value for NaN and Inf", NULL, &quick}, {0}};
-	const cli_spec spec = {"pp-ckpt verify", "CKPT [--no-values]",
+		{"--no-values", NULL, "skip reading every value for NaN and Inf", NULL, &quick},
+		{0}};
+	const cli_spec spec = {"pp-ckpt verify",
+			       "CKPT [--no-values]",
 			       "Check every file, checksum, slice and value; print each problem.",
-			       opts, false, 1, "pp-ckpt"};
+			       opts,
+			       false,
+			       1,
+			       "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	char dir[PP_PATH_MAX + 64];
@@ -117,7 +129,8 @@ static int cmd_verify(int argc, char **argv)
 	if (!rc) {
 		int n = ckpt_verify_each(dir, !quick, print_problem, stdout, &e);
 		if (n)
-			rc = pp_errorf(&e, PP_ERUNTIME, "%s: %d problem%s", dir, n, n == 1 ? "" : "s");
+			rc = pp_errorf(&e, PP_ERUNTIME, "%s: %d problem%s", dir, n,
+				       n == 1 ? "" : "s");
 		else
 			printf("%s: sound\n", dir);
 	}
@@ -127,12 +140,18 @@ static int cmd_verify(int argc, char **argv)
 static int cmd_diff(int argc, char **argv)
 {
 	const char *tol = NULL;
-	const cli_opt opts[] = {
-		{"--tol", "X", "largest relative difference allowed per tensor (default 0)", &tol, NULL},
-		{0}};
-	const cli_spec spec = {"pp-ckpt diff", "A B [--tol X]",
-			       "The largest differences of two checkpoints' tensors, in any layouts.",
-			       opts, false, 2, "pp-ckpt"};
+	const cli_opt opts[] = {{"--tol", "X",
+				 "largest relative difference allowed per tensor (default 0)", &tol,
+				 NULL},
+				{0}};
+	const cli_spec spec = {
+		"pp-ckpt diff",
+		"A B [--tol X]",
+		"The largest differences of two checkpoints' tensors, in any layouts.",
+		opts,
+		false,
+		2,
+		"pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	double t = 0;
@@ -149,8 +168,8 @@ static int parse_dtype(const char *s, tio_dtype *t, pp_err *e)
 	static const struct {
 		const char *name;
 		tio_dtype t;
-	} names[] = {{"fp32", TIO_F32}, {"f32", TIO_F32}, {"fp16", TIO_F16}, {"f16", TIO_F16},
-		     {"bf16", TIO_BF16}, {"q8_0", TIO_Q8_0}};
+	} names[] = {{"fp32", TIO_F32}, {"f32", TIO_F32},   {"fp16", TIO_F16},
+		     {"f16", TIO_F16},  {"bf16", TIO_BF16}, {"q8_0", TIO_Q8_0}};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		if (!strcasecmp(s, names[i].name)) {
 			*t = names[i].t;
@@ -197,11 +216,12 @@ static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
 	if (!rc) {
 		struct rusage ru;
 		getrusage(RUSAGE_SELF, &ru);
-		log_info("%s: %d tensors, %.3g elements (%.1f MB as fp32) in %.1f s (%.0f MB/s); peak "
-			 "RSS %.1f MB, largest buffers %.1f MB",
-			 what, st.tensors, (double)st.elements, 1e-6 * st.bytes_read, st.seconds,
-			 st.seconds > 0 ? 1e-6 * st.bytes_read / st.seconds : 0,
-			 (double)ru.ru_maxrss / 1024.0, 1e-6 * (double)st.peak_buffer_bytes);
+		log_info(
+			"%s: %d tensors, %.3g elements (%.1f MB as fp32) in %.1f s (%.0f MB/s); peak "
+			"RSS %.1f MB, largest buffers %.1f MB",
+			what, st.tensors, (double)st.elements, 1e-6 * st.bytes_read, st.seconds,
+			st.seconds > 0 ? 1e-6 * st.bytes_read / st.seconds : 0,
+			(double)ru.ru_maxrss / 1024.0, 1e-6 * (double)st.peak_buffer_bytes);
 		printf("%s\n", dst_path);
 	}
 	if (src)
@@ -214,14 +234,19 @@ static int cmd_convert(int argc, char **argv)
 	const char *out = NULL;
 	bool params_only = false;
 	const cli_opt opts[] = {
-		{"-o", "RUN_DIR", "the run directory to write (its checkpoints/step_N)", &out, NULL},
+		{"-o", "RUN_DIR", "the run directory to write (its checkpoints/step_N)", &out,
+		 NULL},
 		{"--params-only", NULL, "leave out the AdamW state", NULL, &params_only},
 		{0}};
-	const cli_spec spec = {"pp-ckpt convert",
-			       "CKPT -o RUN_DIR [pp=N tp=N dp=N fsdp=N ep=N shard_optimizer=B virtual_stages=N "
-			       "key=value ...] [--params-only]",
-			       "Reshard a checkpoint to another layout, one tensor at a time.", opts,
-			       true, 1, "pp-ckpt"};
+	const cli_spec spec = {
+		"pp-ckpt convert",
+		"CKPT -o RUN_DIR [pp=N tp=N dp=N fsdp=N ep=N shard_optimizer=B virtual_stages=N "
+		"key=value ...] [--params-only]",
+		"Reshard a checkpoint to another layout, one tensor at a time.",
+		opts,
+		true,
+		1,
+		"pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
@@ -239,20 +264,28 @@ static int cmd_export(int argc, char **argv)
 	const char *fmt = NULL, *out = NULL, *dtype = NULL, *shard = NULL;
 	const cli_opt opts[] = {
 		{"--format", "FMT", "safetensors, gguf or llama2c", &fmt, NULL},
-		{"-o", "PATH", "the directory (safetensors) or file (gguf, llama2c) to write", &out, NULL},
-		{"--dtype", "T", "fp32, fp16 or bf16 (safetensors, gguf), q8_0 (gguf)", &dtype, NULL},
-		{"--shard-mb", "N", "safetensors: files of at most N MB, with an index", &shard, NULL},
+		{"-o", "PATH", "the directory (safetensors) or file (gguf, llama2c) to write", &out,
+		 NULL},
+		{"--dtype", "T", "fp32, fp16 or bf16 (safetensors, gguf), q8_0 (gguf)", &dtype,
+		 NULL},
+		{"--shard-mb", "N", "safetensors: files of at most N MB, with an index", &shard,
+		 NULL},
 		{0}};
-	const cli_spec spec = {"pp-ckpt export", "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N]",
+	const cli_spec spec = {"pp-ckpt export",
+			       "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N]",
 			       "Write a checkpoint's model as safetensors (Hugging Face), GGUF "
 			       "(llama.cpp) or llama2.c.",
-			       opts, false, 1, "pp-ckpt"};
+			       opts,
+			       false,
+			       1,
+			       "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	tio_sink_opts o = {.dtype = TIO_F32};
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
 	if (!rc && (!fmt || !out))
-		rc = pp_errorf(&e, PP_EUSAGE, "give --format FMT and -o PATH (see pp-ckpt export --help)");
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "give --format FMT and -o PATH (see pp-ckpt export --help)");
 	if (!rc && !strcmp(fmt, "pp"))
 		rc = pp_errorf(&e, PP_EUSAGE, "--format pp: use pp-ckpt convert");
 	if (!rc && dtype)
@@ -271,14 +304,19 @@ static int cmd_import(int argc, char **argv)
 		{"--format", "FMT", "safetensors (a Hugging Face directory) or gguf", &fmt, NULL},
 		{"-o", "RUN_DIR", "the run directory to write (checkpoint step 0)", &out, NULL},
 		{0}};
-	const cli_spec spec = {"pp-ckpt import", "--format FMT PATH -o RUN_DIR [key=value ...]",
-			       "Make a pp run directory from a Hugging Face or GGUF model.", opts,
-			       true, 1, "pp-ckpt"};
+	const cli_spec spec = {"pp-ckpt import",
+			       "--format FMT PATH -o RUN_DIR [key=value ...]",
+			       "Make a pp run directory from a Hugging Face or GGUF model.",
+			       opts,
+			       true,
+			       1,
+			       "pp-ckpt"};
 	pp_err e = {0};
 	cli_args a;
 	int rc = parse(&spec, argc, argv, &a, 1, &e);
 	if (!rc && (!fmt || !out))
-		rc = pp_errorf(&e, PP_EUSAGE, "give --format FMT and -o RUN_DIR (see pp-ckpt import --help)");
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "give --format FMT and -o RUN_DIR (see pp-ckpt import --help)");
 	tio_sink_opts o = {.dtype = TIO_F32, .layout = layout_of(&a)};
 	if (!rc)
 		rc = copy(fmt, a.positional[0], "pp", out, &o, "import", &e);

@@ -7,12 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../libcommon/ckpt/stage.h"
 #include "../libcommon/base/cli.h"
-#include "../libcommon/decode/gguf.h"
-#include "../libcommon/decode/request.h"
 #include "../libcommon/base/fsutil.h"
 #include "../libcommon/base/log.h"
+#include "../libcommon/ckpt/stage.h"
+#include "../libcommon/decode/gguf.h"
+#include "../libcommon/decode/request.h"
 
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
@@ -25,7 +25,10 @@ typedef struct {
 /* --weights: the formats pp makes (PP_WEIGHTS_F32, BF16, Q8_0), or a GGUF
  * file's own blocks */
 enum { WEIGHTS_GGUF = 100 };
-static const char *weights_name(int fmt) { return fmt == WEIGHTS_GGUF ? "gguf" : pp_weights_name(fmt); }
+static const char *weights_name(int fmt)
+{
+	return fmt == WEIGHTS_GGUF ? "gguf" : pp_weights_name(fmt);
+}
 
 /* what the outputs need besides the requests */
 typedef struct {
@@ -71,9 +74,10 @@ static int print_json(out_ctx *c, const decode_request *r, const decode_result *
 			json_array_append_new(lp, json_real((double)res->logprob[k]));
 		for (int k = 0; top && k < res->n; k++)
 			json_array_append_new(top, top_array(c, res, k));
-		const double dec = res->n > 1 && res->decode_s > 0 ? (res->n - 1) / res->decode_s : 0;
-		o = json_pack("{s:i, s:s, s:s#, s:o, s:o, s:s, s:i, s:i, s:f, s:f, s:f}", "index", c->index,
-			      "prompt", r->prompt ? r->prompt : "", "completion",
+		const double dec = res->n > 1 && res->decode_s > 0 ? (res->n - 1) / res->decode_s
+								   : 0;
+		o = json_pack("{s:i, s:s, s:s#, s:o, s:o, s:s, s:i, s:i, s:f, s:f, s:f}", "index",
+			      c->index, "prompt", r->prompt ? r->prompt : "", "completion",
 			      res->text.s ? res->text.s : "", res->text.n, "tokens",
 			      ids_array(res->ids, res->n), "logprobs", lp, "finish_reason",
 			      res->finish, "prompt_tokens", (int)r->ids.n, "completion_tokens",
@@ -122,12 +126,12 @@ static void print_totals(const decode_stats *st, bool json, const char *weights)
 			"s:f, s:b}",
 			"prompts", st->n_requests, "failed", st->n_failed, "prompt_tokens",
 			(json_int_t)st->prompt_tokens, "prefill_s", st->prefill_s, "prefill_tok_s",
-			decode_prefill_rate(st), "generated_tokens", (json_int_t)st->generated_tokens,
-			"steps", (json_int_t)st->steps, "step_s", st->step_s, "decode_tok_s",
-			decode_step_rate(st), "max_batch", st->max_batch, "wall_s", st->wall_s,
-			"weights", weights, "weights_bytes", st->param_bytes, "kv_cache_bytes",
-			(double)st->kv_bytes, "bytes_per_step", step, "bandwidth_gb_s",
-			1e-9 * step * rate, "cuda_graph", st->graph);
+			decode_prefill_rate(st), "generated_tokens",
+			(json_int_t)st->generated_tokens, "steps", (json_int_t)st->steps, "step_s",
+			st->step_s, "decode_tok_s", decode_step_rate(st), "max_batch",
+			st->max_batch, "wall_s", st->wall_s, "weights", weights, "weights_bytes",
+			st->param_bytes, "kv_cache_bytes", (double)st->kv_bytes, "bytes_per_step",
+			step, "bandwidth_gb_s", 1e-9 * step * rate, "cuda_graph", st->graph);
 		char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		if (s)
 			fprintf(stderr, "%s\n", s);
@@ -138,10 +142,10 @@ static void print_totals(const decode_stats *st, bool json, const char *weights)
 	log_info("%d prompt%s%s: %ld prompt tokens, prefill %.1f tok/s; %ld tokens at %.1f tok/s "
 		 "(up to %d at once); weights %.3g GB (%s), KV cache %.3g GB; %.3g GB read per "
 		 "step, %.1f GB/s%s",
-		 st->n_requests, st->n_requests == 1 ? "" : "s", st->n_failed ? " (some failed)" : "",
-		 st->prompt_tokens, decode_prefill_rate(st), st->generated_tokens,
-		 decode_step_rate(st), st->max_batch, 1e-9 * st->param_bytes, weights,
-		 1e-9 * (double)st->kv_bytes, 1e-9 * step, 1e-9 * step * rate,
+		 st->n_requests, st->n_requests == 1 ? "" : "s",
+		 st->n_failed ? " (some failed)" : "", st->prompt_tokens, decode_prefill_rate(st),
+		 st->generated_tokens, decode_step_rate(st), st->max_batch, 1e-9 * st->param_bytes,
+		 weights, 1e-9 * (double)st->kv_bytes, 1e-9 * step, 1e-9 * step * rate,
 		 st->graph ? ", CUDA graph" : "");
 }
 
@@ -165,9 +169,10 @@ static int read_requests(const decode_args *a, const request_defaults *d, decode
 	rc = requests_from_lines(text, len, d, reqs, n, e);
 	free(text);
 	if (!rc && *n == 0)
-		rc = pp_errorf(e, PP_EUSAGE,
-			       "%s: no prompts (expected one per line, or JSON lines {\"prompt\": ...})",
-			       what);
+		rc = pp_errorf(
+			e, PP_EUSAGE,
+			"%s: no prompts (expected one per line, or JSON lines {\"prompt\": ...})",
+			what);
 	return rc;
 }
 
@@ -185,7 +190,8 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	    (a->batch && (rc = cli_long("--batch", a->batch, 1, 4096, &batch, e))) ||
 	    (a->seed && (rc = cli_long("--seed", a->seed, 0, __LONG_MAX__, &seed, e))) ||
 	    (a->logprobs && (rc = cli_long("--logprobs", a->logprobs, 0, 20, &top, e))) ||
-	    (a->temperature && (rc = cli_double("--temperature", a->temperature, 0, 100, &sp.temperature, e))) ||
+	    (a->temperature &&
+	     (rc = cli_double("--temperature", a->temperature, 0, 100, &sp.temperature, e))) ||
 	    (a->top_p && (rc = cli_double("--top-p", a->top_p, 0, 1, &sp.top_p, e))))
 		return rc;
 	if (a->stop && !*a->stop)
@@ -198,7 +204,8 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16, q8_0 or gguf",
 				 a->weights);
 	if (fmt == WEIGHTS_GGUF && !a->gguf)
-		return pp_errorf(e, PP_EUSAGE, "--weights gguf: the weights of a GGUF file given to "
+		return pp_errorf(e, PP_EUSAGE,
+				 "--weights gguf: the weights of a GGUF file given to "
 				 "--ckpt; this model is not one");
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
@@ -209,9 +216,10 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if ((rc = pp_ops_select(cfg->device, cfg->dtype, &ops, e)))
 		return rc;
 	if (fmt >= 0 && !ops->matmul_packed)
-		return pp_errorf(e, PP_EUSAGE, "--weights: device=%s decodes from its compute copy "
-				 "(dtype=%s); --weights is for the CPU", pp_device_name(cfg->device),
-				 pp_type_name(cfg->dtype));
+		return pp_errorf(e, PP_EUSAGE,
+				 "--weights: device=%s decodes from its compute copy "
+				 "(dtype=%s); --weights is for the CPU",
+				 pp_device_name(cfg->device), pp_type_name(cfg->dtype));
 	if (fmt < 0 && ops->matmul_packed)
 		fmt = a->gguf ? WEIGHTS_GGUF : PP_WEIGHTS_F32;
 #ifdef PP_CUDA
@@ -228,10 +236,11 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if (tok_path[0] && (rc = tok_load(&tk, tok_path, e)))
 		return rc;
 	if (tk && tok_vocab_size(tk) > cfg->model.vocab_size)
-		rc = pp_errorf(e, PP_EUSAGE,
-			       "tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
-			       "read its ids",
-			       tok_path, tok_vocab_size(tk), cfg->model.vocab_size);
+		rc = pp_errorf(
+			e, PP_EUSAGE,
+			"tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
+			"read its ids",
+			tok_path, tok_vocab_size(tk), cfg->model.vocab_size);
 	if (!rc && a->chat) {
 		char conf[PP_PATH_MAX + 96];
 		const char *slash = strrchr(tok_path, '/');
@@ -240,8 +249,12 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		rc = chat_load(&chat, conf, tk, e);
 	}
 	char *stops[1] = {(char *)a->stop};
-	request_defaults d = {.max_tokens = (int)n, .sample = sp, .stop = stops,
-			      .n_stop = a->stop ? 1 : 0, .chat = a->chat ? &chat : NULL, .tk = tk,
+	request_defaults d = {.max_tokens = (int)n,
+			      .sample = sp,
+			      .stop = stops,
+			      .n_stop = a->stop ? 1 : 0,
+			      .chat = a->chat ? &chat : NULL,
+			      .tk = tk,
 			      .vocab = cfg->model.vocab_size};
 	if (!rc)
 		rc = read_requests(a, &d, &reqs, &n_req, e);
@@ -268,9 +281,15 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 	if (a->chat && !a->ignore_eos && chat.end >= 0 && (!n_eos || eos[0] != chat.end))
 		eos[n_eos++] = chat.end;
 	out_ctx oc = {.a = a, .tk = tk, .s = &s, .top = (int)top, .several = n_req != 1};
-	decode_opts o = {.batch = (int)batch, .eos = eos, .n_eos = n_eos, .tk = tk,
-			 .logprobs = a->json, .top_logprobs = a->json ? (int)top : 0,
-			 .stream = a->json || n_req != 1 ? NULL : stdout, .done = output, .ctx = &oc};
+	decode_opts o = {.batch = (int)batch,
+			 .eos = eos,
+			 .n_eos = n_eos,
+			 .tk = tk,
+			 .logprobs = a->json,
+			 .top_logprobs = a->json ? (int)top : 0,
+			 .stream = a->json || n_req != 1 ? NULL : stdout,
+			 .done = output,
+			 .ctx = &oc};
 	decode_stats st = {0};
 	if (!rc)
 		rc = decode_run(&s, reqs, n_req, &o, &st, e);
@@ -293,32 +312,55 @@ int main(int argc, char **argv)
 {
 	decode_args a = {0};
 	const cli_opt opts[] = {
-		{"--ckpt", "DIR", "a checkpoint, a run directory (its newest sound one) or a GGUF file; "
-				  "without --cfg its own config and tokenizer", &a.ckpt, NULL},
-		{"--prompt", "TEXT", "text to continue (token ids without a tokenizer); without it and "
-				     "--prompt-file, prompts come from stdin", &a.prompt, NULL},
-		{"--prompt-file", "F", "prompts from F: one per line, or JSON lines", &a.prompt_file, NULL},
+		{"--ckpt", "DIR",
+		 "a checkpoint, a run directory (its newest sound one) or a GGUF file; "
+		 "without --cfg its own config and tokenizer",
+		 &a.ckpt, NULL},
+		{"--prompt", "TEXT",
+		 "text to continue (token ids without a tokenizer); without it and "
+		 "--prompt-file, prompts come from stdin",
+		 &a.prompt, NULL},
+		{"--prompt-file", "F", "prompts from F: one per line, or JSON lines",
+		 &a.prompt_file, NULL},
 		{"-n", "N", "tokens to generate per prompt, at most (default 128)", &a.n, NULL},
-		{"--temperature", "T", "softmax temperature, 0 for greedy (default 0.8)", &a.temperature, NULL},
-		{"--top-k", "K", "sample among the K most likely tokens (default 0: all)", &a.top_k, NULL},
-		{"--top-p", "P", "sample among the most likely tokens holding P of the probability (default 1)", &a.top_p, NULL},
+		{"--temperature", "T", "softmax temperature, 0 for greedy (default 0.8)",
+		 &a.temperature, NULL},
+		{"--top-k", "K", "sample among the K most likely tokens (default 0: all)", &a.top_k,
+		 NULL},
+		{"--top-p", "P",
+		 "sample among the most likely tokens holding P of the probability (default 1)",
+		 &a.top_p, NULL},
 		{"--seed", "S", "seed of the draws (default: the config's seed)", &a.seed, NULL},
 		{"--stop", "TEXT", "end a completion before TEXT", &a.stop, NULL},
 		{"--batch", "B", "decode up to B sequences at once (default 8)", &a.batch, NULL},
-		{"--weights", "W", "store the weights for decoding as fp32, bf16 or q8_0, or as a GGUF "
-				   "file has them: gguf (CPU; default fp32, gguf for a GGUF file)", &a.weights, NULL},
-		{"--chat", NULL, "prompts are user messages, through the model's chat template", NULL, &a.chat},
-		{"--random-init", NULL, "seeded initial weights instead of a checkpoint (benchmarks)", NULL, &a.random_init},
-		{"--ignore-eos", NULL, "generate N tokens even after the end-of-sequence token", NULL, &a.ignore_eos},
-		{"--json", NULL, "one JSON line per prompt on stdout: completion, tokens, logprobs, figures", NULL, &a.json},
-		{"--logprobs", "N", "with --json, also the N most likely tokens at each step", &a.logprobs, NULL},
+		{"--weights", "W",
+		 "store the weights for decoding as fp32, bf16 or q8_0, or as a GGUF "
+		 "file has them: gguf (CPU; default fp32, gguf for a GGUF file)",
+		 &a.weights, NULL},
+		{"--chat", NULL, "prompts are user messages, through the model's chat template",
+		 NULL, &a.chat},
+		{"--random-init", NULL,
+		 "seeded initial weights instead of a checkpoint (benchmarks)", NULL,
+		 &a.random_init},
+		{"--ignore-eos", NULL, "generate N tokens even after the end-of-sequence token",
+		 NULL, &a.ignore_eos},
+		{"--json", NULL,
+		 "one JSON line per prompt on stdout: completion, tokens, logprobs, figures", NULL,
+		 &a.json},
+		{"--logprobs", "N", "with --json, also the N most likely tokens at each step",
+		 &a.logprobs, NULL},
 		{0},
 	};
-	const cli_spec spec = {"pp-decode",
-			       "(--cfg FILE | --ckpt DIR) [key=value ...] [--random-init] [--prompt TEXT | "
-			       "--prompt-file F | < PROMPTS] [-n N] [--temperature T] [--top-k K] [--top-p P] "
-			       "[--seed S] [--stop TEXT] [--batch B] [--weights W] [--chat] [--json [--logprobs N]]",
-			       "Generate text from a checkpoint with a KV cache.", opts, true, 0, NULL};
+	const cli_spec spec = {
+		"pp-decode",
+		"(--cfg FILE | --ckpt DIR) [key=value ...] [--random-init] [--prompt TEXT | "
+		"--prompt-file F | < PROMPTS] [-n N] [--temperature T] [--top-k K] [--top-p P] "
+		"[--seed S] [--stop TEXT] [--batch B] [--weights W] [--chat] [--json [--logprobs N]]",
+		"Generate text from a checkpoint with a KV cache.",
+		opts,
+		true,
+		0,
+		NULL};
 	log_set_prefix("pp-decode", 0, 1);
 	pp_err e = {0};
 	cli_args args;
@@ -332,13 +374,16 @@ int main(int argc, char **argv)
 	const bool gguf = !rc && a.ckpt && !a.random_init && decode_is_gguf(a.ckpt);
 	const bool ckpt = a.ckpt && !a.random_init && !gguf;
 	if (gguf && args.cfg)
-		rc = pp_errorf(&e, PP_EUSAGE, "--ckpt %s: a GGUF file carries its model; give key=value "
-			       "overrides, not --cfg", a.ckpt);
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "--ckpt %s: a GGUF file carries its model; give key=value "
+			       "overrides, not --cfg",
+			       a.ckpt);
 	else if (gguf && !(rc = decode_gguf_open(a.ckpt, args.n_overrides, args.overrides, &cfg,
-						  &a.gguf, &e)))
+						 &a.gguf, &e)))
 		snprintf(a.tokenizer, sizeof a.tokenizer, "%s", a.gguf->meta.tokenizer);
 	else if (!rc && ckpt && !args.cfg)
-		rc = ckpt_config_load(a.ckpt, args.n_overrides, args.overrides, &cfg, dir, sizeof dir, &e);
+		rc = ckpt_config_load(a.ckpt, args.n_overrides, args.overrides, &cfg, dir,
+				      sizeof dir, &e);
 	else if (!rc)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && ckpt && args.cfg)
@@ -346,7 +391,8 @@ int main(int argc, char **argv)
 	if (!rc && ckpt) {
 		a.ckpt = dir;
 		if (!mkdtemp(tmp))
-			rc = pp_errorf(&e, PP_ERUNTIME, "cannot make a temporary directory: %s", strerror(errno));
+			rc = pp_errorf(&e, PP_ERUNTIME, "cannot make a temporary directory: %s",
+				       strerror(errno));
 		else
 			rc = ckpt_read_tokenizer(dir, tmp, a.tokenizer, sizeof a.tokenizer, &e);
 	}

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/base/cli.h"
 #include "../libcommon/base/log.h"
+#include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/plan/plan.h"
 #include "../libcommon/plan/preflight.h"
 #include "../libcommon/train/train.h"
@@ -19,9 +19,10 @@ static int write_step0(pp_config *cfg, pp_err *e)
 	if (rc)
 		return rc;
 	if (step >= 0)
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s already holds checkpoint step %ld; pp-init writes new runs only",
-				 cfg->run_dir, step);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s already holds checkpoint step %ld; pp-init writes new runs only",
+			cfg->run_dir, step);
 	trainer t;
 	rc = trainer_open(&t, cfg, true, e);
 	if (!rc) {
@@ -40,15 +41,24 @@ int main(int argc, char **argv)
 	bool plan = false, json = false, check = false;
 	const char *out = NULL;
 	const cli_opt opts[] = {
-		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out, NULL},
-		{"--plan", NULL, "print parameters, FLOPs and per-rank memory; allocate nothing", NULL, &plan},
+		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out,
+		 NULL},
+		{"--plan", NULL, "print parameters, FLOPs and per-rank memory; allocate nothing",
+		 NULL, &plan},
 		{"--json", NULL, "with --plan: one JSON object on stdout", NULL, &json},
-		{"--check", NULL, "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory", NULL, &check},
+		{"--check", NULL,
+		 "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory",
+		 NULL, &check},
 		{0},
 	};
-	const cli_spec spec = {"pp-init", "--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check)",
-			       "Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, or check an allocation.",
-			       opts, true, 0, NULL};
+	const cli_spec spec = {
+		"pp-init",
+		"--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check)",
+		"Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, or check an allocation.",
+		opts,
+		true,
+		0,
+		NULL};
 	log_set_prefix("pp-init", 0, 1);
 	pp_err e = {0};
 	cli_args args;
@@ -58,7 +68,8 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		return 0;
 	if (!rc && !plan && !check && !out)
-		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUNDIR (or --plan, or --check); see pp-init --help");
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "give -o RUNDIR (or --plan, or --check); see pp-init --help");
 	if (!rc && plan + check > 1)
 		rc = pp_errorf(&e, PP_EUSAGE, "--plan and --check exclude each other");
 	if (!rc && out) {

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "../libcommon/base/cli.h"
-#include "../libcommon/data/dataset.h"
 #include "../libcommon/base/log.h"
+#include "../libcommon/data/dataset.h"
 #include "../libcommon/tok/tokenizer.h"
 
 static volatile sig_atomic_t interrupted;
@@ -42,8 +42,7 @@ typedef struct {
 
 /* cli_parse takes options only: the input files are the arguments that
  * are neither an option nor an option's value ("--" ends the options). */
-static int split_inputs(const cli_opt *opts, int argc, char **argv, int *optc, char **optv,
-			args *a)
+static int split_inputs(const cli_opt *opts, int argc, char **argv, int *optc, char **optv, args *a)
 {
 	*optc = 0;
 	optv[(*optc)++] = argv[0];
@@ -74,8 +73,9 @@ static int check_args(args *a, pp_err *e)
 	if (!a->out)
 		return pp_errorf(e, PP_EUSAGE, "give -o OUT.h5 (see pp-tokenize --help)");
 	if ((a->per_file + a->per_line + (a->separator != NULL)) > 1)
-		return pp_errorf(e, PP_EUSAGE, "--one-doc-per-file, --one-doc-per-line and "
-					       "--separator exclude each other");
+		return pp_errorf(e, PP_EUSAGE,
+				 "--one-doc-per-file, --one-doc-per-line and "
+				 "--separator exclude each other");
 	a->mode = a->per_line ? DOCS_PER_LINE : a->separator ? DOCS_SEPARATOR : DOCS_PER_FILE;
 	long deflate = 0;
 	if (a->val_fraction &&
@@ -127,7 +127,8 @@ static void show(progress *p, const docs_reader *r, bool final)
 		snprintf(size, sizeof size, "%.1f MB", mb);
 	}
 	fprintf(stderr, "%spp-tokenize: %s, %.2f MB/s, %s documents, %s tokens%s%s",
-		p->tty ? "\r\033[K" : "", size, rate, docs, toks, eta, p->tty && !final ? "" : "\n");
+		p->tty ? "\r\033[K" : "", size, rate, docs, toks, eta,
+		p->tty && !final ? "" : "\n");
 	fflush(stderr);
 }
 
@@ -159,8 +160,10 @@ static int tokenize(const args *a, const pp_tokenizer *tok, docs_reader *r, toke
 	if (interrupted)
 		rc = pp_errorf(e, PP_ERUNTIME, "interrupted; %s not written", a->out);
 	if (!rc && !p->tokens)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: no text to tokenize (%llu bytes read); %s not written",
-			       a->n_inputs ? a->n_inputs == 1 ? a->inputs[0] : "the inputs" : "standard input",
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s: no text to tokenize (%llu bytes read); %s not written",
+			       a->n_inputs ? a->n_inputs == 1 ? a->inputs[0] : "the inputs"
+					   : "standard input",
 			       (unsigned long long)docs_bytes_read(r), a->out);
 	return rc;
 }
@@ -200,14 +203,20 @@ int main(int argc, char **argv)
 	args a = {0};
 	a.inputs = calloc((size_t)argc + 1, sizeof(char *));
 	const cli_opt opts[] = {
-		{"--tokenizer", "FILE", "tokenizer: SentencePiece .model, tokenizer.json or GPT-2 vocab.json", &a.tokenizer, NULL},
+		{"--tokenizer", "FILE",
+		 "tokenizer: SentencePiece .model, tokenizer.json or GPT-2 vocab.json",
+		 &a.tokenizer, NULL},
 		{"-o", "OUT.h5", "the dataset to write (replaced atomically)", &a.out, NULL},
-		{"--val-fraction", "F", "share of documents for /val, in [0, 1) (default 0)", &a.val_fraction, NULL},
+		{"--val-fraction", "F", "share of documents for /val, in [0, 1) (default 0)",
+		 &a.val_fraction, NULL},
 		{"--seed", "N", "seeds which documents go to /val (default 0)", &a.seed, NULL},
-		{"--one-doc-per-file", NULL, "each input is one document (the default)", NULL, &a.per_file},
-		{"--one-doc-per-line", NULL, "each non-empty line is one document", NULL, &a.per_line},
+		{"--one-doc-per-file", NULL, "each input is one document (the default)", NULL,
+		 &a.per_file},
+		{"--one-doc-per-line", NULL, "each non-empty line is one document", NULL,
+		 &a.per_line},
 		{"--separator", "STR", "documents end at a line equal to STR", &a.separator, NULL},
-		{"--deflate", "LEVEL", "compress the tokens, gzip level 1..9 (default 0: off)", &a.deflate, NULL},
+		{"--deflate", "LEVEL", "compress the tokens, gzip level 1..9 (default 0: off)",
+		 &a.deflate, NULL},
 		{"--json", NULL, "print the summary as one JSON object", NULL, &a.json},
 		{"--quiet", NULL, "no progress on stderr", NULL, &a.quiet},
 		{0},
@@ -216,7 +225,11 @@ int main(int argc, char **argv)
 		"pp-tokenize",
 		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--separator STR | "
 		"--one-doc-per-file | --one-doc-per-line] [--json] [FILE...]",
-		"Tokenize text files (or standard input) into a pp-tokens dataset.", opts, false, 0, NULL};
+		"Tokenize text files (or standard input) into a pp-tokens dataset.",
+		opts,
+		false,
+		0,
+		NULL};
 	log_set_prefix("pp-tokenize", 0, 1);
 	pp_err e = {0};
 	cli_args cargs;
@@ -250,7 +263,8 @@ int main(int argc, char **argv)
 		};
 		snprintf(m.fingerprint, sizeof m.fingerprint, "%s", tok_fingerprint(tok));
 		snprintf(m.kind, sizeof m.kind, "%s", tok_kind(tok));
-		tokens_write_opts o = {.val_fraction = a.fraction, .seed = a.seed_value,
+		tokens_write_opts o = {.val_fraction = a.fraction,
+				       .seed = a.seed_value,
 				       .deflate = a.deflate_level};
 		rc = tokens_create(&w, a.out, &m, &o, &e);
 	}

@@ -22,16 +22,27 @@ int main(int argc, char **argv)
 	bool print_config = false, quiet = false;
 	const char *sample = NULL, *prompt = "", *temperature = "0.8";
 	const cli_opt opts[] = {
-		{"--sample", "N", "after training, generate N tokens and print them on stdout", &sample, NULL},
-		{"--prompt", "TEXT", "with --sample: the text to continue (token ids without a tokenizer)", &prompt, NULL},
-		{"--temperature", "T", "with --sample: softmax temperature, 0 for greedy (default 0.8)", &temperature, NULL},
-		{"--print-config", NULL, "print the resolved config as JSON and exit", NULL, &print_config},
+		{"--sample", "N", "after training, generate N tokens and print them on stdout",
+		 &sample, NULL},
+		{"--prompt", "TEXT",
+		 "with --sample: the text to continue (token ids without a tokenizer)", &prompt,
+		 NULL},
+		{"--temperature", "T",
+		 "with --sample: softmax temperature, 0 for greedy (default 0.8)", &temperature,
+		 NULL},
+		{"--print-config", NULL, "print the resolved config as JSON and exit", NULL,
+		 &print_config},
 		{"--quiet", NULL, "no per-step log lines", NULL, &quiet},
 		{0},
 	};
-	const cli_spec spec = {"pp-train", "--cfg FILE [key=value ...] [--print-config] [--quiet] [--sample N [--prompt TEXT]]",
-			       "Train a model; resume from the newest sound checkpoint in run_dir.",
-			       opts, true, 0, NULL};
+	const cli_spec spec = {
+		"pp-train",
+		"--cfg FILE [key=value ...] [--print-config] [--quiet] [--sample N [--prompt TEXT]]",
+		"Train a model; resume from the newest sound checkpoint in run_dir.",
+		opts,
+		true,
+		0,
+		NULL};
 	log_set_prefix("pp-train", 0, 1);
 	pp_err e = {0};
 	cli_args args;
@@ -70,10 +81,11 @@ int main(int argc, char **argv)
 			rc = trainer_run(&t, &o, &e);
 		}
 		if (!rc && sample && t.lay.world * t.lay.v != 1)
-			rc = pp_errorf(&e, PP_EUSAGE, "--sample runs in a single process (pp=1 dp=1 tp=1)");
+			rc = pp_errorf(&e, PP_EUSAGE,
+				       "--sample runs in a single process (pp=1 dp=1 tp=1)");
 		else if (!rc && sample)
-			rc = decode_continue(&t.chunks[0], cfg.tokenizer, prompt, (int)n_sample, temp,
-					     cfg.seed, stdout, &e);
+			rc = decode_continue(&t.chunks[0], cfg.tokenizer, prompt, (int)n_sample,
+					     temp, cfg.seed, stdout, &e);
 		if (rc == PP_ESTOPPED)
 			e.msg[0] = 0; /* a clean stop, logged as such: exit 75 asks for a requeue */
 		if (rc && rc != PP_ESTOPPED) {

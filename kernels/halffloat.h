@@ -15,8 +15,8 @@ static inline float f16_to_f32(uint16_t h)
 		f = ldexpf((float)man, -24); /* zero or subnormal */
 		return sign ? -f : f;
 	}
-	uint32_t bits =
-		exp == 31 ? sign | 0x7f800000 | man << 13 : sign | (exp + 112) << 23 | man << 13;
+	uint32_t bits = exp == 31 ? sign | 0x7f800000 | man << 13
+				  : sign | (exp + 112) << 23 | man << 13;
 	memcpy(&f, &bits, sizeof f);
 	return f;
 }
@@ -31,7 +31,7 @@ static inline uint16_t f32_to_f16(float f)
 		return sign | 0x7e00; /* NaN */
 	if (ax >= 0x477ff000)
 		return sign | 0x7c00; /* 65520 and up round to infinity */
-	if (ax < 0x38800000) {	      /* below 2^-14: subnormal */
+	if (ax < 0x38800000) {        /* below 2^-14: subnormal */
 		float v;
 		memcpy(&v, &ax, sizeof v);
 		return sign | (uint16_t)lrintf(v * 16777216.0f);

@@ -7,7 +7,9 @@ const pp_ops *pp_ops_find(int device, int type)
 		return type == PP_TYPE_REAL ? &pp_ops_cpu : NULL;
 #ifdef PP_CUDA
 	if (device == PP_DEVICE_CUDA)
-		return type == PP_TYPE_REAL ? &pp_ops_cuda : type == PP_TYPE_BF16 ? &pp_ops_cuda_bf16 : NULL;
+		return type == PP_TYPE_REAL   ? &pp_ops_cuda
+		       : type == PP_TYPE_BF16 ? &pp_ops_cuda_bf16
+					      : NULL;
 #endif
 	return NULL;
 }

@@ -51,8 +51,13 @@ enum { PP_ROUTE_TOPK_SOFTMAX = 0, PP_ROUTE_SOFTMAX_TOPK = 1 };
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
  * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
  * pack_weight makes, and Q4_0 and Q4_1, read as a GGUF file holds them */
-enum { PP_WEIGHTS_F32 = 0, PP_WEIGHTS_BF16 = 1, PP_WEIGHTS_Q8_0 = 2, PP_WEIGHTS_Q4_0 = 3,
-       PP_WEIGHTS_Q4_1 = 4 };
+enum {
+	PP_WEIGHTS_F32 = 0,
+	PP_WEIGHTS_BF16 = 1,
+	PP_WEIGHTS_Q8_0 = 2,
+	PP_WEIGHTS_Q4_0 = 3,
+	PP_WEIGHTS_Q4_1 = 4
+};
 
 /* Targets below zero (Hugging Face uses -100) are ignored by the loss. */
 #define PP_IGNORE_INDEX (-100)
@@ -156,8 +161,8 @@ typedef struct pp_ops {
 	 * sequence b holding the key / value of position j. kv_append copies the
 	 * k and v heads of qkv (B,n,(Hq+2Hkv)*D), tokens at positions pos0..
 	 * pos0+n-1, into cache entries pos0..pos0+n-1 (pos0 + n <= Tmax). */
-	void (*kv_append)(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n,
-			  int Hq, int Hkv, int D, int Tmax, const int *pos0);
+	void (*kv_append)(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
+			  int Hkv, int D, int Tmax, const int *pos0);
 	/* The query heads of the n rows of qkv (B,n,(Hq+2Hkv)*D) at positions pos0 + i
 	 * attend causally to the cache: query i sees entries j with
 	 * i + pos0 - window < j <= i + pos0 (window 0: all j <= i + pos0),
@@ -218,8 +223,8 @@ typedef struct pp_ops {
 	 * [0,V) means the target lies in another slice.
 	 * lse (N) = log sum exp of each row of the slice; tgt (N) = the target's
 	 * logit where it lies in the slice, else 0. */
-	void (*logsumexp_rows)(pp_real *lse, pp_real *tgt, const pp_act *logits,
-			       const int *targets, int N, int V);
+	void (*logsumexp_rows)(pp_real *lse, pp_real *tgt, const pp_act *logits, const int *targets,
+			       int N, int V);
 	/* dlogits (N,V) = (exp(logits - lse) - onehot(target)) * dscale given the
 	 * global lse (N); 0 rows for ignored targets; dlogits may alias logits. */
 	void (*softmax_grad)(pp_act *dlogits, const pp_act *logits, const pp_real *lse,
@@ -252,8 +257,8 @@ typedef struct pp_ops {
 	/* moe_combine: out (N,C) = sum over k of gate[n,k] y[slot[n,k]] (1 for
 	 * a NULL gate; dropped assignments add nothing), k in order: overwrites
 	 * out. */
-	void (*moe_combine)(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate, int N,
-			    int K, int C);
+	void (*moe_combine)(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate,
+			    int N, int K, int C);
 	/* moe_gate_grad: dgate (N,K) = dout[n] . y[slot[n,k]] (0 when dropped). */
 	void (*moe_gate_grad)(pp_real *dgate, const pp_act *dout, const pp_act *y, const int *slot,
 			      int N, int K, int C);
@@ -353,11 +358,16 @@ static inline size_t pp_weights_bytes(int fmt, int OC, int C)
 {
 	size_t n = (size_t)OC * (size_t)C;
 	switch (fmt) {
-	case PP_WEIGHTS_F32: return n * 4;
-	case PP_WEIGHTS_BF16: return n * 2;
-	case PP_WEIGHTS_Q8_0: return C % 32 ? 0 : n / 32 * 34;
-	case PP_WEIGHTS_Q4_0: return C % 32 ? 0 : n / 32 * 18;
-	case PP_WEIGHTS_Q4_1: return C % 32 ? 0 : n / 32 * 20;
+	case PP_WEIGHTS_F32:
+		return n * 4;
+	case PP_WEIGHTS_BF16:
+		return n * 2;
+	case PP_WEIGHTS_Q8_0:
+		return C % 32 ? 0 : n / 32 * 34;
+	case PP_WEIGHTS_Q4_0:
+		return C % 32 ? 0 : n / 32 * 18;
+	case PP_WEIGHTS_Q4_1:
+		return C % 32 ? 0 : n / 32 * 20;
 	}
 	return 0;
 }

@@ -15,7 +15,7 @@
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
-	int G;	       /* query heads per kv head */
+	int G;         /* query heads per kv head */
 	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
 	size_t ldo;    /* row stride of out and dout: Hq*D */
 	pp_real scale; /* 1/sqrt(D) */
@@ -198,8 +198,8 @@ void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_
 	 * after. */
 	int S = (omp_get_max_threads() + B * Hkv - 1) / (B * Hkv);
 	S = S < G ? S : G;
-	pp_real *part =
-		S > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (S - 1) * 2 * T * D) : NULL;
+	pp_real *part = S > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (S - 1) * 2 * T * D)
+			      : NULL;
 	int blas = pp_cpu_blas_serial_begin();
 #pragma omp parallel
 	{
@@ -240,8 +240,8 @@ void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_
 			pp_real *dv = dk + (size_t)Hkv * D;
 			for (int kvh = 0; kvh < Hkv; kvh++)
 				for (int s = 1; s < S; s++) {
-					const pp_real *pk =
-						att_part(&a, part, S, b, kvh, s) + (size_t)t * D;
+					const pp_real *pk = att_part(&a, part, S, b, kvh, s) +
+							    (size_t)t * D;
 					const pp_real *pv = pk + (size_t)T * D;
 					for (int d = 0; d < D; d++) {
 						dk[(size_t)kvh * D + d] += pk[d];
@@ -300,10 +300,13 @@ void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kca
 			for (int h = 0; h < Hq; h++)
 				for (int blk = nblk - 1; blk >= 0; blk--) {
 					att_block bl = {.i0 = pos0 + blk * ATT_BQ};
-					bl.nq = n - blk * ATT_BQ < ATT_BQ ? n - blk * ATT_BQ : ATT_BQ;
+					bl.nq = n - blk * ATT_BQ < ATT_BQ ? n - blk * ATT_BQ
+									  : ATT_BQ;
 					bl.k0 = att_first_key(&a, bl.i0);
 					bl.nk = bl.i0 + bl.nq - bl.k0;
-					const pp_real *q = qkv + ((size_t)b * n + (size_t)blk * ATT_BQ) * a.ld +
+					const pp_real *q = qkv +
+							   ((size_t)b * n + (size_t)blk * ATT_BQ) *
+								   a.ld +
 							   (size_t)h * D;
 					size_t kv = ((size_t)b * Tmax + (size_t)bl.k0) * ldk +
 						    (size_t)(h / a.G) * D;
@@ -313,7 +316,9 @@ void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kca
 					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
 					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk, vcache + kv,
 						    (int)ldk, 0,
-						    out + ((size_t)b * n + (size_t)blk * ATT_BQ) * a.ldo +
+						    out +
+							    ((size_t)b * n + (size_t)blk * ATT_BQ) *
+								    a.ldo +
 							    (size_t)h * D,
 						    (int)a.ldo);
 				}

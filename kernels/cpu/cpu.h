@@ -40,10 +40,7 @@ void pp_cpu_blas_serial_end(int saved);
 void *pp_cpu_scratch(size_t bytes);
 
 /* pos0 of ops.h: the position an op's pointer holds, NULL for 0 */
-static inline int pp_cpu_pos(const int *pos0)
-{
-	return pos0 ? *pos0 : 0;
-}
+static inline int pp_cpu_pos(const int *pos0) { return pos0 ? *pos0 : 0; }
 
 /* Functions holding hot elementwise loops get AVX2 and AVX-512 versions,
  * picked when the program loads: the build itself targets baseline x86-64
@@ -89,18 +86,15 @@ static inline float pp_cpu_expf(float x)
 
 /* tanh from pp_cpu_expf; absolute error < 3e-7 (the relative error grows
  * near 0, harmless where it is used: GELU adds it to 1) */
-static inline float pp_cpu_tanhf(float x)
-{
-	return 1 - 2 / (pp_cpu_expf(2 * x) + 1);
-}
+static inline float pp_cpu_tanhf(float x) { return 1 - 2 / (pp_cpu_expf(2 * x) + 1); }
 
 /* exp and tanh of pp_real for vectorisable loops: the float versions above in
  * production builds, libm in double builds (the finite-difference tests) */
 #ifdef PP_F64
-#define pp_cpu_exp(x) exp(x)
+#define pp_cpu_exp(x)  exp(x)
 #define pp_cpu_tanh(x) tanh(x)
 #else
-#define pp_cpu_exp(x) pp_cpu_expf(x)
+#define pp_cpu_exp(x)  pp_cpu_expf(x)
 #define pp_cpu_tanh(x) pp_cpu_tanhf(x)
 #endif
 
@@ -145,15 +139,15 @@ void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
 double pp_cpu_sumsq(const pp_real *x, size_t n);
 
 /* matmul.c */
-void pp_cpu_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
-		       int N, int C, int OC);
+void pp_cpu_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
+		       int C, int OC);
 void pp_cpu_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
 		       const pp_act *inp, const pp_act *w, int N, int C, int OC);
 
 /* matvec.c (production builds only) */
 void *pp_cpu_pack_weight(const pp_act *w, int OC, int C, int fmt);
-void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias,
-			  int N, int C, int OC, int fmt);
+void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias, int N,
+			  int C, int OC, int fmt);
 
 /* embed.c */
 void pp_cpu_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
@@ -162,15 +156,14 @@ void pp_cpu_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const in
 		      pp_real scale, int B, int T, int C, const int *pos0);
 
 /* norm.c */
-void pp_cpu_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
-			pp_real eps, pp_real offset, int N, int C);
+void pp_cpu_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w, pp_real eps,
+			pp_real offset, int N, int C);
 void pp_cpu_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
 			const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C);
 void pp_cpu_layernorm_fwd(pp_act *out, pp_real *mean, pp_real *rstd, const pp_act *x,
 			  const pp_act *w, const pp_act *b, pp_real eps, int N, int C);
-void pp_cpu_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout,
-			  const pp_act *x, const pp_act *w, const pp_real *mean,
-			  const pp_real *rstd, int N, int C);
+void pp_cpu_layernorm_bwd(pp_act *dx, pp_real *dw, pp_real *db, const pp_act *dout, const pp_act *x,
+			  const pp_act *w, const pp_real *mean, const pp_real *rstd, int N, int C);
 void pp_cpu_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, const pp_act *x,
 				 const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
 				 int N, int C);
@@ -187,9 +180,8 @@ void pp_cpu_rope_bwd(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real
 /* attention.c */
 void pp_cpu_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
 			  int Hkv, int D, int window);
-void pp_cpu_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
-			  const pp_real *lse, const pp_act *qkv, int B, int T, int Hq, int Hkv,
-			  int D, int window);
+void pp_cpu_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
+			  const pp_act *qkv, int B, int T, int Hq, int Hkv, int D, int window);
 void pp_cpu_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
 		      int Hkv, int D, int Tmax, const int *pos0);
 void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
@@ -199,12 +191,12 @@ void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcach
 /* mlp.c */
 void pp_cpu_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,
 		      const pp_act *logits, int N, int E, int K, int mode);
-void pp_cpu_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
-			 int E, int cap);
-void pp_cpu_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale,
-		       int M, int K, int C);
-void pp_cpu_moe_combine(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate,
-			int N, int K, int C);
+void pp_cpu_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K, int E,
+			 int cap);
+void pp_cpu_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale, int M,
+		       int K, int C);
+void pp_cpu_moe_combine(pp_act *out, const pp_act *y, const int *slot, const pp_real *gate, int N,
+			int K, int C);
 void pp_cpu_moe_gate_grad(pp_real *dgate, const pp_act *dout, const pp_act *y, const int *slot,
 			  int N, int K, int C);
 void pp_cpu_moe_router_bwd(pp_act *dlogits, const pp_real *dgate, const int *expert,
@@ -222,8 +214,8 @@ void pp_cpu_gelu_matmul_bwd(pp_act *dpre, pp_real *dw, pp_real *dbias, const pp_
 			    int OC);
 
 /* loss.c */
-void pp_cpu_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits,
-			 const int *targets, int N, int V, pp_real dscale);
+void pp_cpu_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits, const int *targets,
+			 int N, int V, pp_real dscale);
 void pp_cpu_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_act *logits, const int *targets,
 			   int N, int V);
 void pp_cpu_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *lse,

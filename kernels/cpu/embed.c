@@ -15,7 +15,8 @@ void pp_cpu_embed_fwd(pp_act *out_, const int *tok, const pp_act *wte_, const pp
 #pragma omp parallel for schedule(static)
 	for (int n = 0; n < B * T; n++) {
 		pp_real *o = out + (size_t)n * C;
-		const pp_real *e = tok[n] >= 0 ? wte + (size_t)tok[n] * C : NULL; /* else another shard's */
+		const pp_real *e = tok[n] >= 0 ? wte + (size_t)tok[n] * C
+					       : NULL; /* else another shard's */
 		const pp_real *p = wpe ? wpe + (size_t)(pos0 + n % T) * C : NULL;
 		for (int c = 0; c < C; c++)
 			o[c] = (e ? e[c] * scale : 0) + (p ? p[c] : 0);

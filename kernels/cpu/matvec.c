@@ -23,13 +23,13 @@
 #include "cpu.h"
 
 #define ROWS_PER_TASK 16
-#define LANES 64 /* accumulators: 4 AVX-512 or 8 AVX2 vectors */
+#define LANES         64 /* accumulators: 4 AVX-512 or 8 AVX2 vectors */
 
 #ifndef PP_F64
 
 static int block_bytes(int fmt)
 {
-	return fmt == PP_WEIGHTS_Q8_0 ? QUANT_Q8_0_BYTES
+	return fmt == PP_WEIGHTS_Q8_0   ? QUANT_Q8_0_BYTES
 	       : fmt == PP_WEIGHTS_Q4_0 ? QUANT_Q4_0_BYTES
 					: QUANT_Q4_1_BYTES;
 }
@@ -53,29 +53,27 @@ void *pp_cpu_pack_weight(const pp_act *w_, int OC, int C, int fmt)
 	} else {
 #pragma omp parallel for schedule(static)
 		for (int o = 0; o < OC; o++)
-			quant_encode_q8_0(w + (size_t)o * C,
-					  (uint8_t *)p + (size_t)o * (C / QUANT_BLOCK) * QUANT_Q8_0_BYTES, C);
+			quant_encode_q8_0(
+				w + (size_t)o * C,
+				(uint8_t *)p + (size_t)o * (C / QUANT_BLOCK) * QUANT_Q8_0_BYTES, C);
 	}
 	return p;
 }
 
 /* the sum over LANES columns at a time, then the tail */
-#define DOT(acc_expr, tail_expr)                                          \
-	float acc_[LANES] = {0}, s_ = 0;                                  \
-	int j = 0;                                                        \
-	for (; j + LANES <= C; j += LANES)                                \
-		for (int k = 0; k < LANES; k++)                           \
-			acc_[k] = fmaf(acc_expr, x[j + k], acc_[k]);       \
-	for (; j < C; j++)                                                \
-		s_ += (tail_expr) * x[j];                                 \
-	for (int k = 0; k < LANES; k++)                                   \
-		s_ += acc_[k];                                            \
+#define DOT(acc_expr, tail_expr)                                                                   \
+	float acc_[LANES] = {0}, s_ = 0;                                                           \
+	int j = 0;                                                                                 \
+	for (; j + LANES <= C; j += LANES)                                                         \
+		for (int k = 0; k < LANES; k++)                                                    \
+			acc_[k] = fmaf(acc_expr, x[j + k], acc_[k]);                               \
+	for (; j < C; j++)                                                                         \
+		s_ += (tail_expr)*x[j];                                                            \
+	for (int k = 0; k < LANES; k++)                                                            \
+		s_ += acc_[k];                                                                     \
 	return s_
 
-static inline float dot_f32(const float *w, const float *x, int C)
-{
-	DOT(w[j + k], w[j]);
-}
+static inline float dot_f32(const float *w, const float *x, int C) { DOT(w[j + k], w[j]); }
 
 static float dot_bf16_c(const uint16_t *w, const float *x, int C)
 {
@@ -116,17 +114,23 @@ static inline uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] <<
 
 /* the 32 weights of a block as two vectors of 16 */
 __attribute__((target("avx512f,f16c"))) static inline void block_avx512(int fmt, const uint8_t *b,
-									  __m512 *w0, __m512 *w1)
+									__m512 *w0, __m512 *w1)
 {
 	const __m512 d = _mm512_set1_ps(_cvtsh_ss(le16(b)));
 	if (fmt == PP_WEIGHTS_Q8_0) {
-		*w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);
-		*w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
+		*w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+					    _mm_loadu_si128((const __m128i *)(b + 2)))),
+				    d);
+		*w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+					    _mm_loadu_si128((const __m128i *)(b + 18)))),
+				    d);
 		return;
 	}
 	const bool q41 = fmt == PP_WEIGHTS_Q4_1;
-	const __m512 m = q41 ? _mm512_set1_ps(_cvtsh_ss(le16(b + 2))) : _mm512_mul_ps(d, _mm512_set1_ps(-8));
-	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))), mask = _mm_set1_epi8(15);
+	const __m512 m = q41 ? _mm512_set1_ps(_cvtsh_ss(le16(b + 2)))
+			     : _mm512_mul_ps(d, _mm512_set1_ps(-8));
+	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))),
+		      mask = _mm_set1_epi8(15);
 	const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
 	*w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m);
 	*w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
@@ -167,11 +171,13 @@ __attribute__((target("avx512f"))) static float dot_bf16_avx512(const uint16_t *
 	int j = 0;
 	for (; j + 64 <= C; j += 64)
 		for (int k = 0; k < 4; k++) {
-			__m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + j + 16 * k)));
+			__m512i v = _mm512_cvtepu16_epi32(
+				_mm256_loadu_si256((const __m256i *)(w + j + 16 * k)));
 			a[k] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
 					       _mm512_loadu_ps(x + j + 16 * k), a[k]);
 		}
-	float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+	float s = _mm512_reduce_add_ps(
+		_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 	for (; j < C; j++)
 		s += bf16_to_f32(w[j]) * x[j];
 	return s;
@@ -185,7 +191,8 @@ __attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w
 	int j = 0;
 	for (; j + 32 <= C; j += 32)
 		for (int k = 0; k < 4; k++) {
-			__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + j + 8 * k)));
+			__m256i v = _mm256_cvtepu16_epi32(
+				_mm_loadu_si128((const __m128i *)(w + j + 8 * k)));
 			a[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)),
 					       _mm256_loadu_ps(x + j + 8 * k), a[k]);
 		}
@@ -201,19 +208,22 @@ __attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w
 
 /* the 32 weights of a block as four vectors of 8 */
 __attribute__((target("avx2,fma,f16c"))) static inline void block_avx2(int fmt, const uint8_t *b,
-								     __m256 w[4])
+								       __m256 w[4])
 {
 	const __m256 d = _mm256_set1_ps(_cvtsh_ss(le16(b)));
 	if (fmt == PP_WEIGHTS_Q8_0) {
 		for (int k = 0; k < 4; k++)
-			w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-						     _mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k)))),
-					     d);
+			w[k] = _mm256_mul_ps(
+				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+					_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * k)))),
+				d);
 		return;
 	}
 	const bool q41 = fmt == PP_WEIGHTS_Q4_1;
-	const __m256 m = q41 ? _mm256_set1_ps(_cvtsh_ss(le16(b + 2))) : _mm256_mul_ps(d, _mm256_set1_ps(-8));
-	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))), mask = _mm_set1_epi8(15);
+	const __m256 m = q41 ? _mm256_set1_ps(_cvtsh_ss(le16(b + 2)))
+			     : _mm256_mul_ps(d, _mm256_set1_ps(-8));
+	const __m128i v = _mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))),
+		      mask = _mm_set1_epi8(15);
 	const __m128i n[2] = {_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask)};
 	for (int k = 0; k < 4; k++) {
 		__m128i part = k & 1 ? _mm_srli_si128(n[k / 2], 8) : n[k / 2];
@@ -231,7 +241,8 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_blocks_avx2(int fmt, c
 		__m256 w[4];
 		block_avx2(fmt, row + (size_t)b * bb, w);
 		for (int k = 0; k < 4; k++)
-			a[k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + b * QUANT_BLOCK + 8 * k), a[k]);
+			a[k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x + b * QUANT_BLOCK + 8 * k),
+					       a[k]);
 	}
 	__m256 s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
 	__m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -302,9 +313,11 @@ static void rows_packed(float *out, const float *inp, const void *wp, const floa
 	const uint16_t *h = wp;
 	if (N == 1) {
 		for (int o = o0; o < o1; o++) {
-			float v = fmt == PP_WEIGHTS_F32    ? dot_f32((const float *)wp + (size_t)o * C, inp, C)
-				  : fmt == PP_WEIGHTS_BF16 ? dot_bf16(h + (size_t)o * C, inp, C)
-							   : dot_blocks(fmt, rows8 + o * row_bytes, inp, C);
+			float v = fmt == PP_WEIGHTS_F32
+					  ? dot_f32((const float *)wp + (size_t)o * C, inp, C)
+				  : fmt == PP_WEIGHTS_BF16
+					  ? dot_bf16(h + (size_t)o * C, inp, C)
+					  : dot_blocks(fmt, rows8 + o * row_bytes, inp, C);
 			out[o] = v + (bias ? bias[o] : 0);
 		}
 		return;
@@ -329,8 +342,8 @@ static void rows_packed(float *out, const float *inp, const void *wp, const floa
 			out[(size_t)n * OC + o0 + r] += bias[o0 + r];
 }
 
-void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias,
-			  int N, int C, int OC, int fmt)
+void pp_cpu_matmul_packed(pp_act *out, const pp_act *inp, const void *wp, const pp_act *bias, int N,
+			  int C, int OC, int fmt)
 {
 	/* a prompt's many rows: fp32 weights are the compute copy's layout, and
 	 * one BLAS product over them is faster there */

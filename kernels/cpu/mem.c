@@ -21,20 +21,11 @@ void *pp_cpu_alloc(size_t bytes)
 	return p;
 }
 
-void pp_cpu_free(void *p)
-{
-	free(p);
-}
+void pp_cpu_free(void *p) { free(p); }
 
-void pp_cpu_copy(void *dst, const void *src, size_t bytes)
-{
-	memcpy(dst, src, bytes);
-}
+void pp_cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
-void pp_cpu_zero(void *p, size_t bytes)
-{
-	memset(p, 0, bytes);
-}
+void pp_cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
 /* The compute type is pp_real: conversions are copies. */
 void pp_cpu_to_act(pp_act *dst, const pp_real *src, size_t n)

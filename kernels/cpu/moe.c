@@ -55,8 +55,8 @@ void pp_cpu_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, p
 	}
 }
 
-void pp_cpu_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
-			 int E, int cap)
+void pp_cpu_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K, int E,
+			 int cap)
 {
 	const int NK = N * K;
 	int *kept = counts, *chosen = counts + E;
@@ -92,8 +92,8 @@ void pp_cpu_moe_gather(pp_act *dst_, const pp_act *src_, const int *rows, const 
 	}
 }
 
-void pp_cpu_moe_combine(pp_act *out_, const pp_act *y_, const int *slot, const pp_real *gate,
-			int N, int K, int C)
+void pp_cpu_moe_combine(pp_act *out_, const pp_act *y_, const int *slot, const pp_real *gate, int N,
+			int K, int C)
 {
 	pp_real *out = out_;
 	const pp_real *y = y_;
@@ -105,7 +105,8 @@ void pp_cpu_moe_combine(pp_act *out_, const pp_act *y_, const int *slot, const p
 			int r = slot[(size_t)n * K + k];
 			if (r < 0)
 				continue;
-			const pp_real *x = y + (size_t)r * C, g = gate ? gate[(size_t)n * K + k] : 1;
+			const pp_real *x = y + (size_t)r * C,
+				      g = gate ? gate[(size_t)n * K + k] : 1;
 			for (int c = 0; c < C; c++)
 				o[c] += g * x[c];
 		}

@@ -9,7 +9,8 @@
 /* AdamW on one span, pc (if not NULL) the new p; c1, c2 = 1 / (1 - b^t) */
 static PP_CPU_CLONES void adamw_span(pp_real *p, pp_real *pc, const pp_real *g, pp_real *m,
 				     pp_real *v, size_t n, pp_real lr, pp_real b1, pp_real b2,
-				     pp_real eps, pp_real wd, pp_real c1, pp_real c2, pp_real gscale)
+				     pp_real eps, pp_real wd, pp_real c1, pp_real c2,
+				     pp_real gscale)
 {
 	for (size_t i = 0; i < n; i++) {
 		pp_real gi = g[i] * gscale;
@@ -33,6 +34,6 @@ void pp_cpu_adamw(pp_real *p, pp_act *pc_, const pp_real *g, pp_real *m, pp_real
 	const pp_real c2 = (pp_real)(1 / (1 - pow(b2, (double)t)));
 #pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < n; i += SPAN)
-		adamw_span(p + i, pc ? pc + i : NULL, g + i, m + i, v + i, n - i < SPAN ? n - i : SPAN,
-			   lr, b1, b2, eps, wd, c1, c2, gscale);
+		adamw_span(p + i, pc ? pc + i : NULL, g + i, m + i, v + i,
+			   n - i < SPAN ? n - i : SPAN, lr, b1, b2, eps, wd, c1, c2, gscale);
 }

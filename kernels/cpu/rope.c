@@ -19,8 +19,8 @@ static void rope_rotate(pp_real *qkv, int B, int T, int Hq, int Hkv, int D, pp_r
 		/* angles in double: pos * inv_freq reaches 1e5 rad at long
 		 * context, where a float angle is off by up to 1e-2 rad */
 		double *inv_freq = pp_cpu_scratch(sizeof(double) * half);
-		pp_real *cs =
-			pp_cpu_scratch(sizeof(pp_real) * 2 * half); /* cos (half) | sin (half) */
+		pp_real *cs = pp_cpu_scratch(sizeof(pp_real) * 2 *
+					     half); /* cos (half) | sin (half) */
 		for (int i = 0; i < half; i++)
 			inv_freq[i] = pow((double)theta, -2.0 * i / D);
 #pragma omp for schedule(static)

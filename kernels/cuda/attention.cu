@@ -22,31 +22,31 @@
  * window > 0 (Mistral's sliding window), else every j <= i. */
 #include "cuda.h"
 
-#define ATT_MAXD 256
-#define ATT_WARPS 8
+#define ATT_MAXD    256
+#define ATT_WARPS   8
 #define ATT_THREADS (ATT_WARPS * 32)
 /* query-side kernels: query rows per warp, and so per block; keys per tile
  * (one per lane) */
 #define ATT_QROWS 2
-#define ATT_BQ (ATT_WARPS * ATT_QROWS)
-#define ATT_KT 32
+#define ATT_BQ    (ATT_WARPS * ATT_QROWS)
+#define ATT_KT    32
 /* key-side kernel: keys per warp, and so per block; queries per tile (one
  * per lane) */
 #define ATT_KROWS 2
-#define ATT_BK (ATT_WARPS * ATT_KROWS)
-#define ATT_QT 32
+#define ATT_BK    (ATT_WARPS * ATT_KROWS)
+#define ATT_QT    32
 
 #define FULL 0xffffffffu
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
-	int G;         /* query heads per kv head */
-	int KP;        /* row stride of shared tiles read across lanes: odd, so
+	int G;       /* query heads per kv head */
+	int KP;      /* row stride of shared tiles read across lanes: odd, so
 			  lanes reading rows j at one column hit distinct banks */
-	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
-	size_t ldo;    /* row stride of out and dout: Hq*D */
-	float scale;   /* 1/sqrt(D) */
-	bool vec;      /* head rows are 16-byte aligned in every tensor: 16-byte loads */
+	size_t ld;   /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
+	size_t ldo;  /* row stride of out and dout: Hq*D */
+	float scale; /* 1/sqrt(D) */
+	bool vec;    /* head rows are 16-byte aligned in every tensor: 16-byte loads */
 } att_shape;
 
 static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 {
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
-	float *q_s = sm, *do_s = q_s + ATT_BQ * D, *k_s = do_s + ATT_BQ * D, *v_s = k_s + ATT_KT * KP;
+	float *q_s = sm, *do_s = q_s + ATT_BQ * D, *k_s = do_s + ATT_BQ * D,
+	      *v_s = k_s + ATT_KT * KP;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
 	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
@@ -301,7 +302,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 {
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
-	float *k_s = sm, *v_s = k_s + ATT_BK * D, *q_s = v_s + ATT_BK * D, *do_s = q_s + ATT_QT * KP;
+	float *k_s = sm, *v_s = k_s + ATT_BK * D, *q_s = v_s + ATT_BK * D,
+	      *do_s = q_s + ATT_QT * KP;
 	float *lse_s = do_s + ATT_QT * KP, *dl_s = lse_s + ATT_QT;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int kvh = blockIdx.y, b = blockIdx.z;
@@ -339,7 +341,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 					continue; /* the whole warp */
 				float p = 0, ds = 0;
 				if (lane < nqt && i >= j && (a.window <= 0 || j > i - a.window)) {
-					const float s = dot(q_s + lane * KP, k_s + kr * D, D) * a.scale;
+					const float s = dot(q_s + lane * KP, k_s + kr * D, D) *
+							a.scale;
 					p = expf(s - lse_s[lane]);
 					const float dp = dot(do_s + lane * KP, v_s + kr * D, D);
 					ds = p * (dp - dl_s[lane]);
@@ -381,23 +384,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* ---- launches ------------------------------------------------------------- */
 
 /* F<T, DPL>(args...) with DPL the head dims per lane that D needs */
-#define ATT_DISPATCH(D, F, ...)                     \
-	do {                                        \
-		if ((D) <= 32)                      \
-			F<T, 1>(__VA_ARGS__);       \
-		else if ((D) <= 64)                 \
-			F<T, 2>(__VA_ARGS__);       \
-		else if ((D) <= 128)                \
-			F<T, 4>(__VA_ARGS__);       \
-		else                                \
-			F<T, 8>(__VA_ARGS__);       \
+#define ATT_DISPATCH(D, F, ...)                                                                    \
+	do {                                                                                       \
+		if ((D) <= 32)                                                                     \
+			F<T, 1>(__VA_ARGS__);                                                      \
+		else if ((D) <= 64)                                                                \
+			F<T, 2>(__VA_ARGS__);                                                      \
+		else if ((D) <= 128)                                                               \
+			F<T, 4>(__VA_ARGS__);                                                      \
+		else                                                                               \
+			F<T, 8>(__VA_ARGS__);                                                      \
 	} while (0)
 
 template <typename T, int DPL>
 static void fwd_launch(T *out, float *lse, const T *qkv, const att_shape &a)
 {
-	const size_t smem =
-		sizeof(float) * ((size_t)ATT_BQ * a.D + (size_t)ATT_KT * a.KP + (size_t)ATT_KT * a.D);
+	const size_t smem = sizeof(float) *
+			    ((size_t)ATT_BQ * a.D + (size_t)ATT_KT * a.KP + (size_t)ATT_KT * a.D);
 	pp_cuda_smem((const void *)attention_fwd_kernel<T, DPL>, smem, "attention_fwd_kernel");
 	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
 	attention_fwd_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(out, lse, qkv, a);
@@ -452,9 +455,8 @@ PP_CUDA_BOTH(pp_cuda_attention_fwd);
 
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
 template <typename T>
-void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
-			   const pp_real *lse, const pp_act *qkv, int B, int T_, int Hq, int Hkv,
-			   int D, int window)
+void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
+			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window)
 {
 	if (B <= 0 || T_ <= 0 || Hq <= 0)
 		return;
@@ -465,8 +467,8 @@ void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
 		return;
 	const size_t n = (size_t)B * Hq * T_;
 	float *delta = (float *)pp_cuda_scratch(sizeof(float) * n);
-	attention_delta_kernel<T><<<pp_cuda_blocks(n, 256), 256>>>(delta, (const T *)dout,
-								   (const T *)out, a);
+	attention_delta_kernel<T>
+		<<<pp_cuda_blocks(n, 256), 256>>>(delta, (const T *)dout, (const T *)out, a);
 	PP_CUDA_LAUNCHED("attention_delta_kernel");
 	ATT_DISPATCH(D, dq_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);
 	ATT_DISPATCH(D, dkv_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);

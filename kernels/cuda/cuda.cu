@@ -72,7 +72,8 @@ void *pp_cuda_scratch(size_t bytes)
 	want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
 	PP_CUDA_REQUIRE(!pp_cuda.capturing && !pp_cuda.graphs,
 			"an op needs %zu bytes of scratch while a graph records or lives (the "
-			"step must not need more than the ops before it)", bytes);
+			"step must not need more than the ops before it)",
+			bytes);
 	/* Stream-ordered: the old buffer goes back once the ops queued before
 	 * have run, and nothing waits for the device. A cudaFree (or a device
 	 * synchronisation) here would wait for NCCL kernels in flight beside
@@ -100,8 +101,8 @@ void pp_cuda_smem(const void *kernel, size_t bytes, const char *what)
 			 pp_cuda.smem_optin);
 		pp_cuda_fatal(__FILE__, __LINE__, what, why);
 	}
-	PP_CUDA_CHECK(
-		cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+	PP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					   (int)bytes));
 }
 
 /* ---- device selection ------------------------------------------------------ */
@@ -132,10 +133,11 @@ int pp_cuda_init(int device, pp_err *e)
 	if (ready) {
 		if (device == pp_cuda.device)
 			return 0;
-		return pp_errorf(e, PP_EUSAGE,
-				 "device=cuda: this process already drives GPU %d (asked for GPU %d): "
-				 "one process, one GPU",
-				 pp_cuda.device, device);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"device=cuda: this process already drives GPU %d (asked for GPU %d): "
+			"one process, one GPU",
+			pp_cuda.device, device);
 	}
 	const char *att = getenv("PP_CUDA_ATTENTION");
 	int attention = PP_CUDA_ATTENTION_AUTO;
@@ -145,12 +147,13 @@ int pp_cuda_init(int device, pp_err *e)
 		else if (!strcmp(att, "cudnn"))
 			attention = PP_CUDA_ATTENTION_CUDNN;
 		else
-			return pp_errorf(e, PP_EUSAGE,
-					 "PP_CUDA_ATTENTION=%s: expected cudnn (cuDNN flash attention, "
-					 "bf16 inside) or plain (the flash-style kernels of the backend); "
-					 "unset, the bf16 table uses cuDNN and the fp32 table the plain "
-					 "kernels",
-					 att);
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"PP_CUDA_ATTENTION=%s: expected cudnn (cuDNN flash attention, "
+				"bf16 inside) or plain (the flash-style kernels of the backend); "
+				"unset, the bf16 table uses cuDNN and the fp32 table the plain "
+				"kernels",
+				att);
 	}
 	int n = 0;
 	cudaError_t q = cudaGetDeviceCount(&n);
@@ -158,34 +161,38 @@ int pp_cuda_init(int device, pp_err *e)
 		q = cudaErrorNoDevice;
 	if (q != cudaSuccess) {
 		(void)cudaGetLastError();
-		return pp_errorf(e, PP_EUSAGE,
-				 "device=cuda: no usable CUDA device: %s (CUDA error %d); check the GPU "
-				 "and its driver with nvidia-smi, or train with device=cpu",
-				 cudaGetErrorString(q), (int)q);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"device=cuda: no usable CUDA device: %s (CUDA error %d); check the GPU "
+			"and its driver with nvidia-smi, or train with device=cpu",
+			cudaGetErrorString(q), (int)q);
 	}
 	if (device < 0 || device >= n) {
 		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-		return pp_errorf(e, PP_EUSAGE,
-				 "device=cuda: no usable CUDA device: this rank needs GPU %d but sees %d%s%s%s "
-				 "(ranks on a node use one GPU each)",
-				 device, n, vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
-				 vis ? ")" : "");
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"device=cuda: no usable CUDA device: this rank needs GPU %d but sees %d%s%s%s "
+			"(ranks on a node use one GPU each)",
+			device, n, vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
+			vis ? ")" : "");
 	}
 	cudaDeviceProp prop;
 	if ((q = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
 	    (q = cudaSetDevice(device)) != cudaSuccess) {
 		(void)cudaGetLastError();
-		return pp_errorf(e, PP_ERUNTIME, "device=cuda: cannot use GPU %d: %s (CUDA error %d)",
-				 device, cudaGetErrorString(q), (int)q);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "device=cuda: cannot use GPU %d: %s (CUDA error %d)", device,
+				 cudaGetErrorString(q), (int)q);
 	}
 	cudaFuncAttributes fa;
 	if (prop.major < 8 || (q = cudaFuncGetAttributes(&fa, pp_cuda_probe)) != cudaSuccess) {
 		(void)cudaGetLastError();
-		return pp_errorf(e, PP_EUSAGE,
-				 "device=cuda: GPU %d (%s) has compute capability %d.%d: this build of pp "
-				 "holds kernels for 8.x (sm_80) and 9.0 (sm_90)%s%s",
-				 device, prop.name, prop.major, prop.minor,
-				 q != cudaSuccess ? ": " : "", q != cudaSuccess ? cudaGetErrorString(q) : "");
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"device=cuda: GPU %d (%s) has compute capability %d.%d: this build of pp "
+			"holds kernels for 8.x (sm_80) and 9.0 (sm_90)%s%s",
+			device, prop.name, prop.major, prop.minor, q != cudaSuccess ? ": " : "",
+			q != cudaSuccess ? cudaGetErrorString(q) : "");
 	}
 	cublasStatus_t st = cublasLtCreate(&pp_cuda.lt);
 	if (st != CUBLAS_STATUS_SUCCESS)
@@ -223,33 +230,31 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 /* ---- the tables ------------------------------------------------------------ */
 
 /* One table per compute type, over the same op templates */
-#define PP_CUDA_TABLE(T)                                              \
-	.alloc = pp_cuda_alloc, .free = pp_cuda_free, .to_device = pp_cuda_copy,   \
-	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .to_act = pp_cuda_to_act<T>, \
-	.act_to_host = pp_cuda_act_to_host<T>, .matmul_fwd = pp_cuda_matmul_fwd<T>, \
-	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>, \
-	.gelu_matmul_bwd = pp_cuda_gelu_matmul_bwd<T>, \
-	.embed_fwd = pp_cuda_embed_fwd<T>, .embed_bwd = pp_cuda_embed_bwd<T>,       \
-	.rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>, .rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, \
-	.layernorm_fwd = pp_cuda_layernorm_fwd<T>, .layernorm_bwd = pp_cuda_layernorm_bwd<T>, \
-	.rmsnorm_residual_fwd = pp_cuda_rmsnorm_residual_fwd<T>,                  \
-	.layernorm_residual_fwd = pp_cuda_layernorm_residual_fwd<T>,              \
-	.rope_fwd = pp_cuda_rope_fwd<T>, .rope_bwd = pp_cuda_rope_bwd<T>,         \
-	.attention_fwd = pp_cuda_attention_fwd<T>, .attention_bwd = pp_cuda_attention_bwd<T>, \
-	.kv_append = pp_cuda_kv_append<T>, .attention_cached = pp_cuda_attention_cached<T>, \
-	.graph_begin = pp_cuda_graph_begin, .graph_end = pp_cuda_graph_end,       \
-	.graph_launch = pp_cuda_graph_launch, .graph_free = pp_cuda_graph_free,   \
-	.pack_weight = nullptr, .matmul_packed = nullptr, /* decoding reads the compute copy */ \
-	.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,             \
-	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>,         \
-	.add = pp_cuda_add<T>, .add_real = pp_cuda_add_real, .scale = pp_cuda_scale, \
-	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,          \
-	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>, \
-	.moe_route = pp_cuda_moe_route<T>, .moe_dispatch = pp_cuda_moe_dispatch,  \
-	.moe_gather = pp_cuda_moe_gather<T>, .moe_combine = pp_cuda_moe_combine<T>, \
-	.moe_gate_grad = pp_cuda_moe_gate_grad<T>,                               \
-	.moe_router_bwd = pp_cuda_moe_router_bwd<T>,                             \
-	.adamw = pp_cuda_adamw<T>,                                                \
+#define PP_CUDA_TABLE(T)                                                                           \
+	.alloc = pp_cuda_alloc, .free = pp_cuda_free, .to_device = pp_cuda_copy,                   \
+	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .to_act = pp_cuda_to_act<T>,                \
+	.act_to_host = pp_cuda_act_to_host<T>, .matmul_fwd = pp_cuda_matmul_fwd<T>,                \
+	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>,        \
+	.gelu_matmul_bwd = pp_cuda_gelu_matmul_bwd<T>, .embed_fwd = pp_cuda_embed_fwd<T>,          \
+	.embed_bwd = pp_cuda_embed_bwd<T>, .rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>,                  \
+	.rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, .layernorm_fwd = pp_cuda_layernorm_fwd<T>,          \
+	.layernorm_bwd = pp_cuda_layernorm_bwd<T>,                                                 \
+	.rmsnorm_residual_fwd = pp_cuda_rmsnorm_residual_fwd<T>,                                   \
+	.layernorm_residual_fwd = pp_cuda_layernorm_residual_fwd<T>,                               \
+	.rope_fwd = pp_cuda_rope_fwd<T>, .rope_bwd = pp_cuda_rope_bwd<T>,                          \
+	.attention_fwd = pp_cuda_attention_fwd<T>, .attention_bwd = pp_cuda_attention_bwd<T>,      \
+	.kv_append = pp_cuda_kv_append<T>, .attention_cached = pp_cuda_attention_cached<T>,        \
+	.graph_begin = pp_cuda_graph_begin, .graph_end = pp_cuda_graph_end,                        \
+	.graph_launch = pp_cuda_graph_launch, .graph_free = pp_cuda_graph_free,                    \
+	.pack_weight = nullptr, .matmul_packed = nullptr, /* decoding reads the compute copy */    \
+		.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,                      \
+	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>, .add = pp_cuda_add<T>,   \
+	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .sumsq = pp_cuda_sumsq,              \
+	.crossentropy = pp_cuda_crossentropy<T>, .logsumexp_rows = pp_cuda_logsumexp_rows<T>,      \
+	.softmax_grad = pp_cuda_softmax_grad<T>, .moe_route = pp_cuda_moe_route<T>,                \
+	.moe_dispatch = pp_cuda_moe_dispatch, .moe_gather = pp_cuda_moe_gather<T>,                 \
+	.moe_combine = pp_cuda_moe_combine<T>, .moe_gate_grad = pp_cuda_moe_gate_grad<T>,          \
+	.moe_router_bwd = pp_cuda_moe_router_bwd<T>, .adamw = pp_cuda_adamw<T>,                    \
 	.mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark, .mark_ns = pp_cuda_mark_ns
 
 const pp_ops pp_ops_cuda = {

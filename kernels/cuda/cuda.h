@@ -89,13 +89,13 @@ void pp_cuda_launched_(const char *file, int line, const char *kernel);
  * kernel's own, and with PP_CUDA_PROFILE=1 its mark (profile.cu) */
 #define PP_CUDA_LAUNCHED(kernel) pp_cuda_launched_(__FILE__, __LINE__, kernel)
 /* a condition an op needs (a supported size); the message says which */
-#define PP_CUDA_REQUIRE(cond, ...)                                                   \
-	do {                                                                         \
-		if (!(cond)) {                                                       \
-			char why_[256];                                              \
-			snprintf(why_, sizeof why_, __VA_ARGS__);                    \
-			pp_cuda_fatal(__FILE__, __LINE__, #cond, why_);              \
-		}                                                                    \
+#define PP_CUDA_REQUIRE(cond, ...)                                                                 \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			char why_[256];                                                            \
+			snprintf(why_, sizeof why_, __VA_ARGS__);                                  \
+			pp_cuda_fatal(__FILE__, __LINE__, #cond, why_);                            \
+		}                                                                                  \
 	} while (0)
 
 /* ---- state shared by the ops (cuda.cu) ------------------------------------ */
@@ -114,7 +114,7 @@ typedef struct {
 	 * stream (0), or while graph_begin records, the capture stream. */
 	cudaStream_t stream;
 	int capturing;
-	int graphs; /* executable graphs alive (graph_end, not yet graph_free) */
+	int graphs;  /* executable graphs alive (graph_end, not yet graph_free) */
 	int profile; /* PP_CUDA_PROFILE=1: every op marked (profile.cu) */
 } pp_cuda_state;
 
@@ -196,7 +196,6 @@ template <typename T> __device__ T pp_block_max(T v, T *red)
 	__syncthreads();
 	return pp_warp_max(lane < nw ? red[lane] : red[0]);
 }
-
 
 /* ---- the compute type ------------------------------------------------------ */
 
@@ -291,12 +290,12 @@ template <typename T, typename... P> static inline bool pp_cuda_vec(size_t len, 
 }
 
 /* F(true) when cond holds, else F(false): the VEC of a launch */
-#define PP_VEC_DISPATCH(cond, F)  \
-	do {                      \
-		if (cond)         \
-			F(true);  \
-		else              \
-			F(false); \
+#define PP_VEC_DISPATCH(cond, F)                                                                   \
+	do {                                                                                       \
+		if (cond)                                                                          \
+			F(true);                                                                   \
+		else                                                                               \
+			F(false);                                                                  \
 	} while (0)
 
 /* out (n) = f(a, b) elementwise, a, b and out of T, computed in float in
@@ -334,8 +333,8 @@ static void pp_cuda_map(const char *name, T *out, const T *a, const T *b, size_t
 
 /* Instantiates the op template fn for both compute types (the op tables take
  * their addresses in cuda.cu) */
-#define PP_CUDA_BOTH(fn)                             \
-	template decltype(fn<float>) fn<float>;      \
+#define PP_CUDA_BOTH(fn)                                                                           \
+	template decltype(fn<float>) fn<float>;                                                    \
 	template decltype(fn<pp_bf16>) fn<pp_bf16>
 
 /* ---- the ops ------------------------------------------------------------- */
@@ -361,8 +360,8 @@ double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */
 template <typename T>
-void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
-			int N, int C, int OC);
+void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
+			int C, int OC);
 template <typename T>
 void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,
 			const pp_act *inp, const pp_act *w, int N, int C, int OC);
@@ -393,8 +392,8 @@ void pp_cuda_colsum_ln(pp_real *dw, pp_real *db, const T *dout, const T *x, cons
 template <typename T>
 void pp_cuda_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,
 		       const pp_act *logits, int N, int E, int K, int mode);
-void pp_cuda_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
-			  int E, int cap);
+void pp_cuda_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K, int E,
+			  int cap);
 template <typename T>
 void pp_cuda_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const pp_real *scale,
 			int M, int K, int C);
@@ -420,8 +419,8 @@ void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const i
 
 /* norm.cu */
 template <typename T>
-void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
-			 pp_real eps, pp_real offset, int N, int C);
+void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w, pp_real eps,
+			 pp_real offset, int N, int C);
 template <typename T>
 void pp_cuda_rmsnorm_bwd(pp_act *dx, pp_real *dw, const pp_act *dout, const pp_act *x,
 			 const pp_act *w, const pp_real *rstd, pp_real offset, int N, int C);
@@ -454,9 +453,8 @@ template <typename T>
 void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T_, int Hq,
 			   int Hkv, int D, int window);
 template <typename T>
-void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out,
-			   const pp_real *lse, const pp_act *qkv, int B, int T_, int Hq, int Hkv,
-			   int D, int window);
+void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
+			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window);
 
 /* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside: T = bf16
  * tensors go to cuDNN as they are, fp32 ones through bf16 copies). They

@@ -48,8 +48,8 @@ void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B,
 	const size_t total = rows * ((KV + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!total)
 		return;
-#define LAUNCH(VEC)                                                                          \
-	kv_append_kernel<T, VEC><<<pp_cuda_blocks(total, 256), 256, 0, pp_cuda.stream>>>(      \
+#define LAUNCH(VEC)                                                                                \
+	kv_append_kernel<T, VEC><<<pp_cuda_blocks(total, 256), 256, 0, pp_cuda.stream>>>(          \
 		(T *)kcache, (T *)vcache, (const T *)qkv, n, Hq, Hkv, D, Tmax, pos0, rows)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(D, kcache, vcache, qkv), LAUNCH);
 #undef LAUNCH
@@ -203,20 +203,21 @@ void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcac
 	const size_t slots = (size_t)rows * Hq * S;
 	float *part = (float *)pp_cuda_scratch(sizeof(float) * slots * (D + 2));
 	float *ml = part + slots * D;
-	const size_t smem = sizeof(float) * (D + KEYS_PER_SPLIT + 32 + (size_t)(THREADS / packs) * D);
+	const size_t smem = sizeof(float) *
+			    (D + KEYS_PER_SPLIT + 32 + (size_t)(THREADS / packs) * D);
 	const float scale = (float)(1 / sqrt((double)D));
-#define LAUNCH(VEC)                                                                          \
-	do {                                                                                 \
-		pp_cuda_smem((const void *)attn_split_kernel<T, VEC>, smem, "attn_split_kernel"); \
-		attn_split_kernel<T, VEC><<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(  \
-			part, ml, (const T *)qkv, (const T *)kcache, (const T *)vcache, n, Hq, Hkv, \
-			D, Tmax, pos0, window, scale);                                       \
+#define LAUNCH(VEC)                                                                                \
+	do {                                                                                       \
+		pp_cuda_smem((const void *)attn_split_kernel<T, VEC>, smem, "attn_split_kernel");  \
+		attn_split_kernel<T, VEC><<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(   \
+			part, ml, (const T *)qkv, (const T *)kcache, (const T *)vcache, n, Hq,     \
+			Hkv, D, Tmax, pos0, window, scale);                                        \
 	} while (0)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(D, qkv, kcache, vcache), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("attn_split_kernel");
-	attn_combine_kernel<T><<<dim3(Hq, rows), THREADS, 0, pp_cuda.stream>>>((T *)out, part, ml,
-									       Hq, D, S);
+	attn_combine_kernel<T>
+		<<<dim3(Hq, rows), THREADS, 0, pp_cuda.stream>>>((T *)out, part, ml, Hq, D, S);
 	PP_CUDA_LAUNCHED("attn_combine_kernel");
 }
 PP_CUDA_BOTH(pp_cuda_attention_cached);

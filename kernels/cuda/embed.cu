@@ -100,8 +100,8 @@ void pp_cuda_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_
 	if (!rows || C <= 0)
 		return;
 	const unsigned blocks = pp_cuda_blocks(packs, 256);
-#define LAUNCH(VEC)                                                                    \
-	embed_fwd_kernel<T, VEC><<<blocks, 256, 0, pp_cuda.stream>>>(                  \
+#define LAUNCH(VEC)                                                                                \
+	embed_fwd_kernel<T, VEC><<<blocks, 256, 0, pp_cuda.stream>>>(                              \
 		(T *)out, tok, (const T *)wte, (const T *)wpe, scale, T_, C, pos0, rows)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, out, wte, wpe), LAUNCH);
 #undef LAUNCH
@@ -118,15 +118,15 @@ void pp_cuda_embed_bwd(pp_real *dwte, pp_real *dwpe, const pp_act *dout, const i
 	if (dwte) {
 		/* two blocks per multiprocessor: every block reads all the tokens */
 		const int blocks = 2 * (pp_cuda.num_sms > 0 ? pp_cuda.num_sms : 1);
-		embed_bwd_wte_kernel<T><<<blocks, EMBED_THREADS>>>(dwte, (const T *)dout, tok, scale,
-								   B * T_, C);
+		embed_bwd_wte_kernel<T>
+			<<<blocks, EMBED_THREADS>>>(dwte, (const T *)dout, tok, scale, B * T_, C);
 		PP_CUDA_LAUNCHED("embed_bwd_wte_kernel");
 	}
 	if (!dwpe)
 		return;
 	const size_t n = (size_t)T_ * C;
-	embed_bwd_wpe_kernel<T><<<pp_cuda_blocks(n, 256), 256>>>(dwpe, (const T *)dout, B, T_, C,
-								 pos0);
+	embed_bwd_wpe_kernel<T>
+		<<<pp_cuda_blocks(n, 256), 256>>>(dwpe, (const T *)dout, B, T_, C, pos0);
 	PP_CUDA_LAUNCHED("embed_bwd_wpe_kernel");
 }
 PP_CUDA_BOTH(pp_cuda_embed_bwd);

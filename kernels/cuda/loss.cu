@@ -41,8 +41,8 @@ __device__ float row_logsumexp(const T *l, int V, float *redf, double *redd)
 /* losses (N), dlogits (N,V) (may alias logits), logits (N,V), targets (N).
  * grid (N). A target below 0 is ignored: loss 0 and a zero gradient row. */
 template <typename T, bool VEC>
-__global__ void crossentropy_kernel(float *losses, T *dlogits, const T *logits,
-				    const int *targets, int V, float dscale)
+__global__ void crossentropy_kernel(float *losses, T *dlogits, const T *logits, const int *targets,
+				    int V, float dscale)
 {
 	constexpr int P = PP_VEC(T);
 	__shared__ float redf[32];
@@ -135,9 +135,9 @@ void pp_cuda_crossentropy(pp_real *losses, pp_act *dlogits, const pp_act *logits
 {
 	if (N <= 0)
 		return;
-#define LAUNCH(VEC)                                                                      \
-	crossentropy_kernel<T, VEC><<<N, THREADS>>>(losses, (T *)dlogits, (const T *)logits, \
-						    targets, V, dscale)
+#define LAUNCH(VEC)                                                                                \
+	crossentropy_kernel<T, VEC>                                                                \
+		<<<N, THREADS>>>(losses, (T *)dlogits, (const T *)logits, targets, V, dscale)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(V, dlogits, logits), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("crossentropy_kernel");
@@ -150,7 +150,7 @@ void pp_cuda_logsumexp_rows(pp_real *lse, pp_real *tgt, const pp_act *logits, co
 {
 	if (N <= 0)
 		return;
-#define LAUNCH(VEC)                                                                        \
+#define LAUNCH(VEC)                                                                                \
 	logsumexp_rows_kernel<T, VEC><<<N, THREADS>>>(lse, tgt, (const T *)logits, targets, V)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(V, logits), LAUNCH);
 #undef LAUNCH
@@ -164,9 +164,9 @@ void pp_cuda_softmax_grad(pp_act *dlogits, const pp_act *logits, const pp_real *
 {
 	if (N <= 0)
 		return;
-#define LAUNCH(VEC)                                                                        \
-	softmax_grad_kernel<T, VEC><<<N, THREADS>>>((T *)dlogits, (const T *)logits, lse, targets, \
-						    V, dscale)
+#define LAUNCH(VEC)                                                                                \
+	softmax_grad_kernel<T, VEC>                                                                \
+		<<<N, THREADS>>>((T *)dlogits, (const T *)logits, lse, targets, V, dscale)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(V, dlogits, logits), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("softmax_grad_kernel");

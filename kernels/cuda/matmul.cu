@@ -21,7 +21,7 @@
 #define ROWS 16
 /* column sums of tall matrices: at most COLSUM_SPLITS row ranges of at
  * least COLSUM_SPLIT_ROWS rows each */
-#define COLSUM_SPLITS 32
+#define COLSUM_SPLITS     32
 #define COLSUM_SPLIT_ROWS 256
 
 /* D (m,n) = alpha * op(A) @ op(B) + beta * D, column-major, fp32; with bias
@@ -48,10 +48,7 @@ template <typename T> static cudaDataType_t cuda_type(void)
 	return pp_is_bf16<T>::value ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-static size_t type_size(cudaDataType_t t)
-{
-	return t == CUDA_R_16BF ? 2 : 4;
-}
+static size_t type_size(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
 
 /* the epilogues lt_matmul asks cuBLASLt for */
 enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_GELU = 2, EPI_DGELU = 3 };
@@ -122,7 +119,8 @@ static void lt_plan_pointers(lt_plan *p, const gemm_args *g)
 			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
 	if (p->key.epi == EPI_GELU || p->key.epi == EPI_DGELU)
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux));
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+			sizeof g->aux));
 }
 
 /* Builds the plan of key for the product g: the descriptors, with g's
@@ -139,13 +137,12 @@ static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
 	PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
 						       sizeof tb));
 	if (key->epi != EPI_NONE) {
-		const cublasLtEpilogue_t e =
-			key->epi == EPI_BIAS	? CUBLASLT_EPILOGUE_BIAS
-			: key->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
-			: key->has_bias		? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-						: CUBLASLT_EPILOGUE_GELU_AUX;
-		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-							       &e, sizeof e));
+		const cublasLtEpilogue_t e = key->epi == EPI_BIAS    ? CUBLASLT_EPILOGUE_BIAS
+					     : key->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+					     : key->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+							     : CUBLASLT_EPILOGUE_GELU_AUX;
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
 	}
 	if (key->epi != EPI_NONE && key->has_bias) {
 		const cudaDataType_t bt = key->d_type;
@@ -230,7 +227,7 @@ static int lt_matmul(const gemm_args *g, int epi)
 	key.ab_type = g->ab_type;
 	key.d_type = g->d_type;
 	key.compute = pp_cuda.tf32 && g->ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
-								: CUBLAS_COMPUTE_32F;
+							       : CUBLAS_COMPUTE_32F;
 	key.al_a = alignment(g->A);
 	key.al_b = alignment(g->B);
 	key.al_d = alignment(g->D);
@@ -250,12 +247,12 @@ static int lt_matmul(const gemm_args *g, int epi)
 				       pp_cuda.workspace, pp_cuda.workspace_bytes, pp_cuda.stream));
 	char what[96] = "cublasLtMatmul";
 	if (pp_cuda.profile) /* one profile row per product shape */
-		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s", g->transa ? "T" : "N",
-			 g->transb ? "T" : "N", g->m, g->n, g->k,
+		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s",
+			 g->transa ? "T" : "N", g->transb ? "T" : "N", g->m, g->n, g->k,
 			 g->d_type != g->ab_type ? " fp32 out" : "",
-			 epi == EPI_GELU	? " +gelu"
+			 epi == EPI_GELU    ? " +gelu"
 			 : epi == EPI_DGELU ? " +dgelu"
-			 : key.has_bias	    ? " +bias"
+			 : key.has_bias     ? " +bias"
 					    : "");
 	PP_CUDA_LAUNCHED(what);
 	return 1;
@@ -292,12 +289,25 @@ template <typename T> static void gemm(const gemm_args *g)
 
 /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); all T */
 template <typename T>
-void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
-			int N, int C, int OC)
+void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
+			int C, int OC)
 {
-	gemm_args g = {.transa = 1, .transb = 0, .m = OC, .n = N, .k = C, .ab_type = cuda_type<T>(),
-		       .d_type = cuda_type<T>(), .A = w, .lda = C, .B = inp, .ldb = C, .beta = 0,
-		       .D = out, .ldd = OC, .bias = bias, .aux = NULL};
+	gemm_args g = {.transa = 1,
+		       .transb = 0,
+		       .m = OC,
+		       .n = N,
+		       .k = C,
+		       .ab_type = cuda_type<T>(),
+		       .d_type = cuda_type<T>(),
+		       .A = w,
+		       .lda = C,
+		       .B = inp,
+		       .ldb = C,
+		       .beta = 0,
+		       .D = out,
+		       .ldd = OC,
+		       .bias = bias,
+		       .aux = NULL};
 	gemm<T>(&g);
 }
 PP_CUDA_BOTH(pp_cuda_matmul_fwd);
@@ -314,9 +324,22 @@ void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const 
 	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
 	if (N <= 0 || OC <= 0)
 		return;
-	gemm_args g = {.transa = 1, .transb = 0, .m = OC, .n = N, .k = C, .ab_type = cuda_type<T>(),
-		       .d_type = cuda_type<T>(), .A = w, .lda = C, .B = inp, .ldb = C, .beta = 0,
-		       .D = out, .ldd = OC, .bias = bias, .aux = pre};
+	gemm_args g = {.transa = 1,
+		       .transb = 0,
+		       .m = OC,
+		       .n = N,
+		       .k = C,
+		       .ab_type = cuda_type<T>(),
+		       .d_type = cuda_type<T>(),
+		       .A = w,
+		       .lda = C,
+		       .B = inp,
+		       .ldb = C,
+		       .beta = 0,
+		       .D = out,
+		       .ldd = OC,
+		       .bias = bias,
+		       .aux = pre};
 	if (C > 0 && OC % 8 == 0 && alignment(pre) >= 16 && alignment(out) >= 16 &&
 	    (!bias || alignment(bias) >= 16) && lt_matmul(&g, EPI_GELU))
 		return;
@@ -330,9 +353,22 @@ PP_CUDA_BOTH(pp_cuda_matmul_gelu_fwd);
 template <typename T>
 static gemm_args dinp_args(pp_act *dinp, const pp_act *dout, const pp_act *w, int N, int C, int OC)
 {
-	gemm_args g = {.transa = 0, .transb = 0, .m = C, .n = N, .k = OC, .ab_type = cuda_type<T>(),
-		       .d_type = cuda_type<T>(), .A = w, .lda = C, .B = dout, .ldb = OC, .beta = 0,
-		       .D = dinp, .ldd = C, .bias = NULL, .aux = NULL};
+	gemm_args g = {.transa = 0,
+		       .transb = 0,
+		       .m = C,
+		       .n = N,
+		       .k = OC,
+		       .ab_type = cuda_type<T>(),
+		       .d_type = cuda_type<T>(),
+		       .A = w,
+		       .lda = C,
+		       .B = dout,
+		       .ldb = OC,
+		       .beta = 0,
+		       .D = dinp,
+		       .ldd = C,
+		       .bias = NULL,
+		       .aux = NULL};
 	return g;
 }
 
@@ -348,9 +384,21 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 	}
 	if (dw) {
 		/* column-major dw^T (C,OC) += inp^T (C,N) @ dout (N,OC) */
-		gemm_args g = {.transa = 0, .transb = 1, .m = C, .n = OC, .k = N,
-			       .ab_type = cuda_type<T>(), .d_type = CUDA_R_32F, .A = inp, .lda = C,
-			       .B = dout, .ldb = OC, .beta = 1, .D = dw, .ldd = C, .bias = NULL,
+		gemm_args g = {.transa = 0,
+			       .transb = 1,
+			       .m = C,
+			       .n = OC,
+			       .k = N,
+			       .ab_type = cuda_type<T>(),
+			       .d_type = CUDA_R_32F,
+			       .A = inp,
+			       .lda = C,
+			       .B = dout,
+			       .ldb = OC,
+			       .beta = 1,
+			       .D = dw,
+			       .ldd = C,
+			       .bias = NULL,
 			       .aux = NULL};
 		gemm<T>(&g);
 	}
@@ -441,8 +489,8 @@ __global__ void colsum_kernel(float *out, float *out2, const T *a, const T *x, c
 }
 
 /* dst (C) += sum over s of part (S,C), in s order; dst2 from part2 likewise */
-__global__ void colsum_finish_kernel(float *dst, float *dst2, const float *part,
-				     const float *part2, int S, int C)
+__global__ void colsum_finish_kernel(float *dst, float *dst2, const float *part, const float *part2,
+				     int S, int C)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= C)

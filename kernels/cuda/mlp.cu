@@ -88,8 +88,8 @@ template <typename T> void pp_cuda_glu_fwd(pp_act *out, const pp_act *gu, int N,
 	const size_t n = (size_t)N * ((F + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!n)
 		return;
-#define LAUNCH(VEC)                                                                       \
-	glu_fwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>( \
+#define LAUNCH(VEC)                                                                                \
+	glu_fwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(        \
 		(T *)out, (const T *)gu, F, N, act)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(F, out, gu), LAUNCH);
 #undef LAUNCH
@@ -103,9 +103,9 @@ void pp_cuda_glu_bwd(pp_act *dgu, const pp_act *dout, const pp_act *gu, int N, i
 	const size_t n = (size_t)N * ((F + PP_VEC(T) - 1) / PP_VEC(T));
 	if (!n)
 		return;
-#define LAUNCH(VEC)                                                                \
-	glu_bwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS>>>(             \
-		(T *)dgu, (const T *)dout, (const T *)gu, F, N, act)
+#define LAUNCH(VEC)                                                                                \
+	glu_bwd_kernel<T, VEC><<<pp_cuda_blocks(n, THREADS), THREADS>>>((T *)dgu, (const T *)dout, \
+									(const T *)gu, F, N, act)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(F, dgu, dout, gu), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("glu_bwd_kernel");

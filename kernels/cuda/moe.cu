@@ -123,8 +123,8 @@ __global__ void dispatch_kernel(int *rows, int *slot, int *counts, const int *ex
 		}
 }
 
-void pp_cuda_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K,
-			  int E, int cap)
+void pp_cuda_moe_dispatch(int *rows, int *slot, int *counts, const int *expert, int N, int K, int E,
+			  int cap)
 {
 	dispatch_kernel<<<1, THREADS, (size_t)E * sizeof(int), pp_cuda.stream>>>(
 		rows, slot, counts, expert, N * K, E, cap);
@@ -150,8 +150,8 @@ void pp_cuda_moe_gather(pp_act *dst, const pp_act *src, const int *rows, const p
 {
 	if (M <= 0)
 		return;
-	gather_kernel<T><<<M, THREADS, 0, pp_cuda.stream>>>((T *)dst, (const T *)src, rows, scale, K,
-							    C);
+	gather_kernel<T>
+		<<<M, THREADS, 0, pp_cuda.stream>>>((T *)dst, (const T *)src, rows, scale, K, C);
 	PP_CUDA_LAUNCHED("moe_gather");
 }
 PP_CUDA_BOTH(pp_cuda_moe_gather);
@@ -166,7 +166,8 @@ __global__ void combine_kernel(T *out, const T *y, const int *slot, const float 
 		for (int k = 0; k < K; k++) {
 			const int r = slot[(size_t)n * K + k];
 			if (r >= 0)
-				s += (gate ? gate[(size_t)n * K + k] : 1.0f) * pp_f(y[(size_t)r * C + c]);
+				s += (gate ? gate[(size_t)n * K + k] : 1.0f) *
+				     pp_f(y[(size_t)r * C + c]);
 		}
 		out[(size_t)n * C + c] = pp_to<T>(s);
 	}
@@ -178,7 +179,8 @@ void pp_cuda_moe_combine(pp_act *out, const pp_act *y, const int *slot, const pp
 {
 	if (N <= 0)
 		return;
-	combine_kernel<T><<<N, THREADS, 0, pp_cuda.stream>>>((T *)out, (const T *)y, slot, gate, K, C);
+	combine_kernel<T>
+		<<<N, THREADS, 0, pp_cuda.stream>>>((T *)out, (const T *)y, slot, gate, K, C);
 	PP_CUDA_LAUNCHED("moe_combine");
 }
 PP_CUDA_BOTH(pp_cuda_moe_combine);
@@ -193,7 +195,8 @@ __global__ void gate_grad_kernel(float *dgate, const T *dout, const T *y, const 
 	double s = 0;
 	if (r >= 0)
 		for (int c = threadIdx.x; c < C; c += blockDim.x)
-			s += (double)pp_f(dout[(size_t)(a / K) * C + c]) * pp_f(y[(size_t)r * C + c]);
+			s += (double)pp_f(dout[(size_t)(a / K) * C + c]) *
+			     pp_f(y[(size_t)r * C + c]);
 	s = pp_block_sum(s, red);
 	if (threadIdx.x == 0)
 		dgate[a] = (float)s;
@@ -222,13 +225,15 @@ __global__ void router_bwd_kernel(T *dlogits, const float *dgate, const int *exp
 	if (n >= N)
 		return;
 	T *dl = dlogits + (size_t)n * E;
-	const float *p = prob + (size_t)n * E, *g = gate + (size_t)n * K, *dg = dgate + (size_t)n * K;
+	const float *p = prob + (size_t)n * E, *g = gate + (size_t)n * K,
+		    *dg = dgate + (size_t)n * K;
 	const int *ex = expert + (size_t)n * K;
 	double pf = 0, s = 0;
 	for (int e = 0; e < E; e++)
 		pf += (double)p[e] * frac[e];
 	for (int k = 0; k < K; k++)
-		s += mode == PP_ROUTE_SOFTMAX_TOPK ? (double)p[ex[k]] * dg[k] : (double)g[k] * dg[k];
+		s += mode == PP_ROUTE_SOFTMAX_TOPK ? (double)p[ex[k]] * dg[k]
+						   : (double)g[k] * dg[k];
 	for (int e = 0; e < E; e++) {
 		double d = aux * p[e] * (frac[e] - pf) + z * lse[n] * p[e];
 		if (mode == PP_ROUTE_SOFTMAX_TOPK)

@@ -40,7 +40,7 @@ template <typename T, int K> struct row_regs {
 };
 
 /* packs per thread: K, or as many as the row needs when K is 0 */
-#define ROW_STEPS(K, C, N) ((K) ? (K) : ((C) + THREADS * (N) - 1) / (THREADS * (N)))
+#define ROW_STEPS(K, C, N) ((K) ? (K) : ((C) + THREADS * (N)-1) / (THREADS * (N)))
 
 /* The first pass over a row, shared by the norms: a (N) = x[c..] or, with
  * RES, the residual sum x + y rounded to T, which is stored to res (res may
@@ -194,39 +194,39 @@ __global__ void __launch_bounds__(THREADS)
  * 1, 2, 4, 8 that holds the row, else 0 (wider rows, 8 * THREADS packs of
  * 16 bytes and more, are read back from memory), and VEC where every row
  * of the tensors at the pointers is 16-byte aligned. */
-#define ROW_LAUNCH_K(steps, LAUNCH, VEC)                                                  \
-	do {                                                                              \
-		if ((steps) <= 1)                                                         \
-			LAUNCH(1, VEC);                                                   \
-		else if ((steps) <= 2)                                                    \
-			LAUNCH(2, VEC);                                                   \
-		else if ((steps) <= 4)                                                    \
-			LAUNCH(4, VEC);                                                   \
-		else if ((steps) <= 8)                                                    \
-			LAUNCH(8, VEC);                                                   \
-		else                                                                      \
-			LAUNCH(0, VEC);                                                   \
+#define ROW_LAUNCH_K(steps, LAUNCH, VEC)                                                           \
+	do {                                                                                       \
+		if ((steps) <= 1)                                                                  \
+			LAUNCH(1, VEC);                                                            \
+		else if ((steps) <= 2)                                                             \
+			LAUNCH(2, VEC);                                                            \
+		else if ((steps) <= 4)                                                             \
+			LAUNCH(4, VEC);                                                            \
+		else if ((steps) <= 8)                                                             \
+			LAUNCH(8, VEC);                                                            \
+		else                                                                               \
+			LAUNCH(0, VEC);                                                            \
 	} while (0)
-#define ROW_DISPATCH(T, C, VEC, LAUNCH)                                                   \
-	do {                                                                              \
-		const int steps_ = ((C) + THREADS * PP_VEC(T) - 1) / (THREADS * PP_VEC(T)); \
-		if (VEC)                                                                  \
-			ROW_LAUNCH_K(steps_, LAUNCH, true);                               \
-		else                                                                      \
-			ROW_LAUNCH_K(steps_, LAUNCH, false);                              \
+#define ROW_DISPATCH(T, C, VEC, LAUNCH)                                                            \
+	do {                                                                                       \
+		const int steps_ = ((C) + THREADS * PP_VEC(T) - 1) / (THREADS * PP_VEC(T));        \
+		if (VEC)                                                                           \
+			ROW_LAUNCH_K(steps_, LAUNCH, true);                                        \
+		else                                                                               \
+			ROW_LAUNCH_K(steps_, LAUNCH, false);                                       \
 	} while (0)
 
 /* the norm forwards, RMSNorm or (LN) LayerNorm, with (RES) and without the
  * residual add: one kernel each */
 template <typename T, bool RES, bool LN>
-static void norm_fwd(T *res, T *out, float *mean, float *rstd, const T *x, const T *y,
-		     const T *w, const T *b, float eps, float offset, int N, int C)
+static void norm_fwd(T *res, T *out, float *mean, float *rstd, const T *x, const T *y, const T *w,
+		     const T *b, float eps, float offset, int N, int C)
 {
 	if (N <= 0)
 		return;
 	const bool vec = pp_cuda_vec<T>(C, res, out, x, y, w, b);
-#define LAUNCH(K, VEC)                                                                  \
-	norm_fwd_kernel<T, K, VEC, RES, LN><<<N, THREADS, 0, pp_cuda.stream>>>(          \
+#define LAUNCH(K, VEC)                                                                             \
+	norm_fwd_kernel<T, K, VEC, RES, LN><<<N, THREADS, 0, pp_cuda.stream>>>(                    \
 		res, out, mean, rstd, x, y, w, b, eps, offset, C)
 	ROW_DISPATCH(T, C, vec, LAUNCH);
 #undef LAUNCH
@@ -234,8 +234,8 @@ static void norm_fwd(T *res, T *out, float *mean, float *rstd, const T *x, const
 }
 
 template <typename T>
-void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
-			 pp_real eps, pp_real offset, int N, int C)
+void pp_cuda_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w, pp_real eps,
+			 pp_real offset, int N, int C)
 {
 	norm_fwd<T, false, false>(NULL, (T *)out, NULL, rstd, (const T *)x, NULL, (const T *)w,
 				  NULL, eps, offset, N, C);
@@ -276,7 +276,7 @@ template <typename T, bool LN>
 static void norm_bwd(T *dx, const T *dout, const T *x, const T *w, const float *mean,
 		     const float *rstd, float offset, int N, int C)
 {
-#define LAUNCH(VEC) \
+#define LAUNCH(VEC)                                                                                \
 	norm_bwd_kernel<T, VEC, LN><<<N, THREADS>>>(dx, dout, x, w, mean, rstd, offset, C)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(C, dx, dout, x, w), LAUNCH);
 #undef LAUNCH

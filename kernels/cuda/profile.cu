@@ -22,7 +22,7 @@
 #include "cuda.h"
 
 #define PROFILE_EVENTS 1024
-#define PROFILE_NAMES 256
+#define PROFILE_NAMES  256
 
 typedef struct {
 	char name[96];

@@ -16,8 +16,8 @@
  * left one step's rotation 30 us of serial loads. sign -1 applies the
  * transposed rotation: the backward pass. */
 template <typename T, bool VEC>
-__global__ void rope_kernel(T *qkv, int T_, int Hq, int Hkv, int D, double theta,
-			    const int *pos0, int sign)
+__global__ void rope_kernel(T *qkv, int T_, int Hq, int Hkv, int D, double theta, const int *pos0,
+			    int sign)
 {
 	constexpr int N = PP_VEC(T);
 	extern __shared__ float cs[]; /* cos (D/2), then sign * sin (D/2) */
@@ -60,10 +60,9 @@ static void rope(T *qkv, int B, int T_, int Hq, int Hkv, int D, float theta, con
 	const int threads = work >= THREADS ? THREADS : (work + 31) / 32 * 32;
 	const size_t smem = sizeof(float) * (size_t)D;
 	/* every head's halves start on a pack when half does */
-#define LAUNCH(VEC)                                                                        \
-	rope_kernel<T, VEC><<<(unsigned)rows, threads, smem, pp_cuda.stream>>>(qkv, T_, Hq, Hkv, \
-									       D, (double)theta, \
-									       pos0, sign)
+#define LAUNCH(VEC)                                                                                \
+	rope_kernel<T, VEC><<<(unsigned)rows, threads, smem, pp_cuda.stream>>>(                    \
+		qkv, T_, Hq, Hkv, D, (double)theta, pos0, sign)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(D / 2, qkv), LAUNCH);
 #undef LAUNCH
 	PP_CUDA_LAUNCHED("rope_kernel");

@@ -64,26 +64,39 @@
 #include "cuda.h"
 
 /* cuDNN versions (cudnnGetVersion: major*10000 + minor*100 + patch) */
-#define SDPA_MIN_VERSION 90000      /* the flash-attention fusion engines of cuDNN 9 */
-#define SDPA_BAD_LO 91000           /* 9.10.0 and 9.10.1: known wrong bf16 results, */
-#define SDPA_BAD_HI 91001           /* forward and backward */
-#define SDPA_WIDE_D_VERSION 91000   /* before: the forward takes head dims > 128 on sm_90 only */
+#define SDPA_MIN_VERSION       90000 /* the flash-attention fusion engines of cuDNN 9 */
+#define SDPA_BAD_LO            91000 /* 9.10.0 and 9.10.1: known wrong bf16 results, */
+#define SDPA_BAD_HI            91001 /* forward and backward */
+#define SDPA_WIDE_D_VERSION    91000 /* before: the forward takes head dims > 128 on sm_90 only */
 #define SDPA_FWD_ONE_T_VERSION 91000 /* before: the masked forward does not take T == 1 */
 #define SDPA_BWD_ANY_T_VERSION 91600 /* before: the backward needs T % 128 == 0 */
-#define SDPA_INF_MASK_VERSION 91000  /* before: masks fill with the lowest float, not -inf */
+#define SDPA_INF_MASK_VERSION  91000 /* before: masks fill with the lowest float, not -inf */
 
-#define SDPA_CACHE 16  /* shapes with cached plans */
+#define SDPA_CACHE   16 /* shapes with cached plans */
 #define SDPA_MAXDESC 128
-#define SDPA_MAXOPS 48
-#define SDPA_MAXCFG 16 /* engine configurations tried per graph */
+#define SDPA_MAXOPS  48
+#define SDPA_MAXCFG  16 /* engine configurations tried per graph */
 
 enum { FWD = 0, BWD = 1 };
 enum { UNKNOWN = 0, READY = 1, REJECTED = 2 };
 
 /* tensor ids of the variant packs */
 enum {
-	UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_WINDOW,
-	UID_DO, UID_DQ, UID_DK, UID_DV, UID_SOFTMAX_SUM, UID_DQ_ACCUM, UID_ONE,
+	UID_Q = 1,
+	UID_K,
+	UID_V,
+	UID_O,
+	UID_STATS,
+	UID_SCALE,
+	UID_NEG_INF,
+	UID_WINDOW,
+	UID_DO,
+	UID_DQ,
+	UID_DK,
+	UID_DV,
+	UID_SOFTMAX_SUM,
+	UID_DQ_ACCUM,
+	UID_ONE,
 	UID_VIRTUAL = 100 /* virtual tensors count up from here */
 };
 
@@ -114,16 +127,16 @@ typedef struct {
 	unsigned long last; /* for eviction: least recently used goes */
 	int state[2];       /* per direction: UNKNOWN, READY, REJECTED */
 	sdpa_graph *g[2];
-	char why[2][256];   /* why cuDNN rejected it */
+	char why[2][256]; /* why cuDNN rejected it */
 } sdpa_entry;
 
 static cudnnHandle_t handle;
 static int handle_state; /* UNKNOWN, READY, REJECTED */
 static char handle_why[256];
 static size_t version;
-static int sm_major; /* the device's compute capability, major */
-static int deterministic = 1;  /* PP_CUDA_DETERMINISTIC, default on */
-static int64_t dp_limit;       /* PP_CUDNN_DP_WORKSPACE_MIB, in bytes */
+static int sm_major;          /* the device's compute capability, major */
+static int deterministic = 1; /* PP_CUDA_DETERMINISTIC, default on */
+static int64_t dp_limit;      /* PP_CUDNN_DP_WORKSPACE_MIB, in bytes */
 static sdpa_entry cache[SDPA_CACHE];
 static unsigned long clock_;
 
@@ -152,7 +165,8 @@ static cudnnBackendDescriptor_t make(sdpa_graph *g, cudnnBackendDescriptorType_t
 		snprintf(g->why, sizeof g->why, "%s: more than %d descriptors", step, SDPA_MAXDESC);
 		return NULL;
 	}
-	if (failed_(g, cudnnBackendCreateDescriptor(type, &d), step, "cudnnBackendCreateDescriptor"))
+	if (failed_(g, cudnnBackendCreateDescriptor(type, &d), step,
+		    "cudnnBackendCreateDescriptor"))
 		return NULL;
 	g->desc[g->ndesc++] = d;
 	return d;
@@ -245,16 +259,18 @@ static void pointwise(sdpa_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t 
 		set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, name);
 	finalize(g, pw, name);
 	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, name);
-	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	    &pw, name);
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
 	    name);
-	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, name);
 	if (b)
-		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
-		    name);
+		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		    &b, name);
 	if (t)
-		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
-		    name);
-	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, name);
+		set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		    &t, name);
+	set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+	    name);
 	finalize(g, op, name);
 	add_op(g, op, name);
 }
@@ -283,13 +299,17 @@ static void reduction(sdpa_graph *g, cudnnReduceTensorOp_t how, cudnnBackendDesc
 {
 	const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t rd = make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, name);
-	set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, name);
+	set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how,
+	    name);
 	set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, name);
 	finalize(g, rd, name);
 	cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, name);
-	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, name);
-	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, name);
-	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+	    name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+	    name);
+	set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd,
+	    name);
 	finalize(g, op, name);
 	add_op(g, op, name);
 }
@@ -312,7 +332,7 @@ static cudnnBackendDescriptor_t mask(sdpa_graph *g, const sdpa_shape *s,
 				     cudnnBackendDescriptor_t window)
 {
 	const int64_t B = s->B, H = s->Hq, T = s->T;
-#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H *T *T, T *T, T, 1, name)
 	/* right bound: keep row >= col */
 	cudnnBackendDescriptor_t row = SCORES(CUDNN_DATA_INT32, "causal mask: row index");
 	cudnnBackendDescriptor_t col = SCORES(CUDNN_DATA_INT32, "causal mask: column index");
@@ -351,10 +371,7 @@ static cudnnBackendDescriptor_t mask(sdpa_graph *g, const sdpa_shape *s,
 
 /* whether the graph needs the window mask: a window of T or more masks
  * nothing the causal mask leaves */
-static int has_window(const sdpa_shape *s)
-{
-	return s->window > 0 && s->window < s->T;
-}
+static int has_window(const sdpa_shape *s) { return s->window > 0 && s->window < s->T; }
 
 /* The tensors read from and written to qkv-shaped rows, (B,H,T,D) views at
  * head offset `head` (in units of D) of rows ld elements long; transposed:
@@ -396,10 +413,11 @@ static void build_fwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t stats = row_stats(g, UID_STATS, s, false, "tensor Stats");
 	cudnnBackendDescriptor_t scale = scalar(g, UID_SCALE, "scalar scale");
 	cudnnBackendDescriptor_t neg_inf = scalar(g, UID_NEG_INF, "scalar -inf");
-	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window") : NULL;
+	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window")
+							: NULL;
 
-#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
-#define ROWS(name) vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H * T, T, 1, 1, name)
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H *T *T, T *T, T, 1, name)
+#define ROWS(name)         vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H *T, T, 1, 1, name)
 	cudnnBackendDescriptor_t sc = SCORES(CUDNN_DATA_FLOAT, "S = Q K^T");
 	matmul(g, q, kt, sc, "matmul S = Q K^T");
 	cudnnBackendDescriptor_t ss = SCORES(CUDNN_DATA_FLOAT, "S * scale");
@@ -409,7 +427,8 @@ static void build_fwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t mx = ROWS("softmax: row max");
 	reduction(g, CUDNN_REDUCE_TENSOR_MAX, sm, mx, "softmax: row max");
 	cudnnBackendDescriptor_t z = SCORES(CUDNN_DATA_FLOAT, "softmax: S - max");
-	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, mx, NULL, z, -1, "softmax: S - max");
+	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, mx, NULL, z, -1,
+		  "softmax: S - max");
 	cudnnBackendDescriptor_t ex = SCORES(CUDNN_DATA_FLOAT, "softmax: exp");
 	pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, z, NULL, NULL, ex, -1, "softmax: exp");
 	cudnnBackendDescriptor_t sum = ROWS("softmax: row sum");
@@ -443,18 +462,19 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t scale = scalar(g, UID_SCALE, "scalar scale");
 	cudnnBackendDescriptor_t neg_inf = scalar(g, UID_NEG_INF, "scalar -inf");
 	cudnnBackendDescriptor_t one = scalar(g, UID_ONE, "scalar 1");
-	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window") : NULL;
+	cudnnBackendDescriptor_t window = has_window(s) ? scalar(g, UID_WINDOW, "scalar window")
+							: NULL;
 	/* fp32 buffers the kernels need in device memory: rowsum(dO * O), and
 	 * in the accumulator form the dQ accumulator (B,Hq,T,D), below */
-	cudnnBackendDescriptor_t softmax_sum =
-		row_stats(g, UID_SOFTMAX_SUM, s, false, "tensor rowsum(dO * O)");
+	cudnnBackendDescriptor_t softmax_sum = row_stats(g, UID_SOFTMAX_SUM, s, false,
+							 "tensor rowsum(dO * O)");
 
-#define SCORES(type, name) vtensor(g, type, B, H, T, T, H * T * T, T * T, T, 1, name)
-#define SCORES_T(name) vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, T, H * T * T, T * T, 1, T, name)
-#define ROWS(name) vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H * T, T, 1, 1, name)
+#define SCORES(type, name) vtensor(g, type, B, H, T, T, H *T *T, T *T, T, 1, name)
+#define SCORES_T(name)     vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, T, H *T *T, T *T, 1, T, name)
+#define ROWS(name)         vtensor(g, CUDNN_DATA_FLOAT, B, H, T, 1, H *T, T, 1, 1, name)
 	/* softmax_sum = rowsum(dO * O) */
-	cudnnBackendDescriptor_t doo =
-		vtensor(g, CUDNN_DATA_FLOAT, B, H, T, D, H * T * D, T * D, H * D, 1, "dO * O");
+	cudnnBackendDescriptor_t doo = vtensor(g, CUDNN_DATA_FLOAT, B, H, T, D, H * T * D, T * D,
+					       H * D, 1, "dO * O");
 	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, o, NULL, doo, -1, "dO * O");
 	cudnnBackendDescriptor_t rs = ROWS("rowsum(dO * O)");
 	reduction(g, CUDNN_REDUCE_TENSOR_ADD, doo, rs, "rowsum(dO * O)");
@@ -477,8 +497,8 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t pt = SCORES_T("P^T");
 	reshape(g, p, pt, "P^T");
 	if (grouped) {
-		cudnnBackendDescriptor_t dvh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D, H * T * D,
-						       T * D, D, 1, "dV per query head");
+		cudnnBackendDescriptor_t dvh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D,
+						       H * T * D, T * D, D, 1, "dV per query head");
 		matmul(g, pt, dout, dvh, "matmul dV = P^T dO");
 		reduction(g, CUDNN_REDUCE_TENSOR_ADD, dvh, dv, "dV: sum over the group");
 	} else {
@@ -501,8 +521,8 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t dst = SCORES_T("dS^T");
 	reshape(g, ds, dst, "dS^T");
 	if (grouped) {
-		cudnnBackendDescriptor_t dkh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D, H * T * D,
-						       T * D, D, 1, "dK per query head");
+		cudnnBackendDescriptor_t dkh = vtensor(g, CUDNN_DATA_BFLOAT16, B, H, T, D,
+						       H * T * D, T * D, D, 1, "dK per query head");
 		matmul(g, dst, q, dkh, "matmul dK = dS^T Q");
 		reduction(g, CUDNN_REDUCE_TENSOR_ADD, dkh, dk, "dK: sum over the group");
 	} else {
@@ -543,8 +563,9 @@ static int deterministic_engine(cudnnBackendDescriptor_t cfg)
 	int det = -1;
 	if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ==
 		    CUDNN_STATUS_SUCCESS &&
-	    cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-				     1, &got, &engine) == CUDNN_STATUS_SUCCESS &&
+	    cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+				     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+				     &engine) == CUDNN_STATUS_SUCCESS &&
 	    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
 				     CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
 				     notes) == CUDNN_STATUS_SUCCESS) {
@@ -574,9 +595,10 @@ static void build_plan(sdpa_graph *g)
 	const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
 	cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
 					     "engine heuristics");
-	set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+	set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	    &graph, "engine heuristics");
+	set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode,
 	    "engine heuristics");
-	set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "engine heuristics");
 	finalize(g, heur, "engine heuristics");
 	int64_t count = 0;
 	if (g->failed ||
@@ -611,8 +633,8 @@ static void build_plan(sdpa_graph *g)
 		if ((k < m) != (det[i] == 1))
 			continue; /* deterministic engines in the first pass, the others in the second */
 		cudnnBackendDescriptor_t plan = NULL;
-		cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
-								&plan);
+		cudnnStatus_t st = cudnnBackendCreateDescriptor(
+			CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
 		if (st == CUDNN_STATUS_SUCCESS)
 			st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
 						      CUDNN_TYPE_HANDLE, 1, &handle);
@@ -623,7 +645,8 @@ static void build_plan(sdpa_graph *g)
 			st = cudnnBackendFinalize(plan);
 		int64_t ws = 0, n = 0;
 		if (st == CUDNN_STATUS_SUCCESS)
-			st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+			st = cudnnBackendGetAttribute(plan,
+						      CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
 						      CUDNN_TYPE_INT64, 1, &n, &ws);
 		if (st == CUDNN_STATUS_SUCCESS) {
 			g->plan = plan;
@@ -631,22 +654,20 @@ static void build_plan(sdpa_graph *g)
 			g->deterministic = det[i] == 1;
 			return;
 		}
-		snprintf(last, sizeof last, "engine configuration %lld of %lld: %s (cudnnStatus %d)",
-			 (long long)i + 1, (long long)m, cudnnGetErrorString(st), (int)st);
+		snprintf(last, sizeof last,
+			 "engine configuration %lld of %lld: %s (cudnnStatus %d)", (long long)i + 1,
+			 (long long)m, cudnnGetErrorString(st), (int)st);
 		if (plan)
 			cudnnBackendDestroyDescriptor(plan);
 	}
 	g->failed = 1;
-	snprintf(g->why, sizeof g->why, "execution plan: no engine configuration finalizes (last: %s)",
-		 last);
+	snprintf(g->why, sizeof g->why,
+		 "execution plan: no engine configuration finalizes (last: %s)", last);
 }
 
 /* ---- the cache ------------------------------------------------------------------- */
 
-static const char *dir_name(int dir)
-{
-	return dir == FWD ? "forward" : "backward";
-}
+static const char *dir_name(int dir) { return dir == FWD ? "forward" : "backward"; }
 
 /* The deterministic backward's dP workspace: (B,Hq,T,T) bf16, T rounded up
  * to cuDNN's tile of 64 */
@@ -665,14 +686,16 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 	if (handle_state == REJECTED)
 		return handle_why;
 	if (version < SDPA_MIN_VERSION) {
-		snprintf(buf, n, "cuDNN %zu.%zu.%zu is older than 9.0, the first with these fused "
-				 "attention engines",
+		snprintf(buf, n,
+			 "cuDNN %zu.%zu.%zu is older than 9.0, the first with these fused "
+			 "attention engines",
 			 version / 10000, version / 100 % 100, version % 100);
 		return buf;
 	}
 	if (version >= SDPA_BAD_LO && version <= SDPA_BAD_HI) {
-		snprintf(buf, n, "cuDNN 9.10.0 and 9.10.1 compute wrong bf16 attention; use 9.10.2 "
-				 "or newer");
+		snprintf(buf, n,
+			 "cuDNN 9.10.0 and 9.10.1 compute wrong bf16 attention; use 9.10.2 "
+			 "or newer");
 		return buf;
 	}
 	if (s->D % 8 || s->D > 256) {
@@ -680,31 +703,36 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 		return buf;
 	}
 	if (dir == FWD && s->D > 128 && sm_major != 9 && version < SDPA_WIDE_D_VERSION) {
-		snprintf(buf, n, "head dim %d: cuDNN %zu.%zu takes head dims over 128 on sm_90 only "
-				 "(9.10 and newer on other GPUs)",
+		snprintf(buf, n,
+			 "head dim %d: cuDNN %zu.%zu takes head dims over 128 on sm_90 only "
+			 "(9.10 and newer on other GPUs)",
 			 s->D, version / 10000, version / 100 % 100);
 		return buf;
 	}
 	if (dir == BWD && s->D > 128 && sm_major != 9) {
-		snprintf(buf, n, "head dim %d: cuDNN's backward takes head dims over 128 on sm_90 only "
-				 "(this GPU: compute capability %d.x)",
+		snprintf(buf, n,
+			 "head dim %d: cuDNN's backward takes head dims over 128 on sm_90 only "
+			 "(this GPU: compute capability %d.x)",
 			 s->D, sm_major);
 		return buf;
 	}
 	if (s->T == 1 && (dir == BWD || version < SDPA_FWD_ONE_T_VERSION)) {
-		snprintf(buf, n, "T=1: cuDNN's %s", dir == BWD ? "backward does not take one token"
-							     : "masked forward before 9.10 does not take one token");
+		snprintf(buf, n, "T=1: cuDNN's %s",
+			 dir == BWD ? "backward does not take one token"
+				    : "masked forward before 9.10 does not take one token");
 		return buf;
 	}
 	if (dir == BWD && version < SDPA_BWD_ANY_T_VERSION && s->T % 128) {
-		snprintf(buf, n, "cuDNN %zu.%zu before 9.16 needs T %% 128 == 0 in the backward (T=%d)",
+		snprintf(buf, n,
+			 "cuDNN %zu.%zu before 9.16 needs T %% 128 == 0 in the backward (T=%d)",
 			 version / 10000, version / 100 % 100, s->T);
 		return buf;
 	}
 	if (dir == BWD && deterministic && dp_workspace(s) > dp_limit) {
-		snprintf(buf, n, "the deterministic backward's dP workspace of %.1f MiB is over "
-				 "PP_CUDNN_DP_WORKSPACE_MIB=%lld (PP_CUDA_DETERMINISTIC=0 takes the "
-				 "faster, non-deterministic form)",
+		snprintf(buf, n,
+			 "the deterministic backward's dP workspace of %.1f MiB is over "
+			 "PP_CUDNN_DP_WORKSPACE_MIB=%lld (PP_CUDA_DETERMINISTIC=0 takes the "
+			 "faster, non-deterministic form)",
 			 (double)dp_workspace(s) / (1 << 20), (long long)(dp_limit >> 20));
 		return buf;
 	}
@@ -719,7 +747,8 @@ static void open_handle(void)
 	version = cudnnGetVersion();
 	PP_CUDA_CHECK(cudaDeviceGetAttribute(&sm_major, cudaDevAttrComputeCapabilityMajor,
 					     pp_cuda.device));
-	const char *det = getenv("PP_CUDA_DETERMINISTIC"), *lim = getenv("PP_CUDNN_DP_WORKSPACE_MIB");
+	const char *det = getenv("PP_CUDA_DETERMINISTIC"),
+		   *lim = getenv("PP_CUDNN_DP_WORKSPACE_MIB");
 	deterministic = !(det && !strcmp(det, "0"));
 	size_t free_b = 0, total = 0;
 	PP_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
@@ -728,7 +757,8 @@ static void open_handle(void)
 		char *end = NULL;
 		const long long mib = strtoll(lim, &end, 10);
 		PP_CUDA_REQUIRE(*end == '\0' && mib >= 0,
-				"PP_CUDNN_DP_WORKSPACE_MIB=%s: expected a whole number of MiB", lim);
+				"PP_CUDNN_DP_WORKSPACE_MIB=%s: expected a whole number of MiB",
+				lim);
 		dp_limit = (int64_t)mib << 20;
 	}
 	cudnnStatus_t st = cudnnCreate(&handle);
@@ -805,10 +835,11 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 				build_plan(g);
 			if (!g->failed && dir == BWD && deterministic && !g->deterministic) {
 				g->failed = 1;
-				snprintf(g->why, sizeof g->why,
-					 "no deterministic engine for the backward (cuDNN %zu.%zu.%zu; "
-					 "PP_CUDA_DETERMINISTIC=0 takes a non-deterministic one)",
-					 version / 10000, version / 100 % 100, version % 100);
+				snprintf(
+					g->why, sizeof g->why,
+					"no deterministic engine for the backward (cuDNN %zu.%zu.%zu; "
+					"PP_CUDA_DETERMINISTIC=0 takes a non-deterministic one)",
+					version / 10000, version / 100 % 100, version % 100);
 			}
 			if (!g->failed) {
 				e->g[dir] = g;
@@ -843,10 +874,7 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 /* What the masks put in place of a hidden score: cuDNN before 9.10 wants
  * the lowest finite float (as cudnn-frontend's sdpa nodes pass it), later
  * ones -inf. exp() of either is 0. */
-static float mask_fill(void)
-{
-	return version < SDPA_INF_MASK_VERSION ? -FLT_MAX : -INFINITY;
-}
+static float mask_fill(void) { return version < SDPA_INF_MASK_VERSION ? -FLT_MAX : -INFINITY; }
 
 /* consecutive pieces of one scratch buffer, each 256-byte aligned */
 static size_t piece(size_t *at, size_t bytes)
@@ -861,7 +889,8 @@ static void execute(sdpa_graph *g, int n, const int64_t *uid, void *const *ptr, 
 		    const char *what)
 {
 	cudnnBackendDescriptor_t pack = NULL;
-	cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+	cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+							&pack);
 	const char *step = "cudnnBackendCreateDescriptor(variant pack)";
 	if (st == CUDNN_STATUS_SUCCESS) {
 		step = "variant pack: unique ids";
@@ -897,10 +926,7 @@ static void execute(sdpa_graph *g, int n, const int64_t *uid, void *const *ptr, 
 	PP_CUDA_LAUNCHED(what);
 }
 
-static bool aligned16(const void *p)
-{
-	return (uintptr_t)p % 16 == 0;
-}
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 /* src (n) of T as bf16 for cuDNN: src itself when it is bf16 and aligned
  * (direct), else a bf16 copy in the scratch piece at `at` */
@@ -936,10 +962,16 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 	void *stats = aligned16(lse) ? (void *)lse : base + o_stats;
 
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), win = (float)window;
-	const int64_t uid[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF,
-			       UID_WINDOW};
-	void *const ptr[] = {qkv16, qkv16 + (size_t)Hq * D, qkv16 + (size_t)(Hq + Hkv) * D, out16,
-			     stats, &scale, &neg_inf, &win};
+	const int64_t uid[] = {UID_Q,     UID_K,     UID_V,       UID_O,
+			       UID_STATS, UID_SCALE, UID_NEG_INF, UID_WINDOW};
+	void *const ptr[] = {qkv16,
+			     qkv16 + (size_t)Hq * D,
+			     qkv16 + (size_t)(Hq + Hkv) * D,
+			     out16,
+			     stats,
+			     &scale,
+			     &neg_inf,
+			     &win};
 	execute(g, has_window(&s) ? 8 : 7, uid, ptr, base + o_ws, "cuDNN attention forward");
 	if (!direct)
 		pp_cuda_convert(out, out16, nout);
@@ -986,10 +1018,12 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
 	      win = (float)window;
 	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
-	int64_t uid[15] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK,
-			   UID_DV, UID_SOFTMAX_SUM, UID_SCALE, UID_NEG_INF, UID_ONE};
-	void *ptr[15] = {qkv16, qkv16 + k_at, qkv16 + v_at, out16, dout16, stats, dqkv16,
-			 dqkv16 + k_at, dqkv16 + v_at, base + o_sum, &scale, &neg_inf, &one};
+	int64_t uid[15] = {UID_Q,     UID_K,       UID_V,  UID_O,  UID_DO,
+			   UID_STATS, UID_DQ,      UID_DK, UID_DV, UID_SOFTMAX_SUM,
+			   UID_SCALE, UID_NEG_INF, UID_ONE};
+	void *ptr[15] = {qkv16,  qkv16 + k_at, qkv16 + v_at,  out16,         dout16,
+			 stats,  dqkv16,       dqkv16 + k_at, dqkv16 + v_at, base + o_sum,
+			 &scale, &neg_inf,     &one};
 	int n = 13;
 	if (g->acc) {
 		uid[n] = UID_DQ_ACCUM;
@@ -1006,9 +1040,8 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 }
 template int pp_cuda_sdpa_bwd<float>(float *, const float *, const float *, const pp_real *,
 				     const float *, int, int, int, int, int, int);
-template int pp_cuda_sdpa_bwd<pp_bf16>(pp_bf16 *, const pp_bf16 *, const pp_bf16 *,
-				       const pp_real *, const pp_bf16 *, int, int, int, int, int,
-				       int);
+template int pp_cuda_sdpa_bwd<pp_bf16>(pp_bf16 *, const pp_bf16 *, const pp_bf16 *, const pp_real *,
+				       const pp_bf16 *, int, int, int, int, int, int);
 
 int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
 				  size_t n)

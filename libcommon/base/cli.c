@@ -16,11 +16,13 @@ static void usage(const cli_spec *s, FILE *f)
 	fprintf(f, "usage: %s %s\n\n%s\n\noptions:\n", s->tool, s->usage, s->summary);
 	if (s->takes_config) {
 		fprintf(f, "  %-22s %s\n", "--cfg FILE", "run config (JSON); see pp-config(5)");
-		fprintf(f, "  %-22s %s\n", "key=value", "override a config key (nested keys dotted)");
+		fprintf(f, "  %-22s %s\n", "key=value",
+			"override a config key (nested keys dotted)");
 	}
 	for (const cli_opt *o = s->opts; o && o->name; o++) {
 		char left[64];
-		snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+		snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "",
+			 o->arg ? o->arg : "");
 		fprintf(f, "  %-22s %s\n", left, o->help);
 	}
 	fprintf(f, "  %-22s %s\n  %-22s %s\n\nSee %s(1).\n", "--help", "show this help",
@@ -59,7 +61,8 @@ int cli_parse(const cli_spec *s, int argc, char **argv, cli_args *out, pp_err *e
 				*o->flag = true;
 			} else {
 				if (i + 1 >= argc)
-					return pp_errorf(e, PP_EUSAGE, "%s needs %s", o->name, o->arg);
+					return pp_errorf(e, PP_EUSAGE, "%s needs %s", o->name,
+							 o->arg);
 				*o->value = argv[++i];
 			}
 			continue;
@@ -98,8 +101,8 @@ int cli_long(const char *opt, const char *s, long lo, long hi, long *v, pp_err *
 	errno = 0;
 	*v = strtol(s, &end, 10);
 	if (!*s || *end || errno || *v < lo || *v > hi)
-		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a whole number from %ld to %ld", opt,
-				 s, lo, hi);
+		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a whole number from %ld to %ld",
+				 opt, s, lo, hi);
 	return 0;
 }
 
@@ -108,7 +111,7 @@ int cli_double(const char *opt, const char *s, double lo, double hi, double *v, 
 	char *end;
 	*v = strtod(s, &end);
 	if (!*s || *end || !(*v >= lo && *v <= hi))
-		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a number from %g to %g", opt, s, lo,
-				 hi);
+		return pp_errorf(e, PP_EUSAGE, "%s '%s': expected a number from %g to %g", opt, s,
+				 lo, hi);
 	return 0;
 }

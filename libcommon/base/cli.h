@@ -8,8 +8,8 @@
 #include "error.h"
 
 typedef struct {
-	const char *name;  /* "--plan" */
-	const char *arg;   /* argument name for --help ("DIR"), NULL for a flag */
+	const char *name; /* "--plan" */
+	const char *arg;  /* argument name for --help ("DIR"), NULL for a flag */
 	const char *help;
 	const char **value; /* receives the argument */
 	bool *flag;         /* set for a flag */

@@ -15,7 +15,8 @@ int fs_fsync_path(const char *path, pp_err *e)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot open %s to fsync: %s", path, strerror(errno));
+		return pp_errorf(e, PP_ERUNTIME, "cannot open %s to fsync: %s", path,
+				 strerror(errno));
 	int rc = fsync(fd);
 	int err = errno;
 	close(fd);

@@ -57,8 +57,7 @@ hid_t h5u_string_type(H5T_cset_t cset)
 	return t;
 }
 
-bool h5u_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
-		  const void *v)
+bool h5u_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v)
 {
 	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR), a = -1;
 	bool ok = h5u_ok(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) &&
@@ -93,7 +92,8 @@ char *h5u_read_string(hid_t obj, bool is_attr)
 	if (H5Tis_variable_str(ft) > 0) {
 		hid_t mt = h5u_string_type(H5Tget_cset(ft));
 		char *s = NULL;
-		herr_t r = is_attr ? H5Aread(obj, mt, &s) : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s);
+		herr_t r = is_attr ? H5Aread(obj, mt, &s)
+				   : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s);
 		if (h5u_ok(r) && s)
 			out = strdup(s);
 		if (s)
@@ -103,7 +103,8 @@ char *h5u_read_string(hid_t obj, bool is_attr)
 		size_t n = H5Tget_size(ft);
 		if (!(out = calloc(n + 1, 1)))
 			goto done;
-		herr_t r = is_attr ? H5Aread(obj, ft, out) : H5Dread(obj, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+		herr_t r = is_attr ? H5Aread(obj, ft, out)
+				   : H5Dread(obj, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
 		if (out && !h5u_ok(r)) {
 			free(out);
 			out = NULL;
@@ -137,7 +138,8 @@ bool h5u_attr_get_i64(hid_t obj, const char *name, int max, int64_t *out, int *n
 	hid_t sp = H5Aget_space(a), t = H5Aget_type(a);
 	int rank = H5Sget_simple_extent_ndims(sp);
 	hssize_t count = H5Sget_simple_extent_npoints(sp);
-	if (H5Tget_class(t) == H5T_INTEGER && rank >= 0 && rank <= 1 && count >= 1 && count <= max) {
+	if (H5Tget_class(t) == H5T_INTEGER && rank >= 0 && rank <= 1 && count >= 1 &&
+	    count <= max) {
 		ok = h5u_ok(H5Aread(a, H5T_NATIVE_INT64, out));
 		if (n)
 			*n = (int)count;

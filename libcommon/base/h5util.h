@@ -17,8 +17,7 @@ bool h5u_ok(int64_t r);
 const char *h5u_reason(void);
 /* Writes attribute name on obj: n values (n == 0: a scalar) of memory type
  * mtype stored as ftype. */
-bool h5u_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n,
-		  const void *v);
+bool h5u_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hsize_t n, const void *v);
 /* A variable-length string type in the given character set (caller closes). */
 hid_t h5u_string_type(H5T_cset_t cset);
 /* A UTF-8 string attribute. */

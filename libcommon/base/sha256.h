@@ -10,7 +10,7 @@
 #include "error.h"
 
 #define SHA256_BYTES 32
-#define SHA256_HEX 65 /* 64 hex digits and a NUL */
+#define SHA256_HEX   65 /* 64 hex digits and a NUL */
 
 typedef struct {
 	void *md;        /* EVP_MD_CTX */

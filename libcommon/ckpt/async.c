@@ -61,8 +61,9 @@ int ckpt_job_start(ckpt_job *j, int phase, pp_err *e)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
 		j->busy = 0;
-		j->rc = pp_errorf(&j->err, PP_ERUNTIME, "checkpoint %s: cannot start the writer thread: %s",
-				  j->tmp, strerror(rc));
+		j->rc = pp_errorf(&j->err, PP_ERUNTIME,
+				  "checkpoint %s: cannot start the writer thread: %s", j->tmp,
+				  strerror(rc));
 		if (e)
 			*e = j->err;
 		return j->rc;

@@ -26,20 +26,20 @@ typedef struct {
 	char run_dir[4096];
 	char tmp[4096 + 128]; /* the temporary directory (ckpt_begin) */
 	int keep;
-	ckpt_state cs;        /* header, tensors and optimizer parts: host copies */
-	bool write_shard;     /* this rank writes the (pp, tp) shard */
-	bool write_optim;     /* and its optimizer file (cs.optim_per_dp) */
-	bool made_tmp;        /* this rank made tmp: ckpt_job_free removes it if it is still there */
-	void **owned;         /* freed with the job */
+	ckpt_state cs;    /* header, tensors and optimizer parts: host copies */
+	bool write_shard; /* this rank writes the (pp, tp) shard */
+	bool write_optim; /* and its optimizer file (cs.optim_per_dp) */
+	bool made_tmp;    /* this rank made tmp: ckpt_job_free removes it if it is still there */
+	void **owned;     /* freed with the job */
 	int n_owned, cap_owned;
 	/* the thread */
 	pthread_t thread;
 	bool running;
-	int phase;            /* CKPT_JOB_*: the phase running or last run */
-	volatile int busy;    /* set while a phase runs on the thread */
+	int phase;         /* CKPT_JOB_*: the phase running or last run */
+	volatile int busy; /* set while a phase runs on the thread */
 	int rc;
 	pp_err err;
-	double t_start;       /* when the write started (monotonic seconds) */
+	double t_start; /* when the write started (monotonic seconds) */
 } ckpt_job;
 
 /* Hands p (malloc'd) to the job; it is freed by ckpt_job_free. Returns p, or

@@ -12,17 +12,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../base/error.h"
 #include "../../kernels/ops.h"
+#include "../base/error.h"
 
 #define PP_CKPT_FORMAT "pp-checkpoint"
 /* Format versions this pp reads. A checkpoint is written as version 1 unless
  * it has per-dp optimizer files (ZeRO-1), which version 2 added, or shards
  * per expert-parallel rank (ep > 1), which version 3 added. */
 #define PP_CKPT_VERSION_OLDEST 1
-#define PP_CKPT_VERSION 3
-#define PP_CKPT_MAXDIM 4
-#define PP_CKPT_DATA_STATE 16
+#define PP_CKPT_VERSION        3
+#define PP_CKPT_MAXDIM         4
+#define PP_CKPT_DATA_STATE     16
 
 /* One tensor slice held by this shard. Host pointers; m and v may be NULL
  * when optimizer state is not saved or loaded (both or neither).
@@ -193,8 +193,7 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
  * file; close writes what remains, flushes and fsyncs; on any failure, and
  * on abort, the file is removed. Both free the writer. */
 typedef struct ckpt_writer ckpt_writer;
-int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **w,
-		     pp_err *e);
+int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **w, pp_err *e);
 int ckpt_writer_put(ckpt_writer *w, const ckpt_tensor *t, pp_err *e);
 int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e);
 int ckpt_writer_close(ckpt_writer *w, pp_err *e);

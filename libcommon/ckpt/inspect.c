@@ -48,8 +48,8 @@ int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e)
 		return rc;
 	if (!n) {
 		free(steps);
-		return pp_errorf(e, PP_EUSAGE, "%s holds no checkpoint (no %s/checkpoints/step_*)", run_dir,
-				 run_dir);
+		return pp_errorf(e, PP_EUSAGE, "%s holds no checkpoint (no %s/checkpoints/step_*)",
+				 run_dir, run_dir);
 	}
 	if (!json)
 		fprintf(out, "%-10s %-22s %10s  %s\n", "step", "layout", "size", "status");
@@ -65,13 +65,14 @@ int ckpt_ls(const char *run_dir, bool json, FILE *out, pp_err *e)
 			char ep[16] = "";
 			if (m.ep_size > 1)
 				snprintf(ep, sizeof ep, " ep=%d", m.ep_size);
-			snprintf(layout, sizeof layout, "pp=%d tp=%d dp=%d%s%s", m.pp_size, m.tp_size,
-				 m.dp_size, ep, zero1(&m) ? " zero1" : "");
+			snprintf(layout, sizeof layout, "pp=%d tp=%d dp=%d%s%s", m.pp_size,
+				 m.tp_size, m.dp_size, ep, zero1(&m) ? " zero1" : "");
 			human_bytes(size, sizeof size, (double)total_bytes(&m));
 		}
 		if (json) {
-			json_t *o = json_pack("{s:I, s:s, s:b, s:s}", "step", (json_int_t)steps[i], "dir", dir,
-					      "sound", problems == 0, "problem", problems ? why.msg : "");
+			json_t *o = json_pack("{s:I, s:s, s:b, s:s}", "step", (json_int_t)steps[i],
+					      "dir", dir, "sound", problems == 0, "problem",
+					      problems ? why.msg : "");
 			if (parsed) {
 				json_object_set_new(o, "pp", json_integer(m.pp_size));
 				json_object_set_new(o, "tp", json_integer(m.tp_size));
@@ -125,7 +126,8 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 	json_t *cfg = rc ? NULL : json_loads(text, 0, &je);
 	free(text);
 	if (!rc && !cfg)
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its config is not JSON: %s", dir, je.text);
+		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its config is not JSON: %s", dir,
+			       je.text);
 	if (rc) {
 		ckpt_manifest_free(&m);
 		return rc;
@@ -152,23 +154,27 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 			json_t *shards = json_array();
 			for (int j = 0; j < t->n_shards; j++)
 				json_array_append_new(
-					shards, json_pack("{s:s, s:o, s:o}", "file", m.files[t->shards[j].file].name,
-							  "offset", dims(t->ndim, t->shards[j].offset), "shape",
-							  dims(t->ndim, t->shards[j].shape)));
-			json_array_append_new(ts, json_pack("{s:s, s:o, s:s, s:b, s:o}", "name", t->name,
-							    "global_shape", dims(t->ndim, t->global_shape),
-							    "dtype", "float32", "adam", t->adam, "shards",
+					shards,
+					json_pack("{s:s, s:o, s:o}", "file",
+						  m.files[t->shards[j].file].name, "offset",
+						  dims(t->ndim, t->shards[j].offset), "shape",
+						  dims(t->ndim, t->shards[j].shape)));
+			json_array_append_new(ts, json_pack("{s:s, s:o, s:s, s:b, s:o}", "name",
+							    t->name, "global_shape",
+							    dims(t->ndim, t->global_shape), "dtype",
+							    "float32", "adam", t->adam, "shards",
 							    shards));
 		}
-		json_t *o = json_pack("{s:s, s:I, s:f, s:i, s:{s:i, s:i, s:i, s:i, s:b}, s:I, s:I, s:I, s:b, "
-				      "s:s, s:O, s:O, s:o}",
-				      "dir", dir, "step", (json_int_t)m.step, "tokens_seen", tokens,
-				      "format_version", m.version, "layout", "pp", m.pp_size, "tp",
-				      m.tp_size, "dp", m.dp_size, "ep", m.ep_size, "zero1", zero1(&m), "parameters",
-				      (json_int_t)params, "files", (json_int_t)m.n_files, "bytes",
-				      (json_int_t)total_bytes(&m), "optimizer_state", holds, "tokenizer",
-				      tok ? tok : "", "model", model ? model : json_null(), "config", cfg,
-				      "tensors", ts);
+		json_t *o = json_pack(
+			"{s:s, s:I, s:f, s:i, s:{s:i, s:i, s:i, s:i, s:b}, s:I, s:I, s:I, s:b, "
+			"s:s, s:O, s:O, s:o}",
+			"dir", dir, "step", (json_int_t)m.step, "tokens_seen", tokens,
+			"format_version", m.version, "layout", "pp", m.pp_size, "tp", m.tp_size,
+			"dp", m.dp_size, "ep", m.ep_size, "zero1", zero1(&m), "parameters",
+			(json_int_t)params, "files", (json_int_t)m.n_files, "bytes",
+			(json_int_t)total_bytes(&m), "optimizer_state", holds, "tokenizer",
+			tok ? tok : "", "model", model ? model : json_null(), "config", cfg,
+			"tensors", ts);
 		char *s = json_dumps(o, JSON_INDENT(1));
 		fprintf(out, "%s\n", s ? s : "{}");
 		free(s);
@@ -177,7 +183,8 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 		char size[32], shape[96];
 		human_bytes(size, sizeof size, (double)total_bytes(&m));
 		fprintf(out, "checkpoint   %s\n", dir);
-		fprintf(out, "step         %ld (%.6g tokens seen at global_batch %.0f x seq_len %.0f)\n",
+		fprintf(out,
+			"step         %ld (%.6g tokens seen at global_batch %.0f x seq_len %.0f)\n",
 			m.step, tokens, batch, seq);
 		fprintf(out, "format       pp-checkpoint version %d\n", m.version);
 		fprintf(out, "layout       pp=%d tp=%d dp=%d", m.pp_size, m.tp_size, m.dp_size);
@@ -185,12 +192,14 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 			fprintf(out, " ep=%d, experts sharded over ep", m.ep_size);
 		/* an fsdp run cuts its AdamW state over its fsdp group */
 		const json_int_t fsdp = json_integer_value(json_object_get(cfg, "fsdp"));
-		fprintf(out, "%s\n", !zero1(&m)  ? ""
-				      : fsdp > 1 ? ", AdamW state sharded over the run's fsdp group"
-						 : ", AdamW state sharded over dp (ZeRO-1)");
+		fprintf(out, "%s\n",
+			!zero1(&m) ? ""
+			: fsdp > 1 ? ", AdamW state sharded over the run's fsdp group"
+				   : ", AdamW state sharded over dp (ZeRO-1)");
 		fprintf(out, "files        %d, %s\n", m.n_files, size);
-		fprintf(out, "model        %s %s: d_model %lld, %lld layers, %lld heads (%lld kv), vocab "
-			     "%lld; %lld parameters\n",
+		fprintf(out,
+			"model        %s %s: d_model %lld, %lld layers, %lld heads (%lld kv), vocab "
+			"%lld; %lld parameters\n",
 			json_string_value(json_object_get(model, "family")),
 			json_string_value(json_object_get(model, "preset")),
 			(long long)json_integer_value(json_object_get(model, "d_model")),
@@ -199,14 +208,16 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 			(long long)json_integer_value(json_object_get(model, "n_kv_heads")),
 			(long long)json_integer_value(json_object_get(model, "vocab_size")),
 			(long long)params);
-		fprintf(out, "optimizer    %s\n", holds ? "AdamW m and v" : "none (parameters only)");
+		fprintf(out, "optimizer    %s\n",
+			holds ? "AdamW m and v" : "none (parameters only)");
 		fprintf(out, "tokenizer    %s\n", tok && *tok ? tok : "none");
 		fprintf(out, "tensors      %d\n", m.n_tensors);
 		for (int i = 0; i < m.n_tensors; i++) {
 			const ckpt_tensor_info *t = &m.tensors[i];
 			fprintf(out, "  %-56s %-18s float32 %2d shard%s%s\n", t->name,
-				dims_str(shape, sizeof shape, t->ndim, t->global_shape), t->n_shards,
-				t->n_shards == 1 ? " " : "s", t->adam ? "  +adam" : "");
+				dims_str(shape, sizeof shape, t->ndim, t->global_shape),
+				t->n_shards, t->n_shards == 1 ? " " : "s",
+				t->adam ? "  +adam" : "");
 		}
 	}
 	json_decref(cfg);
@@ -233,7 +244,8 @@ int ckpt_diff(const char *path_a, const char *path_b, double tol, FILE *out, pp_
 	if (!rc)
 		fprintf(out, "%-56s %14s %14s\n", "tensor", "max |a - b|", "relative");
 	for (int i = 0; !rc && i < ma.n_tensors; i++) {
-		const ckpt_tensor_info *ta = &ma.tensors[i], *tb = ckpt_manifest_tensor(&mb, ta->name);
+		const ckpt_tensor_info *ta = &ma.tensors[i],
+				       *tb = ckpt_manifest_tensor(&mb, ta->name);
 		bool same_shape = tb && tb->ndim == ta->ndim;
 		for (int d = 0; same_shape && d < ta->ndim; d++)
 			same_shape = ta->global_shape[d] == tb->global_shape[d];
@@ -283,8 +295,9 @@ int ckpt_diff(const char *path_a, const char *path_b, double tol, FILE *out, pp_
 			total++;
 		}
 	if (!rc)
-		fprintf(out, "%d of %d tensors differ past tolerance %g; largest relative difference "
-			     "%.6g (absolute %.6g)%s%s\n",
+		fprintf(out,
+			"%d of %d tensors differ past tolerance %g; largest relative difference "
+			"%.6g (absolute %.6g)%s%s\n",
 			differ, total, tol, worst_rel, worst_abs, *worst ? " in " : "", worst);
 	if (!rc && differ)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s and %s differ: %d tensor%s past --tol %g", a, b,

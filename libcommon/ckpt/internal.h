@@ -14,7 +14,7 @@
 #include "ckpt.h"
 
 #define CKPT_PATH 4096
-#define MANIFEST "manifest.json"
+#define MANIFEST  "manifest.json"
 
 #ifdef PP_F64
 #define H5T_MEM_REAL H5T_NATIVE_DOUBLE
@@ -37,7 +37,7 @@ int ckpt_file_kind(const char *name, int *pp, int *tp, int *dp, int *ep);
 bool ckpt_parse_step_name(const char *name, long *step);
 /* snprintf that reports truncation as an error (paths, names) */
 __attribute__((format(printf, 4, 5))) int ckpt_fmt_checked(char *out, size_t n, pp_err *e,
-							  const char *fmt, ...);
+							   const char *fmt, ...);
 int ckpt_join(char *out, size_t n, const char *a, const char *b, pp_err *e);
 /* The ep rank in a shard's name for a mesh of ep_size: -1 (none) when 1. */
 static inline int ckpt_ep_name(int ep_rank, int ep_size) { return ep_size > 1 ? ep_rank : -1; }
@@ -68,10 +68,11 @@ int ckpt_file_index(const ckpt_manifest *m, const char *name);
  * version 3. */
 int ckpt_check_mesh_files(const char *where, const ckpt_manifest *m, pp_err *e);
 /* Tensor t's params, and its m and v, covered exactly once. */
-int ckpt_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t, pp_err *e);
+int ckpt_check_cover(const char *where, const ckpt_manifest *m, const ckpt_tensor_info *t,
+		     pp_err *e);
 int ckpt_add_ranges(const char *where, const char *what, ckpt_tensor_info *t, int file,
-		  const int64_t *offset, const int64_t *shape, const int64_t *begin,
-		  const int64_t *end, int n, pp_err *e);
+		    const int64_t *offset, const int64_t *shape, const int64_t *begin,
+		    const int64_t *end, int n, pp_err *e);
 json_t *ckpt_manifest_to_json(const ckpt_manifest *m);
 int ckpt_manifest_read(const char *dir, ckpt_manifest *m, int *version, pp_err *e);
 /* The same, going on past the tensors whose blocks do not tile them (and
@@ -83,8 +84,8 @@ int ckpt_check_file(const char *dir, const ckpt_file_info *f, bool hash, pp_err 
 int ckpt_check_file_set(const char *dir, const ckpt_manifest *m, bool hash, pp_err *e);
 /* Each listed file's sha256 (and size, where bytes) into hex[i], the files
  * hashed in parallel; the first problem in file order. */
-int ckpt_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX], int64_t *bytes,
-		  pp_err *e);
+int ckpt_hash_files(const char *dir, const ckpt_manifest *m, char (*hex)[SHA256_HEX],
+		    int64_t *bytes, pp_err *e);
 
 /* ---- shard.c: the files' root attributes, writing ---- */
 /* Root attributes of a shard or optimizer file, as write_root_attrs writes
@@ -94,13 +95,14 @@ typedef struct {
 	int64_t ep_rank, ep_size; /* version 3; else 0 and 1 */
 } ckpt_file_attrs;
 
-int ckpt_read_file_attrs(hid_t f, const char *path, const char *name, ckpt_file_attrs *a, pp_err *e);
+int ckpt_read_file_attrs(hid_t f, const char *path, const char *name, ckpt_file_attrs *a,
+			 pp_err *e);
 /* Opens DIR/FILE and checks its root attributes against the manifest. */
 int ckpt_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out, pp_err *e);
 /* global shape and offset of a block ("not sliced", the whole tensor, when
  * global_in is all zero) */
 void ckpt_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
-		 int64_t *global, int64_t *offset);
+		   int64_t *global, int64_t *offset);
 void ckpt_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset);
 int ckpt_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e);
 int ckpt_check_state(const ckpt_state *s, pp_err *e);
@@ -108,6 +110,6 @@ int ckpt_check_state(const ckpt_state *s, pp_err *e);
 /* ---- scan.c: the manifest from the files ---- */
 int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e);
 int ckpt_check_dataset(hid_t f, const char *path, int k, const char *name, int nd,
-		     const int64_t *shape, pp_err *e);
+		       const int64_t *shape, pp_err *e);
 
 #endif

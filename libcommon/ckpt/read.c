@@ -32,9 +32,13 @@ typedef struct {
 	hid_t *fh; /* one per file, -1 until opened */
 } shard_reader;
 
-static int reader_init(shard_reader *r, const char *dir, const ckpt_manifest *m, bool hash, pp_err *e)
+static int reader_init(shard_reader *r, const char *dir, const ckpt_manifest *m, bool hash,
+		       pp_err *e)
 {
-	*r = (shard_reader){.dir = dir, .m = m, .hash = hash, .fh = malloc((size_t)(m->n_files + 1) * sizeof(hid_t))};
+	*r = (shard_reader){.dir = dir,
+			    .m = m,
+			    .hash = hash,
+			    .fh = malloc((size_t)(m->n_files + 1) * sizeof(hid_t))};
 	for (int i = 0; r->fh && i < m->n_files; i++)
 		r->fh[i] = -1;
 	return r->fh ? PP_OK : pp_errorf(e, PP_ERUNTIME, "out of memory");
@@ -68,8 +72,8 @@ static int64_t flat_index(int nd, const int64_t *dims, const int64_t *idx)
 /* Copies elements [x, x + n) of block (bo, bs), counted in its row-major
  * order, from src into out, the block (ro, rs) of the same tensor, where
  * the two blocks meet. Returns the number of elements copied. */
-static int64_t scatter_range(int nd, const int64_t *bo, const int64_t *bs, int64_t x, int64_t n, const pp_real *src,
-			     const int64_t *ro, const int64_t *rs, pp_real *out)
+static int64_t scatter_range(int nd, const int64_t *bo, const int64_t *bs, int64_t x, int64_t n,
+			     const pp_real *src, const int64_t *ro, const int64_t *rs, pp_real *out)
 {
 	const int last = nd - 1;
 	int64_t copied = 0;
@@ -89,7 +93,8 @@ static int64_t scatter_range(int nd, const int64_t *bo, const int64_t *bs, int64
 			row = row * rs[d] + g;
 		}
 		int64_t lo = bo[last] + idx[last], hi = lo + run;
-		int64_t clo = lo > ro[last] ? lo : ro[last], chi = hi < ro[last] + rs[last] ? hi : ro[last] + rs[last];
+		int64_t clo = lo > ro[last] ? lo : ro[last],
+			chi = hi < ro[last] + rs[last] ? hi : ro[last] + rs[last];
 		if (inside && clo < chi) {
 			memcpy(out + row * rs[last] + (clo - ro[last]), src + (i - x) + (clo - lo),
 			       (size_t)(chi - clo) * sizeof *out);
@@ -105,7 +110,8 @@ static int64_t optim_dataset_len(const ckpt_tensor_info *t, int file)
 {
 	int64_t n = 0;
 	for (int i = 0; i < t->n_ranges; i++)
-		if (t->ranges[i].file == file && t->ranges[i].at + t->ranges[i].end - t->ranges[i].begin > n)
+		if (t->ranges[i].file == file &&
+		    t->ranges[i].at + t->ranges[i].end - t->ranges[i].begin > n)
 			n = t->ranges[i].at + t->ranges[i].end - t->ranges[i].begin;
 	return n;
 }
@@ -114,7 +120,8 @@ static int64_t optim_dataset_len(const ckpt_tensor_info *t, int file)
  * buf. */
 static bool read_1d(hid_t ds, int64_t at, int64_t n, pp_real *buf, int64_t buf_len, int64_t buf_at)
 {
-	hsize_t fstart = (hsize_t)at, count = (hsize_t)n, mdim = (hsize_t)buf_len, mstart = (hsize_t)buf_at;
+	hsize_t fstart = (hsize_t)at, count = (hsize_t)n, mdim = (hsize_t)buf_len,
+		mstart = (hsize_t)buf_at;
 	hid_t fs = -1, ms = -1;
 	bool ok = h5u_ok(fs = H5Dget_space(ds)) &&
 		  h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &fstart, NULL, &count, NULL)) &&
@@ -142,7 +149,9 @@ static int read_range(shard_reader *r, const ckpt_tensor_info *t, int k, const c
 	int64_t first[PP_CKPT_MAXDIM], lastel[PP_CKPT_MAXDIM];
 	for (int d = 0; d < nd; d++) {
 		int64_t lo = ro[d] > g->offset[d] ? ro[d] : g->offset[d];
-		int64_t hi = ro[d] + rs[d] < g->offset[d] + g->shape[d] ? ro[d] + rs[d] : g->offset[d] + g->shape[d];
+		int64_t hi = ro[d] + rs[d] < g->offset[d] + g->shape[d]
+				     ? ro[d] + rs[d]
+				     : g->offset[d] + g->shape[d];
 		if (lo >= hi)
 			return PP_OK;
 		first[d] = lo - g->offset[d];
@@ -176,13 +185,15 @@ static int read_range(shard_reader *r, const ckpt_tensor_info *t, int k, const c
 		for (int64_t x = begin; ok && x < end; x += n) {
 			int64_t c = end - x < n ? end - x : n;
 			ok = read_1d(ds, at + (x - begin), c, tmp, c, 0);
-			*got += ok ? scatter_range(nd, g->offset, g->shape, x, c, tmp, ro, rs, out) : 0;
+			*got += ok ? scatter_range(nd, g->offset, g->shape, x, c, tmp, ro, rs, out)
+				   : 0;
 		}
 		free(tmp);
 	}
 	if (ds >= 0)
 		H5Dclose(ds);
-	return ok ? PP_OK : pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath, h5u_reason());
+	return ok ? PP_OK
+		  : pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath, h5u_reason());
 }
 
 /* Reads the part of tensor t's group k (params, adam_m, adam_v) that falls
@@ -223,9 +234,11 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 			break;
 		hid_t ds = H5Dopen2(fh[s->file], dpath, H5P_DEFAULT), fs = -1, ms = -1;
 		bool ok = h5u_ok(ds) && h5u_ok(fs = H5Dget_space(ds)) &&
-			  h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, fstart, NULL, count, NULL)) &&
+			  h5u_ok(H5Sselect_hyperslab(fs, H5S_SELECT_SET, fstart, NULL, count,
+						     NULL)) &&
 			  h5u_ok(ms = H5Screate_simple(nd, mdims, NULL)) &&
-			  h5u_ok(H5Sselect_hyperslab(ms, H5S_SELECT_SET, mstart, NULL, count, NULL)) &&
+			  h5u_ok(H5Sselect_hyperslab(ms, H5S_SELECT_SET, mstart, NULL, count,
+						     NULL)) &&
 			  h5u_ok(H5Dread(ds, H5T_MEM_REAL, ms, fs, H5P_DEFAULT, out));
 		if (ms >= 0)
 			H5Sclose(ms);
@@ -234,7 +247,8 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 		if (ds >= 0)
 			H5Dclose(ds);
 		if (!ok)
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath, h5u_reason());
+			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, dpath,
+				       h5u_reason());
 		int64_t c[PP_CKPT_MAXDIM];
 		for (int d = 0; d < nd; d++)
 			c[d] = (int64_t)count[d];
@@ -243,9 +257,12 @@ static int read_block(shard_reader *r, const ckpt_tensor_info *t, int k, const i
 	for (int i = 0; k != G_PARAMS && i < t->n_ranges && !rc; i++)
 		rc = read_range(r, t, k, &t->ranges[i], offset, shape, out, &got, e);
 	if (!rc && got != ckpt_volume(nd, shape))
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s: its files hold %lld of the %lld elements of /%s in the block %s at %s",
-			       dir, t->name, (long long)got, (long long)ckpt_volume(nd, shape), ckpt_group_name[k],
-			       pp_shape_str(a, sizeof a, nd, shape), pp_shape_str(b, sizeof b, nd, offset));
+		rc = pp_errorf(
+			e, PP_ERUNTIME,
+			"checkpoint %s: tensor %s: its files hold %lld of the %lld elements of /%s in the block %s at %s",
+			dir, t->name, (long long)got, (long long)ckpt_volume(nd, shape),
+			ckpt_group_name[k], pp_shape_str(a, sizeof a, nd, shape),
+			pp_shape_str(b, sizeof b, nd, offset));
 	return rc;
 }
 
@@ -257,19 +274,21 @@ static int group_index(const char *group)
 	return -1;
 }
 
-int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group, pp_real *out,
-		     pp_err *e)
+int ckpt_read_tensor(const char *dir, const ckpt_manifest *m, const char *name, const char *group,
+		     pp_real *out, pp_err *e)
 {
 	h5u_quiet();
 	int k = group_index(group);
 	if (k < 0)
-		return pp_errorf(e, PP_EUSAGE, "checkpoint group \"%s\": expected params, adam_m or adam_v",
+		return pp_errorf(e, PP_EUSAGE,
+				 "checkpoint group \"%s\": expected params, adam_m or adam_v",
 				 group ? group : "(null)");
 	const ckpt_tensor_info *t = ckpt_manifest_tensor(m, name);
 	if (!t)
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint %s has no tensor %s", dir, name);
 	if (k != G_PARAMS && !t->adam)
-		return pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s was saved without adam m/v", dir, name);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "checkpoint %s: tensor %s was saved without adam m/v", dir, name);
 	int64_t zero[PP_CKPT_MAXDIM] = {0};
 	shard_reader r;
 	int rc = reader_init(&r, dir, m, false, e);
@@ -288,33 +307,41 @@ static int read_state(hid_t f, const char *path, ckpt_state *s, long step, pp_er
 		void *buf;
 		int min, max;
 		int n;
-	} parts[] = {{"state/step", H5T_NATIVE_INT64, NULL, 0, 0, 0},
-		     {"state/rng", H5T_NATIVE_UINT64, s->rng, 4, 4, 0},
-		     {"state/data_state", H5T_NATIVE_UINT64, s->data_state, 0, PP_CKPT_DATA_STATE, 0}};
+	} parts[] = {
+		{"state/step", H5T_NATIVE_INT64, NULL, 0, 0, 0},
+		{"state/rng", H5T_NATIVE_UINT64, s->rng, 4, 4, 0},
+		{"state/data_state", H5T_NATIVE_UINT64, s->data_state, 0, PP_CKPT_DATA_STATE, 0}};
 	int64_t fstep = -1;
 	parts[0].buf = &fstep;
 	for (int i = 0; i < 3; i++) {
-		if (H5Lexists(f, "state", H5P_DEFAULT) <= 0 || H5Lexists(f, parts[i].name, H5P_DEFAULT) <= 0)
+		if (H5Lexists(f, "state", H5P_DEFAULT) <= 0 ||
+		    H5Lexists(f, parts[i].name, H5P_DEFAULT) <= 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: /%s is missing", path, parts[i].name);
 		hid_t ds = H5Dopen2(f, parts[i].name, H5P_DEFAULT), sp = H5Dget_space(ds);
 		hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
 		int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-		bool shape_ok = i == 0 ? rank == 0 : rank == 1 && n >= parts[i].min && n <= parts[i].max;
-		bool ok = shape_ok && (n == 0 || h5u_ok(H5Dread(ds, parts[i].mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, parts[i].buf)));
+		bool shape_ok = i == 0 ? rank == 0
+				       : rank == 1 && n >= parts[i].min && n <= parts[i].max;
+		bool ok = shape_ok && (n == 0 || h5u_ok(H5Dread(ds, parts[i].mt, H5S_ALL, H5S_ALL,
+								H5P_DEFAULT, parts[i].buf)));
 		if (sp >= 0)
 			H5Sclose(sp);
 		if (ds >= 0)
 			H5Dclose(ds);
 		if (!shape_ok)
-			return pp_errorf(e, PP_ERUNTIME, "%s: /%s has %lld elements; expected %s", path, parts[i].name,
-					 (long long)n, i == 0 ? "a scalar" : i == 1 ? "4" : "at most 16");
+			return pp_errorf(e, PP_ERUNTIME, "%s: /%s has %lld elements; expected %s",
+					 path, parts[i].name, (long long)n,
+					 i == 0   ? "a scalar"
+					 : i == 1 ? "4"
+						  : "at most 16");
 		if (!ok)
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path, parts[i].name, h5u_reason());
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot read /%s: %s", path,
+					 parts[i].name, h5u_reason());
 		parts[i].n = (int)n;
 	}
 	if (fstep != step)
-		return pp_errorf(e, PP_ERUNTIME, "%s: /state/step is %lld; " MANIFEST " says %ld", path, (long long)fstep,
-				 step);
+		return pp_errorf(e, PP_ERUNTIME, "%s: /state/step is %lld; " MANIFEST " says %ld",
+				 path, (long long)fstep, step);
 	s->n_data_state = parts[2].n;
 	return PP_OK;
 }
@@ -359,20 +386,27 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 		char a[128], b[128];
 		const ckpt_tensor_info *ti = ckpt_manifest_tensor(&m, t->name);
 		if (!ti) {
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s is missing (not in %s or any other shard)",
-				       dir, t->name, m.files[own].name);
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"checkpoint %s: tensor %s is missing (not in %s or any other shard)",
+				dir, t->name, m.files[own].name);
 			break;
 		}
 		int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
 		ckpt_slice_of(t, g, o);
 		if (ti->ndim != t->ndim || !ckpt_same_dims(t->ndim, ti->global_shape, g)) {
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s has shape %s in %s; expected %s", dir, t->name,
-				       pp_shape_str(a, sizeof a, ti->ndim, ti->global_shape), m.files[ti->shards[0].file].name,
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint %s: tensor %s has shape %s in %s; expected %s",
+				       dir, t->name,
+				       pp_shape_str(a, sizeof a, ti->ndim, ti->global_shape),
+				       m.files[ti->shards[0].file].name,
 				       pp_shape_str(b, sizeof b, t->ndim, g));
 			break;
 		}
 		if ((t->m || t->v) && !ti->adam) {
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: tensor %s was saved without adam m/v", dir, t->name);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint %s: tensor %s was saved without adam m/v", dir,
+				       t->name);
 			break;
 		}
 		pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
@@ -397,8 +431,8 @@ int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e)
 	shard_reader r = {0};
 	int own = own_file(&m, s->pp_rank, s->tp_rank);
 	char path[CKPT_PATH];
-	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) && !(rc = reader_init(&r, dir, &m, false, e)) &&
-	    !(rc = reader_open(&r, own, e))) {
+	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) &&
+	    !(rc = reader_init(&r, dir, &m, false, e)) && !(rc = reader_open(&r, own, e))) {
 		snprintf(path, sizeof path, "%s/%s", dir, m.files[own].name);
 		rc = read_state(r.fh[own], path, s, m.step, e);
 	}
@@ -411,8 +445,8 @@ int ckpt_read_state(const char *dir, ckpt_state *s, pp_err *e)
 
 /* Checks that /params/NAME of shard f carries the manifest's global shape
  * and offset of slice s. */
-static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info *t, const ckpt_slice_info *s,
-			      pp_err *e)
+static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info *t,
+			      const ckpt_slice_info *s, pp_err *e)
 {
 	char dpath[1100], a[128], b[128];
 	snprintf(dpath, sizeof dpath, "params/%s", t->name);
@@ -420,13 +454,15 @@ static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info 
 	int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
 	int ng = 0, no = 0;
 	bool ok = ds >= 0 && h5u_attr_get_i64(ds, "global_shape", PP_CKPT_MAXDIM, g, &ng) &&
-		  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, o, &no) && ng == t->ndim && no == t->ndim &&
-		  ckpt_same_dims(t->ndim, g, t->global_shape) && ckpt_same_dims(t->ndim, o, s->offset);
+		  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, o, &no) && ng == t->ndim &&
+		  no == t->ndim && ckpt_same_dims(t->ndim, g, t->global_shape) &&
+		  ckpt_same_dims(t->ndim, o, s->offset);
 	if (ds >= 0)
 		H5Dclose(ds);
 	if (!ok)
 		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: /%s: attributes global_shape and offset differ from " MANIFEST " (global shape %s, offset %s)",
+				 "%s: /%s: attributes global_shape and offset differ from " MANIFEST
+				 " (global shape %s, offset %s)",
 				 path, dpath, pp_shape_str(a, sizeof a, t->ndim, t->global_shape),
 				 pp_shape_str(b, sizeof b, t->ndim, s->offset));
 	return PP_OK;
@@ -434,7 +470,8 @@ static int verify_slice_attrs(hid_t f, const char *path, const ckpt_tensor_info 
 
 /* Checks /adam_m/NAME and /adam_v/NAME of optimizer file f (index file)
  * against the manifest's ranges of t there: length and attributes. */
-static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info *t, int file, pp_err *e)
+static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info *t, int file,
+			       pp_err *e)
 {
 	int64_t len = optim_dataset_len(t, file);
 	int rc = PP_OK;
@@ -444,19 +481,22 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 		char dpath[1100];
 		snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], t->name);
 		hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
-		int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM], sh[PP_CKPT_MAXDIM], *begin = NULL, *end = NULL;
+		int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM], sh[PP_CKPT_MAXDIM], *begin = NULL,
+										  *end = NULL;
 		int ng = 0, no = 0, ns = 0, nb = 0, ne = 0, n = 0;
 		bool ok = ds >= 0 && h5u_attr_get_i64(ds, "global_shape", PP_CKPT_MAXDIM, g, &ng) &&
 			  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, o, &no) &&
 			  h5u_attr_get_i64(ds, "shape", PP_CKPT_MAXDIM, sh, &ns) &&
-			  h5u_attr_get_i64_all(ds, "slice_begin", &begin, &nb) && h5u_attr_get_i64_all(ds, "slice_end", &end, &ne) &&
-			  ng == t->ndim && no == t->ndim && ns == t->ndim && nb == ne &&
+			  h5u_attr_get_i64_all(ds, "slice_begin", &begin, &nb) &&
+			  h5u_attr_get_i64_all(ds, "slice_end", &end, &ne) && ng == t->ndim &&
+			  no == t->ndim && ns == t->ndim && nb == ne &&
 			  ckpt_same_dims(t->ndim, g, t->global_shape);
 		for (int i = 0; ok && i < t->n_ranges; i++) {
 			const ckpt_range_info *r = &t->ranges[i];
 			if (r->file != file)
 				continue;
-			ok = n < nb && begin[n] == r->begin && end[n] == r->end && ckpt_same_dims(t->ndim, o, r->offset) &&
+			ok = n < nb && begin[n] == r->begin && end[n] == r->end &&
+			     ckpt_same_dims(t->ndim, o, r->offset) &&
 			     ckpt_same_dims(t->ndim, sh, r->shape);
 			n++;
 		}
@@ -466,9 +506,10 @@ static int verify_optim_tensor(hid_t f, const char *path, const ckpt_tensor_info
 		free(begin);
 		free(end);
 		if (!ok)
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: /%s: attributes global_shape, offset, shape, slice_begin and slice_end differ from " MANIFEST,
-				       path, dpath);
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: /%s: attributes global_shape, offset, shape, slice_begin and slice_end differ from " MANIFEST,
+				path, dpath);
 	}
 	return rc;
 }
@@ -502,7 +543,8 @@ static void verify_files(const char *dir, const ckpt_manifest *m, ckpt_report *r
 				if (sl->file != i)
 					continue;
 				for (int k = 0; k < (sl->adam ? N_GROUPS : 1) && !rc; k++)
-					rc = ckpt_check_dataset(f, path, k, t->name, t->ndim, sl->shape, &pe);
+					rc = ckpt_check_dataset(f, path, k, t->name, t->ndim,
+								sl->shape, &pe);
 				if (!rc)
 					rc = verify_slice_attrs(f, path, t, sl, &pe);
 			}
@@ -513,9 +555,12 @@ static void verify_files(const char *dir, const ckpt_manifest *m, ckpt_report *r
 		}
 		H5G_info_t info;
 		hid_t g = optim && !rc ? H5Gopen2(f, "adam_m", H5P_DEFAULT) : -1;
-		if (optim && !rc && (!h5u_ok(g) || !h5u_ok(H5Gget_info(g, &info)) || info.nlinks != held))
+		if (optim && !rc &&
+		    (!h5u_ok(g) || !h5u_ok(H5Gget_info(g, &info)) || info.nlinks != held))
 			rc = pp_errorf(&pe, PP_ERUNTIME,
-				       "%s: /adam_m holds tensors that " MANIFEST " does not list there", path);
+				       "%s: /adam_m holds tensors that " MANIFEST
+				       " does not list there",
+				       path);
 		if (g >= 0)
 			H5Gclose(g);
 		if (f >= 0)
@@ -567,10 +612,11 @@ static void verify_values(const char *dir, const ckpt_manifest *m, const bool *b
 					first = i;
 			}
 			if (nans || infs) {
-				pp_errorf(&pe, PP_ERUNTIME,
-					  "checkpoint %s: tensor %s: /%s holds %zu NaN and %zu infinite "
-					  "values of %zu (the first at element %zu)",
-					  dir, t->name, ckpt_group_name[k], nans, infs, n, first);
+				pp_errorf(
+					&pe, PP_ERUNTIME,
+					"checkpoint %s: tensor %s: /%s holds %zu NaN and %zu infinite "
+					"values of %zu (the first at element %zu)",
+					dir, t->name, ckpt_group_name[k], nans, infs, n, first);
 				if (!ckpt_problem(r, &pe))
 					goto done;
 			}
@@ -625,14 +671,18 @@ int ckpt_read_config(const char *dir, char **json_text, pp_err *e)
 		return rc;
 	int i = own_file(&m, 0, 0);
 	hid_t f = -1;
-	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) && !(rc = ckpt_file_open(dir, &m, i, &f, e))) {
-		hid_t ds = H5Lexists(f, "config", H5P_DEFAULT) > 0 ? H5Dopen2(f, "config", H5P_DEFAULT) : -1;
+	if (!(rc = ckpt_check_file_set(dir, &m, false, e)) &&
+	    !(rc = ckpt_file_open(dir, &m, i, &f, e))) {
+		hid_t ds = H5Lexists(f, "config", H5P_DEFAULT) > 0
+				   ? H5Dopen2(f, "config", H5P_DEFAULT)
+				   : -1;
 		if (ds >= 0) {
 			*json_text = h5u_read_string(ds, false);
 			H5Dclose(ds);
 		}
 		if (!*json_text)
-			rc = pp_errorf(e, PP_ERUNTIME, "%s/%s: /config is missing or not a string", dir, m.files[i].name);
+			rc = pp_errorf(e, PP_ERUNTIME, "%s/%s: /config is missing or not a string",
+				       dir, m.files[i].name);
 		H5Fclose(f);
 	}
 	ckpt_manifest_free(&m);
@@ -661,7 +711,7 @@ static herr_t extract_one(hid_t g, const char *name, const H5L_info_t *info, voi
 	hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
 	char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
 	bool ok = buf && (n == 0 || h5u_ok(H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL,
-						  H5P_DEFAULT, buf)));
+						   H5P_DEFAULT, buf)));
 	if (sp >= 0)
 		H5Sclose(sp);
 	if (ds >= 0)
@@ -672,7 +722,8 @@ static herr_t extract_one(hid_t g, const char *name, const H5L_info_t *info, voi
 		ok = false;
 	free(buf);
 	if (!ok) {
-		x->rc = pp_errorf(x->e, PP_ERUNTIME, "cannot extract /tokenizer/%s to %s", name, file);
+		x->rc = pp_errorf(x->e, PP_ERUNTIME, "cannot extract /tokenizer/%s to %s", name,
+				  file);
 		return -1;
 	}
 	if (strcmp(name, "merges.txt") != 0 && strcmp(name, "tokenizer_config.json") != 0)

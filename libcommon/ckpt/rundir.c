@@ -22,10 +22,7 @@
 #include "../base/sha256.h"
 #include "internal.h"
 
-static bool pid_alive(long pid)
-{
-	return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
-}
+static bool pid_alive(long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
 
 /* .tmp-step_N-PID and .trash-step_N-PID left by processes that are gone
  * (or by this one, from an earlier failed attempt) */
@@ -64,8 +61,10 @@ static int list_steps(const char *ckpts, long **steps, int *n, pp_err *e)
 	*n = 0;
 	DIR *d = opendir(ckpts);
 	if (!d)
-		return errno == ENOENT ? PP_OK
-				       : pp_errorf(e, PP_ERUNTIME, "cannot list checkpoints in %s: %s", ckpts, strerror(errno));
+		return errno == ENOENT
+			       ? PP_OK
+			       : pp_errorf(e, PP_ERUNTIME, "cannot list checkpoints in %s: %s",
+					   ckpts, strerror(errno));
 	int cap = 0;
 	struct dirent *de;
 	long s;
@@ -113,14 +112,17 @@ static bool step_complete(const char *dir)
 static int remove_checkpoint(const char *ckpts, const char *dir, long step, pp_err *e)
 {
 	char trash[CKPT_PATH];
-	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
+	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step,
+			     (long)getpid()))
 		return PP_EUSAGE;
 	if (rename(dir, trash) != 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s: %s", dir, strerror(errno));
+		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s: %s", dir,
+				 strerror(errno));
 	if (fs_fsync_path(ckpts, e))
 		return e ? e->code : PP_ERUNTIME;
 	if (fs_rm_rf(trash) != 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot remove old checkpoint %s (moved to %s): %s", dir, trash,
+		return pp_errorf(e, PP_ERUNTIME,
+				 "cannot remove old checkpoint %s (moved to %s): %s", dir, trash,
 				 strerror(errno));
 	return PP_OK;
 }
@@ -176,7 +178,8 @@ static int install(const char *ckpts, const char *tmp, const char *final, long s
 	if (rename(tmp, final) == 0)
 		return fs_fsync_path(ckpts, e);
 	if (errno != ENOTEMPTY && errno != EEXIST)
-		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final,
+				 strerror(errno));
 #ifdef RENAME_EXCHANGE
 	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
 		if (fs_fsync_path(ckpts, e))
@@ -185,17 +188,21 @@ static int install(const char *ckpts, const char *tmp, const char *final, long s
 		return PP_OK;
 	}
 	if (errno != EINVAL && errno != ENOSYS)
-		return pp_errorf(e, PP_ERUNTIME, "cannot replace %s with %s: %s", final, tmp, strerror(errno));
+		return pp_errorf(e, PP_ERUNTIME, "cannot replace %s with %s: %s", final, tmp,
+				 strerror(errno));
 #endif
 	char trash[CKPT_PATH];
-	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step, (long)getpid()))
+	if (ckpt_fmt_checked(trash, sizeof trash, e, "%s/.trash-step_%08ld-%ld", ckpts, step,
+			     (long)getpid()))
 		return PP_EUSAGE;
 	if (rename(final, trash) != 0)
-		return pp_errorf(e, PP_ERUNTIME, "cannot move %s aside: %s", final, strerror(errno));
+		return pp_errorf(e, PP_ERUNTIME, "cannot move %s aside: %s", final,
+				 strerror(errno));
 	if (rename(tmp, final) != 0) {
 		int err = errno;
 		rename(trash, final);
-		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final, strerror(err));
+		return pp_errorf(e, PP_ERUNTIME, "cannot rename %s to %s: %s", tmp, final,
+				 strerror(err));
 	}
 	if (fs_fsync_path(ckpts, e))
 		return e ? e->code : PP_ERUNTIME;
@@ -209,7 +216,8 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 	char ckpts[CKPT_PATH], final[CKPT_PATH], path[CKPT_PATH];
 	ckpt_manifest m;
 	int rc;
-	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = ckpt_join(path, sizeof path, tmp_dir, MANIFEST, e)))
+	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) ||
+	    (rc = ckpt_join(path, sizeof path, tmp_dir, MANIFEST, e)))
 		return rc;
 	if ((rc = ckpt_manifest_build(tmp_dir, step, &m, e)))
 		return rc;
@@ -235,7 +243,8 @@ int ckpt_commit(const char *run_dir, const char *tmp_dir, long step, int keep, p
 	if ((rc = install(ckpts, tmp_dir, final, step, e)))
 		return rc;
 	if ((rc = prune(ckpts, keep, step, e)))
-		return pp_err_prefix(e, "checkpoint %s saved, but keeping the newest %d failed", final, keep);
+		return pp_err_prefix(e, "checkpoint %s saved, but keeping the newest %d failed",
+				     final, keep);
 	return PP_OK;
 }
 
@@ -244,20 +253,23 @@ int ckpt_save(const char *run_dir, const ckpt_state *s, int keep, pp_err *e)
 	if (ckpt_check_state(s, e))
 		return e ? e->code : PP_EUSAGE;
 	if (s->pp_size * s->tp_size != 1 || s->ep_size > 1)
-		return pp_errorf(e, PP_EUSAGE,
-				 "ckpt_save writes one shard, but mesh pp=%d tp=%d ep=%d has more: use "
-				 "ckpt_begin, ckpt_write_shard on every rank, then ckpt_commit",
-				 s->pp_size, s->tp_size, s->ep_size);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"ckpt_save writes one shard, but mesh pp=%d tp=%d ep=%d has more: use "
+			"ckpt_begin, ckpt_write_shard on every rank, then ckpt_commit",
+			s->pp_size, s->tp_size, s->ep_size);
 	if (s->optim_per_dp && s->dp_size != 1)
-		return pp_errorf(e, PP_EUSAGE,
-				 "ckpt_save writes one optimizer file, but dp=%d ranks each have one: use ckpt_begin, "
-				 "ckpt_write_shard, ckpt_write_optim_shard on every rank, then ckpt_commit",
-				 s->dp_size);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"ckpt_save writes one optimizer file, but dp=%d ranks each have one: use ckpt_begin, "
+			"ckpt_write_shard, ckpt_write_optim_shard on every rank, then ckpt_commit",
+			s->dp_size);
 	char tmp[CKPT_PATH];
 	int rc = ckpt_begin(run_dir, s->step, tmp, sizeof tmp, e);
 	if (rc)
 		return rc;
-	if ((rc = ckpt_write_shard(tmp, s, e)) || (s->optim_per_dp && (rc = ckpt_write_optim_shard(tmp, s, e))) ||
+	if ((rc = ckpt_write_shard(tmp, s, e)) ||
+	    (s->optim_per_dp && (rc = ckpt_write_optim_shard(tmp, s, e))) ||
 	    (rc = ckpt_commit(run_dir, tmp, s->step, keep, e)))
 		fs_rm_rf(tmp); /* gone already when only the pruning failed */
 	return rc;
@@ -273,14 +285,16 @@ static int find_step(const char *run_dir, char *dir, size_t dir_size, long *step
 	char ckpts[CKPT_PATH], path[CKPT_PATH];
 	long *steps;
 	int n, rc;
-	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = list_steps(ckpts, &steps, &n, e)))
+	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) ||
+	    (rc = list_steps(ckpts, &steps, &n, e)))
 		return rc;
 	for (int i = 0; i < n; i++) {
 		if (step_path(path, sizeof path, ckpts, steps[i]) ||
 		    (complete_only && !step_complete(path)))
 			continue;
 		if (strlen(path) >= dir_size)
-			rc = pp_errorf(e, PP_EUSAGE, "checkpoint path %s does not fit in %zu bytes", path, dir_size);
+			rc = pp_errorf(e, PP_EUSAGE, "checkpoint path %s does not fit in %zu bytes",
+				       path, dir_size);
 		else {
 			snprintf(dir, dir_size, "%s", path);
 			*step = steps[i];
@@ -313,7 +327,8 @@ int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size,
 	char ckpts[CKPT_PATH], path[CKPT_PATH];
 	long *steps;
 	int n, rc;
-	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) || (rc = list_steps(ckpts, &steps, &n, e)))
+	if ((rc = ckpts_dir(ckpts, sizeof ckpts, run_dir, e)) ||
+	    (rc = list_steps(ckpts, &steps, &n, e)))
 		return rc;
 	size_t used = 0;
 	bool asked_found = false;
@@ -326,8 +341,9 @@ int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size,
 		pp_err why = {0};
 		if (ckpt_verify(path, &why) == PP_OK) {
 			if (strlen(path) >= dir_size)
-				rc = pp_errorf(e, PP_EUSAGE, "checkpoint path %s does not fit in %zu bytes",
-					       path, dir_size);
+				rc = pp_errorf(e, PP_EUSAGE,
+					       "checkpoint path %s does not fit in %zu bytes", path,
+					       dir_size);
 			else {
 				snprintf(dir, dir_size, "%s", path);
 				*step = steps[i];
@@ -383,9 +399,10 @@ int ckpt_resolve(const char *path, char *dir, size_t n, pp_err *e)
 	char skipped[2048];
 	int rc = ckpt_find_resume(path, -1, dir, n, &step, skipped, sizeof skipped, e);
 	if (!rc && step < 0)
-		rc = pp_errorf(e, PP_EUSAGE,
-			       "%s: neither a checkpoint (no manifest.json) nor a run directory holding one",
-			       path);
+		rc = pp_errorf(
+			e, PP_EUSAGE,
+			"%s: neither a checkpoint (no manifest.json) nor a run directory holding one",
+			path);
 	if (!rc && skipped[0])
 		log_info("warning: %s; using %s, the newest sound one", skipped, dir);
 	return rc;

@@ -20,15 +20,17 @@
 #include "../base/sha256.h"
 #include "internal.h"
 
-static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const char *name, int file, int nd,
-		     const int64_t *global, const int64_t *offset, const int64_t *shape, bool adam, pp_err *e)
+static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const char *name, int file,
+		     int nd, const int64_t *global, const int64_t *offset, const int64_t *shape,
+		     bool adam, pp_err *e)
 {
 	char a[128], b[128];
 	json_t *ix = json_object_get(index, name);
 	ckpt_tensor_info *t;
 	if (!ix) {
 		if (m->n_tensors % 64 == 0) {
-			void *p = realloc(m->tensors, (size_t)(m->n_tensors + 64) * sizeof *m->tensors);
+			void *p = realloc(m->tensors,
+					  (size_t)(m->n_tensors + 64) * sizeof *m->tensors);
 			if (!p)
 				return pp_errorf(e, PP_ERUNTIME, "out of memory");
 			m->tensors = p;
@@ -43,8 +45,10 @@ static int add_slice(ckpt_manifest *m, json_t *index, const char *path, const ch
 	} else {
 		t = &m->tensors[json_integer_value(ix)];
 		if (t->ndim != nd || !ckpt_same_dims(nd, t->global_shape, global))
-			return pp_errorf(e, PP_ERUNTIME, "%s: tensor %s has global shape %s; %s says %s", path, name,
-					 pp_shape_str(a, sizeof a, nd, global), m->files[t->shards[0].file].name,
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: tensor %s has global shape %s; %s says %s", path,
+					 name, pp_shape_str(a, sizeof a, nd, global),
+					 m->files[t->shards[0].file].name,
 					 pp_shape_str(b, sizeof b, t->ndim, t->global_shape));
 	}
 	t->adam = t->adam || adam;
@@ -86,16 +90,18 @@ static bool is_float32(hid_t ds)
 }
 
 /* Checks /GROUP/NAME in f: float32 with the given slice shape. */
-int ckpt_check_dataset(hid_t f, const char *path, int k, const char *name, int nd, const int64_t *shape,
-			 pp_err *e)
+int ckpt_check_dataset(hid_t f, const char *path, int k, const char *name, int nd,
+		       const int64_t *shape, pp_err *e)
 {
 	char dpath[1100], a[128], b[128];
 	snprintf(dpath, sizeof dpath, "%s/%s", ckpt_group_name[k], name);
-	if (H5Lexists(f, ckpt_group_name[k], H5P_DEFAULT) <= 0 || H5Lexists(f, dpath, H5P_DEFAULT) <= 0)
+	if (H5Lexists(f, ckpt_group_name[k], H5P_DEFAULT) <= 0 ||
+	    H5Lexists(f, dpath, H5P_DEFAULT) <= 0)
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is missing", path, dpath);
 	hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
 	if (!h5u_ok(ds))
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open /%s: %s", path, dpath, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open /%s: %s", path, dpath,
+				 h5u_reason());
 	int dn;
 	int64_t dims[PP_CKPT_MAXDIM];
 	bool ok = dataset_dims(ds, &dn, dims), f32 = is_float32(ds);
@@ -104,7 +110,8 @@ int ckpt_check_dataset(hid_t f, const char *path, int k, const char *name, int n
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is not float32", path, dpath);
 	if (!ok || dn != nd || !ckpt_same_dims(nd, dims, shape))
 		return pp_errorf(e, PP_ERUNTIME, "%s: /%s has shape %s; expected %s", path, dpath,
-				 ok ? pp_shape_str(a, sizeof a, dn, dims) : "(unreadable)", pp_shape_str(b, sizeof b, nd, shape));
+				 ok ? pp_shape_str(a, sizeof a, dn, dims) : "(unreadable)",
+				 pp_shape_str(b, sizeof b, nd, shape));
 	return PP_OK;
 }
 
@@ -113,7 +120,8 @@ static char *link_name(hid_t g, hsize_t i)
 {
 	ssize_t n = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0, H5P_DEFAULT);
 	char *name = n > 0 ? malloc((size_t)n + 1) : NULL;
-	if (name && H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, (size_t)n + 1, H5P_DEFAULT) != n) {
+	if (name && H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, (size_t)n + 1,
+				       H5P_DEFAULT) != n) {
 		free(name);
 		name = NULL;
 	}
@@ -121,13 +129,16 @@ static char *link_name(hid_t g, hsize_t i)
 }
 
 /* Tensors of one shard file into m. */
-static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index, pp_err *e)
+static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index,
+		      pp_err *e)
 {
 	hid_t g = H5Gopen2(f, "params", H5P_DEFAULT);
 	if (!h5u_ok(g))
 		return pp_errorf(e, PP_ERUNTIME, "%s: no /params group: %s", path, h5u_reason());
 	H5G_info_t info;
-	int rc = h5u_ok(H5Gget_info(g, &info)) ? PP_OK : pp_errorf(e, PP_ERUNTIME, "%s: cannot list /params", path);
+	int rc = h5u_ok(H5Gget_info(g, &info))
+			 ? PP_OK
+			 : pp_errorf(e, PP_ERUNTIME, "%s: cannot list /params", path);
 	char *name = NULL;
 	for (hsize_t i = 0; !rc && i < info.nlinks; i++) {
 		free(name);
@@ -137,30 +148,35 @@ static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 		}
 		hid_t ds = H5Dopen2(g, name, H5P_DEFAULT);
 		if (!h5u_ok(ds)) {
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: /params/%s is not a dataset", path, name);
+			rc = pp_errorf(e, PP_ERUNTIME, "%s: /params/%s is not a dataset", path,
+				       name);
 			break;
 		}
 		int nd, ng = 0, no = 0;
 		int64_t shape[PP_CKPT_MAXDIM], global[PP_CKPT_MAXDIM], offset[PP_CKPT_MAXDIM];
 		bool ok = dataset_dims(ds, &nd, shape) &&
 			  h5u_attr_get_i64(ds, "global_shape", PP_CKPT_MAXDIM, global, &ng) &&
-			  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, offset, &no) && ng == nd && no == nd;
+			  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, offset, &no) && ng == nd &&
+			  no == nd;
 		H5Dclose(ds);
 		if (!ok) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: /params/%s needs 1 to %d dimensions and int64 attributes global_shape and offset of as many",
-				       path, name, PP_CKPT_MAXDIM);
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: /params/%s needs 1 to %d dimensions and int64 attributes global_shape and offset of as many",
+				path, name, PP_CKPT_MAXDIM);
 			break;
 		}
 		if ((rc = ckpt_check_dataset(f, path, G_PARAMS, name, nd, shape, e)))
 			break;
 		char mpath[1100];
 		snprintf(mpath, sizeof mpath, "adam_m/%s", name);
-		bool adam = H5Lexists(f, "adam_m", H5P_DEFAULT) > 0 && H5Lexists(f, mpath, H5P_DEFAULT) > 0;
+		bool adam = H5Lexists(f, "adam_m", H5P_DEFAULT) > 0 &&
+			    H5Lexists(f, mpath, H5P_DEFAULT) > 0;
 		for (int k = G_ADAM_M; adam && k <= G_ADAM_V && !rc; k++)
 			rc = ckpt_check_dataset(f, path, k, name, nd, shape, e);
 		if (!rc)
-			rc = add_slice(m, index, path, name, file, nd, global, offset, shape, adam, e);
+			rc = add_slice(m, index, path, name, file, nd, global, offset, shape, adam,
+				       e);
 	}
 	free(name);
 	H5Gclose(g);
@@ -169,32 +185,39 @@ static int scan_shard(hid_t f, const char *path, ckpt_manifest *m, int file, jso
 
 /* The optimizer ranges of /adam_m/NAME in optimizer file f into tensor
  * NAME of m, which a shard must have listed. */
-static int scan_optim_dataset(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index, const char *name,
-			      pp_err *e)
+static int scan_optim_dataset(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index,
+			      const char *name, pp_err *e)
 {
 	char dpath[1100];
 	snprintf(dpath, sizeof dpath, "adam_m/%s", name);
 	json_t *ix = json_object_get(index, name);
 	if (!ix)
-		return pp_errorf(e, PP_ERUNTIME, "%s: /%s is the optimizer state of a tensor that no shard holds", path, dpath);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: /%s is the optimizer state of a tensor that no shard holds",
+				 path, dpath);
 	ckpt_tensor_info *t = &m->tensors[json_integer_value(ix)];
 	int nd = t->ndim, ng = 0, no = 0, ns = 0, nb = 0, ne = 0, rc = PP_OK;
-	int64_t global[PP_CKPT_MAXDIM], offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM], *begin = NULL, *end = NULL, len = 0;
+	int64_t global[PP_CKPT_MAXDIM], offset[PP_CKPT_MAXDIM], shape[PP_CKPT_MAXDIM],
+		*begin = NULL, *end = NULL, len = 0;
 	hid_t ds = H5Dopen2(f, dpath, H5P_DEFAULT);
 	bool ok = h5u_ok(ds) && h5u_attr_get_i64(ds, "global_shape", PP_CKPT_MAXDIM, global, &ng) &&
 		  h5u_attr_get_i64(ds, "offset", PP_CKPT_MAXDIM, offset, &no) &&
-		  h5u_attr_get_i64(ds, "shape", PP_CKPT_MAXDIM, shape, &ns) && h5u_attr_get_i64_all(ds, "slice_begin", &begin, &nb) &&
-		  h5u_attr_get_i64_all(ds, "slice_end", &end, &ne) && ng == nd && no == nd && ns == nd && nb == ne;
+		  h5u_attr_get_i64(ds, "shape", PP_CKPT_MAXDIM, shape, &ns) &&
+		  h5u_attr_get_i64_all(ds, "slice_begin", &begin, &nb) &&
+		  h5u_attr_get_i64_all(ds, "slice_end", &end, &ne) && ng == nd && no == nd &&
+		  ns == nd && nb == ne;
 	if (ds >= 0)
 		H5Dclose(ds);
 	if (!ok)
-		rc = pp_errorf(e, PP_ERUNTIME,
-			       "%s: /%s needs int64 attributes global_shape, offset and shape of %d elements (the tensor's "
-			       "dimensions) and slice_begin and slice_end of as many as each other",
-			       path, dpath, nd);
+		rc = pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: /%s needs int64 attributes global_shape, offset and shape of %d elements (the tensor's "
+			"dimensions) and slice_begin and slice_end of as many as each other",
+			path, dpath, nd);
 	else if (!ckpt_same_dims(nd, global, t->global_shape))
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: /%s has global shape %s; %s says %s", path, dpath,
-			       pp_shape_str((char[128]){0}, 128, nd, global), m->files[t->shards[0].file].name,
+		rc = pp_errorf(e, PP_ERUNTIME, "%s: /%s has global shape %s; %s says %s", path,
+			       dpath, pp_shape_str((char[128]){0}, 128, nd, global),
+			       m->files[t->shards[0].file].name,
 			       pp_shape_str((char[128]){0}, 128, nd, t->global_shape));
 	for (int i = 0; !rc && i < nb; i++)
 		len += end[i] - begin[i];
@@ -210,18 +233,22 @@ static int scan_optim_dataset(hid_t f, const char *path, ckpt_manifest *m, int f
 
 /* Tensors of one optimizer file into m: /adam_m and /adam_v name the same
  * datasets. */
-static int scan_optim(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index, pp_err *e)
+static int scan_optim(hid_t f, const char *path, ckpt_manifest *m, int file, json_t *index,
+		      pp_err *e)
 {
 	hid_t g[N_GROUPS] = {-1, -1, -1};
 	H5G_info_t info[N_GROUPS];
 	int rc = PP_OK;
 	for (int k = G_ADAM_M; k <= G_ADAM_V && !rc; k++)
 		if (H5Lexists(f, ckpt_group_name[k], H5P_DEFAULT) <= 0 ||
-		    !h5u_ok(g[k] = H5Gopen2(f, ckpt_group_name[k], H5P_DEFAULT)) || !h5u_ok(H5Gget_info(g[k], &info[k])))
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot list /%s: %s", path, ckpt_group_name[k], h5u_reason());
+		    !h5u_ok(g[k] = H5Gopen2(f, ckpt_group_name[k], H5P_DEFAULT)) ||
+		    !h5u_ok(H5Gget_info(g[k], &info[k])))
+			rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot list /%s: %s", path,
+				       ckpt_group_name[k], h5u_reason());
 	if (!rc && info[G_ADAM_M].nlinks != info[G_ADAM_V].nlinks)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: /adam_m has %llu tensors, /adam_v %llu", path,
-			       (unsigned long long)info[G_ADAM_M].nlinks, (unsigned long long)info[G_ADAM_V].nlinks);
+			       (unsigned long long)info[G_ADAM_M].nlinks,
+			       (unsigned long long)info[G_ADAM_V].nlinks);
 	for (hsize_t i = 0; !rc && i < info[G_ADAM_M].nlinks; i++) {
 		char *name = link_name(g[G_ADAM_M], i);
 		rc = name ? scan_optim_dataset(f, path, m, file, index, name, e)
@@ -241,7 +268,8 @@ static int hash_files(const char *dir, ckpt_manifest *m, pp_err *e)
 {
 	char(*hex)[SHA256_HEX] = calloc((size_t)m->n_files + 1, sizeof *hex);
 	int64_t *bytes = calloc((size_t)m->n_files + 1, sizeof *bytes);
-	int rc = hex && bytes ? ckpt_hash_files(dir, m, hex, bytes, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
+	int rc = hex && bytes ? ckpt_hash_files(dir, m, hex, bytes, e)
+			      : pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int i = 0; !rc && i < m->n_files; i++) {
 		memcpy(m->files[i].sha256, hex[i], SHA256_HEX);
 		m->files[i].bytes = bytes[i];
@@ -264,7 +292,9 @@ int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (ckpt_file_kind(de->d_name, &pp, &tp, &dp, &ep) == F_NONE) {
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: unexpected file %s in %s", de->d_name, dir);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint commit: unexpected file %s in %s", de->d_name,
+				       dir);
 			break;
 		}
 		if (m->n_files == cap) {
@@ -277,7 +307,8 @@ int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 			m->files = p;
 		}
 		memset(&m->files[m->n_files], 0, sizeof *m->files);
-		ckpt_fmt_checked(m->files[m->n_files++].name, sizeof m->files->name, NULL, "%s", de->d_name);
+		ckpt_fmt_checked(m->files[m->n_files++].name, sizeof m->files->name, NULL, "%s",
+				 de->d_name);
 	}
 	closedir(d);
 	if (!rc && m->n_files == 0)
@@ -300,14 +331,17 @@ int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 				break;
 			hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 			if (!h5u_ok(f)) {
-				rc = pp_errorf(e, PP_ERUNTIME, "checkpoint commit: cannot open %s: %s", path, h5u_reason());
+				rc = pp_errorf(e, PP_ERUNTIME,
+					       "checkpoint commit: cannot open %s: %s", path,
+					       h5u_reason());
 				break;
 			}
 			ckpt_file_attrs a;
 			rc = ckpt_read_file_attrs(f, path, m->files[i].name, &a, e);
 			if (!rc && a.step != step)
-				rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; committing step %ld", path, (long long)a.step,
-					       step);
+				rc = pp_errorf(e, PP_ERUNTIME,
+					       "%s holds step %lld; committing step %ld", path,
+					       (long long)a.step, step);
 			if (!rc && first < 0) {
 				first = i;
 				m->version = (int)a.version;
@@ -317,20 +351,25 @@ int ckpt_manifest_build(const char *dir, long step, ckpt_manifest *m, pp_err *e)
 				m->ep_size = (int)a.ep_size;
 			}
 			if (!rc && a.version != m->version)
-				rc = pp_errorf(e, PP_ERUNTIME,
-					       "%s has format version %lld; %s has %d (shards are written with optim_per_dp "
-					       "when the checkpoint has optimizer files)",
-					       path, (long long)a.version, m->files[first].name, m->version);
-			if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size ||
-				    a.ep_size != m->ep_size))
-				rc = pp_errorf(e, PP_ERUNTIME,
-					       "%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; %s for pp=%d tp=%d "
-					       "dp=%d ep=%d",
-					       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size,
-					       (long long)a.ep_size, m->files[first].name, m->pp_size, m->tp_size,
-					       m->dp_size, m->ep_size);
+				rc = pp_errorf(
+					e, PP_ERUNTIME,
+					"%s has format version %lld; %s has %d (shards are written with optim_per_dp "
+					"when the checkpoint has optimizer files)",
+					path, (long long)a.version, m->files[first].name,
+					m->version);
+			if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size ||
+				    a.dp_size != m->dp_size || a.ep_size != m->ep_size))
+				rc = pp_errorf(
+					e, PP_ERUNTIME,
+					"%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; %s for pp=%d tp=%d "
+					"dp=%d ep=%d",
+					path, (long long)a.pp_size, (long long)a.tp_size,
+					(long long)a.dp_size, (long long)a.ep_size,
+					m->files[first].name, m->pp_size, m->tp_size, m->dp_size,
+					m->ep_size);
 			if (!rc)
-				rc = kind == F_SHARD ? scan_shard(f, path, m, i, index, e) : scan_optim(f, path, m, i, index, e);
+				rc = kind == F_SHARD ? scan_shard(f, path, m, i, index, e)
+						     : scan_optim(f, path, m, i, index, e);
 			H5Fclose(f);
 		}
 	json_decref(index);

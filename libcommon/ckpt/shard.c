@@ -28,12 +28,15 @@ int ckpt_read_file_attrs(hid_t f, const char *path, const char *name, ckpt_file_
 	bool is_pp = format && strcmp(format, PP_CKPT_FORMAT) == 0;
 	free(format);
 	if (!is_pp)
-		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute format is not \"" PP_CKPT_FORMAT "\"", path);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: root attribute format is not \"" PP_CKPT_FORMAT "\"", path);
 	if (!h5u_attr_get_i64(f, "version", 1, &a->version, NULL))
 		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute version missing", path);
 	if (!ckpt_version_known(a->version))
-		return pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; this pp reads versions %d to %d", path,
-				 (long long)a->version, PP_CKPT_VERSION_OLDEST, PP_CKPT_VERSION);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s has format version %lld; this pp reads versions %d to %d",
+				 path, (long long)a->version, PP_CKPT_VERSION_OLDEST,
+				 PP_CKPT_VERSION);
 	struct {
 		const char *name;
 		int64_t *v;
@@ -42,27 +45,36 @@ int ckpt_read_file_attrs(hid_t f, const char *path, const char *name, ckpt_file_
 		    {"dp_size", &a->dp_size}};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (!h5u_attr_get_i64(f, ints[i].name, 1, ints[i].v, NULL))
-			return pp_errorf(e, PP_ERUNTIME, "%s: root attribute %s missing or not an integer", path,
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: root attribute %s missing or not an integer", path,
 					 ints[i].name);
 	a->ep_rank = 0, a->ep_size = 1;
 	if (a->version >= 3 && (!h5u_attr_get_i64(f, "ep_rank", 1, &a->ep_rank, NULL) ||
 				!h5u_attr_get_i64(f, "ep_size", 1, &a->ep_size, NULL)))
-		return pp_errorf(e, PP_ERUNTIME, "%s: root attribute ep_rank or ep_size missing or not an integer "
-				 "(format version 3 has them)", path);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: root attribute ep_rank or ep_size missing or not an integer "
+				 "(format version 3 has them)",
+				 path);
 	int pp = 0, tp = 0, dp = 0, ep = -1;
 	if (ckpt_file_kind(name, &pp, &tp, &dp, &ep) == F_OPTIM) {
 		if (a->pp_rank != pp || a->tp_rank != tp || a->dp_rank != dp)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s says it is the optimizer file of pp=%lld tp=%lld dp=%lld; its name says pp=%d tp=%d dp=%d",
-					 path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->dp_rank, pp, tp, dp);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s says it is the optimizer file of pp=%lld tp=%lld dp=%lld; its name says pp=%d tp=%d dp=%d",
+				path, (long long)a->pp_rank, (long long)a->tp_rank,
+				(long long)a->dp_rank, pp, tp, dp);
 		if (a->version < 2)
-			return pp_errorf(e, PP_ERUNTIME, "%s is an optimizer file of format version %lld (version 2 added them)",
-					 path, (long long)a->version);
-	} else if (a->pp_rank != pp || a->tp_rank != tp || ckpt_ep_name((int)a->ep_rank, (int)a->ep_size) != ep) {
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s says it is shard pp=%lld tp=%lld ep=%lld of ep size %lld; its name says pp=%d tp=%d%s",
-				 path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->ep_rank,
-				 (long long)a->ep_size, pp, tp, ep < 0 ? " and no ep" : " and an ep rank");
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s is an optimizer file of format version %lld (version 2 added them)",
+				path, (long long)a->version);
+	} else if (a->pp_rank != pp || a->tp_rank != tp ||
+		   ckpt_ep_name((int)a->ep_rank, (int)a->ep_size) != ep) {
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s says it is shard pp=%lld tp=%lld ep=%lld of ep size %lld; its name says pp=%d tp=%d%s",
+			path, (long long)a->pp_rank, (long long)a->tp_rank, (long long)a->ep_rank,
+			(long long)a->ep_size, pp, tp, ep < 0 ? " and no ep" : " and an ep rank");
 	}
 	return PP_OK;
 }
@@ -76,21 +88,25 @@ int ckpt_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out
 		return e ? e->code : PP_EUSAGE;
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (!h5u_ok(f))
-		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint file %s: %s", path, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "cannot open checkpoint file %s: %s", path,
+				 h5u_reason());
 	ckpt_file_attrs a;
 	int rc = ckpt_read_file_attrs(f, path, name, &a, e);
 	if (!rc && a.version != m->version)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s has format version %lld; " MANIFEST " says version %d", path,
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s has format version %lld; " MANIFEST " says version %d", path,
 			       (long long)a.version, m->version);
 	if (!rc && a.step != m->step)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; " MANIFEST " says step %ld", path,
-			       (long long)a.step, m->step);
+		rc = pp_errorf(e, PP_ERUNTIME, "%s holds step %lld; " MANIFEST " says step %ld",
+			       path, (long long)a.step, m->step);
 	if (!rc && (a.pp_size != m->pp_size || a.tp_size != m->tp_size || a.dp_size != m->dp_size ||
 		    a.ep_size != m->ep_size))
-		rc = pp_errorf(e, PP_ERUNTIME, "%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; " MANIFEST
-					       " says pp=%d tp=%d dp=%d ep=%d",
-			       path, (long long)a.pp_size, (long long)a.tp_size, (long long)a.dp_size,
-			       (long long)a.ep_size, m->pp_size, m->tp_size, m->dp_size, m->ep_size);
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s was written for mesh pp=%lld tp=%lld dp=%lld ep=%lld; " MANIFEST
+			       " says pp=%d tp=%d dp=%d ep=%d",
+			       path, (long long)a.pp_size, (long long)a.tp_size,
+			       (long long)a.dp_size, (long long)a.ep_size, m->pp_size, m->tp_size,
+			       m->dp_size, m->ep_size);
 	if (rc) {
 		H5Fclose(f);
 		return rc;
@@ -102,7 +118,7 @@ int ckpt_file_open(const char *dir, const ckpt_manifest *m, int file, hid_t *out
 /* global shape and offset of a block as the caller describes it ("not
  * sliced", the whole tensor, when global is all zero) */
 void ckpt_block_of(int nd, const int64_t *shape, const int64_t *global_in, const int64_t *offset_in,
-		     int64_t *global, int64_t *offset)
+		   int64_t *global, int64_t *offset)
 {
 	bool sliced = false;
 	for (int d = 0; d < nd; d++)
@@ -119,24 +135,29 @@ void ckpt_slice_of(const ckpt_tensor *t, int64_t *global, int64_t *offset)
 }
 
 /* The name and block of a caller's tensor i (a slice, or an optimizer part). */
-static int check_block(const char *what, int i, const char *name, int nd, const int64_t *shape, const int64_t *global_in,
-		       const int64_t *offset_in, pp_err *e)
+static int check_block(const char *what, int i, const char *name, int nd, const int64_t *shape,
+		       const int64_t *global_in, const int64_t *offset_in, pp_err *e)
 {
 	char a[128], b[128], c[128];
-	if (!name || !name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-	    strlen(name) > 1000)
-		return pp_errorf(e, PP_EUSAGE, "%s: tensor %d has name \"%s\" (expected a Hugging Face name, no '/')", what,
-				 i, name ? name : "(null)");
+	if (!name || !name[0] || strchr(name, '/') || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0 || strlen(name) > 1000)
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: tensor %d has name \"%s\" (expected a Hugging Face name, no '/')",
+			what, i, name ? name : "(null)");
 	if (nd < 1 || nd > PP_CKPT_MAXDIM)
-		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has %d dimensions (1 to %d supported)", what, name, nd,
-				 PP_CKPT_MAXDIM);
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s: tensor %s has %d dimensions (1 to %d supported)", what, name,
+				 nd, PP_CKPT_MAXDIM);
 	int64_t g[PP_CKPT_MAXDIM], o[PP_CKPT_MAXDIM];
 	ckpt_block_of(nd, shape, global_in, offset_in, g, o);
 	for (int d = 0; d < nd; d++)
 		if (shape[d] < 1 || o[d] < 0 || o[d] + shape[d] > g[d])
-			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s: slice shape %s at offset %s does not fit global shape %s",
-					 what, name, pp_shape_str(a, sizeof a, nd, shape), pp_shape_str(b, sizeof b, nd, o),
-					 pp_shape_str(c, sizeof c, nd, g));
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"%s: tensor %s: slice shape %s at offset %s does not fit global shape %s",
+				what, name, pp_shape_str(a, sizeof a, nd, shape),
+				pp_shape_str(b, sizeof b, nd, o), pp_shape_str(c, sizeof c, nd, g));
 	return PP_OK;
 }
 
@@ -144,25 +165,30 @@ static int check_block(const char *what, int i, const char *name, int nd, const 
 int ckpt_check_tensors(const char *what, const ckpt_state *s, bool saving, pp_err *e)
 {
 	if (s->n_tensors < 0 || (s->n_tensors > 0 && !s->tensors))
-		return pp_errorf(e, PP_EUSAGE, "%s: n_tensors %d with no tensors", what, s->n_tensors);
+		return pp_errorf(e, PP_EUSAGE, "%s: n_tensors %d with no tensors", what,
+				 s->n_tensors);
 	for (int i = 0; i < s->n_tensors; i++) {
 		const ckpt_tensor *t = &s->tensors[i];
 		if (check_block(what, i, t->name, t->ndim, t->shape, t->global_shape, t->offset, e))
 			return e ? e->code : PP_EUSAGE;
 		if (!t->param)
-			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no param buffer", what, t->name);
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no param buffer", what,
+					 t->name);
 		if (saving && !t->m != !t->v)
-			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v", what, t->name);
-		if (saving && s->optim_per_dp && t->m)
-			return pp_errorf(e, PP_EUSAGE,
-					 "%s: tensor %s has adam m and v, but with optim_per_dp they are saved per dp rank "
-					 "(ckpt_write_optim_shard), not in the shard",
+			return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v",
 					 what, t->name);
+		if (saving && s->optim_per_dp && t->m)
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"%s: tensor %s has adam m and v, but with optim_per_dp they are saved per dp rank "
+				"(ckpt_write_optim_shard), not in the shard",
+				what, t->name);
 		/* loading may ask for several blocks of one tensor (a fused
 		 * projection's); a save holds one slice of each */
 		for (int j = 0; saving && j < i; j++)
 			if (strcmp(s->tensors[j].name, t->name) == 0)
-				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what, t->name);
+				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice",
+						 what, t->name);
 	}
 	return PP_OK;
 }
@@ -173,17 +199,19 @@ static int check_header(const ckpt_state *s, pp_err *e)
 	if (s->step < 0)
 		return pp_errorf(e, PP_EUSAGE, "checkpoint save: step %ld is negative", s->step);
 	const int ep = s->ep_size > 1 ? s->ep_size : 1;
-	if (s->pp_size < 1 || s->tp_size < 1 || s->dp_size < 1 || s->pp_rank < 0 || s->pp_rank >= s->pp_size ||
-	    s->tp_rank < 0 || s->tp_rank >= s->tp_size || s->dp_rank < 0 || s->dp_rank >= s->dp_size ||
-	    s->ep_rank < 0 || s->ep_rank >= ep || s->dp_size % ep)
-		return pp_errorf(e, PP_EUSAGE,
-				 "checkpoint save: rank pp=%d tp=%d dp=%d ep=%d is not inside mesh pp=%d tp=%d dp=%d "
-				 "ep=%d (ep divides dp)",
-				 s->pp_rank, s->tp_rank, s->dp_rank, s->ep_rank, s->pp_size, s->tp_size,
-				 s->dp_size, ep);
+	if (s->pp_size < 1 || s->tp_size < 1 || s->dp_size < 1 || s->pp_rank < 0 ||
+	    s->pp_rank >= s->pp_size || s->tp_rank < 0 || s->tp_rank >= s->tp_size ||
+	    s->dp_rank < 0 || s->dp_rank >= s->dp_size || s->ep_rank < 0 || s->ep_rank >= ep ||
+	    s->dp_size % ep)
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"checkpoint save: rank pp=%d tp=%d dp=%d ep=%d is not inside mesh pp=%d tp=%d dp=%d "
+			"ep=%d (ep divides dp)",
+			s->pp_rank, s->tp_rank, s->dp_rank, s->ep_rank, s->pp_size, s->tp_size,
+			s->dp_size, ep);
 	if (s->n_data_state < 0 || s->n_data_state > PP_CKPT_DATA_STATE)
-		return pp_errorf(e, PP_EUSAGE, "checkpoint save: n_data_state %d (0 to %d)", s->n_data_state,
-				 PP_CKPT_DATA_STATE);
+		return pp_errorf(e, PP_EUSAGE, "checkpoint save: n_data_state %d (0 to %d)",
+				 s->n_data_state, PP_CKPT_DATA_STATE);
 	return PP_OK;
 }
 
@@ -200,16 +228,21 @@ static int check_optim_part(const char *what, int i, const ckpt_optim_part *p, p
 	if (check_block(what, i, p->name, p->ndim, p->shape, p->global_shape, p->offset, e))
 		return e ? e->code : PP_EUSAGE;
 	if (!p->m || !p->v)
-		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what, p->name);
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s needs both adam m and v", what,
+				 p->name);
 	if (p->n_ranges < 1 || !p->begin || !p->end)
-		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what, p->name);
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no element ranges", what,
+				 p->name);
 	int64_t vol = ckpt_volume(p->ndim, p->shape);
 	for (int r = 0; r < p->n_ranges; r++)
-		if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] || p->end[r] > vol)
-			return pp_errorf(e, PP_EUSAGE,
-					 "%s: tensor %s: range %d is [%lld, %lld) of a block of %lld elements; ranges "
-					 "must be non-empty, ascending and disjoint",
-					 what, p->name, r, (long long)p->begin[r], (long long)p->end[r], (long long)vol);
+		if (p->begin[r] < (r ? p->end[r - 1] : 0) || p->begin[r] >= p->end[r] ||
+		    p->end[r] > vol)
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"%s: tensor %s: range %d is [%lld, %lld) of a block of %lld elements; ranges "
+				"must be non-empty, ascending and disjoint",
+				what, p->name, r, (long long)p->begin[r], (long long)p->end[r],
+				(long long)vol);
 	return PP_OK;
 }
 
@@ -217,15 +250,18 @@ static int check_optim_part(const char *what, int i, const ckpt_optim_part *p, p
  * caller's buffer (HDF5 converts double to float in strips when pp_real is
  * double), with attributes global_shape and offset of gnd elements. With
  * keep, the dataset stays open in *keep (the caller closes it). */
-static bool write_dataset(hid_t g, const char *name, int nd, const int64_t *shape, const int64_t *global,
-			  const int64_t *offset, const pp_real *buf, int gnd, hid_t *keep)
+static bool write_dataset(hid_t g, const char *name, int nd, const int64_t *shape,
+			  const int64_t *global, const int64_t *offset, const pp_real *buf, int gnd,
+			  hid_t *keep)
 {
 	hsize_t dims[PP_CKPT_MAXDIM];
 	for (int d = 0; d < nd; d++)
 		dims[d] = (hsize_t)shape[d];
 	hid_t sp = H5Screate_simple(nd, dims, NULL), ds = -1;
-	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_FILE_REAL, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  h5u_attr_put_i64(ds, "global_shape", gnd, global) && h5u_attr_put_i64(ds, "offset", gnd, offset) &&
+	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_FILE_REAL, sp, H5P_DEFAULT, H5P_DEFAULT,
+					 H5P_DEFAULT)) &&
+		  h5u_attr_put_i64(ds, "global_shape", gnd, global) &&
+		  h5u_attr_put_i64(ds, "offset", gnd, offset) &&
 		  h5u_ok(H5Dwrite(ds, H5T_MEM_REAL, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
 	if (keep)
 		*keep = ds;
@@ -240,9 +276,11 @@ static bool write_ints(hid_t g, const char *name, int n, const void *v, bool sca
 {
 	hsize_t d = (hsize_t)n;
 	hid_t sp = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL), ds = -1;
-	hid_t ft = scalar ? H5T_STD_I64LE : H5T_STD_U64LE, mt = scalar ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
+	hid_t ft = scalar ? H5T_STD_I64LE : H5T_STD_U64LE,
+	      mt = scalar ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
 	bool ok = h5u_ok(ds = H5Dcreate2(g, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
-		  (!scalar && n == 0 ? true : h5u_ok(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)));
+		  (!scalar && n == 0 ? true
+				     : h5u_ok(H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, v)));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
@@ -252,7 +290,10 @@ static bool write_ints(hid_t g, const char *name, int n, const void *v, bool sca
 /* The version a state's files carry: 3 when its shards are per ep rank,
  * else 2 when its m and v go to optimizer files, else 1, which every pp
  * reads. */
-static int64_t state_version(const ckpt_state *s) { return s->ep_size > 1 ? 3 : s->optim_per_dp ? 2 : 1; }
+static int64_t state_version(const ckpt_state *s)
+{
+	return s->ep_size > 1 ? 3 : s->optim_per_dp ? 2 : 1;
+}
 
 static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_err *e)
 {
@@ -261,10 +302,12 @@ static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_e
 	const char *names[10] = {"version", "step",    "pp_rank", "tp_rank", "dp_rank",
 				 "pp_size", "tp_size", "dp_size", "ep_rank", "ep_size"};
 	if (!h5u_attr_put_str(f, "format", PP_CKPT_FORMAT))
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute format: %s", path,
+				 h5u_reason());
 	for (int i = 0; i < (ints[0] >= 3 ? 10 : 8); i++)
 		if (!h5u_attr_put_i64(f, names[i], 0, &ints[i]))
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path, names[i], h5u_reason());
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write attribute %s: %s", path,
+					 names[i], h5u_reason());
 	return PP_OK;
 }
 
@@ -272,10 +315,12 @@ static int write_root_attrs(hid_t f, const char *path, const ckpt_state *s, pp_e
 static int create_groups(hid_t f, const char *path, int first, int last, hid_t *g, pp_err *e)
 {
 	for (int k = first; k <= last; k++)
-		if (!h5u_ok(g[k] = H5Gcreate2(f, ckpt_group_name[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) {
+		if (!h5u_ok(g[k] = H5Gcreate2(f, ckpt_group_name[k], H5P_DEFAULT, H5P_DEFAULT,
+					      H5P_DEFAULT))) {
 			for (int j = first; j < k; j++)
 				H5Gclose(g[j]);
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path, ckpt_group_name[k], h5u_reason());
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot create group /%s: %s", path,
+					 ckpt_group_name[k], h5u_reason());
 		}
 	return PP_OK;
 }
@@ -341,16 +386,16 @@ static void writer_drop(ckpt_writer *w)
 	writer_free(w);
 }
 
-int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **out,
-		     pp_err *e)
+int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writer **out, pp_err *e)
 {
 	h5u_quiet();
 	*out = NULL;
 	if (check_header(s, e))
 		return e ? e->code : PP_EUSAGE;
 	if (optim && !s->optim_per_dp)
-		return pp_errorf(e, PP_EUSAGE, "checkpoint save: optimizer files are written with "
-					       "optim_per_dp set (its shard holds params only)");
+		return pp_errorf(e, PP_EUSAGE,
+				 "checkpoint save: optimizer files are written with "
+				 "optim_per_dp set (its shard holds params only)");
 	ckpt_writer *w = calloc(1, sizeof *w);
 	if (!w)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
@@ -370,7 +415,8 @@ int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writ
 	if (optim)
 		ckpt_optim_name(name, sizeof name, s->pp_rank, s->tp_rank, s->dp_rank);
 	else
-		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank, ckpt_ep_name(s->ep_rank, s->ep_size));
+		ckpt_shard_name(name, sizeof name, s->pp_rank, s->tp_rank,
+				ckpt_ep_name(s->ep_rank, s->ep_size));
 	int rc = w->config_json ? ckpt_join(w->path, sizeof w->path, dir, name, e)
 				: pp_errorf(e, PP_ERUNTIME, "out of memory");
 	if (rc) {
@@ -383,7 +429,8 @@ int ckpt_writer_open(const char *dir, const ckpt_state *s, bool optim, ckpt_writ
 	w->f = H5Fcreate(w->path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	H5Pclose(fapl);
 	if (!h5u_ok(w->f)) {
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint file %s: %s", w->path, h5u_reason());
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot create checkpoint file %s: %s", w->path,
+			       h5u_reason());
 		writer_free(w);
 		return rc;
 	}
@@ -401,25 +448,29 @@ int ckpt_writer_put(ckpt_writer *w, const ckpt_tensor *t, pp_err *e)
 {
 	const char *what = "checkpoint save";
 	if (w->optim)
-		return pp_errorf(e, PP_EUSAGE, "%s: %s is an optimizer file (parts only)", what, w->path);
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is an optimizer file (parts only)", what,
+				 w->path);
 	if (check_block(what, w->n, t->name, t->ndim, t->shape, t->global_shape, t->offset, e))
 		return e ? e->code : PP_EUSAGE;
 	if (!t->param)
 		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no param buffer", what, t->name);
 	if (!t->m != !t->v)
-		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v", what, t->name);
+		return pp_errorf(e, PP_EUSAGE, "%s: tensor %s has only one of adam m and v", what,
+				 t->name);
 	if (w->head.optim_per_dp && t->m)
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s: tensor %s has adam m and v, but with optim_per_dp they are saved "
-				 "per dp rank (optimizer files), not in the shard",
-				 what, t->name);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: tensor %s has adam m and v, but with optim_per_dp they are saved "
+			"per dp rank (optimizer files), not in the shard",
+			what, t->name);
 	const pp_real *buf[N_GROUPS] = {t->param, t->m, t->v};
 	int64_t gs[PP_CKPT_MAXDIM], off[PP_CKPT_MAXDIM];
 	ckpt_slice_of(t, gs, off);
 	for (int k = 0; k < N_GROUPS; k++)
-		if (buf[k] && !write_dataset(w->g[k], t->name, t->ndim, t->shape, gs, off, buf[k], t->ndim, NULL))
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
-					 ckpt_group_name[k], t->name, h5u_reason());
+		if (buf[k] && !write_dataset(w->g[k], t->name, t->ndim, t->shape, gs, off, buf[k],
+					     t->ndim, NULL))
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s",
+					 w->path, ckpt_group_name[k], t->name, h5u_reason());
 	w->n++;
 	return PP_OK;
 }
@@ -447,8 +498,8 @@ int ckpt_writer_put_optim(ckpt_writer *w, const ckpt_optim_part *p, pp_err *e)
 		if (ds >= 0)
 			H5Dclose(ds);
 		if (!ok)
-			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s", w->path,
-					 ckpt_group_name[k], p->name, h5u_reason());
+			return pp_errorf(e, PP_ERUNTIME, "%s: cannot write tensor /%s/%s: %s",
+					 w->path, ckpt_group_name[k], p->name, h5u_reason());
 	}
 	w->n++;
 	return PP_OK;
@@ -467,7 +518,8 @@ static int write_bytes(hid_t g, const char *path, const char *file, pp_err *e)
 	hid_t sp = H5Screate_simple(1, &d, NULL), ds = -1;
 	bool ok = h5u_ok(ds = H5Dcreate2(g, name, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT,
 					 H5P_DEFAULT)) &&
-		  (n == 0 || h5u_ok(H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf)));
+		  (n == 0 ||
+		   h5u_ok(H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf)));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
@@ -488,7 +540,8 @@ static int write_tokenizer(ckpt_writer *w, pp_err *e)
 		return PP_OK;
 	hid_t g = H5Gcreate2(w->f, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 	if (!h5u_ok(g))
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot create /tokenizer: %s", w->path, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot create /tokenizer: %s", w->path,
+				 h5u_reason());
 	int rc = write_bytes(g, w->path, t, e);
 	/* the files the tokenizer reads beside it, where there are */
 	const char *base = strrchr(t, '/') ? strrchr(t, '/') + 1 : t;
@@ -516,17 +569,20 @@ static int write_state(ckpt_writer *w, pp_err *e)
 	if (st >= 0)
 		H5Gclose(st);
 	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", w->path, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /state: %s", w->path,
+				 h5u_reason());
 	const char *cfg = w->config_json;
 	hid_t t = h5u_string_type(H5T_CSET_UTF8), sp = H5Screate(H5S_SCALAR), ds = -1;
-	ok = h5u_ok(ds = H5Dcreate2(w->f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) &&
+	ok = h5u_ok(ds = H5Dcreate2(w->f, "config", t, sp, H5P_DEFAULT, H5P_DEFAULT,
+				    H5P_DEFAULT)) &&
 	     h5u_ok(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &cfg));
 	if (ds >= 0)
 		H5Dclose(ds);
 	H5Sclose(sp);
 	H5Tclose(t);
 	if (!ok)
-		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", w->path, h5u_reason());
+		return pp_errorf(e, PP_ERUNTIME, "%s: cannot write /config: %s", w->path,
+				 h5u_reason());
 	return PP_OK;
 }
 
@@ -542,13 +598,15 @@ int ckpt_writer_close(ckpt_writer *w, pp_err *e)
 		w->g[k] = -1;
 	/* flush first, so that a full disk shows here and not in the close */
 	if (!rc && !h5u_ok(H5Fflush(w->f, H5F_SCOPE_LOCAL)))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint file %s: %s", w->path, h5u_reason());
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write checkpoint file %s: %s", w->path,
+			       h5u_reason());
 	if (rc) {
 		writer_drop(w);
 		return rc;
 	}
 	if (!h5u_ok(H5Fclose(w->f)))
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint file %s: %s", w->path, h5u_reason());
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot finish checkpoint file %s: %s", w->path,
+			       h5u_reason());
 	w->f = -1;
 	if (!rc)
 		rc = fs_fsync_path(w->path, e);
@@ -589,8 +647,8 @@ int ckpt_write_optim_shard(const char *dir, const ckpt_state *s, pp_err *e)
 	for (int i = 0; i < s->n_optim; i++)
 		for (int j = 0; j < i; j++)
 			if (strcmp(s->optim[j].name, s->optim[i].name) == 0)
-				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice", what,
-						 s->optim[i].name);
+				return pp_errorf(e, PP_EUSAGE, "%s: tensor %s is listed twice",
+						 what, s->optim[i].name);
 	ckpt_writer *w;
 	int rc = ckpt_writer_open(dir, s, true, &w, e);
 	for (int i = 0; !rc && i < s->n_optim; i++)

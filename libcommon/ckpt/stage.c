@@ -56,11 +56,14 @@ int ckpt_optim_ranges(const pp_param *p, size_t lo, size_t hi, bool fused, int64
 	for (size_t j = a - p->off; a < b && j < b - p->off;) {
 		/* row by row: local row r is row block_row[r / block_rows] + r %
 		 * block_rows of the whole */
-		size_t r = j / cols, next = (r + 1) * cols < b - p->off ? (r + 1) * cols : b - p->off;
+		size_t r = j / cols,
+		       next = (r + 1) * cols < b - p->off ? (r + 1) * cols : b - p->off;
 		int64_t at = (int64_t)j;
 		if (fused)
-			at = (p->block_row[r / (size_t)p->block_rows] + (int64_t)(r % (size_t)p->block_rows)) *
-				     (int64_t)cols + (int64_t)(j % cols);
+			at = (p->block_row[r / (size_t)p->block_rows] +
+			      (int64_t)(r % (size_t)p->block_rows)) *
+				     (int64_t)cols +
+			     (int64_t)(j % cols);
 		if (n && end[n - 1] == at) {
 			end[n - 1] += (int64_t)(next - j);
 		} else {
@@ -102,7 +105,8 @@ int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e)
 	json_t *a = json_object_get(saved, "model"), *b = json_object_get(c->json, "model");
 	rc = 0;
 	if (!a || !b) {
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its stored config has no model", dir);
+		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its stored config has no model",
+			       dir);
 	} else if (!json_equal(a, b)) {
 		const char *key;
 		json_t *v;
@@ -111,10 +115,11 @@ int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e)
 			if (!json_equal(v, json_object_get(a, key))) {
 				char *sv = json_dumps(json_object_get(a, key), JSON_ENCODE_ANY);
 				char *cv = json_dumps(v, JSON_ENCODE_ANY);
-				rc = pp_errorf(e, PP_EUSAGE,
-					       "checkpoint %s was saved with model.%s=%s but the config "
-					       "says model.%s=%s; use another run_dir or the same model",
-					       dir, key, sv ? sv : "(absent)", key, cv);
+				rc = pp_errorf(
+					e, PP_EUSAGE,
+					"checkpoint %s was saved with model.%s=%s but the config "
+					"says model.%s=%s; use another run_dir or the same model",
+					dir, key, sv ? sv : "(absent)", key, cv);
 				free(sv);
 				free(cv);
 				break;
@@ -152,7 +157,8 @@ int ckpt_load_stage(pp_stage *s, const pp_config *c, const char *dir, char *foun
 	ckpt_host h = {.w = malloc(s->n_elems * sizeof(pp_real) + 1)};
 	cs.tensors = calloc(3 * (size_t)s->n_params + 1, sizeof *cs.tensors);
 	if (!h.w || !cs.tensors)
-		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters",
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "checkpoint load: out of host memory for %zu parameters",
 			       s->n_elems);
 	if (!rc && !(rc = ckpt_check_model(c, dir, e))) {
 		ckpt_add_entries(s, &h, &cs);

@@ -28,7 +28,8 @@ void ckpt_h5_close_file(hid_t *f)
 }
 
 /* snprintf that reports truncation as an error (paths, names) */
-__attribute__((format(printf, 4, 5))) int ckpt_fmt_checked(char *out, size_t n, pp_err *e, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) int ckpt_fmt_checked(char *out, size_t n, pp_err *e,
+							   const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -92,7 +93,8 @@ static bool parse_shard_name(const char *name, int *pp, int *tp, int *ep)
 static bool parse_optim_name(const char *name, int *pp, int *tp, int *dp)
 {
 	char canon[64];
-	if (sscanf(name, "optim-pp%d-tp%d-dp%d.h5", pp, tp, dp) != 3 || *pp < 0 || *tp < 0 || *dp < 0)
+	if (sscanf(name, "optim-pp%d-tp%d-dp%d.h5", pp, tp, dp) != 3 || *pp < 0 || *tp < 0 ||
+	    *dp < 0)
 		return false;
 	ckpt_optim_name(canon, sizeof canon, *pp, *tp, *dp);
 	return strcmp(canon, name) == 0;
@@ -134,7 +136,8 @@ int ckpt_write_file_synced(const char *path, const char *text, pp_err *e)
 		if (w < 0) {
 			int err = errno;
 			close(fd);
-			return pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", path, strerror(err));
+			return pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", path,
+					 strerror(err));
 		}
 		done += (size_t)w;
 	}
@@ -147,6 +150,5 @@ int ckpt_write_file_synced(const char *path, const char *text, pp_err *e)
 		return pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
 	return PP_OK;
 }
-
 
 const char *const ckpt_group_name[N_GROUPS] = {"params", "adam_m", "adam_v"};

@@ -63,12 +63,13 @@ static int check_slurm_singleton(pp_err *e)
 	long ntasks = env_long("SLURM_NTASKS", 1), procid = env_long("SLURM_PROCID", 0);
 	if (ntasks <= 1 && procid == 0)
 		return 0;
-	return pp_errorf(e, PP_ERUNTIME,
-			 "Slurm started this job step with SLURM_NTASKS=%ld (this is task "
-			 "SLURM_PROCID=%ld) but no PMIx server answered, so every task would run "
-			 "alone as rank 0 of 1; launch with `srun --mpi=pmix` (or set MpiDefault=pmix "
-			 "in slurm.conf)",
-			 ntasks, procid);
+	return pp_errorf(
+		e, PP_ERUNTIME,
+		"Slurm started this job step with SLURM_NTASKS=%ld (this is task "
+		"SLURM_PROCID=%ld) but no PMIx server answered, so every task would run "
+		"alone as rank 0 of 1; launch with `srun --mpi=pmix` (or set MpiDefault=pmix "
+		"in slurm.conf)",
+		ntasks, procid);
 }
 
 #ifdef BOOT_HAVE_PMIX
@@ -78,16 +79,26 @@ static int pmix_up; /* PMIx_Init succeeded and not yet finalized */
 static long value_long(const pmix_value_t *v)
 {
 	switch (v->type) {
-	case PMIX_UINT8: return v->data.uint8;
-	case PMIX_UINT16: return v->data.uint16;
-	case PMIX_UINT32: return v->data.uint32;
-	case PMIX_UINT64: return (long)v->data.uint64;
-	case PMIX_INT: return v->data.integer;
-	case PMIX_INT16: return v->data.int16;
-	case PMIX_INT32: return v->data.int32;
-	case PMIX_INT64: return (long)v->data.int64;
-	case PMIX_PROC_RANK: return v->data.rank;
-	default: return -1;
+	case PMIX_UINT8:
+		return v->data.uint8;
+	case PMIX_UINT16:
+		return v->data.uint16;
+	case PMIX_UINT32:
+		return v->data.uint32;
+	case PMIX_UINT64:
+		return (long)v->data.uint64;
+	case PMIX_INT:
+		return v->data.integer;
+	case PMIX_INT16:
+		return v->data.int16;
+	case PMIX_INT32:
+		return v->data.int32;
+	case PMIX_INT64:
+		return (long)v->data.int64;
+	case PMIX_PROC_RANK:
+		return v->data.rank;
+	default:
+		return -1;
 	}
 }
 
@@ -142,8 +153,8 @@ static int fence(const pp_proc *p, const char *key, pp_err *e)
 	PMIX_INFO_DESTRUCT(&info[0]);
 	PMIX_INFO_DESTRUCT(&info[1]);
 	if (rc != PMIX_SUCCESS)
-		return pp_errorf(e, PP_ERUNTIME, "PMIx_Fence for '%s' (%d ranks): %s", key,
-				 p->size, PMIx_Error_string(rc));
+		return pp_errorf(e, PP_ERUNTIME, "PMIx_Fence for '%s' (%d ranks): %s", key, p->size,
+				 PMIx_Error_string(rc));
 	return 0;
 }
 
@@ -218,8 +229,8 @@ int boot_exchange(pp_proc *p, const char *key, const void *blob, size_t n, int r
 		  pp_err *e)
 {
 	if (root < 0 || root >= p->size)
-		return pp_errorf(e, PP_EUSAGE, "boot_exchange(%s): root %d is not a rank of %d", key,
-				 root, p->size);
+		return pp_errorf(e, PP_EUSAGE, "boot_exchange(%s): root %d is not a rank of %d",
+				 key, root, p->size);
 	if (p->singleton) {
 		if (n && out != blob)
 			memmove(out, blob, n);
@@ -293,9 +304,10 @@ int boot_init(pp_proc *p, pp_err *e)
 	if (check_slurm_singleton(e))
 		return PP_ERUNTIME;
 	if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"))
-		return pp_errorf(e, PP_ERUNTIME,
-				 "started by a launcher but pp was built without PMIx: rebuild with "
-				 "libpmix-dev installed (`pkg-config --cflags --libs pmix`)");
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"started by a launcher but pp was built without PMIx: rebuild with "
+			"libpmix-dev installed (`pkg-config --cflags --libs pmix`)");
 	if (gethostname(p->host, sizeof p->host) != 0)
 		snprintf(p->host, sizeof p->host, "unknown");
 	p->host[sizeof p->host - 1] = 0;
@@ -306,8 +318,8 @@ int boot_exchange(pp_proc *p, const char *key, const void *blob, size_t n, int r
 		  pp_err *e)
 {
 	if (root != 0)
-		return pp_errorf(e, PP_EUSAGE, "boot_exchange(%s): root %d is not a rank of %d", key,
-				 root, p->size);
+		return pp_errorf(e, PP_EUSAGE, "boot_exchange(%s): root %d is not a rank of %d",
+				 key, root, p->size);
 	if (n && out != blob)
 		memmove(out, blob, n);
 	return 0;
@@ -427,9 +439,10 @@ int boot_describe_peers(const pp_proc *p, const int *ranks, int n, char *buf, si
 	if (dead)
 		return dead;
 	if (!remote) {
-		appendf(buf, size, "%s", local ? "every peer on this host is still running (one may be stuck, "
-						 "or calling a different operation)"
-					       : "no peer to check");
+		appendf(buf, size, "%s",
+			local ? "every peer on this host is still running (one may be stuck, "
+				"or calling a different operation)"
+			      : "no peer to check");
 		return 0;
 	}
 	/* No one here has gone: the ranks elsewhere are the suspects. */

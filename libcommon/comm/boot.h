@@ -56,8 +56,7 @@ int boot_exchange(pp_proc *p, const char *key, const void *blob, size_t n, int r
 		  pp_err *e);
 
 /* out (size, n) receives every rank's n-byte blob, in rank order. */
-int boot_allgather(pp_proc *p, const char *key, const void *blob, size_t n, void *out,
-		   pp_err *e);
+int boot_allgather(pp_proc *p, const char *key, const void *blob, size_t n, void *out, pp_err *e);
 
 /* Asks the launcher to end the whole job with status code (PMIx_Abort),
  * and ends this process with it. Never returns, never waits more than a few

@@ -158,7 +158,8 @@ static int watch_poll(watch *w, pp_err *e)
 			snprintf(who, sizeof who, "%s", w->dead);
 		else
 			describe(c, w->peers, w->npeers, who, sizeof who);
-		return pp_errorf(e, PP_ERUNTIME, "%s timed out after %g s: %s", at, c->timeout, who);
+		return pp_errorf(e, PP_ERUNTIME, "%s timed out after %g s: %s", at, c->timeout,
+				 who);
 	}
 	if (now >= w->next_scan) {
 		char who[sizeof w->dead] = "";

@@ -57,8 +57,8 @@
 #include <string.h>
 
 #include "../../kernels/ops.h"
-#include "boot.h"
 #include "../base/error.h"
+#include "boot.h"
 
 typedef enum {
 	PP_DT_F32,
@@ -218,20 +218,24 @@ static inline size_t comm_dtype_size(pp_dtype t)
 {
 	switch (t) {
 	case PP_DT_F32:
-	case PP_DT_I32: return 4;
+	case PP_DT_I32:
+		return 4;
 	case PP_DT_F64:
 	case PP_DT_I64:
-	case PP_DT_U64: return 8;
-	case PP_DT_BYTE: return 1;
-	case PP_DT_BF16: return 2;
+	case PP_DT_U64:
+		return 8;
+	case PP_DT_BYTE:
+		return 1;
+	case PP_DT_BF16:
+		return 2;
 	}
 	return 0;
 }
 
 static inline const char *comm_dtype_name(pp_dtype t)
 {
-	static const char *const names[] = {"float32", "float64", "int32", "int64", "uint64", "bytes",
-					     "bfloat16"};
+	static const char *const names[] = {"float32", "float64", "int32",   "int64",
+					    "uint64",  "bytes",   "bfloat16"};
 	return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 
@@ -288,8 +292,8 @@ static inline int comm_ireduce_scatter(pp_comm *c, const void *send, void *recv,
 {
 	return c->ops->ireduce_scatter(c, send, recv, counts, t, op, req, e);
 }
-static inline int comm_iall_gatherv(pp_comm *c, const void *send, void *recv,
-				     const size_t *counts, pp_dtype t, pp_comm_req **req, pp_err *e)
+static inline int comm_iall_gatherv(pp_comm *c, const void *send, void *recv, const size_t *counts,
+				    pp_dtype t, pp_comm_req **req, pp_err *e)
 {
 	return c->ops->iall_gatherv(c, send, recv, counts, t, req, e);
 }
@@ -321,14 +325,8 @@ static inline int comm_sendrecv(pp_comm *c, const void *sbuf, size_t scount, int
 {
 	return c->ops->sendrecv(c, sbuf, scount, dst, rbuf, rcount, src, t, tag, e);
 }
-static inline int comm_barrier(pp_comm *c, pp_err *e)
-{
-	return c->ops->barrier(c, e);
-}
-static inline void *comm_mark(pp_comm *c)
-{
-	return c && c->ops->mark ? c->ops->mark(c) : NULL;
-}
+static inline int comm_barrier(pp_comm *c, pp_err *e) { return c->ops->barrier(c, e); }
+static inline void *comm_mark(pp_comm *c) { return c && c->ops->mark ? c->ops->mark(c) : NULL; }
 static inline void comm_free(pp_comm *c)
 {
 	if (c)

@@ -45,13 +45,20 @@ static int mpi_broken;  /* an operation failed or timed out: never finalize */
 static MPI_Datatype mpi_type(pp_dtype t)
 {
 	switch (t) {
-	case PP_DT_F32: return MPI_FLOAT;
-	case PP_DT_F64: return MPI_DOUBLE;
-	case PP_DT_I32: return MPI_INT32_T;
-	case PP_DT_I64: return MPI_INT64_T;
-	case PP_DT_U64: return MPI_UINT64_T;
-	case PP_DT_BYTE: return MPI_BYTE;
-	case PP_DT_BF16: return MPI_UINT16_T; /* moved, never reduced: see mpi_check */
+	case PP_DT_F32:
+		return MPI_FLOAT;
+	case PP_DT_F64:
+		return MPI_DOUBLE;
+	case PP_DT_I32:
+		return MPI_INT32_T;
+	case PP_DT_I64:
+		return MPI_INT64_T;
+	case PP_DT_U64:
+		return MPI_UINT64_T;
+	case PP_DT_BYTE:
+		return MPI_BYTE;
+	case PP_DT_BF16:
+		return MPI_UINT16_T; /* moved, never reduced: see mpi_check */
 	}
 	return MPI_DATATYPE_NULL;
 }
@@ -68,13 +75,9 @@ static int mpi_check(const pp_comm *c, const char *op, pp_dtype t, int redop, pp
 	return rc;
 }
 
-static MPI_Comm handle(const pp_comm *c)
-{
-	return ((const mpi_impl *)c->impl)->comm;
-}
+static MPI_Comm handle(const pp_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
 
-static int mpi_error(const pp_comm *c, const char *op, const int *peers, int n, int rc,
-		     pp_err *e)
+static int mpi_error(const pp_comm *c, const char *op, const int *peers, int n, int rc, pp_err *e)
 {
 	char why[MPI_MAX_ERROR_STRING + 32];
 	int len = 0;
@@ -97,8 +100,7 @@ typedef struct {
 	MPI_Request r[]; /* (n) */
 } mpi_req;
 
-static mpi_req *req_new(pp_comm *c, const char *op, const int *peers, int npeers, int n,
-			pp_err *e)
+static mpi_req *req_new(pp_comm *c, const char *op, const int *peers, int npeers, int n, pp_err *e)
 {
 	mpi_req *q = calloc(1, sizeof *q + sizeof(MPI_Request) * (size_t)(n > 0 ? n : 1));
 	if (!q) {
@@ -148,7 +150,8 @@ static int mpi_progress(pp_comm_req *base, int *done, pp_err *e)
 		return mpi_error(c, base->op, peers, base->npeers, rc, e);
 	int got = q->expect;
 	if (*done && q->recv_at >= 0 &&
-	    MPI_Get_count(&st[q->recv_at], mpi_type(q->t), &got) == MPI_SUCCESS && got != q->expect) {
+	    MPI_Get_count(&st[q->recv_at], mpi_type(q->t), &got) == MPI_SUCCESS &&
+	    got != q->expect) {
 		char why[128];
 		snprintf(why, sizeof why, "received %d elements from rank %d, expected %d", got,
 			 q->src, q->expect);
@@ -159,20 +162,11 @@ static int mpi_progress(pp_comm_req *base, int *done, pp_err *e)
 }
 
 /* The blocking calls: rc from posting *r, then the wait */
-static int finish(int rc, pp_comm_req **r, pp_err *e)
-{
-	return rc || !*r ? rc : comm_wait(*r, e);
-}
+static int finish(int rc, pp_comm_req **r, pp_err *e) { return rc || !*r ? rc : comm_wait(*r, e); }
 
-static size_t min_size(size_t a, size_t b)
-{
-	return a < b ? a : b;
-}
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-static MPI_Op mpi_op(pp_redop op)
-{
-	return op == PP_OP_MAX ? MPI_MAX : MPI_SUM;
-}
+static MPI_Op mpi_op(pp_redop op) { return op == PP_OP_MAX ? MPI_MAX : MPI_SUM; }
 
 static int mpi_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
 			  pp_comm_req **out, pp_err *e)
@@ -256,7 +250,8 @@ static int mpi_ireduce_scatter(pp_comm *c, const void *send, void *recv, const s
 	}
 	for (int i = 0; i < c->size; i++)
 		q->counts[i] = (int)counts[i];
-	rc = MPI_Ireduce_scatter(send, recv, q->counts, mpi_type(t), mpi_op(op), handle(c), &q->r[0]);
+	rc = MPI_Ireduce_scatter(send, recv, q->counts, mpi_type(t), mpi_op(op), handle(c),
+				 &q->r[0]);
 	return posted(q, rc, out, e);
 }
 
@@ -289,8 +284,8 @@ static int mpi_iall_gatherv(pp_comm *c, const void *send, void *recv, const size
 		displs[i] = d;
 	}
 	const int in_place = send == (const char *)recv + mine * comm_dtype_size(t);
-	rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, (int)counts[c->rank], mpi_type(t), recv,
-			     q->counts, displs, mpi_type(t), handle(c), &q->r[0]);
+	rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, (int)counts[c->rank], mpi_type(t),
+			     recv, q->counts, displs, mpi_type(t), handle(c), &q->r[0]);
 	return posted(q, rc, out, e);
 }
 
@@ -311,15 +306,16 @@ static int mpi_all_gather(pp_comm *c, const void *send, void *recv, size_t count
 	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
 }
 
-static int mpi_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
-			 const size_t *sdispls, void *recv, const size_t *rcounts,
-			 const size_t *rdispls, pp_dtype t, pp_err *e)
+static int mpi_alltoallv(pp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+			 void *recv, const size_t *rcounts, const size_t *rdispls, pp_dtype t,
+			 pp_err *e)
 {
 	int rc = mpi_check(c, "alltoallv", t, -1, e);
 	for (int i = 0; !rc && i < c->size; i++)
-		rc = too_long(c, "alltoallv", scounts[i] + sdispls[i] > rcounts[i] + rdispls[i]
-						     ? scounts[i] + sdispls[i]
-						     : rcounts[i] + rdispls[i],
+		rc = too_long(c, "alltoallv",
+			      scounts[i] + sdispls[i] > rcounts[i] + rdispls[i]
+				      ? scounts[i] + sdispls[i]
+				      : rcounts[i] + rdispls[i],
 			      e);
 	if (rc)
 		return rc;
@@ -338,7 +334,8 @@ static int mpi_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
 		rd[i] = (int)rdispls[i];
 	}
 	pp_comm_req *base;
-	rc = MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rcn, rd, mpi_type(t), handle(c), &q->r[0]);
+	rc = MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rcn, rd, mpi_type(t), handle(c),
+			    &q->r[0]);
 	return finish(posted(q, rc, &base, e), &base, e);
 }
 
@@ -353,8 +350,8 @@ static int mpi_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int ro
 		MPI_Request *r;
 		int n = (int)min_size(CHUNK, count - off);
 		/* the root is the one every other rank waits for */
-		if ((rc = one(c, "broadcast", c->rank == root ? NULL : &root, c->rank == root ? 0 : 1,
-			      &q, &r, e)))
+		if ((rc = one(c, "broadcast", c->rank == root ? NULL : &root,
+			      c->rank == root ? 0 : 1, &q, &r, e)))
 			break;
 		rc = MPI_Ibcast((char *)buf + off * esz, n, mpi_type(t), root, handle(c), r);
 		rc = finish(posted((mpi_req *)q, rc, &q, e), &q, e);
@@ -393,8 +390,8 @@ static int exchange(pp_comm *c, const char *op, const void *sbuf, size_t scount,
 		q->recv_at = post_r ? 1 : -1;
 		rc = MPI_SUCCESS;
 		if (post_r)
-			rc = MPI_Irecv((char *)rbuf + off * esz, rn, mpi_type(t), src, tag, handle(c),
-				       &q->r[1]);
+			rc = MPI_Irecv((char *)rbuf + off * esz, rn, mpi_type(t), src, tag,
+				       handle(c), &q->r[1]);
 		if (post_s && rc == MPI_SUCCESS)
 			rc = MPI_Issend((const char *)sbuf + off * esz, sn, mpi_type(t), dst, tag,
 					handle(c), &q->r[0]);
@@ -437,15 +434,15 @@ static int mpi_barrier(pp_comm *c, pp_err *e)
 	return finish(posted((mpi_req *)q, rc, &q, e), &q, e);
 }
 
-static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout,
-		     MPI_Comm h, int is_world);
+static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout, MPI_Comm h,
+		     int is_world);
 
 static int mpi_split(pp_comm *c, int color, int key, const char *name, pp_comm **out, pp_err *e)
 {
 	*out = NULL;
 	if (color < 0 && color != PP_COMM_NOCOLOR)
-		return pp_errorf(e, PP_EUSAGE, "split of '%s' into '%s': color %d is negative", c->name,
-				 name, color);
+		return pp_errorf(e, PP_EUSAGE, "split of '%s' into '%s': color %d is negative",
+				 c->name, name, color);
 	int mine[2] = {color, key}, rank, size, rc;
 	int *ckeys = malloc(sizeof(int) * 2 * (size_t)c->size);
 	int *world = malloc(sizeof(int) * (size_t)c->size);
@@ -477,9 +474,10 @@ static int mpi_split(pp_comm *c, int color, int key, const char *name, pp_comm *
 	if (mrank != rank || msize != size) {
 		free(world);
 		MPI_Comm_free(&h);
-		return pp_errorf(e, PP_ERUNTIME,
-				 "split of '%s' into '%s': MPI made rank %d of %d, expected %d of %d",
-				 c->name, name, mrank, msize, rank, size);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"split of '%s' into '%s': MPI made rank %d of %d, expected %d of %d",
+			c->name, name, mrank, msize, rank, size);
 	}
 	MPI_Comm_set_errhandler(h, MPI_ERRORS_RETURN);
 	*out = wrap(c->proc, name, rank, size, c->timeout, h, 0);
@@ -493,8 +491,8 @@ static int mpi_split(pp_comm *c, int color, int key, const char *name, pp_comm *
 	return 0;
 }
 
-static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout,
-		     MPI_Comm h, int is_world)
+static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout, MPI_Comm h,
+		     int is_world)
 {
 	pp_comm *c = comm_new(&pp_comm_mpi, p, name, rank, size, timeout);
 	mpi_impl *m = c ? malloc(sizeof *m) : NULL;

@@ -62,8 +62,8 @@ enum { POOL = 16 };
 
 typedef struct {
 	ncclComm_t nc;
-	cudaStream_t stream; /* non-blocking: ordered by events only */
-	cudaEvent_t after;   /* recorded on the compute stream before each operation */
+	cudaStream_t stream;    /* non-blocking: ordered by events only */
+	cudaEvent_t after;      /* recorded on the compute stream before each operation */
 	cudaEvent_t pool[POOL]; /* spare "done" events */
 	int npool;
 	int *scratch; /* device (2 * size) ints: split plans, barrier */
@@ -95,21 +95,25 @@ static void track(pp_comm *c, int on)
 static ncclDataType_t nccl_type(pp_dtype t)
 {
 	switch (t) {
-	case PP_DT_F32: return ncclFloat32;
-	case PP_DT_F64: return ncclFloat64;
-	case PP_DT_I32: return ncclInt32;
-	case PP_DT_I64: return ncclInt64;
-	case PP_DT_U64: return ncclUint64;
-	case PP_DT_BYTE: return ncclUint8;
-	case PP_DT_BF16: return ncclBfloat16;
+	case PP_DT_F32:
+		return ncclFloat32;
+	case PP_DT_F64:
+		return ncclFloat64;
+	case PP_DT_I32:
+		return ncclInt32;
+	case PP_DT_I64:
+		return ncclInt64;
+	case PP_DT_U64:
+		return ncclUint64;
+	case PP_DT_BYTE:
+		return ncclUint8;
+	case PP_DT_BF16:
+		return ncclBfloat16;
 	}
 	return ncclUint8;
 }
 
-static nccl_impl *impl(const pp_comm *c)
-{
-	return c->impl;
-}
+static nccl_impl *impl(const pp_comm *c) { return c->impl; }
 
 static void abort_comm(pp_comm *c)
 {
@@ -234,8 +238,8 @@ static int req_new(pp_comm *c, const char *op, const int *peers, int npeers, ncc
 	*out = NULL;
 	if (s->aborted)
 		return pp_errorf(e, PP_ERUNTIME,
-				 "%s on '%s': the communicator was aborted by an earlier failure", op,
-				 c->name);
+				 "%s on '%s': the communicator was aborted by an earlier failure",
+				 op, c->name);
 	nccl_req *q = calloc(1, sizeof *q);
 	if (!q)
 		return pp_errorf(e, PP_ERUNTIME, "%s on '%s': out of memory", op, c->name);
@@ -303,8 +307,8 @@ static int posted(nccl_req *q, int rc, ncclResult_t issued, pp_comm_req **out, p
 	const char *op = q->base.op;
 	*out = NULL;
 	if (!rc && issued != ncclSuccess && issued != ncclInProgress)
-		rc = nccl_error(c, op, q->base.npeers ? q->base.peers : NULL, q->base.npeers, issued,
-				e);
+		rc = nccl_error(c, op, q->base.npeers ? q->base.peers : NULL, q->base.npeers,
+				issued, e);
 	if (!rc && issued == ncclInProgress)
 		rc = wait_state(c, op, NULL, e);
 	cudaError_t r;
@@ -358,15 +362,9 @@ static int nccl_progress(pp_comm_req *base, int *done, pp_err *e)
 }
 
 /* The blocking calls: rc from posting *r, then the wait */
-static int finish(int rc, pp_comm_req **r, pp_err *e)
-{
-	return rc || !*r ? rc : comm_wait(*r, e);
-}
+static int finish(int rc, pp_comm_req **r, pp_err *e) { return rc || !*r ? rc : comm_wait(*r, e); }
 
-static ncclRedOp_t nccl_op(pp_redop op)
-{
-	return op == PP_OP_MAX ? ncclMax : ncclSum;
-}
+static ncclRedOp_t nccl_op(pp_redop op) { return op == PP_OP_MAX ? ncclMax : ncclSum; }
 
 static int nccl_iallreduce(pp_comm *c, void *buf, size_t count, pp_dtype t, pp_redop op,
 			   pp_comm_req **out, pp_err *e)
@@ -419,8 +417,8 @@ static int nccl_ireduce_scatter(pp_comm *c, const void *send, void *recv, const 
 		for (int i = 0; i < c->size; i++) {
 			char *blk = (char *)ds + at * esz;
 			if (r == ncclSuccess && counts[i])
-				r = ncclReduce(blk, i == c->rank ? dr : blk, counts[i], nccl_type(t),
-					       nccl_op(op), i, s->nc, s->stream);
+				r = ncclReduce(blk, i == c->rank ? dr : blk, counts[i],
+					       nccl_type(t), nccl_op(op), i, s->nc, s->stream);
 			at += counts[i];
 		}
 		ncclResult_t end = ncclGroupEnd();
@@ -460,8 +458,8 @@ static int nccl_iall_gatherv(pp_comm *c, const void *send, void *recv, const siz
 		size_t at = 0;
 		for (int i = 0; i < c->size; i++) {
 			if (r == ncclSuccess && counts[i])
-				r = ncclBroadcast(ds, (char *)dr + at * esz, counts[i], nccl_type(t), i,
-						  s->nc, s->stream);
+				r = ncclBroadcast(ds, (char *)dr + at * esz, counts[i],
+						  nccl_type(t), i, s->nc, s->stream);
 			at += counts[i];
 		}
 		ncclResult_t end = ncclGroupEnd();
@@ -537,7 +535,8 @@ static int nccl_broadcast(pp_comm *c, void *buf, size_t count, pp_dtype t, int r
 	if (!rc)
 		rc = after_compute(q, e);
 	if (!rc)
-		issued = ncclBroadcast(d, d, count, nccl_type(t), root, impl(c)->nc, impl(c)->stream);
+		issued = ncclBroadcast(d, d, count, nccl_type(t), root, impl(c)->nc,
+				       impl(c)->stream);
 	return finish(posted(q, rc, issued, &r, e), &r, e);
 }
 
@@ -608,11 +607,11 @@ static int nccl_alltoallv(pp_comm *c, const void *send, const size_t *scounts,
 	if (!rc) {
 		issued = ncclGroupStart();
 		for (int p = 0; issued == ncclSuccess && p < c->size; p++) {
-			issued = ncclSend((const char *)ds + sdispls[p] * esz, scounts[p], nccl_type(t), p,
-					  s->nc, s->stream);
+			issued = ncclSend((const char *)ds + sdispls[p] * esz, scounts[p],
+					  nccl_type(t), p, s->nc, s->stream);
 			if (issued == ncclSuccess)
-				issued = ncclRecv((char *)dr + rdispls[p] * esz, rcounts[p], nccl_type(t), p,
-						  s->nc, s->stream);
+				issued = ncclRecv((char *)dr + rdispls[p] * esz, rcounts[p],
+						  nccl_type(t), p, s->nc, s->stream);
 		}
 		ncclResult_t end = ncclGroupEnd();
 		issued = issued != ncclSuccess ? issued : end;
@@ -628,8 +627,7 @@ static int nccl_send(pp_comm *c, const void *buf, size_t count, pp_dtype t, int 
 	return exchange(c, "send", buf, count, peer, NULL, 0, -1, t, tag, e);
 }
 
-static int nccl_recv(pp_comm *c, void *buf, size_t count, pp_dtype t, int peer, int tag,
-		     pp_err *e)
+static int nccl_recv(pp_comm *c, void *buf, size_t count, pp_dtype t, int peer, int tag, pp_err *e)
 {
 	if (peer < 0)
 		return comm_check_rank(c, "recv", "source", peer, 0, e);
@@ -687,8 +685,7 @@ static void release(pp_comm *c)
 
 /* A communicator around nc (may be NULL until init completes): its stream,
  * events and scratch buffer. */
-static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout,
-		     pp_err *e)
+static pp_comm *wrap(pp_proc *p, const char *name, int rank, int size, double timeout, pp_err *e)
 {
 	pp_comm *c = comm_new(&pp_comm_nccl, p, name, rank, size, timeout);
 	nccl_impl *s = c ? calloc(1, sizeof *s) : NULL;
@@ -761,8 +758,9 @@ static int nccl_init(pp_comm **out, pp_proc *p, double timeout, pp_err *e)
 			snprintf(why, sizeof why, "ncclGetUniqueId: %s",
 				 ncclGetErrorString((ncclResult_t)-err));
 		else if (err == cudaErrorInvalidDevice)
-			snprintf(why, sizeof why, "it needs GPU %d but sees %d%s%s%s", all[first].device,
-				 all[first].ndevices, self && vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+			snprintf(why, sizeof why, "it needs GPU %d but sees %d%s%s%s",
+				 all[first].device, all[first].ndevices,
+				 self && vis ? " (CUDA_VISIBLE_DEVICES=" : "",
 				 self && vis ? vis : "", self && vis ? ")" : "");
 		else
 			snprintf(why, sizeof why, "%s (CUDA error %d)",
@@ -799,8 +797,8 @@ static int nccl_split(pp_comm *c, int color, int key, const char *name, pp_comm 
 {
 	*out = NULL;
 	if (color < 0 && color != PP_COMM_NOCOLOR)
-		return pp_errorf(e, PP_EUSAGE, "split of '%s' into '%s': color %d is negative", c->name,
-				 name, color);
+		return pp_errorf(e, PP_EUSAGE, "split of '%s' into '%s': color %d is negative",
+				 c->name, name, color);
 	nccl_impl *s = impl(c);
 	int mine[2] = {color, key}, rank, size;
 	int *ckeys = malloc(sizeof(int) * 2 * (size_t)c->size);

@@ -80,13 +80,28 @@ static const struct {
 _Static_assert(sizeof(sched_kind) == sizeof(int), "sched_kind is stored as an int");
 
 #define PP_STR_(x) #x
-#define PP_STR(x) PP_STR_(x)
-#define FIELD(f) .off = offsetof(pp_config, f), .size = sizeof(((pp_config *)0)->f)
-#define OBJ(p) {.path = p, .kind = K_OBJECT}
-#define NUM(p, k, f, d, r, fl) {.path = p, .kind = k, FIELD(f), .def = d, .range = r, .flags = fl}
-#define BOOL(p, f, d, fl) {.path = p, .kind = K_BOOL, FIELD(f), .def = d, .flags = fl}
-#define STR(p, f, d, fl) {.path = p, .kind = K_STRING, FIELD(f), .def = d, .flags = fl}
-#define ENUM(p, k, f, n, d, fl) {.path = p, .kind = k, FIELD(f), .names = n, .def = d, .flags = fl}
+#define PP_STR(x)  PP_STR_(x)
+#define FIELD(f)   .off = offsetof(pp_config, f), .size = sizeof(((pp_config *)0)->f)
+#define OBJ(p)                                                                                     \
+	{                                                                                          \
+		.path = p, .kind = K_OBJECT                                                        \
+	}
+#define NUM(p, k, f, d, r, fl)                                                                     \
+	{                                                                                          \
+		.path = p, .kind = k, FIELD(f), .def = d, .range = r, .flags = fl                  \
+	}
+#define BOOL(p, f, d, fl)                                                                          \
+	{                                                                                          \
+		.path = p, .kind = K_BOOL, FIELD(f), .def = d, .flags = fl                         \
+	}
+#define STR(p, f, d, fl)                                                                           \
+	{                                                                                          \
+		.path = p, .kind = K_STRING, FIELD(f), .def = d, .flags = fl                       \
+	}
+#define ENUM(p, k, f, n, d, fl)                                                                    \
+	{                                                                                          \
+		.path = p, .kind = k, FIELD(f), .names = n, .def = d, .flags = fl                  \
+	}
 
 /* Order is the order of the resolved JSON. */
 static const key_desc keys[] = {
@@ -272,8 +287,8 @@ static int unknown_key(const char *parent, const char *name, pp_err *e)
 	const char *sep = *parent ? "." : "";
 	const char *near = nearest(name, cands, n);
 	if (near && (!elsewhere || edit_distance(name, near) <= 1))
-		return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s%s%s'?)", parent,
-				 sep, name, parent, sep, near);
+		return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s%s%s'?)",
+				 parent, sep, name, parent, sep, near);
 	if (elsewhere)
 		return pp_errorf(e, PP_EUSAGE, "unknown key '%s%s%s' (did you mean '%s'?)", parent,
 				 sep, name, elsewhere);
@@ -355,8 +370,8 @@ static int set_path(json_t *root, const char *path, json_t *v, const char *what,
 			char got[256];
 			describe(child, got, sizeof got);
 			json_decref(v);
-			return pp_errorf(e, PP_EUSAGE, "%s: '%.*s' is not an object (it is %s)", what,
-					 (int)(dot - buf), path, got);
+			return pp_errorf(e, PP_EUSAGE, "%s: '%.*s' is not an object (it is %s)",
+					 what, (int)(dot - buf), path, got);
 		}
 		obj = child;
 	}
@@ -407,10 +422,12 @@ static int enum_error(const key_desc *k, const char *got, pp_err *e)
 	char list[256] = "";
 	int n = 0;
 	for (const char *const *s = k->names; *s; s++, n++)
-		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", n ? ", " : "", *s);
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", n ? ", " : "",
+			 *s);
 	const char *near = nearest(got, k->names, n);
-	return pp_errorf(e, PP_EUSAGE, "key '%s': unknown value \"%.200s\", expected one of %s%s%s%s",
-			 k->path, got, list, near ? " (did you mean '" : "", near ? near : "",
+	return pp_errorf(e, PP_EUSAGE,
+			 "key '%s': unknown value \"%.200s\", expected one of %s%s%s%s", k->path,
+			 got, list, near ? " (did you mean '" : "", near ? near : "",
 			 near ? "'?)" : "");
 }
 
@@ -425,19 +442,23 @@ static int convert_layers(const key_desc *k, const json_t *v, pp_config *c, pp_e
 		{
 			long long y;
 			if (n == PP_MAX_CHUNKS || !as_integer(x, &y) || y < 1 || y > INT_MAX)
-				return pp_errorf(e, PP_EUSAGE,
-						 "key '%s': expected at most %d layer counts >= 1, got %s",
-						 k->path, PP_MAX_CHUNKS, json_is_integer(x) ? "a count < 1" : "a non-integer");
+				return pp_errorf(
+					e, PP_EUSAGE,
+					"key '%s': expected at most %d layer counts >= 1, got %s",
+					k->path, PP_MAX_CHUNKS,
+					json_is_integer(x) ? "a count < 1" : "a non-integer");
 			c->stage_layers[n++] = (int)y;
 		}
 	} else if (json_is_string(v)) {
 		for (const char *p = json_string_value(v); *p;) {
 			char *end;
 			long y = strtol(p, &end, 10);
-			if (end == p || y < 1 || y > INT_MAX || n == PP_MAX_CHUNKS || (*end && *end != ','))
-				return pp_errorf(e, PP_EUSAGE,
-						 "key '%s': expected layer counts like 10,10,9,9, got \"%.100s\"",
-						 k->path, json_string_value(v));
+			if (end == p || y < 1 || y > INT_MAX || n == PP_MAX_CHUNKS ||
+			    (*end && *end != ','))
+				return pp_errorf(
+					e, PP_EUSAGE,
+					"key '%s': expected layer counts like 10,10,9,9, got \"%.100s\"",
+					k->path, json_string_value(v));
 			c->stage_layers[n++] = (int)y;
 			p = *end ? end + 1 : end;
 		}
@@ -500,8 +521,8 @@ static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 			return type_error(k->path, "a number", v, e);
 		double x = json_number_value(v);
 		if (!in_range(k->range, x))
-			return pp_errorf(e, PP_EUSAGE, "key '%s': expected a number%s, got %g", k->path,
-					 ranges[k->range].text, x);
+			return pp_errorf(e, PP_EUSAGE, "key '%s': expected a number%s, got %g",
+					 k->path, ranges[k->range].text, x);
 		*(double *)field = x;
 		return 0;
 	}
@@ -515,10 +536,12 @@ static int convert(const key_desc *k, const json_t *v, pp_config *c, pp_err *e)
 			return type_error(k->path, "a string", v, e);
 		const char *s = json_string_value(v);
 		if (strlen(s) >= k->size)
-			return pp_errorf(e, PP_EUSAGE, "key '%s': \"%.40s...\" is longer than %zu bytes",
-					 k->path, s, k->size - 1);
+			return pp_errorf(e, PP_EUSAGE,
+					 "key '%s': \"%.40s...\" is longer than %zu bytes", k->path,
+					 s, k->size - 1);
 		if ((k->flags & F_NONEMPTY) && !*s)
-			return pp_errorf(e, PP_EUSAGE, "key '%s': expected a non-empty string", k->path);
+			return pp_errorf(e, PP_EUSAGE, "key '%s': expected a non-empty string",
+					 k->path);
 		snprintf(field, k->size, "%s", s);
 		return 0;
 	}
@@ -611,7 +634,8 @@ const char *pp_config_dir(void)
 		char *slash = strrchr(exe, '/');
 		if (slash)
 			*slash = 0;
-		static const char *const up[] = {"/../configs", "/../../configs", "/../share/pp/configs"};
+		static const char *const up[] = {"/../configs", "/../../configs",
+						 "/../share/pp/configs"};
 		for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
 			char cand[PP_PATH_MAX + 32], models[PP_PATH_MAX + 64];
 			snprintf(cand, sizeof cand, "%s%s", exe, up[i]);
@@ -630,7 +654,8 @@ static int load_json_file(const char *path, const char *what, json_t **out, pp_e
 	FILE *f = fopen(path, "r");
 	struct stat st;
 	if (!f)
-		return pp_errorf(e, PP_EUSAGE, "cannot open %s '%s': %s", what, path, strerror(errno));
+		return pp_errorf(e, PP_EUSAGE, "cannot open %s '%s': %s", what, path,
+				 strerror(errno));
 	if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
 		fclose(f);
 		return pp_errorf(e, PP_EUSAGE, "cannot read %s '%s': is a directory", what, path);
@@ -660,9 +685,10 @@ static int unknown_preset(const char *name, const char *dir, pp_err *e)
 	snprintf(models, sizeof models, "%s/models", dir);
 	DIR *d = opendir(models);
 	if (!d)
-		return pp_errorf(e, PP_EUSAGE,
-				 "unknown model preset '%s': cannot list '%s' (%s); set PP_CONFIG_DIR",
-				 name, models, strerror(errno));
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"unknown model preset '%s': cannot list '%s' (%s); set PP_CONFIG_DIR", name,
+			models, strerror(errno));
 	char *names[256];
 	int n = 0;
 	for (struct dirent *de; (de = readdir(d)) && n < 256;) {
@@ -689,10 +715,11 @@ static int unknown_preset(const char *name, const char *dir, pp_err *e)
 static int load_preset(const char *name, json_t **out, char *path, size_t path_size, pp_err *e)
 {
 	if (!*name || strchr(name, '/'))
-		return pp_errorf(e, PP_EUSAGE,
-				 "key 'model.preset': \"%s\" is not a preset name (no '/'; presets are "
-				 "files in %s/models)",
-				 name, pp_config_dir());
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"key 'model.preset': \"%s\" is not a preset name (no '/'; presets are "
+			"files in %s/models)",
+			name, pp_config_dir());
 	const char *dir = pp_config_dir();
 	snprintf(path, path_size, "%s/models/%s.json", dir, name);
 	if (access(path, F_OK))
@@ -881,8 +908,9 @@ static int resolve(pp_config *c, json_t *root, bool strict, pp_err *e)
 				pp_err_prefix(e, "preset %s", preset_path);
 		} else if (k->flags & F_REQUIRED) {
 			if (c->model.preset[0])
-				rc = pp_errorf(e, PP_EUSAGE, "missing key '%s': neither the config nor "
-							     "preset '%s' sets it",
+				rc = pp_errorf(e, PP_EUSAGE,
+					       "missing key '%s': neither the config nor "
+					       "preset '%s' sets it",
 					       k->path, c->model.preset);
 			else
 				rc = pp_errorf(e, PP_EUSAGE,
@@ -934,8 +962,8 @@ static int apply_override(json_t *root, const char *ov, pp_err *e)
 	const char *digits = eq + 1 + (eq[1] == '-');
 	if (!v && *digits && strspn(digits, "0123456789") == strlen(digits) &&
 	    !(i >= 0 && keys[i].kind == K_STRING))
-		return pp_errorf(e, PP_EUSAGE, "%s: %s is too large (integers are at most %lld)", what,
-				 eq + 1, LLONG_MAX);
+		return pp_errorf(e, PP_EUSAGE, "%s: %s is too large (integers are at most %lld)",
+				 what, eq + 1, LLONG_MAX);
 	bool raw = !strcmp(key, "model") ? !json_is_object(v)
 					 : i >= 0 && (keys[i].kind == K_STRING || keys[i].names) &&
 						   !json_is_string(v);
@@ -983,7 +1011,8 @@ int pp_config_load_text(pp_config *c, const char *json_text, int n_overrides,
 	json_error_t je;
 	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
+		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column,
+				 je.text);
 	if (!json_is_object(root)) {
 		json_decref(root);
 		return pp_errorf(e, PP_EUSAGE, "config JSON: expected an object at the top level");
@@ -997,7 +1026,8 @@ int pp_config_from_json(pp_config *c, const char *json_text, pp_err *e)
 	json_error_t je;
 	json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column, je.text);
+		return pp_errorf(e, PP_EUSAGE, "config JSON:%d:%d: %s", je.line, je.column,
+				 je.text);
 	int rc;
 	if (!json_is_object(root))
 		rc = pp_errorf(e, PP_EUSAGE, "config JSON: expected an object at the top level");

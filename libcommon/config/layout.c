@@ -7,7 +7,7 @@
 #define REQUIRE(cond, ...)                                                                         \
 	do {                                                                                       \
 		if (!(cond))                                                                       \
-			return pp_errorf(e, PP_EUSAGE, __VA_ARGS__);                              \
+			return pp_errorf(e, PP_EUSAGE, __VA_ARGS__);                               \
 	} while (0)
 
 int layout_tp_share(const pp_model_cfg *m, int tp, int rank, layout_tp *out, pp_err *e)
@@ -89,8 +89,8 @@ int layout_check(const pp_config *c, pp_err *e)
 	for (int i = 0; i < c->n_stage_layers; i++)
 		sum += c->stage_layers[i];
 	REQUIRE(!c->n_stage_layers || c->n_stage_layers == c->pp * c->virtual_stages,
-		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d", c->n_stage_layers,
-		c->pp, c->virtual_stages);
+		"stage_layers lists %d stages, but pp * virtual_stages = %d * %d",
+		c->n_stage_layers, c->pp, c->virtual_stages);
 	REQUIRE(!c->n_stage_layers || sum == m->n_layers,
 		"stage_layers adds up to %ld layers, but model.n_layers is %d", sum, m->n_layers);
 	layout_tp share;
@@ -98,7 +98,8 @@ int layout_check(const pp_config *c, pp_err *e)
 	if (rc)
 		return rc;
 	REQUIRE(c->ep == 1 || m->n_experts > 0,
-		"ep %d: expert parallelism needs a mixture of experts (model.n_experts is 0)", c->ep);
+		"ep %d: expert parallelism needs a mixture of experts (model.n_experts is 0)",
+		c->ep);
 	REQUIRE(c->dp % c->ep == 0, "ep %d does not divide dp %d (the ep groups lie inside dp)",
 		c->ep, c->dp);
 	REQUIRE(m->n_experts % c->ep == 0, "ep %d does not divide model.n_experts %d", c->ep,
@@ -118,10 +119,11 @@ int layout_check_world(const pp_config *c, int world, pp_err *e)
 	char fsdp[32] = "";
 	if (c->fsdp > 1)
 		snprintf(fsdp, sizeof fsdp, " fsdp=%d", c->fsdp);
-	return pp_errorf(e, PP_EUSAGE, "the layout pp=%d dp=%d%s tp=%d needs %d ranks, but the job has %d%s",
-			 c->pp, c->dp, fsdp, c->tp, want, world,
-			 world == 1 ? " (launch with srun --mpi=pmix -n N, or set pp=1 dp=1 fsdp=1 tp=1)"
-				    : "");
+	return pp_errorf(
+		e, PP_EUSAGE, "the layout pp=%d dp=%d%s tp=%d needs %d ranks, but the job has %d%s",
+		c->pp, c->dp, fsdp, c->tp, want, world,
+		world == 1 ? " (launch with srun --mpi=pmix -n N, or set pp=1 dp=1 fsdp=1 tp=1)"
+			   : "");
 }
 
 int layout_rank_of(const pp_config *c, int pp_rank, int data_rank, int tp_rank)
@@ -134,10 +136,19 @@ int layout_build(pp_layout *l, const pp_config *c, int rank, pp_err *e)
 	memset(l, 0, sizeof *l);
 	const int data = pp_config_data_ranks(c), world = pp_config_world(c);
 	REQUIRE(rank >= 0 && rank < world, "rank %d outside the layout's %d ranks", rank, world);
-	*l = (pp_layout){.pp = c->pp, .dp = c->dp, .fsdp = c->fsdp, .tp = c->tp, .ep = c->ep,
-			 .v = c->virtual_stages, .data = data, .world = world, .rank = rank,
-			 .schedule = c->schedule, .microbatches = c->microbatches,
-			 .microbatch = c->microbatch, .seq_len = c->seq_len,
+	*l = (pp_layout){.pp = c->pp,
+			 .dp = c->dp,
+			 .fsdp = c->fsdp,
+			 .tp = c->tp,
+			 .ep = c->ep,
+			 .v = c->virtual_stages,
+			 .data = data,
+			 .world = world,
+			 .rank = rank,
+			 .schedule = c->schedule,
+			 .microbatches = c->microbatches,
+			 .microbatch = c->microbatch,
+			 .seq_len = c->seq_len,
 			 .split_backward = schedule_split_backward(c->schedule)};
 	l->tp_rank = rank % c->tp;
 	l->data_rank = rank / c->tp % data;

@@ -44,14 +44,14 @@
 
 /* A rank's tensor-parallel share of the model's widths. */
 typedef struct {
-	int rank, size;   /* in the tp group */
-	int n_heads;      /* query heads: n_heads / tp */
-	int n_kv_heads;   /* kv heads: n_kv_heads / tp, or 1 when tp > n_kv_heads */
-	int kv_replicas;  /* tp ranks that hold the same kv heads (1: split) */
-	int kv_block;     /* which block of kv heads: rank / kv_replicas */
-	int d_ff;         /* MLP (or each expert's) columns */
-	int vocab;        /* embedding and head rows */
-	int vocab_begin;  /* the first of them */
+	int rank, size;  /* in the tp group */
+	int n_heads;     /* query heads: n_heads / tp */
+	int n_kv_heads;  /* kv heads: n_kv_heads / tp, or 1 when tp > n_kv_heads */
+	int kv_replicas; /* tp ranks that hold the same kv heads (1: split) */
+	int kv_block;    /* which block of kv heads: rank / kv_replicas */
+	int d_ff;        /* MLP (or each expert's) columns */
+	int vocab;       /* embedding and head rows */
+	int vocab_begin; /* the first of them */
 } layout_tp;
 
 /* Which sequences a data rank reads (layout.h's top): its i-th is global

@@ -12,9 +12,9 @@
 #include "../base/error.h"
 #include "../schedule/schedule.h"
 
-#define PP_PATH_MAX 4096
-#define PP_MAX_CHUNKS 256 /* pipeline stages: pp * virtual_stages */
-#define PP_LOSS_CHUNK_MB 64 /* default loss_chunk_mb */
+#define PP_PATH_MAX      4096
+#define PP_MAX_CHUNKS    256 /* pipeline stages: pp * virtual_stages */
+#define PP_LOSS_CHUNK_MB 64  /* default loss_chunk_mb */
 
 enum { PP_MLP_SWIGLU, PP_MLP_GEGLU, PP_MLP_GELU };
 enum { PP_NORM_RMS, PP_NORM_LAYER };
@@ -31,30 +31,30 @@ enum { PP_RECOMPUTE_NONE, PP_RECOMPUTE_FULL, PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_
 
 typedef struct {
 	char preset[64];
-	int family;       /* PP_FAMILY_*: picks the Hugging Face parameter names */
+	int family; /* PP_FAMILY_*: picks the Hugging Face parameter names */
 	int d_model;
 	int n_heads;
 	int n_kv_heads;
-	int head_dim;     /* default d_model / n_heads */
-	int d_ff;         /* mlp width (per expert for MoE) */
+	int head_dim; /* default d_model / n_heads */
+	int d_ff;     /* mlp width (per expert for MoE) */
 	int n_layers;
 	int vocab_size;
-	int max_seq_len;  /* positions table size / trained context */
-	int mlp;          /* PP_MLP_* */
-	int norm;         /* PP_NORM_* */
+	int max_seq_len; /* positions table size / trained context */
+	int mlp;         /* PP_MLP_* */
+	int norm;        /* PP_NORM_* */
 	double norm_eps;
 	double norm_offset; /* 1 for Gemma's (1 + w) RMSNorm */
-	int pos;          /* PP_POS_* */
+	int pos;            /* PP_POS_* */
 	double rope_theta;
 	int sliding_window; /* 0 = full causal */
 	bool tied_embeddings;
-	bool embed_scale;   /* multiply embeddings by sqrt(d_model) (Gemma) */
-	bool bias;          /* biases on linear layers (GPT) */
-	int n_experts;      /* 0 = dense */
+	bool embed_scale; /* multiply embeddings by sqrt(d_model) (Gemma) */
+	bool bias;        /* biases on linear layers (GPT) */
+	int n_experts;    /* 0 = dense */
 	int top_k;
-	int moe_every;      /* every k-th layer is MoE (1 = all) */
-	double capacity_factor; /* 0 = dropless */
-	int router;         /* PP_ROUTE_*: how router logits become gates */
+	int moe_every;               /* every k-th layer is MoE (1 = all) */
+	double capacity_factor;      /* 0 = dropless */
+	int router;                  /* PP_ROUTE_*: how router logits become gates */
 	double router_aux_loss_coef; /* weight of the load-balancing loss */
 	double router_z_loss_coef;   /* weight of the router z-loss */
 	double init_std;
@@ -65,8 +65,8 @@ typedef struct {
 	pp_model_cfg model;
 
 	long steps;
-	int global_batch;   /* sequences per optimizer step (all dp ranks) */
-	int microbatch;     /* sequences per forward/backward */
+	int global_batch; /* sequences per optimizer step (all dp ranks) */
+	int microbatch;   /* sequences per forward/backward */
 	int seq_len;
 
 	/* mesh: world size = pp * dp * fsdp * tp; tp innermost, then fsdp, then
@@ -78,11 +78,12 @@ typedef struct {
 	int ep;             /* expert parallelism inside dp: ep divides dp and model.n_experts */
 	int microbatches;   /* per data rank per step: global_batch / (dp * fsdp * microbatch) */
 	int virtual_stages; /* pipeline stages per pp rank (interleaving) */
-	sched_kind schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
-	int recompute;      /* PP_RECOMPUTE_*: activations rebuilt in the backward pass */
+	sched_kind
+		schedule; /* pipeline schedule: gpipe | 1f1b | eager1f1b | interleaved1f1b | zbh1 */
+	int recompute;    /* PP_RECOMPUTE_*: activations rebuilt in the backward pass */
 	bool shard_optimizer; /* ZeRO-1 */
 	double grad_bucket_mb; /* dp gradient sum in buckets of this many MiB, overlapped with the backward; 0: after it */
-	double loss_chunk_mb;  /* logits of the head and loss computed this many MiB at a time */
+	double loss_chunk_mb; /* logits of the head and loss computed this many MiB at a time */
 	double comm_timeout;  /* seconds a collective may wait for its peers */
 	/* layers of each pipeline stage (virtual stage order); 0 stages = an
 	 * even split with the remainder to the first stages */
@@ -91,8 +92,8 @@ typedef struct {
 
 	double lr;
 	struct {
-		int type;           /* PP_LR_*: cosine | linear | constant | wsd */
-		long warmup_steps;  /* -1 = warmup_fraction * steps */
+		int type;          /* PP_LR_*: cosine | linear | constant | wsd */
+		long warmup_steps; /* -1 = warmup_fraction * steps */
 		double warmup_fraction;
 		double final_fraction; /* lr at the end = final_fraction * lr */
 		double decay_fraction; /* wsd: share of steps spent decaying */
@@ -101,22 +102,22 @@ typedef struct {
 		double b1, b2, eps, weight_decay;
 		bool decay_norms_and_biases;
 	} adamw;
-	double clip_norm;  /* 0 = off */
+	double clip_norm; /* 0 = off */
 	uint64_t seed;
-	int dtype;         /* compute type, PP_TYPE_REAL (fp32) | PP_TYPE_BF16 (bf16) */
-	int device;        /* PP_DEVICE_CPU | PP_DEVICE_CUDA */
-	int nan_policy;    /* PP_NAN_ABORT | PP_NAN_SKIP */
+	int dtype;      /* compute type, PP_TYPE_REAL (fp32) | PP_TYPE_BF16 (bf16) */
+	int device;     /* PP_DEVICE_CPU | PP_DEVICE_CUDA */
+	int nan_policy; /* PP_NAN_ABORT | PP_NAN_SKIP */
 
-	char data[PP_PATH_MAX]; /* "synthetic" or a token dataset */
+	char data[PP_PATH_MAX];      /* "synthetic" or a token dataset */
 	char val_data[PP_PATH_MAX];  /* validation tokens; "" = data's own /val split */
 	char tokenizer[PP_PATH_MAX]; /* "" = unchecked; else must have made the data */
 	bool data_eos;               /* insert EOS between documents */
 	char run_dir[PP_PATH_MAX];
-	long checkpoint_period; /* 0 = only at the end */
+	long checkpoint_period;  /* 0 = only at the end */
 	bool save_on_completion; /* save after the last step (benchmarks turn it off) */
-	int keep;               /* keep the newest K checkpoints (0 = all) */
-	long resume_from;       /* -1: the newest sound checkpoint; else that step */
-	long eval_interval;     /* 0 = off */
+	int keep;                /* keep the newest K checkpoints (0 = all) */
+	long resume_from;        /* -1: the newest sound checkpoint; else that step */
+	long eval_interval;      /* 0 = off */
 	int eval_batches;
 	long log_period;
 	int timing_skip_steps; /* warm-up steps left out of timing statistics */
@@ -125,10 +126,10 @@ typedef struct {
 	char profile_steps[32];
 	long profile_begin, profile_end; /* "A:B"; 0 otherwise */
 	int profile_count;               /* "N"; 0 otherwise */
-	bool tensorboard;        /* RUN/tensorboard/events.out.tfevents.* beside metrics.jsonl */
+	bool tensorboard;         /* RUN/tensorboard/events.out.tfevents.* beside metrics.jsonl */
 	bool async_checkpointing; /* write checkpoints on a background thread */
-	double step_timeout;     /* seconds a step may take before the watchdog ends the job; 0 = off */
-	double max_runtime;      /* seconds of wall clock: stop and save before they run out; 0 = off */
+	double step_timeout; /* seconds a step may take before the watchdog ends the job; 0 = off */
+	double max_runtime;  /* seconds of wall clock: stop and save before they run out; 0 = off */
 	/* test-only: one rank's profile clock offset by seconds; every pipeline
 	 * pass padded to a fixed time (ms; 0 = as it comes); a hung rank */
 	struct {

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "../../kernels/ops.h"
-#include "source.h"
 #include "../base/rng.h"
 #include "../tok/tokenizer.h"
+#include "source.h"
 
 /* A source fills whole sequences of T+1 tokens by global sequence index; the
  * loader walks the indices its layout gives (layout_seq_index: microbatch
@@ -43,13 +43,13 @@ struct pp_data {
 	const char *key_name; /* "data" or "val_data", for messages */
 	bool shuffle;
 	uint64_t shuffle_key;
-	int64_t eos;     /* inserted between documents; -1: nothing is */
-	int64_t limit;   /* every token must be below this */
+	int64_t eos;   /* inserted between documents; -1: nothing is */
+	int64_t limit; /* every token must be below this */
 	const char *limit_what;
-	int T;           /* the windows below are for sequences of T tokens (0: none yet) */
+	int T; /* the windows below are for sequences of T tokens (0: none yet) */
 	uint64_t windows;
-	uint64_t *first_doc; /* (windows) document of each window's first token; with eos */
-	int *eos_at;         /* (T + 1) scratch: where a window's EOS tokens go */
+	uint64_t *first_doc;        /* (windows) document of each window's first token; with eos */
+	int *eos_at;                /* (T + 1) scratch: where a window's EOS tokens go */
 	uint64_t off[OFFSET_BLOCK]; /* doc offsets [off_base, off_base + off_n) */
 	uint64_t off_base, off_n;
 };
@@ -305,8 +305,8 @@ static int unknown_data(const char *key, const char *path, pp_err *e)
 /* The run's tokenizer (when set) must be the one that made the data; for
  * data that does not record its tokenizer it supplies the vocabulary bound
  * and the EOS id. */
-static int check_tokenizer(data_corpus *co, const pp_config *c, const char *key,
-			   const char *path, pp_err *e)
+static int check_tokenizer(data_corpus *co, const pp_config *c, const char *key, const char *path,
+			   pp_err *e)
 {
 	if (!c->tokenizer[0])
 		return 0;
@@ -389,7 +389,10 @@ int data_open(pp_data **out, const pp_config *c, const char *split, const layout
 	if (!strcmp(path, "synthetic"))
 		synthetic_open(d, c, val);
 	else
-		rc = packed_open(d, c, key, path, !val ? CORPUS_TRAIN : own ? CORPUS_VAL : CORPUS_ANY,
+		rc = packed_open(d, c, key, path,
+				 !val  ? CORPUS_TRAIN
+				 : own ? CORPUS_VAL
+				       : CORPUS_ANY,
 				 e);
 	if (rc) {
 		data_close(d);
@@ -433,10 +436,11 @@ int data_set_state(pp_data *d, const uint64_t *state, int n, pp_err *e)
 	if (n < 1)
 		return pp_errorf(e, PP_ERUNTIME, "data position missing from the checkpoint");
 	if (state[0] % (uint64_t)d->seqs.ranks)
-		return pp_errorf(e, PP_EUSAGE,
-				 "the checkpoint's data position (%llu sequences) does not split over dp=%d "
-				 "ranks; resume with a dp that divides it",
-				 (unsigned long long)state[0], d->seqs.ranks);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"the checkpoint's data position (%llu sequences) does not split over dp=%d "
+			"ranks; resume with a dp that divides it",
+			(unsigned long long)state[0], d->seqs.ranks);
 	d->pos = state[0] / (uint64_t)d->seqs.ranks;
 	return 0;
 }

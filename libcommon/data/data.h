@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
+#include "../base/error.h"
 #include "../config/config.h"
 #include "../config/layout.h"
-#include "../base/error.h"
 
 typedef struct pp_data pp_data;
 

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../config/config.h"
 #include "../base/rng.h"
+#include "../config/config.h"
 
 const char *const tokens_split_name[TOKENS_NSPLITS] = {"train", "val"};
 
@@ -30,7 +30,6 @@ static void h5_close(hid_t *id, herr_t (*closer)(hid_t))
 		closer(*id);
 	*id = -1;
 }
-
 
 static bool attr_put_i64(hid_t obj, const char *name, int64_t v)
 {
@@ -137,7 +136,7 @@ void tokens_info_free(tokens_info *m)
 int tokens_split_of(double val_fraction, uint64_t seed, uint64_t doc)
 {
 	return rng_uniform(rng_key(seed, "pp-tokens/split"), doc) < val_fraction ? TOKENS_VAL
-										  : TOKENS_TRAIN;
+										 : TOKENS_TRAIN;
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -230,11 +229,12 @@ static int write_doc(tokens_writer *w, int split, const int *ids, size_t n, pp_e
 	size_t chunk = w->o.chunk;
 	for (size_t i = 0; i < n; i++) {
 		if (ids[i] < 0 || ids[i] >= w->vocab)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: token id %d of document %llu is outside the vocabulary "
-					 "[0, %lld)",
-					 w->path, ids[i], (unsigned long long)(w->n_added - 1),
-					 (long long)w->vocab);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: token id %d of document %llu is outside the vocabulary "
+				"[0, %lld)",
+				w->path, ids[i], (unsigned long long)(w->n_added - 1),
+				(long long)w->vocab);
 		s->buf[s->nbuf++] = (uint32_t)ids[i];
 		if (s->nbuf == chunk) {
 			int rc = flush_tokens(w, s, e);
@@ -257,9 +257,10 @@ static int write_meta(tokens_writer *w, const tokens_info *m, pp_err *e)
 		  attr_put_i64(f, "version", PP_TOKENS_VERSION) &&
 		  h5u_attr_put_str(f, "tokenizer_fingerprint", m->fingerprint) &&
 		  h5u_attr_put_str(f, "tokenizer_kind", m->kind) &&
-		  attr_put_i64(f, "vocab_size", m->vocab_size) && attr_put_i64(f, "bos_id", m->bos_id) &&
-		  attr_put_i64(f, "eos_id", m->eos_id) &&
-		  h5u_attr_put(f, "sources", st, st, n, m->n_sources > 0 ? (const void *)m->sources : &one);
+		  attr_put_i64(f, "vocab_size", m->vocab_size) &&
+		  attr_put_i64(f, "bos_id", m->bos_id) && attr_put_i64(f, "eos_id", m->eos_id) &&
+		  h5u_attr_put(f, "sources", st, st, n,
+			       m->n_sources > 0 ? (const void *)m->sources : &one);
 	H5Tclose(st);
 	return ok ? 0 : write_failed(w, "attributes", e);
 }
@@ -350,11 +351,11 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 			break;
 		}
 		if (!h5u_ok(s->g = H5Gcreate2(w->f, tokens_split_name[k], H5P_DEFAULT, H5P_DEFAULT,
-					    H5P_DEFAULT)) ||
+					      H5P_DEFAULT)) ||
 		    !h5u_ok(s->tok = create_1d(s->g, "tokens", H5T_STD_U32LE, w->o.chunk,
-					     w->o.deflate)) ||
+					       w->o.deflate)) ||
 		    !h5u_ok(s->off = create_1d(s->g, "doc_offsets", H5T_STD_U64LE,
-					     PP_TOKENS_OFFSETS_CHUNK, w->o.deflate)))
+					       PP_TOKENS_OFFSETS_CHUNK, w->o.deflate)))
 			rc = write_failed(w, tokens_split_name[k], e);
 		else
 			rc = push_offset(w, s, 0, e);
@@ -380,16 +381,16 @@ int tokens_add_doc(tokens_writer *w, const int *ids, size_t n, pp_err *e)
 		return 0;
 	/* the previous document is now known not to be the last */
 	if (w->has_held) {
-		int rc = write_held(w, tokens_split_of(w->o.val_fraction, w->o.seed, w->n_added - 1),
-				    e);
+		int rc = write_held(
+			w, tokens_split_of(w->o.val_fraction, w->o.seed, w->n_added - 1), e);
 		if (rc)
 			return rc;
 	}
 	if (n > w->held_cap) {
 		int *p = realloc(w->held, n * sizeof *p);
 		if (!p)
-			return pp_errorf(e, PP_ERUNTIME, "out of memory for a document of %zu tokens",
-					 n);
+			return pp_errorf(e, PP_ERUNTIME,
+					 "out of memory for a document of %zu tokens", n);
 		w->held = p;
 		w->held_cap = n;
 	}
@@ -432,8 +433,8 @@ static int finish_body(tokens_writer *w, pp_err *e)
 	return rc;
 }
 
-int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
-		  uint64_t tokens[TOKENS_NSPLITS], pp_err *e)
+int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS], uint64_t tokens[TOKENS_NSPLITS],
+		  pp_err *e)
 {
 	h5u_quiet();
 	int rc = finish_body(w, e);
@@ -486,7 +487,7 @@ void tokens_close(tokens_file *f)
 const tokens_info *tokens_get_info(const tokens_file *f) { return &f->info; }
 
 __attribute__((format(printf, 3, 4))) static int bad(const tokens_file *f, pp_err *e,
-						      const char *fmt, ...)
+						     const char *fmt, ...)
 {
 	char what[768];
 	va_list ap;
@@ -573,7 +574,8 @@ static int open_split(tokens_file *f, int k, pp_err *e)
 	int rc = check_dataset(f, k, "tokens", &f->tok[k], 4, f->info.tokens[k], what, e);
 	snprintf(what, sizeof what, "attribute %s_documents + 1", split);
 	if (!rc)
-		rc = check_dataset(f, k, "doc_offsets", &f->off[k], 8, f->info.docs[k] + 1, what, e);
+		rc = check_dataset(f, k, "doc_offsets", &f->off[k], 8, f->info.docs[k] + 1, what,
+				   e);
 	uint64_t ends[2];
 	if (!rc && (read_1d(f->off[k], H5T_NATIVE_UINT64, 0, 1, &ends[0]) ||
 		    read_1d(f->off[k], H5T_NATIVE_UINT64, f->info.docs[k], 1, &ends[1])))
@@ -708,8 +710,9 @@ int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *
 			   (unsigned long long)offset, (unsigned long long)(offset + n),
 			   tokens_split_name[split], (unsigned long long)len);
 	if (read_1d(f->tok[split], H5T_NATIVE_UINT32, offset, n, out))
-		return bad(f, e, "cannot read /%s/tokens [%llu, %llu): %s", tokens_split_name[split],
-			   (unsigned long long)offset, (unsigned long long)(offset + n), h5u_reason());
+		return bad(f, e, "cannot read /%s/tokens [%llu, %llu): %s",
+			   tokens_split_name[split], (unsigned long long)offset,
+			   (unsigned long long)(offset + n), h5u_reason());
 	return 0;
 }
 
@@ -748,8 +751,8 @@ static int bytes_add(bytes *b, const char *p, size_t n, pp_err *e)
 			cap *= 2;
 		char *q = realloc(b->p, cap);
 		if (!q)
-			return pp_errorf(e, PP_ERUNTIME, "out of memory for a document of %zu bytes",
-					 b->n + n);
+			return pp_errorf(e, PP_ERUNTIME,
+					 "out of memory for a document of %zu bytes", b->n + n);
 		b->p = q;
 		b->cap = cap;
 	}
@@ -943,7 +946,8 @@ int docs_next(docs_reader *r, const char **text, size_t *len, bool *got, pp_err 
 			return rc;
 		/* text never holds a NUL byte; images, archives and HDF5 files do */
 		if (n && memchr(p, 0, n))
-			return pp_errorf(e, PP_ERUNTIME, "%s holds NUL bytes: a binary file, not text", r->name);
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s holds NUL bytes: a binary file, not text", r->name);
 		if (!n && !nl) { /* the end of an input ends a document */
 			close_input(r);
 			if (r->doc.n)

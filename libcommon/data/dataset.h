@@ -18,9 +18,9 @@
 
 #include "../base/error.h"
 
-#define PP_TOKENS_FORMAT "pp-tokens"
-#define PP_TOKENS_VERSION 1
-#define PP_TOKENS_CHUNK ((size_t)1 << 20) /* tokens per chunk of /SPLIT/tokens */
+#define PP_TOKENS_FORMAT        "pp-tokens"
+#define PP_TOKENS_VERSION       1
+#define PP_TOKENS_CHUNK         ((size_t)1 << 20) /* tokens per chunk of /SPLIT/tokens */
 #define PP_TOKENS_OFFSETS_CHUNK ((size_t)1 << 16)
 
 enum { TOKENS_TRAIN, TOKENS_VAL, TOKENS_NSPLITS };
@@ -64,8 +64,8 @@ int tokens_add_doc(tokens_writer *w, const int *ids, size_t n, pp_err *e);
 /* Flushes, writes the counts, fsyncs and renames into place. Frees w
  * whatever happens (on failure the temporary file is removed). docs and
  * tokens (each may be NULL) get the final counts per split. */
-int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS],
-		  uint64_t tokens[TOKENS_NSPLITS], pp_err *e);
+int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS], uint64_t tokens[TOKENS_NSPLITS],
+		  pp_err *e);
 /* Gives up: removes the temporary file and frees w. */
 void tokens_abort(tokens_writer *w);
 

@@ -16,14 +16,14 @@
 
 #include "source.h"
 
-#define LLMC_HEADER_INTS 256
+#define LLMC_HEADER_INTS  256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
 
 typedef struct {
 	char *path;
 	const unsigned char *map;
 	uint64_t size;
-	size_t width; /* 2 or 4 */
+	size_t width;      /* 2 or 4 */
 	uint64_t start, n; /* first token in the stream, token count */
 } shard;
 
@@ -73,8 +73,9 @@ static int check_shard(shard *s, pp_err *e)
 	else if (h[0] == 20240801 && h[1] == 7)
 		s->width = 4;
 	else if (h[0] == 20240520 || h[0] == 20240801)
-		return pp_errorf(e, PP_ERUNTIME, "%s: llm.c shard version %d with magic %d (expected "
-						 "version %d)",
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: llm.c shard version %d with magic %d (expected "
+				 "version %d)",
 				 s->path, h[1], h[0], h[0] == 20240520 ? 1 : 7);
 	else
 		return pp_errorf(e, PP_ERUNTIME,
@@ -86,8 +87,9 @@ static int check_shard(shard *s, pp_err *e)
 	s->n = (uint64_t)h[2];
 	uint64_t want = LLMC_HEADER_BYTES + s->n * s->width;
 	if (s->size != want)
-		return pp_errorf(e, PP_ERUNTIME, "%s%s: %llu bytes, but its header says %llu tokens "
-						 "(%llu bytes)",
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s%s: %llu bytes, but its header says %llu tokens "
+				 "(%llu bytes)",
 				 s->path, s->size < want ? " is truncated" : "",
 				 (unsigned long long)s->size, (unsigned long long)s->n,
 				 (unsigned long long)want);
@@ -103,8 +105,7 @@ static int llmc_open(data_corpus *c, const char *path, corpus_part part, pp_err 
 		if (!grc)
 			globfree(&g);
 		return pp_errorf(e, PP_EUSAGE, "%s: %s", path,
-				 has_glob(path) ? "no file matches this pattern"
-						: "no such file");
+				 has_glob(path) ? "no file matches this pattern" : "no such file");
 	}
 	if (grc)
 		return pp_errorf(e, PP_ERUNTIME, "%s: cannot list the files of this pattern", path);
@@ -164,8 +165,9 @@ static int llmc_read(data_corpus *c, uint64_t offset, size_t n, int *out, pp_err
 			uint32_t v = 0;
 			memcpy(&v, p, s->width); /* little-endian host */
 			if (v > INT32_MAX)
-				return pp_errorf(e, PP_ERUNTIME, "%s: token %u at %llu is not a token id",
-						 s->path, v, (unsigned long long)(at + i));
+				return pp_errorf(e, PP_ERUNTIME,
+						 "%s: token %u at %llu is not a token id", s->path,
+						 v, (unsigned long long)(at + i));
 			*out++ = (int)v;
 		}
 		offset += take;
@@ -178,8 +180,9 @@ static int llmc_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *out,
 {
 	llmc *l = c->impl;
 	if (first > c->n_docs + 1 || n > c->n_docs + 1 - first)
-		return pp_errorf(e, PP_ERUNTIME, "%s: shards [%llu, %llu) are past the end", c->path,
-				 (unsigned long long)first, (unsigned long long)(first + n));
+		return pp_errorf(e, PP_ERUNTIME, "%s: shards [%llu, %llu) are past the end",
+				 c->path, (unsigned long long)first,
+				 (unsigned long long)(first + n));
 	for (size_t i = 0; i < n; i++) {
 		uint64_t k = first + i;
 		out[i] = k < (uint64_t)l->n ? l->shards[k].start : c->n_tokens;

@@ -23,7 +23,7 @@
 
 #include "source.h"
 
-#define MEGATRON_MAGIC "MMIDIDX\0\0"
+#define MEGATRON_MAGIC  "MMIDIDX\0\0"
 #define MEGATRON_HEADER 34 /* 9 + 8 + 1 + 8 + 8 */
 
 typedef struct {
@@ -40,8 +40,8 @@ static const struct {
 	const char *name;
 	size_t width;
 } dtypes[] = {
-	[1] = {"uint8", 1},   [2] = {"int8", 1},    [3] = {"int16", 2}, [4] = {"int32", 4},
-	[5] = {"int64", 8},   [6] = {"float64", 8}, [7] = {"float32", 4}, [8] = {"uint16", 2},
+	[1] = {"uint8", 1}, [2] = {"int8", 1},    [3] = {"int16", 2},   [4] = {"int32", 4},
+	[5] = {"int64", 8}, [6] = {"float64", 8}, [7] = {"float32", 4}, [8] = {"uint16", 2},
 };
 
 static uint64_t load_u64(const unsigned char *p)
@@ -100,28 +100,32 @@ static int check_index(data_corpus *c, megatron *m, pp_err *e)
 {
 	const char *p = m->idx_path;
 	if (m->idx_size < MEGATRON_HEADER)
-		return pp_errorf(e, PP_ERUNTIME, "%s is truncated: %llu bytes, the header alone is %d",
-				 p, (unsigned long long)m->idx_size, MEGATRON_HEADER);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s is truncated: %llu bytes, the header alone is %d", p,
+				 (unsigned long long)m->idx_size, MEGATRON_HEADER);
 	if (memcmp(m->idx, MEGATRON_MAGIC, 9))
 		return pp_errorf(e, PP_ERUNTIME, "%s: not a Megatron index (no MMIDIDX magic)", p);
 	uint64_t version = load_u64(m->idx + 9);
 	if (version != 1)
-		return pp_errorf(e, PP_ERUNTIME, "%s: index version %llu; this pp reads version 1", p,
-				 (unsigned long long)version);
+		return pp_errorf(e, PP_ERUNTIME, "%s: index version %llu; this pp reads version 1",
+				 p, (unsigned long long)version);
 	int code = m->idx[17];
 	if (code < 1 || code > 8)
-		return pp_errorf(e, PP_ERUNTIME, "%s: unknown dtype code %d (expected 1..8)", p, code);
+		return pp_errorf(e, PP_ERUNTIME, "%s: unknown dtype code %d (expected 1..8)", p,
+				 code);
 	if (code == 6 || code == 7)
-		return pp_errorf(e, PP_ERUNTIME, "%s: tokens of type %s; token ids must be integers",
-				 p, dtypes[code].name);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: tokens of type %s; token ids must be integers", p,
+				 dtypes[code].name);
 	m->dtype = code;
 	m->width = dtypes[code].width;
 	m->n_seq = load_u64(m->idx + 18);
 	m->n_doc_idx = load_u64(m->idx + 26);
 	if (m->n_seq > ((uint64_t)1 << 40) || m->n_doc_idx > ((uint64_t)1 << 40) ||
 	    m->n_doc_idx < 1)
-		return pp_errorf(e, PP_ERUNTIME, "%s: implausible counts: %llu sequences, %llu "
-						 "document-index entries",
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: implausible counts: %llu sequences, %llu "
+				 "document-index entries",
 				 p, (unsigned long long)m->n_seq, (unsigned long long)m->n_doc_idx);
 	uint64_t want = MEGATRON_HEADER + 12 * m->n_seq + 8 * m->n_doc_idx;
 	if (m->idx_size < want)
@@ -131,8 +135,8 @@ static int check_index(data_corpus *c, megatron *m, pp_err *e)
 				 p, (unsigned long long)m->idx_size, (unsigned long long)want,
 				 (unsigned long long)m->n_seq, (unsigned long long)m->n_doc_idx);
 	if (m->idx_size != want && m->idx_size != want + m->n_seq)
-		return pp_errorf(e, PP_ERUNTIME, "%s: %llu bytes, but its header describes %llu",
-				 p, (unsigned long long)m->idx_size, (unsigned long long)want);
+		return pp_errorf(e, PP_ERUNTIME, "%s: %llu bytes, but its header describes %llu", p,
+				 (unsigned long long)m->idx_size, (unsigned long long)want);
 	const unsigned char *sizes = m->idx + MEGATRON_HEADER;
 	m->pointers = sizes + 4 * m->n_seq;
 	m->doc_idx = m->pointers + 8 * m->n_seq;
@@ -145,11 +149,12 @@ static int check_index(data_corpus *c, megatron *m, pp_err *e)
 			return pp_errorf(e, PP_ERUNTIME, "%s: sequence %llu has size %d", p,
 					 (unsigned long long)i, n);
 		if (ptr < 0 || (uint64_t)ptr != bytes)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: sequence %llu starts at byte %lld of the .bin, expected "
-					 "%llu (sequences must be back to back)",
-					 p, (unsigned long long)i, (long long)ptr,
-					 (unsigned long long)bytes);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: sequence %llu starts at byte %lld of the .bin, expected "
+				"%llu (sequences must be back to back)",
+				p, (unsigned long long)i, (long long)ptr,
+				(unsigned long long)bytes);
 		bytes += (uint64_t)n * m->width;
 	}
 	int64_t prev = 0;
@@ -164,10 +169,11 @@ static int check_index(data_corpus *c, megatron *m, pp_err *e)
 		prev = s;
 	}
 	if ((uint64_t)prev != m->n_seq)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: the document index ends at sequence %lld, not at the sequence "
-				 "count %llu",
-				 p, (long long)prev, (unsigned long long)m->n_seq);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: the document index ends at sequence %lld, not at the sequence "
+			"count %llu",
+			p, (long long)prev, (unsigned long long)m->n_seq);
 	if (m->bin_size != bytes)
 		return pp_errorf(e, PP_ERUNTIME, "%s has %llu bytes but %s describes %llu%s",
 				 m->bin_path, (unsigned long long)m->bin_size, p,
@@ -241,9 +247,11 @@ static int megatron_read(data_corpus *c, uint64_t offset, size_t n, int *out, pp
 	for (size_t i = 0; i < n; i++, p += m->width) {
 		int64_t v = token_at(m->dtype, p);
 		if (v < 0 || v > INT32_MAX)
-			return pp_errorf(e, PP_ERUNTIME, "%s: token %lld at offset %llu is not a "
-							 "token id",
-					 m->bin_path, (long long)v, (unsigned long long)(offset + i));
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: token %lld at offset %llu is not a "
+					 "token id",
+					 m->bin_path, (long long)v,
+					 (unsigned long long)(offset + i));
 		out[i] = (int)v;
 	}
 	return 0;

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../config/config.h"
 #include "../base/error.h"
+#include "../config/config.h"
 
 /* Which part of a file to read. Formats without splits read the whole file
  * for CORPUS_TRAIN and CORPUS_ANY; a pp-tokens file read as CORPUS_ANY
@@ -23,8 +23,8 @@ typedef enum { CORPUS_TRAIN, CORPUS_VAL, CORPUS_ANY } corpus_part;
 typedef struct data_corpus data_corpus;
 
 typedef struct {
-	const char *name;  /* "pp-tokens", "megatron", "llm.c" */
-	bool has_splits;   /* holds its own validation split */
+	const char *name;   /* "pp-tokens", "megatron", "llm.c" */
+	bool has_splits;    /* holds its own validation split */
 	bool has_documents; /* its documents are the text's (not just files) */
 	/* Whether path names a file of this format (by content, or by a name
 	 * only this format uses); the first format that claims it opens it. */
@@ -46,9 +46,9 @@ struct data_corpus {
 	const corpus_format *fmt;
 	char path[PP_PATH_MAX + 64]; /* as messages name it, with the split for pp-tokens */
 	uint64_t n_tokens, n_docs;
-	int64_t vocab_size;     /* of the tokenizer that made it; -1 unknown */
-	int64_t eos_id;         /* -1 unknown or none */
-	char fingerprint[65];   /* sha256 of that tokenizer; "" unknown */
+	int64_t vocab_size;   /* of the tokenizer that made it; -1 unknown */
+	int64_t eos_id;       /* -1 unknown or none */
+	char fingerprint[65]; /* sha256 of that tokenizer; "" unknown */
 	void *impl;
 };
 

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "source.h"
 #include "dataset.h"
+#include "source.h"
 
 typedef struct {
 	tokens_file *f;
@@ -49,7 +49,8 @@ static int tokens_corpus_open(data_corpus *c, const char *path, corpus_part part
 	if (part == CORPUS_ANY && !m->docs[TOKENS_VAL])
 		split = TOKENS_TRAIN;
 	if (!m->tokens[split]) {
-		rc = pp_errorf(e, PP_EUSAGE, "%s has no %s tokens%s", path, tokens_split_name[split],
+		rc = pp_errorf(e, PP_EUSAGE, "%s has no %s tokens%s", path,
+			       tokens_split_name[split],
 			       split == TOKENS_VAL ? " (pp-tokenize --val-fraction puts documents "
 						     "there); set val_data or eval_interval=0"
 						   : "");
@@ -82,16 +83,16 @@ static int tokens_corpus_read(data_corpus *c, uint64_t offset, size_t n, int *ou
 	int rc = tokens_read(t->f, t->split, offset, n, t->buf, e);
 	for (size_t i = 0; i < n && !rc; i++) {
 		if (t->buf[i] > INT32_MAX)
-			return pp_errorf(e, PP_ERUNTIME, "%s: token %u at offset %llu does not fit an "
-						      "int",
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: token %u at offset %llu does not fit an "
+					 "int",
 					 c->path, t->buf[i], (unsigned long long)(offset + i));
 		out[i] = (int)t->buf[i];
 	}
 	return rc;
 }
 
-static int tokens_corpus_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *out,
-				 pp_err *e)
+static int tokens_corpus_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *out, pp_err *e)
 {
 	tokens_corpus *t = c->impl;
 	return tokens_read_offsets(t->f, t->split, first, n, out, e);

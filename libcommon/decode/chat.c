@@ -46,7 +46,8 @@ int chat_load(decode_chat *c, const char *config_path, const pp_tokenizer *tk, p
 	c->kind = CHAT_PLAIN;
 	c->start = c->end = -1;
 	if (!tk)
-		return pp_errorf(e, PP_EUSAGE, "--chat needs a tokenizer: the checkpoint keeps none "
+		return pp_errorf(e, PP_EUSAGE,
+				 "--chat needs a tokenizer: the checkpoint keeps none "
 				 "and the config names none");
 	json_t *cfg = config_path ? json_load_file(config_path, 0, NULL) : NULL;
 	const char *tpl = json_string_value(json_object_get(cfg, "chat_template"));
@@ -61,10 +62,7 @@ int chat_load(decode_chat *c, const char *config_path, const pp_tokenizer *tk, p
 	return 0;
 }
 
-const char *chat_name(const decode_chat *c)
-{
-	return c->kind == CHAT_CHATML ? "chatml" : "plain";
-}
+const char *chat_name(const decode_chat *c) { return c->kind == CHAT_CHATML ? "chatml" : "plain"; }
 
 /* text: encoded onto ids and appended to the prompt's text */
 static int put_text(const pp_tokenizer *tk, const char *text, tok_ids *ids, tok_text *shown,
@@ -119,8 +117,8 @@ int chat_apply(const decode_chat *c, const pp_tokenizer *tk, const chat_message 
 				rc = put_text(tk, head, ids, &shown, e);
 			}
 		} else { /* the whole text is encoded once, at the end */
-			const char *parts[] = {role, ":", content ? " " : "", content ? content : "",
-					       content ? "\n" : ""};
+			const char *parts[] = {role, ":", content ? " " : "",
+					       content ? content : "", content ? "\n" : ""};
 			for (int k = 0; k < 5 && !rc; k++)
 				if (tok_text_append(&shown, parts[k], strlen(parts[k])))
 					rc = pp_errorf(e, PP_ERUNTIME, "chat: out of memory");

@@ -20,24 +20,24 @@
 #include <stdio.h>
 
 #include "../model/kvcache.h"
-#include "sample.h"
 #include "../tok/tokenizer.h"
+#include "sample.h"
 
 /* One prompt to continue. */
 typedef struct {
-	int line;          /* its line of input (1-based); 0 when it is not from lines */
-	char *prompt;      /* the prompt's text as given (the chat's, templated), or NULL */
-	tok_ids ids;       /* the prompt's token ids */
-	int max_tokens;    /* new tokens at most (EOS and stop strings end earlier) */
+	int line;       /* its line of input (1-based); 0 when it is not from lines */
+	char *prompt;   /* the prompt's text as given (the chat's, templated), or NULL */
+	tok_ids ids;    /* the prompt's token ids */
+	int max_tokens; /* new tokens at most (EOS and stop strings end earlier) */
 	sample_params sample;
-	char **stop;       /* stop strings: the completion ends before the first */
+	char **stop; /* stop strings: the completion ends before the first */
 	int n_stop;
-	char *error;       /* set: the request is not run and its output is this error */
+	char *error; /* set: the request is not run and its output is this error */
 } decode_request;
 
 /* What one prompt gave. */
 typedef struct {
-	int *ids;           /* (n) the new tokens, the one ending it (EOS) included */
+	int *ids; /* (n) the new tokens, the one ending it (EOS) included */
 	int n;
 	float *logprob;     /* (n) log softmax of the model's logits at each token (NULL
 			     * unless decode_opts.logprobs) */
@@ -51,13 +51,13 @@ typedef struct {
 } decode_result;
 
 typedef struct {
-	int batch;             /* sequences decoded at once */
-	const int *eos;        /* tokens that end a sequence (n_eos of them) */
+	int batch;      /* sequences decoded at once */
+	const int *eos; /* tokens that end a sequence (n_eos of them) */
 	int n_eos;
 	const pp_tokenizer *tk; /* for the text; NULL: ids as numbers */
-	bool logprobs;         /* fill logprob */
-	int top_logprobs;      /* and the top N (needs logprobs) */
-	FILE *stream;          /* with one request: its prompt, then its text as it comes */
+	bool logprobs;          /* fill logprob */
+	int top_logprobs;       /* and the top N (needs logprobs) */
+	FILE *stream;           /* with one request: its prompt, then its text as it comes */
 	/* Called for each request in input order once it is done (r->error set:
 	 * it failed before decoding; res is then NULL); a non-zero return stops
 	 * the run with that error. */
@@ -67,17 +67,17 @@ typedef struct {
 
 typedef struct {
 	int n_requests, n_failed;
-	long prompt_tokens;     /* over the requests that ran */
+	long prompt_tokens; /* over the requests that ran */
 	long generated_tokens;
-	int max_batch;          /* the most sequences in one step */
-	long steps;             /* forwards of one token per busy sequence */
-	double prefill_s;       /* in prompt forwards (and their first tokens) */
-	double step_s;          /* in steps */
+	int max_batch;    /* the most sequences in one step */
+	long steps;       /* forwards of one token per busy sequence */
+	double prefill_s; /* in prompt forwards (and their first tokens) */
+	double step_s;    /* in steps */
 	double wall_s;
-	double param_bytes;     /* parameters a step reads (stored weights as stored) */
-	double kv_read_bytes;   /* keys and values the steps read, in all */
-	size_t kv_bytes;        /* the cache's size */
-	bool graph;             /* steps ran as a backend graph */
+	double param_bytes;   /* parameters a step reads (stored weights as stored) */
+	double kv_read_bytes; /* keys and values the steps read, in all */
+	size_t kv_bytes;      /* the cache's size */
+	bool graph;           /* steps ran as a backend graph */
 } decode_stats;
 
 /* Checks a request against the model before it runs: a prompt and a

@@ -33,15 +33,17 @@ int decode_check(const pp_stage *s, const decode_request *r, pp_err *e)
 				 r->max_tokens);
 	/* the last new token is not fed back */
 	if ((long)n + r->max_tokens - 1 > ctx)
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s%d new tokens after a prompt of %d need %ld positions; the context "
-				 "of model '%s' holds %d (max_seq_len): ask for at most %d",
-				 where, r->max_tokens, n, (long)n + r->max_tokens - 1, m->preset, ctx,
-				 ctx - n + 1);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s%d new tokens after a prompt of %d need %ld positions; the context "
+			"of model '%s' holds %d (max_seq_len): ask for at most %d",
+			where, r->max_tokens, n, (long)n + r->max_tokens - 1, m->preset, ctx,
+			ctx - n + 1);
 	for (int i = 0; i < n; i++)
 		if (r->ids.ids[i] < 0 || r->ids.ids[i] >= m->vocab_size)
-			return pp_errorf(e, PP_EUSAGE, "%stoken %d is outside the vocabulary [0, %d)",
-					 where, r->ids.ids[i], m->vocab_size);
+			return pp_errorf(e, PP_EUSAGE,
+					 "%stoken %d is outside the vocabulary [0, %d)", where,
+					 r->ids.ids[i], m->vocab_size);
 	int rc = sample_check(&r->sample, e);
 	if (rc && r->line)
 		pp_err_prefix(e, "line %d", r->line);
@@ -242,8 +244,7 @@ static double kv_read(const pp_stage *s, int len)
 {
 	const pp_model_cfg *m = s->cfg;
 	int seen = m->sliding_window > 0 && len > m->sliding_window ? m->sliding_window : len;
-	return 2.0 * m->n_layers * seen * s->n_kv_heads * m->head_dim *
-	       (double)pp_act_size(s->ops);
+	return 2.0 * m->n_layers * seen * s->n_kv_heads * m->head_dim * (double)pp_act_size(s->ops);
 }
 
 /* parameters a step reads: stored weights as stored (stage_pack_weights),

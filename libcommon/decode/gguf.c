@@ -52,7 +52,8 @@ static int tensor_of(const tio_source *src, const pp_param *p)
 int decode_gguf_load(pp_stage *s, tio_source *src, pp_err *e)
 {
 	if (s->spec.tp.size != 1 || !s->first || !s->last)
-		return pp_errorf(e, PP_EUSAGE, "a GGUF file loads into a stage of every layer, no tp");
+		return pp_errorf(e, PP_EUSAGE,
+				 "a GGUF file loads into a stage of every layer, no tp");
 	float *buf = NULL;
 	pp_real *wide = NULL; /* the double build's copy */
 	size_t cap = 0;
@@ -63,7 +64,8 @@ int decode_gguf_load(pp_stage *s, tio_source *src, pp_err *e)
 			continue;
 		const int t = tensor_of(src, p);
 		if (t < 0) {
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: no tensor %s of %zu elements for the model",
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "%s: no tensor %s of %zu elements for the model",
 				       src->format, p->name, p->n);
 			break;
 		}
@@ -80,7 +82,8 @@ int decode_gguf_load(pp_stage *s, tio_source *src, pp_err *e)
 			break;
 		for (size_t k = 0; wide && k < p->n; k++)
 			wide[k] = buf[k];
-		s->ops->to_device(s->w + p->off, wide ? (void *)wide : (void *)buf, p->n * sizeof(pp_real));
+		s->ops->to_device(s->w + p->off, wide ? (void *)wide : (void *)buf,
+				  p->n * sizeof(pp_real));
 	}
 	free(buf);
 	free(wide);
@@ -98,16 +101,22 @@ static int stored_get(void *ctx, const pp_param *p, int *fmt, void *out, pp_err 
 	if (t < 0 || !src->read_raw || !tio_raw_bytes(&src->tensors[t]))
 		return 0;
 	switch (src->tensors[t].dtype) {
-	case TIO_Q8_0: *fmt = PP_WEIGHTS_Q8_0; break;
-	case TIO_Q4_0: *fmt = PP_WEIGHTS_Q4_0; break;
-	case TIO_Q4_1: *fmt = PP_WEIGHTS_Q4_1; break;
-	case TIO_BF16: *fmt = PP_WEIGHTS_BF16; break;
-	default: return 0;
+	case TIO_Q8_0:
+		*fmt = PP_WEIGHTS_Q8_0;
+		break;
+	case TIO_Q4_0:
+		*fmt = PP_WEIGHTS_Q4_0;
+		break;
+	case TIO_Q4_1:
+		*fmt = PP_WEIGHTS_Q4_1;
+		break;
+	case TIO_BF16:
+		*fmt = PP_WEIGHTS_BF16;
+		break;
+	default:
+		return 0;
 	}
 	return out ? src->read_raw(src, t, out, e) : 0;
 }
 
-stage_stored decode_gguf_stored(tio_source *src)
-{
-	return (stage_stored){stored_get, src};
-}
+stage_stored decode_gguf_stored(tio_source *src) { return (stage_stored){stored_get, src}; }

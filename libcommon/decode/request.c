@@ -30,14 +30,15 @@ int decode_prompt_ids(const pp_tokenizer *tk, const char *text, int V, tok_ids *
 					end++;
 				if (!*end)
 					break;
-				return pp_errorf(e, PP_EUSAGE,
-						 "prompt '%s': without a tokenizer the prompt is token "
-						 "ids separated by spaces",
-						 text);
+				return pp_errorf(
+					e, PP_EUSAGE,
+					"prompt '%s': without a tokenizer the prompt is token "
+					"ids separated by spaces",
+					text);
 			}
 			if (v < 0 || v >= V)
-				return pp_errorf(e, PP_EUSAGE, "prompt: token %ld is outside [0, %d)", v,
-						 V);
+				return pp_errorf(e, PP_EUSAGE,
+						 "prompt: token %ld is outside [0, %d)", v, V);
 			if (tok_ids_push(ids, (int)v))
 				return pp_errorf(e, PP_ERUNTIME, "prompt: out of memory");
 			p = end;
@@ -162,7 +163,8 @@ static int from_json(decode_request *r, const request_defaults *d, const char *l
 	long l = 0;
 	if (!json_is_object(o))
 		rc = fail(r, "expected a JSON object ({\"prompt\": ...} or {\"messages\": [...]})");
-	json_object_foreach(o, key, v) {
+	json_object_foreach(o, key, v)
+	{
 		if (rc)
 			break;
 		if (!strcmp(key, "prompt")) {
@@ -194,18 +196,23 @@ static int from_json(decode_request *r, const request_defaults *d, const char *l
 				else
 					rc = add_stop(r, json_string_value(v));
 			} else if (json_is_array(v) && json_array_size(v) <= MAX_STOP) {
-				json_array_foreach(v, i, s) {
+				json_array_foreach(v, i, s)
+				{
 					if (!json_is_string(s) || !*json_string_value(s)) {
-						rc = failf(r, "field 'stop': element %zu is not a "
-							      "non-empty string", i);
+						rc = failf(r,
+							   "field 'stop': element %zu is not a "
+							   "non-empty string",
+							   i);
 						break;
 					}
 					if ((rc = add_stop(r, json_string_value(s))))
 						break;
 				}
 			} else {
-				rc = failf(r, "field 'stop': expected a string or an array of at "
-					      "most %d strings", MAX_STOP);
+				rc = failf(r,
+					   "field 'stop': expected a string or an array of at "
+					   "most %d strings",
+					   MAX_STOP);
 			}
 		} else {
 			rc = failf(r, "unknown field '%s' (expected %s)", key, fields);
@@ -228,18 +235,23 @@ static int from_json(decode_request *r, const request_defaults *d, const char *l
 		for (size_t i = 0; !rc && i < nm; i++) {
 			json_t *msg = json_array_get(messages, i), *x;
 			const char *k;
-			json_object_foreach(msg, k, x) {
+			json_object_foreach(msg, k, x)
+			{
 				if (strcmp(k, "role") && strcmp(k, "content")) {
-					rc = failf(r, "messages[%zu]: unknown field '%s' (expected "
-						      "role, content)", i, k);
+					rc = failf(r,
+						   "messages[%zu]: unknown field '%s' (expected "
+						   "role, content)",
+						   i, k);
 					break;
 				}
 			}
 			m[i].role = json_string_value(json_object_get(msg, "role"));
 			m[i].content = json_string_value(json_object_get(msg, "content"));
 			if (!rc && (!json_is_object(msg) || !m[i].role || !m[i].content))
-				rc = failf(r, "messages[%zu]: expected {\"role\": string, "
-					      "\"content\": string}", i);
+				rc = failf(r,
+					   "messages[%zu]: expected {\"role\": string, "
+					   "\"content\": string}",
+					   i);
 		}
 	}
 	if (!rc)
@@ -266,9 +278,9 @@ static int add(decode_request **v, int *count, const request_defaults *d, int li
 		rc = from_json(r, d, text, n);
 	} else if (!rc) {
 		char *s = strndup(text, n);
-		rc = !s ? PP_ERUNTIME
-			: strlen(s) != n ? fail(r, "holds a NUL byte; expected text")
-					 : make_ids(r, d, s, NULL, 0);
+		rc = !s               ? PP_ERUNTIME
+		     : strlen(s) != n ? fail(r, "holds a NUL byte; expected text")
+				      : make_ids(r, d, s, NULL, 0);
 		free(s);
 	}
 	return rc && rc != BAD ? pp_errorf(e, PP_ERUNTIME, "requests: out of memory") : 0;
@@ -280,8 +292,8 @@ int requests_from_prompt(const char *prompt, const request_defaults *d, decode_r
 	return add(out, count, d, 0, prompt, strlen(prompt), false, e);
 }
 
-int requests_from_lines(const char *text, size_t n, const request_defaults *d,
-			decode_request **out, int *count, pp_err *e)
+int requests_from_lines(const char *text, size_t n, const request_defaults *d, decode_request **out,
+			int *count, pp_err *e)
 {
 	int line = 0, rc = 0;
 	for (size_t at = 0; at < n && !rc;) {

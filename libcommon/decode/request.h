@@ -19,7 +19,7 @@
 #include "decode.h"
 
 typedef struct {
-	int max_tokens;         /* the command line's defaults */
+	int max_tokens; /* the command line's defaults */
 	sample_params sample;
 	char *const *stop;
 	int n_stop;
@@ -43,8 +43,8 @@ int decode_continue(pp_stage *s, const char *tokenizer_path, const char *prompt,
 
 /* Appends the requests of text (n bytes) to *out (*count of them). Fails
  * only when out of memory. */
-int requests_from_lines(const char *text, size_t n, const request_defaults *d,
-			decode_request **out, int *count, pp_err *e);
+int requests_from_lines(const char *text, size_t n, const request_defaults *d, decode_request **out,
+			int *count, pp_err *e);
 /* Appends one request: a prompt given on the command line. */
 int requests_from_prompt(const char *prompt, const request_defaults *d, decode_request **out,
 			 int *count, pp_err *e);

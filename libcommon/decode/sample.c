@@ -34,8 +34,7 @@ static int by_weight(const void *a, const void *b, void *weights)
 	return (i > j) - (i < j);
 }
 
-int sample_pick(const pp_real *logits, int V, const sample_params *p, uint64_t index,
-		void *scratch)
+int sample_pick(const pp_real *logits, int V, const sample_params *p, uint64_t index, void *scratch)
 {
 	int best = 0;
 	for (int v = 1; v < V; v++)

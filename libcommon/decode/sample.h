@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "../base/error.h"
 #include "../../kernels/ops.h"
+#include "../base/error.h"
 
 typedef struct {
 	double temperature; /* 0: greedy (argmax, the lowest id on ties) */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../config/config.h"
 #include "../base/fsutil.h"
+#include "../config/config.h"
 
 int fio_pread(int fd, const char *path, void *buf, size_t n, int64_t off, pp_err *e)
 {

@@ -52,8 +52,14 @@ typedef struct {
 	char moe;
 } tname;
 
-#define LAYER(g, p, r, c, x) {AT_LAYER, "blk.%d." g, "model.layers.%d." p, r, c, x, 0}
-#define MLP(g, p, r, c, moe) {AT_LAYER, "blk.%d." g, "model.layers.%d." p, r, c, X_NONE, moe}
+#define LAYER(g, p, r, c, x)                                                                       \
+	{                                                                                          \
+		AT_LAYER, "blk.%d." g, "model.layers.%d." p, r, c, x, 0                            \
+	}
+#define MLP(g, p, r, c, moe)                                                                       \
+	{                                                                                          \
+		AT_LAYER, "blk.%d." g, "model.layers.%d." p, r, c, X_NONE, moe                     \
+	}
 static const tname llama_names[] = {
 	{AT_FIRST, "token_embd.weight", "model.embed_tokens.weight", 'V', 'C', X_NONE, 0},
 	LAYER("attn_norm.weight", "input_layernorm.weight", 'C', 0, X_NONE),
@@ -90,7 +96,10 @@ static const tname gemma_names[] = {
 	{0},
 };
 #undef LAYER
-#define LAYER(g, p, r, c) {AT_LAYER, "blk.%d." g, "transformer.h.%d." p, r, c, X_NONE, 0}
+#define LAYER(g, p, r, c)                                                                          \
+	{                                                                                          \
+		AT_LAYER, "blk.%d." g, "transformer.h.%d." p, r, c, X_NONE, 0                      \
+	}
 static const tname gpt2_names[] = {
 	{AT_FIRST, "token_embd.weight", "transformer.wte.weight", 'V', 'C', X_NONE, 0},
 	{AT_FIRST, "position_embd.weight", "transformer.wpe.weight", 'P', 'C', X_NONE, 0},
@@ -140,17 +149,27 @@ static int64_t table_size(const tname *names, const pp_model_cfg *m, bool stacke
 
 static int64_t dim_of(char d, const pp_model_cfg *m)
 {
-	const int64_t q = (int64_t)m->n_heads * m->head_dim, k = (int64_t)m->n_kv_heads * m->head_dim;
+	const int64_t q = (int64_t)m->n_heads * m->head_dim,
+		      k = (int64_t)m->n_kv_heads * m->head_dim;
 	switch (d) {
-	case 'C': return m->d_model;
-	case 'V': return m->vocab_size;
-	case 'F': return m->d_ff;
-	case 'Q': return q;
-	case 'K': return k;
-	case 'A': return q + 2 * k;
-	case 'P': return m->max_seq_len;
-	case 'E': return m->n_experts;
-	default: return 1;
+	case 'C':
+		return m->d_model;
+	case 'V':
+		return m->vocab_size;
+	case 'F':
+		return m->d_ff;
+	case 'Q':
+		return q;
+	case 'K':
+		return k;
+	case 'A':
+		return q + 2 * k;
+	case 'P':
+		return m->max_seq_len;
+	case 'E':
+		return m->n_experts;
+	default:
+		return 1;
 	}
 }
 
@@ -191,7 +210,8 @@ static void permute_rows(void *w, int heads, int64_t rows, size_t row_bytes, boo
 			for (int j = 0; j < 2; j++) {
 				const int64_t hf = j * half + i, gg = 2 * i + j;
 				memcpy(head + (size_t)(to_gguf ? gg : hf) * row_bytes,
-				       (char *)tmp + (size_t)(to_gguf ? hf : gg) * row_bytes, row_bytes);
+				       (char *)tmp + (size_t)(to_gguf ? hf : gg) * row_bytes,
+				       row_bytes);
 			}
 	}
 }
@@ -257,8 +277,8 @@ static int src_read(tio_source *s, int i, const char *group, float *out, pp_err 
 	if (i < 0 || i >= s->n)
 		return pp_errorf(e, PP_EUSAGE, "%s: no tensor %d", g->f.path, i);
 	if (strcmp(group, "params"))
-		return pp_errorf(e, PP_EUSAGE, "%s: a GGUF file holds parameters only, no %s", g->f.path,
-				 group);
+		return pp_errorf(e, PP_EUSAGE, "%s: a GGUF file holds parameters only, no %s",
+				 g->f.path, group);
 	const gguf_tinfo *t = g->ti[i];
 	uint64_t nbytes;
 	int64_t numel;
@@ -270,7 +290,8 @@ static int src_read(tio_source *s, int i, const char *group, float *out, pp_err 
 		float *tmp = malloc((size_t)(d->shape[0] / heads * d->shape[1]) * sizeof(float));
 		if (!tmp)
 			return pp_errorf(e, PP_ERUNTIME, "out of memory");
-		permute_rows(out, heads, d->shape[0], (size_t)d->shape[1] * sizeof(float), false, tmp);
+		permute_rows(out, heads, d->shape[0], (size_t)d->shape[1] * sizeof(float), false,
+			     tmp);
 		free(tmp);
 	} else if (g->x[i] == X_NORM_OFFSET) {
 		for (int64_t k = 0; k < numel; k++)
@@ -288,7 +309,8 @@ static int src_read_raw(tio_source *s, int i, void *out, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "%s: no tensor %d", g->f.path, i);
 	const tio_tensor *d = &s->tensors[i];
 	if (g->x[i] == X_NORM_OFFSET || !tio_raw_bytes(d))
-		return pp_errorf(e, PP_EUSAGE, "%s: %s cannot be read as stored", g->f.path, d->name);
+		return pp_errorf(e, PP_EUSAGE, "%s: %s cannot be read as stored", g->f.path,
+				 d->name);
 	uint64_t nbytes;
 	int64_t numel;
 	const uint8_t *data = src_bytes(g, i, &nbytes, &numel);
@@ -343,8 +365,9 @@ static int get_int(const gguf_file *f, const char *key, bool required, uint64_t 
 	if (rc || !gguf_find(f, key))
 		return rc;
 	if (v < lo || v > hi)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: metadata %s is %llu, expected %llu to %llu", f->path,
-			       key, (unsigned long long)v, (unsigned long long)lo, (unsigned long long)hi);
+		rc = pp_errorf(e, PP_ERUNTIME, "%s: metadata %s is %llu, expected %llu to %llu",
+			       f->path, key, (unsigned long long)v, (unsigned long long)lo,
+			       (unsigned long long)hi);
 	*out = (int)v;
 	return rc;
 }
@@ -381,12 +404,14 @@ static int model_json(const gguf_file *f, const arch_desc *a, json_t **out, pp_e
 	    (rc = get_real(f, akey(a, "rope.freq_base"), false, &theta, e)))
 		return rc;
 	const bool gpt = !strcmp(a->arch, "gpt2");
-	const char *eps_key = gpt ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+	const char *eps_key = gpt ? "attention.layer_norm_epsilon"
+				  : "attention.layer_norm_rms_epsilon";
 	rc = get_real(f, akey(a, eps_key), true, &eps, e);
 	if (rc)
 		return rc;
 	if (!(eps > 0 && eps < 1))
-		return pp_errorf(e, PP_ERUNTIME, "%s: the norm epsilon %g is not in (0, 1)", f->path, eps);
+		return pp_errorf(e, PP_ERUNTIME, "%s: the norm epsilon %g is not in (0, 1)",
+				 f->path, eps);
 	if (!(theta > 0 && theta < 1e30))
 		return pp_errorf(e, PP_ERUNTIME, "%s: rope.freq_base %g is not a positive number",
 				 f->path, theta);
@@ -395,47 +420,54 @@ static int model_json(const gguf_file *f, const arch_desc *a, json_t **out, pp_e
 				 "%s: a mixture of %d experts in architecture %s: pp imports the "
 				 "experts of llama files (Mixtral's) only",
 				 f->path, experts, a->arch);
-	if (experts > 0 && (rc = get_int(f, akey(a, "expert_used_count"), true, 1, experts, &used, e)))
+	if (experts > 0 &&
+	    (rc = get_int(f, akey(a, "expert_used_count"), true, 1, experts, &used, e)))
 		return rc;
 	gguf_str scaling = {"none", 4};
 	if ((rc = gguf_get_string(f, akey(a, "rope.scaling.type"), false, &scaling, e)))
 		return rc;
 	if (!gguf_str_is(scaling, "none"))
 		return pp_errorf(e, PP_EUSAGE,
-				 "%s: %s is '%.*s': pp has no RoPE scaling (plain RoPE only)", f->path,
-				 akey(a, "rope.scaling.type"), (int)(scaling.n > 32 ? 32 : scaling.n),
-				 scaling.s);
+				 "%s: %s is '%.*s': pp has no RoPE scaling (plain RoPE only)",
+				 f->path, akey(a, "rope.scaling.type"),
+				 (int)(scaling.n > 32 ? 32 : scaling.n), scaling.s);
 	if (find_tensor(f, "rope_freqs.weight"))
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s: tensor rope_freqs.weight (Llama 3.1's RoPE frequency factors): "
-				 "pp has no RoPE scaling (plain RoPE only)",
-				 f->path);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: tensor rope_freqs.weight (Llama 3.1's RoPE frequency factors): "
+			"pp has no RoPE scaling (plain RoPE only)",
+			f->path);
 	if (klen > 0 && vlen > 0 && klen != vlen)
-		return pp_errorf(e, PP_EUSAGE, "%s: key_length %d and value_length %d differ: pp's "
-					       "heads have one size",
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s: key_length %d and value_length %d differ: pp's "
+				 "heads have one size",
 				 f->path, klen, vlen);
 	const int D = klen > 0 ? klen : vlen > 0 ? vlen : C / H;
 	if (klen <= 0 && vlen <= 0 && C % H)
-		return pp_errorf(e, PP_ERUNTIME, "%s: embedding_length %d is not a multiple of the %d heads",
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: embedding_length %d is not a multiple of the %d heads",
 				 f->path, C, H);
 	if (H % KV)
-		return pp_errorf(e, PP_ERUNTIME, "%s: %d heads are not a multiple of the %d kv heads",
-				 f->path, H, KV);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: %d heads are not a multiple of the %d kv heads", f->path, H,
+				 KV);
 	if (!gpt && rope_dim >= 0 && rope_dim != D)
 		return pp_errorf(e, PP_EUSAGE,
 				 "%s: rope.dimension_count %d is not the head size %d: pp rotates "
 				 "whole heads",
 				 f->path, rope_dim, D);
 	if (!gpt && D % 2)
-		return pp_errorf(e, PP_ERUNTIME, "%s: odd head size %d: RoPE needs pairs", f->path, D);
+		return pp_errorf(e, PP_ERUNTIME, "%s: odd head size %d: RoPE needs pairs", f->path,
+				 D);
 	const gguf_tinfo *emb = find_tensor(f, "token_embd.weight");
 	if (!emb)
-		return pp_errorf(e, PP_ERUNTIME, "%s: the required tensor token_embd.weight is missing",
-				 f->path);
-	if (emb->ndim != 2 || emb->ne[0] != C || emb->ne[1] > big)
 		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: token_embd.weight is not (vocabulary, %d), as embedding_length says",
-				 f->path, C);
+				 "%s: the required tensor token_embd.weight is missing", f->path);
+	if (emb->ndim != 2 || emb->ne[0] != C || emb->ne[1] > big)
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: token_embd.weight is not (vocabulary, %d), as embedding_length says",
+			f->path, C);
 	const int V = (int)emb->ne[1];
 	if (vocab_kv > 0 && vocab_kv != V)
 		return pp_errorf(e, PP_ERUNTIME, "%s: %s is %d but token_embd.weight has %d rows",
@@ -444,27 +476,32 @@ static int model_json(const gguf_file *f, const arch_desc *a, json_t **out, pp_e
 	const gguf_tinfo *head = find_tensor(f, "output.weight");
 	const bool tied = !head || (gpt && head->type == emb->type && head->nbytes == emb->nbytes &&
 				    head->ndim == 2 && head->ne[0] == emb->ne[0] &&
-				    !memcmp(gguf_tensor_data(f, head), gguf_tensor_data(f, emb), emb->nbytes));
+				    !memcmp(gguf_tensor_data(f, head), gguf_tensor_data(f, emb),
+					    emb->nbytes));
 	json_t *m = json_pack("{sisisisisisisisbsf}", "d_model", C, "n_heads", H, "n_kv_heads", KV,
 			      "head_dim", D, "d_ff", F, "n_layers", L, "vocab_size", V,
 			      "tied_embeddings", tied, "norm_eps", eps);
 	if (m)
 		json_object_set_new(m, "max_seq_len", json_integer(ctx));
 	if (m && gpt)
-		json_object_update_new(m, json_pack("{sssssssssb}", "family", "gpt", "mlp", "gelu", "norm",
-						    "layernorm", "pos", "learned", "bias", 1));
+		json_object_update_new(m,
+				       json_pack("{sssssssssb}", "family", "gpt", "mlp", "gelu",
+						 "norm", "layernorm", "pos", "learned", "bias", 1));
 	else if (m && !strcmp(a->arch, "gemma"))
-		json_object_update_new(m, json_pack("{sssssssssfsfsb}", "family", "gemma", "mlp", "geglu",
-						    "norm", "rmsnorm", "pos", "rope", "rope_theta", theta,
-						    "norm_offset", 1.0, "embed_scale", 1));
+		json_object_update_new(m, json_pack("{sssssssssfsfsb}", "family", "gemma", "mlp",
+						    "geglu", "norm", "rmsnorm", "pos", "rope",
+						    "rope_theta", theta, "norm_offset", 1.0,
+						    "embed_scale", 1));
 	else if (m)
-		json_object_update_new(m, json_pack("{sssssssssf}", "family", experts ? "mixtral" : "llama",
-						    "mlp", "swiglu", "norm", "rmsnorm", "pos", "rope",
-						    "rope_theta", theta));
+		json_object_update_new(m, json_pack("{sssssssssf}", "family",
+						    experts ? "mixtral" : "llama", "mlp", "swiglu",
+						    "norm", "rmsnorm", "pos", "rope", "rope_theta",
+						    theta));
 	/* llama.cpp's mixture: every layer, top-k softmax, dropless */
 	if (m && experts)
-		json_object_update_new(m, json_pack("{sisisiss}", "n_experts", experts, "top_k", used,
-						    "moe_every", 1, "router", "topk_softmax"));
+		json_object_update_new(m,
+				       json_pack("{sisisiss}", "n_experts", experts, "top_k", used,
+						 "moe_every", 1, "router", "topk_softmax"));
 	if (!m)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	*out = m;
@@ -489,11 +526,12 @@ static int map_tensors(tio_source *s, const arch_desc *a, pp_err *e)
 	const int64_t n = table_size(a->names, m, false, &layer);
 	const int64_t in_file = table_size(a->names, m, true, &layer);
 	if ((uint64_t)in_file > f->n_tensors)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: block_count %d needs %lld tensors (%d per block), the file has "
-				 "%llu",
-				 f->path, m->n_layers, (long long)in_file, layer,
-				 (unsigned long long)f->n_tensors);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: block_count %d needs %lld tensors (%d per block), the file has "
+			"%llu",
+			f->path, m->n_layers, (long long)in_file, layer,
+			(unsigned long long)f->n_tensors);
 	s->tensors = calloc((size_t)n + 1, sizeof *s->tensors);
 	g->ti = calloc((size_t)n + 1, sizeof *g->ti);
 	g->x = calloc((size_t)n + 1, sizeof *g->x);
@@ -511,20 +549,22 @@ static int map_tensors(tio_source *s, const arch_desc *a, pp_err *e)
 		const int layers = pass == 1 ? m->n_layers : 1;
 		for (int l = 0; l < layers && !rc; l++)
 			for (const tname *t = a->names; t->gguf && !rc; t++) {
-				if ((int)t->at != pass || (is_head(t) && m->tied_embeddings) || !has(t, m))
+				if ((int)t->at != pass || (is_head(t) && m->tied_embeddings) ||
+				    !has(t, m))
 					continue;
 				const int slices = t->moe == 'X' ? m->n_experts : 1;
 				char gn[128];
 				snprintf(gn, sizeof gn, t->gguf, l);
 				gguf_tinfo key = {.name = {gn, strlen(gn)}};
-				const gguf_tinfo *kp = &key, **hit =
-					bsearch(&kp, by_name, f->n_tensors, sizeof *by_name, cmp_tinfo);
+				const gguf_tinfo *kp = &key,
+						 **hit = bsearch(&kp, by_name, f->n_tensors,
+								 sizeof *by_name, cmp_tinfo);
 				tio_tensor *d = &s->tensors[s->n];
 				snprintf(d->name, sizeof d->name, t->pp, l, 0);
 				if (!hit) {
 					rc = pp_errorf(e, PP_ERUNTIME,
-						       "%s: tensor %s (pp's %s) is missing", f->path, gn,
-						       d->name);
+						       "%s: tensor %s (pp's %s) is missing",
+						       f->path, gn, d->name);
 					break;
 				}
 				const gguf_tinfo *ti = *hit;
@@ -533,21 +573,26 @@ static int map_tensors(tio_source *s, const arch_desc *a, pp_err *e)
 				d->shape[0] = dim_of(t->rows, m);
 				d->shape[1] = t->cols ? dim_of(t->cols, m) : 0;
 				const int nd = d->ndim + (t->moe == 'X');
-				const bool ok = ti->ndim == nd && ti->ne[0] == d->shape[d->ndim - 1] &&
+				const bool ok = ti->ndim == nd &&
+						ti->ne[0] == d->shape[d->ndim - 1] &&
 						(d->ndim == 1 || ti->ne[1] == d->shape[0]) &&
 						(t->moe != 'X' || ti->ne[2] == slices);
 				if (!ok) {
-					int64_t ne[GGUF_MAX_DIMS], want[3] = {slices, d->shape[0], d->shape[1]};
+					int64_t ne[GGUF_MAX_DIMS],
+						want[3] = {slices, d->shape[0], d->shape[1]};
 					for (int j = 0; j < ti->ndim; j++)
 						ne[j] = ti->ne[ti->ndim - 1 - j];
 					char got[96], wants[64];
-					rc = pp_errorf(e, PP_ERUNTIME,
-						       "%s: tensor %s is %s (ne reversed), the metadata "
-						       "makes it %s",
-						       f->path, gn, pp_shape_str(got, sizeof got, ti->ndim, ne),
-						       t->moe == 'X' ? pp_shape_str(wants, sizeof wants, 3, want)
-								     : pp_shape_str(wants, sizeof wants, d->ndim,
-										    d->shape));
+					rc = pp_errorf(
+						e, PP_ERUNTIME,
+						"%s: tensor %s is %s (ne reversed), the metadata "
+						"makes it %s",
+						f->path, gn,
+						pp_shape_str(got, sizeof got, ti->ndim, ne),
+						t->moe == 'X'
+							? pp_shape_str(wants, sizeof wants, 3, want)
+							: pp_shape_str(wants, sizeof wants, d->ndim,
+								       d->shape));
 					break;
 				}
 				/* one source tensor per expert, each a slice of the file's */
@@ -569,11 +614,12 @@ static int map_tensors(tio_source *s, const arch_desc *a, pp_err *e)
 		used[head - f->ti] = 1;
 	for (uint64_t i = 0; !rc && i < f->n_tensors; i++)
 		if (!used[i])
-			rc = pp_errorf(e, PP_EUSAGE,
-				       "%s: tensor '%.*s' has no counterpart in pp's %s model (%s, %d "
-				       "layers)",
-				       f->path, (int)(f->ti[i].name.n > 64 ? 64 : f->ti[i].name.n),
-				       f->ti[i].name.s, pp_family_name(m->family), a->arch, m->n_layers);
+			rc = pp_errorf(
+				e, PP_EUSAGE,
+				"%s: tensor '%.*s' has no counterpart in pp's %s model (%s, %d "
+				"layers)",
+				f->path, (int)(f->ti[i].name.n > 64 ? 64 : f->ti[i].name.n),
+				f->ti[i].name.s, pp_family_name(m->family), a->arch, m->n_layers);
 	free(by_name);
 	free(used);
 	return rc;
@@ -584,7 +630,8 @@ static int export_tokenizer(tio_source *s, pp_err *e)
 {
 	gguf_src *g = s->impl;
 	const char *tmp = getenv("TMPDIR");
-	snprintf(g->tokdir, sizeof g->tokdir, "%s/pp-gguf-tokenizer.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	snprintf(g->tokdir, sizeof g->tokdir, "%s/pp-gguf-tokenizer.XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(g->tokdir)) {
 		int err = errno;
 		g->tokdir[0] = 0;
@@ -599,8 +646,8 @@ static int export_tokenizer(tio_source *s, pp_err *e)
 	if ((rc = tok_load(&tk, s->meta.tokenizer, e)))
 		return pp_err_prefix(e, "%s: its tokenizer, written as a file", g->f.path);
 	if (tok_vocab_size(tk) > g->m.vocab_size)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: the tokenizer has %d tokens, the model %d", g->f.path,
-			       tok_vocab_size(tk), g->m.vocab_size);
+		rc = pp_errorf(e, PP_ERUNTIME, "%s: the tokenizer has %d tokens, the model %d",
+			       g->f.path, tok_vocab_size(tk), g->m.vocab_size);
 	tok_free(tk);
 	return rc;
 }
@@ -658,7 +705,7 @@ int tio_open_gguf(const char *path, tio_source **out, pp_err *e)
 typedef struct {
 	char name[128];
 	const gguf_type *type;
-	int64_t rows, cols, slices; /* pp's shape (rows 1 for 1-D): GGUF's ne[1], ne[0]; ne[2] */
+	int64_t rows, cols, slices;   /* pp's shape (rows 1 for 1-D): GGUF's ne[1], ne[0]; ne[2] */
 	uint64_t offset, slice_bytes; /* in the data section */
 } sink_file_tensor;
 
@@ -766,7 +813,8 @@ static int sink_finish(tio_sink *s, pp_err *e)
 		if (!k->t[i].done)
 			rc = pp_errorf(e, PP_EUSAGE, "%s: %s was not given", k->path, k->t[i].name);
 	/* the last tensor's padding */
-	if (!rc && (fflush(k->out) || ftruncate(fileno(k->out), (off_t)k->end) || fsync(fileno(k->out))))
+	if (!rc &&
+	    (fflush(k->out) || ftruncate(fileno(k->out), (off_t)k->end) || fsync(fileno(k->out))))
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: %s", k->tmp, strerror(errno));
 	if (k->out && fclose(k->out) && !rc)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: %s", k->tmp, strerror(errno));
@@ -782,10 +830,14 @@ static int sink_finish(tio_sink *s, pp_err *e)
 static uint32_t file_type(const gguf_type *t)
 {
 	switch (t->id) {
-	case GGML_F16: return 1;
-	case GGML_Q8_0: return 7;
-	case GGML_BF16: return 32;
-	default: return 0;
+	case GGML_F16:
+		return 1;
+	case GGML_Q8_0:
+		return 7;
+	case GGML_BF16:
+		return 32;
+	default:
+		return 0;
 	}
 }
 
@@ -793,7 +845,8 @@ static uint32_t file_type(const gguf_type *t)
 static int sink_metadata(gguf_buf *b, const tio_sink_opts *o, const gguf_type *wt, pp_err *e)
 {
 	const pp_model_cfg *m = o->model;
-	const char *preset = json_string_value(json_object_get(o->meta ? o->meta->model : NULL, "preset"));
+	const char *preset = json_string_value(
+		json_object_get(o->meta ? o->meta->model : NULL, "preset"));
 	gguf_kv_str(b, "general.architecture", "llama");
 	gguf_kv_str(b, "general.name", preset && *preset ? preset : "pp");
 	gguf_kv_u32(b, "general.alignment", 32);
@@ -838,8 +891,9 @@ int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_e
 	const pp_model_cfg *m = o->model;
 	const gguf_type *wt = gguf_type_for(o->dtype);
 	if (!wt)
-		return pp_errorf(e, PP_EUSAGE, "%s: GGUF export writes F32, F16, BF16 or Q8_0, not %s",
-				 path, tio_dtype_name(o->dtype));
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s: GGUF export writes F32, F16, BF16 or Q8_0, not %s", path,
+				 tio_dtype_name(o->dtype));
 	const bool moe = m->n_experts > 0;
 	if (m->family != PP_FAMILY_LLAMA && m->family != PP_FAMILY_MISTRAL &&
 	    m->family != PP_FAMILY_MIXTRAL)
@@ -847,29 +901,33 @@ int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_e
 				 "%s: GGUF export writes llama models (the llama family, mistral "
 				 "without a sliding window, mixtral), not %s",
 				 path, pp_family_name(m->family));
-	const char *unlike = m->bias			? "biases"
-			     : m->norm != PP_NORM_RMS	? "a norm other than RMSNorm"
-			     : m->mlp != PP_MLP_SWIGLU	? "an MLP other than SwiGLU"
-			     : m->pos != PP_POS_ROPE	? "positions other than RoPE"
-			     : m->norm_offset != 0	? "norms of 1 + w"
-			     : m->embed_scale		? "scaled embeddings"
-						: NULL;
+	const char *unlike = m->bias                   ? "biases"
+			     : m->norm != PP_NORM_RMS  ? "a norm other than RMSNorm"
+			     : m->mlp != PP_MLP_SWIGLU ? "an MLP other than SwiGLU"
+			     : m->pos != PP_POS_ROPE   ? "positions other than RoPE"
+			     : m->norm_offset != 0     ? "norms of 1 + w"
+			     : m->embed_scale          ? "scaled embeddings"
+						       : NULL;
 	if (unlike)
 		return pp_errorf(e, PP_EUSAGE,
 				 "%s: this %s model has %s, which llama.cpp's llama architecture "
 				 "does not",
 				 path, pp_family_name(m->family), unlike);
 	if (m->sliding_window)
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s: a sliding window of %d: llama.cpp's llama architecture has none",
-				 path, m->sliding_window);
-	if (moe && (m->moe_every > 1 || m->router != PP_ROUTE_TOPK_SOFTMAX || m->capacity_factor > 0))
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s: llama.cpp's mixtures of experts have experts in every layer, "
-				 "Mixtral's top-k softmax routing and no capacity: not model.moe_every "
-				 "%d, model.router %s, model.capacity_factor %g",
-				 path, m->moe_every, m->router == PP_ROUTE_TOPK_SOFTMAX ? "topk_softmax" : "softmax_topk",
-				 m->capacity_factor);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: a sliding window of %d: llama.cpp's llama architecture has none", path,
+			m->sliding_window);
+	if (moe &&
+	    (m->moe_every > 1 || m->router != PP_ROUTE_TOPK_SOFTMAX || m->capacity_factor > 0))
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: llama.cpp's mixtures of experts have experts in every layer, "
+			"Mixtral's top-k softmax routing and no capacity: not model.moe_every "
+			"%d, model.router %s, model.capacity_factor %g",
+			path, m->moe_every,
+			m->router == PP_ROUTE_TOPK_SOFTMAX ? "topk_softmax" : "softmax_topk",
+			m->capacity_factor);
 	gguf_sink *k = calloc(1, sizeof *k);
 	tio_sink *s = calloc(1, sizeof *s);
 	if (k) {
@@ -902,8 +960,9 @@ int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_e
 				hit = c;
 		if (!hit || layer >= m->n_layers || expert >= m->n_experts ||
 		    t->ndim != (hit->cols ? 2 : 1)) {
-			rc = pp_errorf(e, PP_EUSAGE, "%s: tensor %s has no GGUF name in llama.cpp's llama",
-				       path, t->name);
+			rc = pp_errorf(e, PP_EUSAGE,
+				       "%s: tensor %s has no GGUF name in llama.cpp's llama", path,
+				       t->name);
 			break;
 		}
 		char gn[128];
@@ -915,11 +974,14 @@ int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_e
 		while (st->file < k->n_ft && strcmp(k->ft[st->file].name, gn))
 			st->file++;
 		sink_file_tensor *ft = &k->ft[st->file];
-		const int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+		const int64_t rows = t->ndim == 2 ? t->shape[0] : 1,
+			      cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
 		if (st->file < k->n_ft) {
 			if (ft->rows != rows || ft->cols != cols) {
-				rc = pp_errorf(e, PP_EUSAGE, "%s: tensor %s is not shaped as the other experts of %s",
-					       path, t->name, gn);
+				rc = pp_errorf(
+					e, PP_EUSAGE,
+					"%s: tensor %s is not shaped as the other experts of %s",
+					path, t->name, gn);
 				break;
 			}
 			continue;
@@ -932,8 +994,8 @@ int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_e
 		/* norms and routers in F32, as llama.cpp's converter writes them;
 		 * rows a block format cannot split go F16, as it does too */
 		ft->type = t->ndim == 1 || hit->moe == 'R' ? gguf_type_of(GGML_F32)
-			   : cols % wt->block			? gguf_type_of(GGML_F16)
-								: wt;
+			   : cols % wt->block              ? gguf_type_of(GGML_F16)
+							   : wt;
 		ft->slice_bytes = gguf_nbytes(ft->type, rows * cols);
 	}
 	uint64_t offset = 0;

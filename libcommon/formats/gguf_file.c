@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const vtype_names[] = {"uint8",  "int8",  "uint16", "int16", "uint32",
-					  "int32",  "float32", "bool", "string", "array",
-					  "uint64", "int64", "float64"};
+static const char *const vtype_names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+					  "int32",  "float32", "bool",   "string", "array",
+					  "uint64", "int64",   "float64"};
 static const int vtype_size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
 static const char *vtype_name(uint32_t t) { return t < GV_NTYPES ? vtype_names[t] : "?"; }
@@ -55,13 +55,15 @@ static int rd_str(cursor *c, gguf_str *s, uint64_t max, const char *what)
 	if (rd_u64(c, &n, what))
 		return PP_ERUNTIME;
 	if (n > left(c))
-		return pp_errorf(c->e, PP_ERUNTIME,
-				 "%s: %s at byte %llu is a string of %llu bytes, past the end of the "
-				 "file (%llu bytes left)",
-				 c->f->path, what, (unsigned long long)(c->pos - 8), (unsigned long long)n,
-				 (unsigned long long)left(c));
+		return pp_errorf(
+			c->e, PP_ERUNTIME,
+			"%s: %s at byte %llu is a string of %llu bytes, past the end of the "
+			"file (%llu bytes left)",
+			c->f->path, what, (unsigned long long)(c->pos - 8), (unsigned long long)n,
+			(unsigned long long)left(c));
 	if (n > max)
-		return pp_errorf(c->e, PP_ERUNTIME, "%s: %s at byte %llu is %llu bytes long (at most %llu)",
+		return pp_errorf(c->e, PP_ERUNTIME,
+				 "%s: %s at byte %llu is %llu bytes long (at most %llu)",
 				 c->f->path, what, (unsigned long long)(c->pos - 8),
 				 (unsigned long long)n, (unsigned long long)max);
 	s->s = (const char *)c->f->map + c->pos;
@@ -107,16 +109,17 @@ static int skip_value(cursor *c, uint32_t t, int depth, const char *key)
 		return PP_ERUNTIME;
 	if (at >= GV_NTYPES)
 		return pp_errorf(c->e, PP_ERUNTIME,
-				 "%s: key '%s': array of unknown value type %u (0 to 12)", c->f->path,
-				 key, at);
+				 "%s: key '%s': array of unknown value type %u (0 to 12)",
+				 c->f->path, key, at);
 	/* the least each element takes */
 	uint64_t min = at == GV_STRING ? 8 : at == GV_ARRAY ? 12 : (uint64_t)vtype_size[at];
 	if (n > left(c) / min)
-		return pp_errorf(c->e, PP_ERUNTIME,
-				 "%s: key '%s': an array of %llu %s values at byte %llu does not fit "
-				 "in the %llu bytes left",
-				 c->f->path, key, (unsigned long long)n, vtype_name(at),
-				 (unsigned long long)c->pos, (unsigned long long)left(c));
+		return pp_errorf(
+			c->e, PP_ERUNTIME,
+			"%s: key '%s': an array of %llu %s values at byte %llu does not fit "
+			"in the %llu bytes left",
+			c->f->path, key, (unsigned long long)n, vtype_name(at),
+			(unsigned long long)c->pos, (unsigned long long)left(c));
 	if (at != GV_STRING && at != GV_ARRAY) {
 		c->pos += n * min;
 		return 0;
@@ -146,11 +149,13 @@ static int read_kvs(cursor *c)
 	char kb[96];
 	for (uint64_t i = 0; i < f->n_kv; i++) {
 		gguf_kv *kv = &f->kv[i];
-		if (rd_str(c, &kv->key, 65535, "a metadata key") || rd_u32(c, &kv->type, "a value type"))
+		if (rd_str(c, &kv->key, 65535, "a metadata key") ||
+		    rd_u32(c, &kv->type, "a value type"))
 			return pp_err_prefix(c->e, "metadata pair %llu", (unsigned long long)i);
 		if (!kv->key.n)
-			return pp_errorf(c->e, PP_ERUNTIME, "%s: metadata pair %llu has an empty key",
-					 f->path, (unsigned long long)i);
+			return pp_errorf(c->e, PP_ERUNTIME,
+					 "%s: metadata pair %llu has an empty key", f->path,
+					 (unsigned long long)i);
 		kname(&kv->key, kb);
 		kv->at = c->pos;
 		if (kv->type == GV_ARRAY) {
@@ -173,8 +178,8 @@ static int read_kvs(cursor *c)
 	int rc = 0;
 	for (uint64_t i = 1; i < f->n_kv && !rc; i++)
 		if (!cmp_kv(&order[i - 1], &order[i]))
-			rc = pp_errorf(c->e, PP_ERUNTIME, "%s: metadata key '%s' appears twice", f->path,
-				       kname(&order[i]->key, kb));
+			rc = pp_errorf(c->e, PP_ERUNTIME, "%s: metadata key '%s' appears twice",
+				       f->path, kname(&order[i]->key, kb));
 	free(order);
 	return rc;
 }
@@ -192,8 +197,9 @@ static int read_tensor_infos(cursor *c)
 		if (rd_u32(c, &nd, "a tensor's dimension count"))
 			return pp_err_prefix(c->e, "tensor '%s'", name);
 		if (nd < 1 || nd > GGUF_MAX_DIMS)
-			return pp_errorf(c->e, PP_ERUNTIME, "%s: tensor '%s' has %u dimensions (1 to %d)",
-					 f->path, name, nd, GGUF_MAX_DIMS);
+			return pp_errorf(c->e, PP_ERUNTIME,
+					 "%s: tensor '%s' has %u dimensions (1 to %d)", f->path,
+					 name, nd, GGUF_MAX_DIMS);
 		t->ndim = (int)nd;
 		t->numel = 1;
 		for (uint32_t d = 0; d < nd; d++) {
@@ -202,10 +208,11 @@ static int read_tensor_infos(cursor *c)
 				return pp_err_prefix(c->e, "tensor '%s'", name);
 			if (ne < 1 || ne > (uint64_t)INT64_MAX / (uint64_t)t->numel ||
 			    ne * (uint64_t)t->numel > ((uint64_t)1 << 50))
-				return pp_errorf(c->e, PP_ERUNTIME,
-						 "%s: tensor '%s': dimension %u is %llu (the tensor "
-						 "must have 1 to 2^50 elements)",
-						 f->path, name, d, (unsigned long long)ne);
+				return pp_errorf(
+					c->e, PP_ERUNTIME,
+					"%s: tensor '%s': dimension %u is %llu (the tensor "
+					"must have 1 to 2^50 elements)",
+					f->path, name, d, (unsigned long long)ne);
 			t->ne[d] = (int64_t)ne;
 			t->numel *= (int64_t)ne;
 		}
@@ -214,19 +221,21 @@ static int read_tensor_infos(cursor *c)
 		if (!(t->type = gguf_type_of(type))) {
 			const char *other = gguf_type_other_name(type);
 			if (other)
-				return pp_errorf(c->e, PP_EUSAGE,
-						 "%s: tensor '%s' is of type %s, which pp does not read "
-						 "(F32, F16, BF16, F64, Q8_0, Q4_0, Q4_1)",
-						 f->path, name, other);
-			return pp_errorf(c->e, PP_ERUNTIME, "%s: tensor '%s' has an unknown type %u",
-					 f->path, name, type);
+				return pp_errorf(
+					c->e, PP_EUSAGE,
+					"%s: tensor '%s' is of type %s, which pp does not read "
+					"(F32, F16, BF16, F64, Q8_0, Q4_0, Q4_1)",
+					f->path, name, other);
+			return pp_errorf(c->e, PP_ERUNTIME,
+					 "%s: tensor '%s' has an unknown type %u", f->path, name,
+					 type);
 		}
 		if (t->ne[0] % t->type->block)
-			return pp_errorf(c->e, PP_ERUNTIME,
-					 "%s: tensor '%s' of type %s has rows of %lld elements, not a "
-					 "multiple of its block of %d",
-					 f->path, name, t->type->name, (long long)t->ne[0],
-					 t->type->block);
+			return pp_errorf(
+				c->e, PP_ERUNTIME,
+				"%s: tensor '%s' of type %s has rows of %lld elements, not a "
+				"multiple of its block of %d",
+				f->path, name, t->type->name, (long long)t->ne[0], t->type->block);
 		t->nbytes = gguf_nbytes(t->type, t->numel);
 	}
 	return 0;
@@ -243,14 +252,16 @@ static int check_extents(gguf_file *f, pp_err *e)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: tensor '%s' is at offset %llu, not a multiple of the "
 					 "alignment %llu",
-					 f->path, kname(&t->name, nb), (unsigned long long)t->offset,
+					 f->path, kname(&t->name, nb),
+					 (unsigned long long)t->offset,
 					 (unsigned long long)f->alignment);
 		if (t->offset > room || t->nbytes > room - t->offset)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "%s: tensor '%s' (%llu bytes at offset %llu of the data "
 					 "section) ends past the end of the file (the data section "
 					 "holds %llu bytes): truncated or corrupt",
-					 f->path, kname(&t->name, nb), (unsigned long long)t->nbytes,
+					 f->path, kname(&t->name, nb),
+					 (unsigned long long)t->nbytes,
 					 (unsigned long long)t->offset, (unsigned long long)room);
 	}
 	const gguf_tinfo **order = malloc((f->n_tensors + 1) * sizeof *order);
@@ -262,8 +273,10 @@ static int check_extents(gguf_file *f, pp_err *e)
 	int rc = 0;
 	for (uint64_t i = 1; i < f->n_tensors && !rc; i++)
 		if (order[i - 1]->offset + order[i - 1]->nbytes > order[i]->offset)
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: tensors '%s' and '%s' overlap in the data section",
-				       f->path, kname(&order[i - 1]->name, nb), kname(&order[i]->name, nb2));
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "%s: tensors '%s' and '%s' overlap in the data section",
+				       f->path, kname(&order[i - 1]->name, nb),
+				       kname(&order[i]->name, nb2));
 	free(order);
 	return rc;
 }
@@ -273,14 +286,16 @@ static int parse(gguf_file *f, pp_err *e)
 	cursor c = {f, 0, e};
 	char magic[4];
 	if (f->size < 24)
-		return pp_errorf(e, PP_ERUNTIME, "%s: %zu bytes: too short for a GGUF header (24 bytes)",
-				 f->path, f->size);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: %zu bytes: too short for a GGUF header (24 bytes)", f->path,
+				 f->size);
 	rd(&c, magic, 4, "the magic");
 	if (memcmp(magic, "GGUF", 4))
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: not a GGUF file: it starts with %02X %02X %02X %02X, not \"GGUF\"",
-				 f->path, (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2],
-				 (uint8_t)magic[3]);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: not a GGUF file: it starts with %02X %02X %02X %02X, not \"GGUF\"",
+			f->path, (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2],
+			(uint8_t)magic[3]);
 	rd_u32(&c, &f->version, "the version");
 	if ((f->version & 0xFFFF) == 0 && f->version)
 		return pp_errorf(e, PP_ERUNTIME,
@@ -295,12 +310,13 @@ static int parse(gguf_file *f, pp_err *e)
 	/* each tensor info takes at least 28 bytes, each pair 13 */
 	if (f->n_tensors > GGUF_MAX_TENSORS || f->n_tensors > left(&c) / 28)
 		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: %llu tensors: more than the file can hold (or than %d)", f->path,
-				 (unsigned long long)f->n_tensors, GGUF_MAX_TENSORS);
+				 "%s: %llu tensors: more than the file can hold (or than %d)",
+				 f->path, (unsigned long long)f->n_tensors, GGUF_MAX_TENSORS);
 	if (f->n_kv > GGUF_MAX_KV || f->n_kv > left(&c) / 13)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: %llu metadata pairs: more than the file can hold (or than %d)",
-				 f->path, (unsigned long long)f->n_kv, GGUF_MAX_KV);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: %llu metadata pairs: more than the file can hold (or than %d)",
+			f->path, (unsigned long long)f->n_kv, GGUF_MAX_KV);
 	f->kv = calloc(f->n_kv + 1, sizeof *f->kv);
 	f->ti = calloc(f->n_tensors + 1, sizeof *f->ti);
 	if (!f->kv || !f->ti)
@@ -314,9 +330,10 @@ static int parse(gguf_file *f, pp_err *e)
 	if (rc)
 		return rc;
 	if (a == 0 || (a & (a - 1)) || a > (1u << 20))
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: general.alignment is %llu: expected a power of two up to 2^20",
-				 f->path, (unsigned long long)a);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: general.alignment is %llu: expected a power of two up to 2^20",
+			f->path, (unsigned long long)a);
 	f->alignment = a;
 	f->data = (c.pos + a - 1) / a * a;
 	if (f->data > f->size) {
@@ -343,10 +360,12 @@ int gguf_file_open(gguf_file *f, const char *path, pp_err *e)
 	if (fstat(fd, &st))
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: %s", path, strerror(errno));
 	else if (!S_ISREG(st.st_mode))
-		rc = pp_errorf(e, PP_EUSAGE, "%s: not a regular file (expected a .gguf file)", path);
+		rc = pp_errorf(e, PP_EUSAGE, "%s: not a regular file (expected a .gguf file)",
+			       path);
 	else if (st.st_size < 24)
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: %lld bytes: too short for a GGUF header (24 bytes)",
-			       path, (long long)st.st_size);
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s: %lld bytes: too short for a GGUF header (24 bytes)", path,
+			       (long long)st.st_size);
 	if (!rc) {
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m == MAP_FAILED)
@@ -377,10 +396,7 @@ void gguf_file_close(gguf_file *f)
 
 /* ---- metadata by key ---- */
 
-bool gguf_str_is(gguf_str s, const char *c)
-{
-	return s.n == strlen(c) && !memcmp(s.s, c, s.n);
-}
+bool gguf_str_is(gguf_str s, const char *c) { return s.n == strlen(c) && !memcmp(s.s, c, s.n); }
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key)
 {
@@ -392,7 +408,8 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key)
 
 static int missing(const gguf_file *f, const char *key, pp_err *e)
 {
-	return pp_errorf(e, PP_ERUNTIME, "%s: the required metadata key %s is missing", f->path, key);
+	return pp_errorf(e, PP_ERUNTIME, "%s: the required metadata key %s is missing", f->path,
+			 key);
 }
 
 static int wrong_type(const gguf_file *f, const gguf_kv *kv, const char *key, const char *want,
@@ -423,20 +440,41 @@ static int num_at(const uint8_t *p, uint32_t t, double *d, int64_t *i, bool *is_
 	memcpy(&v, p, (size_t)vtype_size[t]);
 	*is_int = true;
 	switch (t) {
-	case GV_U8: case GV_BOOL: *i = v.u8; break;
-	case GV_I8: *i = v.i8; break;
-	case GV_U16: *i = v.u16; break;
-	case GV_I16: *i = v.i16; break;
-	case GV_U32: *i = v.u32; break;
-	case GV_I32: *i = v.i32; break;
-	case GV_I64: *i = v.i64; break;
+	case GV_U8:
+	case GV_BOOL:
+		*i = v.u8;
+		break;
+	case GV_I8:
+		*i = v.i8;
+		break;
+	case GV_U16:
+		*i = v.u16;
+		break;
+	case GV_I16:
+		*i = v.i16;
+		break;
+	case GV_U32:
+		*i = v.u32;
+		break;
+	case GV_I32:
+		*i = v.i32;
+		break;
+	case GV_I64:
+		*i = v.i64;
+		break;
 	case GV_U64:
 		if (v.u64 > INT64_MAX)
 			return -1;
 		*i = (int64_t)v.u64;
 		break;
-	case GV_F32: *d = v.f32; *is_int = false; return 0;
-	case GV_F64: *d = v.f64; *is_int = false; return 0;
+	case GV_F32:
+		*d = v.f32;
+		*is_int = false;
+		return 0;
+	case GV_F64:
+		*d = v.f64;
+		*is_int = false;
+		return 0;
 	}
 	*d = (double)*i;
 	return 0;
@@ -519,7 +557,8 @@ double gguf_array_num(const gguf_file *f, const gguf_kv *kv, uint64_t i)
 	int64_t v;
 	bool is_int;
 	if (kv->atype < GV_NTYPES && vtype_size[kv->atype] && i < kv->count &&
-	    num_at(f->map + kv->at + i * (uint64_t)vtype_size[kv->atype], kv->atype, &d, &v, &is_int))
+	    num_at(f->map + kv->at + i * (uint64_t)vtype_size[kv->atype], kv->atype, &d, &v,
+		   &is_int))
 		d = 0;
 	return d;
 }

@@ -24,14 +24,26 @@
 
 /* metadata value types */
 enum {
-	GV_U8, GV_I8, GV_U16, GV_I16, GV_U32, GV_I32, GV_F32, GV_BOOL, GV_STRING, GV_ARRAY,
-	GV_U64, GV_I64, GV_F64, GV_NTYPES
+	GV_U8,
+	GV_I8,
+	GV_U16,
+	GV_I16,
+	GV_U32,
+	GV_I32,
+	GV_F32,
+	GV_BOOL,
+	GV_STRING,
+	GV_ARRAY,
+	GV_U64,
+	GV_I64,
+	GV_F64,
+	GV_NTYPES
 };
 
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS    4
 #define GGUF_MAX_TENSORS (1 << 20)
-#define GGUF_MAX_KV (1 << 16)
-#define GGUF_MAX_NAME 255
+#define GGUF_MAX_KV      (1 << 16)
+#define GGUF_MAX_NAME    255
 
 typedef struct {
 	const char *s; /* into the map: not NUL-terminated */
@@ -41,9 +53,9 @@ typedef struct {
 typedef struct {
 	gguf_str key;
 	uint32_t type;
-	uint32_t atype;  /* arrays: the element type */
-	uint64_t count;  /* arrays: the element count */
-	uint64_t at;     /* file offset of the value (arrays: of the first element) */
+	uint32_t atype; /* arrays: the element type */
+	uint64_t count; /* arrays: the element count */
+	uint64_t at;    /* file offset of the value (arrays: of the first element) */
 } gguf_kv;
 
 typedef struct {
@@ -86,8 +98,7 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 int gguf_get_uint(const gguf_file *f, const char *key, bool required, uint64_t *out, pp_err *e);
 int gguf_get_float(const gguf_file *f, const char *key, bool required, double *out, pp_err *e);
 int gguf_get_bool(const gguf_file *f, const char *key, bool *out, pp_err *e);
-int gguf_get_string(const gguf_file *f, const char *key, bool required, gguf_str *out,
-		    pp_err *e);
+int gguf_get_string(const gguf_file *f, const char *key, bool required, gguf_str *out, pp_err *e);
 /* An array of atype (any element type for atype < 0); *kv NULL when absent
  * and not required. */
 int gguf_get_array(const gguf_file *f, const char *key, int atype, bool required,

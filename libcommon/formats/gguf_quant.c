@@ -36,11 +36,11 @@ const char *gguf_type_other_name(uint32_t id)
 {
 	/* ggml.h's enum ggml_type; NULL: ids never used or since removed */
 	static const char *const names[] = {
-		"F32",     "F16",     "Q4_0",   "Q4_1",  NULL,    NULL,   "Q5_0",   "Q5_1",
-		"Q8_0",    "Q8_1",    "Q2_K",   "Q3_K",  "Q4_K",  "Q5_K", "Q6_K",   "Q8_K",
-		"IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-		"I8",      "I16",     "I32",    "I64",   "F64",   "IQ1_M", "BF16",  NULL,
-		NULL,      NULL,      "TQ1_0",  "TQ2_0", NULL,    NULL,   NULL,     "MXFP4",
+		"F32",     "F16",    "Q4_0",    "Q4_1",  NULL,     NULL,    "Q5_0",  "Q5_1",
+		"Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+		"IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+		"I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16",  NULL,
+		NULL,      NULL,     "TQ1_0",   "TQ2_0", NULL,     NULL,    NULL,    "MXFP4",
 	};
 	return id < sizeof names / sizeof *names ? names[id] : NULL;
 }

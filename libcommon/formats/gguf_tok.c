@@ -21,10 +21,10 @@
 /* llama.cpp's pre-tokenizers (tokenizer.ggml.pre) that pp's byte-level BPE
  * implements: GPT-2's regex alone, or after splitting off each digit
  * (\p{N}). "default" (and none) is llama.cpp's own regex, which pp has not. */
-static const char *const pre_gpt2[] = {"gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion",
-				       "mellum", "gigachat", NULL};
-static const char *const pre_digits[] = {"smollm", "starcoder", "refact", "codeshell",
-					 "command-r", "exaone", "minerva-7b", NULL};
+static const char *const pre_gpt2[] = {"gpt-2",    "phi-2",  "mpt",      "olmo", "jais",
+				       "trillion", "mellum", "gigachat", NULL};
+static const char *const pre_digits[] = {"smollm",    "starcoder", "refact",     "codeshell",
+					 "command-r", "exaone",    "minerva-7b", NULL};
 
 static bool in_list(gguf_str s, const char *const *list)
 {
@@ -38,10 +38,10 @@ static bool in_list(gguf_str s, const char *const *list)
 
 typedef struct {
 	const gguf_file *f;
-	uint64_t n;           /* tokens */
+	uint64_t n; /* tokens */
 	const gguf_kv *tokens, *types, *scores;
 	int64_t bos, eos, unk;
-	gguf_str chat;        /* tokenizer.chat_template; s NULL when absent */
+	gguf_str chat; /* tokenizer.chat_template; s NULL when absent */
 	char dir[4096];
 	pp_err *e;
 } tok_src;
@@ -68,7 +68,8 @@ static int write_json(const tok_src *s, json_t *root, const char *name, char *pa
 	int bad = !root || json_dump_file(root, p, JSON_COMPACT);
 	json_decref(root);
 	if (bad)
-		return pp_errorf(s->e, PP_ERUNTIME, "%s: cannot write the tokenizer as %s", s->f->path, p);
+		return pp_errorf(s->e, PP_ERUNTIME, "%s: cannot write the tokenizer as %s",
+				 s->f->path, p);
 	if (path)
 		snprintf(path, n, "%s", p);
 	return 0;
@@ -89,24 +90,26 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 	char buf[80];
 	json_t *pt;
 	if (in_list(pre, pre_gpt2))
-		pt = json_pack("{sssbsbsb}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets",
-			       1, "use_regex", 1);
+		pt = json_pack("{sssbsbsb}", "type", "ByteLevel", "add_prefix_space", 0,
+			       "trim_offsets", 1, "use_regex", 1);
 	else if (in_list(pre, pre_digits))
-		pt = json_pack("{ss s[{sssb} {sssbsbsb}]}", "type", "Sequence", "pretokenizers", "type",
-			       "Digits", "individual_digits", 1, "type", "ByteLevel",
+		pt = json_pack("{ss s[{sssb} {sssbsbsb}]}", "type", "Sequence", "pretokenizers",
+			       "type", "Digits", "individual_digits", 1, "type", "ByteLevel",
 			       "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 1);
 	else
-		return pp_errorf(e, PP_EUSAGE,
-				 "%s: tokenizer.ggml.pre '%s': a pre-tokenizer pp does not implement "
-				 "(pp splits text with GPT-2's regex, optionally after single digits: "
-				 "gpt-2, smollm, starcoder, ...)",
-				 f->path, shown(pre, buf));
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%s: tokenizer.ggml.pre '%s': a pre-tokenizer pp does not implement "
+			"(pp splits text with GPT-2's regex, optionally after single digits: "
+			"gpt-2, smollm, starcoder, ...)",
+			f->path, shown(pre, buf));
 	json_t *vocab = json_object(), *added = json_array(), *ml = json_array();
-	json_t *root = json_pack("{sss[]snsosnsoso}", "version", "1.0", "added_tokens",
-				 "normalizer", "pre_tokenizer", pt, "post_processor", "decoder",
-				 json_pack("{sssbsbsb}", "type", "ByteLevel", "add_prefix_space", 0,
-					   "trim_offsets", 1, "use_regex", 1),
-				 "model", json_pack("{sssoso}", "type", "BPE", "vocab", vocab, "merges", ml));
+	json_t *root = json_pack(
+		"{sss[]snsosnsoso}", "version", "1.0", "added_tokens", "normalizer",
+		"pre_tokenizer", pt, "post_processor", "decoder",
+		json_pack("{sssbsbsb}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets",
+			  1, "use_regex", 1),
+		"model", json_pack("{sssoso}", "type", "BPE", "vocab", vocab, "merges", ml));
 	if (!root || !vocab || !added || !ml) {
 		json_decref(root);
 		json_decref(added);
@@ -119,20 +122,23 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 		gguf_str t = gguf_array_next_str(f, &pos);
 		json_t *str = memchr(t.s, 0, t.n) ? NULL : json_stringn(t.s, t.n);
 		if (!str) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: token %llu '%s' is not valid UTF-8 without NUL bytes, as "
-				       "a byte-level BPE token must be",
-				       f->path, (unsigned long long)i, shown(t, buf));
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: token %llu '%s' is not valid UTF-8 without NUL bytes, as "
+				"a byte-level BPE token must be",
+				f->path, (unsigned long long)i, shown(t, buf));
 			break;
 		}
 		const int type = token_type(s, i);
 		/* a token spelled like an earlier one stays an added token */
 		const bool dup = json_object_get(vocab, json_string_value(str)) != NULL;
 		if (!dup)
-			json_object_set_new(vocab, json_string_value(str), json_integer((json_int_t)i));
+			json_object_set_new(vocab, json_string_value(str),
+					    json_integer((json_int_t)i));
 		if (dup || type == TOK_CONTROL || type == TOK_USER_DEFINED || type == TOK_UNKNOWN)
-			json_array_append_new(added, json_pack("{sIsOsb}", "id", (json_int_t)i, "content", str,
-							       "special", type != TOK_USER_DEFINED));
+			json_array_append_new(added,
+					      json_pack("{sIsOsb}", "id", (json_int_t)i, "content",
+							str, "special", type != TOK_USER_DEFINED));
 		json_decref(str);
 	}
 	pos = merges->at;
@@ -140,7 +146,8 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 		gguf_str m = gguf_array_next_str(f, &pos);
 		json_t *str = memchr(m.s, 0, m.n) ? NULL : json_stringn(m.s, m.n);
 		if (!str)
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: merge %llu '%s' is not valid UTF-8 without NUL bytes",
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "%s: merge %llu '%s' is not valid UTF-8 without NUL bytes",
 				       f->path, (unsigned long long)i, shown(m, buf));
 		else
 			json_array_append_new(ml, str);
@@ -224,8 +231,9 @@ static int export_spm(const tok_src *s, bool add_bos, char *path, size_t pn)
 		if ((int64_t)i == s->unk)
 			type = TOK_UNKNOWN;
 		if (type < TOK_NORMAL || type > TOK_BYTE) {
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: token %llu '%s' has token_type %d (1 to 6)",
-				       f->path, (unsigned long long)i, shown(t, buf), type);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "%s: token %llu '%s' has token_type %d (1 to 6)", f->path,
+				       (unsigned long long)i, shown(t, buf), type);
 			break;
 		}
 		byte_fallback |= type == TOK_BYTE;
@@ -265,8 +273,9 @@ static int export_spm(const tok_src *s, bool add_bos, char *path, size_t pn)
 	free(spec.p);
 	/* the chat template, where the model has one, as Hugging Face keeps it */
 	if (!rc && s->chat.s)
-		rc = write_json(s, json_pack("{sbss#}", "add_bos_token", add_bos, "chat_template",
-					     s->chat.s, (size_t)s->chat.n),
+		rc = write_json(s,
+				json_pack("{sbss#}", "add_bos_token", add_bos, "chat_template",
+					  s->chat.s, (size_t)s->chat.n),
 				"tokenizer_config.json", NULL, 0);
 	return rc;
 }
@@ -280,8 +289,8 @@ static int token_id(const gguf_file *f, const char *key, uint64_t n, int64_t *id
 	if (rc || v == UINT64_MAX)
 		return rc;
 	if (v >= n)
-		return pp_errorf(e, PP_ERUNTIME, "%s: %s is %llu, outside the %llu tokens", f->path, key,
-				 (unsigned long long)v, (unsigned long long)n);
+		return pp_errorf(e, PP_ERUNTIME, "%s: %s is %llu, outside the %llu tokens", f->path,
+				 key, (unsigned long long)v, (unsigned long long)n);
 	*id = (int64_t)v;
 	return 0;
 }
@@ -309,18 +318,20 @@ int gguf_tok_export(const gguf_file *f, const char *dir, int vocab, char *path, 
 		return rc;
 	s.n = s.tokens->count;
 	if (s.n == 0 || s.n > (uint64_t)vocab)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: the tokenizer has %llu tokens and the model's embedding %d rows: "
-				 "expected 1 to %d tokens",
-				 f->path, (unsigned long long)s.n, vocab, vocab);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: the tokenizer has %llu tokens and the model's embedding %d rows: "
+			"expected 1 to %d tokens",
+			f->path, (unsigned long long)s.n, vocab, vocab);
 	const gguf_kv *arr[2] = {s.types, s.scores};
 	const char *names[2] = {"token_type", "scores"};
 	for (int k = 0; k < 2; k++)
 		if (arr[k] && (arr[k]->count != s.n || arr[k]->atype == GV_STRING ||
 			       arr[k]->atype == GV_ARRAY))
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: tokenizer.ggml.%s: expected %llu numbers, one per token",
-					 f->path, names[k], (unsigned long long)s.n);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: tokenizer.ggml.%s: expected %llu numbers, one per token",
+				f->path, names[k], (unsigned long long)s.n);
 	if ((rc = token_id(f, "tokenizer.ggml.bos_token_id", s.n, &s.bos, e)) ||
 	    (rc = token_id(f, "tokenizer.ggml.eos_token_id", s.n, &s.eos, e)) ||
 	    (rc = token_id(f, "tokenizer.ggml.unknown_token_id", s.n, &s.unk, e)))
@@ -354,7 +365,8 @@ int gguf_tok_emit(gguf_buf *b, const pp_tokenizer *tk, int vocab, bool add_bos, 
 	const tok_prep prep = tok_get_prep(tk);
 	if (n > vocab)
 		return pp_errorf(e, PP_EUSAGE,
-				 "the tokenizer has %d tokens but the model's vocabulary %d", n, vocab);
+				 "the tokenizer has %d tokens but the model's vocabulary %d", n,
+				 vocab);
 	const char *pre = NULL;
 	if (!spm) {
 		if (prep.add_space_prefix || prep.split_digits > 1)
@@ -415,7 +427,8 @@ int gguf_tok_emit(gguf_buf *b, const pp_tokenizer *tk, int vocab, bool add_bos, 
 	gguf_kv_bool(b, "tokenizer.ggml.add_eos_token", false);
 	if (spm) {
 		gguf_kv_bool(b, "tokenizer.ggml.add_space_prefix", prep.add_space_prefix);
-		gguf_kv_bool(b, "tokenizer.ggml.remove_extra_whitespaces", prep.remove_extra_whitespaces);
+		gguf_kv_bool(b, "tokenizer.ggml.remove_extra_whitespaces",
+			     prep.remove_extra_whitespaces);
 	}
 	return b->oom ? pp_errorf(e, PP_ERUNTIME, "out of memory for the tokenizer's metadata") : 0;
 }

@@ -155,10 +155,7 @@ static int gated_mlp(const char *act)
 	return -1;
 }
 
-static bool tanh_gelu(const char *act)
-{
-	return gated_mlp(act) == PP_MLP_GEGLU;
-}
+static bool tanh_gelu(const char *act) { return gated_mlp(act) == PP_MLP_GEGLU; }
 
 /* keys no family here can honour when set (experts: Mixtral's only) */
 static void refuse_common(reader *r, const hf_family *f)
@@ -215,8 +212,9 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 					"key 'model_type' is \"%s\": pp imports llama, mistral, "
 					"mixtral, gemma and gpt2",
 					type)
-			    : pp_errorf(e, PP_EUSAGE,
-					"no key 'model_type' (llama, mistral, mixtral, gemma or gpt2)");
+			    : pp_errorf(
+				      e, PP_EUSAGE,
+				      "no key 'model_type' (llama, mistral, mixtral, gemma or gpt2)");
 	check_architectures(r, f);
 	refuse_common(r, f);
 
@@ -287,7 +285,7 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e)
 		}
 		if (f->pp_family == PP_FAMILY_MISTRAL || f->pp_family == PP_FAMILY_MIXTRAL) {
 			const json_t *w = json_object_get(config, "sliding_window");
-			window = !w		   ? f->window
+			window = !w                ? f->window
 				 : json_is_null(w) ? 0
 						   : get_int(r, "sliding_window", 0, 1);
 		}
@@ -352,8 +350,8 @@ static int exportable(const pp_model_cfg *m, const hf_family *f, pp_err *e)
 	     m->moe_every, arch);
 	NEED(!mixtral || m->router == PP_ROUTE_TOPK_SOFTMAX,
 	     "model.router softmax_topk: %s weighs the top k by a softmax over them", arch);
-	NEED(!mixtral || m->capacity_factor == 0,
-	     "model.capacity_factor %g: %s drops no tokens", m->capacity_factor, arch);
+	NEED(!mixtral || m->capacity_factor == 0, "model.capacity_factor %g: %s drops no tokens",
+	     m->capacity_factor, arch);
 	if (f->pp_family == PP_FAMILY_GPT) {
 		NEED(m->norm == PP_NORM_LAYER, "model.norm rmsnorm: %s uses LayerNorm", arch);
 		NEED(m->pos == PP_POS_LEARNED, "model.pos is not learned: %s learns positions",
@@ -388,10 +386,7 @@ static int exportable(const pp_model_cfg *m, const hf_family *f, pp_err *e)
 	return 0;
 }
 
-static json_t *id_or_null(int id)
-{
-	return id >= 0 ? json_integer(id) : json_null();
-}
+static json_t *id_or_null(int id) { return id >= 0 ? json_integer(id) : json_null(); }
 
 int hf_config_from_model(const pp_model_cfg *m, const hf_export *x, json_t **config, pp_err *e)
 {

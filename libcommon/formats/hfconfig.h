@@ -17,8 +17,8 @@
 
 #include <jansson.h>
 
-#include "../config/config.h"
 #include "../base/error.h"
+#include "../config/config.h"
 
 /* config.json (parsed) -> a complete pp "model" object (a new reference
  * in *model). PP_EUSAGE for a model_type, key or value pp cannot build. */
@@ -26,7 +26,7 @@ int hf_config_to_model(const json_t *config, json_t **model, pp_err *e);
 
 typedef struct {
 	const char *torch_dtype; /* "float32", "float16", "bfloat16" */
-	int bos_id, eos_id;	 /* the tokenizer's, or -1 when unknown (written as null) */
+	int bos_id, eos_id;      /* the tokenizer's, or -1 when unknown (written as null) */
 } hf_export;
 
 /* m -> config.json as transformers 4.46 writes it for the family (a new

@@ -34,7 +34,7 @@
 #error "llama2.c files are little-endian; this writer assumes a little-endian host"
 #endif
 
-#define L2C_MAGIC 0x616b3432u
+#define L2C_MAGIC  0x616b3432u
 #define L2C_HEADER 256
 
 typedef struct {
@@ -217,8 +217,8 @@ static int lay_out(l2c_sink *k, const pp_model_cfg *m, unsigned char *header, in
 		rc = pp_errorf(e, PP_EUSAGE, "the model has %d tensors, a llama2.c file %d", nt,
 			       k->n);
 	free(table);
-	const int32_t fields[] = {(int32_t)L2C_MAGIC, 1,	  m->d_model,	 m->d_ff,
-				  m->n_layers,	      m->n_heads, m->n_kv_heads, m->vocab_size,
+	const int32_t fields[] = {(int32_t)L2C_MAGIC, 1,          m->d_model,    m->d_ff,
+				  m->n_layers,        m->n_heads, m->n_kv_heads, m->vocab_size,
 				  m->max_seq_len};
 	memset(header, 0, L2C_HEADER);
 	memcpy(header, fields, sizeof fields);

@@ -20,5 +20,4 @@ int modeltable_find(const tio_tensor *t, int n, const char *name);
  * another shape; PP_EUSAGE. */
 int modeltable_check(const pp_model_cfg *m, const tio_tensor *list, int n, pp_err *e);
 
-
 #endif

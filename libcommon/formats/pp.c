@@ -8,10 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../ckpt/stage.h"
 #include "../base/fsutil.h"
-#include "../parallel/gradsync.h"
+#include "../ckpt/stage.h"
 #include "../model/model.h"
+#include "../parallel/gradsync.h"
 #include "tensorio.h"
 
 /* ---- source ------------------------------------------------------------------ */
@@ -125,8 +125,8 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 		s->meta.config = json_loads(text, 0, &je);
 		s->meta.model = json_object_get(s->meta.config, "model");
 		if (!json_is_object(s->meta.model))
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint %s: its stored config has no model",
-				       p->dir);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint %s: its stored config has no model", p->dir);
 	}
 	free(text);
 	if (!rc) { /* the training state (rng, data position) of shard pp000-tp000 */
@@ -254,7 +254,8 @@ static int reserve(pp_sink *k, size_t n, size_t m, pp_err *e)
 		for (size_t i = 0; i < sizeof b / sizeof *b; i++) {
 			free(*b[i]);
 			if (!(*b[i] = malloc(n * sizeof(pp_real))))
-				return pp_errorf(e, PP_ERUNTIME, "out of memory for a block of %zu elements", n);
+				return pp_errorf(e, PP_ERUNTIME,
+						 "out of memory for a block of %zu elements", n);
 		}
 		k->cap_block = n;
 	}
@@ -296,14 +297,15 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 	const int64_t rows = c.shape[0], cols = c.shape[1], C = c.global_shape[1];
 	const bool fused = p->n_blocks > 1 && k->tp > 1;
 	if (tio_numel(t) != c.global_shape[0] * C || (t->ndim == 2 && t->shape[1] != C))
-		return pp_errorf(e, PP_EUSAGE, "%s has %lld elements; the model's is %lld x %lld", t->name,
-				 (long long)tio_numel(t), (long long)c.global_shape[0], (long long)C);
+		return pp_errorf(e, PP_EUSAGE, "%s has %lld elements; the model's is %lld x %lld",
+				 t->name, (long long)tio_numel(t), (long long)c.global_shape[0],
+				 (long long)C);
 	size_t n = (size_t)(rows * cols);
 	int rc = reserve(k, n, 1, e);
 	if (rc)
 		return rc;
-	pp_real *bp = block_of(k->block, param, C, c.offset[0], rows, c.offset[1], cols), *bm = NULL,
-		*bv = NULL;
+	pp_real *bp = block_of(k->block, param, C, c.offset[0], rows, c.offset[1], cols),
+		*bm = NULL, *bv = NULL;
 	const bool adam = k->with_adam && m && v;
 	if (adam) {
 		bm = block_of(k->bm, m, C, c.offset[0], rows, c.offset[1], cols);
@@ -323,8 +325,8 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 	for (int d = 0; adam && k->zero && d < k->dp; d++) {
 		if (expert && d % k->ep != f->ep_rank)
 			continue;
-		optim_ranges or;
-		gradsync_ranges(st, true, k->dp, d, k->ep, &or);
+		optim_ranges or ;
+		gradsync_ranges(st, true, k->dp, d, k->ep, & or);
 		const size_t lo = or.lo[expert], hi = or.hi[expert];
 		size_t max = ckpt_optim_max_ranges(p, lo, hi, fused);
 		if (!max)
@@ -339,8 +341,13 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 			memcpy(k->part_v + at, bv + k->begin[r], len * sizeof(pp_real));
 			at += len;
 		}
-		ckpt_optim_part q = {.name = p->name, .ndim = p->ndim, .n_ranges = nr,
-				     .begin = k->begin, .end = k->end, .m = k->part_m, .v = k->part_v};
+		ckpt_optim_part q = {.name = p->name,
+				     .ndim = p->ndim,
+				     .n_ranges = nr,
+				     .begin = k->begin,
+				     .end = k->end,
+				     .m = k->part_m,
+				     .v = k->part_v};
 		memcpy(q.shape, c.shape, sizeof q.shape);
 		memcpy(q.global_shape, c.global_shape, sizeof q.global_shape);
 		memcpy(q.offset, c.offset, sizeof q.offset);
@@ -355,7 +362,8 @@ static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const 
 {
 	pp_sink *k = s->impl;
 	char *key = (char *)t->name;
-	char **hit = bsearch(&key, k->expected, (size_t)k->n_expected, sizeof *k->expected, cmp_str);
+	char **hit = bsearch(&key, k->expected, (size_t)k->n_expected, sizeof *k->expected,
+			     cmp_str);
 	if (!hit)
 		return pp_errorf(e, PP_EUSAGE, "%s is not a tensor of this %s model", t->name,
 				 pp_family_name(k->cfg.model.family));
@@ -384,14 +392,16 @@ static int sink_finish(tio_sink *s, pp_err *e)
 	int rc = 0;
 	for (int i = 0; i < k->n_expected && !rc; i++)
 		if (!k->seen[i])
-			rc = pp_errorf(e, PP_EUSAGE, "the model's %s was not given", k->expected[i]);
+			rc = pp_errorf(e, PP_EUSAGE, "the model's %s was not given",
+				       k->expected[i]);
 	for (int r = 0; r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		int rr = rc ? (ckpt_writer_abort(f->shard), 0) : ckpt_writer_close(f->shard, e);
 		f->shard = NULL;
 		rc = rc ? rc : rr;
 		for (int d = 0; f->optim && d < k->dp; d++) {
-			rr = rc ? (ckpt_writer_abort(f->optim[d]), 0) : ckpt_writer_close(f->optim[d], e);
+			rr = rc ? (ckpt_writer_abort(f->optim[d]), 0)
+				: ckpt_writer_close(f->optim[d], e);
 			f->optim[d] = NULL;
 			rc = rc ? rc : rr;
 		}
@@ -446,7 +456,8 @@ static int keep_tokenizer(const char *run_dir, const char *tokenizer, char *out,
 	const char *base = strrchr(tokenizer, '/') ? strrchr(tokenizer, '/') + 1 : tokenizer;
 	struct stat st;
 	if (!rc && !strcmp(base, "vocab.json")) {
-		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - tokenizer), tokenizer);
+		snprintf(merges, sizeof merges, "%.*smerges.txt", (int)(base - tokenizer),
+			 tokenizer);
 		rc = copy_file(merges, dir, ignore, sizeof ignore, e);
 	}
 	snprintf(merges, sizeof merges, "%.*stokenizer_config.json", (int)(base - tokenizer),
@@ -480,7 +491,8 @@ static int target_config(const char *run_dir, const tio_sink_opts *o, pp_config 
 		json_object_set_new(root, "data", json_string("synthetic"));
 	char *text = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
-	int rc = text ? pp_config_from_json(c, text, e) : pp_errorf(e, PP_ERUNTIME, "out of memory");
+	int rc = text ? pp_config_from_json(c, text, e)
+		      : pp_errorf(e, PP_ERUNTIME, "out of memory");
 	free(text);
 	return rc;
 }
@@ -530,8 +542,9 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 		/* the ranks of the first ep group hold one copy of everything */
 		pp_layout lay;
 		if (!rc)
-			rc = layout_build(&lay, &k->cfg,
-					  layout_rank_of(&k->cfg, f->pp_rank, f->ep_rank, f->tp_rank), e);
+			rc = layout_build(
+				&lay, &k->cfg,
+				layout_rank_of(&k->cfg, f->pp_rank, f->ep_rank, f->tp_rank), e);
 		for (int c = 0; !rc && c < k->v; c++) {
 			stage_spec sp = stage_spec_of(&k->cfg, &lay, c);
 			sp.B = sp.T = sp.n_slots = 1;
@@ -575,9 +588,16 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	char *json = rc ? NULL : pp_config_dump(&k->cfg);
 	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
-		ckpt_state h = {.step = k->step, .config_json = json, .tokenizer = k->cfg.tokenizer,
-				.pp_rank = f->pp_rank, .tp_rank = f->tp_rank, .ep_rank = f->ep_rank,
-				.pp_size = k->pp, .tp_size = k->tp, .dp_size = k->dp, .ep_size = k->ep,
+		ckpt_state h = {.step = k->step,
+				.config_json = json,
+				.tokenizer = k->cfg.tokenizer,
+				.pp_rank = f->pp_rank,
+				.tp_rank = f->tp_rank,
+				.ep_rank = f->ep_rank,
+				.pp_size = k->pp,
+				.tp_size = k->tp,
+				.dp_size = k->dp,
+				.ep_size = k->ep,
 				.optim_per_dp = k->zero && k->with_adam};
 		if (o->meta->has_state) {
 			memcpy(h.rng, o->meta->rng, sizeof h.rng);

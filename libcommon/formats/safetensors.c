@@ -27,9 +27,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../kernels/halffloat.h"
 #include "../tok/tokenizer.h"
 #include "fileio.h"
-#include "../../kernels/halffloat.h"
 #include "hfconfig.h"
 #include "modeltable.h"
 #include "safetensors.h"
@@ -39,14 +39,14 @@
 #endif
 
 #define ST_MAX_HEADER ((int64_t)100 << 20) /* the safetensors library's own limit */
-#define ST_MAXDIM 8
-#define ST_CHUNK ((size_t)1 << 20) /* bytes converted at a time */
+#define ST_MAXDIM     8
+#define ST_CHUNK      ((size_t)1 << 20) /* bytes converted at a time */
 
 const st_dtype st_dtypes[] = {
 	{"F32", 4, TIO_F32}, {"F16", 2, TIO_F16}, {"BF16", 2, TIO_BF16}, {"F64", 8, TIO_F64},
-	{"BOOL", 1, -1},     {"U8", 1, -1},	  {"I8", 1, -1},	 {"F8_E4M3", 1, -1},
-	{"F8_E5M2", 1, -1},  {"I16", 2, -1},	  {"U16", 2, -1},	 {"I32", 4, -1},
-	{"U32", 4, -1},	     {"I64", 8, -1},	  {"U64", 8, -1},
+	{"BOOL", 1, -1},     {"U8", 1, -1},       {"I8", 1, -1},         {"F8_E4M3", 1, -1},
+	{"F8_E5M2", 1, -1},  {"I16", 2, -1},      {"U16", 2, -1},        {"I32", 4, -1},
+	{"U32", 4, -1},      {"I64", 8, -1},      {"U64", 8, -1},
 };
 const int st_n_dtypes = (int)(sizeof st_dtypes / sizeof *st_dtypes);
 
@@ -127,7 +127,7 @@ typedef struct {
 } st_file;
 
 typedef struct {
-	char hf[160];				  /* the name in the file */
+	char hf[160];                             /* the name in the file */
 	char pp[sizeof(((tio_tensor *)0)->name)]; /* pp's, "" when it cannot be one */
 	bool drop;
 	int file, dtype, ndim;
@@ -314,12 +314,13 @@ static int parse_file(st_src *p, const char *path, bool gpt, pp_err *e)
 		return pp_errorf(e, PP_ERUNTIME, "%s: header length %llu is over the limit of %lld",
 				 path, hn, (long long)ST_MAX_HEADER);
 	if ((int64_t)n > f->size - 8)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: header length %llu runs past the end of the file (%lld bytes)",
-				 path, hn, (long long)f->size);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: header length %llu runs past the end of the file (%lld bytes)", path,
+			hn, (long long)f->size);
 	if (n < 2)
-		return pp_errorf(e, PP_ERUNTIME, "%s: header length %llu is too short for JSON", path,
-				 hn);
+		return pp_errorf(e, PP_ERUNTIME, "%s: header length %llu is too short for JSON",
+				 path, hn);
 	f->data = 8 + (int64_t)n;
 	char *text = malloc((size_t)n);
 	if (!text)
@@ -596,8 +597,8 @@ static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, pp_err *
 	for (int i = 0; i < nw && !rc; i++) {
 		st_entry key;
 		snprintf(key.pp, sizeof key.pp, "%s", want[i].name);
-		const st_entry *t =
-			bsearch(&key, p->entries, (size_t)p->n_entries, sizeof key, cmp_pp_name);
+		const st_entry *t = bsearch(&key, p->entries, (size_t)p->n_entries, sizeof key,
+					    cmp_pp_name);
 		if (!t) {
 			char sh[96];
 			pp_shape_str(sh, sizeof sh, want[i].ndim, want[i].shape);
@@ -637,8 +638,8 @@ static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, pp_err *
 		if (t->drop || (t->pp[0] && modeltable_find(want, nw, t->pp) >= 0))
 			continue;
 		if (m->tied_embeddings && !strcmp(t->pp, "lm_head.weight")) {
-			const char *emb =
-				gpt ? "transformer.wte.weight" : "model.embed_tokens.weight";
+			const char *emb = gpt ? "transformer.wte.weight"
+					      : "model.embed_tokens.weight";
 			rc = check_tied_head(p, t, p->of[modeltable_find(want, nw, emb)], e);
 			continue;
 		}

@@ -10,8 +10,8 @@
 
 typedef struct {
 	const char *name; /* "F32", "BF16", ... */
-	int size;	  /* bytes per element */
-	int tio;	  /* the tio_dtype pp reads it as, or -1 */
+	int size;         /* bytes per element */
+	int tio;          /* the tio_dtype pp reads it as, or -1 */
 } st_dtype;
 
 extern const st_dtype st_dtypes[];

@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../kernels/halffloat.h"
 #include "../base/fsutil.h"
 #include "../tok/tokenizer.h"
 #include "fileio.h"
-#include "../../kernels/halffloat.h"
 #include "hfconfig.h"
 #include "modeltable.h"
 #include "safetensors.h"
@@ -32,7 +32,7 @@ typedef struct {
 	char name[sizeof(((tio_tensor *)0)->name)]; /* Hugging Face's (= pp's) */
 	int ndim;
 	int64_t shape[TIO_MAXDIM]; /* Hugging Face's layout */
-	bool transpose;		   /* GPT-2 Conv1D: written (in, out) */
+	bool transpose;            /* GPT-2 Conv1D: written (in, out) */
 	int file;
 	int64_t off, bytes; /* in the file */
 	bool done;
@@ -107,8 +107,8 @@ static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const 
 		/* pp's (rows, cols) = (out, in); Conv1D is written (in, out) */
 		const int64_t rows = sl->transpose ? t->shape[0] : 1, cols = n / (rows ? rows : 1);
 		for (int64_t j = 0; j < n; j++) {
-			const float x =
-				sl->transpose ? param[(j % rows) * cols + j / rows] : param[j];
+			const float x = sl->transpose ? param[(j % rows) * cols + j / rows]
+						      : param[j];
 			if (tio == TIO_F32) {
 				memcpy(k->buf + 4 * j, &x, 4);
 			} else {

@@ -23,10 +23,12 @@ int64_t tio_numel(const tio_tensor *t)
 
 uint64_t tio_raw_bytes(const tio_tensor *t)
 {
-	static const int block[] = {[TIO_F32] = 1, [TIO_F16] = 1, [TIO_BF16] = 1, [TIO_Q8_0] = 32,
-				    [TIO_Q4_0] = 32, [TIO_Q4_1] = 32, [TIO_F64] = 1};
-	static const int bytes[] = {[TIO_F32] = 4, [TIO_F16] = 2, [TIO_BF16] = 2, [TIO_Q8_0] = 34,
-				    [TIO_Q4_0] = 18, [TIO_Q4_1] = 20, [TIO_F64] = 8};
+	static const int block[] = {
+		[TIO_F32] = 1,   [TIO_F16] = 1,   [TIO_BF16] = 1, [TIO_Q8_0] = 32,
+		[TIO_Q4_0] = 32, [TIO_Q4_1] = 32, [TIO_F64] = 1};
+	static const int bytes[] = {
+		[TIO_F32] = 4,   [TIO_F16] = 2,   [TIO_BF16] = 2, [TIO_Q8_0] = 34,
+		[TIO_Q4_0] = 18, [TIO_Q4_1] = 20, [TIO_F64] = 8};
 	const int64_t cols = t->ndim ? t->shape[t->ndim - 1] : 1;
 	if (cols % block[t->dtype])
 		return 0;
@@ -158,8 +160,9 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 			duration(eta, sizeof eta,
 				 done > 0 ? (tn - t0) * (double)(total - done) / (double)done : 0);
 			fprintf(stderr, "%s: %d/%d tensors, %.1f%% of %.3g elements, %s, ETA %s\n",
-				progress, i + 1, src->n, total ? 100.0 * (double)done / (double)total : 100.0,
-				(double)total, el, eta);
+				progress, i + 1, src->n,
+				total ? 100.0 * (double)done / (double)total : 100.0, (double)total,
+				el, eta);
 			last = tn;
 		}
 	}

@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../config/config.h"
 #include "../base/error.h"
+#include "../config/config.h"
 
 #define TIO_MAXDIM 4
 
@@ -105,10 +105,10 @@ typedef struct {
 	const tio_meta *meta; /* the source's: config, step, tokenizer */
 	const tio_tensor *tensors;
 	int n;
-	tio_dtype dtype;  /* the element type to write where the format has a choice */
-	bool with_adam;   /* keep optimizer state (pp checkpoints) */
-	json_t *layout;   /* pp checkpoints: pp, tp, dp, shard_optimizer, virtual_stages... overrides */
-	double shard_mb;  /* safetensors: split into files of at most this many MiB (0: one file) */
+	tio_dtype dtype; /* the element type to write where the format has a choice */
+	bool with_adam;  /* keep optimizer state (pp checkpoints) */
+	json_t *layout; /* pp checkpoints: pp, tp, dp, shard_optimizer, virtual_stages... overrides */
+	double shard_mb; /* safetensors: split into files of at most this many MiB (0: one file) */
 } tio_sink_opts;
 
 /* meta->model (a pp "model" object) as pp_model_cfg, checked and with
@@ -137,7 +137,7 @@ typedef struct {
 	int tensors;
 	int64_t elements;
 	double bytes_read, seconds; /* bytes moved as fp32: 4 per element and group */
-	size_t peak_buffer_bytes; /* the largest tensor buffers held at once */
+	size_t peak_buffer_bytes;   /* the largest tensor buffers held at once */
 } tio_stats;
 
 /* Every tensor of src, in order, into sink (m and v too with with_adam),

@@ -44,28 +44,28 @@ typedef struct {
  * are in the compute type (pp_act), statistics in pp_real; the means are
  * layernorm's only. */
 typedef struct {
-	pp_act *res;                   /* (L+1, N, C) input of each layer, then the stage output */
-	pp_act *h1;                    /* (L, N, C) */
-	pp_real *mean1, *rstd1;        /* (L, N), (L, N) */
-	pp_act *qkv;                   /* (L, N, QKV) after rope */
-	pp_act *att;                   /* (L, N, HD) */
-	pp_real *lse;                  /* (L, B, Hq, T) */
-	pp_act *mid;                   /* (L, N, C) residual after attention */
-	pp_act *h2;                    /* (L, N, C) */
-	pp_real *mean2, *rstd2;        /* (L, N), (L, N) */
-	pp_act *up;                    /* (Ld, N, UP) gate|up, or before gelu: dense layers */
-	pp_act *act;                   /* (Ld, N, F) */
-	moe_acts *moe;                 /* (n_moe) the MoE layers' */
-	int n_moe;                     /* Lm, 1 or 0 */
-	pp_real *meanf, *rstdf;        /* (N), (N): final norm */
-	pp_act *dhf;                   /* (N, C) gradient of the head's input, from a training
+	pp_act *res;            /* (L+1, N, C) input of each layer, then the stage output */
+	pp_act *h1;             /* (L, N, C) */
+	pp_real *mean1, *rstd1; /* (L, N), (L, N) */
+	pp_act *qkv;            /* (L, N, QKV) after rope */
+	pp_act *att;            /* (L, N, HD) */
+	pp_real *lse;           /* (L, B, Hq, T) */
+	pp_act *mid;            /* (L, N, C) residual after attention */
+	pp_act *h2;             /* (L, N, C) */
+	pp_real *mean2, *rstd2; /* (L, N), (L, N) */
+	pp_act *up;             /* (Ld, N, UP) gate|up, or before gelu: dense layers */
+	pp_act *act;            /* (Ld, N, F) */
+	moe_acts *moe;          /* (n_moe) the MoE layers' */
+	int n_moe;              /* Lm, 1 or 0 */
+	pp_real *meanf, *rstdf; /* (N), (N): final norm */
+	pp_act *dhf;            /* (N, C) gradient of the head's input, from a training
 					* forward (partial over tp until stage_backward sums it) */
-	pp_act *logits;                /* (N, V) with spec.keep_logits; dlogits after a training forward */
+	pp_act *logits;         /* (N, V) with spec.keep_logits; dlogits after a training forward */
 	/* split backward: gradients the weight part consumes, (L, ...) each */
 	pp_act *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
-	int *tok, *tgt;                /* (N) device copies; tok local to the vocab shard */
-	int has_grad;                  /* forward kept dlogits */
-	int has_input_grad;            /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
+	int *tok, *tgt;                       /* (N) device copies; tok local to the vocab shard */
+	int has_grad;                         /* forward kept dlogits */
+	int has_input_grad;                   /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
 } slot_acts;
 
 struct pp_stage_acts {
@@ -74,22 +74,23 @@ struct pp_stage_acts {
 	 * is rebuilt at a time, whichever slot it belongs to (per-layer
 	 * buffers only) */
 	slot_acts rebuilt;
-	layer_index *layer;            /* (L) */
+	layer_index *layer;                               /* (L) */
 	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
 	/* backward scratch, shared by all slots */
-	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up, *d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
-	pp_real *ce;                   /* (2N) device: vocab-parallel loss statistics */
-	pp_real *replica;              /* kv heads shared over tp: one slot per head of the largest */
-	int n_dense, n_moe;            /* layers of each kind */
-	moe_scratch moe_sc;            /* the MoE layers' scratch, shared by all slots */
+	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up,
+		*d_act;     /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+	pp_real *ce;        /* (2N) device: vocab-parallel loss statistics */
+	pp_real *replica;   /* kv heads shared over tp: one slot per head of the largest */
+	int n_dense, n_moe; /* layers of each kind */
+	moe_scratch moe_sc; /* the MoE layers' scratch, shared by all slots */
 	/* the last stage's head and loss, shared by all slots */
-	int loss_rows;                 /* R: rows per chunk */
-	pp_act *hf;                    /* (N, C) final norm output */
-	pp_real *losses;               /* (N) */
-	pp_act *logits;                /* (R, V) one chunk, unless spec.keep_logits */
-	double *host;                  /* (3N) */
-	int *host_ids;                 /* (N) */
-	pp_real *host_real;            /* (2N) */
+	int loss_rows;      /* R: rows per chunk */
+	pp_act *hf;         /* (N, C) final norm output */
+	pp_real *losses;    /* (N) */
+	pp_act *logits;     /* (R, V) one chunk, unless spec.keep_logits */
+	double *host;       /* (3N) */
+	int *host_ids;      /* (N) */
+	pp_real *host_real; /* (2N) */
 };
 
 /* ---- parameter table -------------------------------------------------- */
@@ -190,7 +191,8 @@ static inline pp_act *W0(const pp_stage *s, int i) { return s->spec.tp.rank == 0
 static inline int tp_sum(const pp_stage *s, pp_act *buf, size_t n, pp_err *e)
 {
 	const pp_tp *tp = &s->spec.tp;
-	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, s->ops->act_type, PP_REDUCE_SUM, e) : 0;
+	return tp->size > 1 ? tp->allreduce(tp->ctx, buf, n, s->ops->act_type, PP_REDUCE_SUM, e)
+			    : 0;
 }
 
 /* The activation function of a model's gated MLP (kernels' PP_ACT_*). */
@@ -201,8 +203,8 @@ static inline int stage_act_kind(const pp_model_cfg *m)
 
 /* sizes.c: element counts of a stage's buffers, indexed as stage.c lists
  * their pointers. */
-enum { LA_H1, LA_QKV, LA_ATT, LA_MID, LA_H2, LA_UP, LA_ACT, LA_NACT };   /* compute type */
-enum { LR_MEAN1, LR_RSTD1, LR_LSE, LR_MEAN2, LR_RSTD2, LR_NREAL };        /* pp_real */
+enum { LA_H1, LA_QKV, LA_ATT, LA_MID, LA_H2, LA_UP, LA_ACT, LA_NACT }; /* compute type */
+enum { LR_MEAN1, LR_RSTD1, LR_LSE, LR_MEAN2, LR_RSTD2, LR_NREAL };     /* pp_real */
 /* A set of per-layer activations (slot_acts' h1 .. act, their statistics,
  * and n_moe MoE layers' moe_acts). */
 typedef struct {

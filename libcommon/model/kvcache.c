@@ -13,22 +13,26 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 	const pp_ops *o = s->ops;
 	memset(c, 0, sizeof *c);
 	if (!s->first || !s->last || s->spec.tp.size != 1)
-		return pp_errorf(e, PP_EUSAGE,
-				 "a KV cache needs a stage holding every layer without tensor parallelism");
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"a KV cache needs a stage holding every layer without tensor parallelism");
 	if (B < 1 || rows < 1 || Tmax < 1)
-		return pp_errorf(e, PP_EUSAGE, "KV cache of %d slots, %d positions, %d rows at once",
-				 B, Tmax, rows);
-	if (m->pos == PP_POS_RELATIVE)
 		return pp_errorf(e, PP_EUSAGE,
-				 "model '%s' uses relative position biases: decoding supports rope and "
-				 "learned positions",
-				 m->preset);
+				 "KV cache of %d slots, %d positions, %d rows at once", B, Tmax,
+				 rows);
+	if (m->pos == PP_POS_RELATIVE)
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"model '%s' uses relative position biases: decoding supports rope and "
+			"learned positions",
+			m->preset);
 	if (Tmax > m->max_seq_len)
 		return pp_errorf(e, PP_EUSAGE,
-				 "%d positions exceed the context of model '%s' (max_seq_len=%d)", Tmax,
-				 m->preset, m->max_seq_len);
+				 "%d positions exceed the context of model '%s' (max_seq_len=%d)",
+				 Tmax, m->preset, m->max_seq_len);
 	const size_t L = (size_t)m->n_layers, C = m->d_model, F = s->d_ff, V = s->vocab;
-	const size_t KV = (size_t)s->n_kv_heads * m->head_dim, HD = (size_t)s->n_heads * m->head_dim;
+	const size_t KV = (size_t)s->n_kv_heads * m->head_dim,
+		     HD = (size_t)s->n_heads * m->head_dim;
 	const size_t QKV = HD + 2 * KV, UP = m->mlp == PP_MLP_GELU ? F : 2 * F;
 	const size_t N = (size_t)rows;
 	c->ops = o;
@@ -39,10 +43,20 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 	c->kv_bytes = 2 * L * (size_t)B * Tmax * KV * pp_act_size(o);
 	c->layers = (int)L;
 	c->pos_bytes = KV * pp_act_size(o);
-	pp_act **p[] = {&c->k, &c->v, &c->x[0], &c->x[1], &c->h, &c->qkv, &c->att,
-			&c->mid, &c->up, &c->act, &c->last, &c->logits};
-	const size_t n[] = {L * B * Tmax * KV, L * B * Tmax * KV, N * C, N * C, N * C,
-			    N * QKV, N * HD, N * C, N * UP, N * F, (size_t)B * C, (size_t)B * V};
+	pp_act **p[] = {&c->k,   &c->v,   &c->x[0], &c->x[1], &c->h,    &c->qkv,
+			&c->att, &c->mid, &c->up,   &c->act,  &c->last, &c->logits};
+	const size_t n[] = {L * B * Tmax * KV,
+			    L * B * Tmax * KV,
+			    N * C,
+			    N * C,
+			    N * C,
+			    N * QKV,
+			    N * HD,
+			    N * C,
+			    N * UP,
+			    N * F,
+			    (size_t)B * C,
+			    (size_t)B * V};
 	pp_real **r[] = {&c->stat};
 	const size_t rn[] = {2 * N};
 	c->dev = o->alloc((B + N) * sizeof(int));
@@ -57,9 +71,10 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 			  moe_scratch_alloc(&c->moe_sc, &ml, (int)N, e)))) {
 		size_t bytes = c->kv_bytes;
 		kv_cache_free(c);
-		return pp_errorf(e, PP_ERUNTIME,
-				 "out of memory for a KV cache of %d slots x %d positions (%.3g GB)", B,
-				 Tmax, 1e-9 * (double)bytes);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"out of memory for a KV cache of %d slots x %d positions (%.3g GB)", B,
+			Tmax, 1e-9 * (double)bytes);
 	}
 	return 0;
 }
@@ -71,8 +86,8 @@ void kv_cache_free(pp_kv_cache *c)
 		return;
 	if (c->graph)
 		o->graph_free(c->graph);
-	void *p[] = {c->k, c->v, c->x[0], c->x[1], c->h, c->stat, c->qkv, c->att,
-		     c->mid, c->up, c->act, c->last, c->logits, c->dev};
+	void *p[] = {c->k,   c->v,   c->x[0], c->x[1], c->h,    c->stat,   c->qkv,
+		     c->att, c->mid, c->up,   c->act,  c->last, c->logits, c->dev};
 	for (int i = 0; i < NELEMS(p); i++)
 		o->free(p[i]);
 	moe_acts_free(&c->moe, o);
@@ -90,20 +105,23 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, int slot0, int nseq, cons
 		return pp_errorf(e, PP_EUSAGE, "slots %d..%d: the KV cache has %d", slot0,
 				 slot0 + nseq - 1, c->B);
 	if (n < 1 || (long)n * nseq > c->rows)
-		return pp_errorf(e, PP_EUSAGE,
-				 "%d new tokens for %d sequences: the KV cache takes %d rows at once", n,
-				 nseq, c->rows);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"%d new tokens for %d sequences: the KV cache takes %d rows at once", n,
+			nseq, c->rows);
 	for (int b = 0; b < nseq; b++) {
 		const int len = c->len[slot0 + b];
 		if (len + n > c->Tmax)
-			return pp_errorf(e, PP_EUSAGE, "position %d is past the KV cache's %d positions",
+			return pp_errorf(e, PP_EUSAGE,
+					 "position %d is past the KV cache's %d positions",
 					 len + n - 1, c->Tmax);
 		for (int i = 0; i < n; i++) {
 			const int t = tokens[b * n + i];
 			if (t < 0 || t >= V)
-				return pp_errorf(e, PP_EUSAGE,
-						 "token %d at position %d is outside the vocabulary [0, %d)",
-						 t, len + i, V);
+				return pp_errorf(
+					e, PP_EUSAGE,
+					"token %d at position %d is outside the vocabulary [0, %d)",
+					t, len + i, V);
 			c->host[nseq + b * n + i] = t;
 		}
 		c->host[b] = len;
@@ -120,7 +138,8 @@ void kv_cache_reset(pp_kv_cache *c, int slot) { c->len[slot] = 0; }
 void kv_cache_move(pp_kv_cache *c, int from, int to)
 {
 	const pp_ops *o = c->ops;
-	const size_t slot = (size_t)c->Tmax * c->pos_bytes, used = (size_t)c->len[from] * c->pos_bytes;
+	const size_t slot = (size_t)c->Tmax * c->pos_bytes,
+		     used = (size_t)c->len[from] * c->pos_bytes;
 	for (size_t l = 0; l < (size_t)c->layers; l++) {
 		const size_t base = l * (size_t)c->B * slot;
 		const size_t src = base + (size_t)from * slot, dst = base + (size_t)to * slot;
@@ -152,10 +171,21 @@ static int forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 				     W(s, a->embed_w), W(s, a->embed_pos), scale, 1, n, C, pos + b);
 	for (int l = 0; l < L; l++) {
 		/* one set of buffers serves every layer; h holds h1, then h2 */
-		layer_acts t = {.x = c->x[l % 2], .out = c->x[(l + 1) % 2], .h1 = c->h,
-				.mean1 = c->stat, .rstd1 = c->stat + N, .qkv = c->qkv, .att = c->att,
-				.mid = c->mid, .h2 = c->h, .mean2 = c->stat, .rstd2 = c->stat + N,
-				.up = c->up, .act = c->act, .moe = &c->moe, .moe_sc = &c->moe_sc};
+		layer_acts t = {.x = c->x[l % 2],
+				.out = c->x[(l + 1) % 2],
+				.h1 = c->h,
+				.mean1 = c->stat,
+				.rstd1 = c->stat + N,
+				.qkv = c->qkv,
+				.att = c->att,
+				.mid = c->mid,
+				.h2 = c->h,
+				.mean2 = c->stat,
+				.rstd2 = c->stat + N,
+				.up = c->up,
+				.act = c->act,
+				.moe = &c->moe,
+				.moe_sc = &c->moe_sc};
 		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer + first),
 			       pp_act_at(o, c->v, (size_t)l * layer + first), c->Tmax, pos};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, NULL, e)))
@@ -181,7 +211,8 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	const pp_ops *o = s->ops;
 	int rc = 0;
 	if (c->n < 1)
-		return pp_errorf(e, PP_EUSAGE, "cached forward without new tokens (kv_cache_tokens)");
+		return pp_errorf(e, PP_EUSAGE,
+				 "cached forward without new tokens (kv_cache_tokens)");
 	/* A recording keeps what the backend set up for the step when it ran
 	 * eagerly: its matrix-product plans and kernels (per shape: a prompt's
 	 * forward has other shapes, so one step of one token runs eagerly first)

@@ -22,22 +22,22 @@ typedef struct {
 	int slot0, nseq, n; /* the forward kv_cache_tokens set; n is 0 after it */
 	size_t kv_bytes;    /* of k and v together */
 	int layers;
-	size_t pos_bytes;   /* of one position's keys (or values) in one layer */
+	size_t pos_bytes; /* of one position's keys (or values) in one layer */
 	/* in the compute type but stat (pp_real) */
-	pp_act *k, *v;      /* (L,B,Tmax,Hkv*D) */
+	pp_act *k, *v;                                 /* (L,B,Tmax,Hkv*D) */
 	pp_act *x[2], *h, *qkv, *att, *mid, *up, *act; /* (rows, ...) scratch */
-	pp_real *stat;      /* (2*rows) norm statistics */
-	pp_act *last;       /* (B,C) each sequence's last new row */
-	pp_act *logits;     /* (nseq,V) after stage_forward_cached */
+	pp_real *stat;                                 /* (2*rows) norm statistics */
+	pp_act *last;                                  /* (B,C) each sequence's last new row */
+	pp_act *logits;                                /* (nseq,V) after stage_forward_cached */
 	/* on the device and on the host: the positions of the nseq sequences'
 	 * first new tokens, then their (nseq,n) new tokens */
 	int *dev, *host;
-	moe_acts moe;       /* the MoE layers' buffers (one set serves every layer) */
+	moe_acts moe; /* the MoE layers' buffers (one set serves every layer) */
 	moe_scratch moe_sc;
-	bool graphs;        /* record the step of one token per sequence (never with
+	bool graphs; /* record the step of one token per sequence (never with
 			     * experts, whose routing is read on the host) */
-	bool warm;          /* that step ran eagerly, for these slots, since the last other forward */
-	void *graph;        /* that recording, once made */
+	bool warm;   /* that step ran eagerly, for these slots, since the last other forward */
+	void *graph; /* that recording, once made */
 	int graph_slot0, graph_nseq; /* the slots of the step warm and graph are for */
 } pp_kv_cache;
 

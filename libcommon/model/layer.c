@@ -8,15 +8,14 @@
 /* out (N,OC) = inp (N,C) @ weight wi ^T + bias, from the weights stored for
  * decoding where the stage has them (stage_pack_weights) */
 void layer_linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, const pp_act *bias,
-		   int N, int C, int OC)
+		  int N, int C, int OC)
 {
 	if (s->packed && s->packed[wi].data)
-		s->ops->matmul_packed(out, inp, s->packed[wi].data, bias, N, C, OC, s->packed[wi].fmt);
+		s->ops->matmul_packed(out, inp, s->packed[wi].data, bias, N, C, OC,
+				      s->packed[wi].fmt);
 	else
 		s->ops->matmul_fwd(out, inp, W(s, wi), bias, N, C, OC);
 }
-
-
 
 /* The slot that holds layer tensors of kind what (PP_SAVE_*), sa or the
  * stage's rebuilt set, and in *k their copy there: i, the layer's number
@@ -59,12 +58,15 @@ layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 		.x = pp_act_at(o, sa->res, (size_t)l * N * C),
 		.out = pp_act_at(o, sa->res, (size_t)(l + 1) * N * C),
 		.h1 = pp_act_at(o, n1->h1, k1 * N * C),
-		.mean1 = stat_at(n1->mean1, k1, N), .rstd1 = stat_at(n1->rstd1, k1, N),
+		.mean1 = stat_at(n1->mean1, k1, N),
+		.rstd1 = stat_at(n1->rstd1, k1, N),
 		.qkv = pp_act_at(o, q->qkv, kq * N * QKV),
 		.att = pp_act_at(o, at->att, ka * N * HD),
 		.lse = stat_at(at->lse, ka, (size_t)s->B * s->n_heads * s->T),
-		.mid = pp_act_at(o, md->mid, km * N * C), .h2 = pp_act_at(o, n2->h2, k2 * N * C),
-		.mean2 = stat_at(n2->mean2, k2, N), .rstd2 = stat_at(n2->rstd2, k2, N),
+		.mid = pp_act_at(o, md->mid, km * N * C),
+		.h2 = pp_act_at(o, n2->h2, k2 * N * C),
+		.mean2 = stat_at(n2->mean2, k2, N),
+		.rstd2 = stat_at(n2->rstd2, k2, N),
 		.up = li->dense >= 0 ? pp_act_at(o, up->up, ku * N * UP) : NULL,
 		.act = li->dense >= 0 ? pp_act_at(o, ac->act, kf * N * F) : NULL,
 		.moe = li->moe >= 0 ? &mo->moe[ke] : NULL,
@@ -78,12 +80,12 @@ layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 
 /* over N rows of (N,C) */
 void layer_norm_fwd(const pp_stage *s, int N, pp_act *out, pp_real *mean, pp_real *rstd,
-		     const pp_act *x, int wi, int bi)
+		    const pp_act *x, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
 	if (m->norm == PP_NORM_LAYER)
-		s->ops->layernorm_fwd(out, mean, rstd, x, W(s, wi), W(s, bi), (pp_real)m->norm_eps, N,
-				      m->d_model);
+		s->ops->layernorm_fwd(out, mean, rstd, x, W(s, wi), W(s, bi), (pp_real)m->norm_eps,
+				      N, m->d_model);
 	else
 		s->ops->rmsnorm_fwd(out, rstd, x, W(s, wi), (pp_real)m->norm_eps,
 				    (pp_real)m->norm_offset, N, m->d_model);
@@ -104,7 +106,7 @@ static void norm_residual_fwd(const pp_stage *s, int N, pp_act *res, pp_act *out
 }
 
 void layer_norm_bwd(const pp_stage *s, pp_act *dx, const pp_act *dout, const pp_act *x,
-		     const pp_real *mean, const pp_real *rstd, int wi, int bi)
+		    const pp_real *mean, const pp_real *rstd, int wi, int bi)
 {
 	const pp_model_cfg *m = s->cfg;
 	int N = s->B * s->T;
@@ -145,10 +147,9 @@ static void moe_loss_weights(const pp_stage *s, double *aux_w, double *z_w)
 	*z_w = s->cfg->router_z_loss_coef * k;
 }
 
-
 /* One layer over B sequences of T rows (t's buffers hold B*T rows). */
-int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, int B,
-			 int T, const layer_kv *kv, moe_losses *moe, pp_err *e)
+int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t, int B, int T,
+		  const layer_kv *kv, moe_losses *moe, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -164,12 +165,15 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 		const size_t slot = (size_t)kv->Tmax * Hkv * D;
 		for (int b = 0; b < B; b++) {
 			pp_act *qkv = pp_act_at(o, t->qkv, (size_t)b * T * QKV);
-			pp_act *k = pp_act_at(o, kv->k, b * slot), *v = pp_act_at(o, kv->v, b * slot);
+			pp_act *k = pp_act_at(o, kv->k, b * slot),
+			       *v = pp_act_at(o, kv->v, b * slot);
 			if (m->pos == PP_POS_ROPE)
-				o->rope_fwd(qkv, 1, T, Hq, Hkv, D, (pp_real)m->rope_theta, kv->pos + b);
+				o->rope_fwd(qkv, 1, T, Hq, Hkv, D, (pp_real)m->rope_theta,
+					    kv->pos + b);
 			o->kv_append(k, v, qkv, 1, T, Hq, Hkv, D, kv->Tmax, kv->pos + b);
-			o->attention_cached(pp_act_at(o, t->att, (size_t)b * T * HD), qkv, k, v, 1, T,
-					    Hq, Hkv, D, kv->Tmax, kv->pos + b, m->sliding_window);
+			o->attention_cached(pp_act_at(o, t->att, (size_t)b * T * HD), qkv, k, v, 1,
+					    T, Hq, Hkv, D, kv->Tmax, kv->pos + b,
+					    m->sliding_window);
 		}
 	} else {
 		if (m->pos == PP_POS_ROPE)
@@ -246,7 +250,7 @@ int layer_rebuild(const pp_stage *s, const layer_index *li, const layer_acts *t,
  * STAGE_BWD_INPUT leaves every weight product's output gradient in t->g_*
  * for STAGE_BWD_WEIGHT (norm weights are cheap and done with the input part). */
 int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t, int part,
-			  pp_err *e)
+		   pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -263,17 +267,18 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 	if (part == STAGE_BWD_WEIGHT) {
 		if (li->moe >= 0) {
 			moe_layer ml = layer_moe(s, li);
-			if ((rc = moe_backward(&ml, t->moe, t->moe_sc, t->h2, NULL, NULL, aux_w, z_w,
-					       MOE_BWD_WEIGHT, N, e)))
+			if ((rc = moe_backward(&ml, t->moe, t->moe_sc, t->h2, NULL, NULL, aux_w,
+					       z_w, MOE_BWD_WEIGHT, N, e)))
 				return rc;
 		} else {
-			o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act, NULL,
-				      N, F, C);
-			o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N, C,
-				      UP);
+			o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act,
+				      NULL, N, F, C);
+			o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N,
+				      C, UP);
 		}
 		o->matmul_bwd(NULL, G(s, li->o_w), G(s, li->o_b), t->g_mid, t->att, NULL, N, HD, C);
-		o->matmul_bwd(NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv, t->h1, NULL, N, C, QKV);
+		o->matmul_bwd(NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv, t->h1, NULL, N, C,
+			      QKV);
 		return 0;
 	}
 	if (li->moe >= 0) {
@@ -290,8 +295,8 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 			o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
 					   W(s, li->down_w), N, F, C);
 		} else {
-			o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act, W(s, li->down_w), N,
-				      F, C);
+			o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act,
+				      W(s, li->down_w), N, F, C);
 			o->glu_bwd(a->d_up, a->d_act, t->up, N, F, stage_act_kind(m));
 		}
 		if (!wgrad)
@@ -305,8 +310,8 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 
 	if (!wgrad)
 		o->to_device(t->g_mid, a->d_res, NC * A);
-	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL, a->d_res,
-		      t->att, W(s, li->o_w), N, HD, C);
+	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL,
+		      a->d_res, t->att, W(s, li->o_w), N, HD, C);
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
 			 m->sliding_window);
 	if (m->pos == PP_POS_ROPE)

@@ -100,7 +100,7 @@ typedef struct {
 	bool split_backward;        /* keep what STAGE_BWD_WEIGHT needs */
 	bool no_grad;               /* inference only: no gradients, no backward scratch */
 	bool keep_logits;           /* last stage: keep each slot's (B,T,V) logits (stage_logits) */
-	double loss_chunk_mb;       /* last stage: MiB of logits per chunk of rows; 0: PP_LOSS_CHUNK_MB */
+	double loss_chunk_mb; /* last stage: MiB of logits per chunk of rows; 0: PP_LOSS_CHUNK_MB */
 	pp_tp tp;
 	/* Expert parallelism: this rank holds experts [rank E / size, (rank +
 	 * 1) E / size) of each MoE layer and exchanges token rows over comm
@@ -120,7 +120,7 @@ typedef struct {
 typedef struct {
 	char name[96]; /* Hugging Face name */
 	int ndim;
-	int64_t shape[PP_MAXDIM];  /* this rank's slice, stored layout: Linear weights are (out, in) */
+	int64_t shape[PP_MAXDIM]; /* this rank's slice, stored layout: Linear weights are (out, in) */
 	int64_t global_shape[PP_MAXDIM];
 	/* Where the slice sits in the whole tensor. A fused projection (GPT-2's
 	 * c_attn: q, k, v) holds n_blocks row blocks of block_rows rows each,
@@ -134,14 +134,13 @@ typedef struct {
 	int replicas;
 	bool tp_owner;
 	bool grad_partial; /* replicas whose gradients are partial sums (shared kv heads) */
-	size_t off, n;            /* element offset into the stage buffer, element count */
-	bool decay;               /* weight decay applies (matrices; not norms or biases) */
-	double init_std;          /* normal(0, std); 0 = constant init_value */
+	size_t off, n;     /* element offset into the stage buffer, element count */
+	bool decay;        /* weight decay applies (matrices; not norms or biases) */
+	double init_std;   /* normal(0, std); 0 = constant init_value */
 	double init_value;
 } pp_param;
 
 typedef struct pp_stage_acts pp_stage_acts;
-
 
 typedef struct pp_stage {
 	const pp_model_cfg *cfg;
@@ -208,7 +207,7 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
  * sizes it allocates by, added up for pp-init --plan and pp-train's
  * memory line. */
 typedef struct {
-	int64_t params;  /* the compute copy of the parameters it keeps (the master itself in fp32) */
+	int64_t params; /* the compute copy of the parameters it keeps (the master itself in fp32) */
 	int64_t master;  /* the fp32 master weights beside a compute copy of another type */
 	int64_t grads;   /* fp32 gradients (none for inference) */
 	int64_t slot;    /* each slot: its layers' inputs and kept activations, the stage's
@@ -296,9 +295,8 @@ uint64_t param_global_index(const pp_param *p, size_t j);
  *                loss). n_valid counts non-ignored targets.
  *   other stages: *out receives the (B,T,C) output (device, owned by slot).
  * pos0 is the position of the first token (0 in training). */
-int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
-		  const int *targets, pp_real dscale, double *loss_sum, long *n_valid,
-		  pp_act **out, pp_err *e);
+int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, const int *targets,
+		  pp_real dscale, double *loss_sum, long *n_valid, pp_act **out, pp_err *e);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the
@@ -307,8 +305,7 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
  * part is STAGE_BWD_FULL, or STAGE_BWD_INPUT then later STAGE_BWD_WEIGHT
  * (dout and din unused) with spec.split_backward; | STAGE_BWD_LAST on the
  * step's last pass that computes weight gradients. */
-int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act **din,
-		   pp_err *e);
+int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act **din, pp_err *e);
 
 /* Logits (B,T,V) of the last forward in slot (device), for sampling and
  * tests; valid after stage_forward with dscale == 0 on a stage built with

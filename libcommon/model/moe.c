@@ -113,7 +113,8 @@ int moe_acts_alloc(moe_acts *t, const moe_layer *m, int N, bool split, pp_err *e
 	int failed = bufs_alloc(o, b, acts_bufs(t, m, N, split, pp_act_size(o), b));
 	if (P == 1)
 		t->ym = t->y;
-	t->host = calloc(2 * (size_t)m->E + (size_t)m->n_local + P * m->n_local + (P > 1 ? 2 * R : 0),
+	t->host = calloc(2 * (size_t)m->E + (size_t)m->n_local + P * m->n_local +
+				 (P > 1 ? 2 * R : 0),
 			 sizeof(int));
 	t->xfer = calloc(4 * P, sizeof(size_t));
 	if (failed || !t->host || !t->xfer) {
@@ -126,9 +127,9 @@ int moe_acts_alloc(moe_acts *t, const moe_layer *m, int N, bool split, pp_err *e
 
 void moe_acts_free(moe_acts *t, const pp_ops *o)
 {
-	void *d[] = {t->logits, t->prob, t->lse,   t->gate, t->frac, t->expert, t->slot,
-		     t->rows,   t->counts, t->xs,  t->up,   t->act,  t->index,  t->g_y,
-		     t->g_up,   t->g_logits};
+	void *d[] = {t->logits, t->prob, t->lse,    t->gate,    t->frac, t->expert,
+		     t->slot,   t->rows, t->counts, t->xs,      t->up,   t->act,
+		     t->index,  t->g_y,  t->g_up,   t->g_logits};
 	for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
 		dev_free(o, d[i]);
 	if (t->ym != t->y)
@@ -148,16 +149,16 @@ int moe_scratch_alloc(moe_scratch *sc, const moe_layer *m, int N, pp_err *e)
 	sc->host = calloc((size_t)m->E + 1, sizeof(pp_real));
 	if (failed || !sc->host) {
 		moe_scratch_free(sc, o);
-		return pp_errorf(e, PP_ERUNTIME, "out of memory for the experts' scratch of %d rows",
-				 N);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "out of memory for the experts' scratch of %d rows", N);
 	}
 	return 0;
 }
 
 void moe_scratch_free(moe_scratch *sc, const pp_ops *o)
 {
-	void *d[] = {sc->d_y, sc->d_up, sc->d_act, sc->d_xs, sc->d_h, sc->d_logits, sc->sent,
-		     sc->stats, sc->dgate};
+	void *d[] = {sc->d_y,      sc->d_up, sc->d_act, sc->d_xs, sc->d_h,
+		     sc->d_logits, sc->sent, sc->stats, sc->dgate};
 	for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
 		dev_free(o, d[i]);
 	free(sc->host);
@@ -233,8 +234,8 @@ static int plan_exchange(const moe_layer *m, moe_acts *t, pp_err *e)
 }
 
 /* Sends rows to the experts' ranks (back: to their sources) and receives. */
-static int exchange(const moe_layer *m, const moe_acts *t, const pp_act *in, pp_act *out,
-		    bool back, pp_err *e)
+static int exchange(const moe_layer *m, const moe_acts *t, const pp_act *in, pp_act *out, bool back,
+		    pp_err *e)
 {
 	const int P = ep_size(m);
 	const size_t *a = back ? rcv_rows(m, t) : snd_rows(t);
@@ -251,7 +252,8 @@ static int exchange(const moe_layer *m, const moe_acts *t, const pp_act *in, pp_
 		rd[p] = r0;
 		r0 += rc_[p];
 	}
-	int rc = comm_alltoallv(m->ep, in, sc, sd, out, rc_, rd, comm_dtype_of(m->ops->act_type), e);
+	int rc = comm_alltoallv(m->ep, in, sc, sd, out, rc_, rd, comm_dtype_of(m->ops->act_type),
+				e);
 	free(sc);
 	return rc ? pp_err_prefix(e, "expert parallelism: exchanging token rows") : 0;
 }
@@ -322,7 +324,8 @@ int moe_forward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act *
 			rows[j] = kept[m->first + j];
 	} else {
 		o->moe_gather(sc->sent, h, t->rows, NULL, t->M, K, C);
-		if ((rc = plan_exchange(m, t, e)) || (rc = exchange(m, t, sc->sent, t->y, false, e)))
+		if ((rc = plan_exchange(m, t, e)) ||
+		    (rc = exchange(m, t, sc->sent, t->y, false, e)))
 			return rc;
 		reorder(m, t, t->xs, t->y, true);
 	}
@@ -330,8 +333,10 @@ int moe_forward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act *
 	for (int j = 0; j < n; j++) {
 		const int r = rows[j];
 		if (r) {
-			pp_act *up = pp_act_at(o, t->up, at * 2 * F), *act = pp_act_at(o, t->act, at * F);
-			o->matmul_fwd(up, pp_act_at(o, t->xs, at * C), w_up(m, j), NULL, r, C, 2 * F);
+			pp_act *up = pp_act_at(o, t->up, at * 2 * F),
+			       *act = pp_act_at(o, t->act, at * F);
+			o->matmul_fwd(up, pp_act_at(o, t->xs, at * C), w_up(m, j), NULL, r, C,
+				      2 * F);
 			o->glu_fwd(act, up, r, F, m->act);
 			o->matmul_fwd(pp_act_at(o, t->y, at * C), act, w_down(m, j), NULL, r, F, C);
 		}
@@ -360,9 +365,11 @@ int moe_backward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act 
 		for (int j = 0; j < n; j++) {
 			const int r = rows[j];
 			if (r) {
-				o->matmul_bwd(NULL, g_down(m, j), NULL, pp_act_at(o, t->g_y, at * C),
+				o->matmul_bwd(NULL, g_down(m, j), NULL,
+					      pp_act_at(o, t->g_y, at * C),
 					      pp_act_at(o, t->act, at * F), NULL, r, F, C);
-				o->matmul_bwd(NULL, g_up(m, j), NULL, pp_act_at(o, t->g_up, at * 2 * F),
+				o->matmul_bwd(NULL, g_up(m, j), NULL,
+					      pp_act_at(o, t->g_up, at * 2 * F),
 					      pp_act_at(o, t->xs, at * C), NULL, r, C, 2 * F);
 			}
 			at += (size_t)r;
@@ -387,13 +394,15 @@ int moe_backward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act 
 	for (int j = 0; j < n; j++) {
 		const int r = rows[j];
 		if (r) {
-			pp_act *dy = pp_act_at(o, sc->d_y, at * C), *dup = pp_act_at(o, sc->d_up, at * 2 * F);
+			pp_act *dy = pp_act_at(o, sc->d_y, at * C),
+			       *dup = pp_act_at(o, sc->d_up, at * 2 * F);
 			pp_act *dact = pp_act_at(o, sc->d_act, at * F);
 			o->matmul_bwd(dact, wgrad ? g_down(m, j) : NULL, NULL, dy,
 				      pp_act_at(o, t->act, at * F), w_down(m, j), r, F, C);
 			o->glu_bwd(dup, dact, pp_act_at(o, t->up, at * 2 * F), r, F, m->act);
-			o->matmul_bwd(pp_act_at(o, sc->d_xs, at * C), wgrad ? g_up(m, j) : NULL, NULL,
-				      dup, pp_act_at(o, t->xs, at * C), w_up(m, j), r, C, 2 * F);
+			o->matmul_bwd(pp_act_at(o, sc->d_xs, at * C), wgrad ? g_up(m, j) : NULL,
+				      NULL, dup, pp_act_at(o, t->xs, at * C), w_up(m, j), r, C,
+				      2 * F);
 		}
 		at += (size_t)r;
 	}
@@ -414,7 +423,8 @@ int moe_backward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act 
 	/* the router: the gates', the load-balancing and z losses' gradients */
 	o->moe_router_bwd(sc->d_logits, sc->dgate, t->expert, t->gate, t->prob, t->lse, t->frac,
 			  (pp_real)aux_w, (pp_real)z_w, N, E, K, m->mode);
-	const bool add = m->tp_rank == 0; /* the router's input gradient is whole on every tp rank */
+	const bool add = m->tp_rank ==
+			 0; /* the router's input gradient is whole on every tp rank */
 	o->matmul_bwd(add ? sc->d_h : NULL, wgrad ? m->g_router : NULL, NULL, sc->d_logits, h,
 		      m->router, N, C, E);
 	if (add)

@@ -33,26 +33,26 @@
 #include <stdbool.h>
 
 #include "../../kernels/ops.h"
-#include "../comm/comm.h"
 #include "../base/error.h"
+#include "../comm/comm.h"
 
 /* A layer's MoE MLP as one rank holds it. */
 typedef struct {
 	const pp_ops *ops;
-	int C, F, E, K;      /* F: this rank's slice of an expert's width */
-	int mode;            /* PP_ROUTE_* */
-	int act;             /* PP_ACT_* of the gated MLP */
-	double capacity;     /* capacity factor; 0: dropless */
-	int first, n_local;  /* this rank's experts: [first, first + n_local) */
+	int C, F, E, K;       /* F: this rank's slice of an expert's width */
+	int mode;             /* PP_ROUTE_* */
+	int act;              /* PP_ACT_* of the gated MLP */
+	double capacity;      /* capacity factor; 0: dropless */
+	int first, n_local;   /* this rank's experts: [first, first + n_local) */
 	const pp_act *router; /* (E,C) */
 	/* expert j's gate|up (2F,C) starts at experts + j stride, its down
 	 * (C,F) 2FC after that (elements) */
 	const pp_act *experts;
 	size_t stride;
 	pp_real *g_router, *g_experts; /* the same places in the gradients */
-	pp_comm *ep;         /* the expert-parallel group; NULL: every expert is here */
-	int ep_size;         /* its ranks (1: none), which sizes the buffers */
-	int tp_rank;         /* the router's share of the input gradient is added on tp rank 0 */
+	pp_comm *ep;                   /* the expert-parallel group; NULL: every expert is here */
+	int ep_size;                   /* its ranks (1: none), which sizes the buffers */
+	int tp_rank; /* the router's share of the input gradient is added on tp rank 0 */
 	/* sums a buffer over tp when the experts are split (NULL: tp 1) */
 	int (*tp_sum)(void *ctx, pp_real *buf, size_t n, pp_err *e);
 	void *tp_ctx;
@@ -62,30 +62,30 @@ typedef struct {
  * <= N K of them kept (in expert order), R rows of this rank's experts (R
  * <= moe_rows_max; R = M without ep). */
 typedef struct {
-	pp_act *logits;        /* (N,E) */
-	pp_real *prob, *lse;   /* (N,E), (N) */
-	pp_real *gate, *frac;  /* (N,K), (E) */
+	pp_act *logits;                     /* (N,E) */
+	pp_real *prob, *lse;                /* (N,E), (N) */
+	pp_real *gate, *frac;               /* (N,K), (E) */
 	int *expert, *slot, *rows, *counts; /* (N,K), (N,K), (N K), (2E) */
 	pp_act *xs, *up, *act, *y; /* (R,C), (R,2F), (R,F), (R,C): the local experts' rows */
-	pp_act *ym;            /* (M,C) the experts' outputs in this rank's order (y without ep) */
-	int *index;            /* ep: (2R) each expert-major row's source-major row, and back */
+	pp_act *ym; /* (M,C) the experts' outputs in this rank's order (y without ep) */
+	int *index; /* ep: (2R) each expert-major row's source-major row, and back */
 	/* split backward: the weight part's inputs, (R,C), (R,2F), (N,E) */
 	pp_act *g_y, *g_up, *g_logits;
 	/* host: counts (2E), then each local expert's rows (n_local); under ep
 	 * the rows each source sends to each local expert (ep n_local), and the
 	 * index (2R) */
 	int *host;
-	size_t *xfer;          /* ep: (4 ep) the exchange's counts and offsets */
-	int M, R;              /* of the last forward */
+	size_t *xfer; /* ep: (4 ep) the exchange's counts and offsets */
+	int M, R;     /* of the last forward */
 } moe_acts;
 
 /* Scratch of forwards and backwards, shared by every layer and slot. */
 typedef struct {
 	pp_act *d_y, *d_up, *d_act, *d_xs, *d_h; /* (R,C), (R,2F), (R,F), (R,C), (N,C) */
-	pp_act *d_logits;       /* (N,E) */
-	pp_act *sent;           /* (max(M, R),C) rows on their way (ep) */
-	pp_real *stats, *dgate; /* (E+1), (N,K) */
-	pp_real *host;          /* host (E+1) */
+	pp_act *d_logits;                        /* (N,E) */
+	pp_act *sent;                            /* (max(M, R),C) rows on their way (ep) */
+	pp_real *stats, *dgate;                  /* (E+1), (N,K) */
+	pp_real *host;                           /* host (E+1) */
 } moe_scratch;
 
 /* The most rows of local experts one forward of N rows may keep: N K, ep

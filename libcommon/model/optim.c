@@ -45,7 +45,8 @@ int optim_create(optim_state *o, const pp_ops *ops, const optim_ranges *r, pp_er
 	o->v = ops->alloc((n ? n : 1) * sizeof(pp_real));
 	if (!o->m || !o->v) {
 		optim_free(o);
-		return pp_errorf(e, PP_ERUNTIME, "out of memory for AdamW state (%zu parameters)", n);
+		return pp_errorf(e, PP_ERUNTIME, "out of memory for AdamW state (%zu parameters)",
+				 n);
 	}
 	return 0;
 }
@@ -128,8 +129,7 @@ double optim_clip_scale(const pp_config *c, double grad_norm)
 	return 1.0;
 }
 
-void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr,
-		double gscale)
+void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr, double gscale)
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
@@ -140,12 +140,13 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 			if (x >= y)
 				continue;
 			/* the compute copy in the same pass, where there is one */
-			pp_act *wc = st->wc != (pp_act *)st->w ? pp_act_at(o->ops, st->wc, x - st->w_lo)
-							      : NULL;
+			pp_act *wc = st->wc != (pp_act *)st->w
+					     ? pp_act_at(o->ops, st->wc, x - st->w_lo)
+					     : NULL;
 			size_t at = optim_ranges_pos(&o->r, x);
-			o->ops->adamw(stage_w(st, x), wc, stage_g(st, x), o->m + at, o->v + at, y - x, (float)lr,
-				      (float)c->adamw.b1, (float)c->adamw.b2, (float)c->adamw.eps,
-				      (float)wd, t, (float)gscale);
+			o->ops->adamw(stage_w(st, x), wc, stage_g(st, x), o->m + at, o->v + at,
+				      y - x, (float)lr, (float)c->adamw.b1, (float)c->adamw.b2,
+				      (float)c->adamw.eps, (float)wd, t, (float)gscale);
 		}
 	}
 }

@@ -55,8 +55,7 @@ double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
  * decay applies to tensors marked decay, and to norms and biases too when
  * decay_norms_and_biases. The stage's compute copy of those parameters is
  * written in the same pass. */
-void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr,
-		double gscale);
+void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double lr, double gscale);
 
 /* The clipping multiplier for a gradient norm: min(1, clip_norm / norm). */
 double optim_clip_scale(const pp_config *c, double grad_norm);

@@ -41,14 +41,16 @@ static int pack_one(pp_stage *s, int idx, int oc, int ic, int fmt, const stage_s
 		pk->fmt = have;
 		pk->owned = true;
 		for (int i = idx, at = 0; i < last && !rc; i++) {
-			rc = stored->get(stored->ctx, &s->params[i], &have, (char *)pk->data + at * row, e);
+			rc = stored->get(stored->ctx, &s->params[i], &have,
+					 (char *)pk->data + at * row, e);
 			at += (int)(s->params[i].n / (size_t)ic);
 		}
 	} else {
 		const size_t nb = pp_weights_bytes(fmt, oc, ic);
 		pk->fmt = fmt;
 		if (!nb)
-			return pp_errorf(e, PP_EUSAGE, "weights=%s: %s has rows of %d, not a multiple of 32",
+			return pp_errorf(e, PP_EUSAGE,
+					 "weights=%s: %s has rows of %d, not a multiple of 32",
 					 pp_weights_name(fmt), s->params[idx].name, ic);
 		if (fmt == PP_WEIGHTS_F32)
 			pk->data = W(s, idx);
@@ -73,10 +75,13 @@ int stage_pack_weights(pp_stage *s, int fmt, const stage_stored *stored, pp_err 
 		return pp_errorf(e, PP_EUSAGE, "weights: format %d is not one pp makes", fmt);
 	if (!o->matmul_packed || (fmt != PP_WEIGHTS_F32 && !o->pack_weight) ||
 	    o->act_type != PP_TYPE_REAL)
-		return pp_errorf(e, PP_EUSAGE, "weights=%s: the %s backend has no products over "
-				 "stored weights", pp_weights_name(fmt), o->name);
+		return pp_errorf(e, PP_EUSAGE,
+				 "weights=%s: the %s backend has no products over "
+				 "stored weights",
+				 pp_weights_name(fmt), o->name);
 	if (s->packed)
-		return pp_errorf(e, PP_EUSAGE, "the stage's weights are stored for decoding already");
+		return pp_errorf(e, PP_EUSAGE,
+				 "the stage's weights are stored for decoding already");
 	const int C = m->d_model, F = s->d_ff, HD = s->n_heads * m->head_dim;
 	const int QKV = HD + 2 * s->n_kv_heads * m->head_dim;
 	const int UP = m->mlp == PP_MLP_GELU ? F : 2 * F;

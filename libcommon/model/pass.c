@@ -12,7 +12,9 @@ static void to_shard(const pp_stage *s, int *dst, const int *src, int N)
 {
 	for (int i = 0; i < N; i++) {
 		int v = src[i] - s->vocab_begin;
-		dst[i] = src[i] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX : v >= 0 && v < s->vocab ? v : -1;
+		dst[i] = src[i] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX
+			 : v >= 0 && v < s->vocab  ? v
+						   : -1;
 	}
 }
 
@@ -81,8 +83,8 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
 		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
 		const pp_act *h = pp_act_at(o, a->hf, (size_t)r0 * C);
-		pp_act *logits =
-			s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V) : a->logits;
+		pp_act *logits = s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V)
+						     : a->logits;
 		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
 		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
 		if (rc)
@@ -94,9 +96,8 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	return 0;
 }
 
-int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
-		  const int *targets, pp_real dscale, double *loss_sum, long *n_valid,
-		  pp_act **out, pp_err *e)
+int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, const int *targets,
+		  pp_real dscale, double *loss_sum, long *n_valid, pp_act **out, pp_err *e)
 {
 	const pp_model_cfg *m = s->cfg;
 	const pp_ops *o = s->ops;
@@ -109,16 +110,17 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	if (s->first) {
 		for (int i = 0; i < N; i++)
 			if (tokens[i] < 0 || tokens[i] >= V)
-				return pp_errorf(e, PP_ERUNTIME,
-						 "token %d at position %d is outside the vocabulary [0, %d)",
-						 tokens[i], i, V);
+				return pp_errorf(
+					e, PP_ERUNTIME,
+					"token %d at position %d is outside the vocabulary [0, %d)",
+					tokens[i], i, V);
 		to_shard(s, a->host_ids, tokens, N);
 		o->to_device(sa->tok, a->host_ids, (size_t)N * sizeof(int));
 		if ((rc = unit_use(s, 0, L > 0 ? 1 : tail, false, e)))
 			return rc;
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
-		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T, C,
-			     NULL);
+		o->embed_fwd(sa->res, sa->tok, W(s, a->embed_w), W0(s, a->embed_pos), scale, B, T,
+			     C, NULL);
 		if ((rc = tp_sum(s, sa->res, (size_t)N * C, e)))
 			return rc;
 	} else {
@@ -127,7 +129,11 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 	moe_losses moe = {0};
 	for (int l = 0; l < L; l++) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = unit_use(s, 1 + l, l + 1 < L ? 2 + l : s->last ? tail : -1, false, e)) ||
+		if ((rc = unit_use(s, 1 + l,
+				   l + 1 < L ? 2 + l
+				   : s->last ? tail
+					     : -1,
+				   false, e)) ||
 		    (rc = layer_forward(s, &a->layer[l], &t, B, T, NULL, &moe, e)))
 			return rc;
 	}
@@ -143,13 +149,15 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in,
 		return 0;
 	}
 	if (dscale != 0 && s->spec.no_grad)
-		return pp_errorf(e, PP_EUSAGE, "training forward on a stage built for inference only");
+		return pp_errorf(e, PP_EUSAGE,
+				 "training forward on a stage built for inference only");
 	long valid = 0;
 	for (int i = 0; i < N; i++) {
 		if (targets[i] >= V || (targets[i] < 0 && targets[i] != PP_IGNORE_INDEX))
-			return pp_errorf(e, PP_ERUNTIME,
-					 "target %d at position %d is outside the vocabulary [0, %d)",
-					 targets[i], i, V);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"target %d at position %d is outside the vocabulary [0, %d)",
+				targets[i], i, V);
 		valid += targets[i] >= 0;
 	}
 	to_shard(s, a->host_ids, targets, N);
@@ -213,9 +221,10 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		return pp_errorf(e, PP_EUSAGE, "split backward pass on a stage built without it");
 	if (part == STAGE_BWD_WEIGHT) {
 		if (!sa->has_input_grad)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "weight-gradient pass of slot %d before its input-gradient pass",
-					 slot);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"weight-gradient pass of slot %d before its input-gradient pass",
+				slot);
 		/* the head's weight gradient came in the forward; the final norm's
 		 * in the input part: the buffer's end is final first */
 		if ((rc = grads_final(s, report, tail_from(s), e)))
@@ -234,14 +243,19 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 	}
 	if (s->last) {
 		if (!sa->has_grad)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "backward of microbatch slot %d without a training forward", slot);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"backward of microbatch slot %d without a training forward", slot);
 		pp_act *x = pp_act_at(o, sa->res, (size_t)L * NC);
 		o->zero(a->d_res, NC * pp_act_size(o));
-		if ((rc = tp_sum(s, sa->dhf, NC, e)) ||
-		    (rc = unit_use(s, tail, L > 0 ? L : s->first ? 0 : -1, true, e)))
+		if ((rc = tp_sum(s, sa->dhf, NC, e)) || (rc = unit_use(s, tail,
+								       L > 0      ? L
+								       : s->first ? 0
+										  : -1,
+								       true, e)))
 			return rc;
-		layer_norm_bwd(s, a->d_res, sa->dhf, x, sa->meanf, sa->rstdf, a->normf_w, a->normf_b);
+		layer_norm_bwd(s, a->d_res, sa->dhf, x, sa->meanf, sa->rstdf, a->normf_w,
+			       a->normf_b);
 		sa->has_grad = 0;
 		if ((rc = unit_done(s, tail, e)))
 			return rc;
@@ -252,10 +266,15 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
-		if ((rc = unit_use(s, 1 + l, l > 0 ? l : s->first ? 0 : -1, true, e)) ||
+		if ((rc = unit_use(s, 1 + l,
+				   l > 0      ? l
+				   : s->first ? 0
+					      : -1,
+				   true, e)) ||
 		    (rc = layer_rebuild(s, &a->layer[l], &t, e)))
 			return rc;
-		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) || (rc = unit_done(s, 1 + l, e)) ||
+		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) ||
+		    (rc = unit_done(s, 1 + l, e)) ||
 		    (rc = grads_final(s, report, layer_from(s, l), e)))
 			return rc;
 	}
@@ -263,8 +282,8 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
 		if ((rc = unit_use(s, 0, -1, true, e)))
 			return rc;
-		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T, C,
-			     NULL);
+		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T,
+			     C, NULL);
 		if ((rc = unit_done(s, 0, e)))
 			return rc;
 	} else {

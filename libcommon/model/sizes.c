@@ -19,23 +19,34 @@ static widths widths_of(const pp_stage *s)
 {
 	const pp_model_cfg *m = s->cfg;
 	const size_t HD = (size_t)s->n_heads * m->head_dim;
-	return (widths){.N = (size_t)s->B * s->T, .C = (size_t)m->d_model, .F = (size_t)s->d_ff,
-			.HD = HD, .QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim,
+	return (widths){.N = (size_t)s->B * s->T,
+			.C = (size_t)m->d_model,
+			.F = (size_t)s->d_ff,
+			.HD = HD,
+			.QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim,
 			.UP = (size_t)hparams_up_rows(m, s->d_ff),
 			.NH = (size_t)s->B * s->n_heads * s->T,
-			.L = (size_t)(s->layer_end - s->layer_begin), .V = (size_t)s->vocab};
+			.L = (size_t)(s->layer_end - s->layer_begin),
+			.V = (size_t)s->vocab};
 }
 
 moe_layer stage_moe_dims(const pp_stage *s)
 {
 	const pp_model_cfg *m = s->cfg;
 	const int nl = m->n_experts / s->spec.ep.size;
-	return (moe_layer){.ops = s->ops, .C = m->d_model, .F = s->d_ff, .E = m->n_experts,
-			   .K = m->top_k, .mode = m->router,
+	return (moe_layer){.ops = s->ops,
+			   .C = m->d_model,
+			   .F = s->d_ff,
+			   .E = m->n_experts,
+			   .K = m->top_k,
+			   .mode = m->router,
 			   .act = m->mlp == PP_MLP_SWIGLU ? PP_ACT_SILU : PP_ACT_GELU_TANH,
-			   .capacity = m->capacity_factor, .first = s->spec.ep.rank * nl,
-			   .n_local = nl, .stride = 3 * (size_t)s->d_ff * m->d_model,
-			   .ep_size = s->spec.ep.size, .tp_rank = s->spec.tp.rank};
+			   .capacity = m->capacity_factor,
+			   .first = s->spec.ep.rank * nl,
+			   .n_local = nl,
+			   .stride = 3 * (size_t)s->d_ff * m->d_model,
+			   .ep_size = s->spec.ep.size,
+			   .tp_rank = s->spec.tp.rank};
 }
 
 void stage_layer_counts(const pp_stage *s, unsigned which, bool one, layer_counts *c)
@@ -52,11 +63,18 @@ void stage_layer_counts(const pp_stage *s, unsigned which, bool one, layer_count
 	const size_t c2 = has(which, PP_SAVE_NORM2) * La, cu = has(which, PP_SAVE_UP) * Ld;
 	const size_t cf = has(which, PP_SAVE_ACT) * Ld;
 	*c = (layer_counts){
-		.act = {[LA_H1] = c1 * w.N * w.C, [LA_QKV] = cq * w.N * w.QKV,
-			[LA_ATT] = ca * w.N * w.HD, [LA_MID] = cm * w.N * w.C,
-			[LA_H2] = c2 * w.N * w.C, [LA_UP] = cu * w.N * w.UP, [LA_ACT] = cf * w.N * w.F},
-		.real = {[LR_MEAN1] = c1 * ln * w.N, [LR_RSTD1] = c1 * w.N, [LR_LSE] = ca * w.NH,
-			 [LR_MEAN2] = c2 * ln * w.N, [LR_RSTD2] = c2 * w.N},
+		.act = {[LA_H1] = c1 * w.N * w.C,
+			[LA_QKV] = cq * w.N * w.QKV,
+			[LA_ATT] = ca * w.N * w.HD,
+			[LA_MID] = cm * w.N * w.C,
+			[LA_H2] = c2 * w.N * w.C,
+			[LA_UP] = cu * w.N * w.UP,
+			[LA_ACT] = cf * w.N * w.F},
+		.real = {[LR_MEAN1] = c1 * ln * w.N,
+			 [LR_RSTD1] = c1 * w.N,
+			 [LR_LSE] = ca * w.NH,
+			 [LR_MEAN2] = c2 * ln * w.N,
+			 [LR_RSTD2] = c2 * w.N},
 		.n_moe = (int)(has(which, PP_SAVE_MOE) * Lm),
 	};
 }
@@ -67,9 +85,12 @@ void stage_slot_counts(const pp_stage *s, slot_counts *c)
 	const size_t last = s->last ? 1 : 0, keep = s->spec.keep_logits ? 1 : 0;
 	const size_t lastg = s->spec.no_grad ? 0 : last, Lg = s->spec.split_backward ? w.L : 0;
 	*c = (slot_counts){
-		.act = {[SA_RES] = (w.L + 1) * w.N * w.C, [SA_DHF] = lastg * w.N * w.C,
-			[SA_LOGITS] = last * keep * w.N * w.V, [SA_G_OUT] = Lg * w.N * w.C,
-			[SA_G_UP] = Lg * w.N * w.UP, [SA_G_MID] = Lg * w.N * w.C,
+		.act = {[SA_RES] = (w.L + 1) * w.N * w.C,
+			[SA_DHF] = lastg * w.N * w.C,
+			[SA_LOGITS] = last * keep * w.N * w.V,
+			[SA_G_OUT] = Lg * w.N * w.C,
+			[SA_G_UP] = Lg * w.N * w.UP,
+			[SA_G_MID] = Lg * w.N * w.C,
 			[SA_G_QKV] = Lg * w.N * w.QKV},
 		.real = {[SR_MEANF] = last * w.N, [SR_RSTDF] = last * w.N},
 		.ints = {[SI_TOK] = w.N, [SI_TGT] = w.N},
@@ -98,11 +119,16 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 		replica = n > replica ? n : replica;
 	}
 	*c = (scratch_counts){
-		.act = {[SC_D_RES] = Nb * w.C, [SC_D_H] = Nb * w.C, [SC_D_ATT] = Nb * w.HD,
-			[SC_D_QKV] = Nb * w.QKV, [SC_D_UP] = Nb * w.UP,
+		.act = {[SC_D_RES] = Nb * w.C,
+			[SC_D_H] = Nb * w.C,
+			[SC_D_ATT] = Nb * w.HD,
+			[SC_D_QKV] = Nb * w.QKV,
+			[SC_D_UP] = Nb * w.UP,
 			/* the gated MLP's only; gelu_matmul_bwd writes d_up directly */
-			[SC_D_ACT] = hparams_gated(s->cfg) ? Nb * w.F : 0, [SC_HF] = last * w.N * w.C,
-			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) * w.V},
+			[SC_D_ACT] = hparams_gated(s->cfg) ? Nb * w.F : 0,
+			[SC_HF] = last * w.N * w.C,
+			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) *
+				      w.V},
 		.real = {[SCR_CE] = 2 * w.N, [SCR_LOSSES] = last * w.N, [SCR_REPLICA] = replica},
 	};
 	stage_layer_counts(s, PP_SAVE_ALL & ~s->saved, true, &c->rebuilt);
@@ -137,12 +163,14 @@ void stage_sizes(const pp_stage *s, size_t A, stage_bytes *out)
 		.master = A == R ? 0 : (int64_t)(held * R),
 		.grads = s->spec.no_grad ? 0 : (int64_t)(held * R),
 		.slot = (int64_t)((sum(sc.act, SA_NACT) - sc.act[SA_LOGITS]) * A +
-				  sum(sc.real, SR_NREAL) * R + sum(sc.ints, SI_NINT) * sizeof(int)) +
+				  sum(sc.real, SR_NREAL) * R +
+				  sum(sc.ints, SI_NINT) * sizeof(int)) +
 			layer_bytes(s, &sc.kept, A),
 		.rebuilt = layer_bytes(s, &xc.rebuilt, A),
 		.scratch = (int64_t)((sum(xc.act, SC_NACT) - xc.act[SC_LOGITS]) * A +
 				     sum(xc.real, SCR_NREAL) * R),
-		.logits = (int64_t)((xc.act[SC_LOGITS] + (size_t)s->n_slots * sc.act[SA_LOGITS]) * A),
+		.logits = (int64_t)((xc.act[SC_LOGITS] + (size_t)s->n_slots * sc.act[SA_LOGITS]) *
+				    A),
 	};
 	if (s->acts->n_moe) {
 		moe_layer ml = stage_moe_dims(s);

@@ -13,7 +13,8 @@
 
 int64_t stage_loss_rows(int64_t N, int64_t V, int64_t elem, double mb)
 {
-	double rows = floor((mb > 0 ? mb : PP_LOSS_CHUNK_MB) * 1048576.0 / ((double)V * (double)elem));
+	double rows = floor((mb > 0 ? mb : PP_LOSS_CHUNK_MB) * 1048576.0 /
+			    ((double)V * (double)elem));
 	if (rows >= (double)N)
 		return N;
 	/* whole tiles of 128 rows for the GPU's matrix products, where they fit */
@@ -37,8 +38,13 @@ unsigned stage_saved_acts(int recompute)
 
 stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute)
 {
-	return (stage_spec){.layer_begin = 0, .layer_end = cfg->n_layers, .B = B, .T = T,
-			    .n_slots = 1, .recompute = recompute, .tp = {.rank = 0, .size = 1}};
+	return (stage_spec){.layer_begin = 0,
+			    .layer_end = cfg->n_layers,
+			    .B = B,
+			    .T = T,
+			    .n_slots = 1,
+			    .recompute = recompute,
+			    .tp = {.rank = 0, .size = 1}};
 }
 
 stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k)
@@ -85,7 +91,8 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	if (spec->recompute < PP_RECOMPUTE_NONE || spec->recompute > PP_RECOMPUTE_MINIMAL_FLASH)
 		return pp_errorf(e, PP_EUSAGE, "recompute policy %d: expected a PP_RECOMPUTE_*",
 				 spec->recompute);
-	if (spec->recompute != PP_RECOMPUTE_NONE && spec->split_backward) /* layout_check_recompute */
+	if (spec->recompute != PP_RECOMPUTE_NONE &&
+	    spec->split_backward) /* layout_check_recompute */
 		return pp_errorf(e, PP_EUSAGE, "recompute=%s with a split backward pass",
 				 pp_recompute_name(spec->recompute));
 	s->cfg = cfg;
@@ -110,7 +117,6 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 	return stage_describe_units(s, e);
 }
 
-
 /* Allocates sa's per-layer activations of the kinds in which (PP_SAVE_*): a
  * copy for each layer needing one, or with one a single copy, for the
  * stage's rebuilt set. -1 when out of memory (what was allocated stays, for
@@ -118,11 +124,14 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
 static int alloc_layer_acts(pp_stage *s, slot_acts *sa, const layer_counts *c)
 {
 	const pp_ops *ops = s->ops;
-	pp_act **p[LA_NACT] = {[LA_H1] = &sa->h1, [LA_QKV] = &sa->qkv, [LA_ATT] = &sa->att,
-			       [LA_MID] = &sa->mid, [LA_H2] = &sa->h2, [LA_UP] = &sa->up,
-			       [LA_ACT] = &sa->act};
-	pp_real **r[LR_NREAL] = {[LR_MEAN1] = &sa->mean1, [LR_RSTD1] = &sa->rstd1,
-				 [LR_LSE] = &sa->lse, [LR_MEAN2] = &sa->mean2, [LR_RSTD2] = &sa->rstd2};
+	pp_act **p[LA_NACT] = {
+		[LA_H1] = &sa->h1, [LA_QKV] = &sa->qkv, [LA_ATT] = &sa->att, [LA_MID] = &sa->mid,
+		[LA_H2] = &sa->h2, [LA_UP] = &sa->up,   [LA_ACT] = &sa->act};
+	pp_real **r[LR_NREAL] = {[LR_MEAN1] = &sa->mean1,
+				 [LR_RSTD1] = &sa->rstd1,
+				 [LR_LSE] = &sa->lse,
+				 [LR_MEAN2] = &sa->mean2,
+				 [LR_RSTD2] = &sa->rstd2};
 	if (alloc_acts(ops, p, c->act, LA_NACT) || alloc_reals(ops, r, c->real, LR_NREAL))
 		return -1;
 	sa->n_moe = c->n_moe;
@@ -147,7 +156,8 @@ static int alloc_buffers(pp_stage *s)
 	const size_t held = s->w_hi - s->w_lo;
 	s->w = ops->alloc(held * sizeof(pp_real));
 	s->g = spec->no_grad ? NULL : ops->alloc(held * sizeof(pp_real));
-	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w : ops->alloc(held * pp_act_size(ops));
+	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w
+					      : ops->alloc(held * pp_act_size(ops));
 	if (held && (!s->w || !s->wc || (!s->g && !spec->no_grad)))
 		return -1;
 	if (spec->units.use && (!(s->unit_w = calloc((size_t)s->n_units, sizeof *s->unit_w)) ||
@@ -156,13 +166,14 @@ static int alloc_buffers(pp_stage *s)
 	a->loss_rows = stage_loss_rows_of(s, pp_act_size(ops));
 	scratch_counts xc;
 	stage_scratch_counts(s, pp_act_size(ops), &xc);
-	pp_act **scratch[SC_NACT] = {[SC_D_RES] = &a->d_res, [SC_D_H] = &a->d_h,
-				     [SC_D_ATT] = &a->d_att, [SC_D_QKV] = &a->d_qkv,
-				     [SC_D_UP] = &a->d_up,   [SC_D_ACT] = &a->d_act,
-				     [SC_HF] = &a->hf,       [SC_LOGITS] = &a->logits};
-	pp_real **scratch_r[SCR_NREAL] = {[SCR_CE] = &a->ce, [SCR_LOSSES] = &a->losses,
-					  [SCR_REPLICA] = &a->replica};
-	if (alloc_acts(ops, scratch, xc.act, SC_NACT) || alloc_reals(ops, scratch_r, xc.real, SCR_NREAL))
+	pp_act **scratch[SC_NACT] = {
+		[SC_D_RES] = &a->d_res, [SC_D_H] = &a->d_h,      [SC_D_ATT] = &a->d_att,
+		[SC_D_QKV] = &a->d_qkv, [SC_D_UP] = &a->d_up,    [SC_D_ACT] = &a->d_act,
+		[SC_HF] = &a->hf,       [SC_LOGITS] = &a->logits};
+	pp_real **scratch_r[SCR_NREAL] = {
+		[SCR_CE] = &a->ce, [SCR_LOSSES] = &a->losses, [SCR_REPLICA] = &a->replica};
+	if (alloc_acts(ops, scratch, xc.act, SC_NACT) ||
+	    alloc_reals(ops, scratch_r, xc.real, SCR_NREAL))
 		return -1;
 	a->host = calloc(3 * N, sizeof(double));
 	a->host_real = calloc(2 * N, sizeof(pp_real));
@@ -174,10 +185,10 @@ static int alloc_buffers(pp_stage *s)
 	stage_slot_counts(s, &sc);
 	for (int k = 0; k < s->n_slots; k++) {
 		slot_acts *sa = &a->slot[k];
-		pp_act **p[SA_NACT] = {[SA_RES] = &sa->res,     [SA_DHF] = &sa->dhf,
-				       [SA_LOGITS] = &sa->logits, [SA_G_OUT] = &sa->g_out,
-				       [SA_G_UP] = &sa->g_up,   [SA_G_MID] = &sa->g_mid,
-				       [SA_G_QKV] = &sa->g_qkv};
+		pp_act **p[SA_NACT] = {
+			[SA_RES] = &sa->res,     [SA_DHF] = &sa->dhf,   [SA_LOGITS] = &sa->logits,
+			[SA_G_OUT] = &sa->g_out, [SA_G_UP] = &sa->g_up, [SA_G_MID] = &sa->g_mid,
+			[SA_G_QKV] = &sa->g_qkv};
 		pp_real **r[SR_NREAL] = {[SR_MEANF] = &sa->meanf, [SR_RSTDF] = &sa->rstdf};
 		if (alloc_acts(ops, p, sc.act, SA_NACT) || alloc_reals(ops, r, sc.real, SR_NREAL) ||
 		    alloc_layer_acts(s, sa, &sc.kept))
@@ -215,9 +226,10 @@ int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const 
 
 static void free_slot_acts(const pp_ops *ops, slot_acts *sa)
 {
-	void *p[] = {sa->res, sa->h1, sa->mean1, sa->rstd1, sa->qkv, sa->att, sa->lse, sa->mid,
-		     sa->h2, sa->mean2, sa->rstd2, sa->up, sa->act, sa->meanf, sa->rstdf, sa->dhf,
-		     sa->logits, sa->g_out, sa->g_up, sa->g_mid, sa->g_qkv, sa->tok, sa->tgt};
+	void *p[] = {sa->res,  sa->h1,    sa->mean1, sa->rstd1, sa->qkv,    sa->att,
+		     sa->lse,  sa->mid,   sa->h2,    sa->mean2, sa->rstd2,  sa->up,
+		     sa->act,  sa->meanf, sa->rstdf, sa->dhf,   sa->logits, sa->g_out,
+		     sa->g_up, sa->g_mid, sa->g_qkv, sa->tok,   sa->tgt};
 	for (int i = 0; i < NELEMS(p); i++)
 		ops->free(p[i]);
 	for (int j = 0; sa->moe && j < sa->n_moe; j++)
@@ -244,8 +256,8 @@ void stage_free(pp_stage *s)
 			free_slot_acts(ops, &a->slot[k]);
 		free_slot_acts(ops, &a->rebuilt);
 		moe_scratch_free(&a->moe_sc, ops);
-		void *p[] = {a->d_res, a->d_h, a->d_att, a->d_qkv, a->d_up, a->d_act, a->ce,
-			     a->hf, a->losses, a->logits, a->replica};
+		void *p[] = {a->d_res, a->d_h, a->d_att,  a->d_qkv,  a->d_up,   a->d_act,
+			     a->ce,    a->hf,  a->losses, a->logits, a->replica};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);
@@ -278,7 +290,8 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 		if (p->init_std > 0) {
 #pragma omp parallel for
 			for (size_t j = 0; j < p->n; j++)
-				x[j] = (pp_real)(p->init_std * rng_normal(key, param_global_index(p, j)));
+				x[j] = (pp_real)(p->init_std *
+						 rng_normal(key, param_global_index(p, j)));
 		} else {
 			for (size_t j = 0; j < p->n; j++)
 				x[j] = (pp_real)p->init_value;

@@ -51,12 +51,17 @@ static const char *nm(namer *n, const char *fmt, int layer, const char *suffix)
 }
 
 /* A tensor every tp rank holds whole (norms, row-parallel biases, wpe). */
-static int replicated(namer *n, const char *name, int ndim, int64_t rows, int64_t cols,
-		      bool decay, double std, double value)
+static int replicated(namer *n, const char *name, int ndim, int64_t rows, int64_t cols, bool decay,
+		      double std, double value)
 {
-	pp_param p = {.ndim = ndim, .shape = {rows, cols}, .global_shape = {rows, cols},
-		      .replicas = n->s->spec.tp.size, .tp_owner = n->s->spec.tp.rank == 0,
-		      .decay = decay, .init_std = std, .init_value = value};
+	pp_param p = {.ndim = ndim,
+		      .shape = {rows, cols},
+		      .global_shape = {rows, cols},
+		      .replicas = n->s->spec.tp.size,
+		      .tp_owner = n->s->spec.tp.rank == 0,
+		      .decay = decay,
+		      .init_std = std,
+		      .init_value = value};
 	snprintf(p.name, sizeof p.name, "%s", name);
 	return add_param(n->tb, &p);
 }
@@ -64,14 +69,20 @@ static int replicated(namer *n, const char *name, int ndim, int64_t rows, int64_
 /* Rows [row, row + rows) of a (grows, cols) tensor: column-parallel weights
  * and their biases (ndim 1), vocabulary-parallel embeddings. replicas > 1
  * when several ranks hold the same rows (kv heads when tp > kv heads). */
-static int row_block(namer *n, const char *name, int ndim, int64_t rows, int64_t grows,
-		     int64_t row, int64_t cols, int replicas, double std)
+static int row_block(namer *n, const char *name, int ndim, int64_t rows, int64_t grows, int64_t row,
+		     int64_t cols, int replicas, double std)
 {
 	const pp_tp *tp = &n->s->spec.tp;
-	pp_param p = {.ndim = ndim, .shape = {rows, cols}, .global_shape = {grows, cols},
-		      .n_blocks = 1, .block_rows = rows, .block_row = {row},
-		      .replicas = replicas, .tp_owner = tp->rank % replicas == 0,
-		      .grad_partial = replicas > 1, .decay = ndim > 1,
+	pp_param p = {.ndim = ndim,
+		      .shape = {rows, cols},
+		      .global_shape = {grows, cols},
+		      .n_blocks = 1,
+		      .block_rows = rows,
+		      .block_row = {row},
+		      .replicas = replicas,
+		      .tp_owner = tp->rank % replicas == 0,
+		      .grad_partial = replicas > 1,
+		      .decay = ndim > 1,
 		      .init_std = ndim > 1 ? std : 0};
 	snprintf(p.name, sizeof p.name, "%s", name);
 	return add_param(n->tb, &p);
@@ -81,8 +92,14 @@ static int row_block(namer *n, const char *name, int ndim, int64_t rows, int64_t
 static int col_block(namer *n, const char *name, int64_t rows, int64_t cols, int64_t gcols,
 		     int64_t col, double std)
 {
-	pp_param p = {.ndim = 2, .shape = {rows, cols}, .global_shape = {rows, gcols}, .col = col,
-		      .replicas = 1, .tp_owner = true, .decay = true, .init_std = std};
+	pp_param p = {.ndim = 2,
+		      .shape = {rows, cols},
+		      .global_shape = {rows, gcols},
+		      .col = col,
+		      .replicas = 1,
+		      .tp_owner = true,
+		      .decay = true,
+		      .init_std = std};
 	snprintf(p.name, sizeof p.name, "%s", name);
 	return add_param(n->tb, &p);
 }
@@ -95,9 +112,15 @@ static int qkv_fused(namer *n, const char *name, int ndim, int64_t C, double std
 	const int64_t D = m->head_dim, q = (int64_t)s->n_heads * D, kv = (int64_t)s->n_kv_heads * D;
 	const int64_t Q = (int64_t)m->n_heads * D, KV = (int64_t)m->n_kv_heads * D;
 	const int r = s->spec.tp.rank;
-	pp_param p = {.ndim = ndim, .shape = {q + 2 * kv, C}, .global_shape = {Q + 2 * KV, C},
-		      .n_blocks = 3, .block_rows = q, .block_row = {r * q, Q + r * kv, Q + KV + r * kv},
-		      .replicas = 1, .tp_owner = true, .decay = ndim > 1,
+	pp_param p = {.ndim = ndim,
+		      .shape = {q + 2 * kv, C},
+		      .global_shape = {Q + 2 * KV, C},
+		      .n_blocks = 3,
+		      .block_rows = q,
+		      .block_row = {r * q, Q + r * kv, Q + KV + r * kv},
+		      .replicas = 1,
+		      .tp_owner = true,
+		      .decay = ndim > 1,
 		      .init_std = ndim > 1 ? std : 0};
 	snprintf(p.name, sizeof p.name, "%s", name);
 	return add_param(n->tb, &p);
@@ -126,9 +149,11 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 
 	a->embed_w = a->embed_pos = a->normf_w = a->normf_b = a->head_w = -1;
 	if (s->first || (s->last && m->tied_embeddings))
-		a->embed_w = row_block(&n, embed, 2, s->vocab, m->vocab_size, s->vocab_begin, C, 1, std);
+		a->embed_w = row_block(&n, embed, 2, s->vocab, m->vocab_size, s->vocab_begin, C, 1,
+				       std);
 	if (s->first && m->pos == PP_POS_LEARNED)
-		a->embed_pos = replicated(&n, "transformer.wpe.weight", 2, m->max_seq_len, C, true, std, 0);
+		a->embed_pos = replicated(&n, "transformer.wpe.weight", 2, m->max_seq_len, C, true,
+					  std, 0);
 
 	int L = s->layer_end - s->layer_begin;
 	a->layer = calloc((size_t)(L > 0 ? L : 1), sizeof *a->layer);
@@ -138,73 +163,103 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 		memset(li, -1, sizeof *li);
 		if (gpt) {
 			const char *h = "transformer.h.%d.%s";
-			li->norm1_w = replicated(&n, nm(&n, h, i, "ln_1.weight"), 1, C, 1, false, 0, 1);
-			li->norm1_b = replicated(&n, nm(&n, h, i, "ln_1.bias"), 1, C, 1, false, 0, 0);
+			li->norm1_w = replicated(&n, nm(&n, h, i, "ln_1.weight"), 1, C, 1, false, 0,
+						 1);
+			li->norm1_b = replicated(&n, nm(&n, h, i, "ln_1.bias"), 1, C, 1, false, 0,
+						 0);
 			li->qkv_w = qkv_fused(&n, nm(&n, h, i, "attn.c_attn.weight"), 2, C, std);
 			li->qkv_b = qkv_fused(&n, nm(&n, h, i, "attn.c_attn.bias"), 1, 1, 0);
-			li->o_w = col_block(&n, nm(&n, h, i, "attn.c_proj.weight"), C, HD, GHD, r * HD, res_std);
-			li->o_b = replicated(&n, nm(&n, h, i, "attn.c_proj.bias"), 1, C, 1, false, 0, 0);
-			li->norm2_w = replicated(&n, nm(&n, h, i, "ln_2.weight"), 1, C, 1, false, 0, 1);
-			li->norm2_b = replicated(&n, nm(&n, h, i, "ln_2.bias"), 1, C, 1, false, 0, 0);
-			li->up_w = row_block(&n, nm(&n, h, i, "mlp.c_fc.weight"), 2, F, GF, r * F, C, 1, std);
-			li->up_b = row_block(&n, nm(&n, h, i, "mlp.c_fc.bias"), 1, F, GF, r * F, 1, 1, 0);
-			li->down_w = col_block(&n, nm(&n, h, i, "mlp.c_proj.weight"), C, F, GF, r * F, res_std);
-			li->down_b = replicated(&n, nm(&n, h, i, "mlp.c_proj.bias"), 1, C, 1, false, 0, 0);
+			li->o_w = col_block(&n, nm(&n, h, i, "attn.c_proj.weight"), C, HD, GHD,
+					    r * HD, res_std);
+			li->o_b = replicated(&n, nm(&n, h, i, "attn.c_proj.bias"), 1, C, 1, false,
+					     0, 0);
+			li->norm2_w = replicated(&n, nm(&n, h, i, "ln_2.weight"), 1, C, 1, false, 0,
+						 1);
+			li->norm2_b = replicated(&n, nm(&n, h, i, "ln_2.bias"), 1, C, 1, false, 0,
+						 0);
+			li->up_w = row_block(&n, nm(&n, h, i, "mlp.c_fc.weight"), 2, F, GF, r * F,
+					     C, 1, std);
+			li->up_b = row_block(&n, nm(&n, h, i, "mlp.c_fc.bias"), 1, F, GF, r * F, 1,
+					     1, 0);
+			li->down_w = col_block(&n, nm(&n, h, i, "mlp.c_proj.weight"), C, F, GF,
+					       r * F, res_std);
+			li->down_b = replicated(&n, nm(&n, h, i, "mlp.c_proj.bias"), 1, C, 1, false,
+						0, 0);
 			li->dense = a->n_dense++;
 			continue;
 		}
 		const char *h = "model.layers.%d.%s";
-		li->norm1_w = replicated(&n, nm(&n, h, i, "input_layernorm.weight"), 1, C, 1, false, 0, norm_one);
+		li->norm1_w = replicated(&n, nm(&n, h, i, "input_layernorm.weight"), 1, C, 1, false,
+					 0, norm_one);
 		if (ln)
-			li->norm1_b = replicated(&n, nm(&n, h, i, "input_layernorm.bias"), 1, C, 1, false, 0, 0);
-		li->qkv_w = row_block(&n, nm(&n, h, i, "self_attn.q_proj.weight"), 2, HD, GHD, r * HD, C, 1, std);
-		row_block(&n, nm(&n, h, i, "self_attn.k_proj.weight"), 2, KV, GKV, kv_row, C, kv_rep, std);
-		row_block(&n, nm(&n, h, i, "self_attn.v_proj.weight"), 2, KV, GKV, kv_row, C, kv_rep, std);
+			li->norm1_b = replicated(&n, nm(&n, h, i, "input_layernorm.bias"), 1, C, 1,
+						 false, 0, 0);
+		li->qkv_w = row_block(&n, nm(&n, h, i, "self_attn.q_proj.weight"), 2, HD, GHD,
+				      r * HD, C, 1, std);
+		row_block(&n, nm(&n, h, i, "self_attn.k_proj.weight"), 2, KV, GKV, kv_row, C,
+			  kv_rep, std);
+		row_block(&n, nm(&n, h, i, "self_attn.v_proj.weight"), 2, KV, GKV, kv_row, C,
+			  kv_rep, std);
 		if (m->bias) {
-			li->qkv_b = row_block(&n, nm(&n, h, i, "self_attn.q_proj.bias"), 1, HD, GHD, r * HD, 1, 1, 0);
-			row_block(&n, nm(&n, h, i, "self_attn.k_proj.bias"), 1, KV, GKV, kv_row, 1, kv_rep, 0);
-			row_block(&n, nm(&n, h, i, "self_attn.v_proj.bias"), 1, KV, GKV, kv_row, 1, kv_rep, 0);
+			li->qkv_b = row_block(&n, nm(&n, h, i, "self_attn.q_proj.bias"), 1, HD, GHD,
+					      r * HD, 1, 1, 0);
+			row_block(&n, nm(&n, h, i, "self_attn.k_proj.bias"), 1, KV, GKV, kv_row, 1,
+				  kv_rep, 0);
+			row_block(&n, nm(&n, h, i, "self_attn.v_proj.bias"), 1, KV, GKV, kv_row, 1,
+				  kv_rep, 0);
 		}
-		li->o_w = col_block(&n, nm(&n, h, i, "self_attn.o_proj.weight"), C, HD, GHD, r * HD, res_std);
+		li->o_w = col_block(&n, nm(&n, h, i, "self_attn.o_proj.weight"), C, HD, GHD, r * HD,
+				    res_std);
 		if (m->bias)
-			li->o_b = replicated(&n, nm(&n, h, i, "self_attn.o_proj.bias"), 1, C, 1, false, 0, 0);
-		li->norm2_w = replicated(&n, nm(&n, h, i, "post_attention_layernorm.weight"), 1, C, 1, false, 0, norm_one);
+			li->o_b = replicated(&n, nm(&n, h, i, "self_attn.o_proj.bias"), 1, C, 1,
+					     false, 0, 0);
+		li->norm2_w = replicated(&n, nm(&n, h, i, "post_attention_layernorm.weight"), 1, C,
+					 1, false, 0, norm_one);
 		if (ln)
-			li->norm2_b = replicated(&n, nm(&n, h, i, "post_attention_layernorm.bias"), 1, C, 1, false, 0, 0);
+			li->norm2_b = replicated(&n, nm(&n, h, i, "post_attention_layernorm.bias"),
+						 1, C, 1, false, 0, 0);
 		if (hparams_layer_is_moe(m, i)) {
 			/* Mixtral's names; this rank's experts, each w1 (gate) and w3
 			 * (up) adjacent: one (2F, C) product */
 			li->moe = a->n_moe++;
-			li->router_w = replicated(&n, nm(&n, h, i, "block_sparse_moe.gate.weight"), 2,
-						  m->n_experts, C, true, std, 0);
+			li->router_w = replicated(&n, nm(&n, h, i, "block_sparse_moe.gate.weight"),
+						  2, m->n_experts, C, true, std, 0);
 			continue; /* the experts go at the end */
 		}
 		li->dense = a->n_dense++;
 		if (gated)
-			li->up_w = row_block(&n, nm(&n, h, i, "mlp.gate_proj.weight"), 2, F, GF, r * F, C, 1, std);
-		int up = row_block(&n, nm(&n, h, i, "mlp.up_proj.weight"), 2, F, GF, r * F, C, 1, std);
+			li->up_w = row_block(&n, nm(&n, h, i, "mlp.gate_proj.weight"), 2, F, GF,
+					     r * F, C, 1, std);
+		int up = row_block(&n, nm(&n, h, i, "mlp.up_proj.weight"), 2, F, GF, r * F, C, 1,
+				   std);
 		if (!gated)
 			li->up_w = up;
 		if (m->bias) {
 			if (gated)
-				li->up_b = row_block(&n, nm(&n, h, i, "mlp.gate_proj.bias"), 1, F, GF, r * F, 1, 1, 0);
-			int ub = row_block(&n, nm(&n, h, i, "mlp.up_proj.bias"), 1, F, GF, r * F, 1, 1, 0);
+				li->up_b = row_block(&n, nm(&n, h, i, "mlp.gate_proj.bias"), 1, F,
+						     GF, r * F, 1, 1, 0);
+			int ub = row_block(&n, nm(&n, h, i, "mlp.up_proj.bias"), 1, F, GF, r * F, 1,
+					   1, 0);
 			if (!gated)
 				li->up_b = ub;
 		}
-		li->down_w = col_block(&n, nm(&n, h, i, "mlp.down_proj.weight"), C, F, GF, r * F, res_std);
+		li->down_w = col_block(&n, nm(&n, h, i, "mlp.down_proj.weight"), C, F, GF, r * F,
+				       res_std);
 		if (m->bias)
-			li->down_b = replicated(&n, nm(&n, h, i, "mlp.down_proj.bias"), 1, C, 1, false, 0, 0);
+			li->down_b = replicated(&n, nm(&n, h, i, "mlp.down_proj.bias"), 1, C, 1,
+						false, 0, 0);
 	}
 	if (s->last) {
-		a->normf_w = replicated(&n, gpt ? "transformer.ln_f.weight" : "model.norm.weight", 1, C, 1,
-					false, 0, gpt ? 1 : norm_one);
+		a->normf_w = replicated(&n, gpt ? "transformer.ln_f.weight" : "model.norm.weight",
+					1, C, 1, false, 0, gpt ? 1 : norm_one);
 		if (ln)
-			a->normf_b = replicated(&n, gpt ? "transformer.ln_f.bias" : "model.norm.bias", 1, C,
-						1, false, 0, 0);
-		a->head_w = m->tied_embeddings ? a->embed_w
-					       : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
-							   s->vocab_begin, C, 1, std);
+			a->normf_b = replicated(&n,
+						gpt ? "transformer.ln_f.bias" : "model.norm.bias",
+						1, C, 1, false, 0, 0);
+		a->head_w = m->tied_embeddings
+				    ? a->embed_w
+				    : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
+						s->vocab_begin, C, 1, std);
 	}
 	/* This rank's experts of every MoE layer, after everything the ep
 	 * group shares; Mixtral's names, each expert's w1 (gate) and w3 (up)
@@ -217,16 +272,17 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 		for (int x = s->spec.ep.rank * nl, j = 0; li->moe >= 0 && j < nl; j++, x++) {
 			char en[64];
 			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w1.weight", x);
-			int w1 = row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F, C, 1, std);
+			int w1 = row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F,
+					   C, 1, std);
 			li->expert0 = j ? li->expert0 : w1;
 			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w3.weight", x);
-			row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F, C, 1, std);
+			row_block(&n, nm(&n, h, s->layer_begin + l, en), 2, F, GF, r * F, C, 1,
+				  std);
 			snprintf(en, sizeof en, "block_sparse_moe.experts.%d.w2.weight", x);
 			col_block(&n, nm(&n, h, s->layer_begin + l, en), C, F, GF, r * F, res_std);
 		}
 	}
 }
-
 
 /* FSDP's units (stage_units): their bounds, each parameter's unit, and the
  * part of the buffer this rank keeps. */
@@ -260,7 +316,8 @@ int stage_describe_units(pp_stage *s, pp_err *e)
 
 uint64_t param_global_index(const pp_param *p, size_t j)
 {
-	int64_t cols = p->shape[1], row = (int64_t)(j / (size_t)cols), col = (int64_t)(j % (size_t)cols);
+	int64_t cols = p->shape[1], row = (int64_t)(j / (size_t)cols),
+		col = (int64_t)(j % (size_t)cols);
 	int64_t b = row / p->block_rows;
 	int64_t grow = p->block_row[b] + row % p->block_rows;
 	return (uint64_t)(grow * p->global_shape[1] + p->col + col);

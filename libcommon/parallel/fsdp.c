@@ -87,8 +87,8 @@ static int gather(fsdp *f, pp_stage *s, int u, const struct fsdp_buf *keep, bool
 	blocks(f, s, s->unit_lo[u], s->unit_lo[u + 1], &mine, &n);
 	/* the shard's compute copy: bf16 gathered as bf16 */
 	const pp_act *src = pp_act_at(f->ops, s->wc, mine - s->w_lo);
-	if ((rc = comm_iall_gatherv(f->comm, src, b->data, f->counts, comm_dtype_of(f->ops->act_type),
-				    &b->req, e)))
+	if ((rc = comm_iall_gatherv(f->comm, src, b->data, f->counts,
+				    comm_dtype_of(f->ops->act_type), &b->req, e)))
 		return rc;
 	b->st = s;
 	b->unit = u;
@@ -120,7 +120,8 @@ static int land(fsdp *f, struct fsdp_gbuf *g, pp_err *e)
 		g->req = NULL;
 		rc = comm_wait(r, e);
 		if (!rc && g->n)
-			f->ops->add_real(stage_g(g->st, g->lo), stage_g(g->st, g->lo), g->out, g->n);
+			f->ops->add_real(stage_g(g->st, g->lo), stage_g(g->st, g->lo), g->out,
+					 g->n);
 	}
 	g->st = NULL;
 	return rc;
@@ -171,8 +172,10 @@ int fsdp_done(void *ctx, pp_stage *s, int u, pp_err *e)
 		return 0;
 	struct fsdp_gbuf *g = &f->gbuf[f->gnext];
 	if (g->st != s || g->unit != u || g->req)
-		return pp_errorf(e, PP_ERUNTIME, "fsdp: unit %d of layers %d..%d is done without its "
-				 "gradient buffer", u, s->layer_begin, s->layer_end - 1);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "fsdp: unit %d of layers %d..%d is done without its "
+				 "gradient buffer",
+				 u, s->layer_begin, s->layer_end - 1);
 	blocks(f, s, s->unit_lo[u], s->unit_lo[u + 1], &g->lo, &g->n);
 	int rc = comm_ireduce_scatter(f->comm, g->data, g->out, f->counts, PP_DT_REAL, PP_OP_SUM,
 				      &g->req, e);
@@ -226,8 +229,10 @@ int fsdp_init(fsdp *f, pp_stage *chunks, int v, pp_comm *comm, pp_comm *rep, con
 oom:;
 	size_t most = f->unit_max;
 	fsdp_free(f);
-	return pp_errorf(e, PP_ERUNTIME, "fsdp: out of memory for the gathered layers (%zu parameters "
-			 "the largest)", most);
+	return pp_errorf(e, PP_ERUNTIME,
+			 "fsdp: out of memory for the gathered layers (%zu parameters "
+			 "the largest)",
+			 most);
 }
 
 void fsdp_free(fsdp *f)
@@ -276,7 +281,8 @@ int fsdp_finish(fsdp *f, pp_err *e)
 			f->ops->zero(f->chunks[k].held[j], n * sizeof(pp_real));
 		}
 		if (!rc && f->rep && s->w_hi > s->w_lo)
-			rc = comm_allreduce(f->rep, s->g, s->w_hi - s->w_lo, PP_DT_REAL, PP_OP_SUM, e);
+			rc = comm_allreduce(f->rep, s->g, s->w_hi - s->w_lo, PP_DT_REAL, PP_OP_SUM,
+					    e);
 	}
 	return rc;
 }
@@ -304,7 +310,8 @@ int fsdp_gather_master(fsdp *f, int k, pp_real *host, pp_err *e)
 		size_t mine = 0, n = 0;
 		pp_comm_req *r;
 		blocks(f, s, a, b, &mine, &n);
-		rc = comm_iall_gatherv(f->comm, stage_w(s, mine), buf, f->counts, PP_DT_REAL, &r, e);
+		rc = comm_iall_gatherv(f->comm, stage_w(s, mine), buf, f->counts, PP_DT_REAL, &r,
+				       e);
 		if (!rc && r)
 			rc = comm_wait(r, e);
 		if (!rc)

@@ -63,8 +63,8 @@ typedef struct {
 		pp_real *data, *out; /* the unit's gradients; this rank's block of their sum */
 		pp_stage *st;        /* the unit it is lent to or reduces (NULL: free) */
 		int unit;
-		pp_comm_req *req;    /* its reduce-scatter, in flight */
-		size_t lo, n;        /* where out goes in the stage's gradients */
+		pp_comm_req *req; /* its reduce-scatter, in flight */
+		size_t lo, n;     /* where out goes in the stage's gradients */
 	} gbuf[FSDP_GBUFS];
 	int gnext;
 	/* since init: gathers issued, of those prefetched (issued before the

@@ -12,12 +12,12 @@ size_t gradsync_gather_len(size_t shared, size_t experts, int dp, int ep)
 	return a > b ? a : b;
 }
 
-void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep,
-		     optim_ranges *r)
+void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep, optim_ranges *r)
 {
 	const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
 	const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
-	const int size[OPTIM_REGIONS] = {dp, dp / ep}, rank[OPTIM_REGIONS] = {dp_rank, dp_rank / ep};
+	const int size[OPTIM_REGIONS] = {dp, dp / ep},
+		  rank[OPTIM_REGIONS] = {dp_rank, dp_rank / ep};
 	for (int i = 0; i < OPTIM_REGIONS; i++) {
 		size_t lo = 0, hi = end[i] - base[i];
 		if (sharded)
@@ -31,8 +31,7 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool sharded,
-		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
-		  pp_err *e)
+		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb, pp_err *e)
 {
 	memset(g, 0, sizeof *g);
 	g->ops = ops;
@@ -99,7 +98,8 @@ static int launch(gradsync *g, gradsync_chunk *gc, const gradsync_region *rg, si
 	pp_comm_req *r = NULL;
 	int rc;
 	if (g->n_reqs == g->cap)
-		return pp_errorf(e, PP_ERUNTIME, "gradient buckets: more than %d in flight", g->cap);
+		return pp_errorf(e, PP_ERUNTIME, "gradient buckets: more than %d in flight",
+				 g->cap);
 	struct gradsync_timing *tm = &g->timing[g->n_reqs];
 	tm->span = prof_begin(g->prof, PROF_GRAD_REDUCE);
 	tm->bytes = (int64_t)((b - a) * sizeof(pp_real));
@@ -116,7 +116,8 @@ static int launch(gradsync *g, gradsync_chunk *gc, const gradsync_region *rg, si
 		}
 		size_t at = max_size(a, rg->lo);
 		pp_real *recv = rg->shard + (at < rg->hi ? at - rg->lo : 0);
-		rc = comm_ireduce_scatter(c, grad + a, recv, g->counts, PP_DT_REAL, PP_OP_SUM, &r, e);
+		rc = comm_ireduce_scatter(c, grad + a, recv, g->counts, PP_DT_REAL, PP_OP_SUM, &r,
+					  e);
 	}
 	if (rc)
 		return pp_err_prefix(e, "gradient sum over %s of elements [%zu, %zu)",

@@ -51,9 +51,9 @@ typedef struct {
 typedef struct {
 	pp_stage *st;
 	gradsync_region region[OPTIM_REGIONS];
-	size_t hold;    /* g[0, hold) waits for gradsync_finish */
-	size_t ready;   /* g[ready, n_shared) is final (n_shared: nothing yet this step) */
-	size_t next;    /* g[next, n_shared) has been launched */
+	size_t hold;       /* g[0, hold) waits for gradsync_finish */
+	size_t ready;      /* g[ready, n_shared) is final (n_shared: nothing yet this step) */
+	size_t next;       /* g[next, n_shared) has been launched */
 	bool experts_sent; /* the experts' sum has been launched this step */
 } gradsync_chunk;
 
@@ -70,9 +70,9 @@ typedef struct {
 	prof_rec *prof;  /* times each reduction, launch to completion (NULL: off) */
 	struct gradsync_timing {
 		prof_span span;
-		void *mark;    /* on the communicator's stream, after the reduction */
+		void *mark; /* on the communicator's stream, after the reduction */
 		int64_t bytes;
-	} *timing;     /* (cap) as reqs */
+	} * timing; /* (cap) as reqs */
 } gradsync;
 
 /* ZeRO-1's parameter all-gather after an update, of a chunk of `shared`

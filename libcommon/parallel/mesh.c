@@ -17,7 +17,8 @@ void mesh_groups(const pp_layout *l, mesh_group g[MESH_GROUPS])
 		{"ep", data_group * l->data + l->data_rank / l->ep, l->ep, l->ep_rank},
 		{"edp", data_group * l->ep + l->ep_rank, l->data / l->ep, l->data_rank / l->ep},
 		{"fsdp", data_group * l->data + l->data_rank / l->fsdp, l->fsdp, l->fsdp_rank},
-		{"rep", data_group * l->fsdp + l->fsdp_rank, l->data / l->fsdp, l->data_rank / l->fsdp},
+		{"rep", data_group * l->fsdp + l->fsdp_rank, l->data / l->fsdp,
+		 l->data_rank / l->fsdp},
 	};
 	memcpy(g, all, sizeof all);
 }
@@ -28,8 +29,8 @@ int mesh_split(pp_mesh *m, const pp_layout *l, pp_comm *world, pp_err *e)
 	m->world_comm = world;
 	if (!world)
 		return 0;
-	pp_comm **out[MESH_GROUPS] = {&m->tp_comm,   &m->data_comm, &m->pp_comm,   &m->tied_comm,
-				      &m->ep_comm,   &m->edp_comm,  &m->fsdp_comm, &m->rep_comm};
+	pp_comm **out[MESH_GROUPS] = {&m->tp_comm, &m->data_comm, &m->pp_comm,   &m->tied_comm,
+				      &m->ep_comm, &m->edp_comm,  &m->fsdp_comm, &m->rep_comm};
 	mesh_group g[MESH_GROUPS];
 	mesh_groups(l, g);
 	for (int i = 0; i < MESH_GROUPS; i++) {
@@ -48,8 +49,8 @@ int mesh_split(pp_mesh *m, const pp_layout *l, pp_comm *world, pp_err *e)
 
 void mesh_free(pp_mesh *m)
 {
-	pp_comm *c[] = {m->rep_comm, m->fsdp_comm, m->edp_comm, m->ep_comm,
-			m->tied_comm, m->pp_comm, m->data_comm, m->tp_comm};
+	pp_comm *c[] = {m->rep_comm,  m->fsdp_comm, m->edp_comm,  m->ep_comm,
+			m->tied_comm, m->pp_comm,   m->data_comm, m->tp_comm};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++)
 		comm_free(c[i]);
 	memset(m, 0, sizeof *m);

@@ -104,11 +104,16 @@ static void pad_to(const struct timespec *t0, double seconds)
 static double pad_of(const pipeline *pl, sched_op op)
 {
 	switch (op) {
-	case SCHED_FWD: return pl->pad.fwd;
-	case SCHED_BWD: return pl->pad.bwd;
-	case SCHED_BWD_I: return pl->pad.bwd - pl->pad.bwd_w;
-	case SCHED_BWD_W: return pl->pad.bwd_w;
-	default: return 0;
+	case SCHED_FWD:
+		return pl->pad.fwd;
+	case SCHED_BWD:
+		return pl->pad.bwd;
+	case SCHED_BWD_I:
+		return pl->pad.bwd - pl->pad.bwd_w;
+	case SCHED_BWD_W:
+		return pl->pad.bwd_w;
+	default:
+		return 0;
 	}
 }
 
@@ -128,25 +133,33 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 	switch (a->op) {
 	case SCHED_FWD: {
 		if (!pl->n_free[c])
-			return pp_errorf(e, PP_ERUNTIME, "stage %d has no free slot for microbatch %d", s, mb);
+			return pp_errorf(e, PP_ERUNTIME,
+					 "stage %d has no free slot for microbatch %d", s, mb);
 		int slot = pl->free_slots[c * max_slots(pl) + --pl->n_free[c]];
 		pl->slot[k] = slot;
 		/* the previous virtual stage: on another rank (p > 1), or this rank's previous chunk */
-		const pp_act *in = st->first ? NULL : p > 1 ? buf(pl, pl->act_in, mb, c) : pl->out[cell(pl, mb, c - 1)];
-		rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale, loss_sum, NULL,
-				   &pl->out[k], e);
+		const pp_act *in = st->first ? NULL
+				   : p > 1   ? buf(pl, pl->act_in, mb, c)
+					     : pl->out[cell(pl, mb, c - 1)];
+		rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale,
+				   loss_sum, NULL, &pl->out[k], e);
 		break;
 	}
 	case SCHED_BWD:
 	case SCHED_BWD_I:
 	case SCHED_BWD_W: {
-		int part = a->op == SCHED_BWD ? STAGE_BWD_FULL : a->op == SCHED_BWD_I ? STAGE_BWD_INPUT : STAGE_BWD_WEIGHT;
-		const pp_act *dout = st->last ? NULL : p > 1 ? buf(pl, pl->grad_in, mb, c) : buf(pl, pl->din, mb, c + 1);
+		int part = a->op == SCHED_BWD     ? STAGE_BWD_FULL
+			   : a->op == SCHED_BWD_I ? STAGE_BWD_INPUT
+						  : STAGE_BWD_WEIGHT;
+		const pp_act *dout = st->last ? NULL
+				     : p > 1  ? buf(pl, pl->grad_in, mb, c)
+					      : buf(pl, pl->din, mb, c + 1);
 		pp_act *din = NULL;
 		int last = a - pl->acts == pl->last_bwd[c] ? STAGE_BWD_LAST : 0;
 		rc = stage_backward(st, pl->slot[k], part | last, dout, &din, e);
 		if (!rc && din && part != STAGE_BWD_WEIGHT)
-			st->ops->to_device(buf(pl, pl->din, mb, c), din, pl->width * pp_act_size(st->ops));
+			st->ops->to_device(buf(pl, pl->din, mb, c), din,
+					   pl->width * pp_act_size(st->ops));
 		if (!rc && frees_slot(a->op))
 			pl->free_slots[c * max_slots(pl) + pl->n_free[c]++] = pl->slot[k];
 		break;
@@ -155,13 +168,16 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		rc = comm_send(pl->pp, pl->out[k], pl->width, dt, a->peer, TAG_ACT, e);
 		break;
 	case SCHED_RECV_ACT: /* the input of stage s + 1, on this rank */
-		rc = comm_recv(pl->pp, buf(pl, pl->act_in, mb, (s + 1) / p), pl->width, dt, a->peer, TAG_ACT, e);
+		rc = comm_recv(pl->pp, buf(pl, pl->act_in, mb, (s + 1) / p), pl->width, dt, a->peer,
+			       TAG_ACT, e);
 		break;
 	case SCHED_SEND_GRAD:
-		rc = comm_send(pl->pp, buf(pl, pl->din, mb, c), pl->width, dt, a->peer, TAG_GRAD, e);
+		rc = comm_send(pl->pp, buf(pl, pl->din, mb, c), pl->width, dt, a->peer, TAG_GRAD,
+			       e);
 		break;
 	case SCHED_RECV_GRAD: /* the output gradient of stage s - 1, on this rank */
-		rc = comm_recv(pl->pp, buf(pl, pl->grad_in, mb, (s - 1) / p), pl->width, dt, a->peer, TAG_GRAD, e);
+		rc = comm_recv(pl->pp, buf(pl, pl->grad_in, mb, (s - 1) / p), pl->width, dt,
+			       a->peer, TAG_GRAD, e);
 		break;
 	}
 	if (rc) {
@@ -186,8 +202,8 @@ int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real 
 	return 0;
 }
 
-int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
-		  double *loss_sum, long *n_valid, pp_err *e)
+int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, double *loss_sum,
+		  long *n_valid, pp_err *e)
 {
 	const int p = pl->p, S = p * pl->v;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
@@ -204,12 +220,13 @@ int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
 			if (!st->first && p > 1)
 				rc = comm_recv(pl->pp, in, pl->width, dt, (s - 1) % p, TAG_ACT, e);
 			if (!rc)
-				rc = stage_forward(st, 0, tokens + mb * N, in, targets + mb * N, 0, loss_sum,
-						   n_valid, &out, e);
+				rc = stage_forward(st, 0, tokens + mb * N, in, targets + mb * N, 0,
+						   loss_sum, n_valid, &out, e);
 			if (!rc && !st->last && p > 1)
 				rc = comm_send(pl->pp, out, pl->width, dt, (s + 1) % p, TAG_ACT, e);
 			if (rc)
-				return pp_err_prefix(e, "evaluation, microbatch %d, stage %d", mb, s);
+				return pp_err_prefix(e, "evaluation, microbatch %d, stage %d", mb,
+						     s);
 			prev = out;
 		}
 	}

@@ -22,12 +22,12 @@ typedef struct {
 	pp_act *grad_in; /* gradients received for a chunk's output */
 	pp_act *din;     /* input gradients a chunk produced, kept until sent */
 	pp_act **out;    /* a chunk's output (owned by its stage slot) */
-	int *slot;        /* stage slot holding a microbatch */
-	int *free_slots;  /* per chunk: a stack of free slot ids (v, n_slots) */
+	int *slot;       /* stage slot holding a microbatch */
+	int *free_slots; /* per chunk: a stack of free slot ids (v, n_slots) */
 	int *n_free;
-	int *last_bwd; /* per chunk: the index in acts of the step's last pass
+	int *last_bwd;   /* per chunk: the index in acts of the step's last pass
 			* that computes its weight gradients (BWD, or BWD_W) */
-	size_t width; /* B * T * C */
+	size_t width;    /* B * T * C */
 	prof_rec *prof;  /* times every action when recording (NULL: off) */
 	sched_costs pad; /* seconds each pass takes at least (a test's fixed
 			  * costs: bwd is BWD's, BWD_I takes bwd - bwd_w); 0: off */
@@ -50,7 +50,7 @@ int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real 
 /* Forward passes only (evaluation), microbatch by microbatch through every
  * virtual stage in order; adds the summed token loss and the valid target
  * count on the last stage. */
-int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
-		  double *loss_sum, long *n_valid, pp_err *e);
+int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, double *loss_sum,
+		  long *n_valid, pp_err *e);
 
 #endif

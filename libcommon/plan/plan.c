@@ -53,7 +53,6 @@ static void shape_of(const pp_model_cfg *m, shape *s)
 	s->learned_pos = m->pos == PP_POS_LEARNED;
 }
 
-
 /* Number of MoE layers among [0, n): i is MoE iff i % every == every - 1. */
 static int64_t moe_below(const shape *s, int64_t n) { return s->E ? n / s->every : 0; }
 
@@ -139,8 +138,7 @@ static int check_layout(const pp_config *c, pp_err *e)
 	if (c->microbatch < 1 || c->seq_len < 1)
 		return pp_errorf(e, PP_EUSAGE, "plan: microbatch=%d seq_len=%d: each must be >= 1",
 				 c->microbatch, c->seq_len);
-	if (m->d_model < 1 || m->n_heads < 1 || m->n_layers < 1 || m->vocab_size < 1 ||
-	    m->d_ff < 1)
+	if (m->d_model < 1 || m->n_heads < 1 || m->n_layers < 1 || m->vocab_size < 1 || m->d_ff < 1)
 		return pp_errorf(e, PP_EUSAGE,
 				 "plan: model.d_model=%d n_heads=%d n_layers=%d vocab_size=%d "
 				 "d_ff=%d: each must be >= 1",
@@ -177,7 +175,8 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	 * gradient */
 	out->in_flight = schedule_peak_held_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
 	out->peak_act = schedule_peak_act_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
-	out->peak_wstash = schedule_peak_wstash_theory(c->schedule, c->pp, l.v, c->microbatches, rank);
+	out->peak_wstash = schedule_peak_wstash_theory(c->schedule, c->pp, l.v, c->microbatches,
+						       rank);
 
 	pp_stage st[LAYOUT_MAX_CHUNKS];
 	int built = 0;
@@ -203,8 +202,8 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		if (fsdp > 1)
 			gradsync_ranges(&st[k], true, fsdp, l.fsdp_rank, 1, &r);
 		else
-			gradsync_ranges(&st[k], c->shard_optimizer && l.data > 1, l.data, l.data_rank,
-					l.ep, &r);
+			gradsync_ranges(&st[k], c->shard_optimizer && l.data > 1, l.data,
+					l.data_rank, l.ep, &r);
 		adam += (int64_t)optim_ranges_count(&r) * 2 * R;
 		const size_t n = gradsync_gather_len(st[k].n_shared, st[k].n_elems - st[k].n_shared,
 						     l.data, l.ep);
@@ -222,10 +221,14 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		 * (the embedding's and head's once a step), the shares summed
 		 * over dp */
 		int64_t whole = (f.grad_buffers / R) - 2 * FSDP_GBUFS * (int64_t)f.unit_max;
-		const double part = (double)(fsdp - 1) / (double)fsdp, count = (double)out->param_count;
+		const double part = (double)(fsdp - 1) / (double)fsdp,
+			     count = (double)out->param_count;
 		out->fsdp_gather = (int64_t)(2.0 * (double)m * count * (double)b * part);
-		out->fsdp_reduce = (int64_t)(((double)m * (count - (double)whole) + (double)whole) * 4.0 * part);
-		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)(out->params / b) * 4.0 * (double)(c->dp - 1) / c->dp) : 0;
+		out->fsdp_reduce = (int64_t)(((double)m * (count - (double)whole) + (double)whole) *
+					     4.0 * part);
+		out->fsdp_dp = c->dp > 1 ? (int64_t)(2.0 * (double)(out->params / b) * 4.0 *
+						     (double)(c->dp - 1) / c->dp)
+					 : 0;
 	}
 	for (int k = 0; k < built; k++)
 		stage_free(&st[k]);
@@ -262,13 +265,9 @@ static const struct {
 	const char *name;
 	double tflops;
 } peaks[] = {
-	{"H100 NVL", 0},
-	{"H200 NVL", 0},
-	{"H100 PCIe", 756.0},
-	{"H100 SXM", 989.4},
-	{"H100 80GB HBM3", 989.4}, /* the SXM part's CUDA name */
-	{"H200", 989.4},
-	{"A100", 312.0},
+	{"H100 NVL", 0},     {"H200 NVL", 0},           {"H100 PCIe", 756.0},
+	{"H100 SXM", 989.4}, {"H100 80GB HBM3", 989.4}, /* the SXM part's CUDA name */
+	{"H200", 989.4},     {"A100", 312.0},
 };
 
 static bool name_matches(const char *dev, const char *key)
@@ -361,8 +360,8 @@ static json_t *peaks_json(const pp_config *c, int (*theory)(sched_kind, int, int
 {
 	json_t *a = json_array();
 	for (int r = 0; a && r < c->pp; r++)
-		json_array_append_new(
-			a, json_integer(theory(c->schedule, c->pp, c->virtual_stages, c->microbatches, r)));
+		json_array_append_new(a, json_integer(theory(c->schedule, c->pp, c->virtual_stages,
+							     c->microbatches, r)));
 	return a;
 }
 
@@ -389,36 +388,30 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 		"s:{s:I, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:I, s:f, s:s, s:o, s:s, s:o}, "
 		"s:{s:i, s:i, s:i, s:b, s:b, s:i, s:i, s:i, s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:I, "
 		"s:I, s:I, s:f}}",
-		"preset", m->preset,
-		"params",
-		"total", (json_int_t)a->n.total, "embedding", (json_int_t)a->n.embedding,
-		"positions", (json_int_t)a->n.positions, "attention", (json_int_t)a->n.attention,
-		"mlp", (json_int_t)a->n.mlp, "router", (json_int_t)a->n.router,
-		"norms", (json_int_t)a->n.norms, "head", (json_int_t)a->n.head,
-		"per_layer", (json_int_t)a->n.per_layer,
-		"per_moe_layer", (json_int_t)a->n.per_moe_layer,
-		"matmul", (json_int_t)a->n.matmul, "active", (json_int_t)a->n.active,
-		"flops_per_token",
-		"train", a->flops, "forward", a->flops_fwd, "seq_len", (json_int_t)c->seq_len,
-		"train_formula", "6*N + 6*L*Hq*D*T", "forward_formula", "2*N + 2*L*Hq*D*T",
-		"layout",
-		"world", (json_int_t)a->world, "pp", c->pp, "dp", c->dp, "tp", c->tp, "ep", c->ep,
+		"preset", m->preset, "params", "total", (json_int_t)a->n.total, "embedding",
+		(json_int_t)a->n.embedding, "positions", (json_int_t)a->n.positions, "attention",
+		(json_int_t)a->n.attention, "mlp", (json_int_t)a->n.mlp, "router",
+		(json_int_t)a->n.router, "norms", (json_int_t)a->n.norms, "head",
+		(json_int_t)a->n.head, "per_layer", (json_int_t)a->n.per_layer, "per_moe_layer",
+		(json_int_t)a->n.per_moe_layer, "matmul", (json_int_t)a->n.matmul, "active",
+		(json_int_t)a->n.active, "flops_per_token", "train", a->flops, "forward",
+		a->flops_fwd, "seq_len", (json_int_t)c->seq_len, "train_formula",
+		"6*N + 6*L*Hq*D*T", "forward_formula", "2*N + 2*L*Hq*D*T", "layout", "world",
+		(json_int_t)a->world, "pp", c->pp, "dp", c->dp, "tp", c->tp, "ep", c->ep,
 		"schedule", sched_name(c), "virtual_stages", a->v, "microbatch", c->microbatch,
-		"microbatches", a->m, "seq_len", c->seq_len,
-		"tokens_per_step", (json_int_t)a->tokens_per_step, "bubble", a->bubble,
-		"bubble_formula", schedule_bubble_formula(c->schedule),
-		"peak_activations", peaks_json(c, schedule_peak_act_theory),
-		"peak_activations_formula", schedule_peak_act_formula(c->schedule),
-		"peak_wstash", peaks_json(c, schedule_peak_wstash_theory),
-		"memory",
-		"rank", r->rank, "layers", r->layers, "chunks", r->chunks, "first", r->first,
-		"last", r->last, "in_flight", r->in_flight, "peak_activations", r->peak_act,
-		"peak_wstash", r->peak_wstash, "dtype", pp_type_name(c->dtype),
-		"recompute", pp_recompute_name(c->recompute), "shard_optimizer", c->shard_optimizer,
-		"param_count", (json_int_t)r->param_count, "params", (json_int_t)r->params,
-		"grads", (json_int_t)r->grads, "optimizer", (json_int_t)r->optimizer,
-		"activations", (json_int_t)r->activations, "logits", (json_int_t)r->logits,
-		"total", (json_int_t)r->total, "total_gib", gib(r->total));
+		"microbatches", a->m, "seq_len", c->seq_len, "tokens_per_step",
+		(json_int_t)a->tokens_per_step, "bubble", a->bubble, "bubble_formula",
+		schedule_bubble_formula(c->schedule), "peak_activations",
+		peaks_json(c, schedule_peak_act_theory), "peak_activations_formula",
+		schedule_peak_act_formula(c->schedule), "peak_wstash",
+		peaks_json(c, schedule_peak_wstash_theory), "memory", "rank", r->rank, "layers",
+		r->layers, "chunks", r->chunks, "first", r->first, "last", r->last, "in_flight",
+		r->in_flight, "peak_activations", r->peak_act, "peak_wstash", r->peak_wstash,
+		"dtype", pp_type_name(c->dtype), "recompute", pp_recompute_name(c->recompute),
+		"shard_optimizer", c->shard_optimizer, "param_count", (json_int_t)r->param_count,
+		"params", (json_int_t)r->params, "grads", (json_int_t)r->grads, "optimizer",
+		(json_int_t)r->optimizer, "activations", (json_int_t)r->activations, "logits",
+		(json_int_t)r->logits, "total", (json_int_t)r->total, "total_gib", gib(r->total));
 	if (!o)
 		return pp_errorf(e, PP_ERUNTIME, "plan: cannot build the JSON report");
 	/* fsdp: its axis, its working set beside the shares, its traffic */
@@ -469,7 +462,8 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	} rows[] = {{"embedding", n->embedding}, {"attention", n->attention}, {"mlp", n->mlp},
 		    {"router", n->router},       {"norms", n->norms},         {"head", n->head}};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-		if (!rows[i].x && (!strcmp(rows[i].name, "router") || !strcmp(rows[i].name, "head")))
+		if (!rows[i].x &&
+		    (!strcmp(rows[i].name, "router") || !strcmp(rows[i].name, "head")))
 			continue;
 		fprintf(f, "  %-22s %19s %6.2f%%\n", rows[i].name, commas(b1, rows[i].x),
 			100.0 * (double)rows[i].x / (double)n->total);
@@ -519,8 +513,8 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		fprintf(f, "  %-22s %d layers on the first %lld, %d on the rest, %d chunks\n",
 			"pipeline chunks", le0 - lb0, (long long)(s->L % nchunks), lel - lbl,
 			nchunks);
-	fprintf(f, "  %-22s %d x %d tokens, %d per dp rank per step\n", "microbatch",
-		c->microbatch, c->seq_len, a->m);
+	fprintf(f, "  %-22s %d x %d tokens, %d per dp rank per step\n", "microbatch", c->microbatch,
+		c->seq_len, a->m);
 	fprintf(f, "  %-22s %s\n", "tokens per step", commas(b1, a->tokens_per_step));
 	if (c->pp > 1) {
 		fprintf(f, "  %-22s %.1f%% = %s at p=%d v=%d m=%d, backward = 2 x forward%s\n",
@@ -539,8 +533,9 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		}
 	}
 
-	fprintf(f, "\nmemory per rank: pp rank %d of %d (%d layers%s%s), %d chunk-microbatch(es) "
-		   "in flight, %s%s%s%s\n",
+	fprintf(f,
+		"\nmemory per rank: pp rank %d of %d (%d layers%s%s), %d chunk-microbatch(es) "
+		"in flight, %s%s%s%s\n",
 		r->rank, c->pp, r->layers, r->first ? ", embedding" : "", r->last ? ", head" : "",
 		r->in_flight, pp_type_name(c->dtype), c->recompute ? ", recompute=" : "",
 		c->recompute ? pp_recompute_name(c->recompute) : "",
@@ -549,16 +544,20 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes%s\n", "parameters",
 		gib(r->params), commas(b2, r->param_count), dtype_bytes(c->dtype), by_fsdp);
 	fprintf(f, "  %-22s %10.2f GiB   fp32%s\n", "gradients", gib(r->grads), by_fsdp);
-	fprintf(f, "  %-22s %10.2f GiB   AdamW m, v%s in fp32%s\n", "optimizer",
-		gib(r->optimizer), dtype_bytes(c->dtype) < 4 ? ", master weights" : "",
-		c->fsdp > 1 ? by_fsdp : c->shard_optimizer && c->dp > 1 ? ", / dp" : "");
+	fprintf(f, "  %-22s %10.2f GiB   AdamW m, v%s in fp32%s\n", "optimizer", gib(r->optimizer),
+		dtype_bytes(c->dtype) < 4 ? ", master weights" : "",
+		c->fsdp > 1                       ? by_fsdp
+		: c->shard_optimizer && c->dp > 1 ? ", / dp"
+						  : "");
 	if (c->fsdp > 1) {
-		fprintf(f, "  %-22s %10.2f GiB   %d units of %s parameters (the largest), gathered\n",
+		fprintf(f,
+			"  %-22s %10.2f GiB   %d units of %s parameters (the largest), gathered\n",
 			"fsdp gathered", gib(r->gathered), FSDP_BUFS, commas(b1, r->unit_max));
 		fprintf(f, "  %-22s %10.2f GiB   %d x 2 units, the embedding's and head's whole\n",
 			"fsdp grad buffers", gib(r->grad_buffers), FSDP_GBUFS);
 	}
-	fprintf(f, "  %-22s %10.2f GiB   kept for the backward passes of the microbatches in flight\n",
+	fprintf(f,
+		"  %-22s %10.2f GiB   kept for the backward passes of the microbatches in flight\n",
 		"activations", gib(r->activations));
 	fprintf(f, "  %-22s %10.2f GiB   the backward pass's and the head's working buffers\n",
 		"scratch", gib(r->scratch));
@@ -566,10 +565,11 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
 	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));
 	if (c->fsdp > 1)
-		fprintf(f, "\nfsdp traffic per rank per step\n"
-			   "  %-22s %10.2f GiB   every unit, each microbatch's forward and backward\n"
-			   "  %-22s %10.2f GiB   the layers' per microbatch, embedding and head once\n"
-			   "  %-22s %10.2f GiB   the shares' sum over dp %d\n",
+		fprintf(f,
+			"\nfsdp traffic per rank per step\n"
+			"  %-22s %10.2f GiB   every unit, each microbatch's forward and backward\n"
+			"  %-22s %10.2f GiB   the layers' per microbatch, embedding and head once\n"
+			"  %-22s %10.2f GiB   the shares' sum over dp %d\n",
 			"all-gather", gib(r->fsdp_gather), "reduce-scatter", gib(r->fsdp_reduce),
 			"all-reduce", gib(r->fsdp_dp), c->dp);
 }

@@ -14,21 +14,21 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../config/config.h"
 #include "../base/error.h"
+#include "../config/config.h"
 
 /* Parameter counts of the whole (unsharded) model. */
 typedef struct {
-	int64_t total;      /* every parameter, each tensor once */
-	int64_t embedding;  /* wte (V x C) + wpe (max_seq_len x C, learned positions) */
-	int64_t positions;  /* wpe alone; part of embedding */
-	int64_t attention;  /* all layers: qkv + o projections and their biases */
-	int64_t mlp;        /* all layers: dense MLPs and all experts, with biases */
-	int64_t router;     /* all MoE layers: E x C each */
-	int64_t norms;      /* all norm weights and biases, final norm included */
-	int64_t head;       /* output head V x C; 0 when tied to wte */
-	int64_t per_layer;      /* one dense layer */
-	int64_t per_moe_layer;  /* one MoE layer; 0 for a dense model */
+	int64_t total;         /* every parameter, each tensor once */
+	int64_t embedding;     /* wte (V x C) + wpe (max_seq_len x C, learned positions) */
+	int64_t positions;     /* wpe alone; part of embedding */
+	int64_t attention;     /* all layers: qkv + o projections and their biases */
+	int64_t mlp;           /* all layers: dense MLPs and all experts, with biases */
+	int64_t router;        /* all MoE layers: E x C each */
+	int64_t norms;         /* all norm weights and biases, final norm included */
+	int64_t head;          /* output head V x C; 0 when tied to wte */
+	int64_t per_layer;     /* one dense layer */
+	int64_t per_moe_layer; /* one MoE layer; 0 for a dense model */
 	int n_moe_layers;
 	/* N of the MFU formula: parameters taking part in matrix products per
 	 * token: every layer matrix (for MoE only K experts' MLPs, plus the
@@ -72,8 +72,8 @@ typedef struct {
 			      * + the ZeRO-1 gather buffer */
 	/* fsdp > 1: params, grads and optimizer above are this rank's shares
 	 * (fsdp.h), and beside them the working set: */
-	int64_t unit_max;     /* parameters of the largest unit (a layer, the embedding, the head) */
-	int64_t gathered;     /* FSDP_BUFS gathered units of unit_max, dtype bytes */
+	int64_t unit_max; /* parameters of the largest unit (a layer, the embedding, the head) */
+	int64_t gathered; /* FSDP_BUFS gathered units of unit_max, dtype bytes */
 	int64_t grad_buffers; /* FSDP_GBUFS x 2 of unit_max, and the embedding's and head's whole
 			       * gradients, fp32 */
 	/* and the bytes each rank sends per step (about what it receives):

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "../../kernels/ops.h"
-#include "../comm/boot.h"
-#include "../comm/comm.h"
 #include "../base/fsutil.h"
 #include "../base/log.h"
+#include "../comm/boot.h"
+#include "../comm/comm.h"
 #include "plan.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -133,7 +133,8 @@ static void probe_device(const pp_config *c, const pp_proc *p, rank_info *me)
 	size_t fr = 0, tot = 0;
 	if (pp_cuda_init(boot_device(p), &e) || pp_cuda_memory(&fr, &tot)) {
 		me->device_ok = 0;
-		snprintf(me->device, sizeof me->device, "%.95s", e.msg[0] ? e.msg : "no CUDA device");
+		snprintf(me->device, sizeof me->device, "%.95s",
+			 e.msg[0] ? e.msg : "no CUDA device");
 		return;
 	}
 	snprintf(me->device, sizeof me->device, "%d: %.80s", boot_device(p), pp_cuda_device_name());
@@ -166,7 +167,8 @@ static void probe_run_dir(const pp_config *c, rank_info *me)
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	int len = snprintf(text, sizeof text, "rank %d on %s\n", me->rank, me->host);
 	if (fd < 0 || write(fd, text, (size_t)len) != len || fsync(fd)) {
-		snprintf(me->dir_msg, sizeof me->dir_msg, "cannot write %.120s: %s", path, strerror(errno));
+		snprintf(me->dir_msg, sizeof me->dir_msg, "cannot write %.120s: %s", path,
+			 strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return;
@@ -188,10 +190,7 @@ static double now(void)
 }
 
 /* value i of rank r: small integers, exact in float32 sums */
-static float pattern(int r, size_t i)
-{
-	return (float)((r + 1) * (int)(i % 13 + 1));
-}
+static float pattern(int r, size_t i) { return (float)((r + 1) * (int)(i % 13 + 1)); }
 
 enum { OP_ALLREDUCE, OP_ALL_GATHER, OP_SENDRECV, OP_ALLTOALL, N_OPS };
 static const char *const op_names[N_OPS] = {"allreduce", "all_gather", "sendrecv", "alltoall"};
@@ -209,11 +208,13 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 	if (op == OP_ALLTOALL)
 		count = blk * (size_t)n;
 	size_t out_count = op == OP_ALL_GATHER ? count * (size_t)n : count;
-	size_t *counts = calloc(2 * (size_t)n, sizeof *counts), *displs = counts ? counts + n : NULL;
+	size_t *counts = calloc(2 * (size_t)n, sizeof *counts),
+	       *displs = counts ? counts + n : NULL;
 	for (int q = 0; counts && q < n; q++)
 		counts[q] = blk, displs[q] = (size_t)q * blk;
 	float *host = malloc(out_count * sizeof(float));
-	void *send = ops->alloc(count * sizeof(float)), *recv = ops->alloc(out_count * sizeof(float));
+	void *send = ops->alloc(count * sizeof(float)),
+	     *recv = ops->alloc(out_count * sizeof(float));
 	int rc = 0;
 	if (!host || !send || !recv || !counts)
 		rc = pp_errorf(e, PP_ERUNTIME, "out of memory for a %zu-byte message", bytes);
@@ -234,10 +235,11 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 		else if (op == OP_ALL_GATHER)
 			rc = comm_all_gather(w, send, recv, count, PP_DT_F32, e);
 		else if (op == OP_ALLTOALL)
-			rc = comm_alltoallv(w, send, counts, displs, recv, counts, displs, PP_DT_F32, e);
+			rc = comm_alltoallv(w, send, counts, displs, recv, counts, displs,
+					    PP_DT_F32, e);
 		else
-			rc = comm_sendrecv(w, send, count, (r + 1) % n, recv, count, (r + n - 1) % n, PP_DT_F32,
-					   1, e);
+			rc = comm_sendrecv(w, send, count, (r + 1) % n, recv, count,
+					   (r + n - 1) % n, PP_DT_F32, 1, e);
 		if (it >= 0)
 			t += now() - t0;
 	}
@@ -246,10 +248,12 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 		ops->to_host(host, recv, out_count * sizeof(float));
 		const int from = (r + n - 1) % n;
 		for (size_t i = 0; i < out_count && !*wrong; i++) {
-			float want = op == OP_ALLREDUCE   ? (float)(i % 13 + 1) * (float)(n * (n + 1) / 2)
+			float want = op == OP_ALLREDUCE
+					     ? (float)(i % 13 + 1) * (float)(n * (n + 1) / 2)
 				     : op == OP_ALL_GATHER ? pattern((int)(i / count), i % count)
-				     : op == OP_ALLTOALL   ? pattern((int)(i / blk), (size_t)r * blk + i % blk)
-							   : pattern(from, i);
+				     : op == OP_ALLTOALL
+					     ? pattern((int)(i / blk), (size_t)r * blk + i % blk)
+					     : pattern(from, i);
 			*wrong = host[i] != want;
 		}
 		*secs = t / iters;
@@ -285,7 +289,8 @@ static int check_collectives(pp_comm *w, const pp_ops *ops, table *t, pp_err *e)
 				bus = bytes / secs * 2.0 * (n - 1) / n;
 			else if (op == OP_ALL_GATHER)
 				bus = bytes * n / secs * (double)(n - 1) / n;
-			else if (op == OP_ALLTOALL) /* (n - 1) / n of each rank's message leaves it */
+			else if (op ==
+				 OP_ALLTOALL) /* (n - 1) / n of each rank's message leaves it */
 				bus = bytes / secs * (double)(n - 1) / n;
 			else
 				bus = bytes / secs;
@@ -293,11 +298,14 @@ static int check_collectives(pp_comm *w, const pp_ops *ops, table *t, pp_err *e)
 			bytes_str(size, sizeof size, bytes);
 			for (int r = 0; r < n; r++)
 				if (wrong_all[r])
-					snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s%d", bad[0] ? "," : "", r);
+					snprintf(bad + strlen(bad), sizeof bad - strlen(bad),
+						 "%s%d", bad[0] ? "," : "", r);
 			if (bad[0])
-				add(t, op_names[op], size, false, "wrong result on rank(s) %s", bad);
+				add(t, op_names[op], size, false, "wrong result on rank(s) %s",
+				    bad);
 			else
-				add(t, op_names[op], size, true, "bus %.2f GB/s, %.3f ms", bus / 1e9, secs * 1e3);
+				add(t, op_names[op], size, true, "bus %.2f GB/s, %.3f ms",
+				    bus / 1e9, secs * 1e3);
 		}
 	free(wrong_all);
 	return rc;
@@ -322,15 +330,17 @@ static void check_wiring(const rank_info *all, int n, table *t)
 		if (a->rank != r || a->size != n)
 			snprintf(bad, sizeof bad, "PMIx says rank %d of %d", a->rank, a->size);
 		else if (a->local_size != on_host || a->local_rank < 0 || a->local_rank >= on_host)
-			snprintf(bad, sizeof bad, "local rank %d of %d, but %d ranks run on %s", a->local_rank,
-				 a->local_size, on_host, a->host);
+			snprintf(bad, sizeof bad, "local rank %d of %d, but %d ranks run on %s",
+				 a->local_rank, a->local_size, on_host, a->host);
 		else if (a->slurm_procid >= 0 && (a->slurm_procid != r || a->slurm_ntasks != n))
-			snprintf(bad, sizeof bad, "Slurm says task %d of %d", a->slurm_procid, a->slurm_ntasks);
+			snprintf(bad, sizeof bad, "Slurm says task %d of %d", a->slurm_procid,
+				 a->slurm_ntasks);
 		if (bad[0])
 			add(t, "wiring", where, false, "%s (pid %d on %s)", bad, a->pid, a->host);
 		else
-			add(t, "wiring", where, true, "rank %d of %d, local %d of %d on %s (pid %d)%s", r, n,
-			    a->local_rank, a->local_size, a->host, a->pid,
+			add(t, "wiring", where, true,
+			    "rank %d of %d, local %d of %d on %s (pid %d)%s", r, n, a->local_rank,
+			    a->local_size, a->host, a->pid,
 			    a->slurm_procid >= 0 ? ", = Slurm task" : "");
 	}
 	add(t, "wiring", "job", true, "%d rank%s on %d node%s", n, n > 1 ? "s" : "", nodes,
@@ -362,8 +372,8 @@ static void check_run_dir(const pp_config *c, const rank_info *all, int n, table
 		char where[24], path[PP_PATH_MAX + 128], fr[32], need[32];
 		snprintf(where, sizeof where, "rank %d", r);
 		if (!a->dir_ok) {
-			add(t, "run_dir", where, false, "%s is not writable from %s: %s", c->run_dir, a->host,
-			    a->dir_msg);
+			add(t, "run_dir", where, false, "%s is not writable from %s: %s",
+			    c->run_dir, a->host, a->dir_msg);
 			continue;
 		}
 		/* rank 0 sees the file: one file system for every node */
@@ -375,8 +385,9 @@ static void check_run_dir(const pp_config *c, const rank_info *all, int n, table
 			continue;
 		}
 		bool room = a->dir_free >= 2 * ckpt;
-		add(t, "run_dir", where, room, "%s writable from %s, %s free%s %s for 2 checkpoints", c->run_dir,
-		    a->host, bytes_str(fr, sizeof fr, a->dir_free), room ? " >=" : ", less than the",
+		add(t, "run_dir", where, room,
+		    "%s writable from %s, %s free%s %s for 2 checkpoints", c->run_dir, a->host,
+		    bytes_str(fr, sizeof fr, a->dir_free), room ? " >=" : ", less than the",
 		    bytes_str(need, sizeof need, 2 * ckpt));
 	}
 }
@@ -385,18 +396,21 @@ static void check_memory(const pp_config *c, const rank_info *all, int n, table 
 {
 	const int world = pp_config_world(c), data = pp_config_data_ranks(c);
 	if (n > 1 && n != world) {
-		add(t, "layout", "job", false, "pp x dp x fsdp x tp = %d x %d x %d x %d needs %d ranks; "
-		    "the job has %d", c->pp, c->dp, c->fsdp, c->tp, world, n);
+		add(t, "layout", "job", false,
+		    "pp x dp x fsdp x tp = %d x %d x %d x %d needs %d ranks; "
+		    "the job has %d",
+		    c->pp, c->dp, c->fsdp, c->tp, world, n);
 		return;
 	}
-	add(t, "layout", "job", true, "pp x dp x fsdp x tp = %d x %d x %d x %d = %d rank%s%s", c->pp, c->dp,
-	    c->fsdp, c->tp, world, world > 1 ? "s" : "",
+	add(t, "layout", "job", true, "pp x dp x fsdp x tp = %d x %d x %d x %d = %d rank%s%s",
+	    c->pp, c->dp, c->fsdp, c->tp, world, world > 1 ? "s" : "",
 	    n == 1 && world > 1 ? " (this machine checked as one of them)" : "");
 	/* a single process stands for the most loaded rank */
 	for (int r = 0; r < (n > 1 ? n : 1); r++) {
 		plan_memory_t pm;
 		pp_err e = {0};
-		int rc = n > 1 ? plan_memory_rank(c, r / (data * c->tp), &pm, &e) : plan_memory(c, &pm, &e);
+		int rc = n > 1 ? plan_memory_rank(c, r / (data * c->tp), &pm, &e)
+			       : plan_memory(c, &pm, &e);
 		char where[24], need[32], have[32];
 		snprintf(where, sizeof where, "rank %d", r);
 		if (rc) {
@@ -419,9 +433,13 @@ int preflight_run(const pp_config *c, FILE *out, pp_err *e)
 	if (rc)
 		return rc;
 	log_set_prefix("pp-init", p.rank, p.size);
-	rank_info me = {.rank = p.rank, .size = p.size, .local_rank = p.local_rank,
-			.local_size = p.local_size, .slurm_procid = env_int("SLURM_PROCID"),
-			.slurm_ntasks = env_int("SLURM_NTASKS"), .pid = (int)getpid()};
+	rank_info me = {.rank = p.rank,
+			.size = p.size,
+			.local_rank = p.local_rank,
+			.local_size = p.local_size,
+			.slurm_procid = env_int("SLURM_PROCID"),
+			.slurm_ntasks = env_int("SLURM_NTASKS"),
+			.pid = (int)getpid()};
 	if (p.size == 1 && me.slurm_ntasks == 1)
 		me.slurm_procid = me.slurm_ntasks = -1; /* a plain srun -n 1 says nothing more */
 	snprintf(me.host, sizeof me.host, "%s", p.host);
@@ -479,7 +497,7 @@ int preflight_run(const pp_config *c, FILE *out, pp_err *e)
 	comm_free(world);
 	boot_fini(&p);
 	if (failed)
-		return pp_errorf(e, PP_ERUNTIME, "%d preflight check%s failed (see the table)", failed,
-				 failed == 1 ? "" : "s");
+		return pp_errorf(e, PP_ERUNTIME, "%d preflight check%s failed (see the table)",
+				 failed, failed == 1 ? "" : "s");
 	return 0;
 }

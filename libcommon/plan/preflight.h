@@ -20,8 +20,8 @@
 
 #include <stdio.h>
 
-#include "../config/config.h"
 #include "../base/error.h"
+#include "../config/config.h"
 
 /* Runs every check and prints the table on out (rank 0). Returns 0 when all
  * passed, PP_ERUNTIME naming the failed checks otherwise (on every rank). */

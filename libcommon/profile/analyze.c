@@ -75,7 +75,8 @@ static void theory(const prof_run *run, prof_analysis *a)
 	for (size_t i = 0; i < run->n_ev; i++) {
 		const prof_mev *m = &run->ev[i];
 		int op = m->src->op;
-		if (prof_is_compute(op) && m->src->step >= run->step_begin && m->src->step < run->step_end) {
+		if (prof_is_compute(op) && m->src->step >= run->step_begin &&
+		    m->src->step < run->step_end) {
 			sum[op] += (double)(m->end - m->start) * MS;
 			n[op]++;
 		}
@@ -115,9 +116,11 @@ static void simulate(const prof_run *run, prof_analysis *a, int **lists_ev, cons
 		ok = acts[r] && dur[r];
 		for (int i = 0; ok && i < n_list[r]; i++) {
 			const prof_mev *m = &run->ev[lists_ev[r][i]];
-			acts[r][i] = (sched_action){(sched_op)m->src->op, m->src->mb, m->src->vstage,
+			acts[r][i] = (sched_action){(sched_op)m->src->op, m->src->mb,
+						    m->src->vstage,
 						    prof_is_p2p(m->src->op) ? m->src->peer : -1};
-			dur[r][i] = prof_is_compute(m->src->op) ? (double)(m->end - m->start) * MS : 0;
+			dur[r][i] = prof_is_compute(m->src->op) ? (double)(m->end - m->start) * MS
+								: 0;
 		}
 	}
 	sched_sim s;
@@ -127,8 +130,10 @@ static void simulate(const prof_run *run, prof_analysis *a, int **lists_ev, cons
 		a->cp_blocking = s.makespan;
 		schedule_sim_free(&s);
 	} else {
-		snprintf(a->cp_note, sizeof a->cp_note, "the step's recorded actions do not form the "
-			 "schedule's lists: %.180s", ok ? err.msg : "out of memory");
+		snprintf(a->cp_note, sizeof a->cp_note,
+			 "the step's recorded actions do not form the "
+			 "schedule's lists: %.180s",
+			 ok ? err.msg : "out of memory");
 	}
 	for (int r = 0; acts && dur && r < p; r++) {
 		free(acts[r]);
@@ -157,9 +162,10 @@ static int critical_path(const prof_run *run, prof_analysis *a, pp_err *e)
 	for (int r = 0; r < p; r++) {
 		file[r] = prof_run_file_of(run, 0, r);
 		if (file[r] < 0) {
-			snprintf(a->cp_note, sizeof a->cp_note,
-				 "no critical path: the profile of pp rank %d (dp %d, tp %d) is missing", r,
-				 run->ranks[0].dp_rank, run->ranks[0].tp_rank);
+			snprintf(
+				a->cp_note, sizeof a->cp_note,
+				"no critical path: the profile of pp rank %d (dp %d, tp %d) is missing",
+				r, run->ranks[0].dp_rank, run->ranks[0].tp_rank);
 			goto done;
 		}
 		list[r] = malloc((run->ranks[file[r]].n_ev + 1) * sizeof **list);
@@ -198,12 +204,17 @@ static int critical_path(const prof_run *run, prof_analysis *a, pp_err *e)
 	}
 	for (long cur = last; cur >= 0 && a->n_path < (int)run->n_ev;) {
 		const prof_mev *m = &run->ev[cur];
-		a->path[a->n_path++] = (prof_path_node){m->file, m->src->op, m->src->mb, m->src->vstage,
-							(double)m->start * MS, (double)(m->end - m->start) * MS};
+		a->path[a->n_path++] = (prof_path_node){m->file,
+							m->src->op,
+							m->src->mb,
+							m->src->vstage,
+							(double)m->start * MS,
+							(double)(m->end - m->start) * MS};
 		if (prof_is_compute(m->src->op))
 			a->cp_compute += (double)(m->end - m->start) * MS;
 		long q = m->partner;
-		if (prof_is_p2p(m->src->op) && q >= 0 && pos[q] >= 0 && run->ev[q].start > m->start) {
+		if (prof_is_p2p(m->src->op) && q >= 0 && pos[q] >= 0 &&
+		    run->ev[q].start > m->start) {
 			cur = q; /* it waited for its peer: the path goes on there */
 		} else {
 			int r = run->ranks[m->file].pp_rank;
@@ -267,7 +278,8 @@ int prof_analyze(const prof_run *run, prof_analysis *a, pp_err *e)
 		 * rank that waits in a collective for the others to finish their
 		 * passes is in the bubble) */
 		prof_mev span = {.start = t0[s], .end = t1[s]};
-		int64_t d = m->end - m->start, outside = d - (t1[s] > t0[s] ? overlap(m, &span) : 0);
+		int64_t d = m->end - m->start,
+			outside = d - (t1[s] > t0[s] ? overlap(m, &span) : 0);
 		if (prof_is_compute(ev->op)) {
 			x->compute += d;
 		} else if (prof_is_p2p(ev->op)) {
@@ -310,7 +322,8 @@ int prof_analyze(const prof_run *run, prof_analysis *a, pp_err *e)
 			st->bubble_ms += (double)bubble * MS * k;
 			st->bubble += pipe ? (double)bubble / (double)pipe * k : 0;
 			prof_breakdown *b = &a->mean;
-			int64_t other = step - x->compute - x->exposed - x->coll - bubble - x->opt - x->io;
+			int64_t other = step - x->compute - x->exposed - x->coll - bubble - x->opt -
+					x->io;
 			b->step += (double)step * MS;
 			b->compute += (double)x->compute * MS;
 			b->comm += (double)(x->exposed + x->coll) * MS;
@@ -384,24 +397,27 @@ static json_t *to_json(const prof_run *run, const prof_analysis *a)
 		const prof_stage *s = &a->stage[p];
 		if (s->n_files)
 			json_array_append_new(
-				stages, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "pp_rank", p,
-						  "ranks", s->n_files, "step_ms", s->step, "compute_ms",
-						  s->compute, "comm_ms", s->comm, "bubble_ms", s->bubble_ms,
-						  "bubble", s->bubble, "theory", a->theory));
+				stages,
+				json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "pp_rank", p,
+					  "ranks", s->n_files, "step_ms", s->step, "compute_ms",
+					  s->compute, "comm_ms", s->comm, "bubble_ms", s->bubble_ms,
+					  "bubble", s->bubble, "theory", a->theory));
 	}
 	for (int i = 0; i < a->n_top; i++) {
 		const prof_top_op *t = &a->top[i];
-		json_array_append_new(top, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "name", t->name,
-						     "count", (json_int_t)t->count, "total_ms", t->total,
-						     "mean_ms", t->mean, "max_ms", t->max, "share", t->share));
+		json_array_append_new(top, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "name",
+						     t->name, "count", (json_int_t)t->count,
+						     "total_ms", t->total, "mean_ms", t->mean,
+						     "max_ms", t->max, "share", t->share));
 	}
 	for (int i = 0; i < a->n_path; i++) {
 		const prof_path_node *n = &a->path[i];
 		const prof_rank *r = &run->ranks[n->file];
 		json_array_append_new(path, json_pack("{s:i, s:i, s:s, s:i, s:i, s:f, s:f}", "rank",
 						      r->rank, "pp_rank", r->pp_rank, "op",
-						      prof_op_name((prof_op)n->op), "microbatch", n->mb,
-						      "vstage", n->vstage, "start_ms", n->start, "ms", n->dur));
+						      prof_op_name((prof_op)n->op), "microbatch",
+						      n->mb, "vstage", n->vstage, "start_ms",
+						      n->start, "ms", n->dur));
 	}
 	const prof_breakdown *b = &a->mean;
 	return json_pack(
@@ -409,23 +425,20 @@ static json_t *to_json(const prof_run *run, const prof_analysis *a)
 		"s:{s:f, s:f, s:s, s:{s:f, s:f, s:f}, s:b}, s:f, "
 		"s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, "
 		"s:{s:I, s:f, s:f, s:f, s:f, s:f, s:s, s:o}, s:o}",
-		"run_id", r0->run_id, "preset", r0->preset, "schedule", r0->schedule, "pp", a->p, "dp",
-		r0->dp, "tp", r0->tp, "virtual_stages", a->v, "microbatches", a->m, "steps",
+		"run_id", r0->run_id, "preset", r0->preset, "schedule", r0->schedule, "pp", a->p,
+		"dp", r0->dp, "tp", r0->tp, "virtual_stages", a->v, "microbatches", a->m, "steps",
 		(json_int_t)run->step_begin, (json_int_t)run->step_end, "ranks", run->n_ranks,
 		"clocks_aligned", run->aligned, "device_clock", r0->device_clock,
-		"max_clock_offset_ns", (json_int_t)a->max_offset_ns,
-		"stages", stages,
-		"bubble", "measured", a->bubble, "theory", a->theory, "formula",
+		"max_clock_offset_ns", (json_int_t)a->max_offset_ns, "stages", stages, "bubble",
+		"measured", a->bubble, "theory", a->theory, "formula",
 		schedule_bubble_formula(a->kind), "costs_ms", "forward", a->costs.fwd, "backward",
 		a->costs.bwd, "backward_weight", a->costs.bwd_w, "theory_at_measured_costs",
-		a->costs_used,
-		"pipeline_ms", a->pipe,
-		"step_breakdown_ms", "step", b->step, "compute", b->compute, "exposed_comm", b->comm,
-		"bubble", b->bubble, "optimizer", b->optimizer, "io", b->io, "other", b->other,
-		"critical_path", "step", (json_int_t)a->cp_step, "measured_ms", a->cp_measured,
-		"ideal_ms", a->cp_ideal, "blocking_ms", a->cp_blocking, "compute_ms", a->cp_compute,
-		"comm_ms", a->cp_comm, "note", a->cp_note, "path", path,
-		"top_ops", top);
+		a->costs_used, "pipeline_ms", a->pipe, "step_breakdown_ms", "step", b->step,
+		"compute", b->compute, "exposed_comm", b->comm, "bubble", b->bubble, "optimizer",
+		b->optimizer, "io", b->io, "other", b->other, "critical_path", "step",
+		(json_int_t)a->cp_step, "measured_ms", a->cp_measured, "ideal_ms", a->cp_ideal,
+		"blocking_ms", a->cp_blocking, "compute_ms", a->cp_compute, "comm_ms", a->cp_comm,
+		"note", a->cp_note, "path", path, "top_ops", top);
 }
 
 static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
@@ -433,13 +446,15 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 	const prof_rank *r0 = &run->ranks[0];
 	const prof_breakdown *b = &a->mean;
 	fprintf(f, "run %s (%s): %d rank%s, pp=%d dp=%d tp=%d, %s with v=%d m=%d\n", r0->run_id,
-		r0->preset[0] ? r0->preset : "custom model", run->n_ranks, run->n_ranks > 1 ? "s" : "",
-		a->p, r0->dp, r0->tp, r0->schedule, a->v, a->m);
-	fprintf(f, "steps %ld-%ld (%d), passes timed on the %s, clocks %s (largest correction "
-		   "%.6f s), %zu of %zu sends and receives matched\n\n",
-		run->step_begin, run->step_end - 1, a->n_steps, r0->device_clock ? "device" : "host",
-		run->aligned ? "aligned by barriers" : "not aligned", (double)a->max_offset_ns * 1e-9,
-		run->n_matched, run->n_p2p);
+		r0->preset[0] ? r0->preset : "custom model", run->n_ranks,
+		run->n_ranks > 1 ? "s" : "", a->p, r0->dp, r0->tp, r0->schedule, a->v, a->m);
+	fprintf(f,
+		"steps %ld-%ld (%d), passes timed on the %s, clocks %s (largest correction "
+		"%.6f s), %zu of %zu sends and receives matched\n\n",
+		run->step_begin, run->step_end - 1, a->n_steps,
+		r0->device_clock ? "device" : "host",
+		run->aligned ? "aligned by barriers" : "not aligned",
+		(double)a->max_offset_ns * 1e-9, run->n_matched, run->n_p2p);
 
 	fprintf(f, "per stage, ms per step and rank\n");
 	fprintf(f, "  %-6s %5s %10s %10s %10s %10s %8s %8s\n", "stage", "ranks", "step", "compute",
@@ -448,21 +463,23 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 		const prof_stage *s = &a->stage[p];
 		if (s->n_files)
 			fprintf(f, "  pp%-4d %5d %10.3f %10.3f %10.3f %10.3f %7.1f%% %7.1f%%\n", p,
-				s->n_files, s->step, s->compute, s->comm, s->bubble_ms, 100 * s->bubble,
-				100 * a->theory);
+				s->n_files, s->step, s->compute, s->comm, s->bubble_ms,
+				100 * s->bubble, 100 * a->theory);
 	}
 	fprintf(f, "\npipeline bubble: measured %.1f%%, theory %.1f%% = %s", 100 * a->bubble,
 		100 * a->theory, schedule_bubble_formula(a->kind));
 	if (a->costs_used && schedule_split_backward(a->kind))
-		fprintf(f, "\n  at the measured costs: forward %.3f ms, backward %.3f ms of which weight "
-			   "gradient %.3f ms\n",
+		fprintf(f,
+			"\n  at the measured costs: forward %.3f ms, backward %.3f ms of which weight "
+			"gradient %.3f ms\n",
 			a->costs.fwd, a->costs.bwd, a->costs.bwd_w);
 	else if (a->costs_used)
-		fprintf(f, "\n  at the measured costs: forward %.3f ms, backward %.3f ms\n", a->costs.fwd,
-			a->costs.bwd);
+		fprintf(f, "\n  at the measured costs: forward %.3f ms, backward %.3f ms\n",
+			a->costs.fwd, a->costs.bwd);
 	else
-		fprintf(f, "\n  at the reference costs (backward = 2 x forward): the measured ones do "
-			   "not meet the schedule's premise\n");
+		fprintf(f,
+			"\n  at the reference costs (backward = 2 x forward): the measured ones do "
+			"not meet the schedule's premise\n");
 
 	fprintf(f, "\nstep time, ms per step, mean over ranks\n");
 	const struct {
@@ -479,12 +496,14 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 	fprintf(f, "\ncritical path of step %ld (pp ranks of dp %d, tp %d)\n", a->cp_step,
 		r0->dp_rank, r0->tp_rank);
 	if (a->n_path) {
-		fprintf(f, "  pipeline %.3f ms: %.3f ms in the passes on the path, %.3f ms between "
-			   "them (messages, waits)\n",
+		fprintf(f,
+			"  pipeline %.3f ms: %.3f ms in the passes on the path, %.3f ms between "
+			"them (messages, waits)\n",
 			a->cp_measured, a->cp_compute, a->cp_comm);
 		if (a->cp_ideal >= 0)
-			fprintf(f, "  the same passes with free messages: %.3f ms (blocking %.3f ms), "
-				   "so messages and overheads add %.3f ms\n",
+			fprintf(f,
+				"  the same passes with free messages: %.3f ms (blocking %.3f ms), "
+				"so messages and overheads add %.3f ms\n",
 				a->cp_ideal, a->cp_blocking, a->cp_measured - a->cp_ideal);
 		fprintf(f, "  path:");
 		int shown = 0, n_compute = 0;
@@ -513,13 +532,12 @@ static void print_text(FILE *f, const prof_run *run, const prof_analysis *a)
 		"max ms", "share");
 	for (int i = 0; i < a->n_top && i < 12; i++) {
 		const prof_top_op *t = &a->top[i];
-		fprintf(f, "  %-18s %12.3f %8ld %10.3f %10.3f %6.1f%%\n", t->name, t->total, t->count,
-			t->mean, t->max, 100 * t->share);
+		fprintf(f, "  %-18s %12.3f %8ld %10.3f %10.3f %6.1f%%\n", t->name, t->total,
+			t->count, t->mean, t->max, 100 * t->share);
 	}
 }
 
-int prof_analysis_print(FILE *f, const prof_run *run, const prof_analysis *a, bool json,
-			pp_err *e)
+int prof_analysis_print(FILE *f, const prof_run *run, const prof_analysis *a, bool json, pp_err *e)
 {
 	if (json) {
 		json_t *o = to_json(run, a);

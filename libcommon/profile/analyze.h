@@ -29,7 +29,7 @@
 
 /* Times in ms; "per step" figures are means over the window's steps. */
 typedef struct {
-	int pp_rank, n_files;      /* the stage, and how many ranks' files hold it */
+	int pp_rank, n_files; /* the stage, and how many ranks' files hold it */
 	double step, compute, comm, bubble_ms, bubble; /* per step and rank; bubble: fraction */
 } prof_stage;
 
@@ -38,7 +38,7 @@ typedef struct {
 } prof_breakdown;
 
 typedef struct {
-	int file;      /* index in prof_run.ranks */
+	int file; /* index in prof_run.ranks */
 	int op, mb, vstage;
 	double start, dur; /* ms on the merged timeline */
 } prof_path_node;
@@ -53,18 +53,19 @@ typedef struct {
 	sched_kind kind;
 	int p, v, m;
 	int n_steps;
-	sched_costs costs;   /* mean ms of a forward, a backward, a weight-gradient pass */
-	bool costs_used;     /* the theory used them (else the reference costs: see why) */
-	double theory;       /* bubble fraction */
-	double bubble;       /* measured, mean over the stages */
-	double pipe;         /* mean pipeline span T1 - T0, ms */
-	prof_stage *stage;   /* p */
+	sched_costs costs; /* mean ms of a forward, a backward, a weight-gradient pass */
+	bool costs_used;   /* the theory used them (else the reference costs: see why) */
+	double theory;     /* bubble fraction */
+	double bubble;     /* measured, mean over the stages */
+	double pipe;       /* mean pipeline span T1 - T0, ms */
+	prof_stage *stage; /* p */
 	prof_breakdown mean;
 	/* critical path of step cp_step */
 	long cp_step;
-	double cp_measured, cp_ideal, cp_blocking; /* ms; ideal and blocking < 0 when not simulated */
-	double cp_compute, cp_comm;                /* ms of the path in passes, and between them */
-	char cp_note[256];                         /* why something is missing */
+	double cp_measured, cp_ideal,
+		cp_blocking;        /* ms; ideal and blocking < 0 when not simulated */
+	double cp_compute, cp_comm; /* ms of the path in passes, and between them */
+	char cp_note[256];          /* why something is missing */
 	prof_path_node *path;
 	int n_path;
 	prof_top_op *top;
@@ -75,7 +76,6 @@ typedef struct {
 int prof_analyze(const prof_run *run, prof_analysis *a, pp_err *e);
 void prof_analysis_free(prof_analysis *a);
 /* The report: aligned tables, or one JSON object. */
-int prof_analysis_print(FILE *f, const prof_run *run, const prof_analysis *a, bool json,
-			pp_err *e);
+int prof_analysis_print(FILE *f, const prof_run *run, const prof_analysis *a, bool json, pp_err *e);
 
 #endif

@@ -57,7 +57,10 @@ prof_stream prof_op_stream(prof_op op)
 {
 	return op >= 0 && op < PROF_NOPS ? ops[op].stream : PROF_S_COMPUTE;
 }
-const char *prof_stream_name(prof_stream s) { return s >= 0 && s < PROF_NSTREAMS ? stream_names[s] : "?"; }
+const char *prof_stream_name(prof_stream s)
+{
+	return s >= 0 && s < PROF_NSTREAMS ? stream_names[s] : "?";
+}
 const char *prof_cat_name(prof_cat c) { return c >= 0 && c < PROF_NCATS ? cat_names[c] : "?"; }
 
 prof_op prof_op_of(const char *name)
@@ -132,8 +135,10 @@ static hid_t event_type(bool file)
 	hid_t name = H5Tcopy(H5T_C_S1);
 	H5Tset_size(name, PROF_NAME_LEN);
 	H5Tset_strpad(name, H5T_STR_NULLTERM);
-	hid_t cat = enum_type(cat_names, PROF_NCATS), stream = enum_type(stream_names, PROF_NSTREAMS);
-	hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64, i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
+	hid_t cat = enum_type(cat_names, PROF_NCATS),
+	      stream = enum_type(stream_names, PROF_NSTREAMS);
+	hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64,
+	      i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
 	struct {
 		const char *name;
 		size_t off;
@@ -168,7 +173,8 @@ static hid_t event_type(bool file)
 
 static hid_t sync_type(bool file)
 {
-	hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64, i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
+	hid_t i64 = file ? H5T_STD_I64LE : H5T_NATIVE_INT64,
+	      i32 = file ? H5T_STD_I32LE : H5T_NATIVE_INT32;
 	hid_t t = H5Tcreate(H5T_COMPOUND, file ? 24 : sizeof(prof_sync));
 	H5Tinsert(t, "phase", file ? 0 : offsetof(prof_sync, phase), i32);
 	H5Tinsert(t, "round", file ? 4 : offsetof(prof_sync, round), i32);
@@ -179,7 +185,10 @@ static hid_t sync_type(bool file)
 
 /* ---- writing -------------------------------------------------------------- */
 
-static bool put_i64(hid_t f, const char *name, int64_t v) { return h5u_attr_put_i64(f, name, 0, &v); }
+static bool put_i64(hid_t f, const char *name, int64_t v)
+{
+	return h5u_attr_put_i64(f, name, 0, &v);
+}
 
 /* A 1-d table of n records; chunked so that an empty one is valid too. */
 static bool put_table(hid_t f, const char *name, hid_t ftype, hid_t mtype, size_t n, const void *v)
@@ -200,16 +209,18 @@ static bool put_table(hid_t f, const char *name, hid_t ftype, hid_t mtype, size_
 static bool write_body(hid_t f, const prof_rank *r)
 {
 	const int64_t steps[2] = {r->step_begin, r->step_end};
-	bool ok = h5u_attr_put_str(f, "format", PROF_FORMAT) && put_i64(f, "version", PROF_VERSION) &&
-		  h5u_attr_put_str(f, "run_id", r->run_id) && h5u_attr_put_str(f, "run_dir", r->run_dir) &&
-		  h5u_attr_put_str(f, "preset", r->preset) && h5u_attr_put_str(f, "host", r->host) &&
+	bool ok = h5u_attr_put_str(f, "format", PROF_FORMAT) &&
+		  put_i64(f, "version", PROF_VERSION) && h5u_attr_put_str(f, "run_id", r->run_id) &&
+		  h5u_attr_put_str(f, "run_dir", r->run_dir) &&
+		  h5u_attr_put_str(f, "preset", r->preset) &&
+		  h5u_attr_put_str(f, "host", r->host) &&
 		  h5u_attr_put_str(f, "device", r->device) &&
 		  h5u_attr_put_str(f, "schedule", r->schedule) && put_i64(f, "rank", r->rank) &&
-		  put_i64(f, "world", r->world) && put_i64(f, "pp", r->pp) && put_i64(f, "dp", r->dp) &&
-		  put_i64(f, "tp", r->tp) && put_i64(f, "pp_rank", r->pp_rank) &&
-		  put_i64(f, "dp_rank", r->dp_rank) && put_i64(f, "tp_rank", r->tp_rank) &&
-		  put_i64(f, "virtual_stages", r->v) && put_i64(f, "microbatches", r->m) &&
-		  h5u_attr_put_i64(f, "steps", 2, steps) &&
+		  put_i64(f, "world", r->world) && put_i64(f, "pp", r->pp) &&
+		  put_i64(f, "dp", r->dp) && put_i64(f, "tp", r->tp) &&
+		  put_i64(f, "pp_rank", r->pp_rank) && put_i64(f, "dp_rank", r->dp_rank) &&
+		  put_i64(f, "tp_rank", r->tp_rank) && put_i64(f, "virtual_stages", r->v) &&
+		  put_i64(f, "microbatches", r->m) && h5u_attr_put_i64(f, "steps", 2, steps) &&
 		  put_i64(f, "device_clock", r->device_clock);
 	hid_t ft = event_type(true), mt = event_type(false);
 	ok = ok && put_table(f, "events", ft, mt, r->n_ev, r->ev);
@@ -259,7 +270,8 @@ int prof_write(const char *path, prof_rank *r, pp_err *e)
 
 /* ---- reading -------------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4))) static int bad(const char *path, pp_err *e, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int bad(const char *path, pp_err *e, const char *fmt,
+						     ...)
 {
 	char why[768];
 	va_list ap;
@@ -286,7 +298,8 @@ static int get_int(hid_t f, const char *path, const char *name, int lo, int hi, 
 	if (!h5u_attr_get_i64(f, name, 1, &v, &n) || n != 1)
 		return bad(path, e, "attribute '%s' is missing or not an integer", name);
 	if (v < lo || v > hi)
-		return bad(path, e, "attribute '%s' is %lld, expected %d .. %d", name, (long long)v, lo, hi);
+		return bad(path, e, "attribute '%s' is %lld, expected %d .. %d", name, (long long)v,
+			   lo, hi);
 	*out = (int)v;
 	return 0;
 }
@@ -303,7 +316,8 @@ static int get_table(hid_t f, const char *path, const char *name, hid_t mtype, s
 	if (!h5u_ok(d))
 		return bad(path, e, "cannot open /%s: %s", name, h5u_reason());
 	hid_t sp = H5Dget_space(d);
-	hssize_t count = H5Sget_simple_extent_ndims(sp) == 1 ? H5Sget_simple_extent_npoints(sp) : -1;
+	hssize_t count = H5Sget_simple_extent_ndims(sp) == 1 ? H5Sget_simple_extent_npoints(sp)
+							     : -1;
 	int rc = 0;
 	if (count < 0)
 		rc = bad(path, e, "/%s is not a 1-d table", name);
@@ -331,7 +345,8 @@ static int check_event(const prof_rank *r, size_t i, pp_err *e)
 		why = "its name is not terminated";
 	else if (ev->dur < 0 || ev->start < 0)
 		why = "a negative time";
-	else if (ev->stream < 0 || ev->stream >= PROF_NSTREAMS || ev->cat < 0 || ev->cat >= PROF_NCATS)
+	else if (ev->stream < 0 || ev->stream >= PROF_NSTREAMS || ev->cat < 0 ||
+		 ev->cat >= PROF_NCATS)
 		why = "an unknown stream or category";
 	else if (ev->step < r->step_begin || ev->step >= r->step_end)
 		why = "a step outside the window";
@@ -359,7 +374,8 @@ static int read_body(hid_t f, prof_rank *r, pp_err *e)
 	if ((rc = get_int(f, p, "version", 0, 1 << 30, &version, e)))
 		return rc;
 	if (version != PROF_VERSION)
-		return bad(p, e, "profile version %d; this pp reads version %d", version, PROF_VERSION);
+		return bad(p, e, "profile version %d; this pp reads version %d", version,
+			   PROF_VERSION);
 	int clock = 0;
 	const int big = 1 << 30;
 	if ((rc = get_str(f, p, "run_id", r->run_id, sizeof r->run_id, e)) ||
@@ -382,13 +398,13 @@ static int read_body(hid_t f, prof_rank *r, pp_err *e)
 		return rc;
 	r->device_clock = clock;
 	if ((long long)r->pp * r->dp * r->tp != r->world)
-		return bad(p, e, "mesh pp=%d dp=%d tp=%d does not make world=%d", r->pp, r->dp, r->tp,
-			   r->world);
+		return bad(p, e, "mesh pp=%d dp=%d tp=%d does not make world=%d", r->pp, r->dp,
+			   r->tp, r->world);
 	sched_kind kind;
 	if (schedule_kind_parse(r->schedule, &kind, NULL) ||
 	    schedule_check(kind, r->pp, r->v, r->m, r->pp_rank, NULL))
-		return bad(p, e, "schedule %s at p=%d v=%d m=%d is not a valid pipeline", r->schedule,
-			   r->pp, r->v, r->m);
+		return bad(p, e, "schedule %s at p=%d v=%d m=%d is not a valid pipeline",
+			   r->schedule, r->pp, r->v, r->m);
 	int64_t steps[2];
 	int n;
 	if (!h5u_attr_get_i64(f, "steps", 2, steps, &n) || n != 2 || steps[0] < 1 ||
@@ -417,7 +433,8 @@ static int read_body(hid_t f, prof_rank *r, pp_err *e)
 		return rc;
 	r->n_sync = r->cap_sync = (int)count;
 	for (int i = 0; i < r->n_sync; i++)
-		if (r->sync[i].phase < 0 || r->sync[i].phase > 1 || r->sync[i].after < r->sync[i].before)
+		if (r->sync[i].phase < 0 || r->sync[i].phase > 1 ||
+		    r->sync[i].after < r->sync[i].before)
 			return bad(p, e, "clock_sync record %d is malformed", i);
 	return 0;
 }
@@ -435,7 +452,8 @@ int prof_read(const char *path, prof_rank *r, pp_err *e)
 		return bad(path, e, "not an HDF5 file, or truncated");
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (!h5u_ok(f))
-		return bad(path, e, "cannot open as HDF5 (truncated or damaged?): %s", h5u_reason());
+		return bad(path, e, "cannot open as HDF5 (truncated or damaged?): %s",
+			   h5u_reason());
 	int rc = read_body(f, r, e);
 	H5Fclose(f);
 	if (rc)

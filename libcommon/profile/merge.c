@@ -89,11 +89,12 @@ static int check_together(prof_run *run, bool force, pp_err *e)
 					 run->ranks[i - 1].path, b->path, b->rank);
 		if (a->world != b->world || a->pp != b->pp || a->dp != b->dp || a->tp != b->tp ||
 		    a->v != b->v || a->m != b->m || strcmp(a->schedule, b->schedule))
-			return pp_errorf(e, PP_EUSAGE,
-					 "%s (%d ranks: pp=%d dp=%d tp=%d, %s v=%d m=%d) and %s (%d "
-					 "ranks: pp=%d dp=%d tp=%d, %s v=%d m=%d) have different layouts",
-					 a->path, a->world, a->pp, a->dp, a->tp, a->schedule, a->v, a->m,
-					 b->path, b->world, b->pp, b->dp, b->tp, b->schedule, b->v, b->m);
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"%s (%d ranks: pp=%d dp=%d tp=%d, %s v=%d m=%d) and %s (%d "
+				"ranks: pp=%d dp=%d tp=%d, %s v=%d m=%d) have different layouts",
+				a->path, a->world, a->pp, a->dp, a->tp, a->schedule, a->v, a->m,
+				b->path, b->world, b->pp, b->dp, b->tp, b->schedule, b->v, b->m);
 	}
 	run->step_begin = a->step_begin;
 	run->step_end = a->step_end;
@@ -105,10 +106,12 @@ static int check_together(prof_run *run, bool force, pp_err *e)
 			run->step_end = b->step_end;
 	}
 	if (run->step_begin >= run->step_end)
-		return pp_errorf(e, PP_EUSAGE, "the profiles' windows of steps have no step in common");
+		return pp_errorf(e, PP_EUSAGE,
+				 "the profiles' windows of steps have no step in common");
 	if (run->n_ranks < a->world)
-		log_info("warning: %d of the run's %d ranks have a profile here; the others are left out",
-			 run->n_ranks, a->world);
+		log_info(
+			"warning: %d of the run's %d ranks have a profile here; the others are left out",
+			run->n_ranks, a->world);
 	return 0;
 }
 
@@ -182,7 +185,8 @@ static void align_clocks(prof_run *run, bool align)
 		int have1 = align && phase_offset(ref, &run->ranks[i], 1, &o1, &t1);
 		run->off[i] = (double)(have0 ? o0 : o1);
 		run->t_ref[i] = have0 ? t0 : t1;
-		run->slope[i] = have0 && have1 && t1 > t0 ? (double)(o1 - o0) / (double)(t1 - t0) : 0;
+		run->slope[i] = have0 && have1 && t1 > t0 ? (double)(o1 - o0) / (double)(t1 - t0)
+							  : 0;
 		missing |= align && !have0 && !have1;
 	}
 	if (missing) {
@@ -217,7 +221,8 @@ static int by_key(const void *a, const void *b)
 
 static int match_messages(prof_run *run, pp_err *e)
 {
-	msg_key *snd = malloc((run->n_ev + 1) * sizeof *snd), *rcv = malloc((run->n_ev + 1) * sizeof *rcv);
+	msg_key *snd = malloc((run->n_ev + 1) * sizeof *snd),
+		*rcv = malloc((run->n_ev + 1) * sizeof *rcv);
 	if (!snd || !rcv) {
 		free(snd);
 		free(rcv);
@@ -233,8 +238,13 @@ static int match_messages(prof_run *run, pp_err *e)
 		run->n_p2p++;
 		int peer = prof_run_file_of(run, m->file, ev->peer);
 		bool send = prof_is_send(ev->op);
-		msg_key k = {ev->step, ev->mb, ev->vstage, ev->op >= PROF_SEND_GRAD,
-			     send ? m->file : peer, send ? peer : m->file, (long)i};
+		msg_key k = {ev->step,
+			     ev->mb,
+			     ev->vstage,
+			     ev->op >= PROF_SEND_GRAD,
+			     send ? m->file : peer,
+			     send ? peer : m->file,
+			     (long)i};
 		if (peer >= 0)
 			(send ? snd : rcv)[send ? ns++ : nr++] = k;
 	}

@@ -19,10 +19,10 @@
 
 /* One event on the common timeline. */
 typedef struct {
-	int64_t start, end;     /* ns, aligned to the reference clock, from the run's origin */
+	int64_t start, end; /* ns, aligned to the reference clock, from the run's origin */
 	const prof_event *src;
-	int file;               /* index in prof_run.ranks */
-	long partner;           /* a send or receive: its match in prof_run.ev, or -1 */
+	int file;     /* index in prof_run.ranks */
+	long partner; /* a send or receive: its match in prof_run.ev, or -1 */
 } prof_mev;
 
 typedef struct {
@@ -31,9 +31,9 @@ typedef struct {
 	/* file i's clock: aligned(t) = t + off[i] + slope[i] (t - t_ref[i]) */
 	double *off, *slope;
 	int64_t *t_ref;
-	bool aligned;      /* from the files' barriers (false: --no-align, or none recorded) */
-	int64_t origin;    /* the earliest aligned event time, subtracted from all */
-	prof_mev *ev;      /* every event; by file, then start */
+	bool aligned;   /* from the files' barriers (false: --no-align, or none recorded) */
+	int64_t origin; /* the earliest aligned event time, subtracted from all */
+	prof_mev *ev;   /* every event; by file, then start */
 	size_t n_ev;
 	size_t n_p2p, n_matched;
 	long step_begin, step_end; /* steps every file recorded: [begin, end) */

@@ -19,8 +19,8 @@
 #include "../base/error.h"
 #include "../schedule/schedule.h"
 
-#define PROF_FORMAT "pp-profile"
-#define PROF_VERSION 1
+#define PROF_FORMAT   "pp-profile"
+#define PROF_VERSION  1
 #define PROF_NAME_LEN 24 /* event names, NUL included */
 
 /* Where an event runs: the threads of a trace. */
@@ -42,7 +42,7 @@ typedef enum {
 	PROF_C_OPTIMIZER,
 	PROF_C_IO,
 	PROF_C_EVAL,
-	PROF_C_OTHER,      /* an event name this version does not know */
+	PROF_C_OTHER, /* an event name this version does not know */
 	PROF_NCATS
 } prof_cat;
 
@@ -107,19 +107,19 @@ typedef struct {
 
 /* One rank's profile: its identity and place in the run, and its events. */
 typedef struct {
-	char path[4096];     /* the file it was read from */
-	char run_id[40];     /* the same in every file of one run */
+	char path[4096]; /* the file it was read from */
+	char run_id[40]; /* the same in every file of one run */
 	char run_dir[4096];
 	char preset[64];
 	char host[256];
-	char device[128];    /* "cpu", or "cuda:0 NVIDIA H100 80GB HBM3" */
-	char schedule[24];   /* schedule_kind_name */
+	char device[128];  /* "cpu", or "cuda:0 NVIDIA H100 80GB HBM3" */
+	char schedule[24]; /* schedule_kind_name */
 	int rank, world;
 	int pp, dp, tp;
 	int pp_rank, dp_rank, tp_rank;
-	int v, m;            /* virtual stages per rank, microbatches per step */
+	int v, m;                  /* virtual stages per rank, microbatches per step */
 	long step_begin, step_end; /* the window: steps [step_begin, step_end) */
-	bool device_clock;   /* compute events were timed on the device */
+	bool device_clock;         /* compute events were timed on the device */
 	prof_event *ev;
 	size_t n_ev, cap_ev;
 	prof_sync *sync;

@@ -28,13 +28,13 @@ struct prof_rec {
 	char dir[4200], path[4300];
 	const pp_ops *ops;
 	pp_comm *world;
-	int64_t offset;    /* ns added to the clock */
-	long begin, end;   /* the window asked for */
-	long step;         /* the step being run */
+	int64_t offset;  /* ns added to the clock */
+	long begin, end; /* the window asked for */
+	long step;       /* the step being run */
 	bool active, done;
 	pending *pend;
 	size_t n_pend, cap_pend;
-	bool failed;       /* nothing is written: the reason was logged */
+	bool failed; /* nothing is written: the reason was logged */
 };
 
 static int64_t mono_ns(void)
@@ -91,7 +91,8 @@ int prof_rec_open(prof_rec **out, const prof_rec_opts *o, pp_err *e)
 	if (snprintf(p->dir, sizeof p->dir, "%s/profile", o->run_dir) >= (int)sizeof p->dir ||
 	    snprintf(p->path, sizeof p->path, "%s/%s", p->dir, name) >= (int)sizeof p->path) {
 		free(p);
-		return pp_errorf(e, PP_EUSAGE, "profile: run directory path too long: %s", o->run_dir);
+		return pp_errorf(e, PP_EUSAGE, "profile: run directory path too long: %s",
+				 o->run_dir);
 	}
 	snprintf(p->r.run_dir, sizeof p->r.run_dir, "%s", o->run_dir);
 	int rc = agree_run_id(p, e);
@@ -229,7 +230,8 @@ int prof_rec_finish(prof_rec *p, bool sync, pp_err *e)
  * it and ends at a mark on its communicator's stream (prof_end_mark). */
 static bool on_device(prof_op op)
 {
-	return prof_is_compute(op) || prof_is_p2p(op) || op == PROF_OPTIMIZER || op == PROF_GRAD_REDUCE;
+	return prof_is_compute(op) || prof_is_p2p(op) || op == PROF_OPTIMIZER ||
+	       op == PROF_GRAD_REDUCE;
 }
 
 prof_span prof_begin(prof_rec *p, prof_op op)
@@ -245,11 +247,17 @@ prof_span prof_begin(prof_rec *p, prof_op op)
 }
 
 /* Adds the event; with marks to read later when m1 is not NULL. */
-static void add(prof_rec *p, const prof_span *s, int64_t t1, void *m1, int mb, int vstage,
-		int peer, int64_t bytes)
+static void add(prof_rec *p, const prof_span *s, int64_t t1, void *m1, int mb, int vstage, int peer,
+		int64_t bytes)
 {
-	prof_event ev = {.op = s->op, .start = s->t0, .dur = t1 - s->t0, .bytes = bytes,
-			 .step = (int32_t)p->step, .mb = mb, .vstage = vstage, .peer = peer};
+	prof_event ev = {.op = s->op,
+			 .start = s->t0,
+			 .dur = t1 - s->t0,
+			 .bytes = bytes,
+			 .step = (int32_t)p->step,
+			 .mb = mb,
+			 .vstage = vstage,
+			 .peer = peer};
 	if (prof_rank_add(&p->r, &ev, NULL)) {
 		warn(p, "out of memory for its events");
 		return;

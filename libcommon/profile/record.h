@@ -31,10 +31,10 @@ typedef struct prof_rec prof_rec;
 
 typedef struct {
 	const char *run_dir;
-	long begin, end;      /* record steps [begin, end) (1-based, as logged) */
-	const prof_rank *id;  /* this rank's identity and the run's layout (no events) */
-	const pp_ops *ops;    /* marks on the device when it has them */
-	pp_comm *world;       /* the job's ranks; NULL for one process */
+	long begin, end;       /* record steps [begin, end) (1-based, as logged) */
+	const prof_rank *id;   /* this rank's identity and the run's layout (no events) */
+	const pp_ops *ops;     /* marks on the device when it has them */
+	pp_comm *world;        /* the job's ranks; NULL for one process */
 	double clock_offset_s; /* added to this rank's clock (a test's skew) */
 } prof_rec_opts;
 

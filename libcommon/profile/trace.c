@@ -119,13 +119,15 @@ static void put_meta(out *o, const prof_run *run, const int *lane)
 		dev[strcspn(dev, " ")] = 0;
 		snprintf(b1, sizeof b1, "pp%d dp%d tp%d %s:%s", r->pp_rank, r->dp_rank, r->tp_rank,
 			 r->host, dev);
-		put(o, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,"
-		       "\"args\":{\"name\":\"%s\"}}",
+		put(o,
+		    "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,"
+		    "\"args\":{\"name\":\"%s\"}}",
 		    o->first ? "" : ",\n", r->rank, esc(b1, b2, sizeof b2));
 		o->first = false;
 		/* pipeline stage first, then the rank */
-		put(o, ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
-		       "\"args\":{\"sort_index\":%lld}}",
+		put(o,
+		    ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+		    "\"args\":{\"sort_index\":%lld}}",
 		    r->rank, (long long)r->pp_rank * r->world + r->rank);
 		int lanes[PROF_NSTREAMS] = {0};
 		for (size_t i = 0; i < run->n_ev; i++)
@@ -134,14 +136,18 @@ static void put_meta(out *o, const prof_run *run, const int *lane)
 		for (int s = 0; s < PROF_NSTREAMS; s++)
 			for (int l = 0; l < (lanes[s] ? lanes[s] : 1); l++) {
 				if (l)
-					snprintf(b1, sizeof b1, "%s %d", prof_stream_name((prof_stream)s), l + 1);
+					snprintf(b1, sizeof b1, "%s %d",
+						 prof_stream_name((prof_stream)s), l + 1);
 				else
-					snprintf(b1, sizeof b1, "%s", prof_stream_name((prof_stream)s));
-				put(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
-				       "\"args\":{\"name\":\"%s\"}}",
+					snprintf(b1, sizeof b1, "%s",
+						 prof_stream_name((prof_stream)s));
+				put(o,
+				    ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
+				    "\"args\":{\"name\":\"%s\"}}",
 				    r->rank, tid_of(s, l), b1);
-				put(o, ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,"
-				       "\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+				put(o,
+				    ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,"
+				    "\"tid\":%d,\"args\":{\"sort_index\":%d}}",
 				    r->rank, tid_of(s, l), tid_of(s, l));
 			}
 	}
@@ -155,8 +161,9 @@ static void put_events(out *o, const prof_run *run, const int *lane)
 		const prof_event *ev = m->src;
 		int pid = run->ranks[m->file].rank, tid = tid_of(ev->stream, lane[i]);
 		event_name(run, m, name, sizeof name);
-		put(o, ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,"
-		       "\"ts\":%s,\"dur\":%s,\"args\":{\"op\":\"%s\",\"step\":%d",
+		put(o,
+		    ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,"
+		    "\"ts\":%s,\"dur\":%s,\"args\":{\"op\":\"%s\",\"step\":%d",
 		    name, prof_cat_name((prof_cat)ev->cat), pid, tid, us(m->start, t0),
 		    us(m->end - m->start, t1), ev->name, ev->step);
 		if (ev->mb >= 0)
@@ -176,12 +183,14 @@ static void put_events(out *o, const prof_run *run, const int *lane)
 			continue;
 		const prof_mev *r = &run->ev[s->partner];
 		const char *what = s->src->op == PROF_SEND_ACT ? "activation" : "gradient";
-		put(o, ",\n{\"ph\":\"s\",\"id\":%zu,\"name\":\"%s\",\"cat\":\"p2p\",\"pid\":%d,"
-		       "\"tid\":%d,\"ts\":%s}",
+		put(o,
+		    ",\n{\"ph\":\"s\",\"id\":%zu,\"name\":\"%s\",\"cat\":\"p2p\",\"pid\":%d,"
+		    "\"tid\":%d,\"ts\":%s}",
 		    i, what, run->ranks[s->file].rank, tid_of(s->src->stream, lane[i]),
 		    us(s->start + (s->end - s->start) / 2, t0));
-		put(o, ",\n{\"ph\":\"f\",\"bp\":\"e\",\"id\":%zu,\"name\":\"%s\",\"cat\":\"p2p\","
-		       "\"pid\":%d,\"tid\":%d,\"ts\":%s}",
+		put(o,
+		    ",\n{\"ph\":\"f\",\"bp\":\"e\",\"id\":%zu,\"name\":\"%s\",\"cat\":\"p2p\","
+		    "\"pid\":%d,\"tid\":%d,\"ts\":%s}",
 		    i, what, run->ranks[r->file].rank, tid_of(r->src->stream, lane[s->partner]),
 		    us(r->start + (r->end - r->start) / 2, t1));
 	}
@@ -195,10 +204,11 @@ static void put_trace(out *o, const prof_run *run, const int *lane)
 	o->first = true;
 	put_meta(o, run, lane);
 	put_events(o, run, lane);
-	put(o, "\n],\"otherData\":{\"format\":\"pp-merge-profile\",\"run_id\":\"%s\","
-	       "\"preset\":\"%s\",\"schedule\":\"%s\",\"pp\":%d,\"dp\":%d,\"tp\":%d,"
-	       "\"virtual_stages\":%d,\"microbatches\":%d,\"steps\":[%ld,%ld],\"ranks\":%d,"
-	       "\"clocks_aligned\":%s}}\n",
+	put(o,
+	    "\n],\"otherData\":{\"format\":\"pp-merge-profile\",\"run_id\":\"%s\","
+	    "\"preset\":\"%s\",\"schedule\":\"%s\",\"pp\":%d,\"dp\":%d,\"tp\":%d,"
+	    "\"virtual_stages\":%d,\"microbatches\":%d,\"steps\":[%ld,%ld],\"ranks\":%d,"
+	    "\"clocks_aligned\":%s}}\n",
 	    a->run_id, esc(a->preset, b, sizeof b), a->schedule, a->pp, a->dp, a->tp, a->v, a->m,
 	    run->step_begin, run->step_end, run->n_ranks, run->aligned ? "true" : "false");
 }
@@ -226,7 +236,8 @@ int prof_trace_write(const prof_run *run, const char *path, pp_err *e)
 	put_trace(&o, run, lane);
 	free(lane);
 	if (gzclose(o.gz) != Z_OK || o.failed)
-		rc = pp_errorf(e, PP_ERUNTIME, "cannot write %s (disk full?)", stdout_ ? "stdout" : tmp);
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot write %s (disk full?)",
+			       stdout_ ? "stdout" : tmp);
 	if (!rc && !stdout_)
 		rc = fs_fsync_path(tmp, e);
 	if (!rc && !stdout_)

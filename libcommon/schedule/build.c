@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-static const char *const op_names[] = {"FWD",	   "BWD",      "BWD_I",	    "BWD_W",
+static const char *const op_names[] = {"FWD",      "BWD",      "BWD_I",     "BWD_W",
 				       "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD"};
 
 const sched_costs schedule_ref_costs = {1, 2, 1};
@@ -20,10 +20,11 @@ const char *schedule_op_name(sched_op op)
 char *schedule_action_format(const sched_action *a, char *buf, size_t size)
 {
 	if (is_compute(a->op))
-		snprintf(buf, size, "%s(mb %d, vstage %d)", schedule_op_name(a->op), a->mb, a->vstage);
+		snprintf(buf, size, "%s(mb %d, vstage %d)", schedule_op_name(a->op), a->mb,
+			 a->vstage);
 	else
-		snprintf(buf, size, "%s(mb %d, vstage %d %s rank %d)", schedule_op_name(a->op), a->mb,
-			 a->vstage, is_send(a->op) ? "->" : "<-", a->peer);
+		snprintf(buf, size, "%s(mb %d, vstage %d %s rank %d)", schedule_op_name(a->op),
+			 a->mb, a->vstage, is_send(a->op) ? "->" : "<-", a->peer);
 	return buf;
 }
 
@@ -216,8 +217,8 @@ int schedule_build_all(sched_kind kind, int p, int v, int m, sched_action **list
 	return rc;
 }
 
-int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions,
-		   int *n, pp_err *e)
+int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions, int *n,
+		   pp_err *e)
 {
 	int rc = schedule_check(kind, p, v, m, rank, e);
 	if (rc)

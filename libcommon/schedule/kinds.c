@@ -6,8 +6,8 @@
 
 #include "internal.h"
 
-const char *const schedule_kind_names[SCHED_NKINDS + 1] = {"gpipe", "1f1b", "eager1f1b",
-							     "interleaved1f1b", "zbh1", NULL};
+const char *const schedule_kind_names[SCHED_NKINDS + 1] = {"gpipe",           "1f1b", "eager1f1b",
+							   "interleaved1f1b", "zbh1", NULL};
 
 /* ---- compute orders ---- */
 
@@ -172,9 +172,10 @@ int schedule_kind_parse(const char *name, sched_kind *kind, pp_err *e)
 			*kind = (sched_kind)k;
 			return PP_OK;
 		}
-	return pp_errorf(e, PP_EUSAGE,
-			 "schedule \"%s\": expected gpipe, 1f1b, eager1f1b, interleaved1f1b or zbh1",
-			 name ? name : "(null)");
+	return pp_errorf(
+		e, PP_EUSAGE,
+		"schedule \"%s\": expected gpipe, 1f1b, eager1f1b, interleaved1f1b or zbh1",
+		name ? name : "(null)");
 }
 
 const char *schedule_kind_name(sched_kind kind)
@@ -191,12 +192,15 @@ int schedule_check(sched_kind kind, int p, int v, int m, int rank, pp_err *e)
 				 SCHED_NKINDS - 1);
 	const char *name = schedule_kind_names[kind];
 	if (p < 1)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: p=%d pipeline ranks, expected >= 1", name, p);
+		return pp_errorf(e, PP_EUSAGE, "schedule %s: p=%d pipeline ranks, expected >= 1",
+				 name, p);
 	if (v < 1)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: v=%d virtual stages per rank, expected >= 1",
-				 name, v);
+		return pp_errorf(e, PP_EUSAGE,
+				 "schedule %s: v=%d virtual stages per rank, expected >= 1", name,
+				 v);
 	if (m < 1)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: m=%d microbatches, expected >= 1", name, m);
+		return pp_errorf(e, PP_EUSAGE, "schedule %s: m=%d microbatches, expected >= 1",
+				 name, m);
 	if (v > 1 && !kinds[kind].interleaves)
 		return pp_errorf(e, PP_EUSAGE,
 				 "schedule %s: v=%d virtual stages per rank needs interleaved1f1b "
@@ -204,11 +208,11 @@ int schedule_check(sched_kind kind, int p, int v, int m, int rank, pp_err *e)
 				 name, v);
 	if (kinds[kind].interleaves && m % p)
 		return pp_errorf(e, PP_EUSAGE,
-				 "schedule %s: m=%d microbatches is not a multiple of p=%d", name, m,
-				 p);
+				 "schedule %s: m=%d microbatches is not a multiple of p=%d", name,
+				 m, p);
 	if ((long long)p * v * m > SCHED_MAX_UNITS)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: p*v*m = %d*%d*%d exceeds %d", name, p, v,
-				 m, SCHED_MAX_UNITS);
+		return pp_errorf(e, PP_EUSAGE, "schedule %s: p*v*m = %d*%d*%d exceeds %d", name, p,
+				 v, m, SCHED_MAX_UNITS);
 	if (rank >= p)
 		return pp_errorf(e, PP_EUSAGE, "schedule %s: rank=%d, expected 0 .. %d", name, rank,
 				 p - 1);

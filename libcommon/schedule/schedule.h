@@ -136,8 +136,8 @@ bool schedule_split_backward(sched_kind kind);
 
 /* The actions rank runs, in order: *actions (malloc'd, the caller frees) and
  * *n. Validates with schedule_check. */
-int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions,
-		   int *n, pp_err *e);
+int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions, int *n,
+		   pp_err *e);
 /* Every rank's list at once (one construction instead of p): lists[r] and
  * counts[r] for r < p, arrays the caller provides; free with
  * schedule_free_all. */
@@ -175,12 +175,12 @@ typedef struct {
 
 typedef struct {
 	int p;
-	double makespan;      /* when the last rank finishes, blocking p2p */
-	double critical_path; /* makespan of the same lists with non-blocking
+	double makespan;        /* when the last rank finishes, blocking p2p */
+	double critical_path;   /* makespan of the same lists with non-blocking
 			       * zero-time messages: the ideal time of these
 			       * compute orders (longest path through data and
 			       * per-rank order edges) */
-	double bubble;        /* sum of idle / (p makespan) */
+	double bubble;          /* sum of idle / (p makespan) */
 	sched_rank_stats *rank; /* p entries; schedule_sim_free releases */
 } sched_sim;
 

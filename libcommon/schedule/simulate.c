@@ -23,8 +23,8 @@ void schedule_sim_free(sched_sim *s)
 
 /* Per (stage, mb) state of a simulation. */
 typedef struct {
-	char fwd, bwd_i, bwd_w;	      /* done; bwd_i and bwd_w both for a full BWD */
-	char act_in, grad_in;	      /* its input arrived on its rank */
+	char fwd, bwd_i, bwd_w;       /* done; bwd_i and bwd_w both for a full BWD */
+	char act_in, grad_in;         /* its input arrived on its rank */
 	double act_ready, grad_ready; /* non-blocking model: its outputs' ready times */
 } unit_state;
 
@@ -33,8 +33,8 @@ typedef struct {
 	sched_action *const *lists;
 	const int *counts;
 	const sched_costs *c;
-	double *const *dur;	/* per action, when given: dur[r][i] for rank r's action i */
-	unit_state *u;		/* S m, stage-major */
+	double *const *dur;     /* per action, when given: dur[r][i] for rank r's action i */
+	unit_state *u;          /* S m, stage-major */
 	int *pos, *act, *stash; /* per rank: next action, activations and stashes held */
 	double *clock, *aclock; /* per rank: blocking and non-blocking time */
 	sched_rank_stats *st;
@@ -122,8 +122,8 @@ static int sim_step(sim *s, int r, pp_err *e)
 	const sched_action *a = &s->lists[r][s->pos[r]];
 	char what[96];
 	const char *bad = NULL;
-	if ((int)a->op < 0 || a->op > SCHED_RECV_GRAD || a->mb < 0 || a->mb >= m ||
-	    a->vstage < 0 || a->vstage >= S ||
+	if ((int)a->op < 0 || a->op > SCHED_RECV_GRAD || a->mb < 0 || a->mb >= m || a->vstage < 0 ||
+	    a->vstage >= S ||
 	    (!is_compute(a->op) && (a->peer < 0 || a->peer >= s->p || a->peer == r)))
 		bad = "out of range";
 	else if (is_compute(a->op)) {
@@ -198,8 +198,8 @@ static int simulate(int p, int v, int m, sched_action *const *lists, const int *
 	for (int r = 0; dur && r < p && !rc; r++)
 		for (int i = 0; i < counts[r] && !rc; i++)
 			if (!(dur[r][i] >= 0))
-				rc = pp_errorf(e, PP_EUSAGE, "simulate: rank %d action %d takes %g", r, i,
-					       dur[r][i]);
+				rc = pp_errorf(e, PP_EUSAGE, "simulate: rank %d action %d takes %g",
+					       r, i, dur[r][i]);
 	if (rc)
 		return rc;
 	sim s = {p, p * v, m, lists, counts, c, dur, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -299,7 +299,8 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
 		rc = schedule_simulate_lists(p, v, m, lists, counts, c, out, e);
 		schedule_free_all(p, lists);
 		if (rc)
-			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", schedule_kind_names[kind], p, v, m);
+			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", schedule_kind_names[kind], p,
+				      v, m);
 	}
 	free(lists);
 	free(counts);

@@ -28,7 +28,7 @@
 #define TOK_MAX_VOCAB (1 << 24)
 
 struct tok_bpe {
-	int *merge_out;   /* rank -> id of the merged token */
+	int *merge_out;       /* rank -> id of the merged token */
 	int (*merge_pair)[2]; /* rank -> ids of the pair it merges */
 	int nmerges;
 	uint8_t *ptype;   /* per id: TOK_NORMAL, TOK_CONTROL, ... (tok_piece_type) */
@@ -110,7 +110,7 @@ static inline size_t next_char(const char *s, size_t n, int *cls)
 {
 	uint32_t cp;
 	size_t len = (unsigned char)s[0] < 0x80 ? (cp = (unsigned char)s[0], 1)
-						 : tok_utf8_char((const unsigned char *)s, n, &cp);
+						: tok_utf8_char((const unsigned char *)s, n, &cp);
 	*cls = char_class(cp);
 	return len;
 }
@@ -191,10 +191,7 @@ static int add_pair(bpe_enc *w, int left)
 	return bheap_push(w, (bcand){r, left, w->sym[left].len + w->sym[right].len});
 }
 
-static int oom(bpe_enc *w)
-{
-	return pp_errorf(w->e, PP_ERUNTIME, "tokenizer: out of memory");
-}
+static int oom(bpe_enc *w) { return pp_errorf(w->e, PP_ERUNTIME, "tokenizer: out of memory"); }
 
 /* BPE of one word s[0, n). */
 static int bpe_word(bpe_enc *w, const char *s, size_t n)
@@ -270,7 +267,8 @@ static int pretokenize(bpe_enc *w, const char *s, size_t n)
 		if (s[i] == '\'' && i + 1 < n) { /* 's 't 're 've 'm 'll 'd */
 			char x = s[i + 1], y = i + 2 < n ? s[i + 2] : 0;
 			end = x == 's' || x == 't' || x == 'm' || x == 'd' ? i + 2
-			      : (x == 'r' && y == 'e') || (x == 'v' && y == 'e') || (x == 'l' && y == 'l')
+			      : (x == 'r' && y == 'e') || (x == 'v' && y == 'e') ||
+					      (x == 'l' && y == 'l')
 				      ? i + 3
 				      : 0;
 			if (end) {
@@ -418,9 +416,9 @@ static int bpe_decode(const pp_tokenizer *t, const int *ids, size_t n, int flags
 	for (size_t i = 0; i < n; i++) {
 		int id = ids[i];
 		if (id < 0 || id >= t->n_vocab || b->special[id] == 2)
-			return pp_errorf(e, PP_EUSAGE,
-					 "tokenizer: id %d at position %zu is not in the vocabulary", id,
-					 i);
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"tokenizer: id %d at position %zu is not in the vocabulary", id, i);
 		if (b->special[id])
 			continue;
 		if (tok_text_append(out, b->raw + b->raw_off[id], b->raw_len[id]))
@@ -514,8 +512,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	b->raw_len = calloc((size_t)nv, sizeof *b->raw_len);
 	size_t rawcap = 1 << 16, rawn = 0;
 	b->raw = malloc(rawcap);
-	if (!b->special || !b->raw_off || !b->raw_len || !b->raw || tok_map_init(&t->map, (size_t)nv) ||
-	    tok_map_init(&b->added, nadded + 1))
+	if (!b->special || !b->raw_off || !b->raw_len || !b->raw ||
+	    tok_map_init(&t->map, (size_t)nv) || tok_map_init(&b->added, nadded + 1))
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	memset(b->special, 2, (size_t)nv);
 	for (int i = 0; i < 256; i++)
@@ -526,8 +524,9 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	{
 		int id = (int)json_integer_value(val);
 		if (b->special[id] != 2)
-			return load_err(e, path, "vocabulary entries '%.64s' and another share id %d",
-					key, id);
+			return load_err(e, path,
+					"vocabulary entries '%.64s' and another share id %d", key,
+					id);
 		b->special[id] = 0;
 		if (tok_set_piece(t, id, key, strlen(key)))
 			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
@@ -557,7 +556,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 				rawcap *= 2;
 			char *q = realloc(b->raw, rawcap);
 			if (!q)
-				return free(from_added), pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+				return free(from_added),
+				       pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 			b->raw = q;
 		}
 		size_t k = 0, i = 0;
@@ -582,13 +582,15 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		    bytelevel)
 			b->byte_id[(uint8_t)b->raw[b->raw_off[id]]] = id;
 		if (tok_map_put(&t->map, p, n, id, NULL) < 0)
-			return free(from_added), pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
+			return free(from_added),
+			       pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	}
 	free(from_added);
 	if (tok_map_init(&b->raw_map, (size_t)nv))
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	for (int id = 0; id < nv; id++)
-		if (b->special[id] == 0 && tok_map_put(&b->raw_map, b->raw + b->raw_off[id], b->raw_len[id], id, NULL) < 0)
+		if (b->special[id] == 0 &&
+		    tok_map_put(&b->raw_map, b->raw + b->raw_off[id], b->raw_len[id], id, NULL) < 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	for (size_t i = 0; i < nadded; i++) {
 		if (added[i].special || !added[i].len)
@@ -608,7 +610,9 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 	if (!b->ptype)
 		return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 	for (int id = 0; id < nv; id++)
-		b->ptype[id] = b->special[id] == 1 ? TOK_CONTROL : b->special[id] == 2 ? TOK_UNUSED : TOK_NORMAL;
+		b->ptype[id] = b->special[id] == 1   ? TOK_CONTROL
+			       : b->special[id] == 2 ? TOK_UNUSED
+						     : TOK_NORMAL;
 	for (size_t i = 0; i < nadded; i++)
 		if (!added[i].special)
 			b->ptype[added[i].id] = TOK_USER_DEFINED;
@@ -653,7 +657,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 				rl = strlen(r);
 			}
 			if (!r)
-				return load_err(e, path, "merge %zu is not \"a b\" nor [\"a\", \"b\"]", i);
+				return load_err(e, path,
+						"merge %zu is not \"a b\" nor [\"a\", \"b\"]", i);
 		} else {
 			if (!*mp)
 				break;
@@ -670,7 +675,8 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 			}
 			const char *sp = memchr(mp, ' ', n);
 			if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - mp)))
-				return load_err(e, merges_path, "line %zu is not a merge \"a b\"", line);
+				return load_err(e, merges_path, "line %zu is not a merge \"a b\"",
+						line);
 			l = mp;
 			ll = (size_t)(sp - mp);
 			r = sp + 1;
@@ -685,9 +691,10 @@ static int build(pp_tokenizer **tp, const char *path, json_t *vocab, json_t *mer
 		    o = tok_map_get(&t->map, buf, ll + rl);
 		if (a < 0 || c < 0 || o < 0) {
 			buf[ll + rl] = 0;
-			return load_err(e, merges ? path : merges_path,
-					"merge '%.200s' (rank %zu) has a token that is not in the vocabulary",
-					buf, i);
+			return load_err(
+				e, merges ? path : merges_path,
+				"merge '%.200s' (rank %zu) has a token that is not in the vocabulary",
+				buf, i);
 		}
 		b->merge_out[i] = o;
 		b->merge_pair[i][0] = a;
@@ -736,10 +743,11 @@ static const char *type_of(json_t *o)
 static int pre_tokenizer(json_t *pt, const char *path, struct tok_bpe *b, pp_err *e)
 {
 	if (!json_is_object(pt))
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: pre_tokenizer is missing: pp supports byte-level BPE with the "
-				 "ByteLevel pre-tokenizer",
-				 path);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: pre_tokenizer is missing: pp supports byte-level BPE with the "
+			"ByteLevel pre-tokenizer",
+			path);
 	const char *type = type_of(pt);
 	if (!strcmp(type, "Sequence")) {
 		json_t *list = json_object_get(pt, "pretokenizers");
@@ -754,10 +762,11 @@ static int pre_tokenizer(json_t *pt, const char *path, struct tok_bpe *b, pp_err
 	} else if (!strcmp(type, "ByteLevel")) {
 		json_t *re = json_object_get(pt, "use_regex");
 		if (re && !json_is_true(re))
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: ByteLevel pre-tokenizer with use_regex false (a custom "
-					 "Split regex) is not supported: pp implements the GPT-2 regex",
-					 path);
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: ByteLevel pre-tokenizer with use_regex false (a custom "
+				"Split regex) is not supported: pp implements the GPT-2 regex",
+				path);
 		b->add_prefix_space = json_is_true(json_object_get(pt, "add_prefix_space"));
 		return 0;
 	}
@@ -798,34 +807,39 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 		/* a Hugging Face tokenizer.json ("model" is also a word of GPT-2's
 		 * vocab.json, with an integer) */
 		const char *type = type_of(model);
-		json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+		json_t *vocab = json_object_get(model, "vocab"),
+		       *merges = json_object_get(model, "merges");
 		if (*type && strcmp(type, "BPE")) {
-			rc = pp_errorf(e, PP_ERUNTIME, "%s: model type %s is not supported (pp reads BPE)",
-				       path, type);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "%s: model type %s is not supported (pp reads BPE)", path,
+				       type);
 			goto out;
 		}
 		if (!json_is_object(vocab) || !json_is_array(merges)) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: model.vocab (an object) and model.merges (an array) are "
-				       "required",
-				       path);
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: model.vocab (an object) and model.merges (an array) are "
+				"required",
+				path);
 			goto out;
 		}
 		json_t *cp = json_object_get(model, "continuing_subword_prefix"),
 		       *ew = json_object_get(model, "end_of_word_suffix");
 		if ((json_is_string(cp) && *json_string_value(cp)) ||
 		    (json_is_string(ew) && *json_string_value(ew))) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: continuing_subword_prefix and end_of_word_suffix are not "
-				       "supported",
-				       path);
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: continuing_subword_prefix and end_of_word_suffix are not "
+				"supported",
+				path);
 			goto out;
 		}
 		json_t *norm = json_object_get(root, "normalizer");
 		if (norm && !json_is_null(norm)) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: normalizer %s is not supported (byte-level BPE needs none)",
-				       path, type_of(norm));
+			rc = pp_errorf(
+				e, PP_ERUNTIME,
+				"%s: normalizer %s is not supported (byte-level BPE needs none)",
+				path, type_of(norm));
 			goto out;
 		}
 		json_t *at = json_object_get(root, "added_tokens");
@@ -838,10 +852,11 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 		for (size_t i = 0; i < nadded; i++) {
 			json_t *a = json_array_get(at, i), *id = json_object_get(a, "id"),
 			       *content = json_object_get(a, "content");
-			if (!json_is_integer(id) || !json_is_string(content) || json_integer_value(id) < 0 ||
-			    json_integer_value(id) > TOK_MAX_VOCAB) {
+			if (!json_is_integer(id) || !json_is_string(content) ||
+			    json_integer_value(id) < 0 || json_integer_value(id) > TOK_MAX_VOCAB) {
 				rc = pp_errorf(e, PP_ERUNTIME,
-					       "%s: added_tokens[%zu] needs an id and a content", path, i);
+					       "%s: added_tokens[%zu] needs an id and a content",
+					       path, i);
 				goto out;
 			}
 			added[i].str = json_string_value(content);
@@ -849,13 +864,15 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 			added[i].id = (int)json_integer_value(id);
 			added[i].special = json_is_true(json_object_get(a, "special"));
 			json_t *v = json_object_get(vocab, added[i].str);
-			added[i].in_vocab = json_is_integer(v) && json_integer_value(v) == added[i].id;
+			added[i].in_vocab = json_is_integer(v) &&
+					    json_integer_value(v) == added[i].id;
 		}
 		pp_tokenizer *t = NULL;
 		rc = build(&t, path, vocab, merges, NULL, NULL, added, nadded, e);
 		*tp = t;
 		if (!rc)
-			rc = pre_tokenizer(json_object_get(root, "pre_tokenizer"), path, t->impl, e);
+			rc = pre_tokenizer(json_object_get(root, "pre_tokenizer"), path, t->impl,
+					   e);
 		if (!rc) {
 			struct tok_bpe *b = t->impl;
 			b->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
@@ -879,8 +896,8 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 		mpath = sibling(path, "merges.txt");
 		size_t mn;
 		if (!mpath || fs_read_file(mpath, &mtxt, &mn, e)) {
-			rc = pp_err_prefix(e, "%s is a GPT-2 vocab.json and needs merges.txt beside it",
-					   path);
+			rc = pp_err_prefix(
+				e, "%s is a GPT-2 vocab.json and needs merges.txt beside it", path);
 			goto out;
 		}
 		sha256_update(&sc, mtxt, mn);
@@ -891,7 +908,8 @@ int tok_bpe_load_json(pp_tokenizer **tp, const char *path, const char *buf, size
 				rc = pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 				goto out;
 			}
-			*added = (added_tok){"<|endoftext|>", 13, (int)json_integer_value(eot), 1, 1};
+			*added = (added_tok){"<|endoftext|>", 13, (int)json_integer_value(eot), 1,
+					     1};
 			nadded = 1;
 		}
 		rc = build(tp, path, root, NULL, mtxt, mpath, added, nadded, e);

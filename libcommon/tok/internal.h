@@ -80,8 +80,8 @@ struct pp_tokenizer {
 
 	/* for the writers of other formats (tokenizer.h), filled by the
 	 * loaders; the arrays belong to impl */
-	const uint8_t *type;  /* TOK_* per piece */
-	const float *score;   /* per piece; NULL: none */
+	const uint8_t *type;   /* TOK_* per piece */
+	const float *score;    /* per piece; NULL: none */
 	const int (*merge)[2]; /* per rank: the ids of its pair */
 	int n_merges, unk, add_bos;
 	tok_prep prep;
@@ -99,7 +99,6 @@ pp_tokenizer *tok_new(int n);
 int tok_set_piece(pp_tokenizer *t, int id, const char *s, size_t n);
 /* Builds t->map from the pieces; duplicates are an error naming the piece. */
 int tok_index_pieces(pp_tokenizer *t, const char *path, pp_err *e);
-
 
 /* Length of the UTF-8 character at s (n > 0 bytes left): 1 to 4, with its
  * code point in *cp; an invalid or truncated sequence is one byte with
@@ -148,14 +147,12 @@ tok_cache *tok_cache_get(const pp_tokenizer *t);
 int tok_cache_find(const tok_cache *c, const char *w, size_t n, const int **ids, size_t *k);
 void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t k);
 
-
 /* Frees t and everything it owns (tok_free, and the loaders on a failure). */
 void tok_vocab_free(pp_tokenizer *t);
 
 /* Loaders (spm.c, bpe.c): fill a new tokenizer from the file's
  * bytes. The fingerprint is filled by the caller. */
-int tok_spm_load(pp_tokenizer **t, const char *path, const unsigned char *buf, size_t n,
-		 pp_err *e);
+int tok_spm_load(pp_tokenizer **t, const char *path, const unsigned char *buf, size_t n, pp_err *e);
 int tok_bpe_load_json(pp_tokenizer **t, const char *path, const char *buf, size_t n,
 		      char fingerprint[SHA256_HEX], pp_err *e);
 

@@ -157,7 +157,8 @@ static int pb_next(pctx *c, pb *b, pb_field *f)
 	f->s = NULL;
 	f->n = 0;
 	if (pb_value(b, f->wt, &f->v, &f->s, &f->n)) {
-		bad(c, b, f->wt == 3 || f->wt == 4 || f->wt > 5 ? "bad wire type" : "truncated field");
+		bad(c, b,
+		    f->wt == 3 || f->wt == 4 || f->wt > 5 ? "bad wire type" : "truncated field");
 		return -1;
 	}
 	return 1;
@@ -189,18 +190,29 @@ static int parse_trainer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 	while ((r = pb_next(c, &b, &f)) > 0) {
 		int *dst = NULL;
 		switch (f.num) {
-		case 3: dst = &sp->model_type; break;
-		case 24: dst = &sp->ws_suffix; break;
-		case 35: dst = &sp->byte_fallback; break;
-		case 41: dst = &sp->bos; break;
-		case 42: dst = &sp->eos; break;
+		case 3:
+			dst = &sp->model_type;
+			break;
+		case 24:
+			dst = &sp->ws_suffix;
+			break;
+		case 35:
+			dst = &sp->byte_fallback;
+			break;
+		case 41:
+			dst = &sp->bos;
+			break;
+		case 42:
+			dst = &sp->eos;
+			break;
 		case 44:
 			if (want(c, &b, &f, WT_LEN, "TrainerSpec"))
 				return -1;
 			snprintf(sp->unk_surface, sizeof sp->unk_surface, "%.*s", (int)f.n,
 				 (const char *)f.s);
 			continue;
-		default: continue;
+		default:
+			continue;
 		}
 		if (want(c, &b, &f, WT_VARINT, "TrainerSpec"))
 			return -1;
@@ -227,10 +239,17 @@ static int parse_normalizer(pctx *c, const uint8_t *p, size_t n, spec *sp)
 			else
 				sp->charsmap_len = f.n;
 			continue;
-		case 3: dst = &sp->add_dummy_prefix; break;
-		case 4: dst = &sp->remove_extra_ws; break;
-		case 5: dst = &sp->escape_ws; break;
-		default: continue;
+		case 3:
+			dst = &sp->add_dummy_prefix;
+			break;
+		case 4:
+			dst = &sp->remove_extra_ws;
+			break;
+		case 5:
+			dst = &sp->escape_ws;
+			break;
+		default:
+			continue;
 		}
 		if (want(c, &b, &f, WT_VARINT, "NormalizerSpec"))
 			return -1;
@@ -277,7 +296,9 @@ static int byte_piece_value(const char *s, size_t n)
 	int v = 0;
 	for (int i = 3; i < 5; i++) {
 		char ch = s[i];
-		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+		int d = ch >= '0' && ch <= '9'   ? ch - '0'
+			: ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+						 : -1;
 		if (d < 0)
 			return -1;
 		v = v * 16 + d;
@@ -310,18 +331,21 @@ static int crosses_word(const char *p, size_t n)
 	return 0;
 }
 
-static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out,
-		      pp_err *e);
+static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e);
 static int spm_decode(const pp_tokenizer *t, const int *ids, size_t n, int flags, tok_text *out,
 		      pp_err *e);
 
-int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, size_t n,
-		 pp_err *e)
+int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, size_t n, pp_err *e)
 {
 	*tp = NULL;
 	pctx c = {path, buf, e};
-	spec sp = {.model_type = 1, .bos = 1, .eos = 2, .add_dummy_prefix = 1,
-		   .remove_extra_ws = 1, .escape_ws = 1, .unk_surface = " \xe2\x81\x87 "};
+	spec sp = {.model_type = 1,
+		   .bos = 1,
+		   .eos = 2,
+		   .add_dummy_prefix = 1,
+		   .remove_extra_ws = 1,
+		   .escape_ws = 1,
+		   .unk_surface = " \xe2\x81\x87 "};
 
 	/* pass 1: count pieces, read the specs (repeated messages merge: last
 	 * value wins) */
@@ -342,10 +366,11 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	if (r < 0)
 		return PP_ERUNTIME;
 	if (npieces == 0)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: not a SentencePiece model: it has no pieces (expected a .model "
-				 "file, a tokenizer.json or a GPT-2 vocab.json)",
-				 path);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: not a SentencePiece model: it has no pieces (expected a .model "
+			"file, a tokenizer.json or a GPT-2 vocab.json)",
+			path);
 	if (npieces > 0x7FFFFFF)
 		return pp_errorf(e, PP_ERUNTIME, "%s: %ld pieces is too many", path, npieces);
 
@@ -354,16 +379,19 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 		return pp_errorf(e, PP_ERUNTIME,
 				 "%s: SentencePiece model_type %s is not supported: pp encodes BPE "
 				 "models (Llama, Mistral, Gemma); train with --model_type=bpe",
-				 path, sp.model_type >= 1 && sp.model_type <= 4 ? mtype[sp.model_type] : "?");
+				 path,
+				 sp.model_type >= 1 && sp.model_type <= 4 ? mtype[sp.model_type]
+									  : "?");
 	if (sp.charsmap_len)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: normalization rule '%s' (a %zu-byte precompiled character map) "
-				 "is not supported: pp implements the identity rule only; train with "
-				 "--normalization_rule_name=identity",
-				 path, sp.norm_name[0] ? sp.norm_name : "(unnamed)", sp.charsmap_len);
+		return pp_errorf(
+			e, PP_ERUNTIME,
+			"%s: normalization rule '%s' (a %zu-byte precompiled character map) "
+			"is not supported: pp implements the identity rule only; train with "
+			"--normalization_rule_name=identity",
+			path, sp.norm_name[0] ? sp.norm_name : "(unnamed)", sp.charsmap_len);
 	if (sp.ws_suffix)
-		return pp_errorf(e, PP_ERUNTIME,
-				 "%s: treat_whitespace_as_suffix is not supported", path);
+		return pp_errorf(e, PP_ERUNTIME, "%s: treat_whitespace_as_suffix is not supported",
+				 path);
 
 	pp_tokenizer *t = tok_new((int)npieces);
 	struct tok_spm *m = t ? calloc(1, sizeof *m) : NULL;
@@ -415,8 +443,8 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 		if (type == SP_UNKNOWN) {
 			if (m->unk >= 0)
 				return pp_errorf(e, PP_ERUNTIME,
-						 "%s: pieces %d and %d are both of type UNKNOWN", path,
-						 m->unk, id);
+						 "%s: pieces %d and %d are both of type UNKNOWN",
+						 path, m->unk, id);
 			m->unk = id;
 		} else if (type == SP_UNUSED) {
 			m->has_unused = 1;
@@ -428,13 +456,14 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 		} else if (type == SP_BYTE) {
 			int bv = byte_piece_value(ps, len);
 			if (!sp.byte_fallback)
-				return pp_errorf(e, PP_ERUNTIME,
-						 "%s: byte piece %d '%s' although byte_fallback is false",
-						 path, id, ps);
+				return pp_errorf(
+					e, PP_ERUNTIME,
+					"%s: byte piece %d '%s' although byte_fallback is false",
+					path, id, ps);
 			if (bv < 0)
 				return pp_errorf(e, PP_ERUNTIME,
-						 "%s: piece %d '%s' of type BYTE is not <0xXX>", path, id,
-						 ps);
+						 "%s: piece %d '%s' of type BYTE is not <0xXX>",
+						 path, id, ps);
 			m->byte_id[bv] = id;
 		}
 		id++;
@@ -451,13 +480,15 @@ int tok_spm_load(pp_tokenizer **tp, const char *path, const unsigned char *buf, 
 	if (sp.byte_fallback)
 		for (int i = 0; i < 256; i++)
 			if (m->byte_id[i] < 0)
-				return pp_errorf(e, PP_ERUNTIME,
-						 "%s: byte_fallback is true but there is no byte piece "
-						 "<0x%02X>",
-						 path, i);
+				return pp_errorf(
+					e, PP_ERUNTIME,
+					"%s: byte_fallback is true but there is no byte piece "
+					"<0x%02X>",
+					path, i);
 	if (sp.bos >= (int)npieces || sp.eos >= (int)npieces || sp.bos < -1 || sp.eos < -1)
-		return pp_errorf(e, PP_ERUNTIME, "%s: bos_id %d or eos_id %d outside the %ld pieces",
-				 path, sp.bos, sp.eos, npieces);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "%s: bos_id %d or eos_id %d outside the %ld pieces", path, sp.bos,
+				 sp.eos, npieces);
 	t->bos = sp.bos;
 	t->eos = sp.eos;
 	t->unk = m->unk;
@@ -736,7 +767,8 @@ static uint32_t word_len(const char *norm, uint32_t a, uint32_t nn)
 			uint32_t cp;
 			i += (unsigned char)norm[i] < 0x80
 				     ? 1
-				     : (uint32_t)tok_utf8_char((const unsigned char *)norm + i, nn - i, &cp);
+				     : (uint32_t)tok_utf8_char((const unsigned char *)norm + i,
+							       nn - i, &cp);
 			prev_space = 0;
 		}
 	}
@@ -749,8 +781,9 @@ static int spm_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids
 	if (n == 0)
 		return 0;
 	if (n > (UINT32_MAX - 8) / 3)
-		return pp_errorf(e, PP_EUSAGE, "tokenizer: a text of %zu bytes is too long to encode "
-					       "at once (split it, e.g. by line)",
+		return pp_errorf(e, PP_EUSAGE,
+				 "tokenizer: a text of %zu bytes is too long to encode "
+				 "at once (split it, e.g. by line)",
 				 n);
 	char small[1024];
 	char *norm = 3 * n + 3 <= sizeof small ? small : malloc(3 * n + 3);
@@ -817,10 +850,11 @@ static int spm_decode(const pp_tokenizer *t, const int *ids, size_t n, int flags
 	for (size_t i = 0; i < n; i++) {
 		int id = ids[i];
 		if (id < 0 || id >= t->n_vocab)
-			return pp_errorf(e, PP_EUSAGE,
-					 "tokenizer: id %d at position %zu is outside the vocabulary "
-					 "(0..%d)",
-					 id, i, t->n_vocab - 1);
+			return pp_errorf(
+				e, PP_EUSAGE,
+				"tokenizer: id %d at position %zu is outside the vocabulary "
+				"(0..%d)",
+				id, i, t->n_vocab - 1);
 		int type = m->type[id], rc = 0;
 		const char *p = t->pool + t->off[id];
 		size_t len = t->len[id];
@@ -840,7 +874,8 @@ static int spm_decode(const pp_tokenizer *t, const int *ids, size_t n, int flags
 					p += 3, len -= 3;
 				} else {
 					size_t k = 1;
-					while (k < len && !(len - k >= 3 && !memcmp(p + k, SPACE, 3)))
+					while (k < len &&
+					       !(len - k >= 3 && !memcmp(p + k, SPACE, 3)))
 						k++;
 					rc = tok_text_append(out, p, k);
 					p += k, len -= k;

@@ -10,7 +10,6 @@
 #include "../base/fsutil.h"
 #include "internal.h"
 
-
 int tok_load(pp_tokenizer **t, const char *path, pp_err *e)
 {
 	*t = NULL;
@@ -24,8 +23,10 @@ int tok_load(pp_tokenizer **t, const char *path, pp_err *e)
 		i++;
 	char fp[SHA256_HEX] = "";
 	if (n == 0) {
-		rc = pp_errorf(e, PP_ERUNTIME, "%s: empty file (expected a SentencePiece .model, a "
-					       "tokenizer.json or a GPT-2 vocab.json)", path);
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s: empty file (expected a SentencePiece .model, a "
+			       "tokenizer.json or a GPT-2 vocab.json)",
+			       path);
 	} else if (i < n && buf[i] == '{' && buf[0] != 0x0A) {
 		/* JSON; the GPT-2 pair's fingerprint covers merges.txt too. (A
 		 * protobuf starts with 0x0A, '\n', the key of its first piece.) */

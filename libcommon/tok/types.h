@@ -32,7 +32,7 @@ enum { TOK_NORMAL = 1, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, T
 
 /* How text is prepared before the merges. */
 typedef struct {
-	int add_space_prefix;         /* SentencePiece add_dummy_prefix, ByteLevel add_prefix_space */
+	int add_space_prefix; /* SentencePiece add_dummy_prefix, ByteLevel add_prefix_space */
 	int remove_extra_whitespaces; /* SentencePiece */
 	int byte_fallback;            /* SentencePiece */
 	int split_digits;             /* byte-level BPE: Digits first; 1 each digit alone, 2 runs */

@@ -191,7 +191,8 @@ int tok_index_pieces(pp_tokenizer *t, const char *path, pp_err *e)
 		if (r < 0)
 			return pp_errorf(e, PP_ERUNTIME, "%s: out of memory", path);
 		if (r > 0)
-			return pp_errorf(e, PP_ERUNTIME, "%s: piece %d '%.64s' is already defined as piece %d",
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: piece %d '%.64s' is already defined as piece %d",
 					 path, i, t->pool + t->off[i], old);
 	}
 	return 0;
@@ -255,10 +256,7 @@ static void cache_free(void *p)
 	free(c);
 }
 
-static void cache_init_key(void)
-{
-	cache_key_ok = pthread_key_create(&cache_key, cache_free) == 0;
-}
+static void cache_init_key(void) { cache_key_ok = pthread_key_create(&cache_key, cache_free) == 0; }
 
 static void cache_clear(tok_cache *c, uint64_t owner)
 {
@@ -322,7 +320,6 @@ void tok_cache_put(tok_cache *c, const char *w, size_t n, const int *ids, size_t
 	c->nkeys += n;
 	c->nids += k;
 }
-
 
 void tok_vocab_free(pp_tokenizer *t)
 {

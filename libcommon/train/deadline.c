@@ -26,12 +26,15 @@ static double process_age(void)
 	const char *p = strrchr(buf, ')'); /* the name may hold spaces */
 	unsigned long long start = 0;
 	/* after ") ": state is field 3, starttime field 22 */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-			 &start) != 1)
+	if (!p ||
+	    sscanf(p + 2,
+		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &start) != 1)
 		return 0;
 	struct timespec up;
 	clock_gettime(CLOCK_BOOTTIME, &up);
-	double age = (double)up.tv_sec + 1e-9 * (double)up.tv_nsec - (double)start / (double)sysconf(_SC_CLK_TCK);
+	double age = (double)up.tv_sec + 1e-9 * (double)up.tv_nsec -
+		     (double)start / (double)sysconf(_SC_CLK_TCK);
 	return age > 0 ? age : 0;
 }
 
@@ -54,10 +57,7 @@ void deadline_save(run_deadline *d, double s)
 		d->worst_save = s;
 }
 
-double deadline_elapsed(const run_deadline *d)
-{
-	return mono() - d->start;
-}
+double deadline_elapsed(const run_deadline *d) { return mono() - d->start; }
 
 bool deadline_near(const run_deadline *d)
 {

@@ -47,9 +47,9 @@ static inline bool zero1(const trainer *t)
 /* What a step reports. */
 typedef struct {
 	double loss, gnorm, lr;
-	bool skipped;    /* non-finite loss or gradient norm (nan_policy=skip) */
-	double moe_aux;  /* MoE: the load-balancing loss, mean over layers (1: balanced) */
-	double moe_z;    /* the router z-loss, likewise */
+	bool skipped;       /* non-finite loss or gradient norm (nan_policy=skip) */
+	double moe_aux;     /* MoE: the load-balancing loss, mean over layers (1: balanced) */
+	double moe_z;       /* the router z-loss, likewise */
 	double moe_dropped; /* the fraction of expert assignments dropped (capacity) */
 } step_result;
 
@@ -58,7 +58,7 @@ typedef struct {
 	FILE *metrics; /* leader only */
 	tb_writer *tb; /* leader only; NULL when tensorboard=false */
 	double flops_per_token;
-	double peak; /* FLOP/s of the device, 0 when unknown */
+	double peak;  /* FLOP/s of the device, 0 when unknown */
 	double t_avg; /* moving average of the step time, warm-up steps left out */
 	long n_run;   /* steps run by this process */
 	long n_timed; /* of which after the warm-up (timing_skip_steps) */

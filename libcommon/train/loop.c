@@ -27,14 +27,22 @@ static int open_profile(trainer *t, pp_err *e)
 		end = c->steps + 1;
 	if (begin >= end || end <= t->step + 1) {
 		if (trainer_leader(t))
-			log_info("warning: profile_steps=%s: no step of this run (steps %ld to %ld) "
-				 "falls in it; nothing is profiled",
-				 c->profile_steps, t->step + 1, c->steps);
+			log_info(
+				"warning: profile_steps=%s: no step of this run (steps %ld to %ld) "
+				"falls in it; nothing is profiled",
+				c->profile_steps, t->step + 1, c->steps);
 		return 0;
 	}
-	prof_rank id = {.rank = me->rank, .world = me->world, .pp = me->pp, .dp = me->data,
-			.tp = me->tp, .pp_rank = me->pp_rank, .dp_rank = me->data_rank,
-			.tp_rank = me->tp_rank, .v = me->v, .m = c->microbatches};
+	prof_rank id = {.rank = me->rank,
+			.world = me->world,
+			.pp = me->pp,
+			.dp = me->data,
+			.tp = me->tp,
+			.pp_rank = me->pp_rank,
+			.dp_rank = me->data_rank,
+			.tp_rank = me->tp_rank,
+			.v = me->v,
+			.m = c->microbatches};
 	snprintf(id.preset, sizeof id.preset, "%s", c->model.preset);
 	snprintf(id.host, sizeof id.host, "%s", t->proc.host);
 	snprintf(id.schedule, sizeof id.schedule, "%s", schedule_kind_name(c->schedule));
@@ -44,13 +52,19 @@ static int open_profile(trainer *t, pp_err *e)
 		snprintf(id.device, sizeof id.device, "cuda:%d %s", boot_device(&t->proc),
 			 pp_cuda_device_name());
 #endif
-	prof_rec_opts o = {c->run_dir, begin, end, &id, t->ops, t->mesh.world_comm,
+	prof_rec_opts o = {c->run_dir,
+			   begin,
+			   end,
+			   &id,
+			   t->ops,
+			   t->mesh.world_comm,
 			   me->rank == c->debug.clock_offset_rank ? c->debug.clock_offset_s : 0};
 	int rc = prof_rec_open(&t->prof, &o, e);
 	t->pl.prof = t->sync.prof = t->prof;
 	if (!rc && trainer_leader(t))
-		log_info("profiling steps %ld to %ld into %s/profile/ (pp-merge-profile merges them)",
-			 begin, end - 1, c->run_dir);
+		log_info(
+			"profiling steps %ld to %ld into %s/profile/ (pp-merge-profile merges them)",
+			begin, end - 1, c->run_dir);
 	return rc;
 }
 
@@ -80,8 +94,8 @@ enum { STOP_NONE, STOP_RUNTIME, STOP_SIGNAL };
  * background (*bg), whose phases each end when they have ended on every
  * rank: the writes, then rank 0's commit. wait: until the save is
  * published. On an error *bg stays for the caller to free. */
-static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt_job **bg, int *stop,
-			 bool wait, pp_err *e)
+static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt_job **bg,
+			 int *stop, bool wait, pp_err *e)
 {
 	for (;;) {
 		ckpt_job *j = *bg;
@@ -96,8 +110,10 @@ static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt
 			return rc;
 		if (v[2]) {
 			if (!failed)
-				return pp_errorf(e, PP_ERUNTIME, "checkpoint step %ld: another rank failed to "
-						 "write its part (see its message)", j->cs.step);
+				return pp_errorf(e, PP_ERUNTIME,
+						 "checkpoint step %ld: another rank failed to "
+						 "write its part (see its message)",
+						 j->cs.step);
 			*e = mine;
 			return mine.code;
 		}
@@ -107,7 +123,8 @@ static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt
 			/* every rank's files are written: rank 0 publishes them */
 			j->phase = CKPT_JOB_COMMIT;
 			if (t->lay.rank == 0)
-				ckpt_job_start(j, CKPT_JOB_COMMIT, NULL); /* a failure is the job's status */
+				ckpt_job_start(j, CKPT_JOB_COMMIT,
+					       NULL); /* a failure is the job's status */
 			if (wait)
 				continue;
 			return 0;
@@ -115,7 +132,8 @@ static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt
 		double took = train_now() - j->t_start;
 		deadline_save(dl, took);
 		if (!o->quiet && trainer_leader(t))
-			log_info("checkpoint step %ld written in the background in %.2f s", j->cs.step, took);
+			log_info("checkpoint step %ld written in the background in %.2f s",
+				 j->cs.step, took);
 		ckpt_job_free(j);
 		free(j);
 		*bg = NULL;
@@ -156,10 +174,13 @@ static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline
 	double blocked = train_now() - s0;
 	char wait[64] = "";
 	if (waited > 0.0005)
-		snprintf(wait, sizeof wait, "%.3f s waiting for the previous save, %.3f s ", waited, blocked - waited);
+		snprintf(wait, sizeof wait, "%.3f s waiting for the previous save, %.3f s ", waited,
+			 blocked - waited);
 	if (say)
-		log_info("checkpoint step %ld: training blocked %.3f s (%scopying the state), writing it in "
-			 "the background", t->step, blocked, wait);
+		log_info(
+			"checkpoint step %ld: training blocked %.3f s (%scopying the state), writing it in "
+			"the background",
+			t->step, blocked, wait);
 	train_log_scalar(lg, t->step, "checkpoint_blocked_s", blocked);
 	return 0;
 }
@@ -202,14 +223,15 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			 "for %ld steps from step %ld; %.3g FLOP/token = 6N + 6*L*H*D*T; %d x %d "
 			 "tokens per step",
 			 c->model.preset, t->lay.world, t->lay.world > 1 ? "s" : "", c->pp, c->dp,
-			 fsdp, c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps, t->step,
-			 lg.flops_per_token, c->global_batch, c->seq_len);
+			 fsdp, c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps,
+			 t->step, lg.flops_per_token, c->global_batch, c->seq_len);
 	if (!o->quiet && trainer_leader(t))
 		train_log_state_bytes(t);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0)
-			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
-				 device, pp_type_name(c->dtype), lg.peak / 1e12);
+			log_info(
+				"device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
+				device, pp_type_name(c->dtype), lg.peak / 1e12);
 		else
 			log_info("device %s, dtype %s: no known peak, so no MFU", device,
 				 pp_type_name(c->dtype));
@@ -233,13 +255,16 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			break;
 		train_log_step(t, &lg, o, &res, train_now() - t0);
 		deadline_step(&dl, train_now() - t0);
-		if (c->eval_interval > 0 && (t->step % c->eval_interval == 0 || t->step == c->steps)) {
+		if (c->eval_interval > 0 &&
+		    (t->step % c->eval_interval == 0 || t->step == c->steps)) {
 			prof_span ev = prof_begin(t->prof, PROF_EVAL);
 			rc = run_eval(t, &lg, e);
 			prof_end(t->prof, &ev, -1, -1, -1, 0);
 		}
 		/* a signal may reach the ranks at different steps: agree */
-		int stop = o->stop && *o->stop ? STOP_SIGNAL : deadline_near(&dl) ? STOP_RUNTIME : STOP_NONE;
+		int stop = o->stop && *o->stop  ? STOP_SIGNAL
+			   : deadline_near(&dl) ? STOP_RUNTIME
+						: STOP_NONE;
 		if (!rc)
 			rc = save_progress(t, o, &dl, &bg, &stop, false, e);
 		watchdog_disarm(wd);
@@ -247,7 +272,8 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		bool last = t->step == c->steps && c->save_on_completion;
 		if (!rc && (period || stop || last)) {
 			prof_span save = prof_begin(t->prof, PROF_CHECKPOINT);
-			rc = checkpoint(t, o, &lg, &dl, &bg, c->async_checkpointing && !stop && !last, e);
+			rc = checkpoint(t, o, &lg, &dl, &bg,
+					c->async_checkpointing && !stop && !last, e);
 			prof_end(t->prof, &save, -1, -1, -1, 0);
 		}
 		if (!rc)
@@ -258,18 +284,20 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			if (stop == STOP_SIGNAL)
 				snprintf(why, sizeof why, "stopped by a signal");
 			else
-				snprintf(why, sizeof why, "stopped by max_runtime=%g s with %.0f s left",
+				snprintf(why, sizeof why,
+					 "stopped by max_runtime=%g s with %.0f s left",
 					 c->max_runtime, c->max_runtime - deadline_elapsed(&dl));
 			if (trainer_leader(t))
 				log_info("%s at step %ld after saving a checkpoint", why, t->step);
-			rc = pp_errorf(e, PP_ESTOPPED, "%s at step %ld; checkpoint saved", why, t->step);
+			rc = pp_errorf(e, PP_ESTOPPED, "%s at step %ld; checkpoint saved", why,
+				       t->step);
 		}
 	}
 	if (bg && !rc) {
 		int none = STOP_NONE;
 		rc = save_progress(t, o, &dl, &bg, &none, true, e);
 	}
-	if (bg) { /* failed: what it wrote is not a checkpoint */
+	if (bg) {                  /* failed: what it wrote is not a checkpoint */
 		ckpt_job_free(bg); /* joins its thread first */
 		free(bg);
 	}
@@ -284,14 +312,16 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	if (!rc && !o->quiet)
 		train_log_timing(t, &lg);
 	if (!rc && !o->quiet && trainer_leader(t) && fsdp_on(t))
-		log_info("fsdp: %ld all-gathers of a layer's parameters, %ld of them issued while the "
-			 "layer before computed (%ld still in flight when needed); %ld reduce-scatters",
-			 t->fsdp.stats.gathers, t->fsdp.stats.prefetched, t->fsdp.stats.waited,
-			 t->fsdp.stats.reduces);
+		log_info(
+			"fsdp: %ld all-gathers of a layer's parameters, %ld of them issued while the "
+			"layer before computed (%ld still in flight when needed); %ld reduce-scatters",
+			t->fsdp.stats.gathers, t->fsdp.stats.prefetched, t->fsdp.stats.waited,
+			t->fsdp.stats.reduces);
 	else if (!rc && !o->quiet && trainer_leader(t) && t->mesh.data_comm)
-		log_info("gradient sum over dp: %d reduction(s) overlapped with the backward passes, "
-			 "%d after them (grad_bucket_mb=%g)",
-			 t->sync.early, t->sync.late, c->grad_bucket_mb);
+		log_info(
+			"gradient sum over dp: %d reduction(s) overlapped with the backward passes, "
+			"%d after them (grad_bucket_mb=%g)",
+			t->sync.early, t->sync.late, c->grad_bucket_mb);
 	free(tok);
 	free(tgt);
 	if (lg.metrics)

@@ -35,13 +35,14 @@ void train_log_scalar(run_log *lg, long step, const char *name, double v)
 	if (!lg->metrics)
 		return;
 	char num[32];
-	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %s}\n", step, name, json_number(num, sizeof num, v));
+	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %s}\n", step, name,
+		json_number(num, sizeof num, v));
 	fflush(lg->metrics);
 	tensorboard_scalars(lg, step, &name, &v, 1);
 }
 
 void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const step_result *r,
-		     double dt)
+		    double dt)
 {
 	const pp_config *c = t->cfg;
 	const double loss = r->loss, lr = r->lr, gnorm = r->gnorm;
@@ -64,17 +65,19 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
 	char l[32], g[32], ma[32], mz[32], moe_json[160] = "";
 	if (moe)
-		snprintf(moe_json, sizeof moe_json,
-			 ", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
-			 json_number(ma, sizeof ma, r->moe_aux), json_number(mz, sizeof mz, r->moe_z),
-			 r->moe_dropped);
+		snprintf(
+			moe_json, sizeof moe_json,
+			", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
+			json_number(ma, sizeof ma, r->moe_aux),
+			json_number(mz, sizeof mz, r->moe_z), r->moe_dropped);
 	fprintf(lg->metrics,
 		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s%s}\n",
-		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt, tps, fps, mfu,
-		moe_json, skipped ? ", \"skipped\": true" : "");
+		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt,
+		tps, fps, mfu, moe_json, skipped ? ", \"skipped\": true" : "");
 	fflush(lg->metrics);
-	const char *tags[] = {"loss", "lr", "grad_norm", "step_time", "tokens_per_s", "flops_per_s", "mfu"};
+	const char *tags[] = {"loss",         "lr",          "grad_norm", "step_time",
+			      "tokens_per_s", "flops_per_s", "mfu"};
 	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};
 	tensorboard_scalars(lg, t->step, tags, vals, lg->peak > 0 ? 7 : 6);
 	if (moe) {
@@ -94,8 +97,8 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	log_duration(eta, sizeof eta, lg->t_avg * (double)(c->steps - t->step));
 	char moe_line[128] = "";
 	if (moe)
-		snprintf(moe_line, sizeof moe_line, " | moe_aux %.4f | moe_z %.4f | dropped %.2f%%", r->moe_aux,
-			 r->moe_z, 100 * r->moe_dropped);
+		snprintf(moe_line, sizeof moe_line, " | moe_aux %.4f | moe_z %.4f | dropped %.2f%%",
+			 r->moe_aux, r->moe_z, 100 * r->moe_dropped);
 	log_info("step %ld/%ld | loss %.4f%s | lr %.2e | grad_norm %.3f | %.3f s | %s tok/s | %s | "
 		 "ETA %s%s",
 		 t->step, c->steps, loss, moe_line, lr, gnorm, dt, tp, rate, eta,
@@ -142,16 +145,19 @@ void train_log_state_bytes(const trainer *t)
 		scratch += (double)(b.scratch + b.logits);
 	}
 	if (!fsdp_on(t)) {
-		log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
-			 "%.4g MB", params / 1e6, grads / 1e6, optim / 1e6);
+		log_info(
+			"training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
+			"%.4g MB",
+			params / 1e6, grads / 1e6, optim / 1e6);
 	} else {
 		fsdp_bytes f;
 		fsdp_sizes(t->chunks, t->lay.v, A, &f);
-		log_info("training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
-			 "%.4g MB (its fsdp shares); working set: gathered units %.4g MB, gradient "
-			 "buffers %.4g MB",
-			 params / 1e6, grads / 1e6, optim / 1e6, (double)f.gathered / 1e6,
-			 (double)f.grad_buffers / 1e6);
+		log_info(
+			"training state on rank 0: parameters %.4g MB, gradients %.4g MB, optimizer "
+			"%.4g MB (its fsdp shares); working set: gathered units %.4g MB, gradient "
+			"buffers %.4g MB",
+			params / 1e6, grads / 1e6, optim / 1e6, (double)f.gathered / 1e6,
+			(double)f.grad_buffers / 1e6);
 	}
 	log_info("activations on rank 0: %.4g MB held for the backward passes, %.4g MB of "
 		 "working buffers and logits",

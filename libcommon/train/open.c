@@ -22,10 +22,11 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	t->params_only = params_only;
 	const pp_model_cfg *m = &c->model;
 	if (m->pos == PP_POS_RELATIVE)
-		return pp_errorf(e, PP_EUSAGE,
-				 "model '%s' uses relative position biases (pos=relative): this version "
-				 "of pp trains rope and learned positions only",
-				 m->preset);
+		return pp_errorf(
+			e, PP_EUSAGE,
+			"model '%s' uses relative position biases (pos=relative): this version "
+			"of pp trains rope and learned positions only",
+			m->preset);
 	int rc = pp_ops_select(c->device, c->dtype, &t->ops, e);
 	if (rc)
 		return rc;
@@ -48,9 +49,11 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		    (rc = layout_build(&t->lay, c, t->proc.rank, e)))
 			return rc;
 		if (t->proc.size > 1) {
-			const pp_comm_ops *co = comm_find(c->device == PP_DEVICE_CUDA ? "nccl" : "mpi");
+			const pp_comm_ops *co = comm_find(c->device == PP_DEVICE_CUDA ? "nccl"
+										      : "mpi");
 			if (!co)
-				return pp_errorf(e, PP_EUSAGE, "device=%s: no communication backend",
+				return pp_errorf(e, PP_EUSAGE,
+						 "device=%s: no communication backend",
 						 pp_device_name(c->device));
 			if ((rc = co->init(&world, &t->proc, c->comm_timeout, e)))
 				return rc;
@@ -83,7 +86,8 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		pp_stage *st = &t->chunks[k];
 		/* under fsdp the stage keeps its share and asks for the rest */
 		if (fsdp_on(t))
-			sp.units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, l->fsdp, l->fsdp_rank};
+			sp.units = (stage_units){fsdp_use, fsdp_done, &t->fsdp, l->fsdp,
+						 l->fsdp_rank};
 		if ((rc = stage_create(st, m, t->ops, &sp, e)))
 			return rc;
 		/* ZeRO-1: this data rank updates a share of each region of the
@@ -113,21 +117,23 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		size_t most = 0;
 		for (int k = 0; k < l->v; k++) {
 			const pp_stage *st = &t->chunks[k];
-			size_t n = gradsync_gather_len(st->n_shared, st->n_elems - st->n_shared, l->data,
-						       l->ep);
+			size_t n = gradsync_gather_len(st->n_shared, st->n_elems - st->n_shared,
+						       l->data, l->ep);
 			most = n > most ? n : most;
 		}
 		t->gather = t->ops->alloc(most * sizeof(pp_real));
 		t->gather_n = most;
 		if (!t->gather)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
-					 pp_device_name(c->device), 1e-9 * (double)(most * sizeof(pp_real)));
+			return pp_errorf(
+				e, PP_ERUNTIME,
+				"out of %s memory for the ZeRO-1 parameter gather (%.3g GB)",
+				pp_device_name(c->device), 1e-9 * (double)(most * sizeof(pp_real)));
 	}
 	if ((rc = pipeline_init(&t->pl, c->schedule, t->chunks, l->v, l->pp, l->pp_rank,
 				c->microbatches, me->pp_comm, e)))
 		return rc;
-	t->pl.pad = (sched_costs){1e-3 * c->debug.fwd_ms, 1e-3 * c->debug.bwd_ms, 1e-3 * c->debug.bwd_w_ms};
+	t->pl.pad = (sched_costs){1e-3 * c->debug.fwd_ms, 1e-3 * c->debug.bwd_ms,
+				  1e-3 * c->debug.bwd_w_ms};
 	if ((rc = data_open(&t->train, c, "train", &l->seqs, e)))
 		return rc;
 	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", &l->seqs, e)))

@@ -30,7 +30,8 @@ static int gather_state(trainer *t, int k, ckpt_host *h, pp_err *e)
 	}
 	*h = *s;
 	if (!h->w || (!t->params_only && (!h->m || !h->v)))
-		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of host memory for %zu parameters", n);
+		return pp_errorf(e, PP_ERUNTIME,
+				 "checkpoint save: out of host memory for %zu parameters", n);
 	int rc = fsdp_on(t) ? fsdp_gather_master(&t->fsdp, k, h->w, e) : 0;
 	if (rc)
 		return rc;
@@ -51,7 +52,8 @@ static int gather_fused(trainer *t, const pp_param *p, const ckpt_host *h, pp_re
 {
 	const int tp = t->lay.tp;
 	const size_t n = p->n, cols = (size_t)p->shape[1], rows = (size_t)p->block_rows;
-	const pp_real *src[3] = {h->w + p->off, h->m ? h->m + p->off : NULL, h->v ? h->v + p->off : NULL};
+	const pp_real *src[3] = {h->w + p->off, h->m ? h->m + p->off : NULL,
+				 h->v ? h->v + p->off : NULL};
 	pp_real *all = malloc(n * (size_t)tp * sizeof(pp_real));
 	int rc = 0;
 	for (int i = 0; i < 3 && src[i] && !rc; i++) {
@@ -61,7 +63,8 @@ static int gather_fused(trainer *t, const pp_param *p, const ckpt_host *h, pp_re
 		for (int r = 0; !rc && r < tp; r++)
 			for (int b = 0; b < p->n_blocks; b++)
 				memcpy(whole[i] + ((size_t)b * tp + r) * rows * cols,
-				       all + (size_t)r * n + (size_t)b * rows * cols, rows * cols * sizeof(pp_real));
+				       all + (size_t)r * n + (size_t)b * rows * cols,
+				       rows * cols * sizeof(pp_real));
 	}
 	free(all);
 	return rc;
@@ -88,8 +91,13 @@ static int add_optim_part(const pp_stage *st, const pp_param *p, const ckpt_host
 	ckpt_saved_block(p, &c);
 	size_t at = optim_ranges_pos(&h->r, lo > p->off ? lo : p->off);
 	ckpt_optim_part *q = &cs->optim[cs->n_optim++];
-	*q = (ckpt_optim_part){.name = p->name, .ndim = p->ndim, .n_ranges = n, .begin = begin, .end = end,
-			       .m = h->m + at, .v = h->v + at};
+	*q = (ckpt_optim_part){.name = p->name,
+			       .ndim = p->ndim,
+			       .n_ranges = n,
+			       .begin = begin,
+			       .end = end,
+			       .m = h->m + at,
+			       .v = h->v + at};
 	memcpy(q->shape, c.shape, sizeof q->shape);
 	memcpy(q->global_shape, c.global_shape, sizeof q->global_shape);
 	memcpy(q->offset, c.offset, sizeof q->offset);
@@ -101,14 +109,16 @@ static int add_optim_part(const pp_stage *st, const pp_param *p, const ckpt_host
  * embedding's second copy), with m and v unless cs->optim_per_dp; then, in
  * cs->optim, the parts of their AdamW state this rank holds. What it
  * allocates goes to *owned. */
-static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned, int *n_owned, pp_err *e)
+static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned, int *n_owned,
+		       pp_err *e)
 {
 	int cap = 0, rc = 0;
 	for (int k = 0; k < t->lay.v; k++)
 		cap += t->chunks[k].n_params;
 	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
 	cs->optim = cs->optim_per_dp ? calloc((size_t)cap + 1, sizeof *cs->optim) : NULL;
-	*owned = calloc((size_t)cap * 5 + 1, sizeof **owned); /* per tensor: 3 gathered arrays, 2 range arrays */
+	*owned = calloc((size_t)cap * 5 + 1,
+			sizeof **owned); /* per tensor: 3 gathered arrays, 2 range arrays */
 	*n_owned = 0;
 	if (!cs->tensors || !*owned || (cs->optim_per_dp && !cs->optim))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
@@ -129,7 +139,8 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 					(*owned)[(*n_owned)++] = whole[j];
 			if (!p->tp_owner)
 				continue;
-			if (cs->optim_per_dp && (rc = add_optim_part(st, p, &hs[k], fused, cs, *owned, n_owned, e)))
+			if (cs->optim_per_dp &&
+			    (rc = add_optim_part(st, p, &hs[k], fused, cs, *owned, n_owned, e)))
 				break;
 			if ((fused && t->lay.tp_rank != 0) || !ckpt_shard_holds(st, p))
 				continue;
@@ -151,7 +162,8 @@ static void fill_header(trainer *t, ckpt_state *cs)
 	cs->step = t->step;
 	cs->rng[0] = t->cfg->seed;
 	/* without a loader (pp-init) the position is the start of the data */
-	cs->n_data_state = t->train ? data_get_state(t->train, cs->data_state, PP_CKPT_DATA_STATE) : 1;
+	cs->n_data_state = t->train ? data_get_state(t->train, cs->data_state, PP_CKPT_DATA_STATE)
+				    : 1;
 	cs->pp_rank = me->pp_rank;
 	cs->tp_rank = me->tp_rank;
 	cs->dp_rank = me->data_rank;
@@ -196,7 +208,7 @@ int train_save_prepare(trainer *t, ckpt_job *j, pp_err *e)
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
 	for (int k = 0; k < me->v && !rc; k++)
 		rc = gather_state(t, k, &hs[k], e); /* the trainer's staging buffers */
-	rc = agree(t, rc, e); /* build_shard gathers fused tensors over tp */
+	rc = agree(t, rc, e);                       /* build_shard gathers fused tensors over tp */
 	fill_header(t, &j->cs);
 	void **owned = NULL;
 	int n_owned = 0;
@@ -251,9 +263,10 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		const optim_state *o = &t->opt[k];
 		size_t n = st->n_elems;
 		hs[k] = (ckpt_host){malloc(n * sizeof(pp_real) + 1), calloc(n + 1, sizeof(pp_real)),
-				     calloc(n + 1, sizeof(pp_real)), o->r};
+				    calloc(n + 1, sizeof(pp_real)), o->r};
 		if (!hs[k].w || !hs[k].m || !hs[k].v)
-			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of host memory for %zu parameters", n);
+			rc = pp_errorf(e, PP_ERUNTIME,
+				       "checkpoint load: out of host memory for %zu parameters", n);
 		/* without AdamW state in the checkpoint, m and v stay zero: a fresh optimizer */
 		ckpt_host want = hs[k];
 		if (!adam)
@@ -267,10 +280,12 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		const pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];
 		if (!rc) {
-			t->ops->to_device(st->w, hs[k].w + st->w_lo, (st->w_hi - st->w_lo) * sizeof(pp_real));
+			t->ops->to_device(st->w, hs[k].w + st->w_lo,
+					  (st->w_hi - st->w_lo) * sizeof(pp_real));
 			stage_weights_changed(&t->chunks[k]);
 			for (int i = 0; i < OPTIM_REGIONS; i++) {
-				size_t lo = o->r.lo[i], n = o->r.hi[i] - lo, at = optim_ranges_pos(&o->r, lo);
+				size_t lo = o->r.lo[i], n = o->r.hi[i] - lo,
+				       at = optim_ranges_pos(&o->r, lo);
 				t->ops->to_device(o->m + at, hs[k].m + lo, n * sizeof(pp_real));
 				t->ops->to_device(o->v + at, hs[k].v + lo, n * sizeof(pp_real));
 			}

@@ -24,7 +24,8 @@ static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid,
 static int total_loss(trainer *t, double *sum, long *valid, pp_err *e)
 {
 	double v[2] = {*sum, (double)*valid};
-	int rc = sum_over(t->mesh.pp_comm, v, 2, PP_DT_F64, PP_OP_SUM, e); /* the last stages count */
+	int rc = sum_over(t->mesh.pp_comm, v, 2, PP_DT_F64, PP_OP_SUM,
+			  e); /* the last stages count */
 	if (!rc)
 		rc = sum_over(t->mesh.data_comm, v, 2, PP_DT_F64, PP_OP_SUM, e);
 	*sum = v[0];
@@ -36,11 +37,13 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 {
 	const pp_config *c = t->cfg;
 	const size_t N = (size_t)c->microbatch * c->seq_len;
-	int *tok = malloc(N * c->eval_batches * sizeof(int)), *tgt = malloc(N * c->eval_batches * sizeof(int));
+	int *tok = malloc(N * c->eval_batches * sizeof(int)),
+	    *tgt = malloc(N * c->eval_batches * sizeof(int));
 	double sum = 0;
 	long valid = 0, read_valid;
 	data_rewind(t->val);
-	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt, &read_valid, e);
+	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt,
+			    &read_valid, e);
 	if (!rc)
 		rc = pipeline_eval(&t->pl, c->eval_batches, tok, tgt, &sum, &valid, e);
 	if (!rc)
@@ -52,10 +55,7 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 }
 
 /* Each element of the model counted once across ranks: as it is saved. */
-static bool counts_once(const pp_stage *st, const pp_param *p)
-{
-	return ckpt_rank_saves(st, p);
-}
+static bool counts_once(const pp_stage *st, const pp_param *p) { return ckpt_rank_saves(st, p); }
 
 /* The stage hook during a chunk's last backward pass of the step: g[from,
  * n) is final. Its shared kv heads are summed over tp first (the same
@@ -85,7 +85,8 @@ static int sync_grads(trainer *t, pp_err *e)
 		 * it, as their first tensor: in g, or under fsdp in the buffers
 		 * of their first unit's whole gradients */
 		pp_real *first = fsdp_on(t) ? fsdp_held_grad(&t->fsdp, 0, 0) : t->chunks[0].g;
-		pp_real *last = fsdp_on(t) ? fsdp_held_grad(&t->fsdp, v - 1, 0) : t->chunks[v - 1].g;
+		pp_real *last = fsdp_on(t) ? fsdp_held_grad(&t->fsdp, v - 1, 0)
+					   : t->chunks[v - 1].g;
 		const pp_stage *mine = &t->chunks[me->pp_rank == 0 ? 0 : v - 1];
 		const size_t n = mine->params[0].n;
 		if (me->pp == 1) {
@@ -120,8 +121,8 @@ static int grad_norm(trainer *t, double *norm, pp_err *e)
 	for (int k = 0; k < me->v; k++)
 		for (int i = 0; i < OPTIM_REGIONS; i++)
 			if (sharded || first[i])
-				sum += optim_grad_sumsq(&t->chunks[k], t->opt[k].r.lo[i], t->opt[k].r.hi[i],
-							counts_once);
+				sum += optim_grad_sumsq(&t->chunks[k], t->opt[k].r.lo[i],
+							t->opt[k].r.hi[i], counts_once);
 	int rc = sum_over(t->mesh.world_comm, &sum, 1, PP_DT_F64, PP_OP_SUM, e);
 	*norm = sqrt(sum);
 	return rc;
@@ -153,7 +154,8 @@ static int gather_params(trainer *t, pp_err *e)
 			/* the other ranks' shares, in the master weights and the
 			 * compute copy (AdamW wrote both for this rank's own) */
 			t->ops->to_device(st->w + base[i], all, (lo - base[i]) * sizeof(pp_real));
-			t->ops->to_device(st->w + hi, all + (hi - base[i]), (end[i] - hi) * sizeof(pp_real));
+			t->ops->to_device(st->w + hi, all + (hi - base[i]),
+					  (end[i] - hi) * sizeof(pp_real));
 			stage_weights_range_changed(st, base[i], lo);
 			stage_weights_range_changed(st, hi, end[i]);
 		}

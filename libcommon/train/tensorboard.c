@@ -84,10 +84,7 @@ static void put_varint(buf *b, uint64_t v)
 }
 
 /* field number f with wire type w */
-static void put_key(buf *b, int f, int w)
-{
-	put_varint(b, (uint64_t)(f << 3 | w));
-}
+static void put_key(buf *b, int f, int w) { put_varint(b, (uint64_t)(f << 3 | w)); }
 
 static void put_le(buf *b, uint64_t v, int bytes)
 {
@@ -158,8 +155,8 @@ int tb_open(tb_writer **out, const char *dir, pp_err *e)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	char host[64] = "localhost";
 	gethostname(host, sizeof host - 1);
-	snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s.%d", dir, (long)wall_time(), host,
-		 (int)getpid());
+	snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%ld.%s.%d", dir,
+		 (long)wall_time(), host, (int)getpid());
 	if (!(w->f = fopen(w->path, "wb"))) {
 		rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", w->path, strerror(errno));
 		free(w);
@@ -178,7 +175,8 @@ int tb_open(tb_writer **out, const char *dir, pp_err *e)
 	return 0;
 }
 
-int tb_scalars(tb_writer *w, long step, const char *const *tags, const double *values, int n, pp_err *e)
+int tb_scalars(tb_writer *w, long step, const char *const *tags, const double *values, int n,
+	       pp_err *e)
 {
 	if (!w)
 		return 0;

@@ -29,12 +29,12 @@
 typedef struct {
 	pp_config *cfg;
 	const pp_ops *ops;
-	pp_proc proc;  /* from boot_init; size 1 without a launcher */
+	pp_proc proc; /* from boot_init; size 1 without a launcher */
 	bool booted;
-	pp_layout lay;     /* what this rank holds */
-	pp_mesh mesh;      /* its process groups */
-	pp_stage *chunks;  /* lay.v chunks of this pp rank */
-	optim_state *opt;  /* per chunk: all of it, or this data rank's shard (ZeRO-1, fsdp) */
+	pp_layout lay;    /* what this rank holds */
+	pp_mesh mesh;     /* its process groups */
+	pp_stage *chunks; /* lay.v chunks of this pp rank */
+	optim_state *opt; /* per chunk: all of it, or this data rank's shard (ZeRO-1, fsdp) */
 	pipeline pl;
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
 	fsdp fsdp;            /* fsdp > 1: the gathers and reduce-scatters of the shards */
@@ -44,12 +44,13 @@ typedef struct {
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */
 	long step;            /* optimizer steps completed */
 	prof_rec *prof;       /* the profile being recorded (profile_steps), or NULL */
-	struct ckpt_host *staging; /* per chunk: host copies of the state a save writes, kept between saves */
+	struct ckpt_host *
+		staging; /* per chunk: host copies of the state a save writes, kept between saves */
 } trainer;
 
 typedef struct {
-	bool quiet;                        /* no per-step log lines */
-	volatile sig_atomic_t *stop;       /* set by a signal handler: save and stop */
+	bool quiet;                  /* no per-step log lines */
+	volatile sig_atomic_t *stop; /* set by a signal handler: save and stop */
 } train_opts;
 
 /* Checks that the config can run here (device, model kind, layout against
@@ -69,7 +70,6 @@ void trainer_init(trainer *t);
 int trainer_resume(trainer *t, bool *resumed, pp_err *e);
 /* Saves a checkpoint of the current step into run_dir (every rank calls). */
 int trainer_save(trainer *t, pp_err *e);
-
 
 /* Trains from t->step to cfg->steps. Returns PP_ESTOPPED when stopped by
  * *o->stop after saving. */

@@ -3,8 +3,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -32,7 +32,7 @@ static double mono(void)
 
 /* ---- stack traces --------------------------------------------------------- */
 
-#define MAX_FRAMES 48
+#define MAX_FRAMES  48
 #define MAX_THREADS 256
 
 /* The one request in flight: the signalled thread fills it. */
@@ -103,7 +103,7 @@ static void addr2line(const char *module, const uintptr_t *off, int n, char (*te
 	posix_spawn_file_actions_addclose(&fa, out[0]);
 	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	char **argv = calloc((size_t)n + 8, sizeof *argv);
-	char (*hex)[24] = calloc((size_t)n, sizeof *hex);
+	char(*hex)[24] = calloc((size_t)n, sizeof *hex);
 	pid_t pid = -1;
 	if (argv && hex) {
 		int a = 0;
@@ -146,7 +146,8 @@ static void addr2line(const char *module, const uintptr_t *off, int n, char (*te
 		line[strcspn(line, " ")] = 0; /* drops " (discriminator 2)" */
 		if (!strcmp(fn, "??"))
 			continue;
-		append_frame(text[i], sizeof text[i], depth++ ? "\n      inlined in " : "", fn, line);
+		append_frame(text[i], sizeof text[i], depth++ ? "\n      inlined in " : "", fn,
+			     line);
 	}
 	if (f)
 		fclose(f);
@@ -192,7 +193,8 @@ static void name_frames(thread_stack *ts, int nt, frame_name *names)
 				all[k].done = 1;
 				continue;
 			}
-			all[k].module = info.dli_fbase == self_base && exe[0] ? exe : info.dli_fname;
+			all[k].module = info.dli_fbase == self_base && exe[0] ? exe
+									      : info.dli_fname;
 			all[k].off = pc - (uintptr_t)info.dli_fbase;
 			all[k].sym = info.dli_sname;
 		}
@@ -214,10 +216,11 @@ static void name_frames(thread_stack *ts, int nt, frame_name *names)
 			fr *f = &all[idx[j]];
 			char *out = names[idx[j]].text;
 			if (text[j][0])
-				snprintf(out, sizeof names[idx[j]].text, "%.1000s (%s)", text[j], base);
+				snprintf(out, sizeof names[idx[j]].text, "%.1000s (%s)", text[j],
+					 base);
 			else
-				snprintf(out, sizeof names[idx[j]].text, "%.200s (%s+0x%lx)", f->sym ? f->sym : "??",
-					 base, (unsigned long)f->off);
+				snprintf(out, sizeof names[idx[j]].text, "%.200s (%s+0x%lx)",
+					 f->sym ? f->sym : "??", base, (unsigned long)f->off);
 			f->done = 1;
 		}
 	}
@@ -378,7 +381,8 @@ int watchdog_start(watchdog **out, double timeout_s, void (*end)(void *ctx, cons
 		pthread_cond_destroy(&w->cv);
 		pthread_mutex_destroy(&w->mu);
 		free(w);
-		return pp_errorf(e, PP_ERUNTIME, "watchdog: cannot start its thread: %s", strerror(rc));
+		return pp_errorf(e, PP_ERUNTIME, "watchdog: cannot start its thread: %s",
+				 strerror(rc));
 	}
 	*out = w;
 	return 0;

@@ -31,10 +31,9 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define VOCAB 256
+#define VOCAB   256
 #define MAX_BIN ((size_t)1 << 20)
-#define N_SEQ 2
-
+#define N_SEQ   2
 
 static void put(const char *name, const void *p, size_t n)
 {
@@ -176,7 +175,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			__builtin_trap();
 		return 0;
 	}
-	int *tok = malloc(sizeof(int) * N_SEQ * (size_t)T), *tgt = malloc(sizeof(int) * N_SEQ * (size_t)T);
+	int *tok = malloc(sizeof(int) * N_SEQ * (size_t)T),
+	    *tgt = malloc(sizeof(int) * N_SEQ * (size_t)T);
 	int rc = 0;
 	for (int i = 0; i < 3 && !rc; i++)
 		if (!(rc = data_next(d, N_SEQ, T, tok, tgt, &e)))

@@ -38,7 +38,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 #endif
 
 /* The block (offset, shape) lies inside the tensor; its element count. */
-static unsigned __int128 inside(const ckpt_tensor_info *t, const int64_t *offset, const int64_t *shape)
+static unsigned __int128 inside(const ckpt_tensor_info *t, const int64_t *offset,
+				const int64_t *shape)
 {
 	unsigned __int128 v = 1;
 	for (int d = 0; d < t->ndim; d++) {
@@ -88,7 +89,8 @@ static void check(const ckpt_manifest *m)
 			if (!t->adam || r->file < 0 || r->file >= m->n_files)
 				__builtin_trap();
 			unsigned __int128 v = inside(t, r->offset, r->shape);
-			if (r->begin < 0 || r->begin >= r->end || (unsigned __int128)r->end > v || r->at < 0)
+			if (r->begin < 0 || r->begin >= r->end || (unsigned __int128)r->end > v ||
+			    r->at < 0)
 				__builtin_trap();
 		}
 #endif

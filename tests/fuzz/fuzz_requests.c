@@ -41,8 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (tk && chat_load(&chat, NULL, tk, &e))
 		__builtin_trap();
 	const int V = tk ? tok_vocab_size(tk) : VOCAB;
-	request_defaults d = {.max_tokens = 8, .sample = sample_defaults(), .chat = tk ? &chat : NULL,
-			      .tk = tk, .vocab = V};
+	request_defaults d = {.max_tokens = 8,
+			      .sample = sample_defaults(),
+			      .chat = tk ? &chat : NULL,
+			      .tk = tk,
+			      .vocab = V};
 	decode_request *r = NULL;
 	int n = 0;
 	if (requests_from_lines((const char *)data + 1, size - 1, &d, &r, &n, &e) == 0) {
@@ -58,7 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					__builtin_trap(); /* an error that does not name its line */
 				continue;
 			}
-			if (!r[i].prompt || r[i].ids.n < 1 || r[i].max_tokens < 1 || r[i].n_stop > 16)
+			if (!r[i].prompt || r[i].ids.n < 1 || r[i].max_tokens < 1 ||
+			    r[i].n_stop > 16)
 				__builtin_trap();
 			for (size_t k = 0; k < r[i].ids.n; k++)
 				if (r[i].ids.ids[k] < 0 || r[i].ids.ids[k] >= V)

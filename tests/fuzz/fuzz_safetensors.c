@@ -28,10 +28,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* tensorio.c's registry names every format; this target links one */
-static int absent(pp_err *e)
-{
-	return pp_errorf(e, PP_EUSAGE, "not in this target");
-}
+static int absent(pp_err *e) { return pp_errorf(e, PP_EUSAGE, "not in this target"); }
 int tio_open_pp(const char *p, tio_source **out, pp_err *e)
 {
 	(void)p;

@@ -72,9 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	const tokens_info *m = tokens_get_info(f);
-	if (m->vocab_size < 1 || m->bos_id < -1 || m->bos_id >= m->vocab_size ||
-	    m->eos_id < -1 || m->eos_id >= m->vocab_size || m->n_sources < 0 ||
-	    (m->n_sources && !m->sources))
+	if (m->vocab_size < 1 || m->bos_id < -1 || m->bos_id >= m->vocab_size || m->eos_id < -1 ||
+	    m->eos_id >= m->vocab_size || m->n_sources < 0 || (m->n_sources && !m->sources))
 		__builtin_trap();
 	for (int i = 0; i < m->n_sources; i++)
 		if (!m->sources[i])

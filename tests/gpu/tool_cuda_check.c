@@ -82,9 +82,9 @@ typedef struct check {
 	void (*prep)(void *const *host, const struct check *c);
 	int nt;
 	tensor t[MAXT];
-	int a[10];   /* sizes and flags, per op */
-	float f[6];  /* scalars, per op */
-	int vocab;   /* token and target range */
+	int a[10];     /* sizes and flags, per op */
+	float f[6];    /* scalars, per op */
+	int vocab;     /* token and target range */
 	int attention; /* PP_CUDA_ATTENTION_* for the GPU runs */
 } check;
 
@@ -93,10 +93,7 @@ static int failed, passed, skipped;
 static const char *only;       /* PP_CHECK_ONLY: the ops whose name contains it */
 static const char *only_table; /* PP_CHECK_TABLE: fp32 or bf16 */
 
-static int selected(const char *op)
-{
-	return !only || strstr(op, only);
-}
+static int selected(const char *op) { return !only || strstr(op, only); }
 
 /* the GPU tables, each against the CPU */
 typedef struct {
@@ -111,16 +108,10 @@ static int table_selected(const table_t *tb)
 	return !only_table || !strcmp(only_table, tb->name);
 }
 
-static int is_bf16(const pp_ops *o)
-{
-	return o->act_type == PP_TYPE_BF16;
-}
+static int is_bf16(const pp_ops *o) { return o->act_type == PP_TYPE_BF16; }
 
 /* the error bound of a table's outputs */
-static double tol_of(const pp_ops *o)
-{
-	return is_bf16(o) ? tol_bf16 : tol;
-}
+static double tol_of(const pp_ops *o) { return is_bf16(o) ? tol_bf16 : tol; }
 
 /* ---- bf16 on the host ------------------------------------------------------- */
 
@@ -157,15 +148,9 @@ static uint64_t next_u64(void)
 }
 
 /* uniform in [-1, 1) */
-static double rnd(void)
-{
-	return (double)(next_u64() >> 11) / (double)(1ull << 52) - 1;
-}
+static double rnd(void) { return (double)(next_u64() >> 11) / (double)(1ull << 52) - 1; }
 
-static int rnd_int(int n)
-{
-	return (int)(next_u64() % (uint64_t)n);
-}
+static int rnd_int(int n) { return (int)(next_u64() % (uint64_t)n); }
 
 static void fill(void *buf, const tensor *t, int vocab)
 {
@@ -188,7 +173,10 @@ static void fill(void *buf, const tensor *t, int vocab)
 			x[i] = u == 0 ? PP_IGNORE_INDEX : rnd_int(vocab);
 			break;
 		case TGT_SPLIT: /* also targets in other slices, below and above */
-			x[i] = u == 0 ? PP_IGNORE_INDEX : u == 1 ? -1 : u == 2 ? vocab + 3 : rnd_int(vocab);
+			x[i] = u == 0   ? PP_IGNORE_INDEX
+			       : u == 1 ? -1
+			       : u == 2 ? vocab + 3
+					: rnd_int(vocab);
 			break;
 		case POS:
 			x[i] = (int)t->scale;
@@ -380,7 +368,8 @@ static void run_check_on(check *c, const table_t *tb)
 					: (memcmp(cpu[i], got[1][i], b) ? INFINITY : 0);
 		const double bound = t->tol > tol_of(g) ? t->tol : tol_of(g);
 		if (err > bound && !why[0])
-			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err, bound);
+			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err,
+				 bound);
 		worst = err > worst ? err : worst;
 	}
 	report(c->op, tb, c->shape, !why[0], worst, cpu_ms, gpu_ms, why);
@@ -402,17 +391,17 @@ static void run_check(check *c)
 			run_check_on(c, &tables[k]);
 }
 
-#define P(i) ((pp_real *)p[i])
-#define I(i) ((int *)p[i])
-#define TS(...) ((tensor){__VA_ARGS__, 0})
+#define P(i)     ((pp_real *)p[i])
+#define I(i)     ((int *)p[i])
+#define TS(...)  ((tensor){__VA_ARGS__, 0})
 /* the same with its own error bound */
 #define TSB(...) ((tensor){__VA_ARGS__})
 
 /* ---- memory ------------------------------------------------------------------ */
 
 /* the selected tables, in order */
-#define EACH_TABLE(tb)                                            \
-	for (const table_t *tb = tables; tb < tables + N_TABLES; tb++) \
+#define EACH_TABLE(tb)                                                                             \
+	for (const table_t *tb = tables; tb < tables + N_TABLES; tb++)                             \
 		if (table_selected(tb))
 
 static void check_memory_on(const table_t *tb)
@@ -469,9 +458,9 @@ static void check_memory(void)
 static void check_to_act_on(const table_t *tb, size_t n)
 {
 	const pp_ops *g = tb->ops;
-	const float special[] = {0.0f,	  -0.0f,	  INFINITY,	 -INFINITY, NAN,
-				 3.4028235e38f, -3.4028235e38f, 1e-40f,	 -1e-41f,   1.00390625f,
-				 1.01171875f,	 -1.00390625f,	 65504.0f, 1.0f / 3};
+	const float special[] = {0.0f,          -0.0f,          INFINITY, -INFINITY, NAN,
+				 3.4028235e38f, -3.4028235e38f, 1e-40f,   -1e-41f,   1.00390625f,
+				 1.01171875f,   -1.00390625f,   65504.0f, 1.0f / 3};
 	const size_t ns = sizeof special / sizeof special[0];
 	float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
 	for (size_t i = 0; i < n; i++)
@@ -491,8 +480,8 @@ static void check_to_act_on(const table_t *tb, size_t n)
 			const float want = is_bf16(g) ? bf16_round(h[i + off]) : h[i + off];
 			if (isnan(want) ? !isnan(back[i]) : memcmp(&want, &back[i], sizeof want))
 				snprintf(why, sizeof why,
-					 "element %zu (offset %d): %.9g became %.9g, want %.9g", i, off,
-					 h[i + off], back[i], want);
+					 "element %zu (offset %d): %.9g became %.9g, want %.9g", i,
+					 off, h[i + off], back[i], want);
 		}
 	}
 	double gpu_ms = now_ms() - t0;
@@ -537,7 +526,9 @@ static void check_matmul(int N, int C, int OC, int bias, int dinp, int calls)
 	c.t[3] = TS("bias", (size_t)OC, IN, ACT, 1);
 	run_check(&c);
 
-	check d = {.op = "matmul_bwd", .run = r_matmul_bwd, .nt = 6,
+	check d = {.op = "matmul_bwd",
+		   .run = r_matmul_bwd,
+		   .nt = 6,
 		   .a = {N, C, OC, bias, dinp, calls}};
 	snprintf(d.shape, sizeof d.shape, "N=%d C=%d OC=%d%s%s%s", N, C, OC, bias ? " dbias" : "",
 		 dinp ? "" : " no dinp", calls > 1 ? " 2 calls" : "");
@@ -554,7 +545,8 @@ static void check_matmul(int N, int C, int OC, int bias, int dinp, int calls)
 
 static void r_matmul_gelu_fwd(const pp_ops *o, void *const *p, const check *c)
 {
-	o->matmul_gelu_fwd(P(0), P(1), P(2), P(3), c->a[3] ? P(4) : NULL, c->a[0], c->a[1], c->a[2]);
+	o->matmul_gelu_fwd(P(0), P(1), P(2), P(3), c->a[3] ? P(4) : NULL, c->a[0], c->a[1],
+			   c->a[2]);
 }
 
 /* OC a multiple of 8 takes cuBLASLt's GELU epilogue, others the fallback.
@@ -562,8 +554,8 @@ static void r_matmul_gelu_fwd(const pp_ops *o, void *const *p, const check *c)
  * 2^-11 relative): out gets 1e-3, pre the usual bound. */
 static void check_matmul_gelu(int N, int C, int OC, int bias)
 {
-	check c = {.op = "matmul_gelu_fwd", .run = r_matmul_gelu_fwd, .nt = 5,
-		   .a = {N, C, OC, bias}};
+	check c = {
+		.op = "matmul_gelu_fwd", .run = r_matmul_gelu_fwd, .nt = 5, .a = {N, C, OC, bias}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d%s", N, C, OC, bias ? " bias" : "");
 	c.t[0] = TSB("out", (size_t)N * OC, OUT, ACT, 1, 1e-3);
 	c.t[1] = TS("pre", (size_t)N * OC, OUT, ACT, 1);
@@ -612,10 +604,14 @@ static void r_embed_bwd(const pp_ops *o, void *const *p, const check *c)
 static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float scale)
 {
 	const int maxT = pos0 + T + 5;
-	check c = {.op = "embed_fwd", .run = r_embed_fwd, .nt = 5, .a = {B, T, C, pos0, wpe},
-		   .f = {scale}, .vocab = V};
-	snprintf(c.shape, sizeof c.shape, "B=%d T=%d C=%d V=%d pos0=%d%s scale=%g", B, T, C, V, pos0,
-		 wpe ? " wpe" : "", scale);
+	check c = {.op = "embed_fwd",
+		   .run = r_embed_fwd,
+		   .nt = 5,
+		   .a = {B, T, C, pos0, wpe},
+		   .f = {scale},
+		   .vocab = V};
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d C=%d V=%d pos0=%d%s scale=%g", B, T, C, V,
+		 pos0, wpe ? " wpe" : "", scale);
 	c.t[0] = TS("out", (size_t)B * T * C, OUT, ACT, 1);
 	c.t[1] = TS("tok", (size_t)B * T, IN, TOK, 0);
 	c.t[2] = TS("wte", (size_t)V * C, IN, ACT, 1);
@@ -623,8 +619,12 @@ static void check_embed(int B, int T, int C, int V, int pos0, int wpe, float sca
 	c.t[4] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&c);
 
-	check d = {.op = "embed_bwd", .run = r_embed_bwd, .nt = 5, .a = {B, T, C, pos0, wpe},
-		   .f = {scale}, .vocab = V};
+	check d = {.op = "embed_bwd",
+		   .run = r_embed_bwd,
+		   .nt = 5,
+		   .a = {B, T, C, pos0, wpe},
+		   .f = {scale},
+		   .vocab = V};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dwte", (size_t)V * C, ACC, F32, 1);
 	d.t[1] = TS("dwpe", (size_t)maxT * C, ACC, F32, 1);
@@ -677,7 +677,8 @@ static void prep_mean_rstd(void *const *host, const check *c)
 static void check_norms(int N, int C, float offset)
 {
 	const float eps = 1e-5f;
-	check c = {.op = "rmsnorm_fwd", .run = r_rmsnorm_fwd, .nt = 4, .a = {N, C}, .f = {eps, offset}};
+	check c = {
+		.op = "rmsnorm_fwd", .run = r_rmsnorm_fwd, .nt = 4, .a = {N, C}, .f = {eps, offset}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g", N, C, offset);
 	c.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
 	c.t[1] = TS("rstd", (size_t)N, OUT, F32, 1);
@@ -685,8 +686,12 @@ static void check_norms(int N, int C, float offset)
 	c.t[3] = TS("w", (size_t)C, IN, ACT, 1);
 	run_check(&c);
 
-	check d = {.op = "rmsnorm_bwd", .run = r_rmsnorm_bwd, .prep = prep_rstd, .nt = 6,
-		   .a = {N, C}, .f = {eps, offset}};
+	check d = {.op = "rmsnorm_bwd",
+		   .run = r_rmsnorm_bwd,
+		   .prep = prep_rstd,
+		   .nt = 6,
+		   .a = {N, C},
+		   .f = {eps, offset}};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dx", (size_t)N * C, ACC, ACT, 1);
 	d.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
@@ -708,8 +713,12 @@ static void check_norms(int N, int C, float offset)
 	l.t[5] = TS("b", (size_t)C, IN, ACT, 1);
 	run_check(&l);
 
-	check m = {.op = "layernorm_bwd", .run = r_layernorm_bwd, .prep = prep_mean_rstd, .nt = 8,
-		   .a = {N, C}, .f = {eps}};
+	check m = {.op = "layernorm_bwd",
+		   .run = r_layernorm_bwd,
+		   .prep = prep_mean_rstd,
+		   .nt = 8,
+		   .a = {N, C},
+		   .f = {eps}};
 	memcpy(m.shape, l.shape, sizeof m.shape);
 	m.t[0] = TS("dx", (size_t)N * C, ACC, ACT, 1);
 	m.t[1] = TS("dw", (size_t)C, ACC, F32, 1);
@@ -742,8 +751,11 @@ static void check_norm_residual(int N, int C, float offset, int in_place)
 {
 	const float eps = 1e-5f;
 	const size_t NC = (size_t)N * C;
-	check c = {.op = "rmsnorm_residual_fwd", .run = r_rmsnorm_residual_fwd,
-		   .nt = in_place ? 5 : 6, .a = {N, C, in_place}, .f = {eps, offset}};
+	check c = {.op = "rmsnorm_residual_fwd",
+		   .run = r_rmsnorm_residual_fwd,
+		   .nt = in_place ? 5 : 6,
+		   .a = {N, C, in_place},
+		   .f = {eps, offset}};
 	snprintf(c.shape, sizeof c.shape, "N=%d C=%d offset=%g%s", N, C, offset,
 		 in_place ? " res=x" : "");
 	c.t[0] = in_place ? TS("x, then res", NC, INOUT, ACT, 3) : TS("res", NC, OUT, ACT, 1);
@@ -756,8 +768,11 @@ static void check_norm_residual(int N, int C, float offset, int in_place)
 
 	if (offset != 0)
 		return;
-	check l = {.op = "layernorm_residual_fwd", .run = r_layernorm_residual_fwd,
-		   .nt = in_place ? 7 : 8, .a = {N, C, in_place}, .f = {eps}};
+	check l = {.op = "layernorm_residual_fwd",
+		   .run = r_layernorm_residual_fwd,
+		   .nt = in_place ? 7 : 8,
+		   .a = {N, C, in_place},
+		   .f = {eps}};
 	snprintf(l.shape, sizeof l.shape, "N=%d C=%d%s", N, C, in_place ? " res=x" : "");
 	l.t[0] = c.t[0];
 	l.t[1] = c.t[1];
@@ -781,10 +796,13 @@ static void r_rope(const pp_ops *o, void *const *p, const check *c)
 static void check_rope(int B, int T, int Hq, int Hkv, int D, float theta, int pos0)
 {
 	for (int bwd = 0; bwd < 2; bwd++) {
-		check c = {.op = bwd ? "rope_bwd" : "rope_fwd", .run = r_rope, .nt = 2,
-			   .a = {B, T, Hq, Hkv, D, bwd, pos0}, .f = {theta}};
-		snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d theta=%g pos0=%d", B, T,
-			 Hq, Hkv, D, theta, pos0);
+		check c = {.op = bwd ? "rope_bwd" : "rope_fwd",
+			   .run = r_rope,
+			   .nt = 2,
+			   .a = {B, T, Hq, Hkv, D, bwd, pos0},
+			   .f = {theta}};
+		snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d theta=%g pos0=%d", B,
+			 T, Hq, Hkv, D, theta, pos0);
 		c.t[0] = TS("qkv", (size_t)B * T * (Hq + 2 * Hkv) * D, INOUT, ACT, 1);
 		c.t[1] = TS("pos0", 1, IN, POS, pos0);
 		run_check(&c);
@@ -815,7 +833,9 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 {
 	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
 	const size_t nlse = (size_t)B * Hq * T;
-	check c = {.op = "attention_fwd", .run = r_attention_fwd, .nt = 3,
+	check c = {.op = "attention_fwd",
+		   .run = r_attention_fwd,
+		   .nt = 3,
 		   .a = {B, T, Hq, Hkv, D, window}};
 	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
 		 window);
@@ -824,7 +844,10 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&c);
 
-	check d = {.op = "attention_bwd", .run = r_attention_bwd, .prep = prep_attention, .nt = 5,
+	check d = {.op = "attention_bwd",
+		   .run = r_attention_bwd,
+		   .prep = prep_attention,
+		   .nt = 5,
 		   .a = {B, T, Hq, Hkv, D, window}};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dqkv", nqkv, OUT, ACT, 1);
@@ -839,8 +862,7 @@ static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
 
 static void r_kv_append(const pp_ops *o, void *const *p, const check *c)
 {
-	o->kv_append(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5],
-		     I(3));
+	o->kv_append(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5], I(3));
 }
 
 static void r_attention_cached(const pp_ops *o, void *const *p, const check *c)
@@ -855,7 +877,9 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 {
 	const size_t nqkv = (size_t)B * n * (Hq + 2 * Hkv) * D, nout = (size_t)B * n * Hq * D;
 	const size_t ncache = (size_t)B * Tmax * Hkv * D;
-	check c = {.op = "kv_append", .run = r_kv_append, .nt = 4,
+	check c = {.op = "kv_append",
+		   .run = r_kv_append,
+		   .nt = 4,
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0}};
 	snprintf(c.shape, sizeof c.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d Tmax=%d pos0=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0);
@@ -865,7 +889,9 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 	c.t[3] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&c);
 
-	check d = {.op = "attention_cached", .run = r_attention_cached, .nt = 5,
+	check d = {.op = "attention_cached",
+		   .run = r_attention_cached,
+		   .nt = 5,
 		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window}};
 	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d", B, n, Hq,
 		 Hkv, D, Tmax, pos0, window);
@@ -884,15 +910,19 @@ static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int wind
 	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
 	const size_t nlse = (size_t)B * Hq * T;
 	const double bf16 = 1e-2;
-	check c = {.op = "cudnn_attention_fwd", .run = r_attention_fwd, .nt = 3,
-		   .a = {B, T, Hq, Hkv, D, window}, .attention = PP_CUDA_ATTENTION_CUDNN};
+	check c = {.op = "cudnn_attention_fwd",
+		   .run = r_attention_fwd,
+		   .nt = 3,
+		   .a = {B, T, Hq, Hkv, D, window},
+		   .attention = PP_CUDA_ATTENTION_CUDNN};
 	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
 		 window);
 	if (!selected(c.op))
 		return;
 	char why[300];
 	if (!pp_cuda_cudnn_attention_check(B, T, Hq, Hkv, D, window, why, sizeof why)) {
-		printf("SKIP: cuda/cudnn_attention[%s]: cuDNN does not take it: %s\n", c.shape, why);
+		printf("SKIP: cuda/cudnn_attention[%s]: cuDNN does not take it: %s\n", c.shape,
+		       why);
 		skipped++;
 		return;
 	}
@@ -901,8 +931,12 @@ static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int wind
 	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
 	run_check(&c);
 
-	check d = {.op = "cudnn_attention_bwd", .run = r_attention_bwd, .prep = prep_attention,
-		   .nt = 5, .a = {B, T, Hq, Hkv, D, window}, .attention = PP_CUDA_ATTENTION_CUDNN};
+	check d = {.op = "cudnn_attention_bwd",
+		   .run = r_attention_bwd,
+		   .prep = prep_attention,
+		   .nt = 5,
+		   .a = {B, T, Hq, Hkv, D, window},
+		   .attention = PP_CUDA_ATTENTION_CUDNN};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TSB("dqkv", nqkv, OUT, ACT, 1, bf16);
 	d.t[1] = TS("dout", nout, IN, ACT, 1);
@@ -1015,7 +1049,10 @@ static void moe_permutation(void *const *host, int ri, int si, const int *a)
 	free(counts);
 }
 
-static void prep_gather(void *const *host, const check *c) { moe_permutation(host, 2, -1, c->a + 3); }
+static void prep_gather(void *const *host, const check *c)
+{
+	moe_permutation(host, 2, -1, c->a + 3);
+}
 static void prep_combine(void *const *host, const check *c)
 {
 	int *rows = malloc(sizeof(int) * (size_t)c->a[0] * c->a[1]);
@@ -1054,8 +1091,12 @@ static void check_moe(int N, int E, int K, int C, int cap)
 		r.t[4] = TS("stats", (size_t)E + 1, OUT, F32, 1);
 		r.t[5] = TS("logits", (size_t)N * E, IN, ACT, 3);
 		run_check(&r);
-		check b = {.op = "moe_router_bwd", .run = r_moe_router_bwd, .nt = 7,
-			   .a = {N, E, K, mode}, .f = {0.01f, 0.001f}, .prep = prep_router_bwd};
+		check b = {.op = "moe_router_bwd",
+			   .run = r_moe_router_bwd,
+			   .nt = 7,
+			   .a = {N, E, K, mode},
+			   .f = {0.01f, 0.001f},
+			   .prep = prep_router_bwd};
 		memcpy(b.shape, r.shape, sizeof b.shape);
 		b.t[0] = TS("dlogits", (size_t)N * E, OUT, ACT, 1);
 		b.t[1] = TS("dgate", (size_t)N * K, IN, F32, 1);
@@ -1066,7 +1107,10 @@ static void check_moe(int N, int E, int K, int C, int cap)
 		b.t[6] = TS("frac", (size_t)E, IN, F32_POS, 2);
 		run_check(&b);
 	}
-	check d = {.op = "moe_dispatch", .run = r_moe_dispatch, .nt = 4, .a = {N, K, E, cap},
+	check d = {.op = "moe_dispatch",
+		   .run = r_moe_dispatch,
+		   .nt = 4,
+		   .a = {N, K, E, cap},
 		   .vocab = E};
 	snprintf(d.shape, sizeof d.shape, "N=%d K=%d E=%d cap=%d", N, K, E, cap);
 	d.t[0] = TS("rows", (size_t)N * K, OUT, POS, 0);
@@ -1075,7 +1119,10 @@ static void check_moe(int N, int E, int K, int C, int cap)
 	d.t[3] = TS("expert", (size_t)N * K, IN, IDX, 0);
 	run_check(&d);
 	/* a: N, K, C, then the permutation's N, K, E, cap */
-	check g = {.op = "moe_gather", .run = r_moe_gather, .nt = 4, .a = {N, K, C, N, K, E, -1},
+	check g = {.op = "moe_gather",
+		   .run = r_moe_gather,
+		   .nt = 4,
+		   .a = {N, K, C, N, K, E, -1},
 		   .prep = prep_gather};
 	snprintf(g.shape, sizeof g.shape, "N=%d K=%d C=%d", N, K, C);
 	g.t[0] = TS("dst", (size_t)N * K * C, OUT, ACT, 1);
@@ -1083,7 +1130,10 @@ static void check_moe(int N, int E, int K, int C, int cap)
 	g.t[2] = TS("rows", (size_t)N * K, IN, POS, 0);
 	g.t[3] = TS("scale", (size_t)N * K, IN, F32, 1);
 	run_check(&g);
-	check m = {.op = "moe_combine", .run = r_moe_combine, .nt = 4, .a = {N, K, C, N, K, E, cap},
+	check m = {.op = "moe_combine",
+		   .run = r_moe_combine,
+		   .nt = 4,
+		   .a = {N, K, C, N, K, E, cap},
 		   .prep = prep_combine};
 	snprintf(m.shape, sizeof m.shape, "N=%d K=%d C=%d cap=%d", N, K, C, cap);
 	m.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
@@ -1091,8 +1141,11 @@ static void check_moe(int N, int E, int K, int C, int cap)
 	m.t[2] = TS("slot", (size_t)N * K, IN, POS, 0);
 	m.t[3] = TS("gate", (size_t)N * K, IN, F32, 1);
 	run_check(&m);
-	check q = {.op = "moe_gate_grad", .run = r_moe_gate_grad, .nt = 4,
-		   .a = {N, K, C, N, K, E, cap}, .prep = prep_gate_grad};
+	check q = {.op = "moe_gate_grad",
+		   .run = r_moe_gate_grad,
+		   .nt = 4,
+		   .a = {N, K, C, N, K, E, cap},
+		   .prep = prep_gate_grad};
 	memcpy(q.shape, m.shape, sizeof q.shape);
 	q.t[0] = TS("dgate", (size_t)N * K, OUT, F32, 1);
 	q.t[1] = TS("dout", (size_t)N * C, IN, ACT, 1);
@@ -1221,25 +1274,37 @@ static void check_loss(int N, int V)
 {
 	const float dscale = 1.0f / N;
 	for (int mode = 0; mode < 3; mode++) {
-		check c = {.op = "crossentropy", .run = r_crossentropy, .nt = 4, .a = {N, V, mode},
-			   .f = {dscale}, .vocab = V};
+		check c = {.op = "crossentropy",
+			   .run = r_crossentropy,
+			   .nt = 4,
+			   .a = {N, V, mode},
+			   .f = {dscale},
+			   .vocab = V};
 		snprintf(c.shape, sizeof c.shape, "N=%d V=%d %s", N, V,
-			 mode == 0 ? "no dlogits" : mode == 1 ? "dlogits" : "dlogits=logits");
+			 mode == 0   ? "no dlogits"
+			 : mode == 1 ? "dlogits"
+				     : "dlogits=logits");
 		c.t[0] = TS("losses", (size_t)N, OUT, F32, 1);
 		c.t[1] = TS("dlogits", (size_t)N * V, mode == 1 ? OUT : INOUT, ACT, 1);
 		c.t[2] = TS("logits", (size_t)N * V, mode == 2 ? INOUT : IN, ACT, 4);
 		c.t[3] = TS("targets", (size_t)N, IN, TGT, 0);
 		run_check(&c);
 	}
-	check l = {.op = "logsumexp_rows", .run = r_logsumexp_rows, .nt = 4, .a = {N, V}, .vocab = V};
+	check l = {
+		.op = "logsumexp_rows", .run = r_logsumexp_rows, .nt = 4, .a = {N, V}, .vocab = V};
 	snprintf(l.shape, sizeof l.shape, "N=%d V=%d", N, V);
 	l.t[0] = TS("lse", (size_t)N, OUT, F32, 1);
 	l.t[1] = TS("tgt", (size_t)N, OUT, F32, 1);
 	l.t[2] = TS("logits", (size_t)N * V, IN, ACT, 4);
 	l.t[3] = TS("targets", (size_t)N, IN, TGT_SPLIT, 0);
 	run_check(&l);
-	check s = {.op = "softmax_grad", .run = r_softmax_grad, .prep = prep_lse, .nt = 4,
-		   .a = {N, V}, .f = {dscale}, .vocab = V};
+	check s = {.op = "softmax_grad",
+		   .run = r_softmax_grad,
+		   .prep = prep_lse,
+		   .nt = 4,
+		   .a = {N, V},
+		   .f = {dscale},
+		   .vocab = V};
 	memcpy(s.shape, l.shape, sizeof s.shape);
 	s.t[0] = TS("dlogits", (size_t)N * V, OUT, ACT, 1);
 	s.t[1] = TS("logits", (size_t)N * V, IN, ACT, 4);
@@ -1259,7 +1324,10 @@ static void r_adamw(const pp_ops *o, void *const *p, const check *c)
 /* with the compute copy pc of the new parameters, or without */
 static void check_adamw(int n, long t, int pc)
 {
-	check c = {.op = "adamw", .run = r_adamw, .nt = pc ? 5 : 4, .a = {n, (int)t, pc},
+	check c = {.op = "adamw",
+		   .run = r_adamw,
+		   .nt = pc ? 5 : 4,
+		   .a = {n, (int)t, pc},
 		   .f = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f}};
 	snprintf(c.shape, sizeof c.shape, "n=%d t=%ld%s", n, t, pc ? " pc" : "");
 	c.t[0] = TS("p", (size_t)n, INOUT, F32, 1);
@@ -1300,7 +1368,8 @@ int main(void)
 	}
 	struct cudaDeviceProp prop;
 	if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-		printf("device 0: %s, compute capability %d.%d\n", prop.name, prop.major, prop.minor);
+		printf("device 0: %s, compute capability %d.%d\n", prop.name, prop.major,
+		       prop.minor);
 
 	check_memory();
 	check_to_act(100003);
@@ -1362,8 +1431,8 @@ int main(void)
 	check_adamw(100003, 1, 1);
 	check_adamw(4099, 1000, 0);
 
-	printf("\n%-22s %-5s %-44s %12s %9s %9s\n", "op", "table", "shape", "max rel err",
-	       "CPU ms", "GPU ms");
+	printf("\n%-22s %-5s %-44s %12s %9s %9s\n", "op", "table", "shape", "max rel err", "CPU ms",
+	       "GPU ms");
 	for (int i = 0; i < n_rows; i++) {
 		const row *r = &table[i];
 		printf("%-22s %-5s %-44s %12.3g %9.3f %9.3f%s\n", r->op, r->table, r->shape, r->err,

@@ -35,6 +35,6 @@ static inline void th_skip(const char *name, const char *reason)
 
 /* CHECK(cond, name, fmt, ...): one counted assertion */
 #define CHECK(cond, name, ...) th_report(!!(cond), name, __VA_ARGS__)
-#define TH_EXIT() return th_failed ? 1 : 0
+#define TH_EXIT()              return th_failed ? 1 : 0
 
 #endif

@@ -25,9 +25,11 @@ int main(int argc, char **argv)
 	}
 	int bad = ma.n_tensors != mb.n_tensors;
 	if (bad)
-		fprintf(stderr, "tool_ckpt_compare: %d tensors vs %d\n", ma.n_tensors, mb.n_tensors);
+		fprintf(stderr, "tool_ckpt_compare: %d tensors vs %d\n", ma.n_tensors,
+			mb.n_tensors);
 	for (int i = 0; i < ma.n_tensors && !bad; i++) {
-		const ckpt_tensor_info *ta = &ma.tensors[i], *tb = ckpt_manifest_tensor(&mb, ta->name);
+		const ckpt_tensor_info *ta = &ma.tensors[i],
+				       *tb = ckpt_manifest_tensor(&mb, ta->name);
 		if (!tb) {
 			fprintf(stderr, "tool_ckpt_compare: %s only in %s\n", ta->name, argv[1]);
 			bad = 1;
@@ -55,7 +57,8 @@ int main(int argc, char **argv)
 		free(a);
 		free(b);
 	}
-	printf("%d tensors, worst relative difference %.3g (%s)\n", ma.n_tensors, worst, worst_name);
+	printf("%d tensors, worst relative difference %.3g (%s)\n", ma.n_tensors, worst,
+	       worst_name);
 	ckpt_manifest_free(&ma);
 	ckpt_manifest_free(&mb);
 	return bad || !(worst <= tol);

@@ -45,9 +45,9 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "../../libcommon/base/log.h"
 #include "../../libcommon/comm/boot.h"
 #include "../../libcommon/comm/comm.h"
-#include "../../libcommon/base/log.h"
 #include "harness.h"
 
 static pp_proc proc;
@@ -129,8 +129,8 @@ static void report(int ok, const char *name, const char *fmt, ...)
 		else if (!ok)
 			th_report(0, name, "%s (and %lld rank(s) in all)", detail, (long long)nbad);
 		else
-			th_report(0, name, "failed on %lld other rank(s), mask 0x%llx", (long long)nbad,
-				  (unsigned long long)bad);
+			th_report(0, name, "failed on %lld other rank(s), mask 0x%llx",
+				  (long long)nbad, (unsigned long long)bad);
 	} else if (!ok) {
 		th_failed++;
 		printf("FAIL: %s (rank %d): %s\n", name, proc.rank, detail);
@@ -143,12 +143,24 @@ static void report(int ok, const char *name, const char *fmt, ...)
 static void put(void *buf, pp_dtype t, size_t i, double v)
 {
 	switch (t) {
-	case PP_DT_F32: ((float *)buf)[i] = (float)v; break;
-	case PP_DT_F64: ((double *)buf)[i] = v; break;
-	case PP_DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case PP_DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-	case PP_DT_U64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-	case PP_DT_BYTE: ((unsigned char *)buf)[i] = (unsigned char)v; break;
+	case PP_DT_F32:
+		((float *)buf)[i] = (float)v;
+		break;
+	case PP_DT_F64:
+		((double *)buf)[i] = v;
+		break;
+	case PP_DT_I32:
+		((int32_t *)buf)[i] = (int32_t)v;
+		break;
+	case PP_DT_I64:
+		((int64_t *)buf)[i] = (int64_t)v;
+		break;
+	case PP_DT_U64:
+		((uint64_t *)buf)[i] = (uint64_t)v;
+		break;
+	case PP_DT_BYTE:
+		((unsigned char *)buf)[i] = (unsigned char)v;
+		break;
 	case PP_DT_BF16: { /* the float's top half: exact for these small integers */
 		float f = (float)v;
 		uint32_t u;
@@ -162,12 +174,18 @@ static void put(void *buf, pp_dtype t, size_t i, double v)
 static double get(const void *buf, pp_dtype t, size_t i)
 {
 	switch (t) {
-	case PP_DT_F32: return ((const float *)buf)[i];
-	case PP_DT_F64: return ((const double *)buf)[i];
-	case PP_DT_I32: return ((const int32_t *)buf)[i];
-	case PP_DT_I64: return (double)((const int64_t *)buf)[i];
-	case PP_DT_U64: return (double)((const uint64_t *)buf)[i];
-	case PP_DT_BYTE: return ((const unsigned char *)buf)[i];
+	case PP_DT_F32:
+		return ((const float *)buf)[i];
+	case PP_DT_F64:
+		return ((const double *)buf)[i];
+	case PP_DT_I32:
+		return ((const int32_t *)buf)[i];
+	case PP_DT_I64:
+		return (double)((const int64_t *)buf)[i];
+	case PP_DT_U64:
+		return (double)((const uint64_t *)buf)[i];
+	case PP_DT_BYTE:
+		return ((const unsigned char *)buf)[i];
 	case PP_DT_BF16: {
 		uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
 		float f;
@@ -191,18 +209,18 @@ static const size_t lengths[] = {0, 1, 7, 1000, 65537};
 enum { NLEN = sizeof lengths / sizeof *lengths };
 
 /* first mismatch in buf (n) against want(i), as text; 1 when all match */
-#define EXPECT(buf, t, n, want, why)                                                           \
-	do {                                                                                   \
-		for (size_t i_ = 0; i_ < (n); i_++) {                                          \
-			size_t i = i_;                                                         \
-			double w_ = exact(t, (want)), g_ = get(buf, t, i);                     \
-			if (g_ != w_) {                                                        \
-				snprintf(why, sizeof why, "length %zu: [%zu] = %g, expected %g", \
-					 (size_t)(n), i, g_, w_);                              \
-				ok = 0;                                                        \
-				break;                                                         \
-			}                                                                      \
-		}                                                                              \
+#define EXPECT(buf, t, n, want, why)                                                               \
+	do {                                                                                       \
+		for (size_t i_ = 0; i_ < (n); i_++) {                                              \
+			size_t i = i_;                                                             \
+			double w_ = exact(t, (want)), g_ = get(buf, t, i);                         \
+			if (g_ != w_) {                                                            \
+				snprintf(why, sizeof why, "length %zu: [%zu] = %g, expected %g",   \
+					 (size_t)(n), i, g_, w_);                                  \
+				ok = 0;                                                            \
+				break;                                                             \
+			}                                                                          \
+		}                                                                                  \
 	} while (0)
 
 /* c is NULL on ranks outside the group being tested: they only vote. */
@@ -266,16 +284,17 @@ static void check_collectives(pp_comm *c, const char *label, pp_dtype t)
 			put(s, t, i, r * 100 + (double)(i % 97));
 		if (comm_all_gather(c, s, x, len, t, &e))
 			fatal("all_gather", &e);
-		EXPECT(x, t, all, (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97), why);
+		EXPECT(x, t, all, (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97),
+		       why);
 		/* in place: this rank's block already sits in x */
 		for (size_t j = 0; j < all; j++)
 			put(x, t, j, j / len == (size_t)r ? r * 100 + (double)(j % len % 97) : -1);
-		if (ok && comm_all_gather(c, (char *)x + (size_t)r * len * comm_dtype_size(t), x, len,
-					  t, &e))
+		if (ok && comm_all_gather(c, (char *)x + (size_t)r * len * comm_dtype_size(t), x,
+					  len, t, &e))
 			fatal("all_gather in place", &e);
 		if (ok)
-			EXPECT(x, t, all, (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97),
-			       why);
+			EXPECT(x, t, all,
+			       (double)(i / (len ? len : 1)) * 100 + (double)(i % len % 97), why);
 		release(s), release(x);
 	}
 	snprintf(name, sizeof name, "all_gather %s on %s (also in place)", tn, label);
@@ -319,8 +338,10 @@ static void check_collectives(pp_comm *c, const char *label, pp_dtype t)
 				double w = exact(t, (double)((p * 5 + r * 3 + i % 7) % 64));
 				double g = get(rb, t, rd[p] + i);
 				if (g != w) {
-					snprintf(why, sizeof why, "length %zu: [%zu] from rank %d = %g, "
-						 "expected %g", len, i, p, g, w);
+					snprintf(why, sizeof why,
+						 "length %zu: [%zu] from rank %d = %g, "
+						 "expected %g",
+						 len, i, p, g, w);
 					ok = 0;
 				}
 			}
@@ -472,7 +493,8 @@ static void check_gatherv(pp_comm *c, const char *label, pp_dtype t)
 		for (int in_place = 0; in_place < 2 && ok; in_place++) {
 			size_t counts[64], total = 0, at = 0;
 			for (int q = 0; q < n && q < 64; q++) {
-				counts[q] = (lengths[l] + 2 * (size_t)q) % 4 * (lengths[l] > 7 ? 50 : 1);
+				counts[q] = (lengths[l] + 2 * (size_t)q) % 4 *
+					    (lengths[l] > 7 ? 50 : 1);
 				at += q < r ? counts[q] : 0;
 				total += counts[q];
 			}
@@ -541,8 +563,8 @@ static void check_splits(void)
 			for (int j = 0; ok && j < k; j++)
 				ok = g->world[j] == k - 1 - j;
 			if (!ok)
-				snprintf(why, sizeof why, "rank %d of %d, expected %d of %d", g->rank,
-					 g->size, k - 1 - r, k);
+				snprintf(why, sizeof why, "rank %d of %d, expected %d of %d",
+					 g->rank, g->size, k - 1 - r, k);
 		}
 		snprintf(name, sizeof name, "split: %s, reverse key order", label);
 		report(ok, name, "%s", why);
@@ -595,7 +617,8 @@ static void check_other_types(void)
 	ok = 1;
 	for (int l = 0; l < NLEN && ok; l++) {
 		size_t len = lengths[l];
-		unsigned char *x = alloc(len, PP_DT_BYTE), *all = alloc(len * (size_t)n, PP_DT_BYTE);
+		unsigned char *x = alloc(len, PP_DT_BYTE),
+			      *all = alloc(len * (size_t)n, PP_DT_BYTE);
 		for (size_t i = 0; i < len; i++)
 			x[i] = r == 0 ? (unsigned char)(i * 7 + 1) : 0;
 		if (comm_broadcast(world, x, len, PP_DT_BYTE, 0, &e) ||
@@ -616,8 +639,8 @@ static void check_other_types(void)
 			put(x, PP_DT_BF16, i, (r + 1) * 3 + (double)(i % 7));
 		if (comm_all_gather(world, x, all, len, PP_DT_BF16, &e))
 			fatal("all_gather bf16", &e);
-		EXPECT(all, PP_DT_BF16, len * (size_t)n, (double)(i / len + 1) * 3 + (double)(i % len % 7),
-		       why);
+		EXPECT(all, PP_DT_BF16, len * (size_t)n,
+		       (double)(i / len + 1) * 3 + (double)(i % len % 7), why);
 		release(x), release(all);
 	}
 	report(ok, "all_gather of bfloat16 on world", "%s", why);
@@ -677,7 +700,8 @@ static void check_device(void)
 	const char *want = getenv("PP_CHECK_DEVICE");
 	if (want && *want) {
 		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-		report(boot_device(&proc) == atoi(want), "boot_device under the launcher's GPU binding",
+		report(boot_device(&proc) == atoi(want),
+		       "boot_device under the launcher's GPU binding",
 		       "CUDA_VISIBLE_DEVICES=%s, local rank %d: device %d, expected %s",
 		       vis ? vis : "(unset)", proc.local_rank, boot_device(&proc), want);
 		return;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct {
-	hid_t other;	  /* the same group in file B */
+	hid_t other;       /* the same group in file B */
 	const char *a, *b; /* file names, for messages */
 	const char *group;
 	int n, bad;
@@ -52,7 +52,9 @@ static herr_t visit(hid_t ga, const char *name, const H5O_info_t *info, void *ar
 	if (info->type != H5O_TYPE_DATASET)
 		return 0;
 	hid_t da = H5Dopen2(ga, name, H5P_DEFAULT);
-	hid_t db = H5Lexists(w->other, name, H5P_DEFAULT) > 0 ? H5Dopen2(w->other, name, H5P_DEFAULT) : -1;
+	hid_t db = H5Lexists(w->other, name, H5P_DEFAULT) > 0
+			   ? H5Dopen2(w->other, name, H5P_DEFAULT)
+			   : -1;
 	if (db < 0) {
 		fprintf(stderr, "tool_h5_same: %s/%s is in %s only\n", w->group, name, w->a);
 		w->bad = 1;
@@ -115,8 +117,8 @@ int main(int argc, char **argv)
 		H5Ovisit2(ga, H5_INDEX_NAME, H5_ITER_NATIVE, visit, &w, H5O_INFO_BASIC);
 		H5Ovisit2(gb, H5_INDEX_NAME, H5_ITER_NATIVE, count, &nb, H5O_INFO_BASIC);
 		if (!w.bad && w.n != nb) {
-			fprintf(stderr, "tool_h5_same: %s: %d datasets in %s, %d in %s\n", g, w.n, argv[1], nb,
-				argv[2]);
+			fprintf(stderr, "tool_h5_same: %s: %d datasets in %s, %d in %s\n", g, w.n,
+				argv[1], nb, argv[2]);
 			w.bad = 1;
 		}
 		if (!w.bad && w.n == 0) {

@@ -27,13 +27,13 @@
 #include <unistd.h>
 
 #include "../../libcommon/base/cli.h"
+#include "../../libcommon/base/log.h"
+#include "../../libcommon/base/rng.h"
 #include "../../libcommon/config/config.h"
 #include "../../libcommon/decode/decode.h"
-#include "../../libcommon/base/log.h"
 #include "../../libcommon/model/model.h"
-#include "../../libcommon/base/rng.h"
 
-#define H5_REAL_MEM (sizeof(pp_real) == sizeof(double) ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT)
+#define H5_REAL_MEM  (sizeof(pp_real) == sizeof(double) ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT)
 #define H5_REAL_FILE (sizeof(pp_real) == sizeof(double) ? H5T_IEEE_F64LE : H5T_IEEE_F32LE)
 
 /* Norm weights and biases start at constants (1 or 0), which would hide a
@@ -103,7 +103,7 @@ typedef struct {
 	int *tokens, *targets;
 	pp_real *logits; /* (B,T,V) host */
 	double loss, moe_aux;
-	pp_real *w, *g;  /* host copies, n_elems */
+	pp_real *w, *g;      /* host copies, n_elems */
 	int n_prompt, n_gen; /* --generate: P and N */
 	int *gen;            /* (P+N) */
 } dump;
@@ -130,19 +130,22 @@ static int write_dump(const char *out, const pp_config *c, const pp_stage *s, co
 	if (!rc)
 		rc = write_array(f, "logits", H5_REAL_MEM, H5_REAL_FILE, 3, btv, d->logits, e);
 	if (!rc)
-		rc = write_array(f, "loss", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL, &d->loss, e);
-	if (!rc && s->cfg->n_experts > 0)
-		rc = write_array(f, "moe_aux", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL, &d->moe_aux,
+		rc = write_array(f, "loss", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL, &d->loss,
 				 e);
+	if (!rc && s->cfg->n_experts > 0)
+		rc = write_array(f, "moe_aux", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 0, NULL,
+				 &d->moe_aux, e);
 	if (!rc)
 		rc = write_tensors(f, "params", s, d->w, e);
 	if (!rc)
 		rc = write_tensors(f, "grads", s, d->g, e);
 	hsize_t np = (hsize_t)d->n_prompt, ng = (hsize_t)(d->n_prompt + d->n_gen);
 	if (!rc && d->gen)
-		rc = write_array(f, "generate/prompt", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &np, d->gen, e);
+		rc = write_array(f, "generate/prompt", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &np,
+				 d->gen, e);
 	if (!rc && d->gen)
-		rc = write_array(f, "generate/tokens", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &ng, d->gen, e);
+		rc = write_array(f, "generate/tokens", H5T_NATIVE_INT, H5T_STD_I32LE, 1, &ng,
+				 d->gen, e);
 	free(json);
 	if (H5Fclose(f) < 0 && !rc)
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: cannot close", tmp);
@@ -189,7 +192,8 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	uint64_t ktok = rng_key(seed, "hf_dump.tokens"), ktgt = rng_key(seed, "hf_dump.targets");
 	for (size_t i = 0; i < N; i++) {
 		d.tokens[i] = (int)rng_below(ktok, i, (uint64_t)d.V);
-		d.targets[i] = i % 7 == 3 ? PP_IGNORE_INDEX : (int)rng_below(ktgt, i, (uint64_t)d.V);
+		d.targets[i] = i % 7 == 3 ? PP_IGNORE_INDEX
+					  : (int)rng_below(ktgt, i, (uint64_t)d.V);
 	}
 
 	/* logits first: the training forward overwrites them with their gradient */
@@ -227,15 +231,16 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 		d.n_prompt = d.T / 2 > 0 ? d.T / 2 : 1;
 		d.n_gen = n_gen;
 		d.gen = malloc((size_t)(d.n_prompt + n_gen) * sizeof *d.gen);
-		if (!d.gen || (rc = decode_one(&s, d.tokens, d.n_prompt, n_gen, &sp, NULL, NULL,
-					       d.gen, e)))
+		if (!d.gen ||
+		    (rc = decode_one(&s, d.tokens, d.n_prompt, n_gen, &sp, NULL, NULL, d.gen, e)))
 			goto done;
 	}
 	rc = write_dump(out, c, &s, &d, e);
 	if (!rc)
-		log_info("%s: %s, B=%d T=%d, %d tensors, %zu parameters, loss %.6f over %ld targets",
-			 out, pp_family_name(m->family), B, d.T, s.n_params, s.n_elems, d.loss,
-			 n_valid);
+		log_info(
+			"%s: %s, B=%d T=%d, %d tensors, %zu parameters, loss %.6f over %ld targets",
+			out, pp_family_name(m->family), B, d.T, s.n_params, s.n_elems, d.loss,
+			n_valid);
 done:
 	free(d.tokens);
 	free(d.targets);
@@ -254,7 +259,8 @@ int main(int argc, char **argv)
 		{"-o", "OUT.h5", "output file (required)", &out, NULL},
 		{"--batch", "B", "sequences in the batch (default 2)", &batch, NULL},
 		{"--seed", "N", "seed of weights, noise and tokens (default 1234)", &seed, NULL},
-		{"--generate", "N", "also N greedy tokens after half of row 0 (default 0)", &gen, NULL},
+		{"--generate", "N", "also N greedy tokens after half of row 0 (default 0)", &gen,
+		 NULL},
 		{NULL, NULL, NULL, NULL, NULL},
 	};
 	const cli_spec spec = {
@@ -280,9 +286,11 @@ int main(int argc, char **argv)
 	if (!rc && !out)
 		rc = pp_errorf(&e, PP_EUSAGE, "-o OUT.h5 is required");
 	if (!rc && (*bend || B < 1 || B > 1024))
-		rc = pp_errorf(&e, PP_EUSAGE, "--batch %s: expected an integer in [1, 1024]", batch);
+		rc = pp_errorf(&e, PP_EUSAGE, "--batch %s: expected an integer in [1, 1024]",
+			       batch);
 	if (!rc && (*gend || G < 0 || G > 4096))
-		rc = pp_errorf(&e, PP_EUSAGE, "--generate %s: expected an integer in [0, 4096]", gen);
+		rc = pp_errorf(&e, PP_EUSAGE, "--generate %s: expected an integer in [0, 4096]",
+			       gen);
 	if (!rc && (*send || seed[0] == '-'))
 		rc = pp_errorf(&e, PP_EUSAGE, "--seed %s: expected a non-negative integer", seed);
 	pp_config c;

@@ -6,19 +6,19 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <jansson.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../../libcommon/ckpt/ckpt.h"
 #include "../../libcommon/base/sha256.h"
+#include "../../libcommon/ckpt/ckpt.h"
 #include "../tools/harness.h"
 
 static char root[256];
@@ -119,7 +119,8 @@ typedef struct {
 	pp_real *buf[NT][3];
 } fixture;
 
-static const char *names[NT] = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+static const char *names[NT] = {"model.embed_tokens.weight",
+				"model.layers.0.self_attn.q_proj.weight",
 				"model.layers.0.mlp.down_proj.weight", "model.norm.weight"};
 static const int64_t shapes[NT][2] = {{8, 4}, {4, 4}, {4, 6}, {4, 0}};
 
@@ -150,7 +151,8 @@ static void fixture_init(fixture *f, long step, bool fill)
 	f->s.n_data_state = fill ? 3 : 0;
 	for (int i = 0; fill && i < 3; i++)
 		f->s.data_state[i] = 1000 + (uint64_t)i + (uint64_t)step;
-	f->s.config_json = "{\"model\": {\"preset\": \"tiny\"}, \"lr\": 0.0003, \"note\": \"h\\u00e9llo\"}";
+	f->s.config_json =
+		"{\"model\": {\"preset\": \"tiny\"}, \"lr\": 0.0003, \"note\": \"h\\u00e9llo\"}";
 	f->s.pp_size = f->s.tp_size = f->s.dp_size = 1;
 	f->s.n_tensors = NT;
 	f->s.tensors = f->t;
@@ -175,7 +177,8 @@ static bool same_tensors(const fixture *a, const fixture *b)
 {
 	for (int t = 0; t < NT; t++)
 		for (int k = 0; k < 3; k++)
-			if (a->buf[t][k] && memcmp(a->buf[t][k], b->buf[t][k], (size_t)numel(&a->t[t]) * sizeof(pp_real)))
+			if (a->buf[t][k] && memcmp(a->buf[t][k], b->buf[t][k],
+						   (size_t)numel(&a->t[t]) * sizeof(pp_real)))
 				return false;
 	return true;
 }
@@ -193,10 +196,14 @@ static int save_step(const char *run, long step, int keep, pp_err *e)
 
 static void test_sha256(void)
 {
-	static const char *v_empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-	static const char *v_abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-	static const char *v_2blk = "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1";
-	static const char *v_mil = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+	static const char *v_empty =
+		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+	static const char *v_abc =
+		"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+	static const char *v_2blk =
+		"248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1";
+	static const char *v_mil =
+		"cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
 	pp_err e = {0};
 	sha256_ctx c;
 	uint8_t d[SHA256_BYTES];
@@ -238,10 +245,11 @@ static void test_sha256(void)
 	spit(at("abc.txt"), "abc");
 	int64_t bytes = 0;
 	int rc = sha256_file(at("abc.txt"), hex, &bytes, &e);
-	CHECK(rc == 0 && bytes == 3 && strcmp(hex, v_abc) == 0, "ckpt/sha256_file", "rc %d bytes %lld %s %s", rc,
-	      (long long)bytes, hex, e.msg);
+	CHECK(rc == 0 && bytes == 3 && strcmp(hex, v_abc) == 0, "ckpt/sha256_file",
+	      "rc %d bytes %lld %s %s", rc, (long long)bytes, hex, e.msg);
 	rc = sha256_file(at("nope.txt"), hex, &bytes, &e);
-	CHECK(rc != 0 && strstr(e.msg, "nope.txt"), "ckpt/sha256_file_missing", "rc %d: %s", rc, e.msg);
+	CHECK(rc != 0 && strstr(e.msg, "nope.txt"), "ckpt/sha256_file_missing", "rc %d: %s", rc,
+	      e.msg);
 }
 
 /* --------------------------------------------------------- round trip */
@@ -256,13 +264,14 @@ static void test_round_trip(void)
 	char dir[1024];
 	long step = 0;
 	rc = ckpt_find_latest(run, dir, sizeof dir, &step, &e);
-	CHECK(rc == 0 && step == 7 && strcmp(dir, at("run1/checkpoints/step_00000007")) == 0, "ckpt/find_latest",
-	      "rc %d step %ld dir %s: %s", rc, step, dir, e.msg);
+	CHECK(rc == 0 && step == 7 && strcmp(dir, at("run1/checkpoints/step_00000007")) == 0,
+	      "ckpt/find_latest", "rc %d step %ld dir %s: %s", rc, step, dir, e.msg);
 	CHECK(exists(at("run1/checkpoints/step_00000007/manifest.json")) &&
 		      exists(at("run1/checkpoints/step_00000007/shard-pp000-tp000.h5")) &&
 		      count_entries(at("run1/checkpoints/step_00000007"), "[^.]") == 2,
 	      "ckpt/layout", "expected manifest.json and shard-pp000-tp000.h5 only");
-	CHECK(count_entries(at("run1/checkpoints"), "\\.") == 2, "ckpt/no_leftovers", "temporary dirs left behind");
+	CHECK(count_entries(at("run1/checkpoints"), "\\.") == 2, "ckpt/no_leftovers",
+	      "temporary dirs left behind");
 
 	fixture want, got;
 	fixture_init(&want, 7, true);
@@ -272,12 +281,13 @@ static void test_round_trip(void)
 	CHECK(same_tensors(&want, &got), "ckpt/load_tensors_bitwise", "param, m or v differ");
 	CHECK(got.s.step == 7 && memcmp(got.s.rng, want.s.rng, sizeof want.s.rng) == 0,
 	      "ckpt/load_step_rng", "step %ld", got.s.step);
-	CHECK(got.s.n_data_state == 3 && memcmp(got.s.data_state, want.s.data_state, 3 * sizeof(uint64_t)) == 0,
+	CHECK(got.s.n_data_state == 3 &&
+		      memcmp(got.s.data_state, want.s.data_state, 3 * sizeof(uint64_t)) == 0,
 	      "ckpt/load_data_state", "n %d", got.s.n_data_state);
 	char *cfg = NULL;
 	rc = ckpt_read_config(dir, &cfg, &e);
-	CHECK(rc == 0 && cfg && strcmp(cfg, want.s.config_json) == 0, "ckpt/config_text", "rc %d: %s / %s", rc,
-	      cfg ? cfg : "(null)", e.msg);
+	CHECK(rc == 0 && cfg && strcmp(cfg, want.s.config_json) == 0, "ckpt/config_text",
+	      "rc %d: %s / %s", rc, cfg ? cfg : "(null)", e.msg);
 	free(cfg);
 	rc = ckpt_verify(dir, &e);
 	CHECK(rc == 0, "ckpt/verify", "%s", e.msg);
@@ -302,11 +312,15 @@ static void test_round_trip(void)
 	/* manifest content */
 	json_error_t jerr;
 	json_t *m = json_load_file(at("run1/checkpoints/step_00000007/manifest.json"), 0, &jerr);
-	json_t *t = m ? json_object_get(json_object_get(m, "tensors"), "model.layers.0.self_attn.q_proj.weight") : NULL;
+	json_t *t = m ? json_object_get(json_object_get(m, "tensors"),
+					"model.layers.0.self_attn.q_proj.weight")
+		      : NULL;
 	json_t *f0 = m ? json_array_get(json_object_get(m, "files"), 0) : NULL;
 	const char *sha = f0 ? json_string_value(json_object_get(f0, "sha256")) : NULL;
-	ok = m && t && f0 && sha && strcmp(json_string_value(json_object_get(m, "format")), "pp-checkpoint") == 0 &&
-	     json_integer_value(json_object_get(m, "version")) == 1 && json_integer_value(json_object_get(m, "step")) == 7 &&
+	ok = m && t && f0 && sha &&
+	     strcmp(json_string_value(json_object_get(m, "format")), "pp-checkpoint") == 0 &&
+	     json_integer_value(json_object_get(m, "version")) == 1 &&
+	     json_integer_value(json_object_get(m, "step")) == 7 &&
 	     json_integer_value(json_object_get(json_object_get(m, "mesh"), "tp")) == 1 &&
 	     strcmp(json_string_value(json_object_get(f0, "name")), "shard-pp000-tp000.h5") == 0 &&
 	     json_integer_value(json_object_get(f0, "bytes")) ==
@@ -317,7 +331,8 @@ static void test_round_trip(void)
 	CHECK(ok, "ckpt/manifest_json", "manifest content unexpected");
 	char hex[SHA256_HEX];
 	sha256_file(at("run1/checkpoints/step_00000007/shard-pp000-tp000.h5"), hex, NULL, NULL);
-	CHECK(sha && strcmp(sha, hex) == 0, "ckpt/manifest_sha256", "%s vs %s", sha ? sha : "-", hex);
+	CHECK(sha && strcmp(sha, hex) == 0, "ckpt/manifest_sha256", "%s vs %s", sha ? sha : "-",
+	      hex);
 	json_decref(m);
 
 	ckpt_manifest man;
@@ -329,7 +344,8 @@ static void test_round_trip(void)
 	if (!rc) {
 		pp_real buf[32];
 		rc = ckpt_read_tensor(dir, &man, names[0], "adam_v", buf, &e);
-		CHECK(rc == 0 && memcmp(buf, want.t[0].v, sizeof buf) == 0, "ckpt/read_tensor", "%s", e.msg);
+		CHECK(rc == 0 && memcmp(buf, want.t[0].v, sizeof buf) == 0, "ckpt/read_tensor",
+		      "%s", e.msg);
 		ckpt_manifest_free(&man);
 	}
 	fixture_free(&want);
@@ -362,7 +378,8 @@ static void test_hdf5_layout(void)
 	H5Tset_cset(mt, H5T_CSET_UTF8);
 	char *fmt = NULL;
 	herr_t r = H5Aread(a, mt, &fmt);
-	CHECK(r >= 0 && fmt && strcmp(fmt, "pp-checkpoint") == 0 && H5Tget_cset(at_) == H5T_CSET_UTF8,
+	CHECK(r >= 0 && fmt && strcmp(fmt, "pp-checkpoint") == 0 &&
+		      H5Tget_cset(at_) == H5T_CSET_UTF8,
 	      "ckpt/h5_format_attr_utf8", "format attribute %s", fmt ? fmt : "(unreadable)");
 	if (fmt)
 		H5free_memory(fmt);
@@ -370,16 +387,20 @@ static void test_hdf5_layout(void)
 	H5Tclose(at_);
 	H5Aclose(a);
 
-	hid_t ds = H5Dopen2(f, "params/model.embed_tokens.weight", H5P_DEFAULT), ty = H5Dget_type(ds);
+	hid_t ds = H5Dopen2(f, "params/model.embed_tokens.weight", H5P_DEFAULT),
+	      ty = H5Dget_type(ds);
 	float x[32];
 	int64_t gs[2] = {0}, off[2] = {9, 9};
-	hid_t ga = H5Aopen(ds, "global_shape", H5P_DEFAULT), oa = H5Aopen(ds, "offset", H5P_DEFAULT);
+	hid_t ga = H5Aopen(ds, "global_shape", H5P_DEFAULT),
+	      oa = H5Aopen(ds, "offset", H5P_DEFAULT);
 	H5Aread(ga, H5T_NATIVE_INT64, gs);
 	H5Aread(oa, H5T_NATIVE_INT64, off);
 	H5Aclose(ga);
 	H5Aclose(oa);
-	bool ok = H5Tequal(ty, H5T_IEEE_F32LE) > 0 && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0 &&
-		  x[6] == (float)val(7, 0, 6) && gs[0] == 8 && gs[1] == 4 && off[0] == 0 && off[1] == 0;
+	bool ok = H5Tequal(ty, H5T_IEEE_F32LE) > 0 &&
+		  H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0 &&
+		  x[6] == (float)val(7, 0, 6) && gs[0] == 8 && gs[1] == 4 && off[0] == 0 &&
+		  off[1] == 0;
 	CHECK(ok, "ckpt/h5_dataset", "dtype, value or global_shape/offset attributes wrong");
 	H5Tclose(ty);
 	H5Dclose(ds);
@@ -387,7 +408,8 @@ static void test_hdf5_layout(void)
 	ds = H5Dopen2(f, "state/rng", H5P_DEFAULT);
 	H5Dread(ds, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng);
 	H5Dclose(ds);
-	CHECK(rng[1] == 0x9e3779b97f4a7c15ull * 2 + 7, "ckpt/h5_state_rng", "rng[1] %llu", (unsigned long long)rng[1]);
+	CHECK(rng[1] == 0x9e3779b97f4a7c15ull * 2 + 7, "ckpt/h5_state_rng", "rng[1] %llu",
+	      (unsigned long long)rng[1]);
 	H5Fclose(f);
 
 	if (sh("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
@@ -395,14 +417,15 @@ static void test_hdf5_layout(void)
 		return;
 	}
 	char cmd[2048], out[512] = "";
-	snprintf(cmd, sizeof cmd,
-		 "/usr/bin/python3 -c 'import h5py, json\n"
-		 "f = h5py.File(\"%s\", \"r\")\n"
-		 "w = f[\"params/model.embed_tokens.weight\"]\n"
-		 "c = json.loads(f[\"config\"].asstr()[()])\n"
-		 "print(f.attrs[\"format\"], int(f.attrs[\"version\"]), int(f.attrs[\"step\"]), w.dtype, w.shape, "
-		 "repr(float(w[1, 2])), list(w.attrs[\"global_shape\"]), c[\"note\"] == \"h\\u00e9llo\")' 2>&1",
-		 path);
+	snprintf(
+		cmd, sizeof cmd,
+		"/usr/bin/python3 -c 'import h5py, json\n"
+		"f = h5py.File(\"%s\", \"r\")\n"
+		"w = f[\"params/model.embed_tokens.weight\"]\n"
+		"c = json.loads(f[\"config\"].asstr()[()])\n"
+		"print(f.attrs[\"format\"], int(f.attrs[\"version\"]), int(f.attrs[\"step\"]), w.dtype, w.shape, "
+		"repr(float(w[1, 2])), list(w.attrs[\"global_shape\"]), c[\"note\"] == \"h\\u00e9llo\")' 2>&1",
+		path);
 	FILE *p = popen(cmd, "r");
 	size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
 	out[n] = '\0';
@@ -414,8 +437,8 @@ static void test_hdf5_layout(void)
 	const char *want = "pp-checkpoint 1 7 float32 (8, 4) ";
 	bool py_ok = strncmp(out, want, strlen(want)) == 0 && strstr(out, "[8, 4] True") != NULL;
 	double got = py_ok ? strtod(out + strlen(want), NULL) : 0;
-	CHECK(py_ok && got == (double)(float)val(7, 0, 6), "ckpt/h5py_reads", "python printed: %s (want value %s)", out,
-	      num);
+	CHECK(py_ok && got == (double)(float)val(7, 0, 6), "ckpt/h5py_reads",
+	      "python printed: %s (want value %s)", out, num);
 }
 
 /* --------------------------------------------------------------- keep */
@@ -427,18 +450,22 @@ static void test_keep(void)
 	int rc = 0;
 	for (long s = 1; s <= 4 && !rc; s++)
 		rc = save_step(run, s, 2, &e);
-	CHECK(rc == 0 && !exists(at("run2/checkpoints/step_00000001")) && !exists(at("run2/checkpoints/step_00000002")) &&
-		      exists(at("run2/checkpoints/step_00000003")) && exists(at("run2/checkpoints/step_00000004")) &&
+	CHECK(rc == 0 && !exists(at("run2/checkpoints/step_00000001")) &&
+		      !exists(at("run2/checkpoints/step_00000002")) &&
+		      exists(at("run2/checkpoints/step_00000003")) &&
+		      exists(at("run2/checkpoints/step_00000004")) &&
 		      count_entries(at("run2/checkpoints"), "\\.") == 2,
 	      "ckpt/keep_2", "rc %d: %s", rc, e.msg);
 	/* an older step saved now (a rerun from an earlier checkpoint) is kept
 	 * beside the newest two */
 	rc = save_step(run, 2, 2, &e);
-	CHECK(rc == 0 && exists(at("run2/checkpoints/step_00000002")) && exists(at("run2/checkpoints/step_00000004")) &&
+	CHECK(rc == 0 && exists(at("run2/checkpoints/step_00000002")) &&
+		      exists(at("run2/checkpoints/step_00000004")) &&
 		      exists(at("run2/checkpoints/step_00000003")),
 	      "ckpt/keep_just_saved", "rc %d: %s", rc, e.msg);
 	rc = save_step(run, 5, 1, &e);
-	CHECK(rc == 0 && count_entries(at("run2/checkpoints"), "step_") == 1 && exists(at("run2/checkpoints/step_00000005")),
+	CHECK(rc == 0 && count_entries(at("run2/checkpoints"), "step_") == 1 &&
+		      exists(at("run2/checkpoints/step_00000005")),
 	      "ckpt/keep_1", "rc %d: %s", rc, e.msg);
 }
 
@@ -451,17 +478,19 @@ static void test_find_latest(void)
 	char dir[1024];
 	long step = 5;
 	int rc = ckpt_find_latest(at("no-such-run"), dir, sizeof dir, &step, &e);
-	CHECK(rc == 0 && step == -1, "ckpt/find_latest_none", "rc %d step %ld: %s", rc, step, e.msg);
+	CHECK(rc == 0 && step == -1, "ckpt/find_latest_none", "rc %d step %ld: %s", rc, step,
+	      e.msg);
 	for (long s = 5; s <= 7; s++)
 		save_step(run, s, 0, &e);
 	const char *c = at("run3/checkpoints");
-	sh("cp -a '%s/step_00000007' '%s/step_00000009' && rm '%s/step_00000009/manifest.json'", c, c, c);
-	sh("cp -a '%s/step_00000007' '%s/step_00000008' && truncate -s -1000 '%s/step_00000008/shard-pp000-tp000.h5'", c,
+	sh("cp -a '%s/step_00000007' '%s/step_00000009' && rm '%s/step_00000009/manifest.json'", c,
 	   c, c);
+	sh("cp -a '%s/step_00000007' '%s/step_00000008' && truncate -s -1000 '%s/step_00000008/shard-pp000-tp000.h5'",
+	   c, c, c);
 	sh("mkdir '%s/step_junk' '%s/step_00000010' '%s/.tmp-step_00000011-1'", c, c, c);
 	rc = ckpt_find_latest(run, dir, sizeof dir, &step, &e);
-	CHECK(rc == 0 && step == 7 && strstr(dir, "step_00000007"), "ckpt/find_latest_skips_incomplete",
-	      "rc %d step %ld %s: %s", rc, step, dir, e.msg);
+	CHECK(rc == 0 && step == 7 && strstr(dir, "step_00000007"),
+	      "ckpt/find_latest_skips_incomplete", "rc %d step %ld %s: %s", rc, step, dir, e.msg);
 	char small[8];
 	rc = ckpt_find_latest(run, small, sizeof small, &step, &e);
 	CHECK(rc != 0, "ckpt/find_latest_small_buffer", "no error for an 8-byte buffer");
@@ -490,18 +519,20 @@ static void test_load_errors(void)
 {
 	pp_err e = {0};
 	int rc = load_into(at("no-such-ckpt"), &e);
-	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "no-such-ckpt"), "ckpt/err_missing_dir", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "no-such-ckpt"), "ckpt/err_missing_dir",
+	      "rc %d: %s", rc, e.msg);
 
 	const char *d = copy_ckpt("err_missing_file");
 	sh("rm '%s/shard-pp000-tp000.h5'", d);
 	rc = load_into(d, &e);
-	CHECK(rc && strstr(e.msg, "shard-pp000-tp000.h5"), "ckpt/err_missing_shard", "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "shard-pp000-tp000.h5"), "ckpt/err_missing_shard", "rc %d: %s",
+	      rc, e.msg);
 
 	d = copy_ckpt("err_truncated");
 	sh("truncate -s -100 '%s/shard-pp000-tp000.h5'", d);
 	rc = load_into(d, &e);
-	CHECK(rc && strstr(e.msg, "shard-pp000-tp000.h5") && strstr(e.msg, "bytes"), "ckpt/err_truncated", "rc %d: %s",
-	      rc, e.msg);
+	CHECK(rc && strstr(e.msg, "shard-pp000-tp000.h5") && strstr(e.msg, "bytes"),
+	      "ckpt/err_truncated", "rc %d: %s", rc, e.msg);
 
 	d = copy_ckpt("err_flipped");
 	char path[1100];
@@ -509,12 +540,13 @@ static void test_load_errors(void)
 	long long n = file_size(path);
 	int fd = open(path, O_RDWR);
 	unsigned char b = 0;
-	bool flipped = fd >= 0 && pread(fd, &b, 1, n / 2) == 1 && (b ^= 0x10, pwrite(fd, &b, 1, n / 2) == 1);
+	bool flipped = fd >= 0 && pread(fd, &b, 1, n / 2) == 1 &&
+		       (b ^= 0x10, pwrite(fd, &b, 1, n / 2) == 1);
 	if (fd >= 0)
 		close(fd);
 	rc = load_into(d, &e);
-	CHECK(flipped && rc && strstr(e.msg, "sha256") && strstr(e.msg, "shard-pp000-tp000.h5"), "ckpt/err_flipped_byte",
-	      "rc %d: %s", rc, e.msg);
+	CHECK(flipped && rc && strstr(e.msg, "sha256") && strstr(e.msg, "shard-pp000-tp000.h5"),
+	      "ckpt/err_flipped_byte", "rc %d: %s", rc, e.msg);
 	rc = ckpt_verify(d, &e);
 	CHECK(rc && strstr(e.msg, "sha256"), "ckpt/verify_flipped_byte", "rc %d: %s", rc, e.msg);
 
@@ -527,8 +559,8 @@ static void test_load_errors(void)
 		spit(path, text);
 	free(text);
 	rc = load_into(d, &e);
-	CHECK(v && rc && strstr(e.msg, "version 4") && strstr(e.msg, "reads versions 1 to 3"), "ckpt/err_version",
-	      "rc %d: %s", rc, e.msg);
+	CHECK(v && rc && strstr(e.msg, "version 4") && strstr(e.msg, "reads versions 1 to 3"),
+	      "ckpt/err_version", "rc %d: %s", rc, e.msg);
 	rc = ckpt_verify(d, &e);
 	CHECK(rc && strstr(e.msg, "version 4"), "ckpt/verify_version", "rc %d: %s", rc, e.msg);
 	/* a version-1 checkpoint relabelled 2 lacks the optimizer files, and
@@ -550,7 +582,8 @@ static void test_load_errors(void)
 	snprintf(path, sizeof path, "%s/manifest.json", d);
 	spit(path, "{\"format\": \"pp-checkpoint\", \"version\": 1, \"step\": ");
 	rc = load_into(d, &e);
-	CHECK(rc && strstr(e.msg, "manifest.json"), "ckpt/err_bad_manifest", "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "manifest.json"), "ckpt/err_bad_manifest", "rc %d: %s", rc,
+	      e.msg);
 
 	const char *ok = at("run1/checkpoints/step_00000007");
 	fixture f;
@@ -560,8 +593,8 @@ static void test_load_errors(void)
 	f.t[1].param = big;
 	f.t[1].m = f.t[1].v = NULL;
 	rc = ckpt_load(ok, &f.s, &e);
-	CHECK(rc && strstr(e.msg, "model.layers.0.self_attn.q_proj.weight") && strstr(e.msg, "[4, 4]") &&
-		      strstr(e.msg, "[4, 5]"),
+	CHECK(rc && strstr(e.msg, "model.layers.0.self_attn.q_proj.weight") &&
+		      strstr(e.msg, "[4, 4]") && strstr(e.msg, "[4, 5]"),
 	      "ckpt/err_shape_mismatch", "rc %d: %s", rc, e.msg);
 	f.t[1].param = saved;
 	free(big);
@@ -570,7 +603,8 @@ static void test_load_errors(void)
 	fixture_init(&f, 0, false);
 	f.t[2].name = "model.layers.9.mlp.up_proj.weight";
 	rc = ckpt_load(ok, &f.s, &e);
-	CHECK(rc && strstr(e.msg, "model.layers.9.mlp.up_proj.weight") && strstr(e.msg, "shard-pp000-tp000.h5"),
+	CHECK(rc && strstr(e.msg, "model.layers.9.mlp.up_proj.weight") &&
+		      strstr(e.msg, "shard-pp000-tp000.h5"),
 	      "ckpt/err_missing_tensor", "rc %d: %s", rc, e.msg);
 	fixture_free(&f);
 
@@ -579,8 +613,8 @@ static void test_load_errors(void)
 	f.t[3].m = mm;
 	f.t[3].v = vv;
 	rc = ckpt_load(ok, &f.s, &e);
-	CHECK(rc && strstr(e.msg, "model.norm.weight") && strstr(e.msg, "adam"), "ckpt/err_no_optimizer_state",
-	      "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "model.norm.weight") && strstr(e.msg, "adam"),
+	      "ckpt/err_no_optimizer_state", "rc %d: %s", rc, e.msg);
 	f.t[3].m = f.t[3].v = NULL;
 	/* a tensor in the file that is not requested is fine */
 	f.s.n_tensors = 2;
@@ -591,15 +625,18 @@ static void test_load_errors(void)
 	fixture_init(&f, 3, true);
 	f.t[0].v = NULL;
 	rc = ckpt_save(at("run-bad"), &f.s, 0, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, names[0]), "ckpt/err_save_m_without_v", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, names[0]), "ckpt/err_save_m_without_v", "rc %d: %s",
+	      rc, e.msg);
 	f.t[0].v = f.buf[0][2];
 	f.t[1].name = names[0];
 	rc = ckpt_save(at("run-bad"), &f.s, 0, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "twice"), "ckpt/err_save_duplicate", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "twice"), "ckpt/err_save_duplicate", "rc %d: %s", rc,
+	      e.msg);
 	f.t[1].name = names[1];
 	f.s.tp_size = 2;
 	rc = ckpt_save(at("run-bad"), &f.s, 0, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "ckpt_commit"), "ckpt/err_save_multi_shard", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "ckpt_commit"), "ckpt/err_save_multi_shard",
+	      "rc %d: %s", rc, e.msg);
 	fixture_free(&f);
 }
 
@@ -628,7 +665,8 @@ static void test_stale_and_replace(void)
 	snprintf(p2, sizeof p2, "%s/.trash-step_00000001-%d", c, (int)dead);
 	snprintf(p3, sizeof p3, "%s/.tmp-step_00000004-%d", c, (int)live);
 	CHECK(rc == 0 && !exists(p1) && !exists(p2) && exists(p3), "ckpt/stale_tmp_removed",
-	      "rc %d dead tmp %d dead trash %d live tmp %d: %s", rc, exists(p1), exists(p2), exists(p3), e.msg);
+	      "rc %d dead tmp %d dead trash %d live tmp %d: %s", rc, exists(p1), exists(p2),
+	      exists(p3), e.msg);
 	rmdir(p3);
 	rc = ckpt_verify(at("run4/checkpoints/step_00000005"), &e);
 	CHECK(rc == 0, "ckpt/save_beside_stale_tmp", "%s", e.msg);
@@ -641,7 +679,8 @@ static void test_stale_and_replace(void)
 	fixture_init(&g, 0, false);
 	if (!rc)
 		rc = ckpt_load(at("run4/checkpoints/step_00000005"), &g.s, &e);
-	CHECK(rc == 0 && same_tensors(&f, &g) && count_entries(c, "\\.") == 2 && count_entries(c, "step_") == 1,
+	CHECK(rc == 0 && same_tensors(&f, &g) && count_entries(c, "\\.") == 2 &&
+		      count_entries(c, "step_") == 1,
 	      "ckpt/replace_existing_step", "rc %d: %s", rc, e.msg);
 	fixture_free(&f);
 	fixture_free(&g);
@@ -670,13 +709,28 @@ static void test_multi_shard(void)
 	ckpt_tensor t[2][3];
 	ckpt_state s[2];
 	for (int r = 0; r < 2; r++) {
-		t[r][0] = (ckpt_tensor){.name = names[1], .ndim = 2, .shape = {2, 4}, .global_shape = {4, 4},
-					.offset = {2 * r, 0}, .param = qs[r]};
-		t[r][1] = (ckpt_tensor){.name = names[2], .ndim = 2, .shape = {4, 3}, .global_shape = {4, 6},
-					.offset = {0, 3 * r}, .param = os[r]};
+		t[r][0] = (ckpt_tensor){.name = names[1],
+					.ndim = 2,
+					.shape = {2, 4},
+					.global_shape = {4, 4},
+					.offset = {2 * r, 0},
+					.param = qs[r]};
+		t[r][1] = (ckpt_tensor){.name = names[2],
+					.ndim = 2,
+					.shape = {4, 3},
+					.global_shape = {4, 6},
+					.offset = {0, 3 * r},
+					.param = os[r]};
 		t[r][2] = (ckpt_tensor){.name = names[3], .ndim = 1, .shape = {4}, .param = n};
-		s[r] = (ckpt_state){.step = 3, .rng = {1, 2, 3, (uint64_t)r}, .config_json = "{}", .tp_rank = r,
-				    .pp_size = 1, .tp_size = 2, .dp_size = 4, .n_tensors = r ? 2 : 3, .tensors = t[r]};
+		s[r] = (ckpt_state){.step = 3,
+				    .rng = {1, 2, 3, (uint64_t)r},
+				    .config_json = "{}",
+				    .tp_rank = r,
+				    .pp_size = 1,
+				    .tp_size = 2,
+				    .dp_size = 4,
+				    .n_tensors = r ? 2 : 3,
+				    .tensors = t[r]};
 	}
 	const char *run = at("run5");
 	pp_err e = {0};
@@ -685,7 +739,8 @@ static void test_multi_shard(void)
 	if (!rc)
 		rc = ckpt_write_shard(tmp, &s[0], &e);
 	int rc_partial = rc ? rc : ckpt_commit(run, tmp, 3, 0, &e);
-	CHECK(rc == 0 && rc_partial && strstr(e.msg, "shard-pp000-tp001.h5") && strstr(e.msg, "missing"),
+	CHECK(rc == 0 && rc_partial && strstr(e.msg, "shard-pp000-tp001.h5") &&
+		      strstr(e.msg, "missing"),
 	      "ckpt/commit_missing_shard", "rc %d/%d: %s", rc, rc_partial, e.msg);
 	if (!rc)
 		rc = ckpt_write_shard(tmp, &s[1], &e);
@@ -704,7 +759,8 @@ static void test_multi_shard(void)
 		      "ckpt/manifest_two_shards", "files %d tp %d", m.n_files, m.tp_size);
 		pp_real full[24];
 		rc = ckpt_read_tensor(dir, &m, names[2], "params", full, &e);
-		CHECK(rc == 0 && memcmp(full, o, sizeof o) == 0, "ckpt/reassemble_columns", "%s", e.msg);
+		CHECK(rc == 0 && memcmp(full, o, sizeof o) == 0, "ckpt/reassemble_columns", "%s",
+		      e.msg);
 		ckpt_manifest_free(&m);
 	} else {
 		CHECK(0, "ckpt/manifest_two_shards", "%s", e.msg);
@@ -717,17 +773,33 @@ static void test_multi_shard(void)
 			    {.name = names[3], .ndim = 1, .shape = {4}, .param = n1}};
 	ckpt_state one = {.n_tensors = 3, .tensors = w, .pp_size = 1, .tp_size = 1, .dp_size = 1};
 	rc = ckpt_load(dir, &one, &e);
-	CHECK(rc == 0 && !memcmp(q1, q, sizeof q) && !memcmp(o1, o, sizeof o) && !memcmp(n1, n, sizeof n) &&
-		      one.step == 3 && one.rng[3] == 0,
+	CHECK(rc == 0 && !memcmp(q1, q, sizeof q) && !memcmp(o1, o, sizeof o) &&
+		      !memcmp(n1, n, sizeof n) && one.step == 3 && one.rng[3] == 0,
 	      "ckpt/load_resharded_tp2_to_tp1", "rc %d: %s", rc, e.msg);
 
 	/* and as tp rank 1: its own slices, its own rng */
 	pp_real q2[8], o2[12];
-	ckpt_tensor w2[2] = {{.name = names[1], .ndim = 2, .shape = {2, 4}, .global_shape = {4, 4}, .offset = {2, 0}, .param = q2},
-			     {.name = names[2], .ndim = 2, .shape = {4, 3}, .global_shape = {4, 6}, .offset = {0, 3}, .param = o2}};
-	ckpt_state r1 = {.n_tensors = 2, .tensors = w2, .tp_rank = 1, .pp_size = 1, .tp_size = 2, .dp_size = 1};
+	ckpt_tensor w2[2] = {{.name = names[1],
+			      .ndim = 2,
+			      .shape = {2, 4},
+			      .global_shape = {4, 4},
+			      .offset = {2, 0},
+			      .param = q2},
+			     {.name = names[2],
+			      .ndim = 2,
+			      .shape = {4, 3},
+			      .global_shape = {4, 6},
+			      .offset = {0, 3},
+			      .param = o2}};
+	ckpt_state r1 = {.n_tensors = 2,
+			 .tensors = w2,
+			 .tp_rank = 1,
+			 .pp_size = 1,
+			 .tp_size = 2,
+			 .dp_size = 1};
 	rc = ckpt_load(dir, &r1, &e);
-	CHECK(rc == 0 && !memcmp(q2, qs[1], sizeof q2) && !memcmp(o2, os[1], sizeof o2) && r1.rng[3] == 1,
+	CHECK(rc == 0 && !memcmp(q2, qs[1], sizeof q2) && !memcmp(o2, os[1], sizeof o2) &&
+		      r1.rng[3] == 1,
 	      "ckpt/load_tp_rank1_slices", "rc %d: %s", rc, e.msg);
 
 	/* a replicated tensor written by both tp ranks overlaps */
@@ -739,8 +811,8 @@ static void test_multi_shard(void)
 	if (!rc)
 		rc = ckpt_write_shard(tmp, &s[1], &e);
 	int rc2 = rc ? rc : ckpt_commit(run, tmp, 4, 0, &e);
-	CHECK(rc == 0 && rc2 && strstr(e.msg, "overlap") && strstr(e.msg, names[3]), "ckpt/commit_overlap",
-	      "rc %d/%d: %s", rc, rc2, e.msg);
+	CHECK(rc == 0 && rc2 && strstr(e.msg, "overlap") && strstr(e.msg, names[3]),
+	      "ckpt/commit_overlap", "rc %d/%d: %s", rc, rc2, e.msg);
 }
 
 /* ------------------------------------------- ZeRO-1: optimizer files */
@@ -777,23 +849,29 @@ static void zero_init(zero_fixture *z, long step, int lo_shift)
 			for (int64_t j = 0; j < znumel(i); j++)
 				z->x[i][k][j] = val(step, 20 + i + 10 * k, j);
 		}
-		z->t[i] = (ckpt_tensor){.name = znames[i], .ndim = zshape[i][1] ? 2 : 1,
-					.shape = {zshape[i][0], zshape[i][1]}, .param = z->x[i][0]};
+		z->t[i] = (ckpt_tensor){.name = znames[i],
+					.ndim = zshape[i][1] ? 2 : 1,
+					.shape = {zshape[i][0], zshape[i][1]},
+					.param = z->x[i][0]};
 	}
 	for (int r = 0; r < 2; r++) {
 		int n = 0;
 		int64_t lo = 30 * r + (r ? lo_shift : 0), hi = 30 * (r + 1);
 		for (int i = 0; i < ZN; i++) {
 			ckpt_optim_part *q = &z->parts[r][n];
-			*q = (ckpt_optim_part){.name = znames[i], .ndim = z->t[i].ndim,
-					       .shape = {zshape[i][0], zshape[i][1]}, .n_ranges = 1,
-					       .begin = z->begin[r][n], .end = z->end[r][n]};
+			*q = (ckpt_optim_part){.name = znames[i],
+					       .ndim = z->t[i].ndim,
+					       .shape = {zshape[i][0], zshape[i][1]},
+					       .n_ranges = 1,
+					       .begin = z->begin[r][n],
+					       .end = z->end[r][n]};
 			if (i == ZC) {
 				z->cm[r] = malloc(8 * sizeof(pp_real));
 				z->cv[r] = malloc(8 * sizeof(pp_real));
 				int at = 0;
 				for (int g = 0; g < 2; g++)
-					for (int64_t j = zc_begin[r][g]; j < zc_end[r][g]; j++, at++) {
+					for (int64_t j = zc_begin[r][g]; j < zc_end[r][g];
+					     j++, at++) {
 						z->cm[r][at] = z->x[i][1][j];
 						z->cv[r][at] = z->x[i][2][j];
 					}
@@ -808,7 +886,8 @@ static void zero_init(zero_fixture *z, long step, int lo_shift)
 				n++;
 				continue;
 			}
-			int64_t off = zflat_off[i], a = lo > off ? lo : off, b = hi < off + znumel(i) ? hi : off + znumel(i);
+			int64_t off = zflat_off[i], a = lo > off ? lo : off,
+				b = hi < off + znumel(i) ? hi : off + znumel(i);
 			if (a >= b)
 				continue;
 			z->begin[r][n][0] = a - off;
@@ -817,9 +896,17 @@ static void zero_init(zero_fixture *z, long step, int lo_shift)
 			q->v = z->x[i][2] + (a - off);
 			n++;
 		}
-		z->s[r] = (ckpt_state){.step = step, .config_json = "{}", .pp_size = 1, .tp_size = 1, .dp_size = 2,
-				       .dp_rank = r, .n_tensors = ZN, .tensors = z->t, .optim_per_dp = true,
-				       .n_optim = n, .optim = z->parts[r]};
+		z->s[r] = (ckpt_state){.step = step,
+				       .config_json = "{}",
+				       .pp_size = 1,
+				       .tp_size = 1,
+				       .dp_size = 2,
+				       .dp_rank = r,
+				       .n_tensors = ZN,
+				       .tensors = z->t,
+				       .optim_per_dp = true,
+				       .n_optim = n,
+				       .optim = z->parts[r]};
 	}
 }
 
@@ -849,24 +936,30 @@ static int zero_save(const char *run, zero_fixture *z, int mask, pp_err *e)
 
 /* Loads the given block of tensor i (m and v too) and compares it with the
  * saved whole, bitwise. */
-static bool zero_load_matches(const char *dir, const zero_fixture *z, int i, const int64_t *offset, const int64_t *shape,
-			      pp_err *e)
+static bool zero_load_matches(const char *dir, const zero_fixture *z, int i, const int64_t *offset,
+			      const int64_t *shape, pp_err *e)
 {
 	int nd = z->t[i].ndim;
 	int64_t n = shape[0] * (nd == 2 ? shape[1] : 1), cols = nd == 2 ? zshape[i][1] : 1;
 	pp_real *buf[3];
 	for (int k = 0; k < 3; k++)
 		buf[k] = calloc((size_t)n, sizeof(pp_real));
-	ckpt_tensor t = {.name = znames[i], .ndim = nd, .shape = {shape[0], nd == 2 ? shape[1] : 0},
-			 .global_shape = {zshape[i][0], zshape[i][1]}, .offset = {offset[0], nd == 2 ? offset[1] : 0},
-			 .param = buf[0], .m = buf[1], .v = buf[2]};
+	ckpt_tensor t = {.name = znames[i],
+			 .ndim = nd,
+			 .shape = {shape[0], nd == 2 ? shape[1] : 0},
+			 .global_shape = {zshape[i][0], zshape[i][1]},
+			 .offset = {offset[0], nd == 2 ? offset[1] : 0},
+			 .param = buf[0],
+			 .m = buf[1],
+			 .v = buf[2]};
 	ckpt_state s = {.n_tensors = 1, .tensors = &t, .pp_size = 1, .tp_size = 1, .dp_size = 1};
 	bool ok = ckpt_load(dir, &s, e) == 0;
 	int64_t w = nd == 2 ? shape[1] : 1;
 	for (int64_t j = 0; ok && j < n; j++) {
 		int64_t row = offset[0] + j / w, col = (nd == 2 ? offset[1] : 0) + j % w;
 		for (int k = 0; k < 3; k++)
-			ok = ok && memcmp(&buf[k][j], &z->x[i][k][row * cols + col], sizeof(pp_real)) == 0;
+			ok = ok && memcmp(&buf[k][j], &z->x[i][k][row * cols + col],
+					  sizeof(pp_real)) == 0;
 	}
 	for (int k = 0; k < 3; k++)
 		free(buf[k]);
@@ -880,8 +973,8 @@ static void test_zero(void)
 	zero_fixture z;
 	zero_init(&z, 9, 0);
 	int rc = zero_save(run, &z, 1, &e);
-	CHECK(rc && strstr(e.msg, "optim-pp000-tp000-dp001.h5") && strstr(e.msg, "missing"), "ckpt/zero_commit_missing_optim_file",
-	      "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "optim-pp000-tp000-dp001.h5") && strstr(e.msg, "missing"),
+	      "ckpt/zero_commit_missing_optim_file", "rc %d: %s", rc, e.msg);
 	rc = zero_save(run, &z, 3, &e);
 	CHECK(rc == 0, "ckpt/zero_save", "%s", e.msg);
 	const char *dir = at("run7/checkpoints/step_00000009");
@@ -891,15 +984,18 @@ static void test_zero(void)
 	ckpt_manifest m;
 	rc = ckpt_read_manifest(dir, &m, &e);
 	if (rc == 0) {
-		const ckpt_tensor_info *a = ckpt_manifest_tensor(&m, znames[0]), *c = ckpt_manifest_tensor(&m, znames[2]);
-		CHECK(m.version == 2 && m.n_files == 3 && strcmp(m.files[0].name, "optim-pp000-tp000-dp000.h5") == 0 &&
-			      strcmp(m.files[1].name, "optim-pp000-tp000-dp001.h5") == 0 && a && a->adam &&
-			      a->n_shards == 1 && !a->shards[0].adam && a->n_ranges == 2 && c && c->n_ranges == 4,
+		const ckpt_tensor_info *a = ckpt_manifest_tensor(&m, znames[0]),
+				       *c = ckpt_manifest_tensor(&m, znames[2]);
+		CHECK(m.version == 2 && m.n_files == 3 &&
+			      strcmp(m.files[0].name, "optim-pp000-tp000-dp000.h5") == 0 &&
+			      strcmp(m.files[1].name, "optim-pp000-tp000-dp001.h5") == 0 && a &&
+			      a->adam && a->n_shards == 1 && !a->shards[0].adam &&
+			      a->n_ranges == 2 && c && c->n_ranges == 4,
 		      "ckpt/zero_manifest", "version %d, %d files", m.version, m.n_files);
 		pp_real whole[12];
 		rc = ckpt_read_tensor(dir, &m, znames[2], "adam_v", whole, &e);
-		CHECK(rc == 0 && memcmp(whole, z.x[2][2], sizeof whole) == 0, "ckpt/zero_read_tensor_adam_v", "rc %d: %s",
-		      rc, e.msg);
+		CHECK(rc == 0 && memcmp(whole, z.x[2][2], sizeof whole) == 0,
+		      "ckpt/zero_read_tensor_adam_v", "rc %d: %s", rc, e.msg);
 		ckpt_manifest_free(&m);
 	} else {
 		CHECK(0, "ckpt/zero_manifest", "%s", e.msg);
@@ -908,9 +1004,13 @@ static void test_zero(void)
 	char mpath[1100];
 	snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
 	json_t *mj = json_load_file(mpath, 0, &jerr);
-	json_t *o0 = json_array_get(json_object_get(json_object_get(json_object_get(mj, "tensors"), znames[2]), "optim"), 0);
+	json_t *o0 = json_array_get(
+		json_object_get(json_object_get(json_object_get(mj, "tensors"), znames[2]),
+				"optim"),
+		0);
 	CHECK(json_integer_value(json_object_get(mj, "version")) == 2 &&
-		      json_integer_value(json_array_get(json_object_get(o0, "slice_begin"), 1)) == 4 &&
+		      json_integer_value(json_array_get(json_object_get(o0, "slice_begin"), 1)) ==
+			      4 &&
 		      json_integer_value(json_array_get(json_object_get(o0, "slice_end"), 1)) == 6,
 	      "ckpt/zero_manifest_json", "optim entry of %s unexpected", znames[2]);
 	json_decref(mj);
@@ -926,18 +1026,22 @@ static void test_zero(void)
 	int64_t sb[2] = {0}, se[2] = {0}, dp = -1;
 	float mv[4] = {0};
 	if (ds >= 0) {
-		hid_t x = H5Aopen(ds, "slice_begin", H5P_DEFAULT), y = H5Aopen(ds, "slice_end", H5P_DEFAULT),
+		hid_t x = H5Aopen(ds, "slice_begin", H5P_DEFAULT),
+		      y = H5Aopen(ds, "slice_end", H5P_DEFAULT),
 		      d = H5Aopen(f, "dp_rank", H5P_DEFAULT);
-		ok = H5Aread(x, H5T_NATIVE_INT64, sb) >= 0 && H5Aread(y, H5T_NATIVE_INT64, se) >= 0 &&
-		     H5Aread(d, H5T_NATIVE_INT64, &dp) >= 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
-		     H5Sget_simple_extent_npoints(sp) == 4 &&
+		ok = H5Aread(x, H5T_NATIVE_INT64, sb) >= 0 &&
+		     H5Aread(y, H5T_NATIVE_INT64, se) >= 0 &&
+		     H5Aread(d, H5T_NATIVE_INT64, &dp) >= 0 &&
+		     H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_npoints(sp) == 4 &&
 		     H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, mv) >= 0;
 		H5Aclose(x);
 		H5Aclose(y);
 		H5Aclose(d);
 	}
-	ok = ok && sb[0] == 0 && se[0] == 2 && sb[1] == 4 && se[1] == 6 && dp == 0 && mv[2] == (float)z.x[2][1][4];
-	CHECK(ok, "ckpt/zero_h5_optim_file", "1-d adam_m with slice_begin/slice_end of its ranges expected in %s", path);
+	ok = ok && sb[0] == 0 && se[0] == 2 && sb[1] == 4 && se[1] == 6 && dp == 0 &&
+	     mv[2] == (float)z.x[2][1][4];
+	CHECK(ok, "ckpt/zero_h5_optim_file",
+	      "1-d adam_m with slice_begin/slice_end of its ranges expected in %s", path);
 	if (sp >= 0)
 		H5Sclose(sp);
 	if (ds >= 0)
@@ -960,7 +1064,8 @@ static void test_zero(void)
 	const char *d = at("err_zero_missing");
 	sh("rm -rf '%s' && cp -a '%s' '%s' && rm '%s/optim-pp000-tp000-dp001.h5'", d, dir, d, d);
 	ok = !zero_load_matches(d, &z, 0, (int64_t[2]){0, 0}, zshape[0], &e);
-	CHECK(ok && strstr(e.msg, "optim-pp000-tp000-dp001.h5"), "ckpt/zero_err_missing_optim_file", "%s", e.msg);
+	CHECK(ok && strstr(e.msg, "optim-pp000-tp000-dp001.h5"), "ckpt/zero_err_missing_optim_file",
+	      "%s", e.msg);
 	zero_free(&z);
 
 	/* ranges that overlap or leave a gap are refused at commit */
@@ -972,21 +1077,25 @@ static void test_zero(void)
 	zero_free(&z);
 	zero_init(&z, 10, 1);
 	rc = zero_save(run, &z, 3, &e);
-	CHECK(rc && strstr(e.msg, "[30, 31)") && strstr(e.msg, "no optimizer file") && strstr(e.msg, znames[0]),
+	CHECK(rc && strstr(e.msg, "[30, 31)") && strstr(e.msg, "no optimizer file") &&
+		      strstr(e.msg, znames[0]),
 	      "ckpt/zero_commit_gap", "rc %d: %s", rc, e.msg);
 
 	/* the shard of a checkpoint with optimizer files says version 2 */
 	z.s[0].optim_per_dp = false;
 	rc = zero_save(run, &z, 2, &e);
-	CHECK(rc && strstr(e.msg, "version"), "ckpt/zero_commit_mixed_versions", "rc %d: %s", rc, e.msg);
+	CHECK(rc && strstr(e.msg, "version"), "ckpt/zero_commit_mixed_versions", "rc %d: %s", rc,
+	      e.msg);
 	char tmp[1024];
 	rc = ckpt_begin(run, 11, tmp, sizeof tmp, &e);
 	rc = rc ? rc : ckpt_write_optim_shard(tmp, &z.s[0], &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "optim_per_dp"), "ckpt/zero_err_optim_without_flag", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "optim_per_dp"), "ckpt/zero_err_optim_without_flag",
+	      "rc %d: %s", rc, e.msg);
 	z.s[1].tensors[0].m = z.x[0][1];
 	z.s[1].tensors[0].v = z.x[0][2];
 	rc = ckpt_write_shard(tmp, &z.s[1], &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, znames[0]), "ckpt/zero_err_shard_with_adam", "rc %d: %s", rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, znames[0]), "ckpt/zero_err_shard_with_adam",
+	      "rc %d: %s", rc, e.msg);
 	z.s[1].tensors[0].m = z.s[1].tensors[0].v = NULL;
 	zero_free(&z);
 	sh("rm -rf '%s'", tmp);
@@ -1006,38 +1115,51 @@ static void test_disk_full(void)
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
-		if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
 		    mount("tmpfs", mnt, "tmpfs", 0, "size=64k") != 0)
 			_exit(77);
 		char run[1100], ckpts[1100];
 		snprintf(run, sizeof run, "%s/run", mnt);
 		snprintf(ckpts, sizeof ckpts, "%s/run/checkpoints", mnt);
 		static pp_real w[256 * 256];
-		ckpt_tensor t = {.name = "model.embed_tokens.weight", .ndim = 2, .shape = {256, 256}, .param = w};
-		ckpt_state st = {.step = 1, .pp_size = 1, .tp_size = 1, .dp_size = 1, .n_tensors = 1, .tensors = &t};
+		ckpt_tensor t = {.name = "model.embed_tokens.weight",
+				 .ndim = 2,
+				 .shape = {256, 256},
+				 .param = w};
+		ckpt_state st = {.step = 1,
+				 .pp_size = 1,
+				 .tp_size = 1,
+				 .dp_size = 1,
+				 .n_tensors = 1,
+				 .tensors = &t};
 		pp_err e = {0};
 		int rc = ckpt_save(run, &st, 0, &e);
 		printf("# full disk: %s\n", e.msg);
-		bool named = strstr(e.msg, "shard-pp000-tp000.h5") && strstr(e.msg, "No space left on device");
+		bool named = strstr(e.msg, "shard-pp000-tp000.h5") &&
+			     strstr(e.msg, "No space left on device");
 		int left = count_entries(ckpts, "\\.");
 		t.shape[0] = t.shape[1] = 16; /* fits */
 		e = (pp_err){0};
 		int rc2 = ckpt_save(run, &st, 0, &e);
 		long open_objs = (long)H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
-		printf("# then a small save: rc %d%s%s; open HDF5 objects %ld; temporaries left %d\n", rc2, rc2 ? ": " : "", e.msg, open_objs,
-		       left - 2);
+		printf("# then a small save: rc %d%s%s; open HDF5 objects %ld; temporaries left %d\n",
+		       rc2, rc2 ? ": " : "", e.msg, open_objs, left - 2);
 		fflush(stdout);
-		_exit(rc == PP_ERUNTIME && named && left == 2 && rc2 == 0 && open_objs == 0 ? 0 : 1);
+		_exit(rc == PP_ERUNTIME && named && left == 2 && rc2 == 0 && open_objs == 0 ? 0
+											    : 1);
 	}
 	int status = 0;
 	waitpid(pid, &status, 0);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
-		th_skip("ckpt/disk_full_clean_error", "cannot mount a small tmpfs here (needs CAP_SYS_ADMIN)");
+		th_skip("ckpt/disk_full_clean_error",
+			"cannot mount a small tmpfs here (needs CAP_SYS_ADMIN)");
 		return;
 	}
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ckpt/disk_full_clean_error",
 	      "child %s %d (0: the error named the file, no temporary left, HDF5 still usable)",
-	      WIFEXITED(status) ? "exited" : "killed by signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	      WIFEXITED(status) ? "exited" : "killed by signal",
+	      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
 /* ------------------------------------------------------- kill -9 */
@@ -1058,13 +1180,26 @@ static void big_init(big_state *b)
 	b->m = malloc(n * sizeof(pp_real));
 	b->v = malloc(n * sizeof(pp_real));
 	b->norm = malloc(BIG * sizeof(pp_real));
-	b->t[0] = (ckpt_tensor){.name = "model.embed_tokens.weight", .ndim = 2, .shape = {BIG, BIG}, .param = b->p,
-				.m = b->m, .v = b->v};
-	b->t[1] = (ckpt_tensor){.name = "model.norm.weight", .ndim = 1, .shape = {BIG}, .param = b->norm};
-	b->s = (ckpt_state){.config_json = "{}", .pp_size = 1, .tp_size = 1, .dp_size = 1, .n_tensors = 2, .tensors = b->t};
+	b->t[0] = (ckpt_tensor){.name = "model.embed_tokens.weight",
+				.ndim = 2,
+				.shape = {BIG, BIG},
+				.param = b->p,
+				.m = b->m,
+				.v = b->v};
+	b->t[1] = (ckpt_tensor){
+		.name = "model.norm.weight", .ndim = 1, .shape = {BIG}, .param = b->norm};
+	b->s = (ckpt_state){.config_json = "{}",
+			    .pp_size = 1,
+			    .tp_size = 1,
+			    .dp_size = 1,
+			    .n_tensors = 2,
+			    .tensors = b->t};
 }
 
-static pp_real big_val(long step, size_t i) { return (pp_real)(float)((double)step + (double)(i % 1024) / 1024.0); }
+static pp_real big_val(long step, size_t i)
+{
+	return (pp_real)(float)((double)step + (double)(i % 1024) / 1024.0);
+}
 
 static void big_fill(big_state *b, long step)
 {
@@ -1138,7 +1273,8 @@ static void test_kill_mid_save(void)
 	int rc = ckpt_save(run, &b.s, 2, &e);
 	double t_save = now() - t0;
 	CHECK(rc == 0, "ckpt/big_save", "%s", e.msg);
-	printf("# a %d MB checkpoint saves in %.2f s\n", (int)(3 * (size_t)BIG * BIG * 4 >> 20), t_save);
+	printf("# a %d MB checkpoint saves in %.2f s\n", (int)(3 * (size_t)BIG * BIG * 4 >> 20),
+	       t_save);
 	if (rc) {
 		big_free(&b);
 		return;
@@ -1178,19 +1314,23 @@ static void test_kill_mid_save(void)
 		big_free(&got);
 		char name[64];
 		snprintf(name, sizeof name, "ckpt/kill9_round%d", r + 1);
-		CHECK(ok, name, "killed after %.2f s: latest step %ld (previous %ld), verify %d, load %d: %s", delay, step,
-		      last, vrc, lrc, e.msg);
-		printf("# round %d: killed after %.2f s, latest complete step %ld\n", r + 1, delay, step);
+		CHECK(ok, name,
+		      "killed after %.2f s: latest step %ld (previous %ld), verify %d, load %d: %s",
+		      delay, step, last, vrc, lrc, e.msg);
+		printf("# round %d: killed after %.2f s, latest complete step %ld\n", r + 1, delay,
+		       step);
 		if (step > last)
 			last = step;
 	}
-	CHECK(mid_write > 0, "ckpt/kill9_hit_mid_write", "no kill landed while a temporary directory existed");
+	CHECK(mid_write > 0, "ckpt/kill9_hit_mid_write",
+	      "no kill landed while a temporary directory existed");
 	/* the next save clears what the killed ones left */
 	big_fill(&b, last + 1);
 	rc = ckpt_save(run, &b.s, 2, &e);
 	CHECK(rc == 0 && count_entries(at("run6/checkpoints"), "\\.t") == 0 &&
 		      count_entries(at("run6/checkpoints"), "step_") == 2,
-	      "ckpt/kill9_cleanup", "rc %d, leftovers %d: %s", rc, count_entries(at("run6/checkpoints"), "\\.t"), e.msg);
+	      "ckpt/kill9_cleanup", "rc %d, leftovers %d: %s", rc,
+	      count_entries(at("run6/checkpoints"), "\\.t"), e.msg);
 	big_free(&b);
 	sh("rm -rf '%s'", run);
 }
@@ -1202,7 +1342,8 @@ static void test_kill_mid_save(void)
  * with undefined arithmetic. Each must now be an error naming the manifest. */
 static void test_manifest_overflow(void)
 {
-	static const char *const sha = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+	static const char *const sha =
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 	static const struct {
 		const char *name, *version, *mesh, *optim_file, *tensor, *want;
 	} cases[] = {
@@ -1244,21 +1385,24 @@ static void test_manifest_overflow(void)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char optim[256] = "";
 		if (cases[i].optim_file)
-			snprintf(optim, sizeof optim, ", {\"name\": \"%s\", \"bytes\": 1, \"sha256\": \"%s\"}",
+			snprintf(optim, sizeof optim,
+				 ", {\"name\": \"%s\", \"bytes\": 1, \"sha256\": \"%s\"}",
 				 cases[i].optim_file, sha);
-		snprintf(text, sizeof text,
-			 "{\"format\": \"pp-checkpoint\", \"version\": %s, \"step\": 0, \"mesh\": {\"pp\": %s}, "
-			 "\"files\": [{\"name\": \"shard-pp000-tp000.h5\", \"bytes\": 1, \"sha256\": \"%s\"}%s], "
-			 "\"tensors\": {\"x\": {%s}}}",
-			 cases[i].version, cases[i].mesh, sha, optim, cases[i].tensor);
+		snprintf(
+			text, sizeof text,
+			"{\"format\": \"pp-checkpoint\", \"version\": %s, \"step\": 0, \"mesh\": {\"pp\": %s}, "
+			"\"files\": [{\"name\": \"shard-pp000-tp000.h5\", \"bytes\": 1, \"sha256\": \"%s\"}%s], "
+			"\"tensors\": {\"x\": {%s}}}",
+			cases[i].version, cases[i].mesh, sha, optim, cases[i].tensor);
 		spit(path, text);
 		ckpt_manifest m;
 		pp_err e = {0};
 		int rc = ckpt_read_manifest(d, &m, &e);
 		char name[96];
 		snprintf(name, sizeof name, "ckpt/manifest_overflow/%s", cases[i].name);
-		CHECK(rc == PP_ERUNTIME && strstr(e.msg, "manifest.json") && strstr(e.msg, cases[i].want), name,
-		      "rc %d: %s", rc, rc ? e.msg : "(accepted)");
+		CHECK(rc == PP_ERUNTIME && strstr(e.msg, "manifest.json") &&
+			      strstr(e.msg, cases[i].want),
+		      name, "rc %d: %s", rc, rc ? e.msg : "(accepted)");
 		if (!rc)
 			ckpt_manifest_free(&m);
 	}

@@ -57,8 +57,8 @@ static struct stub_stream *stream_of(cudaStream_t s)
 	return s == cudaStreamLegacy || !s ? &legacy : s;
 }
 
-static int add_node(struct stub_stream *s, int kind, const char *what,
-		    const struct stub_comm *comm, int after)
+static int add_node(struct stub_stream *s, int kind, const char *what, const struct stub_comm *comm,
+		    int after)
 {
 	if (nn == MAXN) {
 		fprintf(stderr, "test_comm_order: model full\n");
@@ -68,7 +68,8 @@ static int add_node(struct stub_stream *s, int kind, const char *what,
 	memset(n, 0, sizeof *n);
 	n->kind = kind;
 	n->comm = comm;
-	snprintf(n->what, sizeof n->what, "%s%s%s", what, comm ? " on " : "", comm ? comm->name : "");
+	snprintf(n->what, sizeof n->what, "%s%s%s", what, comm ? " on " : "",
+		 comm ? comm->name : "");
 	const int pred[MAXPRED] = {s ? s->last : -1, host, after};
 	for (int i = 0; i < MAXPRED; i++)
 		if (pred[i] >= 0)
@@ -114,7 +115,8 @@ static int unordered(int lo, int hi, int *ops, char *why, size_t n)
 		for (int j = i + 1; j < hi; j++)
 			if (nodes[j].kind == N_OP && nodes[j].comm != nodes[i].comm &&
 			    !after(i, j) && !after(j, i) && !bad++)
-				snprintf(why, n, "'%s' (node %d) and '%s' (node %d) may run at once",
+				snprintf(why, n,
+					 "'%s' (node %d) and '%s' (node %d) may run at once",
 					 nodes[i].what, i, nodes[j].what, j);
 	}
 	return bad;
@@ -219,7 +221,10 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
 
 /* ---- NCCL's calls: communicators of one rank; data copied at once ---------------------- */
 
-const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "stub error"; }
+const char *ncclGetErrorString(ncclResult_t r)
+{
+	return r == ncclSuccess ? "no error" : "stub error";
+}
 const char *ncclGetLastError(ncclComm_t c)
 {
 	(void)c;
@@ -288,18 +293,23 @@ ncclResult_t ncclGroupStart(void)
 	group_depth++;
 	return ncclSuccess;
 }
-ncclResult_t ncclGroupEnd(void)
-{
-	return group_depth-- > 0 ? ncclSuccess : ncclInvalidUsage;
-}
+ncclResult_t ncclGroupEnd(void) { return group_depth-- > 0 ? ncclSuccess : ncclInvalidUsage; }
 
 static size_t type_size(ncclDataType_t t)
 {
 	switch (t) {
-	case ncclInt8: case ncclUint8: return 1;
-	case ncclFloat16: case ncclBfloat16: return 2;
-	case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-	default: return 8;
+	case ncclInt8:
+	case ncclUint8:
+		return 1;
+	case ncclFloat16:
+	case ncclBfloat16:
+		return 2;
+	case ncclInt32:
+	case ncclUint32:
+	case ncclFloat32:
+		return 4;
+	default:
+		return 8;
 	}
 }
 
@@ -318,14 +328,14 @@ ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, n
 	(void)o;
 	return op("allreduce", s, r, n, t, c, st);
 }
-ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t o,
-			int root, ncclComm_t c, cudaStream_t st)
+ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t o, int root,
+			ncclComm_t c, cudaStream_t st)
 {
 	(void)o, (void)root;
 	return op("reduce", s, r, n, t, c, st);
 }
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t,
-			       ncclRedOp_t o, ncclComm_t c, cudaStream_t st)
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t o,
+			       ncclComm_t c, cudaStream_t st)
 {
 	(void)o;
 	return op("reduce_scatter", s, r, n, t, c, st);
@@ -349,8 +359,7 @@ ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclC
 	pending_send = (void *)s;
 	return op("send", NULL, NULL, n, t, c, st);
 }
-ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
-		      cudaStream_t st)
+ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st)
 {
 	(void)peer;
 	ncclResult_t res = op("recv", pending_send, r, n, t, c, st);
@@ -419,9 +428,8 @@ int main(void)
 		     comm_recv(pp, back, 16, PP_DT_F32, 0, 2, &e) ||
 		     comm_ireduce_scatter(dp, grads[1], shard, counts, PP_DT_F32, PP_OP_SUM, &r2,
 					  &e) ||
-		     comm_allreduce(tp, tpbuf, 32, PP_DT_F32, PP_OP_SUM, &e) ||
-		     comm_wait(r1, &e) || comm_wait(r2, &e) ||
-		     comm_all_gather(dp, shard, grads[1], 64, PP_DT_F32, &e) ||
+		     comm_allreduce(tp, tpbuf, 32, PP_DT_F32, PP_OP_SUM, &e) || comm_wait(r1, &e) ||
+		     comm_wait(r2, &e) || comm_all_gather(dp, shard, grads[1], 64, PP_DT_F32, &e) ||
 		     comm_allreduce(world, &loss, 1, PP_DT_F32, PP_OP_SUM, &e);
 	}
 	CHECK(!rc, "comm_order/steps_run", "%s", e.msg);

@@ -119,29 +119,49 @@ static const struct anchor {
 	bool tied;
 	int experts, top_k;
 } anchors[] = {
-#define LL PP_FAMILY_LLAMA
-#define SW PP_MLP_SWIGLU
+#define LL  PP_FAMILY_LLAMA
+#define SW  PP_MLP_SWIGLU
 #define RMS PP_NORM_RMS
-	{"llama2-7b", LL, 4096, 32, 32, 128, 11008, 32, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"llama2-13b", LL, 5120, 40, 40, 128, 13824, 40, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"llama2-70b", LL, 8192, 64, 8, 128, 28672, 80, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"llama3-8b", LL, 4096, 32, 8, 128, 14336, 32, 128256, 8192, SW, RMS, 1e-5, PP_POS_ROPE, 5e5, 0, false, 0, 0},
-	{"llama3-70b", LL, 8192, 64, 8, 128, 28672, 80, 128256, 8192, SW, RMS, 1e-5, PP_POS_ROPE, 5e5, 0, false, 0, 0},
-	{"mistral-7b", PP_FAMILY_MISTRAL, 4096, 32, 8, 128, 14336, 32, 32000, 32768, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 4096, false, 0, 0},
-	{"mixtral-8x7b", PP_FAMILY_MIXTRAL, 4096, 32, 8, 128, 14336, 32, 32000, 32768, SW, RMS, 1e-5, PP_POS_ROPE, 1e6, 0, false, 8, 2},
-	{"gemma-2b", PP_FAMILY_GEMMA, 2048, 8, 1, 256, 16384, 18, 256128, 8192, PP_MLP_GEGLU, RMS, 1e-6, PP_POS_ROPE, 1e4, 0, true, 0, 0},
-	{"gemma-7b", PP_FAMILY_GEMMA, 3072, 16, 16, 256, 24576, 28, 256128, 8192, PP_MLP_GEGLU, RMS, 1e-6, PP_POS_ROPE, 1e4, 0, true, 0, 0},
-	{"gpt3-175b", PP_FAMILY_GPT, 12288, 96, 96, 128, 49152, 96, 50304, 2048, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
-	{"gpt-126m", PP_FAMILY_GPT, 768, 12, 12, 64, 3072, 12, 50304, 2048, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
-	{"gpt-5b", PP_FAMILY_GPT, 4096, 32, 32, 128, 16384, 24, 50304, 2048, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
-	{"glam-126m-64e", PP_FAMILY_MIXTRAL, 768, 12, 12, 64, 3072, 12, 50304, 1024, PP_MLP_GEGLU, RMS, 1e-6, PP_POS_RELATIVE, 1e4, 0, true, 64, 2},
-	{"llama-1b", LL, 2048, 32, 4, 64, 5632, 22, 32000, 2048, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"llama-110m", LL, 768, 12, 12, 64, 2048, 12, 32000, 1024, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"llama-tiny", LL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false, 0, 0},
-	{"mistral-tiny", PP_FAMILY_MISTRAL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e6, 4, false, 0, 0},
-	{"mixtral-tiny", PP_FAMILY_MIXTRAL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e6, 0, false, 4, 2},
-	{"gemma-tiny", PP_FAMILY_GEMMA, 64, 4, 1, 32, 96, 2, 256, 128, PP_MLP_GEGLU, RMS, 1e-6, PP_POS_ROPE, 1e4, 0, true, 0, 0},
-	{"gpt-tiny", PP_FAMILY_GPT, 64, 4, 4, 16, 256, 2, 256, 128, PP_MLP_GELU, PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
+	{"llama2-7b", LL, 4096, 32, 32, 128, 11008, 32, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE,
+	 1e4, 0, false, 0, 0},
+	{"llama2-13b", LL, 5120, 40, 40, 128, 13824, 40, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE,
+	 1e4, 0, false, 0, 0},
+	{"llama2-70b", LL, 8192, 64, 8, 128, 28672, 80, 32000, 4096, SW, RMS, 1e-5, PP_POS_ROPE,
+	 1e4, 0, false, 0, 0},
+	{"llama3-8b", LL, 4096, 32, 8, 128, 14336, 32, 128256, 8192, SW, RMS, 1e-5, PP_POS_ROPE,
+	 5e5, 0, false, 0, 0},
+	{"llama3-70b", LL, 8192, 64, 8, 128, 28672, 80, 128256, 8192, SW, RMS, 1e-5, PP_POS_ROPE,
+	 5e5, 0, false, 0, 0},
+	{"mistral-7b", PP_FAMILY_MISTRAL, 4096, 32, 8, 128, 14336, 32, 32000, 32768, SW, RMS, 1e-5,
+	 PP_POS_ROPE, 1e4, 4096, false, 0, 0},
+	{"mixtral-8x7b", PP_FAMILY_MIXTRAL, 4096, 32, 8, 128, 14336, 32, 32000, 32768, SW, RMS,
+	 1e-5, PP_POS_ROPE, 1e6, 0, false, 8, 2},
+	{"gemma-2b", PP_FAMILY_GEMMA, 2048, 8, 1, 256, 16384, 18, 256128, 8192, PP_MLP_GEGLU, RMS,
+	 1e-6, PP_POS_ROPE, 1e4, 0, true, 0, 0},
+	{"gemma-7b", PP_FAMILY_GEMMA, 3072, 16, 16, 256, 24576, 28, 256128, 8192, PP_MLP_GEGLU, RMS,
+	 1e-6, PP_POS_ROPE, 1e4, 0, true, 0, 0},
+	{"gpt3-175b", PP_FAMILY_GPT, 12288, 96, 96, 128, 49152, 96, 50304, 2048, PP_MLP_GELU,
+	 PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
+	{"gpt-126m", PP_FAMILY_GPT, 768, 12, 12, 64, 3072, 12, 50304, 2048, PP_MLP_GELU,
+	 PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
+	{"gpt-5b", PP_FAMILY_GPT, 4096, 32, 32, 128, 16384, 24, 50304, 2048, PP_MLP_GELU,
+	 PP_NORM_LAYER, 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
+	{"glam-126m-64e", PP_FAMILY_MIXTRAL, 768, 12, 12, 64, 3072, 12, 50304, 1024, PP_MLP_GEGLU,
+	 RMS, 1e-6, PP_POS_RELATIVE, 1e4, 0, true, 64, 2},
+	{"llama-1b", LL, 2048, 32, 4, 64, 5632, 22, 32000, 2048, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0,
+	 false, 0, 0},
+	{"llama-110m", LL, 768, 12, 12, 64, 2048, 12, 32000, 1024, SW, RMS, 1e-5, PP_POS_ROPE, 1e4,
+	 0, false, 0, 0},
+	{"llama-tiny", LL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5, PP_POS_ROPE, 1e4, 0, false,
+	 0, 0},
+	{"mistral-tiny", PP_FAMILY_MISTRAL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5,
+	 PP_POS_ROPE, 1e6, 4, false, 0, 0},
+	{"mixtral-tiny", PP_FAMILY_MIXTRAL, 64, 4, 2, 16, 96, 2, 256, 128, SW, RMS, 1e-5,
+	 PP_POS_ROPE, 1e6, 0, false, 4, 2},
+	{"gemma-tiny", PP_FAMILY_GEMMA, 64, 4, 1, 32, 96, 2, 256, 128, PP_MLP_GEGLU, RMS, 1e-6,
+	 PP_POS_ROPE, 1e4, 0, true, 0, 0},
+	{"gpt-tiny", PP_FAMILY_GPT, 64, 4, 4, 16, 256, 2, 256, 128, PP_MLP_GELU, PP_NORM_LAYER,
+	 1e-5, PP_POS_LEARNED, 1e4, 0, true, 0, 0},
 #undef LL
 #undef SW
 #undef RMS
@@ -257,15 +277,16 @@ static void test_defaults(void)
 	bool ok = c.steps == 100 && c.global_batch == 8 && c.microbatch == 8 &&
 		  c.microbatches == 1 && c.seq_len == 128 && c.pp == 1 && c.dp == 1 && c.tp == 1 &&
 		  c.virtual_stages == 1 && c.schedule == SCHED_1F1B &&
-		  c.recompute == PP_RECOMPUTE_NONE && !c.shard_optimizer && c.lr == 3e-4 && c.lr_schedule.type == PP_LR_COSINE &&
-		  c.lr_schedule.warmup_steps == -1 && c.lr_schedule.warmup_fraction == 0.1 &&
-		  c.lr_schedule.final_fraction == 0.1 && c.lr_schedule.decay_fraction == 0.2 &&
-		  c.adamw.b1 == 0.9 && c.adamw.b2 == 0.95 && c.adamw.eps == 1e-8 &&
-		  c.adamw.weight_decay == 0.1 && !c.adamw.decay_norms_and_biases &&
-		  c.clip_norm == 1.0 && c.seed == 0 && c.dtype == PP_TYPE_REAL &&
-		  c.device == PP_DEVICE_CPU && c.nan_policy == PP_NAN_ABORT &&
-		  !strcmp(c.data, "synthetic") && !c.val_data[0] && !c.tokenizer[0] && c.data_eos &&
-		  !strcmp(c.run_dir, "runs/default") && c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
+		  c.recompute == PP_RECOMPUTE_NONE && !c.shard_optimizer && c.lr == 3e-4 &&
+		  c.lr_schedule.type == PP_LR_COSINE && c.lr_schedule.warmup_steps == -1 &&
+		  c.lr_schedule.warmup_fraction == 0.1 && c.lr_schedule.final_fraction == 0.1 &&
+		  c.lr_schedule.decay_fraction == 0.2 && c.adamw.b1 == 0.9 && c.adamw.b2 == 0.95 &&
+		  c.adamw.eps == 1e-8 && c.adamw.weight_decay == 0.1 &&
+		  !c.adamw.decay_norms_and_biases && c.clip_norm == 1.0 && c.seed == 0 &&
+		  c.dtype == PP_TYPE_REAL && c.device == PP_DEVICE_CPU &&
+		  c.nan_policy == PP_NAN_ABORT && !strcmp(c.data, "synthetic") && !c.val_data[0] &&
+		  !c.tokenizer[0] && c.data_eos && !strcmp(c.run_dir, "runs/default") &&
+		  c.checkpoint_period == 0 && c.keep == 3 && c.eval_interval == 0 &&
 		  c.eval_batches == 4 && c.log_period == 1;
 	char *dump = pp_config_dump(&c);
 	CHECK(ok, "config/defaults/run", "some default differs:\n%s", dump);
@@ -286,16 +307,18 @@ static void test_defaults(void)
 	CHECK(rc == 0 && c.microbatch == 4 && c.microbatches == 1, "config/defaults/microbatch_dp",
 	      "microbatch %d microbatches %d (%s)", c.microbatch, c.microbatches, e.msg);
 	pp_config_free(&c);
-	rc = load_text(&c, &e, NULL, OV("model=llama-tiny", "dp=2", "microbatch=1", "global_batch=16"));
-	CHECK(rc == 0 && c.microbatches == 8, "config/defaults/microbatches", "microbatches %d (%s)",
-	      c.microbatches, e.msg);
+	rc = load_text(&c, &e, NULL,
+		       OV("model=llama-tiny", "dp=2", "microbatch=1", "global_batch=16"));
+	CHECK(rc == 0 && c.microbatches == 8, "config/defaults/microbatches",
+	      "microbatches %d (%s)", c.microbatches, e.msg);
 	pp_config_free(&c);
 	/* n_kv_heads = n_heads, head_dim = d_model / n_heads; top_k 2 with experts */
-	rc = load_text(&c, &e, NULL,
-		       OV("model={\"family\": \"llama\", \"d_model\": 48, \"n_heads\": 3, \"d_ff\": 64, "
-			  "\"n_layers\": 1, \"vocab_size\": 32, \"max_seq_len\": 16, \"mlp\": \"swiglu\", "
-			  "\"norm\": \"rmsnorm\", \"norm_eps\": 1e-5, \"pos\": \"learned\", "
-			  "\"tied_embeddings\": false, \"n_experts\": 3}"));
+	rc = load_text(
+		&c, &e, NULL,
+		OV("model={\"family\": \"llama\", \"d_model\": 48, \"n_heads\": 3, \"d_ff\": 64, "
+		   "\"n_layers\": 1, \"vocab_size\": 32, \"max_seq_len\": 16, \"mlp\": \"swiglu\", "
+		   "\"norm\": \"rmsnorm\", \"norm_eps\": 1e-5, \"pos\": \"learned\", "
+		   "\"tied_embeddings\": false, \"n_experts\": 3}"));
 	CHECK(rc == 0 && c.model.n_kv_heads == 3 && c.model.head_dim == 16 && c.model.top_k == 2 &&
 		      !c.model.preset[0] && c.seq_len == 16,
 	      "config/defaults/inline_model", "rc %d (%s) kv %d hd %d top_k %d", rc, e.msg,
@@ -321,8 +344,8 @@ static void test_run_configs(void)
 			      c.global_batch == 8 && c.microbatch == 4 && c.microbatches == 2 &&
 			      c.seq_len == 64 && c.lr == 3e-3 &&
 			      c.lr_schedule.type == PP_LR_COSINE &&
-			      c.lr_schedule.warmup_steps == -1 && c.lr_schedule.warmup_fraction == 0.1 &&
-			      !strcmp(c.run_dir, run_dir) &&
+			      c.lr_schedule.warmup_steps == -1 &&
+			      c.lr_schedule.warmup_fraction == 0.1 && !strcmp(c.run_dir, run_dir) &&
 			      !strcmp(c.data, "synthetic") && c.checkpoint_period == 50 &&
 			      c.eval_interval == 50 && c.log_period == 10,
 		      name, "rc %d: %s", rc, e.msg);
@@ -338,12 +361,22 @@ static void test_overrides(void)
 	snprintf(path, sizeof path, "%s/tiny-llama.json", cfg_dir);
 	pp_config c;
 	pp_err e = {0};
-	const char *ov[] = {"model.n_layers=4", "lr_schedule.type=linear", "adamw.b1=0.8",
-			    "recompute=true", "lr=1e-3", "steps=1e3", "run_dir=2024",
-			    "data=/tmp/a=b", "seed=12345678901234", "schedule=gpipe",
-			    "adamw.decay_norms_and_biases=true", "model.rope_theta=5e5",
-			    "model.norm_offset=0.30000000000000004", "val_data=v.h5",
-			    "tokenizer=tok.model", "data_eos=false"};
+	const char *ov[] = {"model.n_layers=4",
+			    "lr_schedule.type=linear",
+			    "adamw.b1=0.8",
+			    "recompute=true",
+			    "lr=1e-3",
+			    "steps=1e3",
+			    "run_dir=2024",
+			    "data=/tmp/a=b",
+			    "seed=12345678901234",
+			    "schedule=gpipe",
+			    "adamw.decay_norms_and_biases=true",
+			    "model.rope_theta=5e5",
+			    "model.norm_offset=0.30000000000000004",
+			    "val_data=v.h5",
+			    "tokenizer=tok.model",
+			    "data_eos=false"};
 	int rc = pp_config_load(&c, path, sizeof ov / sizeof ov[0], (char *const *)ov, &e);
 	CHECK(rc == 0, "config/override/load", "%s", e.msg);
 	if (!rc) {
@@ -355,15 +388,16 @@ static void test_overrides(void)
 		      c.lr_schedule.type, c.lr_schedule.warmup_steps);
 		CHECK(c.adamw.b1 == 0.8 && c.adamw.b2 == 0.95 && c.adamw.decay_norms_and_biases,
 		      "config/override/adamw", "b1 %g", c.adamw.b1);
-		CHECK(c.recompute == PP_RECOMPUTE_FULL && c.lr == 1e-3 && c.steps == 1000 && c.seed == 12345678901234ull &&
-			      c.model.rope_theta == 5e5,
+		CHECK(c.recompute == PP_RECOMPUTE_FULL && c.lr == 1e-3 && c.steps == 1000 &&
+			      c.seed == 12345678901234ull && c.model.rope_theta == 5e5,
 		      "config/override/numbers_bools", "steps %ld lr %g", c.steps, c.lr);
-		CHECK(!strcmp(c.run_dir, "2024"),
-		      "config/override/string_key_raw", "run_dir '%s'", c.run_dir);
+		CHECK(!strcmp(c.run_dir, "2024"), "config/override/string_key_raw", "run_dir '%s'",
+		      c.run_dir);
 		CHECK(!strcmp(c.data, "/tmp/a=b") && c.schedule == SCHED_GPIPE,
 		      "config/override/strings", "data '%s' schedule %s", c.data,
 		      schedule_kind_name(c.schedule));
-		CHECK(!strcmp(c.val_data, "v.h5") && !strcmp(c.tokenizer, "tok.model") && !c.data_eos,
+		CHECK(!strcmp(c.val_data, "v.h5") && !strcmp(c.tokenizer, "tok.model") &&
+			      !c.data_eos,
 		      "config/override/data_keys", "val_data '%s' tokenizer '%s' data_eos %d",
 		      c.val_data, c.tokenizer, c.data_eos);
 		check_round_trip("config/override/round_trip", &c);
@@ -374,7 +408,8 @@ static void test_overrides(void)
 	const char *sw[] = {"model.n_layers=4", "model=gpt-tiny"};
 	rc = pp_config_load(&c, path, 2, (char *const *)sw, &e);
 	CHECK(rc == 0 && c.model.family == PP_FAMILY_GPT && c.model.pos == PP_POS_LEARNED &&
-		      c.model.n_layers == 2 && c.seq_len == 64 && !strcmp(c.model.preset, "gpt-tiny"),
+		      c.model.n_layers == 2 && c.seq_len == 64 &&
+		      !strcmp(c.model.preset, "gpt-tiny"),
 	      "config/override/switch_preset", "rc %d (%s) family %s n_layers %d", rc, e.msg,
 	      pp_family_name(c.model.family), c.model.n_layers);
 	pp_config_free(&c);
@@ -415,170 +450,336 @@ static const struct err_case {
 	const char *ov[8];   /* overrides */
 	const char *want[4]; /* substrings of the message ("!x": x must not appear) */
 } err_cases[] = {
-	{"typo/top", NULL, {"model=llama-tiny", "lr_shedule.type=linear"},
+	{"typo/top",
+	 NULL,
+	 {"model=llama-tiny", "lr_shedule.type=linear"},
 	 {"unknown key 'lr_shedule' (did you mean 'lr_schedule'?)"}},
-	{"typo/file", "{\"model\": \"llama-tiny\", \"setps\": 3}", {0},
+	{"typo/file",
+	 "{\"model\": \"llama-tiny\", \"setps\": 3}",
+	 {0},
 	 {"unknown key 'setps'", "did you mean 'steps'"}},
-	{"typo/model", NULL, {"model=llama-tiny", "model.n_head=4"},
+	{"typo/model",
+	 NULL,
+	 {"model=llama-tiny", "model.n_head=4"},
 	 {"unknown key 'model.n_head' (did you mean 'model.n_heads'?)"}},
-	{"typo/adamw", NULL, {"model=llama-tiny", "adamw.weight_dcay=0"},
+	{"typo/adamw",
+	 NULL,
+	 {"model=llama-tiny", "adamw.weight_dcay=0"},
 	 {"'adamw.weight_dcay'", "did you mean 'adamw.weight_decay'"}},
-	{"typo/misplaced", NULL, {"model=llama-tiny", "b1=0.9"},
+	{"typo/misplaced",
+	 NULL,
+	 {"model=llama-tiny", "b1=0.9"},
 	 {"unknown key 'b1'", "did you mean 'adamw.b1'"}},
-	{"typo/none", NULL, {"model=llama-tiny", "zzzzzzzz=1"}, {"unknown key 'zzzzzzzz'", "!did you mean"}},
-	{"typo/model_long", NULL, {"model=llama-tiny", "model.vocab_sise=3"},
+	{"typo/none",
+	 NULL,
+	 {"model=llama-tiny", "zzzzzzzz=1"},
+	 {"unknown key 'zzzzzzzz'", "!did you mean"}},
+	{"typo/model_long",
+	 NULL,
+	 {"model=llama-tiny", "model.vocab_sise=3"},
 	 {"'model.vocab_sise'", "did you mean 'model.vocab_size'"}},
-	{"typo/misplaced_model", NULL, {"model=llama-tiny", "d_model=3"},
+	{"typo/misplaced_model",
+	 NULL,
+	 {"model=llama-tiny", "d_model=3"},
 	 {"unknown key 'd_model'", "did you mean 'model.d_model'"}},
 
-	{"type/string_for_int", "{\"model\": \"llama-tiny\", \"steps\": \"ten\"}", {0},
+	{"type/string_for_int",
+	 "{\"model\": \"llama-tiny\", \"steps\": \"ten\"}",
+	 {0},
 	 {"key 'steps': expected an integer, got string \"ten\""}},
-	{"type/real_for_int", NULL, {"model=llama-tiny", "steps=3.5"},
+	{"type/real_for_int",
+	 NULL,
+	 {"model=llama-tiny", "steps=3.5"},
 	 {"key 'steps': expected an integer, got number 3.5"}},
-	{"type/bool", NULL, {"model=llama-tiny", "shard_optimizer=1"},
+	{"type/bool",
+	 NULL,
+	 {"model=llama-tiny", "shard_optimizer=1"},
 	 {"key 'shard_optimizer': expected true or false, got integer 1"}},
-	{"type/recompute", "{\"model\": \"llama-tiny\", \"recompute\": 1}", {0},
+	{"type/recompute",
+	 "{\"model\": \"llama-tiny\", \"recompute\": 1}",
+	 {0},
 	 {"key 'recompute': expected a string, got integer 1"}},
 	{"type/object", NULL, {"model=llama-tiny", "adamw=3"}, {"key 'adamw': expected an object"}},
-	{"type/string", "{\"model\": \"llama-tiny\", \"data\": 5}", {0},
+	{"type/string",
+	 "{\"model\": \"llama-tiny\", \"data\": 5}",
+	 {0},
 	 {"key 'data': expected a string, got integer 5"}},
-	{"type/data_eos", NULL, {"model=llama-tiny", "data_eos=yes"},
+	{"type/data_eos",
+	 NULL,
+	 {"model=llama-tiny", "data_eos=yes"},
 	 {"key 'data_eos': expected true or false, got string \"yes\""}},
-	{"type/val_data", "{\"model\": \"llama-tiny\", \"val_data\": false}", {0},
+	{"type/val_data",
+	 "{\"model\": \"llama-tiny\", \"val_data\": false}",
+	 {0},
 	 {"key 'val_data': expected a string, got false"}},
-	{"typo/tokenizer", NULL, {"model=llama-tiny", "tokeniser=x.model"},
+	{"typo/tokenizer",
+	 NULL,
+	 {"model=llama-tiny", "tokeniser=x.model"},
 	 {"unknown key 'tokeniser'", "did you mean 'tokenizer'"}},
-	{"type/number", NULL, {"model=llama-tiny", "lr=fast"},
+	{"type/number",
+	 NULL,
+	 {"model=llama-tiny", "lr=fast"},
 	 {"key 'lr': expected a number, got string \"fast\""}},
-	{"type/preset", "{\"model\": {\"preset\": 3}}", {0}, {"key 'model.preset': expected a string"}},
+	{"type/preset",
+	 "{\"model\": {\"preset\": 3}}",
+	 {0},
+	 {"key 'model.preset': expected a string"}},
 	{"type/model", "{\"model\": 7}", {0}, {"key 'model': expected an object"}},
 
-	{"range/steps", NULL, {"model=llama-tiny", "steps=0"},
+	{"range/steps",
+	 NULL,
+	 {"model=llama-tiny", "steps=0"},
 	 {"key 'steps': expected an integer >= 1, got 0"}},
-	{"range/global_batch", NULL, {"model=llama-tiny", "global_batch=0"}, {"key 'global_batch'", ">= 1"}},
-	{"range/microbatch", NULL, {"model=llama-tiny", "microbatch=-2"}, {"key 'microbatch'", "got -2"}},
+	{"range/global_batch",
+	 NULL,
+	 {"model=llama-tiny", "global_batch=0"},
+	 {"key 'global_batch'", ">= 1"}},
+	{"range/microbatch",
+	 NULL,
+	 {"model=llama-tiny", "microbatch=-2"},
+	 {"key 'microbatch'", "got -2"}},
 	{"range/lr", NULL, {"model=llama-tiny", "lr=0"}, {"key 'lr': expected a number > 0, got 0"}},
-	{"range/b1", NULL, {"model=llama-tiny", "adamw.b1=1"}, {"key 'adamw.b1'", "in [0, 1)", "got 1"}},
+	{"range/b1",
+	 NULL,
+	 {"model=llama-tiny", "adamw.b1=1"},
+	 {"key 'adamw.b1'", "in [0, 1)", "got 1"}},
 	{"range/b2", NULL, {"model=llama-tiny", "adamw.b2=-0.1"}, {"key 'adamw.b2'", "in [0, 1)"}},
 	{"range/eps", NULL, {"model=llama-tiny", "adamw.eps=0"}, {"key 'adamw.eps'", "> 0"}},
-	{"range/weight_decay", NULL, {"model=llama-tiny", "adamw.weight_decay=-1"}, {"key 'adamw.weight_decay'", ">= 0"}},
+	{"range/weight_decay",
+	 NULL,
+	 {"model=llama-tiny", "adamw.weight_decay=-1"},
+	 {"key 'adamw.weight_decay'", ">= 0"}},
 	{"range/clip_norm", NULL, {"model=llama-tiny", "clip_norm=-1"}, {"key 'clip_norm'", ">= 0"}},
-	{"range/grad_bucket_mb", NULL, {"model=llama-tiny", "grad_bucket_mb=-1"}, {"key 'grad_bucket_mb'", ">= 0", "got -1"}},
-	{"range/loss_chunk_mb", NULL, {"model=llama-tiny", "loss_chunk_mb=0"}, {"key 'loss_chunk_mb'", "> 0", "got 0"}},
-	{"range/final_fraction", NULL, {"model=llama-tiny", "lr_schedule.final_fraction=1.5"},
+	{"range/grad_bucket_mb",
+	 NULL,
+	 {"model=llama-tiny", "grad_bucket_mb=-1"},
+	 {"key 'grad_bucket_mb'", ">= 0", "got -1"}},
+	{"range/loss_chunk_mb",
+	 NULL,
+	 {"model=llama-tiny", "loss_chunk_mb=0"},
+	 {"key 'loss_chunk_mb'", "> 0", "got 0"}},
+	{"range/final_fraction",
+	 NULL,
+	 {"model=llama-tiny", "lr_schedule.final_fraction=1.5"},
 	 {"key 'lr_schedule.final_fraction'", "in [0, 1]", "1.5"}},
-	{"range/warmup_steps", NULL, {"model=llama-tiny", "lr_schedule.warmup_steps=-2"},
+	{"range/warmup_steps",
+	 NULL,
+	 {"model=llama-tiny", "lr_schedule.warmup_steps=-2"},
 	 {"key 'lr_schedule.warmup_steps'", ">= -1"}},
-	{"range/norm_eps", NULL, {"model=llama-tiny", "model.norm_eps=0"}, {"key 'model.norm_eps'", "> 0"}},
-	{"range/rope_theta", NULL, {"model=llama-tiny", "model.rope_theta=-1"}, {"key 'model.rope_theta'", "> 0"}},
-	{"range/d_model", NULL, {"model=llama-tiny", "model.d_model=0"}, {"key 'model.d_model'", ">= 1"}},
-	{"range/n_layers", NULL, {"model=llama-tiny", "model.n_layers=-1"}, {"key 'model.n_layers'"}},
-	{"range/vocab", NULL, {"model=llama-tiny", "model.vocab_size=0"}, {"key 'model.vocab_size'"}},
-	{"range/int_overflow", NULL, {"model=llama-tiny", "model.d_model=99999999999"},
+	{"range/norm_eps",
+	 NULL,
+	 {"model=llama-tiny", "model.norm_eps=0"},
+	 {"key 'model.norm_eps'", "> 0"}},
+	{"range/rope_theta",
+	 NULL,
+	 {"model=llama-tiny", "model.rope_theta=-1"},
+	 {"key 'model.rope_theta'", "> 0"}},
+	{"range/d_model",
+	 NULL,
+	 {"model=llama-tiny", "model.d_model=0"},
+	 {"key 'model.d_model'", ">= 1"}},
+	{"range/n_layers",
+	 NULL,
+	 {"model=llama-tiny", "model.n_layers=-1"},
+	 {"key 'model.n_layers'"}},
+	{"range/vocab",
+	 NULL,
+	 {"model=llama-tiny", "model.vocab_size=0"},
+	 {"key 'model.vocab_size'"}},
+	{"range/int_overflow",
+	 NULL,
+	 {"model=llama-tiny", "model.d_model=99999999999"},
 	 {"key 'model.d_model'", "too large"}},
-	{"range/sliding_window", NULL, {"model=llama-tiny", "model.sliding_window=-1"},
+	{"range/sliding_window",
+	 NULL,
+	 {"model=llama-tiny", "model.sliding_window=-1"},
 	 {"key 'model.sliding_window'", ">= 0", "got -1"}},
 	{"range/data_empty", NULL, {"model=llama-tiny", "data="}, {"key 'data'", "non-empty"}},
-	{"range/preset_long", NULL,
+	{"range/preset_long",
+	 NULL,
 	 {"model=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
 	 {"key 'model.preset'", "longer than 63"}},
 
-	{"enum/schedule", NULL, {"model=llama-tiny", "schedule=1f1c"},
+	{"enum/schedule",
+	 NULL,
+	 {"model=llama-tiny", "schedule=1f1c"},
 	 {"key 'schedule'", "\"1f1c\"", "gpipe, 1f1b, eager1f1b, interleaved1f1b, zbh1",
 	  "did you mean '1f1b'"}},
-	{"enum/mlp", NULL, {"model=llama-tiny", "model.mlp=relu"}, {"key 'model.mlp'", "swiglu, geglu, gelu"}},
-	{"enum/family", NULL, {"model=llama-tiny", "model.family=bert"},
+	{"enum/mlp",
+	 NULL,
+	 {"model=llama-tiny", "model.mlp=relu"},
+	 {"key 'model.mlp'", "swiglu, geglu, gelu"}},
+	{"enum/family",
+	 NULL,
+	 {"model=llama-tiny", "model.family=bert"},
 	 {"key 'model.family'", "llama, mistral, mixtral, gemma, gpt"}},
-	{"enum/norm", NULL, {"model=llama-tiny", "model.norm=batchnorm"}, {"key 'model.norm'", "rmsnorm, layernorm"}},
-	{"enum/pos", NULL, {"model=llama-tiny", "model.pos=alibi"}, {"key 'model.pos'", "rope, learned, relative"}},
-	{"enum/lr_schedule", NULL, {"model=llama-tiny", "lr_schedule.type=cosin"},
+	{"enum/norm",
+	 NULL,
+	 {"model=llama-tiny", "model.norm=batchnorm"},
+	 {"key 'model.norm'", "rmsnorm, layernorm"}},
+	{"enum/pos",
+	 NULL,
+	 {"model=llama-tiny", "model.pos=alibi"},
+	 {"key 'model.pos'", "rope, learned, relative"}},
+	{"enum/lr_schedule",
+	 NULL,
+	 {"model=llama-tiny", "lr_schedule.type=cosin"},
 	 {"key 'lr_schedule.type'", "cosine, linear, constant, wsd", "did you mean 'cosine'"}},
 	{"enum/dtype", NULL, {"model=llama-tiny", "dtype=fp16"}, {"key 'dtype'", "fp32, bf16"}},
 	{"enum/device", NULL, {"model=llama-tiny", "device=tpu"}, {"key 'device'", "cpu, cuda"}},
-	{"enum/recompute", NULL, {"model=llama-tiny", "recompute=bogus"},
+	{"enum/recompute",
+	 NULL,
+	 {"model=llama-tiny", "recompute=bogus"},
 	 {"key 'recompute': unknown value \"bogus\"", "none, full, minimal, minimal_flash"}},
-	{"enum/recompute_near", NULL, {"model=llama-tiny", "recompute=minimal_flsh"},
+	{"enum/recompute_near",
+	 NULL,
+	 {"model=llama-tiny", "recompute=minimal_flsh"},
 	 {"key 'recompute'", "did you mean 'minimal_flash'"}},
-	{"enum/nan_policy", NULL, {"model=llama-tiny", "nan_policy=ignore"}, {"key 'nan_policy'", "abort, skip"}},
+	{"enum/nan_policy",
+	 NULL,
+	 {"model=llama-tiny", "nan_policy=ignore"},
+	 {"key 'nan_policy'", "abort, skip"}},
 
-	{"rule/head_dim_divisible", NULL, {"model=llama-tiny", "model.d_model=66"},
+	{"rule/head_dim_divisible",
+	 NULL,
+	 {"model=llama-tiny", "model.d_model=66"},
 	 {"model.d_model 66 is not divisible by model.n_heads 4", "model.head_dim"}},
-	{"rule/head_dim_odd_rope", NULL, {"model=llama-tiny", "model.head_dim=15"},
+	{"rule/head_dim_odd_rope",
+	 NULL,
+	 {"model=llama-tiny", "model.head_dim=15"},
 	 {"model.head_dim 15 must be even", "rope"}},
-	{"rule/kv_divides_heads", NULL, {"model=llama-tiny", "model.n_kv_heads=3"},
+	{"rule/kv_divides_heads",
+	 NULL,
+	 {"model=llama-tiny", "model.n_kv_heads=3"},
 	 {"model.n_heads 4 is not divisible by model.n_kv_heads 3"}},
-	{"rule/kv_le_heads", NULL, {"model=llama-tiny", "model.n_kv_heads=8"},
+	{"rule/kv_le_heads",
+	 NULL,
+	 {"model=llama-tiny", "model.n_kv_heads=8"},
 	 {"model.n_kv_heads 8 exceeds model.n_heads 4"}},
-	{"rule/seq_len_learned", NULL, {"model=gpt-tiny", "seq_len=256"},
+	{"rule/seq_len_learned",
+	 NULL,
+	 {"model=gpt-tiny", "seq_len=256"},
 	 {"seq_len 256 exceeds model.max_seq_len 128", "learned"}},
-	{"rule/seq_len_rope", NULL, {"model=llama-tiny", "seq_len=129"},
+	{"rule/seq_len_rope",
+	 NULL,
+	 {"model=llama-tiny", "seq_len=129"},
 	 {"seq_len 129 exceeds model.max_seq_len 128"}},
-	{"rule/batch_divisible", NULL, {"model=llama-tiny", "microbatch=3"},
+	{"rule/batch_divisible",
+	 NULL,
+	 {"model=llama-tiny", "microbatch=3"},
 	 {"global_batch 8 is not divisible by dp * microbatch = 1 * 3"}},
-	{"rule/batch_dp", NULL, {"model=llama-tiny", "dp=3"}, {"global_batch 8 is not divisible by dp 3"}},
-	{"rule/microbatches", NULL, {"model=llama-tiny", "microbatch=2", "microbatches=3"},
+	{"rule/batch_dp",
+	 NULL,
+	 {"model=llama-tiny", "dp=3"},
+	 {"global_batch 8 is not divisible by dp 3"}},
+	{"rule/microbatches",
+	 NULL,
+	 {"model=llama-tiny", "microbatch=2", "microbatches=3"},
 	 {"microbatches 3 does not match", "global_batch / (dp * microbatch)", "= 4"}},
-	{"rule/top_k_gt_experts", NULL, {"model=mixtral-tiny", "model.top_k=5"},
+	{"rule/top_k_gt_experts",
+	 NULL,
+	 {"model=mixtral-tiny", "model.top_k=5"},
 	 {"model.top_k 5 exceeds model.n_experts 4"}},
-	{"rule/top_k_zero", NULL, {"model=mixtral-tiny", "model.top_k=0"}, {"model.top_k is 0", "model.n_experts is 4"}},
-	{"rule/top_k_dense", NULL, {"model=llama-tiny", "model.top_k=1"}, {"model.top_k 1 exceeds model.n_experts 0"}},
-	{"rule/virtual_schedule", NULL, {"model=llama-tiny", "virtual_stages=2"},
+	{"rule/top_k_zero",
+	 NULL,
+	 {"model=mixtral-tiny", "model.top_k=0"},
+	 {"model.top_k is 0", "model.n_experts is 4"}},
+	{"rule/top_k_dense",
+	 NULL,
+	 {"model=llama-tiny", "model.top_k=1"},
+	 {"model.top_k 1 exceeds model.n_experts 0"}},
+	{"rule/virtual_schedule",
+	 NULL,
+	 {"model=llama-tiny", "virtual_stages=2"},
 	 {"schedule=1f1b pp=1 virtual_stages=2", "needs interleaved1f1b"}},
-	{"rule/virtual_microbatches", NULL,
+	{"rule/virtual_microbatches",
+	 NULL,
 	 {"model=llama-tiny", "model.n_layers=8", "pp=2", "virtual_stages=2",
 	  "schedule=interleaved1f1b", "global_batch=6", "microbatch=2"},
 	 {"microbatches=3", "m=3 microbatches is not a multiple of p=2"}},
-	{"rule/layers_per_stage", NULL, {"model=llama-tiny", "pp=4"},
+	{"rule/layers_per_stage",
+	 NULL,
+	 {"model=llama-tiny", "pp=4"},
 	 {"model.n_layers 2 is fewer than pp * virtual_stages = 4 * 1"}},
 	/* the sum of the stages once wrapped around int (UBSan under tests/fuzz/fuzz_config.c):
 	 * 2 * INT_MAX + 5 read as 3 */
-	{"rule/stage_layers_overflow", NULL,
+	{"rule/stage_layers_overflow",
+	 NULL,
 	 {"model=llama-tiny", "model.n_layers=3", "pp=3", "stage_layers=2147483647,2147483647,5"},
 	 {"stage_layers adds up to 4294967299 layers, but model.n_layers is 3"}},
-	{"rule/tp_heads", NULL, {"model=llama-tiny", "tp=3"}, {"model.n_heads 4 is not divisible by tp 3"}},
-	{"rule/tp_kv", NULL,
-	 {"model=llama-tiny", "model.n_heads=12", "model.head_dim=16", "model.n_kv_heads=4", "tp=6"},
+	{"rule/tp_heads",
+	 NULL,
+	 {"model=llama-tiny", "tp=3"},
+	 {"model.n_heads 4 is not divisible by tp 3"}},
+	{"rule/tp_kv",
+	 NULL,
+	 {"model=llama-tiny", "model.n_heads=12", "model.head_dim=16", "model.n_kv_heads=4",
+	  "tp=6"},
 	 {"model.n_kv_heads 4 is not divisible by tp 6"}},
-	{"rule/tp_d_ff", NULL, {"model=llama-tiny", "model.d_ff=90", "tp=4"},
+	{"rule/tp_d_ff",
+	 NULL,
+	 {"model=llama-tiny", "model.d_ff=90", "tp=4"},
 	 {"model.d_ff 90 is not divisible by tp 4"}},
-	{"rule/warmup_steps", NULL, {"model=llama-tiny", "steps=10", "lr_schedule.warmup_steps=20"},
+	{"rule/warmup_steps",
+	 NULL,
+	 {"model=llama-tiny", "steps=10", "lr_schedule.warmup_steps=20"},
 	 {"lr_schedule.warmup_steps 20 exceeds steps 10"}},
-	{"rule/profile_steps_backwards", NULL, {"model=llama-tiny", "profile_steps=4:2"},
+	{"rule/profile_steps_backwards",
+	 NULL,
+	 {"model=llama-tiny", "profile_steps=4:2"},
 	 {"key 'profile_steps'", "got \"4:2\"", "1 <= A < B"}},
-	{"rule/profile_steps_zero", NULL, {"model=llama-tiny", "profile_steps=0"},
+	{"rule/profile_steps_zero",
+	 NULL,
+	 {"model=llama-tiny", "profile_steps=0"},
 	 {"key 'profile_steps'", "got \"0\""}},
-	{"rule/profile_steps_text", NULL, {"model=llama-tiny", "profile_steps=2:4x"},
+	{"rule/profile_steps_text",
+	 NULL,
+	 {"model=llama-tiny", "profile_steps=2:4x"},
 	 {"key 'profile_steps'", "got \"2:4x\""}},
-	{"rule/debug_weight_pass", NULL, {"model=llama-tiny", "debug.bwd_ms=2", "debug.bwd_w_ms=3"},
+	{"rule/debug_weight_pass",
+	 NULL,
+	 {"model=llama-tiny", "debug.bwd_ms=2", "debug.bwd_w_ms=3"},
 	 {"debug.bwd_w_ms 3 exceeds debug.bwd_ms 2"}},
 
 	{"override/no_equals", NULL, {"model=llama-tiny", "foo"}, {"expected key=value, got 'foo'"}},
 	{"override/empty_key", NULL, {"=3"}, {"expected key=value, got '=3'"}},
-	{"override/empty_component", NULL, {"model=llama-tiny", "adamw..b1=3"},
+	{"override/empty_component",
+	 NULL,
+	 {"model=llama-tiny", "adamw..b1=3"},
 	 {"override 'adamw..b1=3'", "empty key component"}},
-	{"override/parent_not_object", NULL, {"model=llama-tiny", "steps.x=1"},
+	{"override/parent_not_object",
+	 NULL,
+	 {"model=llama-tiny", "steps.x=1"},
 	 {"override 'steps.x=1'", "'steps' is not an object"}},
-	{"override/parent_unknown_scalar", NULL, {"model=llama-tiny", "foo=1", "foo.bar=2"},
+	{"override/parent_unknown_scalar",
+	 NULL,
+	 {"model=llama-tiny", "foo=1", "foo.bar=2"},
 	 {"override 'foo.bar=2'", "'foo' is not an object", "integer 1"}},
-	{"override/parent_not_object_file", "{\"model\": \"llama-tiny\", \"steps\": 5}",
-	 {"steps.x=1"}, {"'steps' is not an object"}},
+	{"override/parent_not_object_file",
+	 "{\"model\": \"llama-tiny\", \"steps\": 5}",
+	 {"steps.x=1"},
+	 {"'steps' is not an object"}},
 	{"override/bad_utf8", NULL, {"model=llama-tiny", "data=\xff\xfe"}, {"not valid UTF-8"}},
 
-	{"file/invalid_json", "{\n  \"model\": \"llama-tiny\",\n  steps: 3\n}", {0},
+	{"file/invalid_json",
+	 "{\n  \"model\": \"llama-tiny\",\n  steps: 3\n}",
+	 {0},
 	 {":3:", "invalid JSON"}},
 	{"file/not_object", "[1, 2]", {0}, {"must be a JSON object"}},
-	{"preset/unknown", NULL, {"model=lama-tiny"},
-	 {"unknown model preset 'lama-tiny'", "did you mean 'llama-tiny'", "gpt-tiny", "llama2-70b"}},
+	{"preset/unknown",
+	 NULL,
+	 {"model=lama-tiny"},
+	 {"unknown model preset 'lama-tiny'", "did you mean 'llama-tiny'", "gpt-tiny",
+	  "llama2-70b"}},
 	{"preset/slash", NULL, {"model=../tiny-llama"}, {"model.preset", "not a preset name"}},
 	{"preset/missing_model", NULL, {0}, {"missing key 'model'"}},
-	{"preset/missing_required", "{\"model\": {\"d_model\": 64}}", {0},
+	{"preset/missing_required",
+	 "{\"model\": {\"d_model\": 64}}",
+	 {0},
 	 {"missing key 'model.family'", "no model.preset"}},
 };
 
-static bool contains(const char *hay, const char *needle)
-{
-	return needle && strstr(hay, needle);
-}
+static bool contains(const char *hay, const char *needle) { return needle && strstr(hay, needle); }
 
 static void test_errors(void)
 {
@@ -629,16 +830,34 @@ static void test_resolved_json(void)
 	CHECK(rc == 0, "config/json/load", "%s", e.msg);
 	if (rc)
 		return;
-	const char *paths[] = {"model", "preset", "model", "head_dim", "model", "top_k",
-			       "model", "scaled_residual_init", "lr_schedule", "warmup_steps",
-			       "adamw", "eps", NULL, "microbatches", NULL, "seed",
-			       NULL, "log_period", NULL, "nan_policy", NULL, "val_data",
-			       NULL, "tokenizer", NULL, "data_eos", NULL, "comm_timeout",
-			       NULL, "stage_layers", NULL, "loss_chunk_mb", NULL, "resume_from",
-			       NULL, "profile_steps", NULL, "timing_skip_steps", "debug", "fwd_ms",
-			       NULL, "tensorboard", NULL, "async_checkpointing", NULL, "step_timeout",
-			       NULL, "max_runtime", "debug", "hang_step", NULL, "ep", "model", "router",
-			       NULL, "fsdp"};
+	const char *paths[] = {"model",       "preset",
+			       "model",       "head_dim",
+			       "model",       "top_k",
+			       "model",       "scaled_residual_init",
+			       "lr_schedule", "warmup_steps",
+			       "adamw",       "eps",
+			       NULL,          "microbatches",
+			       NULL,          "seed",
+			       NULL,          "log_period",
+			       NULL,          "nan_policy",
+			       NULL,          "val_data",
+			       NULL,          "tokenizer",
+			       NULL,          "data_eos",
+			       NULL,          "comm_timeout",
+			       NULL,          "stage_layers",
+			       NULL,          "loss_chunk_mb",
+			       NULL,          "resume_from",
+			       NULL,          "profile_steps",
+			       NULL,          "timing_skip_steps",
+			       "debug",       "fwd_ms",
+			       NULL,          "tensorboard",
+			       NULL,          "async_checkpointing",
+			       NULL,          "step_timeout",
+			       NULL,          "max_runtime",
+			       "debug",       "hang_step",
+			       NULL,          "ep",
+			       "model",       "router",
+			       NULL,          "fsdp"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
@@ -647,8 +866,8 @@ static void test_resolved_json(void)
 	CHECK(all && json_object_size(c.json) == 46, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
-		      !strcmp(json_string_value(json_object_get(json_object_get(c.json, "model"),
-								"preset")),
+		      !strcmp(json_string_value(
+				      json_object_get(json_object_get(c.json, "model"), "preset")),
 			      "gemma-tiny"),
 	      "config/json/keeps_preset", "model.preset missing");
 
@@ -718,7 +937,8 @@ static void test_profile_keys(void)
 		const char *steps;
 		long begin, end;
 		int count;
-	} t[] = {{"profile_steps=3:7", 3, 7, 0}, {"profile_steps=5", 0, 0, 5}, {"steps=9", 0, 0, 0}};
+	} t[] = {
+		{"profile_steps=3:7", 3, 7, 0}, {"profile_steps=5", 0, 0, 5}, {"steps=9", 0, 0, 0}};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
 		const char *ov[] = {"model=llama-tiny", t[i].steps, "debug.fwd_ms=1.5",
 				    "debug.clock_offset_rank=2"};
@@ -728,8 +948,8 @@ static void test_profile_keys(void)
 		CHECK(!rc && c.profile_begin == t[i].begin && c.profile_end == t[i].end &&
 			      c.profile_count == t[i].count && c.debug.fwd_ms == 1.5 &&
 			      c.debug.clock_offset_rank == 2 && c.timing_skip_steps == 1,
-		      "config/profile_steps", "%s: rc %d %s: [%ld, %ld) count %d", t[i].steps, rc, e.msg,
-		      c.profile_begin, c.profile_end, c.profile_count);
+		      "config/profile_steps", "%s: rc %d %s: [%ld, %ld) count %d", t[i].steps, rc,
+		      e.msg, c.profile_begin, c.profile_end, c.profile_count);
 		if (!rc)
 			pp_config_free(&c);
 	}

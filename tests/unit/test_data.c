@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../libcommon/base/rng.h"
 #include "../../libcommon/data/data.h"
 #include "../../libcommon/data/dataset.h"
-#include "../../libcommon/base/rng.h"
 #include "../tools/harness.h"
 
 static char dir[64];
@@ -82,7 +82,8 @@ static void put(FILE *f, const void *p, size_t n) { fwrite(p, 1, n, f); }
 /* Megatron: docs[d] holds n_seq[d] sequences; sequence s has len[s] tokens
  * taken in order from toks. dtype code per Megatron's DType enum. */
 static void write_megatron(const char *prefix, int code, const int *toks, int n_docs,
-			   const int *seqs_per_doc, const int *seq_len, const char *magic, uint64_t version)
+			   const int *seqs_per_doc, const int *seq_len, const char *magic,
+			   uint64_t version)
 {
 	static const int width[] = {0, 1, 1, 2, 4, 8, 8, 4, 2};
 	FILE *b = fopen(fmt("%s.bin", prefix), "wb"), *x = fopen(fmt("%s.idx", prefix), "wb");
@@ -122,8 +123,8 @@ static void write_megatron(const char *prefix, int code, const int *toks, int n_
 	fclose(x);
 }
 
-static void write_llmc(const char *path, int magic, int version, const int *toks, int n,
-		       int width, int header_count)
+static void write_llmc(const char *path, int magic, int version, const int *toks, int n, int width,
+		       int header_count)
 {
 	FILE *f = fopen(path, "wb");
 	int32_t h[256] = {magic, version, header_count};
@@ -162,8 +163,11 @@ static void test_megatron(void)
 			for (int i = 0; i < 7 && same; i++)
 				for (int t = 0; t <= T && same; t++)
 					same = w[i * (T + 1) + t] == toks[i * T + t];
-			CHECK(same, fmt("data/megatron/read/dtype%d/%s", codes[ci],
-					ni == 0 ? "prefix" : ni == 1 ? "bin" : "idx"),
+			CHECK(same,
+			      fmt("data/megatron/read/dtype%d/%s", codes[ci],
+				  ni == 0   ? "prefix"
+				  : ni == 1 ? "bin"
+					    : "idx"),
 			      "rc %d %s", rc, e.msg);
 			data_close(d);
 		}
@@ -185,7 +189,8 @@ static void test_megatron(void)
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char *prefix = fmt("%s/bad_%s", dir, bad[i].name);
-		write_megatron(prefix, bad[i].code, toks, 3, spd, len, bad[i].magic, bad[i].version);
+		write_megatron(prefix, bad[i].code, toks, 3, spd, len, bad[i].magic,
+			       bad[i].version);
 		char *idx = fmt("%s.idx", prefix), *bin = fmt("%s.bin", prefix);
 		if (!strcmp(bad[i].name, "bad_dtype")) {
 			FILE *f = fopen(idx, "r+b");
@@ -233,8 +238,8 @@ static void test_megatron(void)
 	d = NULL;
 	/* no validation split of its own */
 	rc = open_cfg(&d, "val", 0, 1, &e, OV("seq_len=8", fmt("data=%s/mega8", dir)));
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "val_data"), "data/megatron/no_val_split", "rc %d: %s",
-	      rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "val_data"), "data/megatron/no_val_split",
+	      "rc %d: %s", rc, e.msg);
 }
 
 /* ---- llm.c ------------------------------------------------------------- */
@@ -298,8 +303,8 @@ static void test_llmc(void)
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no file matches"), "data/llmc/error/no_match",
 	      "rc %d: %s", rc, e.msg);
 	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", fmt("data=%s/absent.bin", dir)));
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "absent.bin"), "data/error/missing_file", "rc %d: %s",
-	      rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "absent.bin"), "data/error/missing_file",
+	      "rc %d: %s", rc, e.msg);
 }
 
 /* ---- pp-tokens: packing, shuffling, sharding, resume ---------------------- */
@@ -325,8 +330,8 @@ static char *make_tokens(const char *name, int vocab, double val_fraction)
 {
 	char *path = fmt("%s/%s.h5", dir, name);
 	static char *sources[] = {"x"};
-	tokens_info m = {.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .n_sources = 1,
-			 .sources = sources};
+	tokens_info m = {
+		.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .n_sources = 1, .sources = sources};
 	snprintf(m.fingerprint, sizeof m.fingerprint, "%064d", 1);
 	snprintf(m.kind, sizeof m.kind, "test");
 	tokens_write_opts o = {.val_fraction = val_fraction, .seed = 0, .chunk = 64};
@@ -438,8 +443,8 @@ static void test_shuffle_shard_resume(void)
 	if (!rc)
 		rc = windows(d, 2 * W, T, w2, &e);
 	data_close(d);
-	CHECK(!rc && same_ints(w1, w2, (size_t)2 * W * (T + 1)), "data/shuffle/same_seed_same_order",
-	      "rc %d %s", rc, e.msg);
+	CHECK(!rc && same_ints(w1, w2, (size_t)2 * W * (T + 1)),
+	      "data/shuffle/same_seed_same_order", "rc %d %s", rc, e.msg);
 	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", data, "seed=2"));
 	if (!rc)
 		rc = windows(d, W, T, w2, &e);
@@ -472,11 +477,14 @@ static void test_shuffle_shard_resume(void)
 	data_close(d1);
 	bool union_ok = !rc, disjoint = !rc;
 	for (int i = 0; i < n / 2 && union_ok; i++)
-		union_ok = same_ints(r0 + (size_t)i * (T + 1), g + (size_t)(2 * i) * (T + 1), T + 1) &&
-			   same_ints(r1 + (size_t)i * (T + 1), g + (size_t)(2 * i + 1) * (T + 1), T + 1);
+		union_ok = same_ints(r0 + (size_t)i * (T + 1), g + (size_t)(2 * i) * (T + 1),
+				     T + 1) &&
+			   same_ints(r1 + (size_t)i * (T + 1), g + (size_t)(2 * i + 1) * (T + 1),
+				     T + 1);
 	for (int i = 0; i < n / 2 && disjoint; i++)
 		for (int j = 0; j < n / 2 && disjoint; j++)
-			disjoint = !same_ints(r0 + (size_t)i * (T + 1), r1 + (size_t)j * (T + 1), T + 1);
+			disjoint = !same_ints(r0 + (size_t)i * (T + 1), r1 + (size_t)j * (T + 1),
+					      T + 1);
 	CHECK(union_ok, "data/dp/union_is_global_batch", "rc %d %s", rc, e.msg);
 	CHECK(disjoint && n <= W, "data/dp/ranks_disjoint", "n %d W %d", n, W);
 
@@ -497,7 +505,8 @@ static void test_shuffle_shard_resume(void)
 	rc = rc ? rc : open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", data, "seed=4"));
 	if (!rc && !(rc = data_set_state(d, st, ns, &e)))
 		rc = windows(d, more, T, r0, &e);
-	state_ok = !rc && ns == 1 && st[0] == (uint64_t)k && same_ints(g, r0, (size_t)more * (T + 1));
+	state_ok = !rc && ns == 1 && st[0] == (uint64_t)k &&
+		   same_ints(g, r0, (size_t)more * (T + 1));
 	data_close(d);
 	CHECK(state_ok, "data/resume/exact", "rc %d %s ns %d", rc, e.msg, ns);
 	/* rewind: validation re-reads the same batches */
@@ -506,7 +515,8 @@ static void test_shuffle_shard_resume(void)
 		data_rewind(d);
 		rc = windows(d, 5, T, r0, &e);
 	}
-	CHECK(!rc && same_ints(g, r0, (size_t)5 * (T + 1)), "data/val/rewind", "rc %d %s", rc, e.msg);
+	CHECK(!rc && same_ints(g, r0, (size_t)5 * (T + 1)), "data/val/rewind", "rc %d %s", rc,
+	      e.msg);
 	data_close(d);
 	free(w1);
 	free(w2);
@@ -572,8 +582,10 @@ static void test_tokenizer(void)
 			     fmt("tokenizer=%s", tok)));
 	char zeros[65];
 	snprintf(zeros, sizeof zeros, "%064d", 1);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, path) && strstr(e.msg, tok) && strstr(e.msg, zeros) &&
-		      strstr(e.msg, "9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347"),
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, path) && strstr(e.msg, tok) &&
+		      strstr(e.msg, zeros) &&
+		      strstr(e.msg,
+			     "9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347"),
 	      "data/tokenizer/fingerprint_mismatch", "rc %d: %s", rc, e.msg);
 	data_close(d);
 	d = NULL;
@@ -611,8 +623,8 @@ static void test_tokenizer(void)
 /* ---- synthetic: unchanged ------------------------------------------------- */
 
 /* the generator as first written (a first-order chain, seeded) */
-static void synthetic_reference(uint64_t seed, const char *split, int vocab, uint64_t index,
-				int T, int *seq)
+static void synthetic_reference(uint64_t seed, const char *split, int vocab, uint64_t index, int T,
+				int *seq)
 {
 	uint64_t chain = rng_key(seed, "synthetic/chain");
 	uint64_t key = rng_key(seed, !strcmp(split, "val") ? "synthetic/val" : "synthetic/train");

@@ -28,20 +28,20 @@ static int doc_tok(int i, size_t t, int vocab) { return (int)((i * 131 + t * 17)
 static tokens_info meta(int vocab)
 {
 	static char *sources[] = {"a.txt", "b/c.txt", "caf\xc3\xa9.txt"};
-	tokens_info m = {.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .n_sources = 3,
-			 .sources = sources};
+	tokens_info m = {
+		.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .n_sources = 3, .sources = sources};
 	snprintf(m.fingerprint, sizeof m.fingerprint, "%064d", 7);
 	snprintf(m.kind, sizeof m.kind, "sentencepiece-bpe");
 	return m;
 }
 
 /* Writes n_docs documents; returns 0 or the error code. */
-static int write_docs(const char *path, int n_docs, int vocab, double val_fraction,
-		      uint64_t seed, size_t chunk, int deflate, pp_err *e)
+static int write_docs(const char *path, int n_docs, int vocab, double val_fraction, uint64_t seed,
+		      size_t chunk, int deflate, pp_err *e)
 {
 	tokens_info m = meta(vocab);
-	tokens_write_opts o = {.val_fraction = val_fraction, .seed = seed, .chunk = chunk,
-			       .deflate = deflate};
+	tokens_write_opts o = {
+		.val_fraction = val_fraction, .seed = seed, .chunk = chunk, .deflate = deflate};
 	tokens_writer *w;
 	int rc = tokens_create(&w, path, &m, &o, e);
 	if (rc)
@@ -244,8 +244,7 @@ static void expect_open_error(const char *name, const char *path, const char *pa
 	printf("%s: %s\n", name, e.msg);
 	CHECK(rc == PP_ERUNTIME && !strncmp(e.msg, path, strlen(path)) &&
 		      strstr(e.msg + strlen(path), pattern),
-	      name,
-	      "rc %d, message '%s' (wanted the path and '%s')", rc, e.msg, pattern);
+	      name, "rc %d, message '%s' (wanted the path and '%s')", rc, e.msg, pattern);
 	tokens_close(f);
 }
 
@@ -351,7 +350,8 @@ static void test_damage(void)
 
 	snprintf(path, sizeof path, "%s/d6.h5", dir);
 	edit_copy(good, path, set_format);
-	expect_open_error("dataset/damage/wrong_format", path, "'pp-checkpoint', expected 'pp-tokens'");
+	expect_open_error("dataset/damage/wrong_format", path,
+			  "'pp-checkpoint', expected 'pp-tokens'");
 
 	snprintf(path, sizeof path, "%s/d7.h5", dir);
 	edit_copy(good, path, drop_format);
@@ -363,7 +363,8 @@ static void test_damage(void)
 
 	snprintf(path, sizeof path, "%s/d9.h5", dir);
 	edit_copy(good, path, drop_offsets);
-	expect_open_error("dataset/damage/missing_dataset", path, "missing dataset /train/doc_offsets");
+	expect_open_error("dataset/damage/missing_dataset", path,
+			  "missing dataset /train/doc_offsets");
 
 	snprintf(path, sizeof path, "%s/d10.h5", dir);
 	edit_copy(good, path, wrong_count);
@@ -477,8 +478,8 @@ static void test_docs(void)
 	      e.msg);
 	char *dp[] = {dir};
 	rc = docs_open(&r, dp, 1, DOCS_PER_FILE, NULL, 0, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "directory"), "docs/directory_input", "rc %d %s",
-	      rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "directory"), "docs/directory_input", "rc %d %s", rc,
+	      e.msg);
 }
 
 int main(void)

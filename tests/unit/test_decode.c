@@ -11,12 +11,12 @@
 #include <string.h>
 
 #include "../../kernels/quant.h"
-#include "../../libcommon/decode/decode.h"
 #include "../../libcommon/base/rng.h"
+#include "../../libcommon/decode/decode.h"
 #include "../tools/harness.h"
 
-#define B 2
-#define T 12 /* > mistral-tiny's window of 4 */
+#define B   2
+#define T   12 /* > mistral-tiny's window of 4 */
 #define TOL 1e-5
 
 /* norms and biases start constant: noise on every tensor makes each matter */
@@ -91,8 +91,21 @@ static double cached_vs_full(pp_stage *s, const int *tok, const pp_real *full, c
  * grow while a graph lives. A replay reruns the recorded calls, which read
  * the position and the tokens from memory as the kernels do. */
 
-enum { G_MATMUL, G_MATMUL_GELU, G_EMBED, G_RMS, G_LN, G_RMS_RES, G_LN_RES, G_ROPE, G_KV_APPEND,
-       G_ATTENTION, G_GLU, G_GELU, G_ADD };
+enum {
+	G_MATMUL,
+	G_MATMUL_GELU,
+	G_EMBED,
+	G_RMS,
+	G_LN,
+	G_RMS_RES,
+	G_LN_RES,
+	G_ROPE,
+	G_KV_APPEND,
+	G_ATTENTION,
+	G_GLU,
+	G_GELU,
+	G_ADD
+};
 
 /* one op's arguments; all members 8 bytes wide, so no padding for memcmp */
 typedef struct {
@@ -138,29 +151,47 @@ static void g_run(const g_call *c)
 	const long *i = c->i;
 	const double *f = c->f;
 	switch (c->op) {
-	case G_MATMUL: o->matmul_fwd(p[0], p[1], p[2], p[3], i[0], i[1], i[2]); break;
-	case G_MATMUL_GELU: o->matmul_gelu_fwd(p[0], p[1], p[2], p[3], p[4], i[0], i[1], i[2]); break;
-	case G_EMBED: o->embed_fwd(p[0], p[1], p[2], p[3], f[0], i[0], i[1], i[2], p[4]); break;
-	case G_RMS: o->rmsnorm_fwd(p[0], p[1], p[2], p[3], f[0], f[1], i[0], i[1]); break;
-	case G_LN: o->layernorm_fwd(p[0], p[1], p[2], p[3], p[4], p[5], f[0], i[0], i[1]); break;
+	case G_MATMUL:
+		o->matmul_fwd(p[0], p[1], p[2], p[3], i[0], i[1], i[2]);
+		break;
+	case G_MATMUL_GELU:
+		o->matmul_gelu_fwd(p[0], p[1], p[2], p[3], p[4], i[0], i[1], i[2]);
+		break;
+	case G_EMBED:
+		o->embed_fwd(p[0], p[1], p[2], p[3], f[0], i[0], i[1], i[2], p[4]);
+		break;
+	case G_RMS:
+		o->rmsnorm_fwd(p[0], p[1], p[2], p[3], f[0], f[1], i[0], i[1]);
+		break;
+	case G_LN:
+		o->layernorm_fwd(p[0], p[1], p[2], p[3], p[4], p[5], f[0], i[0], i[1]);
+		break;
 	case G_RMS_RES:
 		o->rmsnorm_residual_fwd(p[0], p[1], p[2], p[3], p[4], p[5], f[0], f[1], i[0], i[1]);
 		break;
 	case G_LN_RES:
-		o->layernorm_residual_fwd(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], f[0], i[0],
-					  i[1]);
+		o->layernorm_residual_fwd(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], f[0],
+					  i[0], i[1]);
 		break;
-	case G_ROPE: o->rope_fwd(p[0], i[0], i[1], i[2], i[3], i[4], f[0], p[1]); break;
+	case G_ROPE:
+		o->rope_fwd(p[0], i[0], i[1], i[2], i[3], i[4], f[0], p[1]);
+		break;
 	case G_KV_APPEND:
 		o->kv_append(p[0], p[1], p[2], i[0], i[1], i[2], i[3], i[4], i[5], p[3]);
 		break;
 	case G_ATTENTION:
-		o->attention_cached(p[0], p[1], p[2], p[3], i[0], i[1], i[2], i[3], i[4], i[5], p[4],
-				    i[6]);
+		o->attention_cached(p[0], p[1], p[2], p[3], i[0], i[1], i[2], i[3], i[4], i[5],
+				    p[4], i[6]);
 		break;
-	case G_GLU: o->glu_fwd(p[0], p[1], i[0], i[1], i[2]); break;
-	case G_GELU: o->gelu_fwd(p[0], p[1], i[0]); break;
-	case G_ADD: o->add(p[0], p[1], p[2], i[0]); break;
+	case G_GLU:
+		o->glu_fwd(p[0], p[1], i[0], i[1], i[2]);
+		break;
+	case G_GELU:
+		o->gelu_fwd(p[0], p[1], i[0]);
+		break;
+	case G_ADD:
+		o->add(p[0], p[1], p[2], i[0]);
+		break;
 	}
 }
 
@@ -181,11 +212,11 @@ static void g_issue(const g_call *c)
 	g_run(c);
 }
 
-#define P(x) ((void *)(x))
+#define P(x)         ((void *)(x))
 #define G_ISSUE(...) g_issue(&(g_call){__VA_ARGS__})
 
-static void g_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
-			 int N, int C, int OC)
+static void g_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
+			 int C, int OC)
 {
 	G_ISSUE(.op = G_MATMUL, .p = {out, P(inp), P(w), P(bias)}, .i = {N, C, OC});
 }
@@ -197,10 +228,11 @@ static void g_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const
 static void g_embed_fwd(pp_act *out, const int *tok, const pp_act *wte, const pp_act *wpe,
 			pp_real scale, int B_, int T_, int C, const int *pos0)
 {
-	G_ISSUE(.op = G_EMBED, .p = {out, P(tok), P(wte), P(wpe), P(pos0)}, .i = {B_, T_, C}, .f = {scale});
+	G_ISSUE(.op = G_EMBED, .p = {out, P(tok), P(wte), P(wpe), P(pos0)}, .i = {B_, T_, C},
+		.f = {scale});
 }
-static void g_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w,
-			  pp_real eps, pp_real offset, int N, int C)
+static void g_rmsnorm_fwd(pp_act *out, pp_real *rstd, const pp_act *x, const pp_act *w, pp_real eps,
+			  pp_real offset, int N, int C)
 {
 	G_ISSUE(.op = G_RMS, .p = {out, rstd, P(x), P(w)}, .i = {N, C}, .f = {eps, offset});
 }
@@ -213,13 +245,15 @@ static void g_rmsnorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *rstd, 
 				   const pp_act *y, const pp_act *w, pp_real eps, pp_real offset,
 				   int N, int C)
 {
-	G_ISSUE(.op = G_RMS_RES, .p = {res_out, out, rstd, P(x), P(y), P(w)}, .i = {N, C}, .f = {eps, offset});
+	G_ISSUE(.op = G_RMS_RES, .p = {res_out, out, rstd, P(x), P(y), P(w)}, .i = {N, C},
+		.f = {eps, offset});
 }
 static void g_layernorm_residual_fwd(pp_act *res_out, pp_act *out, pp_real *mean, pp_real *rstd,
 				     const pp_act *x, const pp_act *y, const pp_act *w,
 				     const pp_act *b, pp_real eps, int N, int C)
 {
-	G_ISSUE(.op = G_LN_RES, .p = {res_out, out, mean, rstd, P(x), P(y), P(w), P(b)}, .i = {N, C}, .f = {eps});
+	G_ISSUE(.op = G_LN_RES, .p = {res_out, out, mean, rstd, P(x), P(y), P(w), P(b)},
+		.i = {N, C}, .f = {eps});
 }
 static void g_rope_fwd(pp_act *qkv, int B_, int T_, int Hq, int Hkv, int D, pp_real theta,
 		       const int *pos0)
@@ -240,7 +274,8 @@ static void g_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kc,
 		gm.scratch_grew += gm.alive && rows > gm.rows;
 		gm.rows = rows > gm.rows ? rows : gm.rows;
 	}
-	G_ISSUE(.op = G_ATTENTION, .p = {out, P(qkv), P(kc), P(vc), P(pos0)}, .i = {B_, n, Hq, Hkv, D, Tmax, window});
+	G_ISSUE(.op = G_ATTENTION, .p = {out, P(qkv), P(kc), P(vc), P(pos0)},
+		.i = {B_, n, Hq, Hkv, D, Tmax, window});
 }
 static void g_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act)
 {
@@ -373,7 +408,6 @@ static void check_graphs(const pp_stage *s, const int *tok, const pp_real *full,
 	stage_free(&g);
 }
 
-
 /* Two sequences at different lengths in slots 0 and 2 of a 3-slot cache:
  * each prefilled alone, slot 2 moved to slot 1, then stepped together;
  * every step's logits are each sequence's own full-forward row. */
@@ -398,7 +432,8 @@ static double ragged_vs_full(pp_stage *s, const int *tok, const pp_real *full, i
 	while (!rc && pos[0] < T) {
 		for (int b = 0; b < 2; b++)
 			next[b] = tok[b * T + pos[b]];
-		if ((rc = kv_cache_tokens(s, &c, 0, 2, next, 1, &e) || stage_forward_cached(s, &c, &e)))
+		if ((rc = kv_cache_tokens(s, &c, 0, 2, next, 1, &e) ||
+			  stage_forward_cached(s, &c, &e)))
 			break;
 		s->ops->act_to_host(got, c.logits, (size_t)2 * V);
 		for (int b = 0; b < 2; b++) {
@@ -427,7 +462,8 @@ static double packed_vs_full(pp_stage *s, const int *tok, const pp_real *full, i
 	pp_real *got = malloc(sizeof(pp_real) * V);
 	double worst = kv_cache_create(&c, s, 1, T, T, false, &e) ? INFINITY : 0;
 	for (int t = 0, n = 5; t < T && worst < INFINITY; t += n, n = 1) {
-		if (kv_cache_tokens(s, &c, 0, 1, tok + t, n, &e) || stage_forward_cached(s, &c, &e)) {
+		if (kv_cache_tokens(s, &c, 0, 1, tok + t, n, &e) ||
+		    stage_forward_cached(s, &c, &e)) {
 			worst = INFINITY;
 			break;
 		}
@@ -492,7 +528,8 @@ static void check_family(const char *preset)
 	int bad[B] = {V, 0}, ok[B * 3] = {0};
 	rc = kv_cache_create(&c, &s, B, 3, 3 * B, false, &e);
 	int r1 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, bad, 1, &e);
-	int r2 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, ok, 3, &e) || stage_forward_cached(&s, &c, &e);
+	int r2 = rc ? rc
+		    : kv_cache_tokens(&s, &c, 0, B, ok, 3, &e) || stage_forward_cached(&s, &c, &e);
 	int r3 = rc ? rc : kv_cache_tokens(&s, &c, 0, B, ok, 1, &e);
 	snprintf(name, sizeof name, "decode/%s/cache_bounds", preset);
 	CHECK(!rc && r1 == PP_EUSAGE && r2 == 0 && r3 == PP_EUSAGE &&
@@ -509,7 +546,8 @@ static void check_family(const char *preset)
 	snprintf(name, sizeof name, "decode/%s/ragged_batch", preset);
 	CHECK(d <= TOL && steps == T - 5, name,
 	      "two sequences at lengths 5 and 2, one moved between slots: logits off by %.3g "
-	      "over %d steps", d, steps);
+	      "over %d steps",
+	      d, steps);
 	/* fp32 reads the compute copy through the decode products: round-off
 	 * only; bf16 keeps 8 bits of mantissa (relative 2^-9 per weight), q8_0
 	 * 127 levels per block of 32 (up to 1/254 of the block's largest) */
@@ -517,13 +555,14 @@ static void check_family(const char *preset)
 		int fmt;
 		const char *name;
 		double tol;
-	} fmts[] = {{PP_WEIGHTS_F32, "fp32", TOL}, {PP_WEIGHTS_BF16, "bf16", 1e-2},
+	} fmts[] = {{PP_WEIGHTS_F32, "fp32", TOL},
+		    {PP_WEIGHTS_BF16, "bf16", 1e-2},
 		    {PP_WEIGHTS_Q8_0, "q8_0", 2e-2}};
 	for (int k = 0; k < 3; k++) {
 		d = packed_vs_full(&s, tok, full, fmts[k].fmt);
 		snprintf(name, sizeof name, "decode/%s/weights_%s", preset, fmts[k].name);
-		CHECK(d <= fmts[k].tol, name, "logits off the fp32 full forward by %.3g (tolerance %g)",
-		      d, fmts[k].tol);
+		CHECK(d <= fmts[k].tol, name,
+		      "logits off the fp32 full forward by %.3g (tolerance %g)", d, fmts[k].tol);
 		printf("  %s: weights stored as %s: logits within %.2g\n", preset, fmts[k].name, d);
 	}
 	free(full);
@@ -626,8 +665,8 @@ static void check_distribution(void)
 		for (int i = kept; i < NV; i++)
 			outside += seen[order[i]];
 		/* critical values at p = 0.001 for df = 1..11 */
-		static const double crit[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32,
-					      26.12, 27.88, 29.59, 31.26};
+		static const double crit[] = {0,     10.83, 13.82, 16.27, 18.47, 20.52,
+					      22.46, 24.32, 26.12, 27.88, 29.59, 31.26};
 		double limit = crit[kept - 1 < 11 ? kept - 1 : 11];
 		char name[64];
 		snprintf(name, sizeof name, "decode/sample/chi_square_%zu", c);
@@ -667,7 +706,8 @@ static void check_block_products(void)
 		/* scales (and Q4_1's minimum) as small normal fp16: exponent 01010 */
 		for (size_t b = 0; b < nb / fm[f].bytes; b++)
 			for (int k = 0; k < (fm[f].fmt == PP_WEIGHTS_Q4_1 ? 2 : 1); k++)
-				blk[b * fm[f].bytes + 2 * k + 1] = (uint8_t)(0x28 | (blk[b * fm[f].bytes + 2 * k + 1] & 0x83));
+				blk[b * fm[f].bytes + 2 * k + 1] =
+					(uint8_t)(0x28 | (blk[b * fm[f].bytes + 2 * k + 1] & 0x83));
 		fm[f].decode(blk, w, (int64_t)OC * C);
 		double worst = 0;
 		for (int n = 1; n <= N; n += N - 1) {
@@ -685,8 +725,10 @@ static void check_block_products(void)
 		}
 		char name[64];
 		snprintf(name, sizeof name, "decode/blocks/%s", fm[f].name);
-		CHECK(worst < 1e-5, name, "products over %s blocks off the decoded weights by %.3g "
-		      "(relative to the sum of |terms|)", fm[f].name, worst);
+		CHECK(worst < 1e-5, name,
+		      "products over %s blocks off the decoded weights by %.3g "
+		      "(relative to the sum of |terms|)",
+		      fm[f].name, worst);
 		free(blk);
 	}
 }

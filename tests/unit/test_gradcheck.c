@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../libcommon/model/model.h"
 #include "../../libcommon/base/rng.h"
+#include "../../libcommon/model/model.h"
 #include "../tools/harness.h"
 
 #define B 2
@@ -36,9 +36,9 @@
 /* finite differences: step h, tolerance on |fd - analytic| / max(|fd|, |analytic|, floor).
  * Measured worst case 8.7e-7 (a small Mistral embedding gradient); a wrong
  * backward gives errors of order 1. */
-#define FD_H 1e-4
-#define FD_TOL 1e-5
-#define FD_FLOOR 1e-4
+#define FD_H          1e-4
+#define FD_TOL        1e-5
+#define FD_FLOOR      1e-4
 #define FD_PER_TENSOR 6
 /* layouts that reorder sums in double: relative agreement */
 #define SAME_TOL 1e-10
@@ -122,7 +122,8 @@ static double grad_diff_named(const pp_stage *part, const pp_stage *full, const 
 			return INFINITY;
 		double d2 = 0, b2 = 0;
 		for (size_t j = 0; j < p->n; j++) {
-			double a = part->g[p->off + j], b = full_g[q->off + param_global_index(p, j)];
+			double a = part->g[p->off + j],
+			       b = full_g[q->off + param_global_index(p, j)];
 			d2 += (a - b) * (a - b);
 			b2 += b * b;
 		}
@@ -174,13 +175,14 @@ static void finite_differences(const char *preset, pp_stage *s, const pp_real *g
 				worst_name = p->name;
 			}
 			if (err > FD_TOL && bad++ < 5)
-				printf("  %s[%zu]: analytic %.10g finite-difference %.10g\n", p->name,
-				       j - p->off, an, fd);
+				printf("  %s[%zu]: analytic %.10g finite-difference %.10g\n",
+				       p->name, j - p->off, an, fd);
 		}
 	}
 	snprintf(name, sizeof name, "gradcheck/%s/finite_differences", preset);
-	CHECK(bad == 0 && isfinite(L0), name, "%d of %d sampled gradients off by more than %g; worst %s %.3g",
-	      bad, s->n_params * FD_PER_TENSOR, FD_TOL, worst_name, worst);
+	CHECK(bad == 0 && isfinite(L0), name,
+	      "%d of %d sampled gradients off by more than %g; worst %s %.3g", bad,
+	      s->n_params * FD_PER_TENSOR, FD_TOL, worst_name, worst);
 	printf("  %s: %d tensors, loss %.6f, worst relative error %.2e (%s)\n", preset, s->n_params,
 	       L0, worst, worst_name);
 }
@@ -218,7 +220,8 @@ static int thread_allreduce(void *ctx, void *buf, size_t n, int type, int op, pp
 	for (size_t i = 0; i < n; i++) {
 		pp_real acc = r->g->bufs[0][i];
 		for (int k = 1; k < r->size; k++)
-			acc = op == PP_REDUCE_SUM ? acc + r->g->bufs[k][i] : fmax(acc, r->g->bufs[k][i]);
+			acc = op == PP_REDUCE_SUM ? acc + r->g->bufs[k][i]
+						  : fmax(acc, r->g->bufs[k][i]);
 		tmp[i] = acc;
 	}
 	pthread_barrier_wait(&r->g->bar);
@@ -255,7 +258,12 @@ static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *
 	pthread_t th[8];
 	pthread_barrier_init(&grp.bar, NULL, (unsigned)size);
 	for (int k = 0; k < size; k++) {
-		ranks[k] = (tp_rank){.g = &grp, .rank = k, .size = size, .m = m, .full = full, .full_g = g,
+		ranks[k] = (tp_rank){.g = &grp,
+				     .rank = k,
+				     .size = size,
+				     .m = m,
+				     .full = full,
+				     .full_g = g,
 				     .chunk_mb = chunk_mb};
 		pthread_create(&th[k], NULL, tp_main, &ranks[k]);
 	}
@@ -277,8 +285,8 @@ static void check_tp(const char *preset, const pp_model_cfg *m, const pp_stage *
 	pthread_barrier_destroy(&grp.bar);
 	snprintf(name, sizeof name, "gradcheck/%s/tp%d%s", preset, size, label);
 	CHECK(!rc && worst_loss < SAME_TOL && worst_g < SAME_TOL, name,
-	      "%s loss relative difference %.3g, worst gradient %.3g (%s)", msg, worst_loss, worst_g,
-	      worst);
+	      "%s loss relative difference %.3g, worst gradient %.3g (%s)", msg, worst_loss,
+	      worst_g, worst);
 }
 
 /* ---- the head and loss in chunks of rows --------------------------------- */
@@ -314,9 +322,12 @@ static void check_chunks(const char *preset, const pp_model_cfg *m, const pp_sta
 		copy_weights(&c, full);
 		double Lc = loss_of(&c, true, split ? STAGE_BWD_INPUT : STAGE_BWD_FULL, &e);
 		double gerr = grad_diff(&c, full, g);
-		snprintf(name, sizeof name, "gradcheck/%s/chunks/%s", preset, split ? "split_backward" : "whole");
-		CHECK(fabs(Lc - L0) <= SAME_TOL * fabs(L0) && gerr < SAME_TOL && !stage_logits(&c, 0),
-		      name, "loss %.17g vs %.17g, worst gradient relative difference %.3g", Lc, L0, gerr);
+		snprintf(name, sizeof name, "gradcheck/%s/chunks/%s", preset,
+			 split ? "split_backward" : "whole");
+		CHECK(fabs(Lc - L0) <= SAME_TOL * fabs(L0) && gerr < SAME_TOL &&
+			      !stage_logits(&c, 0),
+		      name, "loss %.17g vs %.17g, worst gradient relative difference %.3g", Lc, L0,
+		      gerr);
 		stage_free(&c);
 	}
 
@@ -391,7 +402,8 @@ static int hook_ok(const hook_log *h, const pp_stage *s, char *why, size_t len)
 	}
 	for (int i = 0; i < h->n; i++) {
 		if (i && h->from[i] > h->from[i - 1]) {
-			snprintf(why, len, "report %d: from %zu after %zu", i, h->from[i], h->from[i - 1]);
+			snprintf(why, len, "report %d: from %zu after %zu", i, h->from[i],
+				 h->from[i - 1]);
 			return 0;
 		}
 		/* the experts at the buffer's end are final with the last report */
@@ -447,7 +459,9 @@ static void check_grad_hook(const char *preset, const pp_model_cfg *m, const pp_
 	     !memcmp(s.g, g, s.n_elems * sizeof *g);
 	snprintf(name, sizeof name, "gradcheck/%s/grad_hook/split_weight_pass", preset);
 	CHECK(ok, name, "%d reports in the input part; %s", n_input,
-	      rc ? e.msg : why[0] ? why : "gradients differ");
+	      rc       ? e.msg
+	      : why[0] ? why
+		       : "gradients differ");
 
 	/* an error from the hook ends the pass with it */
 	hook_reset(&h);
@@ -562,8 +576,8 @@ static void check_family(const char *preset)
 	copy_weights(&r, &s);
 	double Ls = loss_of(&r, true, STAGE_BWD_INPUT, &e);
 	snprintf(name, sizeof name, "gradcheck/%s/split_backward", preset);
-	CHECK(Ls == L0 && grad_diff(&r, &s, g) == 0, name, "loss %.17g vs %.17g, gradients differ by %.3g",
-	      Ls, L0, grad_diff(&r, &s, g));
+	CHECK(Ls == L0 && grad_diff(&r, &s, g) == 0, name,
+	      "loss %.17g vs %.17g, gradients differ by %.3g", Ls, L0, grad_diff(&r, &s, g));
 	stage_free(&r);
 
 	/* two stages passing activations: the same loss and gradients (a tied
@@ -614,8 +628,8 @@ int main(void)
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/configs", root ? root : ".");
 	setenv("PP_CONFIG_DIR", dir, 0);
-	const char *families[] = {"llama-tiny", "mistral-tiny", "gemma-tiny", "gpt-tiny",
-				  "mixtral-tiny", "glam-tiny"};
+	const char *families[] = {"llama-tiny", "mistral-tiny", "gemma-tiny",
+				  "gpt-tiny",   "mixtral-tiny", "glam-tiny"};
 	for (size_t i = 0; i < sizeof families / sizeof *families; i++)
 		check_family(families[i]);
 	TH_EXIT();

@@ -48,9 +48,10 @@ static const char *same_model(const pp_model_cfg *a, const pp_model_cfg *b)
 	if (a->f != b->f)                                                                          \
 		return #f;
 	SAME(family)
-	SAME(d_model) SAME(n_heads) SAME(n_kv_heads) SAME(head_dim) SAME(d_ff) SAME(n_layers) SAME(
-		vocab_size) SAME(max_seq_len) SAME(mlp) SAME(norm) SAME(norm_eps) SAME(norm_offset)
-		SAME(pos) SAME(sliding_window) SAME(tied_embeddings) SAME(embed_scale) SAME(bias)
+	SAME(d_model)
+	SAME(n_heads) SAME(n_kv_heads) SAME(head_dim) SAME(d_ff) SAME(n_layers) SAME(vocab_size)
+		SAME(max_seq_len) SAME(mlp) SAME(norm) SAME(norm_eps) SAME(norm_offset) SAME(
+			pos) SAME(sliding_window) SAME(tied_embeddings) SAME(embed_scale) SAME(bias)
 			SAME(n_experts) SAME(top_k) SAME(moe_every) SAME(router) SAME(
 				init_std) if (a->pos == PP_POS_ROPE &&
 					      a->rope_theta != b->rope_theta) return "rope_theta";
@@ -200,7 +201,8 @@ static void export_refused(void)
 		{"mixtral-capacity", "mixtral-tiny",
 		 "model.capacity_factor 1.5: MixtralForCausalLM drops no tokens", 6},
 		{"mixtral-glam-router", "mixtral-tiny", "model.router softmax_topk", 7},
-		{"llama-experts", "llama-tiny", "model.n_experts 4: LlamaForCausalLM has no experts", 8},
+		{"llama-experts", "llama-tiny",
+		 "model.n_experts 4: LlamaForCausalLM has no experts", 8},
 	};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
 		char name[96];

@@ -71,7 +71,8 @@ static void check_mesh(const char *name, const pp_config *c)
 			break;
 		mesh_groups(&l[r], g[r]);
 		const pp_layout *x = &l[r];
-		if (x->world != world || x->data != data || layout_rank_of(c, x->pp_rank, x->data_rank, x->tp_rank) != r ||
+		if (x->world != world || x->data != data ||
+		    layout_rank_of(c, x->pp_rank, x->data_rank, x->tp_rank) != r ||
 		    x->tp_rank != r % c->tp || x->pp_rank != r / (c->tp * data) ||
 		    x->fsdp_rank != x->data_rank % c->fsdp || x->ep_rank != x->data_rank % c->ep)
 			snprintf(why, sizeof why, "rank %d: pp %d data %d tp %d fsdp %d ep %d", r,
@@ -91,28 +92,53 @@ static void check_mesh(const char *name, const pp_config *c)
 				const pp_layout *p = &l[q], *me = &l[r];
 				bool ok;
 				switch (k) {
-				case 0: ok = p->pp_rank == me->pp_rank && p->data_rank == me->data_rank; break;
-				case 1: ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank; break;
-				case 2: ok = p->data_rank == me->data_rank && p->tp_rank == me->tp_rank; break;
-				case 3: ok = p->data_rank == me->data_rank && p->tp_rank == me->tp_rank &&
-					     (p->pp_rank == 0 || p->pp_rank == c->pp - 1); break;
-				case 4: ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank &&
-					     p->data_rank / c->ep == me->data_rank / c->ep; break;
-				case 5: ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank &&
-					     p->ep_rank == me->ep_rank; break;
-				case 6: ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank &&
-					     p->data_rank / c->fsdp == me->data_rank / c->fsdp; break;
-				default: ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank &&
-					      p->fsdp_rank == me->fsdp_rank; break;
+				case 0:
+					ok = p->pp_rank == me->pp_rank &&
+					     p->data_rank == me->data_rank;
+					break;
+				case 1:
+					ok = p->pp_rank == me->pp_rank && p->tp_rank == me->tp_rank;
+					break;
+				case 2:
+					ok = p->data_rank == me->data_rank &&
+					     p->tp_rank == me->tp_rank;
+					break;
+				case 3:
+					ok = p->data_rank == me->data_rank &&
+					     p->tp_rank == me->tp_rank &&
+					     (p->pp_rank == 0 || p->pp_rank == c->pp - 1);
+					break;
+				case 4:
+					ok = p->pp_rank == me->pp_rank &&
+					     p->tp_rank == me->tp_rank &&
+					     p->data_rank / c->ep == me->data_rank / c->ep;
+					break;
+				case 5:
+					ok = p->pp_rank == me->pp_rank &&
+					     p->tp_rank == me->tp_rank && p->ep_rank == me->ep_rank;
+					break;
+				case 6:
+					ok = p->pp_rank == me->pp_rank &&
+					     p->tp_rank == me->tp_rank &&
+					     p->data_rank / c->fsdp == me->data_rank / c->fsdp;
+					break;
+				default:
+					ok = p->pp_rank == me->pp_rank &&
+					     p->tp_rank == me->tp_rank &&
+					     p->fsdp_rank == me->fsdp_rank;
+					break;
 				}
 				if (!ok)
-					snprintf(why, sizeof why, "group %s of rank %d holds rank %d", a->name, r, q);
+					snprintf(why, sizeof why,
+						 "group %s of rank %d holds rank %d", a->name, r,
+						 q);
 				n++;
 				keys |= 1 << g[q][k].key;
 			}
 			if (!why[0] && (n != a->size || keys != (1 << n) - 1))
-				snprintf(why, sizeof why, "group %s of rank %d: %d members, size %d", a->name,
-					 r, n, a->size);
+				snprintf(why, sizeof why,
+					 "group %s of rank %d: %d members, size %d", a->name, r, n,
+					 a->size);
 		}
 	char full[128];
 	snprintf(full, sizeof full, "layout/mesh/%s", name);
@@ -146,8 +172,8 @@ static void test_chunks(void)
 	pp_err e = {0};
 	ok &= !layout_build(&l, &c, 1, &e) && l.chunk[0].layer_begin == lb[1] &&
 	      l.chunk[1].layer_begin == lb[3];
-	CHECK(ok, "layout/chunks/even", "11 layers over 4 chunks: %d-%d %d-%d %d-%d %d-%d", lb[0], le[0],
-	      lb[1], le[1], lb[2], le[2], lb[3], le[3]);
+	CHECK(ok, "layout/chunks/even", "11 layers over 4 chunks: %d-%d %d-%d %d-%d %d-%d", lb[0],
+	      le[0], lb[1], le[1], lb[2], le[2], lb[3], le[3]);
 	c.n_stage_layers = 4;
 	const int given[4] = {1, 4, 4, 2};
 	memcpy(c.stage_layers, given, sizeof given);
@@ -172,7 +198,8 @@ static void test_tp(void)
 		ok &= !layout_tp_share(&c.model, 4, r, &t, &e);
 		heads += t.n_heads;
 		cols += t.d_ff;
-		ok &= t.vocab_begin == rows && t.n_kv_heads == 1 && t.kv_replicas == 2 && t.kv_block == r / 2;
+		ok &= t.vocab_begin == rows && t.n_kv_heads == 1 && t.kv_replicas == 2 &&
+		      t.kv_block == r / 2;
 		rows += t.vocab;
 	}
 	CHECK(ok && heads == 8 && cols == 96 && rows == 256, "layout/tp/shares",
@@ -219,7 +246,8 @@ static void test_shares(void)
 			ok = 0;
 			break;
 		}
-		ok &= st.w_lo == at && st.w_hi >= st.w_lo && st.w_hi - st.w_lo <= layout_share_len(st.n_elems, 3);
+		ok &= st.w_lo == at && st.w_hi >= st.w_lo &&
+		      st.w_hi - st.w_lo <= layout_share_len(st.n_elems, 3);
 		at = st.w_hi;
 		fsdp_bytes f;
 		fsdp_sizes(&st, 1, 2, &f);
@@ -246,7 +274,8 @@ static void test_sequences(void)
 		for (int r = 0; r < ranks; r++) {
 			layout_seqs s = {r, ranks, B};
 			for (int i = 0; i < B * m; i++) {
-				uint64_t pos = (uint64_t)step * B * m + i, x = layout_seq_index(&s, pos);
+				uint64_t pos = (uint64_t)step * B * m + i,
+					 x = layout_seq_index(&s, pos);
 				const uint64_t mb = x / B, local = i / B;
 				ok &= x >= (uint64_t)step * G && x < (uint64_t)(step + 1) * G &&
 				      mb % ranks == (uint64_t)r && x % B == (uint64_t)(i % B) &&
@@ -285,12 +314,15 @@ static void test_slots(void)
 					}
 					for (int c = 0; c < v; c++)
 						total += slots[c];
-					const int held = schedule_peak_held_theory((sched_kind)k, p, v, m, r);
-					if (v == 1 ? total != held : total < held || slots[0] < 1 || slots[1] < 1) {
+					const int held = schedule_peak_held_theory((sched_kind)k, p,
+										   v, m, r);
+					if (v == 1 ? total != held
+						   : total < held || slots[0] < 1 || slots[1] < 1) {
 						ok = 0;
-						snprintf(why, sizeof why, "%s p=%d m=%d r=%d: slots %d %d, held %d",
-							 schedule_kind_name((sched_kind)k), p, m, r, slots[0],
-							 slots[1], held);
+						snprintf(why, sizeof why,
+							 "%s p=%d m=%d r=%d: slots %d %d, held %d",
+							 schedule_kind_name((sched_kind)k), p, m, r,
+							 slots[0], slots[1], held);
 					}
 				}
 			}

@@ -20,7 +20,7 @@
  * error O(1e-16 |L| / FD_H) ~ 1e-10 at these sizes; the errors seen are
  * below 1e-8, while a wrong term in a backward pass shows up at 1e-3 or more.
  * The measure is max |analytic - numeric| / max |numeric| over one input. */
-#define FD_H 1e-6
+#define FD_H   1e-6
 #define FD_TOL 1e-7
 /* forwards are compared with loops that compute the same thing in another
  * order: only rounding separates them */
@@ -102,7 +102,7 @@ struct op_case {
 	} arg[3];
 };
 
-#define X(i) (c->arg[i].x)
+#define X(i)  (c->arg[i].x)
 #define DX(i) (c->arg[i].dx)
 
 static void case_arg(op_case *c, const char *what, size_t n, int mode)
@@ -246,10 +246,7 @@ static void test_matmul(int bias)
 /* ---- embedding ---- */
 
 /* the position argument of ops.h: the case's pos0 in memory, NULL for 0 */
-static const int *pos_of(const op_case *c)
-{
-	return c->pos0 ? &c->pos0 : NULL;
-}
+static const int *pos_of(const op_case *c) { return c->pos0 ? &c->pos0 : NULL; }
 
 static void embed_fwd(op_case *c)
 {
@@ -528,8 +525,8 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 				const pp_real *q = X(0) + (b * T + i) * W + h * D;
 				double z = 0;
 				for (int j = 0; j < T; j++) {
-					const pp_real *k =
-						X(0) + (b * T + j) * W + (c->Hq + h / G) * D;
+					const pp_real *k = X(0) + (b * T + j) * W +
+							   (c->Hq + h / G) * D;
 					double dot = 0;
 					for (int d = 0; d < D; d++)
 						dot += q[d] * k[d];
@@ -598,14 +595,8 @@ static double ref_act(double x, int act)
 	return x / (1 + exp(-x));
 }
 
-static void glu_fwd(op_case *c)
-{
-	ops->glu_fwd(c->out, X(0), c->N, c->F, c->act);
-}
-static void glu_bwd(op_case *c)
-{
-	ops->glu_bwd(DX(0), c->dout, X(0), c->N, c->F, c->act);
-}
+static void glu_fwd(op_case *c) { ops->glu_fwd(c->out, X(0), c->N, c->F, c->act); }
+static void glu_bwd(op_case *c) { ops->glu_bwd(DX(0), c->dout, X(0), c->N, c->F, c->act); }
 
 static void test_glu(int act, const char *fwd_name, const char *bwd_name)
 {
@@ -626,14 +617,8 @@ static void test_glu(int act, const char *fwd_name, const char *bwd_name)
 	case_free(c);
 }
 
-static void gelu_fwd(op_case *c)
-{
-	ops->gelu_fwd(c->out, X(0), c->nout);
-}
-static void gelu_bwd(op_case *c)
-{
-	ops->gelu_bwd(DX(0), c->dout, X(0), c->nout);
-}
+static void gelu_fwd(op_case *c) { ops->gelu_fwd(c->out, X(0), c->nout); }
+static void gelu_bwd(op_case *c) { ops->gelu_bwd(DX(0), c->dout, X(0), c->nout); }
 
 /* ---- mixture of experts ---- */
 
@@ -721,7 +706,8 @@ static void test_moe_permute(int cap, const char *name)
 	ops->moe_gather(xs, x, rows, gate, M, K, C);
 	for (int i = 0; i < M; i++)
 		for (int c = 0; c < C; c++)
-			ok &= fabs(xs[i * C + c] - gate[rows[i]] * x[(rows[i] / K) * C + c]) < 1e-15;
+			ok &= fabs(xs[i * C + c] - gate[rows[i]] * x[(rows[i] / K) * C + c]) <
+			      1e-15;
 	ops->moe_combine(out, y, slot, gate, N, K, C);
 	ops->moe_gate_grad(dg, d, y, slot, N, K, C);
 	for (int n = 0; n < N; n++) {
@@ -767,7 +753,11 @@ static void moe_router_bwd(op_case *c)
 
 static void test_moe_router_bwd(int mode, const char *name)
 {
-	op_case cs = {.fwd = moe_router_fwd, .bwd = moe_router_bwd, .N = 5, .C = 4, .OC = 2,
+	op_case cs = {.fwd = moe_router_fwd,
+		      .bwd = moe_router_bwd,
+		      .N = 5,
+		      .C = 4,
+		      .OC = 2,
 		      .act = mode},
 		*c = &cs;
 	case_arg(c, "logits", (size_t)c->N * c->C, OVERWRITE);
@@ -814,10 +804,10 @@ static void test_matmul_gelu(int bias)
 			want_out[r * OC + o] = ref_act(s, PP_ACT_GELU_TANH);
 		}
 	ops->matmul_gelu_fwd(out, pre, inp, w, b, N, C, OC);
-	check_close(bias ? "ops/matmul_gelu_fwd_bias_pre" : "ops/matmul_gelu_fwd_pre", pre, want_pre,
-		    n, FWD_TOL);
-	check_close(bias ? "ops/matmul_gelu_fwd_bias_out" : "ops/matmul_gelu_fwd_out", out, want_out,
-		    n, FWD_TOL);
+	check_close(bias ? "ops/matmul_gelu_fwd_bias_pre" : "ops/matmul_gelu_fwd_pre", pre,
+		    want_pre, n, FWD_TOL);
+	check_close(bias ? "ops/matmul_gelu_fwd_bias_out" : "ops/matmul_gelu_fwd_out", out,
+		    want_out, n, FWD_TOL);
 	free(inp);
 	free(w);
 	free(b);
@@ -836,8 +826,7 @@ static void gelu_matmul_fwd(op_case *c)
 }
 static void gelu_matmul_bwd(op_case *c)
 {
-	ops->gelu_matmul_bwd(DX(0), DX(1), DX(2), c->dout, c->stat1, X(0), X(1), c->N, c->C,
-			     c->OC);
+	ops->gelu_matmul_bwd(DX(0), DX(1), DX(2), c->dout, c->stat1, X(0), X(1), c->N, c->C, c->OC);
 }
 
 static void test_gelu_matmul_bwd(void)
@@ -940,7 +929,9 @@ static void test_crossentropy_split(void)
 		tgt[n] = n == 2 ? PP_IGNORE_INDEX : (n * 7 + 1) % V;
 		for (int h = 0; h < 2; h++) {
 			int v = tgt[n] - h * H;
-			local[h][n] = tgt[n] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX : v >= 0 && v < H ? v : -1;
+			local[h][n] = tgt[n] == PP_IGNORE_INDEX ? PP_IGNORE_INDEX
+				      : v >= 0 && v < H         ? v
+								: -1;
 		}
 	}
 	ops->crossentropy(loss, d, logits, tgt, N, V, dscale);
@@ -963,8 +954,8 @@ static void test_crossentropy_split(void)
 			memcpy(dsplit + n * V + h * H, half[h] + n * H, sizeof(pp_real) * H);
 	}
 	CHECK(worst_loss < 1e-12 && rel_diff(dsplit, d, (size_t)N * V) < 1e-12,
-	      "ops/crossentropy_vocab_split", "losses differ by %.3g, gradients by %.3g", worst_loss,
-	      rel_diff(dsplit, d, (size_t)N * V));
+	      "ops/crossentropy_vocab_split", "losses differ by %.3g, gradients by %.3g",
+	      worst_loss, rel_diff(dsplit, d, (size_t)N * V));
 	free(logits);
 	free(d);
 	free(loss);
@@ -1144,10 +1135,12 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 int main(void)
 {
 	ops = pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL);
-	CHECK(ops == &pp_ops_cpu && !pp_ops_find(7, PP_TYPE_REAL) && !pp_ops_find(-1, PP_TYPE_REAL) &&
-		      !pp_ops_find(PP_DEVICE_CPU, PP_TYPE_BF16) && !pp_ops_find(PP_DEVICE_CPU, 5) &&
+	CHECK(ops == &pp_ops_cpu && !pp_ops_find(7, PP_TYPE_REAL) &&
+		      !pp_ops_find(-1, PP_TYPE_REAL) && !pp_ops_find(PP_DEVICE_CPU, PP_TYPE_BF16) &&
+		      !pp_ops_find(PP_DEVICE_CPU, 5) &&
 		      !strcmp(pp_device_name(PP_DEVICE_CUDA), "cuda") &&
-		      !strcmp(pp_type_name(PP_TYPE_BF16), "bf16") && !strcmp(pp_device_name(9), "?"),
+		      !strcmp(pp_type_name(PP_TYPE_BF16), "bf16") &&
+		      !strcmp(pp_device_name(9), "?"),
 	      "ops/find", "pp_ops_find(cpu, fp32) = %p, want %p", (const void *)ops,
 	      (const void *)&pp_ops_cpu);
 	if (!ops)
@@ -1155,12 +1148,13 @@ int main(void)
 	const pp_ops *sel = NULL;
 	pp_err e = {0};
 	int rc = pp_ops_select(PP_DEVICE_CPU, PP_TYPE_BF16, &sel, &e);
-	CHECK(rc == PP_EUSAGE && !sel && strstr(e.msg, "dtype=bf16") && strstr(e.msg, "device=cuda"),
+	CHECK(rc == PP_EUSAGE && !sel && strstr(e.msg, "dtype=bf16") &&
+		      strstr(e.msg, "device=cuda"),
 	      "ops/select_bf16_cpu", "rc %d: %s", rc, e.msg);
 	/* the F64 test build never includes the CUDA backend */
 	rc = pp_ops_select(PP_DEVICE_CUDA, PP_TYPE_REAL, &sel, &e);
-	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no cuda backend"), "ops/select_unknown", "rc %d: %s",
-	      rc, e.msg);
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "no cuda backend"), "ops/select_unknown",
+	      "rc %d: %s", rc, e.msg);
 	CHECK(pp_act_size(ops) == sizeof(pp_real) && ops->act_type == PP_TYPE_REAL, "ops/act_size",
 	      "%zu", pp_act_size(ops));
 

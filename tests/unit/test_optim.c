@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../libcommon/parallel/gradsync.h"
 #include "../../libcommon/model/optim.h"
+#include "../../libcommon/parallel/gradsync.h"
 #include "../tools/harness.h"
 
 static pp_config cfg(int type, long steps, long warmup, double final)
@@ -44,10 +44,7 @@ static bool every_tensor(const pp_stage *st, const pp_param *p)
 	return true;
 }
 /* two of every three tensors: runs broken by a tensor left out */
-static bool not_third(const pp_stage *st, const pp_param *p)
-{
-	return (p - st->params) % 3 != 2;
-}
+static bool not_third(const pp_stage *st, const pp_param *p) { return (p - st->params) % 3 != 2; }
 
 /* optim_grad_sumsq over [lo, hi) against the sum of each counted tensor's
  * part, element by element; calls: the sumsq calls it makes */
@@ -102,9 +99,10 @@ static void check_moe_ranges(void)
 	}
 	CHECK(misplaced == 0 && s.n_shared < s.n_elems &&
 		      experts == 3 * c.model.n_layers * c.model.n_experts / 2 &&
-		      stage_find_param(&s, "model.layers.0.block_sparse_moe.experts.0.w1.weight") == NULL,
-	      "optim/moe_experts_at_end", "%d misplaced of %d experts; shared %zu of %zu", misplaced,
-	      experts, s.n_shared, s.n_elems);
+		      stage_find_param(&s, "model.layers.0.block_sparse_moe.experts.0.w1.weight") ==
+			      NULL,
+	      "optim/moe_experts_at_end", "%d misplaced of %d experts; shared %zu of %zu",
+	      misplaced, experts, s.n_shared, s.n_elems);
 
 	/* the shared region tiled by all four dp ranks, the experts by the
 	 * two of each ep rank (this stage is ep rank 1: dp ranks 1 and 3) */
@@ -116,7 +114,8 @@ static void check_moe_ranges(void)
 		covered[0] += r[d].hi[OPTIM_SHARED] - r[d].lo[OPTIM_SHARED];
 		if (d % 2 == 1)
 			covered[1] += r[d].hi[OPTIM_EXPERTS] - r[d].lo[OPTIM_EXPERTS];
-		ordered &= r[d].hi[OPTIM_SHARED] <= s.n_shared && r[d].lo[OPTIM_EXPERTS] >= s.n_shared &&
+		ordered &= r[d].hi[OPTIM_SHARED] <= s.n_shared &&
+			   r[d].lo[OPTIM_EXPERTS] >= s.n_shared &&
 			   (d == 0 || r[d].lo[OPTIM_SHARED] == r[d - 1].hi[OPTIM_SHARED]);
 	}
 	ordered &= r[1].hi[OPTIM_EXPERTS] == r[3].lo[OPTIM_EXPERTS] &&
@@ -127,7 +126,8 @@ static void check_moe_ranges(void)
 	const optim_ranges *q = &r[3];
 	CHECK(optim_ranges_count(q) == q->hi[0] - q->lo[0] + q->hi[1] - q->lo[1] &&
 		      optim_ranges_pos(q, q->lo[1]) == q->hi[0] - q->lo[0] &&
-		      optim_ranges_pos(q, q->lo[0] + 2) == 2 && optim_ranges_meet(q, q->lo[1], q->lo[1] + 1) &&
+		      optim_ranges_pos(q, q->lo[0] + 2) == 2 &&
+		      optim_ranges_meet(q, q->lo[1], q->lo[1] + 1) &&
 		      !optim_ranges_meet(q, q->hi[0], q->lo[1]) && !optim_ranges_whole(q, &s),
 	      "optim/ranges_layout", "count %zu pos %zu", optim_ranges_count(q),
 	      optim_ranges_pos(q, q->lo[1]));
@@ -156,7 +156,8 @@ static void check_moe_ranges(void)
 	}
 	size_t at = optim_ranges_pos(q, q->lo[1]);
 	bad += o_part.m[at] != o_all.m[q->lo[1]];
-	CHECK(bad == 0, "optim/adamw_two_ranges", "%zu elements differ from AdamW over the whole buffer", bad);
+	CHECK(bad == 0, "optim/adamw_two_ranges",
+	      "%zu elements differ from AdamW over the whole buffer", bad);
 	optim_free(&o_all);
 	optim_free(&o_part);
 	free(w0);
@@ -170,8 +171,8 @@ int main(void)
 	/* cosine: linear warmup from 0 over 10 steps, then cosine to 0.1 * lr at the last step */
 	pp_config c = cfg(PP_LR_COSINE, 110, 10, 0.1);
 	CHECK(optim_lr(&c, 0) == 0 && NEAR(optim_lr(&c, 5), 0.5e-3) && NEAR(optim_lr(&c, 10), 1e-3),
-	      "optim/cosine_warmup", "lr(0) %g lr(5) %g lr(10) %g", optim_lr(&c, 0), optim_lr(&c, 5),
-	      optim_lr(&c, 10));
+	      "optim/cosine_warmup", "lr(0) %g lr(5) %g lr(10) %g", optim_lr(&c, 0),
+	      optim_lr(&c, 5), optim_lr(&c, 10));
 	CHECK(NEAR(optim_lr(&c, 60), 1e-4 + 0.5 * 0.9e-3) && NEAR(optim_lr(&c, 110), 1e-4),
 	      "optim/cosine_decay", "lr(60) %g lr(110) %g", optim_lr(&c, 60), optim_lr(&c, 110));
 	/* warmup_steps -1: warmup_fraction of steps */
@@ -246,7 +247,8 @@ int main(void)
 			const size_t n = s.n_elems, third = n / 3;
 			const pp_param *mid = &s.params[s.n_params / 2];
 			check_grad_sumsq(&s, 0, n, every_tensor, 1, "optim/grad_sumsq_one_run");
-			check_grad_sumsq(&s, third, 2 * third, every_tensor, 1, "optim/grad_sumsq_shard");
+			check_grad_sumsq(&s, third, 2 * third, every_tensor, 1,
+					 "optim/grad_sumsq_shard");
 			/* a shard boundary inside a tensor */
 			check_grad_sumsq(&s, mid->off + 1, n, every_tensor, 1,
 					 "optim/grad_sumsq_shard_cuts_tensor");

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tools/harness.h"
-#include "../../libcommon/parallel/fsdp.h"
 #include "../../libcommon/config/hparams.h"
 #include "../../libcommon/model/model.h"
+#include "../../libcommon/parallel/fsdp.h"
 #include "../../libcommon/plan/plan.h"
+#include "../tools/harness.h"
 
 static pp_model_cfg llama(const char *name, int C, int Hq, int Hkv, int F, int L, int V)
 {
@@ -155,7 +155,8 @@ static void test_counts(void)
 	plan_counts dense;
 	plan_param_count(&g2, &dense);
 	long long mlp1 = 2LL * 768 * 3072 + 3072 + 768;
-	CHECK(n.n_moe_layers == 6 && hparams_layer_is_moe(&half, 1) && !hparams_layer_is_moe(&half, 0) &&
+	CHECK(n.n_moe_layers == 6 && hparams_layer_is_moe(&half, 1) &&
+		      !hparams_layer_is_moe(&half, 0) &&
 		      n.total == dense.total + 6 * (3 * mlp1 + 4 * 768),
 	      "plan/count/moe-every-2", "%d MoE layers, total %lld", n.n_moe_layers,
 	      (long long)n.total);
@@ -200,8 +201,8 @@ static void test_memory(void)
 	      "plan/mem/fp32-single-rank", "rc %d %s: params %lld want %lld", rc, e.msg,
 	      (long long)m1.params, (long long)n.total * 4);
 	CHECK(m1.logits == 2LL * 256 * 32000 * 4 && m1.in_flight == 1 &&
-		      m1.total == m1.params + m1.grads + m1.optimizer + m1.activations + m1.scratch +
-					  m1.logits,
+		      m1.total == m1.params + m1.grads + m1.optimizer + m1.activations +
+					  m1.scratch + m1.logits,
 	      "plan/mem/logits-and-total", "logits %lld in_flight %d", (long long)m1.logits,
 	      m1.in_flight);
 
@@ -329,8 +330,9 @@ static void test_memory(void)
 	const int64_t big = embed + (i0.param_count - embed) / 2;
 	CHECK(rc == 0 && ci.tp == 1 && ci.dtype == PP_TYPE_REAL &&
 		      iz.optimizer == (i0.param_count + 3) / 4 * 8 + (big + 3) / 4 * 5 * 4,
-	      "plan/mem/shard-optimizer-chunks", "rc %d optimizer %lld, stage %lld, largest chunk %lld",
-	      rc, (long long)iz.optimizer, (long long)i0.param_count, (long long)big);
+	      "plan/mem/shard-optimizer-chunks",
+	      "rc %d optimizer %lld, stage %lld, largest chunk %lld", rc, (long long)iz.optimizer,
+	      (long long)i0.param_count, (long long)big);
 
 	/* expert parallelism: a rank holds E / ep experts of each MoE layer, as
 	 * the stage it builds does; ZeRO-1 splits the rest over dp and the
@@ -355,9 +357,9 @@ static void test_memory(void)
 	int64_t gather = (ns + 1) / 2 * 3 > (ne - ns) * 2 ? (ns + 1) / 2 * 3 : (ne - ns) * 2;
 	CHECK(rc == 0 && me.param_count == ne && ne > ns &&
 		      me.optimizer == ((ns + 1) / 2 + (ne - ns)) * 8 + gather * 4,
-	      "plan/mem/ep-matches-stage", "rc %d %s: plan %lld, stage %lld (shared %lld); optimizer %lld",
-	      rc, e.msg, (long long)me.param_count, (long long)ne, (long long)ns,
-	      (long long)me.optimizer);
+	      "plan/mem/ep-matches-stage",
+	      "rc %d %s: plan %lld, stage %lld (shared %lld); optimizer %lld", rc, e.msg,
+	      (long long)me.param_count, (long long)ne, (long long)ns, (long long)me.optimizer);
 	if (!rc)
 		stage_free(&st);
 
@@ -443,20 +445,25 @@ static void test_recompute_allocations(void)
 				c.schedule = runs[k].kind;
 				c.recompute = p;
 				plan_memory_t pl;
-				int64_t got = plan_memory(&c, &pl, &e) ? -1 : allocated_bytes(&c, &e);
-				int64_t want = pl.params + pl.grads + pl.activations + pl.scratch + pl.logits;
+				int64_t got = plan_memory(&c, &pl, &e) ? -1
+								       : allocated_bytes(&c, &e);
+				int64_t want = pl.params + pl.grads + pl.activations + pl.scratch +
+					       pl.logits;
 				if (got != want ||
-				    pl.in_flight != schedule_peak_held_theory(c.schedule, 1, 1, c.microbatches, 0)) {
-					snprintf(why + strlen(why), sizeof why - strlen(why),
-						 "%s %s m=%d: stage %lld, plan %lld (in flight %d) %.100s; ",
-						 schedule_kind_name(runs[k].kind), pp_recompute_name(p),
-						 runs[k].m, (long long)got, (long long)want, pl.in_flight,
-						 e.msg);
+				    pl.in_flight != schedule_peak_held_theory(c.schedule, 1, 1,
+									      c.microbatches, 0)) {
+					snprintf(
+						why + strlen(why), sizeof why - strlen(why),
+						"%s %s m=%d: stage %lld, plan %lld (in flight %d) %.100s; ",
+						schedule_kind_name(runs[k].kind),
+						pp_recompute_name(p), runs[k].m, (long long)got,
+						(long long)want, pl.in_flight, e.msg);
 					same = false;
 				}
 			}
 		char name[128];
-		snprintf(name, sizeof name, "plan/mem/recompute-allocations/%.60s", models[i].preset);
+		snprintf(name, sizeof name, "plan/mem/recompute-allocations/%.60s",
+			 models[i].preset);
 		CHECK(same, name, "%s", why);
 	}
 }
@@ -507,10 +514,14 @@ static void test_peaks(void)
 		const char *name;
 		double want;
 	} t[] = {
-		{"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756},
-		{"NVIDIA H200", 989.4},           {"NVIDIA A100-SXM4-80GB", 312},
-		{"NVIDIA A100 80GB PCIe", 312},   {"NVIDIA RTX A1000", 0},
-		{"NVIDIA H100 NVL", 0},           {"NVIDIA GeForce RTX 4090", 0},
+		{"NVIDIA H100 80GB HBM3", 989.4},
+		{"NVIDIA H100 PCIe", 756},
+		{"NVIDIA H200", 989.4},
+		{"NVIDIA A100-SXM4-80GB", 312},
+		{"NVIDIA A100 80GB PCIe", 312},
+		{"NVIDIA RTX A1000", 0},
+		{"NVIDIA H100 NVL", 0},
+		{"NVIDIA GeForce RTX 4090", 0},
 		{"", 0},
 	};
 	int ok = 1;
@@ -551,10 +562,13 @@ static void test_schedule_facts(void)
 		const int p = c.pp, v = c.virtual_stages, m = c.microbatches;
 		double bubble = json_real_value(json_object_get(layout, "bubble"));
 		double theory = schedule_bubble_theory(c.schedule, p, v, m, NULL);
-		snprintf(name, sizeof name, "plan/schedule/%s/bubble", schedule_kind_name(c.schedule));
+		snprintf(name, sizeof name, "plan/schedule/%s/bubble",
+			 schedule_kind_name(c.schedule));
 		CHECK(j && fabs(bubble - theory) < 1e-12 && fabs(theory - by_hand[k]) < 1e-12, name,
-		      "rc %d %s: plan %g, theory %g, by hand %g", rc, e.msg, bubble, theory, by_hand[k]);
-		bool same = json_array_size(acts) == (size_t)p && json_array_size(stash) == (size_t)p;
+		      "rc %d %s: plan %g, theory %g, by hand %g", rc, e.msg, bubble, theory,
+		      by_hand[k]);
+		bool same = json_array_size(acts) == (size_t)p &&
+			    json_array_size(stash) == (size_t)p;
 		for (int r = 0; same && r < p; r++)
 			same = json_integer_value(json_array_get(acts, r)) ==
 				       schedule_peak_act_theory(c.schedule, p, v, m, r) &&
@@ -562,8 +576,10 @@ static void test_schedule_facts(void)
 				       schedule_peak_wstash_theory(c.schedule, p, v, m, r);
 		int worst = (int)json_integer_value(json_object_get(mem, "rank"));
 		int held = (int)json_integer_value(json_object_get(mem, "in_flight"));
-		snprintf(name, sizeof name, "plan/schedule/%s/peaks", schedule_kind_name(c.schedule));
-		CHECK(same && held == schedule_peak_held_theory(c.schedule, p, v, m, worst) && held > 0,
+		snprintf(name, sizeof name, "plan/schedule/%s/peaks",
+			 schedule_kind_name(c.schedule));
+		CHECK(same && held == schedule_peak_held_theory(c.schedule, p, v, m, worst) &&
+			      held > 0,
 		      name, "report %s", buf ? buf : "(none)");
 		json_decref(j);
 		free(buf);
@@ -586,8 +602,9 @@ static void test_fsdp_plan(void)
 	plan_memory_t f;
 	int rc = plan_memory(&c, &f, &e);
 	const int64_t share = (n.total + 7) / 8, held = 2LL * 32000 * 4096;
-	CHECK(rc == 0 && f.params == share * 4 && f.grads == share * 4 && f.optimizer == share * 8 &&
-		      f.unit_max == n.per_layer && f.gathered == FSDP_BUFS * n.per_layer * 4 &&
+	CHECK(rc == 0 && f.params == share * 4 && f.grads == share * 4 &&
+		      f.optimizer == share * 8 && f.unit_max == n.per_layer &&
+		      f.gathered == FSDP_BUFS * n.per_layer * 4 &&
 		      f.grad_buffers == (2LL * FSDP_GBUFS * n.per_layer + held + 4096) * 4,
 	      "plan/fsdp/shares-and-working-set", "rc %d %s: params %lld unit %lld", rc, e.msg,
 	      (long long)f.params, (long long)f.unit_max);

@@ -19,10 +19,21 @@
 #include "../../libcommon/schedule/schedule.h"
 #include "../tools/harness.h"
 
-enum { P_ONCE, P_DEPS, P_PAIRS, P_BLOCKING, P_SAME_BUILD, P_MAKESPAN, P_BUBBLE, P_PEAK, P_COSTS, NPROP };
-static const char *const prop_names[NPROP] = {"once",	  "deps",   "pairs", "blocking",
-					      "build_one", "makespan", "bubble", "peak",
-					      "other_costs"};
+enum {
+	P_ONCE,
+	P_DEPS,
+	P_PAIRS,
+	P_BLOCKING,
+	P_SAME_BUILD,
+	P_MAKESPAN,
+	P_BUBBLE,
+	P_PEAK,
+	P_COSTS,
+	NPROP
+};
+static const char *const prop_names[NPROP] = {"once",     "deps",      "pairs",
+					      "blocking", "build_one", "makespan",
+					      "bubble",   "peak",      "other_costs"};
 static char first_fail[SCHED_NKINDS][NPROP][512];
 static int ncases[SCHED_NKINDS];
 
@@ -55,10 +66,10 @@ static void compact(const sched_action *a, int n, bool comms, char *buf, size_t 
 		len += snprintf(buf + len, size - len, "%s%s%d/%d", len ? " " : "", code[a[i].op],
 				a[i].mb, a[i].vstage);
 		if (!is_comp(a[i].op))
-			len += snprintf(buf + len, size - len, "%c%d",
-					a[i].op == SCHED_SEND_ACT || a[i].op == SCHED_SEND_GRAD ? '>'
-												: '<',
-					a[i].peer);
+			len += snprintf(
+				buf + len, size - len, "%c%d",
+				a[i].op == SCHED_SEND_ACT || a[i].op == SCHED_SEND_GRAD ? '>' : '<',
+				a[i].peer);
 	}
 }
 
@@ -79,22 +90,26 @@ static void check_once(const sched_case *c)
 		for (int i = 0; i < c->n[r]; i++) {
 			const sched_action *a = &c->l[r][i];
 			if (a->mb < 0 || a->mb >= m || a->vstage < 0 || a->vstage >= S) {
-				fail(c->kind, P_ONCE, "%s: rank %d action %d out of range", c->name, r, i);
+				fail(c->kind, P_ONCE, "%s: rank %d action %d out of range", c->name,
+				     r, i);
 				goto done;
 			}
 			if (!is_comp(a->op))
 				continue;
 			if (a->vstage % c->p != r || a->peer != -1) {
-				fail(c->kind, P_ONCE, "%s: rank %d runs op %d of vstage %d (peer %d)",
-				     c->name, r, a->op, a->vstage, a->peer);
+				fail(c->kind, P_ONCE,
+				     "%s: rank %d runs op %d of vstage %d (peer %d)", c->name, r,
+				     a->op, a->vstage, a->peer);
 				goto done;
 			}
 			cnt[(a->op * S + a->vstage) * m + a->mb]++;
 		}
 	for (int s = 0; s < S; s++)
 		for (int i = 0; i < m; i++) {
-			int f = cnt[(SCHED_FWD * S + s) * m + i], b = cnt[(SCHED_BWD * S + s) * m + i];
-			int bi = cnt[(SCHED_BWD_I * S + s) * m + i], bw = cnt[(SCHED_BWD_W * S + s) * m + i];
+			int f = cnt[(SCHED_FWD * S + s) * m + i],
+			    b = cnt[(SCHED_BWD * S + s) * m + i];
+			int bi = cnt[(SCHED_BWD_I * S + s) * m + i],
+			    bw = cnt[(SCHED_BWD_W * S + s) * m + i];
 			if (f != 1 || b != !zb || bi != zb || bw != zb) {
 				fail(c->kind, P_ONCE,
 				     "%s: (mb %d, vstage %d) has %d FWD, %d BWD, %d BWD_I, %d BWD_W",
@@ -144,13 +159,15 @@ static void check_deps(const sched_case *c, int *peak_act, int *peak_stash, int 
 				stash--;
 				break;
 			case SCHED_SEND_ACT:
-				ok = (st[x] & 1) && s + 1 < S && a->peer == (s + 1) % p && a->peer != r;
+				ok = (st[x] & 1) && s + 1 < S && a->peer == (s + 1) % p &&
+				     a->peer != r;
 				break;
 			case SCHED_SEND_GRAD:
 				ok = (st[x] & 2) && s > 0 && a->peer == (s - 1) % p && a->peer != r;
 				break;
 			case SCHED_RECV_ACT:
-				ok = s + 1 < S && r == (s + 1) % p && a->peer == s % p && a->peer != r;
+				ok = s + 1 < S && r == (s + 1) % p && a->peer == s % p &&
+				     a->peer != r;
 				st[x] |= 8;
 				break;
 			case SCHED_RECV_GRAD:
@@ -161,7 +178,8 @@ static void check_deps(const sched_case *c, int *peak_act, int *peak_stash, int 
 			peak_held[r] = imax(peak_held[r], act + stash);
 			if (!ok) {
 				char what[96];
-				fail(c->kind, P_DEPS, "%s: rank %d action %d %s: input missing or wrong peer",
+				fail(c->kind, P_DEPS,
+				     "%s: rank %d action %d %s: input missing or wrong peer",
 				     c->name, r, i, schedule_action_format(a, what, sizeof what));
 				goto done;
 			}
@@ -199,11 +217,13 @@ static void check_pairs(const sched_case *c)
 	for (int id = 0; id < n; id++) {
 		if (!sends[id] && !recvs[id])
 			continue;
-		if (sends[id] != 1 || recvs[id] != 1 || sfrom[id] != rfrom[id] || sto[id] != rat[id]) {
+		if (sends[id] != 1 || recvs[id] != 1 || sfrom[id] != rfrom[id] ||
+		    sto[id] != rat[id]) {
 			fail(c->kind, P_PAIRS,
 			     "%s: %s(mb %d, vstage %d): %d sends (rank %d -> %d), %d receives (rank %d <- %d)",
-			     c->name, id / (c->S * c->m) ? "GRAD" : "ACT", id % c->m, id / c->m % c->S,
-			     sends[id], sfrom[id], sto[id], recvs[id], rat[id], rfrom[id]);
+			     c->name, id / (c->S * c->m) ? "GRAD" : "ACT", id % c->m,
+			     id / c->m % c->S, sends[id], sfrom[id], sto[id], recvs[id], rat[id],
+			     rfrom[id]);
 			break;
 		}
 	}
@@ -236,8 +256,10 @@ static int run_blocking(int p, sched_action *const *l, const int *n, int *stuck)
 					break;
 				const sched_action *b = &l[q][pos[q]];
 				bool send = a->op == SCHED_SEND_ACT || a->op == SCHED_SEND_GRAD;
-				sched_op want = send ? (sched_op)(a->op + 1) : (sched_op)(a->op - 1);
-				if (b->op != want || b->mb != a->mb || b->vstage != a->vstage || b->peer != r)
+				sched_op want = send ? (sched_op)(a->op + 1)
+						     : (sched_op)(a->op - 1);
+				if (b->op != want || b->mb != a->mb || b->vstage != a->vstage ||
+				    b->peer != r)
 					break;
 				pos[r]++;
 				pos[q]++;
@@ -308,7 +330,8 @@ static void check_case(int kind, int p, int v, int m)
 		goto done;
 	}
 	check_once(&c);
-	int *peak_act = calloc((size_t)p, sizeof(int)), *peak_stash = calloc((size_t)p, sizeof(int));
+	int *peak_act = calloc((size_t)p, sizeof(int)),
+	    *peak_stash = calloc((size_t)p, sizeof(int));
 	int *peak_held = calloc((size_t)p, sizeof(int));
 	check_deps(&c, peak_act, peak_stash, peak_held);
 	check_pairs(&c);
@@ -331,30 +354,37 @@ static void check_case(int kind, int p, int v, int m)
 	} else {
 		const double T = expect_ideal(kind, p, v, m, &schedule_ref_costs);
 		const double busy = 3.0 * m * v, want = expect_bubble(kind, p, v, m);
-		if (s.makespan != T || s.critical_path != T || schedule_ideal_time(kind, p, v, m, NULL) != T)
-			fail(kind, P_MAKESPAN, "%s: makespan %g, critical path %g, ideal_time %g, expected %g",
-			     c.name, s.makespan, s.critical_path, schedule_ideal_time(kind, p, v, m, NULL), T);
+		if (s.makespan != T || s.critical_path != T ||
+		    schedule_ideal_time(kind, p, v, m, NULL) != T)
+			fail(kind, P_MAKESPAN,
+			     "%s: makespan %g, critical path %g, ideal_time %g, expected %g",
+			     c.name, s.makespan, s.critical_path,
+			     schedule_ideal_time(kind, p, v, m, NULL), T);
 		for (int r = 0; r < p; r++)
 			if (s.rank[r].busy != busy || s.rank[r].idle != T - busy)
-				fail(kind, P_BUBBLE, "%s: rank %d busy %g idle %g, expected %g and %g",
-				     c.name, r, s.rank[r].busy, s.rank[r].idle, busy, T - busy);
+				fail(kind, P_BUBBLE,
+				     "%s: rank %d busy %g idle %g, expected %g and %g", c.name, r,
+				     s.rank[r].busy, s.rank[r].idle, busy, T - busy);
 		double theory = schedule_bubble_theory(kind, p, v, m, NULL);
 		if (fabs(s.bubble - want) > 1e-12 || fabs(theory - want) > 1e-12)
-			fail(kind, P_BUBBLE, "%s: bubble %.15g, schedule_bubble_theory %.15g, expected %.15g",
+			fail(kind, P_BUBBLE,
+			     "%s: bubble %.15g, schedule_bubble_theory %.15g, expected %.15g",
 			     c.name, s.bubble, theory, want);
 		for (int r = 0; r < p; r++) {
-			int pa = expect_peak(kind, p, v, m, r), pw = kind == SCHED_ZBH1 ? imin(r + 1, m) : 0;
+			int pa = expect_peak(kind, p, v, m, r),
+			    pw = kind == SCHED_ZBH1 ? imin(r + 1, m) : 0;
 			int ph = kind == SCHED_ZBH1 ? imin(p, m) : pa;
 			if (peak_held[r] != ph || s.rank[r].peak_held != ph ||
 			    schedule_peak_held_theory(kind, p, v, m, r) != ph) {
-				fail(kind, P_PEAK, "%s: rank %d holds %d (simulated %d, theory %d), expected %d",
+				fail(kind, P_PEAK,
+				     "%s: rank %d holds %d (simulated %d, theory %d), expected %d",
 				     c.name, r, peak_held[r], s.rank[r].peak_held,
 				     schedule_peak_held_theory(kind, p, v, m, r), ph);
 				break;
 			}
 			if (peak_act[r] != pa || s.rank[r].peak_act != pa ||
-			    schedule_peak_act_theory(kind, p, v, m, r) != pa || peak_stash[r] != pw ||
-			    s.rank[r].peak_wstash != pw ||
+			    schedule_peak_act_theory(kind, p, v, m, r) != pa ||
+			    peak_stash[r] != pw || s.rank[r].peak_wstash != pw ||
 			    schedule_peak_wstash_theory(kind, p, v, m, r) != pw) {
 				fail(kind, P_PEAK,
 				     "%s: rank %d peak activations %d (simulated %d, theory %d), expected "
@@ -372,7 +402,8 @@ static void check_case(int kind, int p, int v, int m)
 	for (size_t i = 0; i < sizeof other_costs / sizeof *other_costs; i++) {
 		const sched_costs *k = &other_costs[i];
 		if (schedule_simulate_lists(p, v, m, c.l, c.n, k, &s, &e)) {
-			fail(kind, P_COSTS, "%s costs %g/%g/%g: %s", c.name, k->fwd, k->bwd, k->bwd_w, e.msg);
+			fail(kind, P_COSTS, "%s costs %g/%g/%g: %s", c.name, k->fwd, k->bwd,
+			     k->bwd_w, e.msg);
 			continue;
 		}
 		double T = expect_ideal(kind, p, v, m, k);
@@ -408,7 +439,8 @@ static void test_grid(void)
 	char name[96];
 	for (int k = 0; k < SCHED_NKINDS; k++)
 		for (int prop = 0; prop < NPROP; prop++) {
-			snprintf(name, sizeof name, "schedule/%s/%s", schedule_kind_name(k), prop_names[prop]);
+			snprintf(name, sizeof name, "schedule/%s/%s", schedule_kind_name(k),
+				 prop_names[prop]);
 			CHECK(!first_fail[k][prop][0] && ncases[k] > 0, name, "%s (%d cases)",
 			      first_fail[k][prop], ncases[k]);
 		}
@@ -441,15 +473,18 @@ static void test_orders(void)
 	check_order("schedule/order/gpipe", SCHED_GPIPE, 2, 1, 3, 1, false,
 		    "F0/1 F1/1 F2/1 B0/1 B1/1 B2/1");
 	/* Megatron: p - r - 1 = 3 warm-up forwards, then (F, B) pairs */
-	check_order("schedule/order/1f1b", SCHED_1F1B, 4, 1, 8, 0, false,
-		    "F0/0 F1/0 F2/0 F3/0 B0/0 F4/0 B1/0 F5/0 B2/0 F6/0 B3/0 F7/0 B4/0 B5/0 B6/0 B7/0");
+	check_order(
+		"schedule/order/1f1b", SCHED_1F1B, 4, 1, 8, 0, false,
+		"F0/0 F1/0 F2/0 F3/0 B0/0 F4/0 B1/0 F5/0 B2/0 F6/0 B3/0 F7/0 B4/0 B5/0 B6/0 B7/0");
 	/* JaxPP Eager1F1B: 2 (p - r) - 1 = 7 forwards before the first backward */
-	check_order("schedule/order/eager1f1b", SCHED_EAGER_1F1B, 4, 1, 8, 0, false,
-		    "F0/0 F1/0 F2/0 F3/0 F4/0 F5/0 F6/0 B0/0 F7/0 B1/0 B2/0 B3/0 B4/0 B5/0 B6/0 B7/0");
+	check_order(
+		"schedule/order/eager1f1b", SCHED_EAGER_1F1B, 4, 1, 8, 0, false,
+		"F0/0 F1/0 F2/0 F3/0 F4/0 F5/0 F6/0 B0/0 F7/0 B1/0 B2/0 B3/0 B4/0 B5/0 B6/0 B7/0");
 	/* Megatron interleaved, p 2, v 2: chunk 0 (vstage 0) for mbs 0-1, chunk 1
 	 * (vstage 2) for mbs 0-1, ...; 2 (p - 1) + (v - 1) p = 4 warm-up */
-	check_order("schedule/order/interleaved1f1b", SCHED_INTERLEAVED_1F1B, 2, 2, 4, 0, false,
-		    "F0/0 F1/0 F0/2 F1/2 F2/0 B0/2 F3/0 B1/2 F2/2 B0/0 F3/2 B1/0 B2/2 B3/2 B2/0 B3/0");
+	check_order(
+		"schedule/order/interleaved1f1b", SCHED_INTERLEAVED_1F1B, 2, 2, 4, 0, false,
+		"F0/0 F1/0 F0/2 F1/2 F2/0 B0/2 F3/0 B1/2 F2/2 B0/0 F3/2 B1/0 B2/2 B3/2 B2/0 B3/0");
 	/* JaxPP ZeroBubble: rank 0 F x p then (I, W, F); the last rank
 	 * F, (I, F) x (p - 1), then (I, W, F), its W deferred by p - 1 */
 	check_order("schedule/order/zbh1_first", SCHED_ZBH1, 4, 1, 8, 0, false,
@@ -479,8 +514,8 @@ static void test_orders(void)
 				order_of(SCHED_EAGER_1F1B, p, 1, m, r, true, y, sizeof y);
 				same = !strcmp(x, y);
 				if (!same)
-					CHECK(0, "schedule/order/interleaved_v1_is_eager", "p=%d m=%d rank %d: %s vs %s",
-					      p, m, r, x, y);
+					CHECK(0, "schedule/order/interleaved_v1_is_eager",
+					      "p=%d m=%d rank %d: %s vs %s", p, m, r, x, y);
 			}
 	if (same)
 		CHECK(1, "schedule/order/interleaved_v1_is_eager", "");
@@ -501,11 +536,12 @@ static void test_zbh1_vs_1f1b(void)
 				break;
 			}
 			if (!(z.bubble < o.bubble) && !why[0])
-				snprintf(why, sizeof why, "p=%d m=%d: zbh1 %g >= 1f1b %g", p, m, z.bubble,
-					 o.bubble);
+				snprintf(why, sizeof why, "p=%d m=%d: zbh1 %g >= 1f1b %g", p, m,
+					 z.bubble, o.bubble);
 			for (int r = 0; r < p && !why[0]; r++)
 				if (z.rank[r].peak_act != o.rank[r].peak_act)
-					snprintf(why, sizeof why, "p=%d m=%d rank %d: peak %d vs %d", p, m, r,
+					snprintf(why, sizeof why,
+						 "p=%d m=%d rank %d: peak %d vs %d", p, m, r,
 						 z.rank[r].peak_act, o.rank[r].peak_act);
 			schedule_sim_free(&z);
 			schedule_sim_free(&o);
@@ -529,9 +565,10 @@ static void expect_usage(const char *name, int kind, int p, int v, int m, int ra
 
 static void test_invalid(void)
 {
-	expect_usage("schedule/invalid/interleaved_m_not_multiple", SCHED_INTERLEAVED_1F1B, 4, 2, 6, 0,
-		     "m=6", "p=4");
-	expect_usage("schedule/invalid/v_for_1f1b", SCHED_1F1B, 2, 2, 4, 0, "v=2", "interleaved1f1b");
+	expect_usage("schedule/invalid/interleaved_m_not_multiple", SCHED_INTERLEAVED_1F1B, 4, 2, 6,
+		     0, "m=6", "p=4");
+	expect_usage("schedule/invalid/v_for_1f1b", SCHED_1F1B, 2, 2, 4, 0, "v=2",
+		     "interleaved1f1b");
 	expect_usage("schedule/invalid/v_for_zbh1", SCHED_ZBH1, 2, 4, 4, 0, "v=4", NULL);
 	expect_usage("schedule/invalid/v_zero", SCHED_INTERLEAVED_1F1B, 2, 0, 4, 0, "v=0", NULL);
 	expect_usage("schedule/invalid/p_zero", SCHED_GPIPE, 0, 1, 4, 0, "p=0", NULL);
@@ -570,7 +607,8 @@ static void test_invalid(void)
 
 static void test_names(void)
 {
-	static const char *const names[] = {"gpipe", "1f1b", "eager1f1b", "interleaved1f1b", "zbh1"};
+	static const char *const names[] = {"gpipe", "1f1b", "eager1f1b", "interleaved1f1b",
+					    "zbh1"};
 	bool ok = true;
 	for (int i = 0; i < 5; i++) {
 		sched_kind k = SCHED_NKINDS;
@@ -602,19 +640,20 @@ static void test_deadlock(void)
 	/* 1F1B, p 2, m 2, each send right after its compute and each receive
 	 * right before its compute: rank 0 blocks sending mb 1's activation
 	 * while rank 1 blocks sending mb 0's gradient */
-	sched_action r0[] = {A(FWD, 0, 0, -1),	     A(SEND_ACT, 0, 0, 1), A(FWD, 1, 0, -1),
-			     A(SEND_ACT, 1, 0, 1),   A(RECV_GRAD, 0, 1, 1), A(BWD, 0, 0, -1),
+	sched_action r0[] = {A(FWD, 0, 0, -1),      A(SEND_ACT, 0, 0, 1),  A(FWD, 1, 0, -1),
+			     A(SEND_ACT, 1, 0, 1),  A(RECV_GRAD, 0, 1, 1), A(BWD, 0, 0, -1),
 			     A(RECV_GRAD, 1, 1, 1), A(BWD, 1, 0, -1)};
-	sched_action r1[] = {A(RECV_ACT, 0, 0, 0), A(FWD, 0, 1, -1),	   A(BWD, 0, 1, -1),
+	sched_action r1[] = {A(RECV_ACT, 0, 0, 0),  A(FWD, 0, 1, -1),     A(BWD, 0, 1, -1),
 			     A(SEND_GRAD, 0, 1, 0), A(RECV_ACT, 1, 0, 0), A(FWD, 1, 1, -1),
-			     A(BWD, 1, 1, -1),	    A(SEND_GRAD, 1, 1, 0)};
+			     A(BWD, 1, 1, -1),      A(SEND_GRAD, 1, 1, 0)};
 	sched_action *lists[] = {r0, r1};
 	int counts[] = {8, 8}, stuck;
 	sched_sim s;
 	pp_err e = {0};
 	int rc = schedule_simulate_lists(2, 1, 2, lists, counts, NULL, &s, &e);
 	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "deadlock") &&
-		      strstr(e.msg, "rank 0 waits at action 3 SEND_ACT(mb 1, vstage 0 -> rank 1)") &&
+		      strstr(e.msg,
+			     "rank 0 waits at action 3 SEND_ACT(mb 1, vstage 0 -> rank 1)") &&
 		      strstr(e.msg, "rank 1 waits at action 3 SEND_GRAD(mb 0, vstage 1 -> rank 0)"),
 	      "schedule/deadlock/named", "rc %d: %s", rc, e.msg);
 	CHECK(run_blocking(2, lists, counts, &stuck) == 2, "schedule/deadlock/test_executor",
@@ -622,13 +661,13 @@ static void test_deadlock(void)
 
 	/* the same lists with rank 1's second receive moved before its first
 	 * backward run to the end: 9 = 3 (m + p - 1) */
-	sched_action r1ok[] = {A(RECV_ACT, 0, 0, 0), A(FWD, 0, 1, -1),	     A(RECV_ACT, 1, 0, 0),
+	sched_action r1ok[] = {A(RECV_ACT, 0, 0, 0), A(FWD, 0, 1, -1),      A(RECV_ACT, 1, 0, 0),
 			       A(BWD, 0, 1, -1),     A(SEND_GRAD, 0, 1, 0), A(FWD, 1, 1, -1),
 			       A(BWD, 1, 1, -1),     A(SEND_GRAD, 1, 1, 0)};
 	lists[1] = r1ok;
 	rc = schedule_simulate_lists(2, 1, 2, lists, counts, NULL, &s, &e);
-	CHECK(rc == PP_OK && s.makespan == 9, "schedule/deadlock/fixed", "rc %d makespan %g: %s", rc,
-	      rc ? 0 : s.makespan, rc ? e.msg : "");
+	CHECK(rc == PP_OK && s.makespan == 9, "schedule/deadlock/fixed", "rc %d makespan %g: %s",
+	      rc, rc ? 0 : s.makespan, rc ? e.msg : "");
 	if (!rc)
 		schedule_sim_free(&s);
 

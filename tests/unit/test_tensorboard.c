@@ -19,8 +19,8 @@ static uint64_t le(const unsigned char *p, int n)
 }
 
 /* the records of an event file: n of them at most, their data in data[] */
-static int records(const unsigned char *b, size_t size, const unsigned char **data, size_t *len, int n,
-		   int *crc_ok)
+static int records(const unsigned char *b, size_t size, const unsigned char **data, size_t *len,
+		   int n, int *crc_ok)
 {
 	size_t at = 0;
 	int k = 0;
@@ -74,12 +74,14 @@ int main(void)
 	CHECK(!rc, "events/file_named", "no events.out.tfevents.* in %s", sub);
 	const unsigned char *data[4];
 	size_t len[4];
-	int crc_ok = 0, n = rc ? -1 : records((const unsigned char *)buf, size, data, len, 4, &crc_ok);
-	CHECK(n == 2 && crc_ok, "events/framing", "%d records, CRCs %s", n, crc_ok ? "right" : "wrong");
+	int crc_ok = 0,
+	    n = rc ? -1 : records((const unsigned char *)buf, size, data, len, 4, &crc_ok);
+	CHECK(n == 2 && crc_ok, "events/framing", "%d records, CRCs %s", n,
+	      crc_ok ? "right" : "wrong");
 	if (n == 2) {
 		/* {wall_time (fixed64, field 1), file_version (field 3) "brain.Event:2"} */
-		CHECK(len[0] == 9 + 2 + 13 && data[0][0] == 0x09 && data[0][9] == 0x1a && data[0][10] == 13 &&
-			      !memcmp(data[0] + 11, "brain.Event:2", 13),
+		CHECK(len[0] == 9 + 2 + 13 && data[0][0] == 0x09 && data[0][9] == 0x1a &&
+			      data[0][10] == 13 && !memcmp(data[0] + 11, "brain.Event:2", 13),
 		      "events/first_record_file_version", "unexpected bytes");
 		/* wall_time, step 300 (varint ac 02), summary (field 5) of two values:
 		 * tag (field 1) and simple_value (field 2, fixed32) */
@@ -87,10 +89,11 @@ int main(void)
 		float x;
 		uint32_t bits = (uint32_t)le(d + 9 + 3 + 2 + 2 + 2 + 4 + 1, 4);
 		memcpy(&x, &bits, sizeof x);
-		int ok = d[0] == 0x09 && d[9] == 0x10 && d[10] == 0xac && d[11] == 0x02 && d[12] == 0x2a &&
-			 d[14] == 0x0a && d[16] == 0x0a && d[17] == 4 && !memcmp(d + 18, "loss", 4) &&
-			 d[22] == 0x15 && x == 2.5f;
-		CHECK(ok, "events/scalar_record", "step, tag or value not where the Event proto puts them");
+		int ok = d[0] == 0x09 && d[9] == 0x10 && d[10] == 0xac && d[11] == 0x02 &&
+			 d[12] == 0x2a && d[14] == 0x0a && d[16] == 0x0a && d[17] == 4 &&
+			 !memcmp(d + 18, "loss", 4) && d[22] == 0x15 && x == 2.5f;
+		CHECK(ok, "events/scalar_record",
+		      "step, tag or value not where the Event proto puts them");
 	}
 	free(buf);
 	char rm[96];

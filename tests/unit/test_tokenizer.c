@@ -208,7 +208,10 @@ static void tiny_model(const char *path, int model_type, const char *norm_name, 
 	pb_piece(&p, "a", -2, 1);
 	pb_piece(&p, "b", -3, 1);
 	pb_piece(&p, "ab", -4, 1);
-	pb_piece(&p, "\xe2\x96\x81" "ab", -5, 1);
+	pb_piece(&p,
+		 "\xe2\x96\x81"
+		 "ab",
+		 -5, 1);
 	pb_int(&ts, 3, (uint64_t)model_type);
 	pb_bytes(&p, 2, ts.b, ts.n);
 	pb_bytes(&ns, 1, norm_name, strlen(norm_name));
@@ -239,7 +242,8 @@ static void test_tiny_models(void)
 	tiny_model(p, 1, "identity", 0);
 	expect_load_error("tokenizer/error/unigram", p, "UNIGRAM", "not supported");
 	tiny_model(p, 2, "nmt_nfkc", 1);
-	expect_load_error("tokenizer/error/charsmap", p, "nmt_nfkc", "normalization_rule_name=identity");
+	expect_load_error("tokenizer/error/charsmap", p, "nmt_nfkc",
+			  "normalization_rule_name=identity");
 }
 
 /* ---- Llama 2 ---- */
@@ -255,14 +259,16 @@ static void test_llama(const char *path)
 	CHECK(tok_vocab_size(t) == 32000, "tokenizer/llama2/vocab", "%d", tok_vocab_size(t));
 	CHECK(tok_bos(t) == 1 && tok_eos(t) == 2, "tokenizer/llama2/bos-eos", "bos %d eos %d",
 	      tok_bos(t), tok_eos(t));
-	CHECK(!strcmp(tok_kind(t), "sentencepiece-bpe"), "tokenizer/llama2/kind", "%s", tok_kind(t));
+	CHECK(!strcmp(tok_kind(t), "sentencepiece-bpe"), "tokenizer/llama2/kind", "%s",
+	      tok_kind(t));
 	CHECK(!strcmp(tok_fingerprint(t),
 		      "9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347"),
 	      "tokenizer/llama2/fingerprint", "%s", tok_fingerprint(t));
 	size_t plen;
 	const char *piece = tok_piece(t, 15043, &plen);
 	CHECK(piece && !strcmp(piece, "\xe2\x96\x81Hello") && plen == 8 &&
-		      tok_piece_id(t, "\xe2\x96\x81Hello", 8) == 15043 && !tok_piece(t, 32000, NULL),
+		      tok_piece_id(t, "\xe2\x96\x81Hello", 8) == 15043 &&
+		      !tok_piece(t, 32000, NULL),
 	      "tokenizer/llama2/piece", "piece 15043 '%s'", piece ? piece : "(null)");
 
 	/* expected ids from spm_encode --model llama2-tokenizer.model --output_format=id */
@@ -282,7 +288,10 @@ static void test_llama(const char *path)
 	check_encode(t, "tokenizer/llama2/tab", "\tTab", 4, tab, 3);
 	/* invalid UTF-8: spm would give U+FFFD; pp keeps the bytes */
 	const int bad[] = {263, 258, 29890, 229, 133}; /* ▁a <0xFF> b <0xE2> <0x82> */
-	check_encode(t, "tokenizer/llama2/invalid-utf8", "a\xff" "b\xe2\x82", 5, bad, 5);
+	check_encode(t, "tokenizer/llama2/invalid-utf8",
+		     "a\xff"
+		     "b\xe2\x82",
+		     5, bad, 5);
 	check_encode(t, "tokenizer/llama2/empty", "", 0, NULL, 0);
 
 	/* decode */
@@ -414,7 +423,8 @@ static uint32_t byte_char(int b)
 	if (!n) {
 		int k = 0;
 		for (int i = 0; i < 256; i++) {
-			int printable = (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE;
+			int printable = (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) ||
+					i >= 0xAE;
 			map[i] = printable ? (uint32_t)i : (uint32_t)(256 + k++);
 		}
 		n = 1;
@@ -426,9 +436,9 @@ static uint32_t byte_char(int b)
  * body is escaped where needed */
 static const char *const merges[][2] = {{"\xc4\xa0", "\xc4\xa0"}, /* Ġ Ġ -> 256 */
 					{"\xc4\xa0", "b"},        /* Ġ b -> 257 */
-					{"a", "\xc4\xa0"},        /* a Ġ -> 258 (never: crosses a split) */
-					{"'", "s"},               /* ' s -> 259 */
-					{"i", "t"}};              /* i t -> 260 */
+					{"a", "\xc4\xa0"}, /* a Ġ -> 258 (never: crosses a split) */
+					{"'", "s"},        /* ' s -> 259 */
+					{"i", "t"}};       /* i t -> 260 */
 enum { NMERGES = 5, EOT = 261 };
 
 static void json_str(FILE *f, const char *s)
@@ -476,10 +486,11 @@ static void write_gpt2(const char *dir)
 	fclose(f);
 	snprintf(p, sizeof p, "%s/tokenizer.json", dir);
 	f = fopen(p, "w");
-	fprintf(f, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": %d, \"content\": "
-		   "\"<|endoftext|>\", \"special\": true}], \"normalizer\": null, "
-		   "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-		   "\"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": ",
+	fprintf(f,
+		"{\"version\": \"1.0\", \"added_tokens\": [{\"id\": %d, \"content\": "
+		"\"<|endoftext|>\", \"special\": true}], \"normalizer\": null, "
+		"\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+		"\"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": ",
 		EOT);
 	write_vocab(f);
 	fprintf(f, ", \"merges\": [");
@@ -522,8 +533,10 @@ static void test_byte_level(const char *file, const char *tag, pp_tokenizer *lla
 		{"not-contraction", "'S", {'\'', 'S'}, 2},
 		{"trailing-spaces", "b  ", {'b', 256}, 2},
 		/* special tokens in text are text */
-		{"special-as-text", "<|endoftext|>",
-		 {'<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>'}, 13},
+		{"special-as-text",
+		 "<|endoftext|>",
+		 {'<', '|', 'e', 'n', 'd', 'o', 'f', 't', 'e', 'x', 't', '|', '>'},
+		 13},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		snprintf(name, sizeof name, "tokenizer/%s/%s", tag, cases[i].what);
@@ -568,10 +581,7 @@ static void test_byte_level(const char *file, const char *tag, pp_tokenizer *lla
 	tok_free(t);
 }
 
-static int mkdir_p(const char *dir)
-{
-	return mkdir(dir, 0700) && access(dir, F_OK);
-}
+static int mkdir_p(const char *dir) { return mkdir(dir, 0700) && access(dir, F_OK); }
 
 static void test_json_errors(void)
 {
@@ -587,8 +597,9 @@ static void test_json_errors(void)
 	const char *unigram = "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}";
 	write_file(p, unigram, strlen(unigram));
 	expect_load_error("tokenizer/error/json-unigram", p, "Unigram", "not supported");
-	const char *bad_merge = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
-				"\"merges\": [\"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+	const char *bad_merge =
+		"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+		"\"merges\": [\"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
 	write_file(p, bad_merge, strlen(bad_merge));
 	expect_load_error("tokenizer/error/merge-not-in-vocab", p, "'ab'", "not in the vocabulary");
 	write_file(p, "{\"model\": {", 11);

@@ -16,8 +16,8 @@ typedef enum {
 
 typedef struct stub_stream *cudaStream_t;
 typedef struct stub_event *cudaEvent_t;
-#define cudaStreamLegacy ((cudaStream_t)0x1)
-#define cudaStreamNonBlocking 0x01
+#define cudaStreamLegacy       ((cudaStream_t)0x1)
+#define cudaStreamNonBlocking  0x01
 #define cudaEventDisableTiming 0x02
 
 enum cudaMemcpyKind {

@@ -18,8 +18,16 @@ typedef enum {
 	ncclInProgress = 7,
 } ncclResult_t;
 typedef enum {
-	ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64,
-	ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16
+	ncclInt8,
+	ncclUint8,
+	ncclInt32,
+	ncclUint32,
+	ncclInt64,
+	ncclUint64,
+	ncclFloat16,
+	ncclFloat32,
+	ncclFloat64,
+	ncclBfloat16
 } ncclDataType_t;
 typedef enum { ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg } ncclRedOp_t;
 typedef struct {
@@ -29,7 +37,10 @@ typedef struct {
 	int blocking;
 	const char *commName;
 } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {1, NULL}
+#define NCCL_CONFIG_INITIALIZER                                                                    \
+	{                                                                                          \
+		1, NULL                                                                            \
+	}
 #define NCCL_SPLIT_NOCOLOR (-1)
 
 const char *ncclGetErrorString(ncclResult_t r);
@@ -50,15 +61,14 @@ ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, n
 			   ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
 			int root, ncclComm_t c, cudaStream_t st);
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t,
-			       ncclRedOp_t op, ncclComm_t c, cudaStream_t st);
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+			       ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
 			   cudaStream_t st);
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root,
 			   ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
 		      cudaStream_t st);
-ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
-		      cudaStream_t st);
+ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st);
 
 #endif
