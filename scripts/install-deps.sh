@@ -14,6 +14,7 @@ pkgs=(
 	libpmix-dev libpmix-bin openmpi-bin libopenmpi-dev  # PMIx bootstrap, MPI comm, mpirun tests
 	sentencepiece bible-kjv bible-kjv-text unzip python3-pip  # tokenizer references: spm_encode/spm_train, the KJV corpus, PyPI downloads
 	clang libclang-rt-14-dev       # libFuzzer targets (tests/fuzz/test_fuzz.sh)
+	clang-format                   # tests/unit/test_format.sh: the tree as .clang-format formats it
 )
 [ $# -gt 0 ] && pkgs=("$@")
 missing=()

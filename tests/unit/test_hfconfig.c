@@ -45,16 +45,35 @@ static int export_preset(const char *preset, pp_model_cfg *m, json_t **hf, pp_er
 static const char *same_model(const pp_model_cfg *a, const pp_model_cfg *b)
 {
 #define SAME(f)                                                                                    \
-	if (a->f != b->f)                                                                          \
-		return #f;
-	SAME(family)
-	SAME(d_model)
-	SAME(n_heads) SAME(n_kv_heads) SAME(head_dim) SAME(d_ff) SAME(n_layers) SAME(vocab_size)
-		SAME(max_seq_len) SAME(mlp) SAME(norm) SAME(norm_eps) SAME(norm_offset) SAME(
-			pos) SAME(sliding_window) SAME(tied_embeddings) SAME(embed_scale) SAME(bias)
-			SAME(n_experts) SAME(top_k) SAME(moe_every) SAME(router) SAME(
-				init_std) if (a->pos == PP_POS_ROPE &&
-					      a->rope_theta != b->rope_theta) return "rope_theta";
+	do {                                                                                       \
+		if (a->f != b->f)                                                                  \
+			return #f;                                                                 \
+	} while (0)
+	SAME(family);
+	SAME(d_model);
+	SAME(n_heads);
+	SAME(n_kv_heads);
+	SAME(head_dim);
+	SAME(d_ff);
+	SAME(n_layers);
+	SAME(vocab_size);
+	SAME(max_seq_len);
+	SAME(mlp);
+	SAME(norm);
+	SAME(norm_eps);
+	SAME(norm_offset);
+	SAME(pos);
+	SAME(sliding_window);
+	SAME(tied_embeddings);
+	SAME(embed_scale);
+	SAME(bias);
+	SAME(n_experts);
+	SAME(top_k);
+	SAME(moe_every);
+	SAME(router);
+	SAME(init_std);
+	if (a->pos == PP_POS_ROPE && a->rope_theta != b->rope_theta)
+		return "rope_theta";
 	return NULL;
 #undef SAME
 }
