@@ -5,23 +5,23 @@
 
 #include "../config/layout.h"
 
-size_t gradsync_gather_len(size_t shared, size_t experts, int dp, int ep)
+size_t gradsync_gather_len(size_t shared, size_t experts, int ranks, int ep)
 {
-	const size_t a = layout_share_len(shared, dp) * ((size_t)dp + 1);
-	const size_t b = layout_share_len(experts, dp / ep) * ((size_t)(dp / ep) + 1);
+	const size_t a = layout_share_len(shared, ranks) * ((size_t)ranks + 1);
+	const size_t b = layout_share_len(experts, ranks / ep) * ((size_t)(ranks / ep) + 1);
 	return a > b ? a : b;
 }
 
-void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep, optim_ranges *r)
+void gradsync_ranges(const pp_stage *st, bool sharded, int ranks, int rank, int ep, optim_ranges *r)
 {
 	const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
 	const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
-	const int size[OPTIM_REGIONS] = {dp, dp / ep},
-		  rank[OPTIM_REGIONS] = {dp_rank, dp_rank / ep};
+	const int size[OPTIM_REGIONS] = {ranks, ranks / ep};
+	const int at[OPTIM_REGIONS] = {rank, rank / ep};
 	for (int i = 0; i < OPTIM_REGIONS; i++) {
 		size_t lo = 0, hi = end[i] - base[i];
 		if (sharded)
-			layout_share(end[i] - base[i], size[i], rank[i], &lo, &hi);
+			layout_share(end[i] - base[i], size[i], at[i], &lo, &hi);
 		r->lo[i] = base[i] + lo;
 		r->hi[i] = base[i] + hi;
 	}
@@ -31,7 +31,8 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool sharded,
-		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb, pp_err *e)
+		  pp_comm *data, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
+		  pp_err *e)
 {
 	memset(g, 0, sizeof *g);
 	g->ops = ops;
@@ -41,15 +42,15 @@ int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool
 		g->bucket = n < 1 ? 1 : (size_t)n;
 	}
 	g->chunks = calloc((size_t)v, sizeof *g->chunks);
-	g->counts = calloc(dp ? (size_t)dp->size : 1, sizeof *g->counts);
+	g->counts = calloc(data ? (size_t)data->size : 1, sizeof *g->counts);
 	if (!g->chunks || !g->counts)
 		goto oom;
 	for (int k = 0; k < v; k++) {
 		gradsync_chunk *gc = &g->chunks[k];
 		pp_stage *st = &chunks[k];
 		optim_ranges r;
-		gradsync_ranges(st, sharded, dp ? dp->size : 1, dp ? dp->rank : 0, ep, &r);
-		pp_comm *comm[OPTIM_REGIONS] = {dp, edp};
+		gradsync_ranges(st, sharded, data ? data->size : 1, data ? data->rank : 0, ep, &r);
+		pp_comm *comm[OPTIM_REGIONS] = {data, edp};
 		const size_t base[OPTIM_REGIONS] = {0, st->n_shared};
 		const size_t end[OPTIM_REGIONS] = {st->n_shared, st->n_elems};
 		gc->st = st;

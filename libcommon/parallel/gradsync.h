@@ -76,24 +76,25 @@ typedef struct {
 } gradsync;
 
 /* ZeRO-1's parameter all-gather after an update, of a chunk of `shared`
- * elements summed over dp ranks and `experts` summed over dp / ep: its
- * buffer's elements, every share of the larger region padded to the
+ * elements summed over a group of `ranks` and `experts` summed over ranks /
+ * ep: its buffer's elements, every share of the larger region padded to the
  * longest (layout_share), then this rank's own. */
-size_t gradsync_gather_len(size_t shared, size_t experts, int dp, int ep);
-/* The ranges of st's buffer that dp rank dp_rank updates, in a data-parallel
- * group of dp ranks whose consecutive groups of ep form expert-parallel
- * groups: each region whole, or (sharded, ZeRO-1) the shared region's share
- * over dp and the experts' share over the dp / ep ranks that hold them
- * (rank dp_rank / ep of those). */
-void gradsync_ranges(const pp_stage *st, bool sharded, int dp, int dp_rank, int ep,
+size_t gradsync_gather_len(size_t shared, size_t experts, int ranks, int ep);
+/* The ranges of st's buffer that rank `rank` of a group of `ranks` updates
+ * (the data ranks, or an fsdp group), whose consecutive groups of ep form
+ * expert-parallel groups: each region whole, or (sharded) the shared
+ * region's share over the group and the experts' share over the ranks / ep
+ * that hold them (rank rank / ep of those). */
+void gradsync_ranges(const pp_stage *st, bool sharded, int ranks, int rank, int ep,
 		     optim_ranges *r);
 
 /* Over chunks (v) of this rank; hold (v) as above; sharded: ZeRO-1 ranges
  * (gradsync_ranges), else every rank sums all of g. bucket_mb: MiB per
- * bucket (0: no overlap). dp sums the shared region, edp the experts;
- * either may be NULL (a group of one); ep is the expert-parallel size. */
+ * bucket (0: no overlap). data (the data ranks) sums the shared region, edp
+ * the experts; either may be NULL (a group of one); ep is the
+ * expert-parallel size. */
 int gradsync_init(gradsync *g, pp_stage *chunks, int v, const size_t *hold, bool sharded,
-		  pp_comm *dp, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
+		  pp_comm *data, pp_comm *edp, int ep, const pp_ops *ops, double bucket_mb,
 		  pp_err *e);
 void gradsync_free(gradsync *g);
 
