@@ -8,9 +8,6 @@
  * messages of one kind between two ranks pair up in posting order. */
 enum { TAG_ACT = 1, TAG_GRAD = 2 };
 
-/* Whether the action is a compute that frees its microbatch's slot. */
-static bool frees_slot(sched_op op) { return op == SCHED_BWD || op == SCHED_BWD_W; }
-
 int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p, int rank, int m,
 		  pp_comm *pp, pp_err *e)
 {
@@ -160,7 +157,7 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		if (!rc && din && part != STAGE_BWD_WEIGHT)
 			st->ops->to_device(buf(pl, pl->din, mb, c), din,
 					   pl->width * pp_act_size(st->ops));
-		if (!rc && frees_slot(a->op))
+		if (!rc && schedule_ends_hold(a->op))
 			pl->free_slots[c * max_slots(pl) + pl->n_free[c]++] = pl->slot[k];
 		break;
 	}

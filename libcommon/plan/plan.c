@@ -27,7 +27,7 @@
 #include "../parallel/fsdp.h"
 #include "../parallel/gradsync.h"
 
-/* The model's dimensions with defaults resolved. */
+/* The model's dimensions (of a resolved config). */
 typedef struct {
 	int64_t V, C, Hq, Hkv, D, F, L, E, K, every, max_seq;
 	bool gated, layernorm, bias, tied, learned_pos;

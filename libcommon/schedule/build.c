@@ -217,15 +217,22 @@ int schedule_build_all(sched_kind kind, int p, int v, int m, sched_action **list
 	return rc;
 }
 
+/* schedule_check for one rank's list: rank must be one of the p. */
+static int check_one_rank(sched_kind kind, int p, int v, int m, int rank, pp_err *e)
+{
+	int rc = schedule_check(kind, p, v, m, rank, e);
+	if (!rc && rank < 0)
+		rc = pp_errorf(e, PP_EUSAGE, "schedule %s: rank=%d, expected 0 .. %d",
+			       schedule_kind_names[kind], rank, p - 1);
+	return rc;
+}
+
 int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action **actions, int *n,
 		   pp_err *e)
 {
-	int rc = schedule_check(kind, p, v, m, rank, e);
+	int rc = check_one_rank(kind, p, v, m, rank, e);
 	if (rc)
 		return rc;
-	if (rank < 0)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: rank=%d, expected 0 .. %d",
-				 schedule_kind_names[kind], rank, p - 1);
 	sched_action **lists = calloc((size_t)p, sizeof *lists);
 	int *counts = calloc((size_t)p, sizeof *counts);
 	if (!lists || !counts)
@@ -243,18 +250,11 @@ int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action 
 	return rc;
 }
 
-/* Whether the action is a compute that ends its microbatch's hold on its
- * chunk (what a slot keeps lives until then). */
-static bool frees_slot(sched_op op) { return op == SCHED_BWD || op == SCHED_BWD_W; }
-
 int schedule_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, pp_err *e)
 {
-	int rc = schedule_check(kind, p, v, m, rank, e);
+	int rc = check_one_rank(kind, p, v, m, rank, e);
 	if (rc)
 		return rc;
-	if (rank < 0)
-		return pp_errorf(e, PP_EUSAGE, "schedule %s: rank=%d, expected 0 .. %d",
-				 schedule_kind_names[kind], rank, p - 1);
 	alist l = {malloc(sizeof(sched_action) * (size_t)schedule_computes(kind, v, m)), 0};
 	int *live = calloc((size_t)v, sizeof *live);
 	if (!l.a || !live) {
@@ -269,7 +269,7 @@ int schedule_slots(sched_kind kind, int p, int v, int m, int rank, int *slots, p
 		int c = l.a[i].vstage / p;
 		if (l.a[i].op == SCHED_FWD && ++live[c] > slots[c])
 			slots[c] = live[c];
-		if (frees_slot(l.a[i].op))
+		if (schedule_ends_hold(l.a[i].op))
 			live[c]--;
 	}
 	free(l.a);

@@ -107,6 +107,10 @@ typedef struct {
 	int peer;   /* other rank of a send/recv; -1 for compute */
 } sched_action;
 
+/* Whether op is the compute that ends its microbatch's hold on its chunk:
+ * the saved activations live from FWD until BWD, or BWD_W when split. */
+static inline bool schedule_ends_hold(sched_op op) { return op == SCHED_BWD || op == SCHED_BWD_W; }
+
 /* Largest p * v * m accepted (keeps every count in an int). */
 #define SCHED_MAX_UNITS (1 << 22)
 
