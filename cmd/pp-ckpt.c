@@ -288,6 +288,9 @@ static int cmd_export(int argc, char **argv)
 			       "give --format FMT and -o PATH (see pp-ckpt export --help)");
 	if (!rc && !strcmp(fmt, "pp"))
 		rc = pp_errorf(&e, PP_EUSAGE, "--format pp: use pp-ckpt convert");
+	else if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf") && strcmp(fmt, "llama2c"))
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "--format '%s': expected safetensors, gguf or llama2c", fmt);
 	if (!rc && dtype)
 		rc = parse_dtype(dtype, &o.dtype, &e);
 	if (!rc && shard)
@@ -317,6 +320,9 @@ static int cmd_import(int argc, char **argv)
 	if (!rc && (!fmt || !out))
 		rc = pp_errorf(&e, PP_EUSAGE,
 			       "give --format FMT and -o RUN_DIR (see pp-ckpt import --help)");
+	if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf"))
+		rc = pp_errorf(&e, PP_EUSAGE, "--format '%s': expected safetensors or gguf%s", fmt,
+			       strcmp(fmt, "pp") ? "" : " (a pp checkpoint: pp-ckpt convert)");
 	tio_sink_opts o = {.dtype = TIO_F32, .layout = layout_of(&a)};
 	if (!rc)
 		rc = copy(fmt, a.positional[0], "pp", out, &o, "import", &e);

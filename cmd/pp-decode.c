@@ -185,6 +185,11 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE, "give --prompt or --prompt-file, not both");
 	if (a->ckpt && a->random_init)
 		return pp_errorf(e, PP_EUSAGE, "give --ckpt or --random-init, not both");
+	if (a->logprobs && !a->json)
+		return pp_errorf(e, PP_EUSAGE,
+				 "--logprobs %s: the top tokens are written in --json output only; "
+				 "add --json",
+				 a->logprobs);
 	if ((a->n && (rc = cli_long("-n", a->n, 1, 1000000, &n, e))) ||
 	    (a->top_k && (rc = cli_long("--top-k", a->top_k, 0, 1L << 30, &top_k, e))) ||
 	    (a->batch && (rc = cli_long("--batch", a->batch, 1, 4096, &batch, e))) ||
@@ -209,7 +214,7 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 				 "--ckpt; this model is not one");
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
-	if ((rc = sample_check(&sp, e)))
+	if ((rc = sample_check(&sp, false, e)))
 		return rc;
 
 	const pp_ops *ops = NULL;

@@ -13,16 +13,9 @@
 
 static int write_step0(pp_config *cfg, pp_err *e)
 {
-	char dir[PP_PATH_MAX + 64];
-	long step = -1;
-	int rc = ckpt_find_newest(cfg->run_dir, dir, sizeof dir, &step, e);
+	int rc = ckpt_refuse_existing(cfg->run_dir, "pp-init", e);
 	if (rc)
 		return rc;
-	if (step >= 0)
-		return pp_errorf(
-			e, PP_EUSAGE,
-			"%s already holds checkpoint step %ld; pp-init writes new runs only",
-			cfg->run_dir, step);
 	trainer t;
 	rc = trainer_open(&t, cfg, true, e);
 	if (!rc) {

@@ -286,6 +286,16 @@ int main(int argc, char **argv)
 		if (!rc && docs_cut(r))
 			log_info("%llu documents longer than %zu MiB were cut into pieces",
 				 (unsigned long long)docs_cut(r), DOCS_MAX_BYTES >> 20);
+		/* a split a run cannot read: said now, not when pp-train opens it */
+		if (!rc && !docs[0])
+			log_info("warning: %s: the train split is empty (%llu documents, all in "
+				 "/val at --val-fraction %g); pp-train cannot train on it: lower "
+				 "--val-fraction or give more documents",
+				 a.out, (unsigned long long)docs[1], a.fraction);
+		else if (!rc && a.fraction > 0 && !docs[1])
+			log_info("warning: %s: the val split is empty (--val-fraction %g of %llu "
+				 "documents); evaluation needs val_data= or more documents",
+				 a.out, a.fraction, (unsigned long long)docs[0]);
 		if (!rc)
 			summary(&a, tok, r, docs, toks, now() - p.t0);
 	}

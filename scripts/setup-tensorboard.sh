@@ -4,7 +4,8 @@
 # $PP_ROOT/.venv-tb, and $PP_ROOT defaults to this repository) over Debian's
 # python3, with the `tensorboard` package from PyPI pinned in
 # scripts/tensorboard-requirements.txt (it reads event files without
-# TensorFlow, checking each record's masked CRC32C).
+# TensorFlow, checking each record's masked CRC32C), and beside it a current
+# `tokenizers` release for tests/e2e/test_gguf.sh.
 #
 # Idempotent: when the venv already imports tensorboard at the pinned version
 # it installs nothing. Missing Debian packages are installed when run as root;
@@ -22,12 +23,14 @@ die() { echo "setup-tensorboard: $*" >&2; exit 1; }
 
 want=$(sed -n 's/^tensorboard==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want" ] || die "$req pins no tensorboard version (expected a line tensorboard==X.Y.Z)"
+want_tok=$(sed -n 's/^tokenizers==\([^ ;#]*\).*/\1/p' "$req")
 
 ready() {
 	[ -x "$venv/bin/python" ] && "$venv/bin/python" -c '
-import sys, tensorboard
+import sys, tensorboard, tokenizers
 from tensorboard.backend.event_processing import event_accumulator
-sys.exit(tensorboard.__version__ != sys.argv[1])' "$want" >/dev/null 2>&1
+sys.exit(tensorboard.__version__ != sys.argv[1] or tokenizers.__version__ != sys.argv[2])' \
+		"$want" "$want_tok" >/dev/null 2>&1
 }
 if ready; then
 	echo "$venv/bin/python"

@@ -59,9 +59,13 @@ int fs_tmp_name(const char *path, char *tmp, size_t n, pp_err *e)
 	return 0;
 }
 
-int fs_mkdir_p(const char *path, pp_err *e)
+int fs_mkdir_p(const char *path, pp_err *e) { return fs_mkdir_p_made(path, NULL, 0, e); }
+
+int fs_mkdir_p_made(const char *path, char *made, size_t made_size, pp_err *e)
 {
 	char buf[FS_PATH];
+	if (made_size)
+		made[0] = '\0';
 	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
 		return pp_errorf(e, PP_EUSAGE, "path too long: %s", path);
 	for (char *p = buf + 1;; p++) {
@@ -70,6 +74,8 @@ int fs_mkdir_p(const char *path, pp_err *e)
 		char c = *p;
 		*p = '\0';
 		if (mkdir(buf, 0777) == 0) {
+			if (made_size && !made[0])
+				snprintf(made, made_size, "%s", buf);
 			if (fs_fsync_parent(buf, e))
 				return e ? e->code : PP_ERUNTIME;
 		} else if (errno != EEXIST) {
@@ -84,6 +90,23 @@ int fs_mkdir_p(const char *path, pp_err *e)
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return pp_errorf(e, PP_ERUNTIME, "%s exists and is not a directory", path);
 	return PP_OK;
+}
+
+void fs_rmdir_upto(const char *path, const char *made)
+{
+	char buf[FS_PATH];
+	size_t n = strlen(made);
+	if (!n || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return;
+	for (size_t k = strlen(buf); k > 1 && buf[k - 1] == '/'; k--)
+		buf[k - 1] = '\0';
+	/* path itself, then each parent, while it lies at or under made */
+	while (strlen(buf) >= n && !strncmp(buf, made, n) && rmdir(buf) == 0) {
+		char *slash = strrchr(buf, '/');
+		if (!slash || strlen(buf) == n)
+			break;
+		*slash = '\0';
+	}
 }
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
@@ -104,6 +127,9 @@ int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e)
 {
 	*buf = NULL;
 	*n = 0;
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return pp_errorf(e, PP_EUSAGE, "%s is a directory, not a file", path);
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return pp_errorf(e, PP_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
@@ -127,7 +153,7 @@ int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e)
 	fclose(f);
 	if (err) {
 		free(b);
-		return pp_errorf(e, PP_ERUNTIME, "%s: read error", path);
+		return pp_errorf(e, PP_ERUNTIME, "%s: read error: %s", path, strerror(errno));
 	}
 	b[len] = 0;
 	*buf = b;

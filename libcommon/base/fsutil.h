@@ -22,6 +22,12 @@ int fs_rename_durable(const char *tmp, const char *path, pp_err *e);
 int fs_tmp_name(const char *path, char *tmp, size_t n, pp_err *e);
 /* mkdir -p; each directory created is made durable in its parent. */
 int fs_mkdir_p(const char *path, pp_err *e);
+/* The same, and the first directory it had to make goes to made ("" when
+ * path existed): what fs_rmdir_upto takes away again. */
+int fs_mkdir_p_made(const char *path, char *made, size_t made_size, pp_err *e);
+/* Removes path and its parents up to made (fs_mkdir_p_made's), each only
+ * while it is empty: leaves no trace of directories made for a probe. */
+void fs_rmdir_upto(const char *path, const char *made);
 /* rm -rf: files first, then the directories (depth first). 0 or -1 (errno). */
 int fs_rm_rf(const char *path);
 

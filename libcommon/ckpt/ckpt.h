@@ -97,6 +97,12 @@ int ckpt_find_latest(const char *run_dir, char *dir, size_t dir_size, long *step
  * must report rather than silently fall back to an older step. */
 int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step, pp_err *e);
 
+/* PP_EUSAGE when run_dir holds a checkpoint already, naming its newest step:
+ * "RUN already holds checkpoint step N; WHO writes new runs only". A tool
+ * that makes a run (pp-init -o, pp-ckpt convert and import) writes step 0,
+ * which a resume would pass over for the newer step. */
+int ckpt_refuse_existing(const char *run_dir, const char *who, pp_err *e);
+
 /* The steps of RUN/checkpoints/step_* (sound or not), newest first, in a
  * malloc'd array (none: NULL and 0). */
 int ckpt_list_steps(const char *run_dir, long **steps, int *n, pp_err *e);

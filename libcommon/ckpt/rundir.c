@@ -315,6 +315,18 @@ int ckpt_find_newest(const char *run_dir, char *dir, size_t dir_size, long *step
 	return find_step(run_dir, dir, dir_size, step, false, e);
 }
 
+int ckpt_refuse_existing(const char *run_dir, const char *who, pp_err *e)
+{
+	char dir[CKPT_PATH];
+	long step = -1;
+	int rc = ckpt_find_newest(run_dir, dir, sizeof dir, &step, e);
+	if (!rc && step >= 0)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s already holds checkpoint step %ld; %s writes new runs only",
+			       run_dir, step, who);
+	return rc;
+}
+
 int ckpt_find_resume(const char *run_dir, long want, char *dir, size_t dir_size, long *step,
 		     char *skipped, size_t skipped_size, pp_err *e)
 {

@@ -44,7 +44,8 @@ int decode_check(const pp_stage *s, const decode_request *r, pp_err *e)
 			return pp_errorf(e, PP_EUSAGE,
 					 "%stoken %d is outside the vocabulary [0, %d)", where,
 					 r->ids.ids[i], m->vocab_size);
-	int rc = sample_check(&r->sample, e);
+	/* the command line's values were checked at its start: a bad one is a line's */
+	int rc = sample_check(&r->sample, true, e);
 	if (rc && r->line)
 		pp_err_prefix(e, "line %d", r->line);
 	return rc;

@@ -10,17 +10,19 @@ sample_params sample_defaults(void)
 	return (sample_params){.temperature = 0.8, .top_k = 0, .top_p = 1, .seed = 1234};
 }
 
-int sample_check(const sample_params *p, pp_err *e)
+int sample_check(const sample_params *p, bool fields, pp_err *e)
 {
+	const char *f = fields ? "field '" : "--", *g = fields ? "'" : "";
 	if (!(p->temperature >= 0 && p->temperature <= 100))
-		return pp_errorf(e, PP_EUSAGE, "--temperature %g: expected a number from 0 to 100",
+		return pp_errorf(e, PP_EUSAGE,
+				 "%stemperature%s %g: expected a number from 0 to 100", f, g,
 				 p->temperature);
 	if (p->top_k < 0)
-		return pp_errorf(e, PP_EUSAGE, "--top-k %d: expected 0 (off) or a token count",
-				 p->top_k);
+		return pp_errorf(e, PP_EUSAGE, "%s%s%s %d: expected 0 (off) or a token count", f,
+				 fields ? "top_k" : "top-k", g, p->top_k);
 	if (!(p->top_p > 0 && p->top_p <= 1))
-		return pp_errorf(e, PP_EUSAGE, "--top-p %g: expected a probability in (0, 1]",
-				 p->top_p);
+		return pp_errorf(e, PP_EUSAGE, "%s%s%s %g: expected a probability in (0, 1]", f,
+				 fields ? "top_p" : "top-p", g, p->top_p);
 	return 0;
 }
 

@@ -4,6 +4,7 @@
 #ifndef PP_SAMPLE_H
 #define PP_SAMPLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../../kernels/ops.h"
@@ -19,9 +20,10 @@ typedef struct {
 /* Defaults: temperature 0.8, no top-k or top-p cut, seed 1234. */
 sample_params sample_defaults(void);
 
-/* Checks the ranges (temperature >= 0, top_k >= 0, 0 < top_p <= 1),
- * naming the option at fault. */
-int sample_check(const sample_params *p, pp_err *e);
+/* Checks the ranges (temperature from 0 to 100, top_k >= 0, 0 < top_p <=
+ * 1), naming the value at fault as a command-line option ("--top-p") or,
+ * with fields, as a JSON line's field ("field 'top_p'"). */
+int sample_check(const sample_params *p, bool fields, pp_err *e);
 
 /* The next token from logits (V): draw number `index` of the stream.
  * scratch holds V ints and V doubles (NULL: allocated for the call). */

@@ -135,10 +135,14 @@ static int export_bpe(const tok_src *s, bool add_bos, char *path, size_t pn)
 		if (!dup)
 			json_object_set_new(vocab, json_string_value(str),
 					    json_integer((json_int_t)i));
+		/* every field Hugging Face writes: tokenizers releases before 0.21
+		 * refuse an entry without them */
+		const bool special = type != TOK_USER_DEFINED;
 		if (dup || type == TOK_CONTROL || type == TOK_USER_DEFINED || type == TOK_UNKNOWN)
-			json_array_append_new(added,
-					      json_pack("{sIsOsb}", "id", (json_int_t)i, "content",
-							str, "special", type != TOK_USER_DEFINED));
+			json_array_append_new(
+				added, json_pack("{sIsOsbsbsbsbsb}", "id", (json_int_t)i, "content",
+						 str, "single_word", 0, "lstrip", 0, "rstrip", 0,
+						 "normalized", !special, "special", special));
 		json_decref(str);
 	}
 	pos = merges->at;

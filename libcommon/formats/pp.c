@@ -500,6 +500,10 @@ static int target_config(const char *run_dir, const tio_sink_opts *o, pp_config 
 int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_err *e)
 {
 	*out = NULL;
+	/* a step written beside a newer one would be passed over by a resume */
+	int rc = ckpt_refuse_existing(run_dir, "pp-ckpt", e);
+	if (rc)
+		return rc;
 	pp_sink *k = calloc(1, sizeof *k);
 	tio_sink *s = calloc(1, sizeof *s);
 	if (!k || !s) {
@@ -514,7 +518,7 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	snprintf(k->tok_dir, sizeof k->tok_dir, "%s/tokenizer", run_dir);
 	if (!o->meta->tokenizer[0] || stat(k->tok_dir, &st) == 0)
 		k->tok_dir[0] = '\0'; /* none made here: nothing to take back */
-	int rc = target_config(run_dir, o, &k->cfg, e);
+	rc = target_config(run_dir, o, &k->cfg, e);
 	if (!rc) {
 		k->pp = k->cfg.pp;
 		k->tp = k->cfg.tp;

@@ -525,6 +525,18 @@ static int locate(const char *path, char *dir, size_t n, char *file, size_t fn, 
 					 path);
 		return 0;
 	}
+	if (!st_ends_with(path, ".safetensors") && !st_ends_with(path, ".index.json")) {
+		/* a file of another format: say what it is where it is recognized */
+		char magic[4] = {0};
+		FILE *f = fopen(path, "rb");
+		bool gguf = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+		if (f)
+			fclose(f);
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s: expected a Hugging Face model directory (config.json beside "
+				 "model.safetensors), a .safetensors file or its .index.json%s",
+				 path, gguf ? "; this is a GGUF file: --format gguf" : "");
+	}
 	snprintf(file, fn, "%s", path);
 	snprintf(dir, n, "%s", path);
 	char *slash = strrchr(dir, '/');

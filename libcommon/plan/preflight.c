@@ -152,14 +152,15 @@ static void probe_file(const char *dir, const rank_info *me, char *path, size_t 
 	snprintf(path, n, "%s/.pp-check.%s.%d", dir, me->host, me->rank);
 }
 
-/* Writes this rank's file into run_dir (made if missing) and reads back
+/* Writes this rank's file into run_dir (made if missing: the first
+ * directory made goes to made, for the check to take away) and reads back
  * the free space. */
-static void probe_run_dir(const pp_config *c, rank_info *me)
+static void probe_run_dir(const pp_config *c, rank_info *me, char *made, size_t made_size)
 {
 	pp_err e = {0};
 	char path[PP_PATH_MAX + 128], text[96];
 	me->dir_ok = 0;
-	if (fs_mkdir_p(c->run_dir, &e)) {
+	if (fs_mkdir_p_made(c->run_dir, made, made_size, &e)) {
 		snprintf(me->dir_msg, sizeof me->dir_msg, "%.199s", e.msg);
 		return;
 	}
@@ -444,7 +445,8 @@ int preflight_run(const pp_config *c, FILE *out, pp_err *e)
 		me.slurm_procid = me.slurm_ntasks = -1; /* a plain srun -n 1 says nothing more */
 	snprintf(me.host, sizeof me.host, "%s", p.host);
 	probe_device(c, &p, &me);
-	probe_run_dir(c, &me);
+	char made[PP_PATH_MAX] = "";
+	probe_run_dir(c, &me, made, sizeof made);
 	rank_info *all = calloc((size_t)p.size, sizeof *all);
 	if (!all) {
 		boot_fini(&p);
@@ -464,6 +466,11 @@ int preflight_run(const pp_config *c, FILE *out, pp_err *e)
 	char path[PP_PATH_MAX + 128];
 	probe_file(c->run_dir, &me, path, sizeof path);
 	unlink(path);
+	/* the check leaves no trace: run_dir, where it made it, goes again once
+	 * every rank's file is gone */
+	if (!rc && p.size > 1)
+		rc = boot_exchange(&p, "check.undir", &dummy, sizeof dummy, 0, sink, e);
+	fs_rmdir_upto(c->run_dir, made);
 
 	pp_comm *world = NULL;
 	const pp_ops *ops = NULL;

@@ -252,8 +252,11 @@ int prof_write(const char *path, prof_rank *r, pp_err *e)
 	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
 	bool created = h5u_ok(f);
 	H5Pclose(fapl);
-	if (!created)
-		return pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", tmp, h5u_reason());
+	if (!created) {
+		rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", tmp, h5u_reason());
+		remove(tmp); /* a failed create may leave the file behind, empty */
+		return rc;
+	}
 	bool ok = write_body(f, r);
 	if (!ok)
 		rc = pp_errorf(e, PP_ERUNTIME, "cannot write %s: %s", tmp, h5u_reason());

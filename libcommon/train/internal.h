@@ -55,8 +55,10 @@ typedef struct {
 
 /* The run's log: metrics.jsonl, TensorBoard and the step lines. */
 typedef struct {
-	FILE *metrics; /* leader only */
-	tb_writer *tb; /* leader only; NULL when tensorboard=false */
+	bool leader;   /* this rank prints progress and writes the metrics */
+	FILE *metrics; /* leader only; NULL once it cannot be written */
+	char metrics_path[PP_PATH_MAX + 32];
+	tb_writer *tb; /* leader only; NULL when tensorboard=false or once it fails */
 	double flops_per_token;
 	double peak;  /* FLOP/s of the device, 0 when unknown */
 	double t_avg; /* moving average of the step time, warm-up steps left out */
@@ -82,6 +84,11 @@ int train_save_prepare(trainer *t, ckpt_job *j, pp_err *e);
 int train_save_commit(trainer *t, ckpt_job *j, int rc, pp_err *e);
 
 /* metrics.c */
+/* Opens metrics.jsonl and the TensorBoard events in run_dir for the
+ * leader. A metrics output that cannot be written, at open or later, is
+ * said once, naming its file, and the run goes on without it. */
+void train_log_open(run_log *lg, const pp_config *c, bool leader);
+void train_log_close(run_log *lg);
 void train_log_scalar(run_log *lg, long step, const char *name, double v);
 void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const step_result *r,
 		    double dt);

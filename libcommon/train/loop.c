@@ -72,7 +72,7 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 {
 	double vl;
 	int rc = trainer_eval(t, &vl, e);
-	if (rc || !lg->metrics)
+	if (rc || !lg->leader)
 		return rc;
 	log_info("step %ld/%ld | val_loss %.4f (%d batches)", t->step, t->cfg->steps, vl,
 		 t->cfg->eval_batches);
@@ -190,18 +190,11 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	pp_config *c = t->cfg;
 	run_log lg = {0};
 	int rc = 0;
-	if (trainer_leader(t)) {
-		char path[PP_PATH_MAX + 32];
+	if (trainer_leader(t))
 		rc = fs_mkdir_p(c->run_dir, e);
-		snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
-		if (!rc && !(lg.metrics = fopen(path, "a")))
-			rc = pp_errorf(e, PP_ERUNTIME, "cannot open %s: %s", path, strerror(errno));
-		snprintf(path, sizeof path, "%s/tensorboard", c->run_dir);
-		if (!rc && c->tensorboard)
-			rc = tb_open(&lg.tb, path, e);
-	}
 	if ((rc = agree(t, rc, e)))
 		return rc;
+	train_log_open(&lg, c, trainer_leader(t));
 	lg.flops_per_token = plan_flops_per_token(&c->model, c->seq_len);
 	const char *device = pp_device_name(c->device);
 #ifdef PP_CUDA
@@ -324,9 +317,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 			t->sync.early, t->sync.late, c->grad_bucket_mb);
 	free(tok);
 	free(tgt);
-	if (lg.metrics)
-		fclose(lg.metrics);
-	tb_close(lg.tb);
+	train_log_close(&lg);
 	return rc;
 }
 

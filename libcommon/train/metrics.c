@@ -1,7 +1,10 @@
 /* The run's log: a line per step (MaxText's), metrics.jsonl, TensorBoard
  * events, the timing summary and the training state's memory. */
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../base/log.h"
 #include "internal.h"
@@ -19,6 +22,52 @@ static void tensorboard_scalars(run_log *lg, long step, const char *const *tags,
 	}
 }
 
+void train_log_open(run_log *lg, const pp_config *c, bool leader)
+{
+	lg->leader = leader;
+	if (!leader)
+		return;
+	snprintf(lg->metrics_path, sizeof lg->metrics_path, "%s/metrics.jsonl", c->run_dir);
+	if (!(lg->metrics = fopen(lg->metrics_path, "a")))
+		log_info("warning: cannot open %s: %s; no metrics records in this run",
+			 lg->metrics_path, strerror(errno));
+	char path[PP_PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/tensorboard", c->run_dir);
+	pp_err e = {0};
+	if (c->tensorboard && tb_open(&lg->tb, path, &e)) {
+		log_info("warning: %s; no TensorBoard events in this run", e.msg);
+		lg->tb = NULL;
+	}
+}
+
+void train_log_close(run_log *lg)
+{
+	if (lg->metrics)
+		fclose(lg->metrics);
+	tb_close(lg->tb);
+	lg->metrics = NULL;
+	lg->tb = NULL;
+}
+
+/* One metrics.jsonl record; a failed write is said once, naming the file,
+ * and ends the records, not the run (as the TensorBoard events). */
+static void metrics_record(run_log *lg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void metrics_record(run_log *lg, const char *fmt, ...)
+{
+	if (!lg->metrics)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(lg->metrics, fmt, ap);
+	va_end(ap);
+	if (fflush(lg->metrics) == 0 && !ferror(lg->metrics))
+		return;
+	log_info("warning: cannot write %s: %s; no more metrics records in this run",
+		 lg->metrics_path, strerror(errno));
+	fclose(lg->metrics);
+	lg->metrics = NULL;
+}
+
 /* v for JSON: NaN and infinities, which JSON lacks, as null */
 static const char *json_number(char *buf, size_t n, double v)
 {
@@ -32,12 +81,11 @@ static const char *json_number(char *buf, size_t n, double v)
 /* A record of one scalar for metrics.jsonl and TensorBoard. */
 void train_log_scalar(run_log *lg, long step, const char *name, double v)
 {
-	if (!lg->metrics)
+	if (!lg->leader)
 		return;
 	char num[32];
-	fprintf(lg->metrics, "{\"step\": %ld, \"%s\": %s}\n", step, name,
-		json_number(num, sizeof num, v));
-	fflush(lg->metrics);
+	metrics_record(lg, "{\"step\": %ld, \"%s\": %s}\n", step, name,
+		       json_number(num, sizeof num, v));
 	tensorboard_scalars(lg, step, &name, &v, 1);
 }
 
@@ -47,7 +95,7 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	const pp_config *c = t->cfg;
 	const double loss = r->loss, lr = r->lr, gnorm = r->gnorm;
 	const bool skipped = r->skipped, moe = c->model.n_experts > 0;
-	if (!lg->metrics)
+	if (!lg->leader)
 		return;
 	double tokens = (double)c->global_batch * c->seq_len;
 	double tps = tokens / dt, fps = tps * lg->flops_per_token / t->lay.world;
@@ -70,12 +118,12 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 			", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
 			json_number(ma, sizeof ma, r->moe_aux),
 			json_number(mz, sizeof mz, r->moe_z), r->moe_dropped);
-	fprintf(lg->metrics,
+	metrics_record(
+		lg,
 		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s%s}\n",
 		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt,
 		tps, fps, mfu, moe_json, skipped ? ", \"skipped\": true" : "");
-	fflush(lg->metrics);
 	const char *tags[] = {"loss",         "lr",          "grad_norm", "step_time",
 			      "tokens_per_s", "flops_per_s", "mfu"};
 	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};
@@ -109,7 +157,7 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 void train_log_timing(const trainer *t, const run_log *lg)
 {
 	const pp_config *c = t->cfg;
-	if (!lg->metrics || !lg->n_timed)
+	if (!lg->leader || !lg->n_timed)
 		return;
 	double dt = lg->timed / (double)lg->n_timed;
 	double tps = (double)c->global_batch * c->seq_len / dt;

@@ -337,12 +337,11 @@ static void *run(void *arg)
 		}
 		double left = w->deadline - mono();
 		if (left <= 0) {
-			long step = w->step;
-			pthread_mutex_unlock(&w->mu);
-			fire(w, step); /* does not return */
-			pthread_mutex_lock(&w->mu);
-			w->armed = false;
-			continue;
+			/* fire does not return, and w->mu stays held: the main
+			 * thread, should its step end meanwhile, stops at the
+			 * watchdog (watchdog_disarm) instead of training on or
+			 * saving the checkpoint of a job that hung */
+			fire(w, w->step);
 		}
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);

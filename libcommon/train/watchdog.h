@@ -3,7 +3,9 @@
  * process to stderr, each line prefixed by the rank's log prefix, waits a
  * moment so that the other ranks (stuck in a collective behind the hung one,
  * so past the same deadline) print theirs, then calls the caller's end
- * function, which ends the job.
+ * function, which ends the job. Once it has fired, watchdog_arm, _disarm
+ * and _stop wait for that end: a step that finishes meanwhile goes no
+ * further (no next step, no checkpoint of a job that hung).
  *
  *   watchdog *w;
  *   watchdog_start(&w, 600, end_job, ctx, &e);

@@ -44,6 +44,10 @@ expect_fail tokenize/binary_input 1 "pp-init holds NUL bytes: a binary file" pp-
 : >$T/empty.txt
 expect_fail tokenize/empty_input 1 "empty.txt: no text to tokenize \(0 bytes read\)" pp-tokenize --tokenizer $tok -o $T/empty.h5 $T/empty.txt
 expect_fail tokenize/empty_stdin 1 "standard input: no text to tokenize" pp-tokenize --tokenizer $tok -o $T/empty.h5 </dev/null
+# a split pp-train cannot read is said at tokenize time
+echo "one short document" >$T/one.txt
+pp-tokenize --tokenizer $tok -o $T/one.h5 --val-fraction 0.99 --quiet $T/one.txt >/dev/null 2>$T/one.log
+check tokenize/empty_train_warned grep -q "warning: .*one.h5: the train split is empty" $T/one.log
 check tokenize/nothing_written_for_bad_input test ! -e $T/bin.h5 -a ! -e $T/empty.h5
 expect_fail tokenize/bad_tokenizer 1 "x.h5|tokenizer|protobuf|model" pp-tokenize --tokenizer ${texts[0]} -o $T/x.h5 ${texts[0]}
 check tokenize/nothing_left_behind bash -c "! ls -A $T | grep -q 'x.h5'"

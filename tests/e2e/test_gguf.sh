@@ -59,6 +59,25 @@ EOF
 		"$tok" $tj <$T/en.txt >$T/en.ids 2>>$T/tok.log &&
 			"$tok" $tj --decode <$T/en.ids >$T/en.back 2>>$T/tok.log
 		check gguf/smollm2/tokenizer/round_trip cmp -s $T/en.txt $T/en.back
+		# exported to safetensors, its tokenizer.json reads in tokenizers 0.20
+		# (the reference environment's, which refuses added tokens without
+		# every field) and in a current release, and encodes as pp does
+		pp-ckpt export $S --format safetensors -o $T/smol-hf >/dev/null 2>$T/smol-hf.log
+		hf_ids() {
+			"$1" -c 'import sys, tokenizers
+t = tokenizers.Tokenizer.from_file(sys.argv[1])
+for line in open(sys.argv[2], encoding="utf-8"):
+    print(" ".join(str(i) for i in t.encode(line.rstrip("\n"), add_special_tokens=False).ids))' \
+				$T/smol-hf/tokenizer.json $T/en.txt
+		}
+		check gguf/smollm2/export_tokenizer/tokenizers_0.20 eval 'hf_ids "$py" >$T/hf20.ids 2>$T/hf20.err &&
+			cmp -s $T/en.ids $T/hf20.ids || { tail -n 2 $T/hf20.err; false; }'
+		if tbpy=$(cd "$root" && scripts/setup-tensorboard.sh 2>$T/tb.log); then
+			check gguf/smollm2/export_tokenizer/tokenizers_current eval 'hf_ids "$tbpy" >$T/hfnow.ids 2>$T/hfnow.err &&
+				cmp -s $T/en.ids $T/hfnow.ids || { tail -n 2 $T/hfnow.err; false; }'
+		else
+			skip gguf/smollm2/export_tokenizer/tokenizers_current "no current tokenizers: $(tail -n 1 $T/tb.log)"
+		fi
 
 		# logits against transformers, and its greedy continuation
 		prompt="The capital of France is"

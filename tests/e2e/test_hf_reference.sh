@@ -15,13 +15,21 @@ tool=$root/build/tests/tool_hf_dump
 # tool_hf_dump refuses its config (exit 2). recompute=true rebuilds
 # activations in the backward pass, a second path to the same gradients.
 # mixtral: MoE in both layers, with the load-balancing loss in the gradients
-# (its value is checked too, per layer as pp defines it).
+# (its value is checked too, per layer as pp defines it). Each family also
+# at an odd vocabulary of 77, where the batch's tokens take row 0 and most
+# others: no row may be treated apart (pp has no padding row; the reference
+# builds its models with pad_token_id=None).
 cases=${PP_HF_CASES:-"llama llama-tiny
 mistral mistral-tiny
 gemma gemma-tiny
 gpt gpt-tiny
 mixtral mixtral-tiny model.router_aux_loss_coef=0.02
-llama-recompute llama-tiny recompute=true"}
+llama-recompute llama-tiny recompute=true
+llama-v77 llama-tiny model.vocab_size=77
+mistral-v77 mistral-tiny model.vocab_size=77
+gemma-v77 gemma-tiny model.vocab_size=77
+gpt-v77 gpt-tiny model.vocab_size=77
+mixtral-v77 mixtral-tiny model.vocab_size=77 model.router_aux_loss_coef=0.02"}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-hf-reference.XXXXXX") || { echo "FAIL: hf: mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT

@@ -176,6 +176,7 @@ expect_fail config/unknown_preset 2 "no-such-model" pp-train model=no-such-model
 expect_fail config/bad_override_syntax 2 "argument" pp-train $tiny --stepz
 expect_fail config/moe_gelu_refused 2 "experts are gated MLPs" pp-train model=mixtral-tiny model.mlp=gelu run_dir=$T/moe_gelu
 expect_fail config/layout_needs_ranks 2 "ranks" pp-train $tiny pp=2
+expect_fail config/tokenizer_is_directory 2 "tokenizer: .* is a directory, not a file" pp-train $tiny tokenizer=$T run_dir=$T/tokdir
 # the layout's rules hold for the plan and the run alike, before any rank
 # starts: a vocabulary tp does not divide, a recompute policy with a split
 # backward pass; the same message from both

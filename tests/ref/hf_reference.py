@@ -107,7 +107,11 @@ def build_model(cfg, family, dtype, attn="eager"):
                   num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
                   max_position_embeddings=maxT, rms_norm_eps=eps, rope_theta=theta,
                   tie_word_embeddings=tied, attention_dropout=0.0,
-                  attn_implementation=attn)
+                  attn_implementation=attn,
+                  # no padding row: pp trains every embedding row as MaxText's
+                  # embedding does (GemmaConfig's default pad_token_id=0
+                  # would zero row 0's gradient)
+                  pad_token_id=None)
     if family == "llama":
         hc = transformers.LlamaConfig(hidden_act="silu", attention_bias=False, mlp_bias=False,
                                       **common)
@@ -139,7 +143,8 @@ def build_model(cfg, family, dtype, attn="eager"):
                                      n_inner=ff, n_positions=maxT,
                                      activation_function="gelu_new", layer_norm_epsilon=eps,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     tie_word_embeddings=tied, attn_implementation=attn)
+                                     tie_word_embeddings=tied, attn_implementation=attn,
+                                     pad_token_id=None)
         cls = transformers.GPT2LMHeadModel
     else:
         raise ValueError(f"no Hugging Face model for family {family!r}")

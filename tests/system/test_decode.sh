@@ -121,6 +121,7 @@ fi
 
 # --- bad input ------------------------------------------------------------------------------
 expect_fail decode/unknown_flag 2 "unknown argument '--frobnicate'" pp-decode $cfg --frobnicate
+expect_fail decode/logprobs_needs_json 2 "--logprobs 3: the top tokens are written in --json output only" pp-decode $cfg --random-init --prompt 1 --logprobs 3
 expect_fail decode/no_checkpoint 2 "holds no checkpoint" pp-decode $cfg run_dir=$T/empty --prompt 1
 expect_fail decode/bad_ckpt_dir 2 "nope: neither a checkpoint" pp-decode $cfg --ckpt $T/nope --prompt 1
 expect_fail decode/other_model 2 "model.d_model" pp-decode $cfg model.d_model=96 run_dir=$T/one --prompt 1
@@ -160,7 +161,7 @@ check decode/bad_lines/unknown_field grep -q "line 3: unknown field 'frobnicate'
 check decode/bad_lines/over_context grep -q "line 4: the prompt is 130 tokens, longer than the context" $T/bad.log
 check decode/bad_lines/unknown_token grep -q "line 5: prompt: token 999 is outside \[0, 256)" $T/bad.log
 check decode/bad_lines/no_tokenizer grep -q "line 6: prompt 'hello world': without a tokenizer the prompt is token ids" $T/bad.log
-check decode/bad_lines/bad_value grep -q "line 7: --top-p 7: expected a probability" $T/bad.log
+check decode/bad_lines/bad_value grep -q "line 7: field 'top_p' 7: expected a probability" $T/bad.log
 check decode/bad_lines/messages_need_chat grep -q "line 8: field 'messages' needs --chat" $T/bad.log
 check decode/bad_lines/error_in_json jq -se '.[1].error | test("^line 2: ")' $T/bad.json
 check decode/bad_lines/count grep -q "7 of 9 prompts failed" $T/bad.log

@@ -202,7 +202,7 @@ full_disk() { # SIZE: a fresh tmpfs of SIZE at $disk
 }
 no_tmp() { ! ls -a $1/checkpoints 2>/dev/null | grep -q '^\.tmp-'; }
 if [ "$(id -u)" -ne 0 ] || ! full_disk 1800k 2>/dev/null; then
-	for c in train init convert; do skip ckpt_disk/$c "needs root to mount a small tmpfs"; done
+	for c in train init convert metrics metrics_tensorboard profile; do skip ckpt_disk/$c "needs root to mount a small tmpfs"; done
 else
 	# room for one llama-tiny checkpoint (1.2 MB), not two
 	tiny="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 data=synthetic keep=0"
@@ -218,6 +218,25 @@ else
 	pp-ckpt convert $T/small -o $disk/conv tp=2 >/dev/null 2>$T/disk.log
 	rc=$?
 	check ckpt_disk/convert eval '[ $rc -eq 1 ] && grep -q "No space left on device" $T/disk.log && no_tmp $disk/conv'
+	# metrics that no longer fit: one warning per output, naming its file,
+	# with TensorBoard's events or without (the run itself saves nothing)
+	for tb in false true; do
+		full_disk 8k
+		pp-train $tiny steps=60 save_on_completion=false tensorboard=$tb run_dir=$disk/m --quiet 2>$T/m-$tb.log
+		echo "rc=$?" >>$T/m-$tb.log
+	done
+	metrics_said() {
+		grep -q "^rc=0" $1 && [ "$(grep -c "warning: cannot write .*/m/metrics.jsonl: No space left on device" $1)" = 1 ]
+	}
+	check ckpt_disk/metrics metrics_said $T/m-false.log
+	check ckpt_disk/metrics_tensorboard eval 'metrics_said $T/m-true.log && [ "$(grep -c "warning: .*/m/tensorboard/events.out.tfevents.*No space left on device" $T/m-true.log)" = 1 ]'
+	# a profile that cannot be created once the metrics filled the disk: said,
+	# and no temporary file left behind
+	full_disk 4k
+	pp-train $tiny steps=42 save_on_completion=false tensorboard=false profile_steps=40:42 \
+		run_dir=$disk/p --quiet 2>$T/p.log
+	check ckpt_disk/profile eval 'grep -q "rank 0.s profile is not written: cannot create" $T/p.log &&
+		[ -z "$(ls -A $disk/p/profile)" ]'
 	umount $disk
 fi
 
@@ -227,4 +246,18 @@ expect_fail ckpt_usage/unknown 2 "unknown command 'frobnicate'" pp-ckpt frobnica
 expect_fail ckpt_usage/convert_no_out 2 "give -o RUN_DIR" pp-ckpt convert $T/small
 expect_fail ckpt_usage/not_a_checkpoint 2 "neither a checkpoint .* nor a run directory" pp-ckpt info $T
 expect_fail ckpt_usage/bad_layout 2 "model.n_heads 4 is not divisible by tp 3" pp-ckpt convert $T/small -o $T/x tp=3
+# a run directory that holds a checkpoint already: convert and import refuse it
+# (a step written beside a newer one would be passed over)
+expect_fail ckpt_usage/convert_into_run 2 "already holds checkpoint step .*; pp-ckpt writes new runs only" \
+	pp-ckpt convert $T/small -o $T/small tp=2
+pp-ckpt export $T/small --format safetensors -o $T/hf >/dev/null 2>&1
+expect_fail ckpt_usage/import_into_run 2 "already holds checkpoint step .*; pp-ckpt writes new runs only" \
+	pp-ckpt import --format safetensors $T/hf -o $T/small
+# messages that say what is wrong
+printf 'GGUF\003\000\000\000' >$T/model.gguf
+expect_fail ckpt_usage/import_gguf_as_safetensors 2 "model.gguf: expected a Hugging Face model directory.*this is a GGUF file: --format gguf" \
+	pp-ckpt import --format safetensors $T/model.gguf -o $T/imp
+expect_fail ckpt_usage/export_formats 2 "--format 'pp': use pp-ckpt convert" pp-ckpt export $T/small --format pp -o $T/x
+expect_fail ckpt_usage/export_unknown 2 "--format 'npz': expected safetensors, gguf or llama2c$" pp-ckpt export $T/small --format npz -o $T/x
+expect_fail ckpt_usage/import_unknown 2 "--format 'pp': expected safetensors or gguf" pp-ckpt import --format pp $T/small -o $T/x
 check ckpt_usage/help eval 'pp-ckpt convert --help | grep -q "usage: pp-ckpt convert CKPT -o RUN_DIR"'

@@ -13,14 +13,18 @@ out=$(pp-init --check $cfg run_dir=$T/one 2>$T/one.err)
 rc=$?
 check check/single_passes test $rc -eq 0
 check check/single_table grep -qE "^run_dir +rank 0 +ok +$T/one writable" <<<"$out"
-check check/single_leaves_no_file test -z "$(ls -A $T/one)"
+# no trace: the run_dir it made is gone again, one that was there stays, empty
+check check/single_leaves_no_trace test ! -e $T/one
+mkdir $T/was
+pp-init --check $cfg run_dir=$T/was >/dev/null 2>&1
+check check/single_keeps_existing_dir eval 'test -d $T/was && test -z "$(ls -A $T/was)"'
 expect_fail check/single_too_big 1 "preflight check" pp-init --check --cfg $PP_ROOT/configs/llama2-70b.json device=cpu run_dir=$T/big
 pp-init --check --cfg $PP_ROOT/configs/llama2-70b.json device=cpu run_dir=$T/big >$T/big.out 2>/dev/null
 check check/names_memory grep -qE "^memory +rank 0 +FAIL +plan for pp rank 0: [0-9.]+ GiB > " $T/big.out
 expect_fail check/plan_and_check 2 "exclude" pp-init --check --plan $cfg
 
 # --- srun -n 4 on the local cluster --------------------------------------------------
-names=(srun4_passes srun4_every_rank srun4_collectives srun4_bandwidth layout_mismatch read_only_fails read_only_named)
+names=(srun4_passes srun4_leaves_no_trace srun4_every_rank srun4_collectives srun4_bandwidth layout_mismatch read_only_fails read_only_named)
 slurm_up 2>$T/slurm.log
 case $? in
 0) ;;
@@ -32,6 +36,7 @@ out=$(srun -n 4 --mpi=pmix pp-init --check $cfg dp=4 microbatch=2 run_dir=$T/fou
 rc=$?
 echo "$out"
 check check/srun4_passes test $rc -eq 0
+check check/srun4_leaves_no_trace test ! -e $T/four
 check check/srun4_every_rank test "$(grep -cE '^(wiring|device|run_dir|memory) +rank [0-3] +ok' <<<"$out")" -eq 16
 check check/srun4_collectives test "$(grep -cE '^(allreduce|all_gather|sendrecv|alltoall) +[0-9]+ [KM]iB +ok +bus [0-9.]+ GB/s' <<<"$out")" -eq 16
 check check/srun4_bandwidth grep -qE "^wiring +job +ok +4 ranks on 1 node" <<<"$out"

@@ -22,6 +22,13 @@ check watchdog/single_names_step grep -q "error: step 3 ran past step_timeout=2 
 check watchdog/single_main_stack grep -qE "^pp-train:   #[0-9]+ +debug_hang at .*libcommon/train/watchdog.c:[0-9]+" $T/one.log
 check watchdog/single_caller grep -qE "^pp-train: +(#[0-9]+ +|inlined in )train_step at .*libcommon/train/step.c:[0-9]+" $T/one.log
 check watchdog/single_threads grep -qE "^pp-train: thread [0-9]+ \(pp-train, main\):" $T/one.log
+# a step that overruns and then finishes goes no further: no checkpoint of
+# a hung job (8 forwards padded to 0.2 s: the step ends at about 1.7 s, the
+# job about 3 s, after the watchdog has printed and waited)
+pp-train $tiny steps=1 step_timeout=1 debug.fwd_ms=200 run_dir=$T/slow 2>$T/slow.log
+rc=$?
+check watchdog/stops_at_once eval '[ $rc -ne 0 ] && grep -q "step 1 ran past step_timeout=1 s" $T/slow.log &&
+	[ ! -e $T/slow/checkpoints/step_00000001 ]'
 # a run within its timeout is not disturbed
 pp-train $tiny steps=5 step_timeout=30 run_dir=$T/fine --quiet 2>$T/fine.log
 check watchdog/quiet_when_fine test $? -eq 0 -a -f $T/fine/checkpoints/step_00000005/manifest.json

@@ -195,6 +195,9 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 		d.targets[i] = i % 7 == 3 ? PP_IGNORE_INDEX
 					  : (int)rng_below(ktgt, i, (uint64_t)d.V);
 	}
+	/* token 0 always in the batch: a model that set its row apart (a
+	 * padding row) would show in the embedding's gradient */
+	d.tokens[N - 1] = 0;
 
 	/* logits first: the training forward overwrites them with their gradient */
 	double loss0 = 0;

@@ -604,8 +604,10 @@ static void check_sampler(void)
 	      "top-p 0.5 drew outside tokens 1 and 3 (%d %d of 2000)", seen[1], seen[3]);
 	pp_err e = {0};
 	p.top_p = 0;
-	CHECK(sample_check(&p, &e) == PP_EUSAGE && strstr(e.msg, "--top-p"), "decode/sample/check",
-	      "top-p 0 accepted: %s", e.msg);
+	CHECK(sample_check(&p, false, &e) == PP_EUSAGE && strstr(e.msg, "--top-p 0:"),
+	      "decode/sample/check", "top-p 0 accepted: %s", e.msg);
+	CHECK(sample_check(&p, true, &e) == PP_EUSAGE && strstr(e.msg, "field 'top_p' 0:"),
+	      "decode/sample/check_field", "a JSON line's top_p 0: %s", e.msg);
 }
 
 /* Over many draws, the first token's distribution under top-k and top-p is
