@@ -261,7 +261,7 @@ static int cmd_convert(int argc, char **argv)
 
 static int cmd_export(int argc, char **argv)
 {
-	const char *fmt = NULL, *out = NULL, *dtype = NULL, *shard = NULL;
+	const char *fmt = NULL, *out = NULL, *dtype = NULL, *shard = NULL, *l2c = NULL;
 	const cli_opt opts[] = {
 		{"--format", "FMT", "safetensors, gguf or llama2c", &fmt, NULL},
 		{"-o", "PATH", "the directory (safetensors) or file (gguf, llama2c) to write", &out,
@@ -270,9 +270,12 @@ static int cmd_export(int argc, char **argv)
 		 NULL},
 		{"--shard-mb", "N", "safetensors: files of at most N MB, with an index", &shard,
 		 NULL},
+		{"--llama2c-version", "V",
+		 "llama2c: 0 (run.c's, the default), 1, or 2 (runq.c's int8 groups)", &l2c, NULL},
 		{0}};
 	const cli_spec spec = {"pp-ckpt export",
-			       "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N]",
+			       "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N] "
+			       "[--llama2c-version V]",
 			       "Write a checkpoint's model as safetensors (Hugging Face), GGUF "
 			       "(llama.cpp) or llama2.c.",
 			       opts,
@@ -295,6 +298,12 @@ static int cmd_export(int argc, char **argv)
 		rc = parse_dtype(dtype, &o.dtype, &e);
 	if (!rc && shard)
 		rc = cli_double("--shard-mb", shard, 1e-3, 1e9, &o.shard_mb, &e);
+	long version = 0;
+	if (!rc && l2c && strcmp(fmt, "llama2c"))
+		rc = pp_errorf(&e, PP_EUSAGE, "--llama2c-version goes with --format llama2c");
+	if (!rc && l2c)
+		rc = cli_long("--llama2c-version", l2c, 0, 2, &version, &e);
+	o.llama2c_version = (int)version;
 	if (!rc)
 		rc = copy("pp", a.positional[0], fmt, out, &o, "export", &e);
 	return finish(&spec, &a, rc, &e);

@@ -109,6 +109,7 @@ typedef struct {
 	bool with_adam;  /* keep optimizer state (pp checkpoints) */
 	json_t *layout; /* pp checkpoints: pp, tp, dp, shard_optimizer, virtual_stages... overrides */
 	double shard_mb; /* safetensors: split into files of at most this many MiB (0: one file) */
+	int llama2c_version; /* llama2.c: 0 (run.c's), 1 or 2 (runq.c's, int8 groups) */
 } tio_sink_opts;
 
 /* meta->model (a pp "model" object) as pp_model_cfg, checked and with

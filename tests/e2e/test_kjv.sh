@@ -28,6 +28,47 @@ check kjv/val_loss_below_5 awk -v l="$val" 'BEGIN { exit !(l < 5.0) }'
 echo "sample: $(cat $T/sample.txt)"
 check kjv/sample_continues_prompt grep -q "^In the beginning ." $T/sample.txt
 
+# llama2.c: the trained model exported as run.c reads it (version 0, the
+# default), as export.py's version 1, and as runq.c reads it (version 2, int8
+# groups of 64), each with tokenizer.bin beside it; tests/ref/llama2c_run.py
+# runs them as those programs do (numpy; none of pp's code): it encodes the
+# prompt with run.c's BPE over tokenizer.bin and continues it greedily. The
+# fp32 files give pp-decode's greedy tokens; the int8 one, quantized weights
+# and activations, its first tokens (measured: all 12).
+ref=$PP_ROOT/tests/ref/llama2c_run.py
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+	skip kjv/llama2c "python3 cannot import numpy (scripts/install-deps.sh)"
+else
+	pp-decode --ckpt $T/run --prompt "In the beginning" -n 12 --temperature 0 --json 2>/dev/null |
+		head -n 1 >$T/decode.json
+	want=$(jq -c .tokens $T/decode.json)
+	for v in 0 1 2; do
+		if ! pp-ckpt export $T/run --format llama2c --llama2c-version $v -o $T/l2c-$v/model.bin \
+			>/dev/null 2>$T/l2c.log; then
+			fail kjv/llama2c/v$v "export: $(tail -n 1 $T/l2c.log)"
+			continue
+		fi
+		/usr/bin/python3 $ref generate $T/l2c-$v/model.bin $T/l2c-$v/tokenizer.bin "In the beginning" 12 \
+			>$T/l2c-$v.json 2>$T/l2c.log
+		got=$(jq -c .tokens $T/l2c-$v.json 2>/dev/null)
+		echo "llama2.c v$v: $(jq -r .text $T/l2c-$v.json 2>/dev/null) (pp-decode: $(jq -r .completion $T/decode.json))"
+		if [ $v -lt 2 ]; then
+			check kjv/llama2c/v$v-greedy_as_pp-decode test -n "$want" -a "$got" = "$want"
+		else
+			check kjv/llama2c/v2-int8_first_tokens_as_pp-decode test -n "$want" -a \
+				"$(jq -c '.[:4]' <<<"$got")" = "$(jq -c '.[:4]' <<<"$want")"
+		fi
+	done
+	spm=$(echo "In the beginning" | spm_encode --model=$T/kjv.model --output_format=id)
+	check kjv/llama2c/prompt_as_spm_encode test "$(jq -r '.prompt_ids | map(tostring) | join(" ")' \
+		$T/l2c-0.json)" = "1 $spm" -a "$(jq .prompt_tokens $T/decode.json)" = $(($(wc -w <<<"$spm") + 1))
+	spm_export_vocab --model=$T/kjv.model >$T/vocab.tsv 2>/dev/null
+	/usr/bin/python3 $ref vocab $T/l2c-0/tokenizer.bin $T/vocab.tsv kjv/llama2c/tokenizer.bin
+	check kjv/llama2c/files_public test "$(stat -c %a $T/l2c-0/tokenizer.bin $T/l2c-0/model.bin | sort -u)" = 644
+	check kjv/llama2c/v2_smaller awk -v a="$(stat -c %s $T/l2c-2/model.bin)" -v b="$(stat -c %s $T/l2c-1/model.bin)" \
+		'BEGIN { exit !(a < b / 3.5) }'
+fi
+
 # A tiny GLaM against that dense llama, of the same active size: the same
 # two layers of d_model 128 (4 heads, 2 kv heads, SwiGLU, untied), the
 # second a MoE layer of 8 experts of d_ff 256, top 2 (GLaM's softmax-then-top-

@@ -202,13 +202,46 @@ else
 fi
 
 # ---- llama2.c ---------------------------------------------------------------------
+# the bytes of version 0 (run.c's, the default) and 1 against the
+# checkpoint; runs of the files are tests/e2e/test_kjv.sh's
 if ! "$py" -c 'import numpy, h5py' 2>/dev/null; then
 	skip safetensors/llama2c "$py cannot import numpy and h5py to read the files with"
-elif quiet pp-ckpt export "$T/llama" --format llama2c -o "$T/llama.bin"; then
-	"$py" "$ref" llama2c safetensors/llama2c "$T/llama.bin" "$(shard "$T/llama")" "$PP_CONFIG_DIR/models/llama-tiny.json" || true
 else
-	fail safetensors/llama2c/export "$(tail -n 2 "$T/log")"
+	for v in 0 1; do
+		if quiet pp-ckpt export "$T/llama" --format llama2c --llama2c-version $v -o "$T/llama-v$v.bin"; then
+			"$py" "$ref" llama2c safetensors/llama2c/v$v "$T/llama-v$v.bin" "$(shard "$T/llama")" \
+				"$PP_CONFIG_DIR/models/llama-tiny.json" || true
+		else
+			fail safetensors/llama2c/v$v-export "$(tail -n 2 "$T/log")"
+		fi
+	done
+	quiet pp-ckpt export "$T/llama" --format llama2c -o "$T/llama-default.bin" || true
+	check safetensors/llama2c/default-v0 cmp -s "$T/llama-v0.bin" "$T/llama-default.bin"
 fi
+# a SentencePiece tokenizer goes along as tokenizer.bin (Llama 2's, with a tied
+# model: a positive vocab_size in version 0's header); a byte-level BPE
+# cannot (llama2.c's tokenizer is SentencePiece's), said so
+if [ -f "$spm" ] && [ -d "$T/spm" ] && quiet pp-ckpt export "$T/spm" --format llama2c -o "$T/l2c-spm/model.bin"; then
+	check safetensors/llama2c/tied-header eval '[ "$(od -An -t d4 -j 20 -N 4 "$T/l2c-spm/model.bin" | tr -d " ")" = 32000 ]'
+	spm_export_vocab --model="$spm" >"$T/spm-vocab.tsv" 2>/dev/null
+	/usr/bin/python3 tests/ref/llama2c_run.py vocab "$T/l2c-spm/tokenizer.bin" "$T/spm-vocab.tsv" \
+		safetensors/llama2c/llama2-tokenizer.bin || true
+else
+	skip safetensors/llama2c/tokenizer "no SentencePiece run to export (see safetensors/tokenizer/sentencepiece)"
+fi
+if quiet pp-init model=llama-tiny model.vocab_size=262 tokenizer="$T/bpe/tokenizer.json" -o "$T/l2c-bpe" &&
+	pp-ckpt export "$T/l2c-bpe" --format llama2c -o "$T/l2c-bpe/out/model.bin" >"$T/log" 2>&1; then
+	check safetensors/llama2c/bpe-said eval 'grep -q "not SentencePiece.s: the llama2.c model is written without tokenizer.bin" "$T/log" &&
+		[ -s "$T/l2c-bpe/out/model.bin" ] && [ ! -e "$T/l2c-bpe/out/tokenizer.bin" ]'
+else
+	fail safetensors/llama2c/bpe "$(tail -n 2 "$T/log")"
+fi
+expect_fail safetensors/llama2c/v2-groups 2 'model.d_ff 96: not whole groups of 64, as runq.c quantizes' \
+	pp-ckpt export "$T/llama" --format llama2c --llama2c-version 2 -o "$T/llama-v2.bin"
+expect_fail safetensors/llama2c/version-range 2 "--llama2c-version" \
+	pp-ckpt export "$T/llama" --format llama2c --llama2c-version 3 -o "$T/llama-v3.bin"
+expect_fail safetensors/llama2c/version-needs-llama2c 2 '--llama2c-version goes with --format llama2c' \
+	pp-ckpt export "$T/llama" --format gguf --llama2c-version 1 -o "$T/llama-v1.gguf"
 expect_fail safetensors/llama2c/gemma-refused 2 'model.family gemma: llama2.c runs llama models only' \
 	pp-ckpt export "$T/gemma" --format llama2c -o "$T/gemma.bin"
 expect_fail safetensors/llama2c/window-refused 2 'model.sliding_window 4: llama2.c attends to every position' \

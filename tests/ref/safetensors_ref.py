@@ -187,32 +187,59 @@ def read_h5_params(h5):
 
 
 def cmd_llama2c(tag, path, h5, cfg_path):
+    """the file's bytes against the checkpoint's tensors: version 1 (the
+    256-byte ak42 header) or version 0 (run.c's 7-int header), by its
+    first word"""
+    import numpy as np
     m = json.load(open(cfg_path))
     dim, hid, L, H, KV = m["d_model"], m["d_ff"], m["n_layers"], m["n_heads"], m["n_kv_heads"]
     V, T, tied = m["vocab_size"], m["max_seq_len"], m["tied_embeddings"]
     D = dim // H
     raw = open(path, "rb").read()
-    magic, version = struct.unpack_from("<Ii", raw, 0)
-    fields = struct.unpack_from("<7i", raw, 8)
-    shared = raw[36]
-    want = (dim, hid, L, H, KV, V, T)
-    ok = magic == 0x616B3432 and version == 1 and fields == want and shared == int(tied) and \
-        raw[37:256] == bytes(219)
-    report(ok, f"{tag}/header", f"ak42 v1 {fields} shared={shared}, zero padding to 256"
-           if ok else f"magic {magic:#x} version {version} fields {fields} (want {want}) shared {shared}")
-    # export.py's version1_export order
-    order = [("model.layers.%d.input_layernorm.weight", L), ("model.layers.%d.post_attention_layernorm.weight", L),
-             ("model.norm.weight", 1), ("model.embed_tokens.weight", 1),
-             ("model.layers.%d.self_attn.q_proj.weight", L), ("model.layers.%d.self_attn.k_proj.weight", L),
-             ("model.layers.%d.self_attn.v_proj.weight", L), ("model.layers.%d.self_attn.o_proj.weight", L),
-             ("model.layers.%d.mlp.gate_proj.weight", L), ("model.layers.%d.mlp.down_proj.weight", L),
-             ("model.layers.%d.mlp.up_proj.weight", L)] + ([] if tied else [("lm_head.weight", 1)])
+    lay = "model.layers.%d."
+    if struct.unpack_from("<I", raw, 0)[0] == 0x616B3432:
+        magic, version = struct.unpack_from("<Ii", raw, 0)
+        fields = struct.unpack_from("<7i", raw, 8)
+        shared = raw[36]
+        want = (dim, hid, L, H, KV, V, T)
+        ok = version == 1 and fields == want and shared == int(tied) and raw[37:256] == bytes(219)
+        report(ok, f"{tag}/header", f"ak42 v1 {fields} shared={shared}, zero padding to 256"
+               if ok else f"version {version} fields {fields} (want {want}) shared {shared}")
+        off = 256
+        # export.py's version1_export order
+        order = [(lay + "input_layernorm.weight", L), (lay + "post_attention_layernorm.weight", L),
+                 ("model.norm.weight", 1), ("model.embed_tokens.weight", 1)]
+    else:
+        fields = struct.unpack_from("<7i", raw, 0)
+        want = (dim, hid, L, H, KV, V if tied else -V, T)
+        report(fields == want, f"{tag}/header", f"v0 {fields}, vocab_size negative when untied"
+               if fields == want else f"fields {fields} (want {want})")
+        off = 28
+        # export.py's legacy_export order
+        order = [("model.embed_tokens.weight", 1), (lay + "input_layernorm.weight", L)]
+    order += [(lay + "self_attn.q_proj.weight", L), (lay + "self_attn.k_proj.weight", L),
+              (lay + "self_attn.v_proj.weight", L), (lay + "self_attn.o_proj.weight", L)]
+    if off == 28:
+        order += [(lay + "post_attention_layernorm.weight", L)]
+    order += [(lay + "mlp.gate_proj.weight", L), (lay + "mlp.down_proj.weight", L),
+              (lay + "mlp.up_proj.weight", L)]
+    if off == 28:
+        order += [("model.norm.weight", 1), ("freqs", 1)]
+    order += [] if tied else [("lm_head.weight", 1)]
     params = read_h5_params(h5)
-    off, bad, n = 256, [], 0
-    import numpy as np
+    bad, n = [], 0
     for fmt, count in order:
         for layer in range(count):
             name = fmt % layer if "%d" in fmt else fmt
+            if name == "freqs":  # model.py's precompute_freqs_cis(D, T), theta 10000
+                f = 1.0 / (10000.0 ** (np.arange(0, D, 2)[:D // 2] / D))
+                a = np.outer(np.arange(T), f)
+                got = np.frombuffer(raw, dtype="<f4", count=2 * a.size, offset=off)
+                if not np.allclose(got, np.concatenate([np.cos(a).ravel(), np.sin(a).ravel()]),
+                                   atol=1e-5):
+                    bad.append(f"freqs@{off}")
+                off += 8 * a.size
+                continue
             p = params[name]
             got = np.frombuffer(raw, dtype="<f4", count=p.size, offset=off).reshape(p.shape)
             heads = H if ".q_proj." in name else KV if ".k_proj." in name else 0
