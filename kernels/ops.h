@@ -48,6 +48,20 @@ enum { PP_ACT_SILU = 0, PP_ACT_GELU_TANH = 1 };
 /* How a mixture of experts turns router logits into gates (moe_route). */
 enum { PP_ROUTE_TOPK_SOFTMAX = 0, PP_ROUTE_SOFTMAX_TOPK = 1 };
 
+/* A learned bias of the attention scores by the distance between query and
+ * key (GLaM's relative position biases): the score of query i and key j <=
+ * i in query head h gains w[h * nb + bucket[i - j]]. w (Hq,nb) is in the
+ * compute type; bucket holds an int (0 <= bucket < nb) for every distance
+ * the call can meet (T in training, pos0 + n when decoding), in the
+ * backend's device memory. The backward pass adds the gradient of w into
+ * dw (Hq,nb), pp_real (+=). Attention without one takes NULL. */
+typedef struct {
+	const pp_act *w;
+	pp_real *dw;
+	const int *bucket;
+	int nb;
+} pp_attn_bias;
+
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
  * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
  * pack_weight makes, and Q4_0 and Q4_1, read as a GGUF file holds them */
@@ -147,15 +161,16 @@ typedef struct pp_ops {
 	/* Causal attention with grouped kv heads (query head h reads kv head
 	 * h / (Hq/Hkv)), scale 1/sqrt(D). qkv (B,T,(Hq+2Hkv)*D) holds q heads,
 	 * then k heads, then v heads in each row. window > 0 restricts query i to
-	 * keys j with i - window < j <= i (Mistral's sliding window).
-	 * out (B,T,Hq*D); lse (B,Hq,T) is the log-sum-exp of each score row,
-	 * saved for the backward pass. */
+	 * keys j with i - window < j <= i (Mistral's sliding window); bias (or
+	 * NULL) is added to the scaled scores. out (B,T,Hq*D); lse (B,Hq,T) is
+	 * the log-sum-exp of each score row, saved for the backward pass. */
 	void (*attention_fwd)(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
-			      int Hkv, int D, int window);
-	/* dqkv (B,T,(Hq+2Hkv)*D) = gradient w.r.t. qkv, given dout (B,T,Hq*D) */
+			      int Hkv, int D, int window, const pp_attn_bias *bias);
+	/* dqkv (B,T,(Hq+2Hkv)*D) = gradient w.r.t. qkv, given dout (B,T,Hq*D);
+	 * and bias->dw += the gradient of the bias */
 	void (*attention_bwd)(pp_act *dqkv, const pp_act *dout, const pp_act *out,
 			      const pp_real *lse, const pp_act *qkv, int B, int T, int Hq, int Hkv,
-			      int D, int window);
+			      int D, int window, const pp_attn_bias *bias);
 
 	/* Decoding with a KV cache: kcache, vcache (B,Tmax,Hkv*D), entry j of
 	 * sequence b holding the key / value of position j. kv_append copies the
@@ -166,10 +181,10 @@ typedef struct pp_ops {
 	/* The query heads of the n rows of qkv (B,n,(Hq+2Hkv)*D) at positions pos0 + i
 	 * attend causally to the cache: query i sees entries j with
 	 * i + pos0 - window < j <= i + pos0 (window 0: all j <= i + pos0),
-	 * grouped kv heads and scale as attention_fwd. out (B,n,Hq*D). */
+	 * grouped kv heads, scale and bias as attention_fwd. out (B,n,Hq*D). */
 	void (*attention_cached)(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 				 const pp_act *vcache, int B, int n, int Hq, int Hkv, int D,
-				 int Tmax, const int *pos0, int window);
+				 int Tmax, const int *pos0, int window, const pp_attn_bias *bias);
 
 	/* Optional (NULL where the backend has none): the ops issued between
 	 * graph_begin and graph_end are recorded, not run, and graph_end returns

@@ -1,8 +1,8 @@
 /* Causal self-attention with grouped kv heads, flash style: a task walks the
  * queries of one head in blocks of ATT_BQ rows; a block's scores against the
- * keys it can see are one GEMM into per-thread scratch. No (T,T) matrix
- * outlives a block: the backward pass recomputes the probabilities from the
- * saved log-sum-exp. */
+ * keys it can see are one GEMM into per-thread scratch, plus the bias by
+ * distance where there is one. No (T,T) matrix outlives a block: the
+ * backward pass recomputes the probabilities from the saved log-sum-exp. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +15,11 @@
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
-	int G;         /* query heads per kv head */
-	size_t ld;     /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
-	size_t ldo;    /* row stride of out and dout: Hq*D */
-	pp_real scale; /* 1/sqrt(D) */
+	int G;                    /* query heads per kv head */
+	size_t ld;                /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
+	size_t ldo;               /* row stride of out and dout: Hq*D */
+	pp_real scale;            /* 1/sqrt(D) */
+	const pp_attn_bias *bias; /* NULL: none */
 } att_shape;
 
 /* query rows [i0, i0+nq) see at most the keys [k0, k0+nk) */
@@ -26,7 +27,8 @@ typedef struct {
 	int i0, nq, k0, nk;
 } att_block;
 
-static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
+static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
+			      const pp_attn_bias *bias)
 {
 	return (att_shape){.B = B,
 			   .T = T,
@@ -37,7 +39,8 @@ static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
 			   .G = Hq / Hkv,
 			   .ld = (size_t)(Hq + 2 * Hkv) * D,
 			   .ldo = (size_t)Hq * D,
-			   .scale = (pp_real)(1 / sqrt((double)D))};
+			   .scale = (pp_real)(1 / sqrt((double)D)),
+			   .bias = bias && bias->w ? bias : NULL};
 }
 
 /* first key query i sees: i - window < j <= i */
@@ -84,22 +87,39 @@ static void att_probs(pp_real *s, const att_shape *a, att_block bl, const pp_rea
 	}
 }
 
-/* s (nq,nk) = scale * q (nq,D) @ k (nk,D)^T for block bl of head views q, k
- * whose rows are ld apart */
-static void att_scores(pp_real *s, const att_shape *a, att_block bl, const pp_real *q,
+/* s (nq,nk) of block bl (positions absolute) += query head h's bias by
+ * distance, for the keys each row sees */
+static void att_bias_add(pp_real *s, const att_shape *a, att_block bl, int h)
+{
+	if (!a->bias)
+		return;
+	const pp_real *w = (const pp_real *)a->bias->w + (size_t)h * a->bias->nb;
+	const int *bucket = a->bias->bucket;
+	for (int r = 0; r < bl.nq; r++) {
+		const int i = bl.i0 + r;
+		pp_real *row = s + (size_t)r * bl.nk - bl.k0;
+		for (int j = att_first_key(a, i); j <= i; j++)
+			row[j] += w[bucket[i - j]];
+	}
+}
+
+/* s (nq,nk) = scale * q (nq,D) @ k (nk,D)^T + query head h's bias for block
+ * bl of head views q, k whose rows are ld apart */
+static void att_scores(pp_real *s, const att_shape *a, att_block bl, int h, const pp_real *q,
 		       const pp_real *k)
 {
 	pp_cpu_gemm(0, 1, bl.nq, bl.nk, a->D, a->scale, q + bl.i0 * a->ld, (int)a->ld,
 		    k + bl.k0 * a->ld, (int)a->ld, 0, s, bl.nk);
+	att_bias_add(s, a, bl, h);
 }
 
 /* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
 void pp_cpu_attention_fwd(pp_act *out_, pp_real *lse, const pp_act *qkv_, int B, int T, int Hq,
-			  int Hkv, int D, int window)
+			  int Hkv, int D, int window, const pp_attn_bias *bias)
 {
 	pp_real *out = out_;
 	const pp_real *qkv = qkv_;
-	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window, bias);
 	const int nblk = (T + ATT_BQ - 1) / ATT_BQ;
 	int blas = pp_cpu_blas_serial_begin();
 #pragma omp parallel
@@ -113,7 +133,7 @@ void pp_cpu_attention_fwd(pp_act *out_, pp_real *lse, const pp_act *qkv_, int B,
 					const att_block bl = att_block_at(&a, blk);
 					const pp_real *q, *k, *v;
 					att_views(&a, qkv, b, h, &q, &k, &v);
-					att_scores(s, &a, bl, q, k);
+					att_scores(s, &a, bl, h, q, k);
 					att_probs(s, &a, bl, NULL,
 						  lse + ((size_t)b * Hq + h) * T + bl.i0);
 					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
@@ -130,10 +150,11 @@ void pp_cpu_attention_fwd(pp_act *out_, pp_real *lse, const pp_act *qkv_, int B,
 
 /* Gradients of query head h of batch row b: dq (T,D), rows ld apart, is
  * overwritten; the head's share of its kv head's gradient is added into dk,
- * dv (T,D), rows lddkv apart. p, dp: ATT_BQ x T scratch. */
+ * dv (T,D), rows lddkv apart; with a bias, its gradient by bucket into dwb
+ * (nb), in a fixed order. p, dp: ATT_BQ x T scratch. */
 static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real *dk, pp_real *dv,
 			 size_t lddkv, const pp_real *dout, const pp_real *out, const pp_real *lse,
-			 const pp_real *qkv, pp_real *p, pp_real *dp)
+			 const pp_real *qkv, pp_real *p, pp_real *dp, double *dwb)
 {
 	const int T = a->T, D = a->D;
 	const pp_real *q, *k, *v;
@@ -144,7 +165,7 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 	for (int blk = 0; blk * ATT_BQ < T; blk++) {
 		const att_block bl = att_block_at(a, blk);
 		const pp_real *dob_i = dob + bl.i0 * a->ldo;
-		att_scores(p, a, bl, q, k);
+		att_scores(p, a, bl, h, q, k);
 		att_probs(p, a, bl, l + bl.i0, NULL);
 		/* dv (nk,D) += P^T (nk,nq) @ dout (nq,D) */
 		pp_cpu_gemm(1, 0, bl.nk, D, bl.nq, 1, p, bl.nk, dob_i, (int)a->ldo, 1,
@@ -162,6 +183,10 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 			pp_real *pr = p + (size_t)r * bl.nk, *dr = dp + (size_t)r * bl.nk;
 			for (int j = 0; j < bl.nk; j++)
 				dr[j] = pr[j] * (dr[j] - (pp_real)delta);
+			/* the bias is added to the scores: its gradient is dS's */
+			const int i = bl.i0 + r;
+			for (int j = att_first_key(a, i); dwb && j <= i; j++)
+				dwb[a->bias->bucket[i - j]] += dr[j - bl.k0];
 		}
 		/* dq (nq,D) = scale * dS (nq,nk) @ k (nk,D) */
 		pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, a->scale, dp, bl.nk, k + bl.k0 * a->ld,
@@ -182,13 +207,13 @@ static pp_real *att_part(const att_shape *a, pp_real *part, int S, int b, int kv
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
 void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_,
 			  const pp_real *lse, const pp_act *qkv_, int B, int T, int Hq, int Hkv,
-			  int D, int window)
+			  int D, int window, const pp_attn_bias *bias)
 {
 	pp_real *dqkv = dqkv_;
 	const pp_real *dout = dout_;
 	const pp_real *out = out_;
 	const pp_real *qkv = qkv_;
-	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window);
+	const att_shape a = att_shape_of(B, T, Hq, Hkv, D, window, bias);
 	const int G = a.G;
 	/* A kv head's gradient sums over its G query heads. Tasks are
 	 * (b, kv head, split): a task runs its share of the G query heads one
@@ -200,6 +225,11 @@ void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_
 	S = S < G ? S : G;
 	pp_real *part = S > 1 ? pp_cpu_scratch(sizeof(pp_real) * B * Hkv * (S - 1) * 2 * T * D)
 			      : NULL;
+	/* the bias's gradient of each (b, query head), summed over b after */
+	const int nb = a.bias && a.bias->dw ? a.bias->nb : 0;
+	double *dwp = nb ? pp_cpu_scratch(sizeof(double) * B * Hq * nb) : NULL;
+	if (dwp)
+		memset(dwp, 0, sizeof(double) * B * Hq * nb);
 	int blas = pp_cpu_blas_serial_begin();
 #pragma omp parallel
 	{
@@ -225,12 +255,22 @@ void pp_cpu_attention_bwd(pp_act *dqkv_, const pp_act *dout_, const pp_act *out_
 					for (int h = kvh * G + s * G / S;
 					     h < kvh * G + (s + 1) * G / S; h++)
 						att_head_bwd(&a, b, h, row0 + (size_t)h * D, dk, dv,
-							     lddkv, dout, out, lse, qkv, p, dp);
+							     lddkv, dout, out, lse, qkv, p, dp,
+							     dwp ? dwp + ((size_t)b * Hq + h) * nb
+								 : NULL);
 				}
 		free(dp);
 		free(p);
 	}
 	pp_cpu_blas_serial_end(blas);
+	for (int h = 0; dwp && h < Hq; h++)
+		for (int x = 0; x < nb; x++) {
+			double g = 0;
+			for (int b = 0; b < B; b++)
+				g += dwp[((size_t)b * Hq + h) * nb + x];
+			a.bias->dw[(size_t)h * nb + x] += (pp_real)g;
+		}
+	free(dwp);
 	if (!part)
 		return;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -277,17 +317,18 @@ void pp_cpu_kv_append(pp_act *kcache_, pp_act *vcache_, const pp_act *qkv_, int 
 /* out (B,n,Hq*D): the queries of qkv (B,n,(Hq+2Hkv)*D) at positions
  * pos0.. against the cache (B,Tmax,Hkv*D). A task is one head of one
  * sequence and ATT_BQ query rows; positions are absolute, so att_probs masks
- * the causal and window bounds as in the full forward. */
+ * the causal and window bounds, and att_bias_add finds the distances, as in
+ * the full forward. */
 void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kcache_,
 			     const pp_act *vcache_, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			     const int *pos0_, int window)
+			     const int *pos0_, int window, const pp_attn_bias *bias)
 {
 	const int pos0 = pp_cpu_pos(pos0_);
 	pp_real *out = out_;
 	const pp_real *qkv = qkv_;
 	const pp_real *kcache = kcache_;
 	const pp_real *vcache = vcache_;
-	const att_shape a = att_shape_of(B, pos0 + n, Hq, Hkv, D, window);
+	const att_shape a = att_shape_of(B, pos0 + n, Hq, Hkv, D, window, bias);
 	const size_t ldk = (size_t)Hkv * D;
 	const int nblk = (n + ATT_BQ - 1) / ATT_BQ;
 	int blas = pp_cpu_blas_serial_begin();
@@ -312,6 +353,7 @@ void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kca
 						    (size_t)(h / a.G) * D;
 					pp_cpu_gemm(0, 1, bl.nq, bl.nk, D, a.scale, q, (int)a.ld,
 						    kcache + kv, (int)ldk, 0, s, bl.nk);
+					att_bias_add(s, &a, bl, h);
 					att_probs(s, &a, bl, NULL, lse);
 					/* out rows (nq,D) = P (nq,nk) @ v (nk,D) */
 					pp_cpu_gemm(0, 0, bl.nq, D, bl.nk, 1, s, bl.nk, vcache + kv,

@@ -179,14 +179,15 @@ void pp_cpu_rope_bwd(pp_act *dqkv, int B, int T, int Hq, int Hkv, int D, pp_real
 
 /* attention.c */
 void pp_cpu_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T, int Hq,
-			  int Hkv, int D, int window);
+			  int Hkv, int D, int window, const pp_attn_bias *bias);
 void pp_cpu_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
-			  const pp_act *qkv, int B, int T, int Hq, int Hkv, int D, int window);
+			  const pp_act *qkv, int B, int T, int Hq, int Hkv, int D, int window,
+			  const pp_attn_bias *bias);
 void pp_cpu_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B, int n, int Hq,
 		      int Hkv, int D, int Tmax, const int *pos0);
 void pp_cpu_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			     const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			     const int *pos0, int window);
+			     const int *pos0, int window, const pp_attn_bias *bias);
 
 /* mlp.c */
 void pp_cpu_moe_route(int *expert, pp_real *gate, pp_real *prob, pp_real *lse, pp_real *stats,

@@ -16,6 +16,13 @@
  *                   order: each dk, dv row is summed by one warp in a fixed
  *                   order, so no atomics and the same bits on every run.
  *
+ * A bias by distance (ops.h's pp_attn_bias) is added to every score the
+ * three kernels compute; its gradient is dS summed by bucket: in the dq
+ * kernel each warp sums its rows' dS of a bucket with a shuffle tree into
+ * its own shared row, the block adds its warps' rows in order into its
+ * slot of a (B,Hq,query blocks,nb) buffer, and attention_dbias_kernel adds
+ * the slots in order into dw: no atomics, the same bits on every run.
+ *
  * Head dims up to ATT_MAXD; the per-lane arrays are sized at compile time
  * (DPL = head dims per lane), one instance per power of two.
  * Query i sees keys j with first_key(i) <= j <= i: i - window < j when
@@ -40,16 +47,21 @@
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
-	int G;       /* query heads per kv head */
-	int KP;      /* row stride of shared tiles read across lanes: odd, so
+	int G;             /* query heads per kv head */
+	int KP;            /* row stride of shared tiles read across lanes: odd, so
 			  lanes reading rows j at one column hit distinct banks */
-	size_t ld;   /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
-	size_t ldo;  /* row stride of out and dout: Hq*D */
-	float scale; /* 1/sqrt(D) */
-	bool vec;    /* head rows are 16-byte aligned in every tensor: 16-byte loads */
+	size_t ld;         /* row stride of qkv and dqkv: (Hq+2Hkv)*D */
+	size_t ldo;        /* row stride of out and dout: Hq*D */
+	float scale;       /* 1/sqrt(D) */
+	bool vec;          /* head rows are 16-byte aligned in every tensor: 16-byte loads */
+	const void *bw;    /* the bias's (Hq,nb) weights, of the compute type; NULL: none */
+	const int *bucket; /* the bias's bucket of each distance */
+	int nb;
+	float *dwpart; /* dq kernel: the bias's gradient of each (b, h, query block), nb each */
 } att_shape;
 
-static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
+static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
+			      const pp_attn_bias *bias)
 {
 	PP_CUDA_REQUIRE(D >= 1 && D <= ATT_MAXD,
 			"attention: head dim %d; the CUDA kernels take 1 to %d", D, ATT_MAXD);
@@ -63,7 +75,19 @@ static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window)
 	a.ldo = (size_t)Hq * D;
 	a.scale = (float)(1 / sqrt((double)D));
 	a.vec = false;
+	const bool has_bias = bias && bias->w;
+	a.bw = has_bias ? bias->w : NULL;
+	a.bucket = has_bias ? bias->bucket : NULL;
+	a.nb = has_bias ? bias->nb : 0;
+	a.dwpart = NULL;
 	return a;
+}
+
+/* the bias of query i and key j <= i in head h (0 without one) */
+template <typename T>
+__device__ __forceinline__ float att_bias(const att_shape &a, int h, int i, int j)
+{
+	return a.bw ? pp_f(((const T *)a.bw)[(size_t)h * a.nb + a.bucket[i - j]]) : 0.0f;
 }
 
 /* first key query i sees: i - window < j <= i */
@@ -149,7 +173,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 				continue; /* the whole warp */
 			float s = -INFINITY;
 			if (lane < nk && j >= first_key(i, a.window) && j <= i)
-				s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale;
+				s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale +
+				    att_bias<T>(a, h, i, j);
 			const float mt = pp_warp_max(s);
 			if (mt == -INFINITY)
 				continue; /* no key of this tile is visible to row i */
@@ -212,9 +237,10 @@ __global__ void attention_delta_kernel(float *delta, const T *dout, const T *out
 	}
 }
 
-/* dq part of dqkv (overwritten) = scale * dS @ k, dS = P * (dout @ v^T - delta).
+/* dq part of dqkv (overwritten) = scale * dS @ k, dS = P * (dout @ v^T - delta);
+ * with a.dwpart, the block's bias gradient by bucket into its slot.
  * grid (ceil(T/ATT_BQ), Hq, B), ATT_THREADS threads; shared: q (BQ,D),
- * dout (BQ,D), k (KT,KP), v (KT,KP) */
+ * dout (BQ,D), k (KT,KP), v (KT,KP), and with a.dwpart (ATT_WARPS,nb) */
 template <typename T, int DPL>
 __global__ void __launch_bounds__(ATT_THREADS)
 	attention_dq_kernel(T *dqkv, const T *dout, const float *lse, const float *delta,
@@ -223,9 +249,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 	extern __shared__ float sm[];
 	const int D = a.D, KP = a.KP;
 	float *q_s = sm, *do_s = q_s + ATT_BQ * D, *k_s = do_s + ATT_BQ * D,
-	      *v_s = k_s + ATT_KT * KP;
+	      *v_s = k_s + ATT_KT * KP, *dw_s = v_s + ATT_KT * KP;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int blk = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+	for (int x = threadIdx.x; a.dwpart && x < ATT_WARPS * a.nb; x += blockDim.x)
+		dw_s[x] = 0;
 	const int i0 = blk * ATT_BQ, nq = min(ATT_BQ, a.T - i0);
 	const T *base = qkv + (size_t)b * a.T * a.ld;
 	const T *kg = base + (size_t)(a.Hq + h / a.G) * D;
@@ -257,11 +285,25 @@ __global__ void __launch_bounds__(ATT_THREADS)
 			if (qr >= nq)
 				continue;
 			float ds = 0;
-			if (lane < nk && j >= first_key(i, a.window) && j <= i) {
-				const float s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale;
+			const bool seen = lane < nk && j >= first_key(i, a.window) && j <= i;
+			if (seen) {
+				const float s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale +
+						att_bias<T>(a, h, i, j);
 				const float p = expf(s - L[r]);
 				const float dp = dot(do_s + qr * D, v_s + lane * KP, D);
 				ds = p * (dp - dl[r]);
+			}
+			if (a.dwpart) {
+				/* the row's dS summed by bucket, one bucket at a time */
+				const int bk = seen ? a.bucket[i - j] : -1;
+				unsigned todo = __ballot_sync(FULL, bk >= 0);
+				while (todo) {
+					const int sel = __shfl_sync(FULL, bk, __ffs(todo) - 1);
+					const float v = pp_warp_sum(bk == sel ? ds : 0.0f);
+					if (lane == 0)
+						dw_s[warp * a.nb + sel] += v;
+					todo &= ~__ballot_sync(FULL, bk == sel);
+				}
 			}
 			for (int jj = 0; jj < nk; jj++) {
 				const float dsj = __shfl_sync(FULL, ds, jj);
@@ -288,6 +330,32 @@ __global__ void __launch_bounds__(ATT_THREADS)
 				g[d] = pp_to<T>(a.scale * dq[r][u]);
 		}
 	}
+	if (!a.dwpart)
+		return;
+	__syncthreads();
+	float *slot = a.dwpart + (((size_t)b * a.Hq + h) * gridDim.x + blk) * a.nb;
+	for (int x = threadIdx.x; x < a.nb; x += blockDim.x) {
+		float t = 0;
+		for (int w = 0; w < ATT_WARPS; w++)
+			t += dw_s[w * a.nb + x];
+		slot[x] = t;
+	}
+}
+
+/* dw (Hq,nb) += part (B,Hq,nblk,nb) summed over b and the query blocks, in
+ * order; one thread per (h, bucket) */
+__global__ void attention_dbias_kernel(float *dw, const float *part, int B, int Hq, int nblk,
+				       int nb)
+{
+	const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= Hq * nb)
+		return;
+	const int h = idx / nb, x = idx % nb;
+	float t = 0;
+	for (int b = 0; b < B; b++)
+		for (int k = 0; k < nblk; k++)
+			t += part[(((size_t)b * Hq + h) * nblk + k) * nb + x];
+	dw[idx] += t;
 }
 
 /* dk, dv parts of dqkv (overwritten): dk = scale * dS^T @ q, dv = P^T @ dout,
@@ -342,7 +410,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 				float p = 0, ds = 0;
 				if (lane < nqt && i >= j && (a.window <= 0 || j > i - a.window)) {
 					const float s = dot(q_s + lane * KP, k_s + kr * D, D) *
-							a.scale;
+								a.scale +
+							att_bias<T>(a, h, i, j);
 					p = expf(s - lse_s[lane]);
 					const float dp = dot(do_s + lane * KP, v_s + kr * D, D);
 					ds = p * (dp - dl_s[lane]);
@@ -411,7 +480,8 @@ template <typename T, int DPL>
 static void dq_launch(T *dqkv, const T *dout, const float *lse, const float *delta, const T *qkv,
 		      const att_shape &a)
 {
-	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BQ * a.D + 2 * (size_t)ATT_KT * a.KP);
+	const size_t smem = sizeof(float) * (2 * (size_t)ATT_BQ * a.D + 2 * (size_t)ATT_KT * a.KP +
+					     (a.dwpart ? (size_t)ATT_WARPS * a.nb : 0));
 	pp_cuda_smem((const void *)attention_dq_kernel<T, DPL>, smem, "attention_dq_kernel");
 	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
 	attention_dq_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(dqkv, dout, lse, delta, qkv, a);
@@ -437,16 +507,31 @@ template <typename T> static bool use_cudnn(void)
 	       (pp_cuda.attention == PP_CUDA_ATTENTION_AUTO && pp_is_bf16<T>::value);
 }
 
+/* The cuDNN graph has no bias by distance: attention with one runs the
+ * plain kernels, said once on stderr. */
+static bool cudnn_takes(const att_shape &a)
+{
+	static bool said;
+	if (!a.bw)
+		return true;
+	if (!said) {
+		said = true;
+		fprintf(stderr, "pp: cuda: attention with relative position biases runs the plain "
+				"kernels (the cuDNN graph takes no bias)\n");
+	}
+	return false;
+}
+
 /* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
 template <typename T>
 void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T_, int Hq,
-			   int Hkv, int D, int window)
+			   int Hkv, int D, int window, const pp_attn_bias *bias)
 {
 	if (B <= 0 || T_ <= 0 || Hq <= 0)
 		return;
-	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window);
+	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window, bias);
 	a.vec = pp_cuda_vec<T>(D, out, qkv);
-	if (use_cudnn<T>() &&
+	if (use_cudnn<T>() && cudnn_takes(a) &&
 	    pp_cuda_sdpa_fwd<T>((T *)out, lse, (const T *)qkv, B, T_, Hq, Hkv, D, window))
 		return;
 	ATT_DISPATCH(D, fwd_launch, (T *)out, lse, (const T *)qkv, a);
@@ -456,21 +541,31 @@ PP_CUDA_BOTH(pp_cuda_attention_fwd);
 /* dqkv (B,T,(Hq+2Hkv)*D) from dout, out (B,T,Hq*D), lse (B,Hq,T), qkv */
 template <typename T>
 void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
-			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window)
+			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window,
+			   const pp_attn_bias *bias)
 {
 	if (B <= 0 || T_ <= 0 || Hq <= 0)
 		return;
-	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window);
+	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window, bias);
 	a.vec = pp_cuda_vec<T>(D, dqkv, dout, qkv);
-	if (use_cudnn<T>() && pp_cuda_sdpa_bwd<T>((T *)dqkv, (const T *)dout, (const T *)out, lse,
-						  (const T *)qkv, B, T_, Hq, Hkv, D, window))
+	if (use_cudnn<T>() && cudnn_takes(a) &&
+	    pp_cuda_sdpa_bwd<T>((T *)dqkv, (const T *)dout, (const T *)out, lse, (const T *)qkv, B,
+				T_, Hq, Hkv, D, window))
 		return;
 	const size_t n = (size_t)B * Hq * T_;
-	float *delta = (float *)pp_cuda_scratch(sizeof(float) * n);
+	const int nblk = (T_ + ATT_BQ - 1) / ATT_BQ;
+	const size_t nparts = a.bw && bias->dw ? (size_t)B * Hq * nblk * a.nb : 0;
+	float *delta = (float *)pp_cuda_scratch(sizeof(float) * (n + nparts));
+	a.dwpart = nparts ? delta + n : NULL;
 	attention_delta_kernel<T>
 		<<<pp_cuda_blocks(n, 256), 256>>>(delta, (const T *)dout, (const T *)out, a);
 	PP_CUDA_LAUNCHED("attention_delta_kernel");
 	ATT_DISPATCH(D, dq_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);
 	ATT_DISPATCH(D, dkv_launch, (T *)dqkv, (const T *)dout, lse, delta, (const T *)qkv, a);
+	if (a.dwpart) {
+		attention_dbias_kernel<<<pp_cuda_blocks((size_t)Hq * a.nb, 256), 256>>>(
+			bias->dw, a.dwpart, B, Hq, nblk, a.nb);
+		PP_CUDA_LAUNCHED("attention_dbias_kernel");
+	}
 }
 PP_CUDA_BOTH(pp_cuda_attention_bwd);

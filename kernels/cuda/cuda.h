@@ -451,10 +451,11 @@ void pp_cuda_rope_bwd(pp_act *dqkv, int B, int T_, int Hq, int Hkv, int D, pp_re
 /* attention.cu */
 template <typename T>
 void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, int T_, int Hq,
-			   int Hkv, int D, int window);
+			   int Hkv, int D, int window, const pp_attn_bias *bias);
 template <typename T>
 void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, const pp_real *lse,
-			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window);
+			   const pp_act *qkv, int B, int T_, int Hq, int Hkv, int D, int window,
+			   const pp_attn_bias *bias);
 
 /* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside: T = bf16
  * tensors go to cuDNN as they are, fp32 ones through bf16 copies). They
@@ -494,7 +495,7 @@ void pp_cuda_kv_append(pp_act *kcache, pp_act *vcache, const pp_act *qkv, int B,
 template <typename T>
 void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			      const int *pos0, int window);
+			      const int *pos0, int window, const pp_attn_bias *bias);
 void pp_cuda_graph_begin(void);
 void *pp_cuda_graph_end(void);
 void pp_cuda_graph_launch(void *graph);

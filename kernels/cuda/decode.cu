@@ -61,7 +61,8 @@ PP_CUDA_BOTH(pp_cuda_kv_append);
  * against its keys in [c*KEYS_PER_SPLIT, (c+1)*KEYS_PER_SPLIT).
  * part (B*n,Hq,S,D) = sum_j exp(s_j - m) v_j, ml (B*n,Hq,S,2) = (m, sum_j
  * exp(s_j - m)); m = -inf, sum 0 and part 0 for a chunk without keys.
- * Rows are read in packs of P = PP_VEC(T): a key's score is the work of a
+ * A score s_j gains bw[h * nb + bucket[pos - j]] where there is a bias
+ * (bw non-NULL, ops.h's pp_attn_bias). Rows are read in packs of P = PP_VEC(T): a key's score is the work of a
  * group of G lanes (the head's packs, G a power of two, so a warp scores
  * 32/G keys at once); for p @ V, the THREADS threads form R = THREADS/packs
  * key groups that each sum every R-th key of the chunk for their pack, and
@@ -72,7 +73,7 @@ template <typename T, bool VEC>
 __global__ void __launch_bounds__(THREADS)
 	attn_split_kernel(float *part, float *ml, const T *qkv, const T *kc, const T *vc, int n,
 			  int Hq, int Hkv, int D, int Tmax, const int *pos0, int window,
-			  float scale)
+			  float scale, const T *bw, const int *bucket, int nb)
 {
 	constexpr int P = PP_VEC(T);
 	extern __shared__ float sm[];
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(THREADS)
 		for (int off = G / 2; off > 0; off >>= 1)
 			s += __shfl_xor_sync(0xffffffffu, s, off);
 		if (gl == 0 && j < k1)
-			p[j - k0] = s;
+			p[j - k0] = bw ? s + pp_f(bw[(size_t)h * nb + bucket[pos - j]]) : s;
 	}
 	__syncthreads();
 	float mx = -INFINITY;
@@ -191,7 +192,7 @@ __global__ void attn_combine_kernel(T *out, const float *part, const float *ml, 
 template <typename T>
 void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcache,
 			      const pp_act *vcache, int B, int n, int Hq, int Hkv, int D, int Tmax,
-			      const int *pos0, int window)
+			      const int *pos0, int window, const pp_attn_bias *bias)
 {
 	const int S = (Tmax + KEYS_PER_SPLIT - 1) / KEYS_PER_SPLIT, rows = B * n;
 	if (!rows || !Hq)
@@ -206,12 +207,15 @@ void pp_cuda_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kcac
 	const size_t smem = sizeof(float) *
 			    (D + KEYS_PER_SPLIT + 32 + (size_t)(THREADS / packs) * D);
 	const float scale = (float)(1 / sqrt((double)D));
+	const bool has_bias = bias && bias->w;
+	const T *bw = has_bias ? (const T *)bias->w : NULL;
+	const int *bucket = has_bias ? bias->bucket : NULL, nb = has_bias ? bias->nb : 0;
 #define LAUNCH(VEC)                                                                                \
 	do {                                                                                       \
 		pp_cuda_smem((const void *)attn_split_kernel<T, VEC>, smem, "attn_split_kernel");  \
 		attn_split_kernel<T, VEC><<<dim3(S, Hq, rows), THREADS, smem, pp_cuda.stream>>>(   \
 			part, ml, (const T *)qkv, (const T *)kcache, (const T *)vcache, n, Hq,     \
-			Hkv, D, Tmax, pos0, window, scale);                                        \
+			Hkv, D, Tmax, pos0, window, scale, bw, bucket, nb);                        \
 	} while (0)
 	PP_VEC_DISPATCH(pp_cuda_vec<T>(D, qkv, kcache, vcache), LAUNCH);
 #undef LAUNCH

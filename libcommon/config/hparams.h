@@ -9,8 +9,20 @@
 #include "types.h"
 
 /* The model's own rules beyond each key's range, PP_EUSAGE naming them:
- * experts are gated MLPs without biases in a llama-style layer. */
+ * experts are gated MLPs without biases in a llama-style layer; relative
+ * position biases have 2 to PP_REL_MAX_BUCKETS buckets and a
+ * max_distance past the exact half of them. */
 int hparams_check(const pp_model_cfg *m, pp_err *e);
+
+#define PP_REL_MAX_BUCKETS 1024
+
+/* pos relative (GLaM's relative position biases, Praxis's RelativeBias,
+ * unidirectional): the bucket of the distance n = i - j >= 0 between query
+ * i and key j. The first nb/2 distances have a bucket each; the others
+ * share the rest, spaced by the logarithm up to max_distance, past which
+ * they share the last: nb/2 + (int)(log(n / (nb/2)) / log(max_distance /
+ * (nb/2)) * (nb - nb/2)), at most nb - 1, in float as Praxis computes it. */
+int hparams_relative_bucket(const pp_model_cfg *m, int n);
 
 /* Whether layer i is a mixture-of-experts layer: i % moe_every ==
  * moe_every - 1 in a model with experts. */

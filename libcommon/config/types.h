@@ -46,7 +46,9 @@ typedef struct {
 	double norm_offset; /* 1 for Gemma's (1 + w) RMSNorm */
 	int pos;            /* PP_POS_* */
 	double rope_theta;
-	int sliding_window; /* 0 = full causal */
+	int rel_buckets;      /* pos relative: buckets of distance per head */
+	int rel_max_distance; /* pos relative: where the last bucket starts */
+	int sliding_window;   /* 0 = full causal */
 	bool tied_embeddings;
 	bool embed_scale; /* multiply embeddings by sqrt(d_model) (Gemma) */
 	bool bias;        /* biases on linear layers (GPT) */

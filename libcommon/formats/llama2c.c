@@ -135,8 +135,10 @@ static int llama2c_model(const pp_model_cfg *m, pp_err *e)
 	     "model.norm / norm_offset: llama2.c's norm is RMSNorm scaled by w");
 	NEED(m->norm_eps == 1e-5, "model.norm_eps %g: llama2.c's RMSNorm uses eps 1e-5",
 	     m->norm_eps);
-	NEED(m->pos == PP_POS_ROPE && m->rope_theta == 10000.0,
-	     "model.pos / rope_theta %g: llama2.c rotates with RoPE theta 10000", m->rope_theta);
+	NEED(m->pos == PP_POS_ROPE, "model.pos %s: llama2.c rotates q and k with RoPE",
+	     m->pos == PP_POS_LEARNED ? "learned" : "relative");
+	NEED(m->rope_theta == 10000.0, "model.rope_theta %g: llama2.c's RoPE base is 10000",
+	     m->rope_theta);
 	NEED(!m->embed_scale, "model.embed_scale true: llama2.c does not scale embeddings");
 	NEED(!m->bias, "model.bias true: llama2.c has no biases");
 	NEED((long)m->head_dim * m->n_heads == m->d_model,

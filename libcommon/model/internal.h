@@ -29,11 +29,12 @@
 
 /* Indices of one layer's tensors in params[] (-1 if absent). A MoE layer
  * has a router and experts (expert0: the first local expert's w1) in place
- * of up and down; dense and moe number the layers of each kind in the
- * stage (-1 for the other kind): they index the saved activations. */
+ * of up and down; rel_bias is the relative position biases of pos
+ * relative; dense and moe number the layers of each kind in the stage (-1
+ * for the other kind): they index the saved activations. */
 typedef struct {
 	int norm1_w, norm1_b, qkv_w, qkv_b, o_w, o_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
-	int router_w, expert0;
+	int router_w, expert0, rel_bias;
 	int dense, moe;
 } layer_index;
 
@@ -81,6 +82,7 @@ struct pp_stage_acts {
 		*d_act;     /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	pp_real *ce;        /* (2N) device: vocab-parallel loss statistics */
 	pp_real *replica;   /* kv heads shared over tp: one slot per head of the largest */
+	int *bucket;        /* (max_seq_len) device: pos relative's bucket of each distance */
 	int n_dense, n_moe; /* layers of each kind */
 	moe_scratch moe_sc; /* the MoE layers' scratch, shared by all slots */
 	/* the last stage's head and loss, shared by all slots */
@@ -221,10 +223,12 @@ typedef struct {
 } slot_counts;
 enum { SC_D_RES, SC_D_H, SC_D_ATT, SC_D_QKV, SC_D_UP, SC_D_ACT, SC_HF, SC_LOGITS, SC_NACT };
 enum { SCR_CE, SCR_LOSSES, SCR_REPLICA, SCR_NREAL };
+enum { SCI_BUCKET, SCI_NINT };
 /* What the stage shares between its slots: backward scratch, the head's,
- * and the one rebuilt copy of what the policy does not keep. */
+ * the relative biases' table of buckets, and the one rebuilt copy of what
+ * the policy does not keep. */
 typedef struct {
-	size_t act[SC_NACT], real[SCR_NREAL];
+	size_t act[SC_NACT], real[SCR_NREAL], ints[SCI_NINT];
 	layer_counts rebuilt;
 } scratch_counts;
 

@@ -20,12 +20,6 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 		return pp_errorf(e, PP_EUSAGE,
 				 "KV cache of %d slots, %d positions, %d rows at once", B, Tmax,
 				 rows);
-	if (m->pos == PP_POS_RELATIVE)
-		return pp_errorf(
-			e, PP_EUSAGE,
-			"model '%s' uses relative position biases: decoding supports rope and "
-			"learned positions",
-			m->preset);
 	if (Tmax > m->max_seq_len)
 		return pp_errorf(e, PP_EUSAGE,
 				 "%d positions exceed the context of model '%s' (max_seq_len=%d)",

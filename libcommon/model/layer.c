@@ -139,6 +139,20 @@ moe_layer layer_moe(const pp_stage *s, const layer_index *li)
 	return ml;
 }
 
+/* Layer li's relative position biases as the attention ops take them, in
+ * *b, with their gradient when grads; NULL for a model without them. */
+static const pp_attn_bias *layer_bias(const pp_stage *s, const layer_index *li, bool grads,
+				      pp_attn_bias *b)
+{
+	if (li->rel_bias < 0)
+		return NULL;
+	*b = (pp_attn_bias){.w = W(s, li->rel_bias),
+			    .dw = grads ? G(s, li->rel_bias) : NULL,
+			    .bucket = s->acts->bucket,
+			    .nb = s->cfg->rel_buckets};
+	return b;
+}
+
 /* The weights of a microbatch's MoE losses in the objective. */
 static void moe_loss_weights(const pp_stage *s, double *aux_w, double *z_w)
 {
@@ -156,6 +170,8 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 	const int N = B * T, C = m->d_model, F = s->d_ff, D = m->head_dim;
 	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
 	const bool gelu = m->mlp == PP_MLP_GELU;
+	pp_attn_bias bias;
+	const pp_attn_bias *rb = layer_bias(s, li, false, &bias);
 	int rc;
 
 	layer_norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
@@ -172,13 +188,13 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 					    kv->pos + b);
 			o->kv_append(k, v, qkv, 1, T, Hq, Hkv, D, kv->Tmax, kv->pos + b);
 			o->attention_cached(pp_act_at(o, t->att, (size_t)b * T * HD), qkv, k, v, 1,
-					    T, Hq, Hkv, D, kv->Tmax, kv->pos + b,
-					    m->sliding_window);
+					    T, Hq, Hkv, D, kv->Tmax, kv->pos + b, m->sliding_window,
+					    rb);
 		}
 	} else {
 		if (m->pos == PP_POS_ROPE)
 			o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
-		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window);
+		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window, rb);
 	}
 	layer_linear(s, t->mid, t->att, li->o_w, W0(s, li->o_b), N, HD, C);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
@@ -232,9 +248,10 @@ int layer_rebuild(const pp_stage *s, const layer_index *li, const layer_acts *t,
 		return layer_forward(s, li, t, B, T, NULL, NULL, e);
 	if (!(keep & PP_SAVE_NORM1))
 		layer_norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
+	pp_attn_bias bias;
 	if (!(keep & PP_SAVE_ATT))
 		o->attention_fwd(t->att, t->lse, t->qkv, B, T, s->n_heads, s->n_kv_heads,
-				 m->head_dim, m->sliding_window);
+				 m->head_dim, m->sliding_window, layer_bias(s, li, false, &bias));
 	if (!(keep & PP_SAVE_NORM2))
 		layer_norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
 	if (li->dense >= 0 && !(keep & PP_SAVE_ACT)) {
@@ -312,8 +329,10 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 		o->to_device(t->g_mid, a->d_res, NC * A);
 	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL,
 		      a->d_res, t->att, W(s, li->o_w), N, HD, C);
+	/* the biases' gradient with the input part, as the norms' */
+	pp_attn_bias bias;
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
-			 m->sliding_window);
+			 m->sliding_window, layer_bias(s, li, true, &bias));
 	if (m->pos == PP_POS_ROPE)
 		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 	if (!wgrad)

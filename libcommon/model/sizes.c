@@ -130,6 +130,8 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) *
 				      w.V},
 		.real = {[SCR_CE] = 2 * w.N, [SCR_LOSSES] = last * w.N, [SCR_REPLICA] = replica},
+		.ints = {[SCI_BUCKET] = s->cfg->pos == PP_POS_RELATIVE ? (size_t)s->cfg->max_seq_len
+								       : 0},
 	};
 	stage_layer_counts(s, PP_SAVE_ALL & ~s->saved, true, &c->rebuilt);
 }
@@ -168,7 +170,8 @@ void stage_sizes(const pp_stage *s, size_t A, stage_bytes *out)
 			layer_bytes(s, &sc.kept, A),
 		.rebuilt = layer_bytes(s, &xc.rebuilt, A),
 		.scratch = (int64_t)((sum(xc.act, SC_NACT) - xc.act[SC_LOGITS]) * A +
-				     sum(xc.real, SCR_NREAL) * R),
+				     sum(xc.real, SCR_NREAL) * R +
+				     sum(xc.ints, SCI_NINT) * sizeof(int)),
 		.logits = (int64_t)((xc.act[SC_LOGITS] + (size_t)s->n_slots * sc.act[SA_LOGITS]) *
 				    A),
 	};

@@ -175,6 +175,20 @@ static int alloc_buffers(pp_stage *s)
 	if (alloc_acts(ops, scratch, xc.act, SC_NACT) ||
 	    alloc_reals(ops, scratch_r, xc.real, SCR_NREAL))
 		return -1;
+	if (xc.ints[SCI_BUCKET]) {
+		/* the relative biases' bucket of every distance the stage can meet */
+		const size_t n = xc.ints[SCI_BUCKET];
+		int *host = malloc(n * sizeof(int));
+		a->bucket = ops->alloc(n * sizeof(int));
+		if (!host || !a->bucket) {
+			free(host);
+			return -1;
+		}
+		for (size_t d = 0; d < n; d++)
+			host[d] = hparams_relative_bucket(s->cfg, (int)d);
+		ops->to_device(a->bucket, host, n * sizeof(int));
+		free(host);
+	}
 	a->host = calloc(3 * N, sizeof(double));
 	a->host_real = calloc(2 * N, sizeof(pp_real));
 	a->host_ids = calloc(N, sizeof(int));
@@ -256,8 +270,8 @@ void stage_free(pp_stage *s)
 			free_slot_acts(ops, &a->slot[k]);
 		free_slot_acts(ops, &a->rebuilt);
 		moe_scratch_free(&a->moe_sc, ops);
-		void *p[] = {a->d_res, a->d_h, a->d_att,  a->d_qkv,  a->d_up,   a->d_act,
-			     a->ce,    a->hf,  a->losses, a->logits, a->replica};
+		void *p[] = {a->d_res, a->d_h, a->d_att,  a->d_qkv,  a->d_up,    a->d_act,
+			     a->ce,    a->hf,  a->losses, a->logits, a->replica, a->bucket};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);

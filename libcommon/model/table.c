@@ -208,6 +208,11 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 			row_block(&n, nm(&n, h, i, "self_attn.v_proj.bias"), 1, KV, GKV, kv_row, 1,
 				  kv_rep, 0);
 		}
+		if (m->pos == PP_POS_RELATIVE) /* Praxis's wrb: (heads, buckets) */
+			li->rel_bias = row_block(
+				&n, nm(&n, h, i, "self_attn.relative_attention_bias.weight"), 2,
+				s->n_heads, m->n_heads, (int64_t)r * s->n_heads, m->rel_buckets, 1,
+				1 / sqrt((double)m->n_heads * m->rel_buckets));
 		li->o_w = col_block(&n, nm(&n, h, i, "self_attn.o_proj.weight"), C, HD, GHD, r * HD,
 				    res_std);
 		if (m->bias)

@@ -4,6 +4,7 @@
  *   norm1 (C, + C bias for layernorm)
  *   qkv   ((Hq + 2 Hkv) D x C, + bias)      column-parallel over tp
  *   o     (C x Hq D, + C bias)               row-parallel: bias replicated
+ *   rel   (Hq x buckets) relative position biases (pos relative), by head
  *   norm2
  *   MLP   gated: gate+up (2F x C), down (C x F); gelu: c_fc (F x C),
  *         c_proj (C x F); biases (2F or F, + C) when cfg.bias
@@ -29,7 +30,7 @@
 
 /* The model's dimensions (of a resolved config). */
 typedef struct {
-	int64_t V, C, Hq, Hkv, D, F, L, E, K, every, max_seq;
+	int64_t V, C, Hq, Hkv, D, F, L, E, K, every, max_seq, rel_buckets;
 	bool gated, layernorm, bias, tied, learned_pos;
 } shape;
 
@@ -46,6 +47,7 @@ static void shape_of(const pp_model_cfg *m, shape *s)
 	s->K = s->E ? m->top_k : 0;
 	s->every = m->moe_every > 0 ? m->moe_every : 1;
 	s->max_seq = m->max_seq_len;
+	s->rel_buckets = m->pos == PP_POS_RELATIVE ? m->rel_buckets : 0;
 	s->gated = m->mlp == PP_MLP_SWIGLU || m->mlp == PP_MLP_GEGLU;
 	s->layernorm = m->norm == PP_NORM_LAYER;
 	s->bias = m->bias;
@@ -58,7 +60,7 @@ static int64_t moe_below(const shape *s, int64_t n) { return s->E ? n / s->every
 
 /* One layer's parameters. */
 typedef struct {
-	int64_t attn_mat, attn_bias;
+	int64_t attn_mat, attn_bias, attn_rel;
 	int64_t mlp_mat, mlp_bias; /* one MLP (one expert) */
 	int64_t n_mlp;             /* MLP copies: 1, or this ep rank's E / ep */
 	int64_t router, norms;
@@ -70,6 +72,7 @@ static void layer_parts_of(const shape *s, bool moe, layer_parts *p)
 	int64_t C = s->C, D = s->D;
 	p->attn_mat = (hq + 2 * hkv) * D * C + C * hq * D;
 	p->attn_bias = s->bias ? (hq + 2 * hkv) * D + C : 0;
+	p->attn_rel = hq * s->rel_buckets;
 	p->mlp_mat = (s->gated ? 3 : 2) * f * C;
 	p->mlp_bias = s->bias ? (s->gated ? 2 * f : f) + C : 0;
 	p->n_mlp = moe ? s->E : 1;
@@ -79,8 +82,8 @@ static void layer_parts_of(const shape *s, bool moe, layer_parts *p)
 
 static int64_t layer_total(const layer_parts *p)
 {
-	return p->attn_mat + p->attn_bias + p->n_mlp * (p->mlp_mat + p->mlp_bias) + p->router +
-	       p->norms;
+	return p->attn_mat + p->attn_bias + p->attn_rel + p->n_mlp * (p->mlp_mat + p->mlp_bias) +
+	       p->router + p->norms;
 }
 
 void plan_param_count(const pp_model_cfg *m, plan_counts *out)
@@ -98,7 +101,7 @@ void plan_param_count(const pp_model_cfg *m, plan_counts *out)
 	out->positions = s.learned_pos ? s.max_seq * s.C : 0;
 	out->embedding = s.V * s.C + out->positions;
 	out->head = s.tied ? 0 : s.V * s.C;
-	out->attention = s.L * (dense.attn_mat + dense.attn_bias);
+	out->attention = s.L * (dense.attn_mat + dense.attn_bias + dense.attn_rel);
 	out->mlp = n_dense * (dense.mlp_mat + dense.mlp_bias) +
 		   n_moe * moe.n_mlp * (moe.mlp_mat + moe.mlp_bias);
 	out->router = n_moe * moe.router;

@@ -21,12 +21,6 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	t->cfg = c;
 	t->params_only = params_only;
 	const pp_model_cfg *m = &c->model;
-	if (m->pos == PP_POS_RELATIVE)
-		return pp_errorf(
-			e, PP_EUSAGE,
-			"model '%s' uses relative position biases (pos=relative): this version "
-			"of pp trains rope and learned positions only",
-			m->preset);
 	int rc = pp_ops_select(c->device, c->dtype, &t->ops, e);
 	if (rc)
 		return rc;

@@ -79,6 +79,11 @@ for line in open(sys.argv[2], encoding="utf-8"):
 			skip gguf/smollm2/export_tokenizer/tokenizers_current "no current tokenizers: $(tail -n 1 $T/tb.log)"
 		fi
 
+		# llama2.c's run.c and runq.c rotate with RoPE base 10000: SmolLM2's
+		# 100000 cannot go there (the file would run, and compute another model)
+		expect_fail gguf/smollm2/llama2c_refused 2 "model.rope_theta 100000: llama2.c's RoPE base is 10000" \
+			pp-ckpt export $S --format llama2c -o $T/smol.bin
+
 		# logits against transformers, and its greedy continuation
 		prompt="The capital of France is"
 		pids=$(printf '%s\n' "$prompt" | "$tok" $tj)

@@ -18,7 +18,12 @@ tool=$root/build/tests/tool_hf_dump
 # (its value is checked too, per layer as pp defines it). Each family also
 # at an odd vocabulary of 77, where the batch's tokens take row 0 and most
 # others: no row may be treated apart (pp has no padding row; the reference
-# builds its models with pad_token_id=None).
+# builds its models with pad_token_id=None). glam: glam-tiny as GLaM is
+# (MoE every other layer, softmax then top-k, a capacity, GeGLU, relative
+# position biases; the reference's Mixtral made so), with the z loss; then
+# with 8 buckets of distance up to 24 over 40 positions (exact, logarithmic
+# and the last bucket) and a capacity that drops assignments, and a llama
+# with those biases; the three also decode greedily as the reference does.
 cases=${PP_HF_CASES:-"llama llama-tiny
 mistral mistral-tiny
 gemma gemma-tiny
@@ -29,7 +34,10 @@ llama-v77 llama-tiny model.vocab_size=77
 mistral-v77 mistral-tiny model.vocab_size=77
 gemma-v77 gemma-tiny model.vocab_size=77
 gpt-v77 gpt-tiny model.vocab_size=77
-mixtral-v77 mixtral-tiny model.vocab_size=77 model.router_aux_loss_coef=0.02"}
+mixtral-v77 mixtral-tiny model.vocab_size=77 model.router_aux_loss_coef=0.02
+glam glam-tiny model.router_aux_loss_coef=0.02 model.router_z_loss_coef=0.001 --generate 20
+glam-buckets glam-tiny model.relative_attention_num_buckets=8 model.relative_attention_max_distance=24 seq_len=40 model.capacity_factor=1 model.router_aux_loss_coef=0.02 --generate 20
+llama-relative llama-tiny model.pos=relative model.relative_attention_num_buckets=8 model.relative_attention_max_distance=24 seq_len=40 --generate 20"}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-hf-reference.XXXXXX") || { echo "FAIL: hf: mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT

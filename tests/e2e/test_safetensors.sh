@@ -242,6 +242,14 @@ expect_fail safetensors/llama2c/version-range 2 "--llama2c-version" \
 	pp-ckpt export "$T/llama" --format llama2c --llama2c-version 3 -o "$T/llama-v3.bin"
 expect_fail safetensors/llama2c/version-needs-llama2c 2 '--llama2c-version goes with --format llama2c' \
 	pp-ckpt export "$T/llama" --format gguf --llama2c-version 1 -o "$T/llama-v1.gguf"
+# relative position biases (GLaM's) have no place in any of the three formats
+quiet pp-init model=llama-tiny model.pos=relative -o "$T/rel" || true
+expect_fail safetensors/relative-refused/safetensors 2 'model.pos is not rope' \
+	pp-ckpt export "$T/rel" --format safetensors -o "$T/rel-st"
+expect_fail safetensors/relative-refused/gguf 2 'positions other than RoPE' \
+	pp-ckpt export "$T/rel" --format gguf -o "$T/rel.gguf"
+expect_fail safetensors/relative-refused/llama2c 2 'model.pos relative: llama2.c rotates q and k with RoPE' \
+	pp-ckpt export "$T/rel" --format llama2c -o "$T/rel.bin"
 expect_fail safetensors/llama2c/gemma-refused 2 'model.family gemma: llama2.c runs llama models only' \
 	pp-ckpt export "$T/gemma" --format llama2c -o "$T/gemma.bin"
 expect_fail safetensors/llama2c/window-refused 2 'model.sliding_window 4: llama2.c attends to every position' \

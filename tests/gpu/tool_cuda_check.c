@@ -811,50 +811,77 @@ static void check_rope(int B, int T, int Hq, int Hkv, int D, float theta, int po
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-static void r_attention_fwd(const pp_ops *o, void *const *p, const check *c)
+/* The bias by distance of a check whose a[6] is its buckets (0: none): its
+ * weights at p[w], its bucket of each distance at p[w + 1], its gradient
+ * at p[dw] (dw < 0: none) */
+static const pp_attn_bias *bias_of(void *const *p, const check *c, int w, int dw, pp_attn_bias *b)
 {
-	o->attention_fwd(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+	if (!c->a[6])
+		return NULL;
+	*b = (pp_attn_bias){
+		.w = p[w], .dw = dw >= 0 ? P(dw) : NULL, .bucket = I(w + 1), .nb = c->a[6]};
+	return b;
 }
 
+/* forward tensors: out, lse, qkv[, bias, bucket] */
+static void r_attention_fwd(const pp_ops *o, void *const *p, const check *c)
+{
+	pp_attn_bias b;
+	o->attention_fwd(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5],
+			 bias_of(p, c, 3, -1, &b));
+}
+
+/* backward tensors: dqkv, dout, out, lse, qkv[, bias, bucket, dbias] */
 static void r_attention_bwd(const pp_ops *o, void *const *p, const check *c)
 {
+	pp_attn_bias b;
 	o->attention_bwd(P(0), P(1), P(2), P(3), P(4), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
-			 c->a[5]);
+			 c->a[5], bias_of(p, c, 5, 7, &b));
 }
 
 /* out and lse of qkv, as the forward pass saves them */
 static void prep_attention(void *const *host, const check *c)
 {
+	pp_attn_bias b;
 	pp_ops_cpu.attention_fwd(host[2], host[3], host[4], c->a[0], c->a[1], c->a[2], c->a[3],
-				 c->a[4], c->a[5]);
+				 c->a[4], c->a[5], bias_of(host, c, 5, -1, &b));
 }
 
-static void check_attention(int B, int T, int Hq, int Hkv, int D, int window)
+/* nb > 0: with a bias by distance of nb buckets (random buckets per
+ * distance, its gradient summed over the distances of each) */
+static void check_attention(int B, int T, int Hq, int Hkv, int D, int window, int nb)
 {
 	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
 	const size_t nlse = (size_t)B * Hq * T;
-	check c = {.op = "attention_fwd",
+	check c = {.op = nb ? "attention_fwd_bias" : "attention_fwd",
 		   .run = r_attention_fwd,
-		   .nt = 3,
-		   .a = {B, T, Hq, Hkv, D, window}};
-	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
-		 window);
+		   .nt = nb ? 5 : 3,
+		   .a = {B, T, Hq, Hkv, D, window, nb},
+		   .vocab = nb};
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d nb=%d", B, T, Hq,
+		 Hkv, D, window, nb);
 	c.t[0] = TS("out", nout, OUT, ACT, 1);
 	c.t[1] = TS("lse", nlse, OUT, F32, 1);
 	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
+	c.t[3] = TS("bias", (size_t)Hq * nb, IN, ACT, 1);
+	c.t[4] = TS("bucket", (size_t)T, IN, IDX, 0);
 	run_check(&c);
 
-	check d = {.op = "attention_bwd",
+	check d = {.op = nb ? "attention_bwd_bias" : "attention_bwd",
 		   .run = r_attention_bwd,
 		   .prep = prep_attention,
-		   .nt = 5,
-		   .a = {B, T, Hq, Hkv, D, window}};
+		   .nt = nb ? 8 : 5,
+		   .a = {B, T, Hq, Hkv, D, window, nb},
+		   .vocab = nb};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TS("dqkv", nqkv, OUT, ACT, 1);
 	d.t[1] = TS("dout", nout, IN, ACT, 1);
 	d.t[2] = TS("out", nout, IN, ACT, 1);
 	d.t[3] = TS("lse", nlse, IN, F32, 1);
 	d.t[4] = TS("qkv", nqkv, IN, ACT, 2);
+	d.t[5] = TS("bias", (size_t)Hq * nb, IN, ACT, 1);
+	d.t[6] = TS("bucket", (size_t)T, IN, IDX, 0);
+	d.t[7] = TS("dbias", (size_t)Hq * nb, ACC, F32, 1);
 	run_check(&d);
 }
 
@@ -865,15 +892,19 @@ static void r_kv_append(const pp_ops *o, void *const *p, const check *c)
 	o->kv_append(P(0), P(1), P(2), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5], I(3));
 }
 
+/* tensors: out, qkv, kcache, vcache, pos0[, bias, bucket]; a[8] the buckets */
 static void r_attention_cached(const pp_ops *o, void *const *p, const check *c)
 {
+	pp_attn_bias b = {.w = p[5], .bucket = I(6), .nb = c->a[8]};
 	o->attention_cached(P(0), P(1), P(2), P(3), c->a[0], c->a[1], c->a[2], c->a[3], c->a[4],
-			    c->a[5], I(4), c->a[7]);
+			    c->a[5], I(4), c->a[7], c->a[8] ? &b : NULL);
 }
 
 /* n new rows at positions pos0.. of B sequences against a cache of Tmax
- * entries (random beyond pos0 + n: the op must not read them) */
-static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos0, int window)
+ * entries (random beyond pos0 + n: the op must not read them); nb > 0: with
+ * a bias by distance of nb buckets */
+static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos0, int window,
+			 int nb)
 {
 	const size_t nqkv = (size_t)B * n * (Hq + 2 * Hkv) * D, nout = (size_t)B * n * Hq * D;
 	const size_t ncache = (size_t)B * Tmax * Hkv * D;
@@ -889,17 +920,20 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 	c.t[3] = TS("pos0", 1, IN, POS, pos0);
 	run_check(&c);
 
-	check d = {.op = "attention_cached",
+	check d = {.op = nb ? "attention_cached_bias" : "attention_cached",
 		   .run = r_attention_cached,
-		   .nt = 5,
-		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window}};
-	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d", B, n, Hq,
-		 Hkv, D, Tmax, pos0, window);
+		   .nt = nb ? 7 : 5,
+		   .a = {B, n, Hq, Hkv, D, Tmax, pos0, window, nb},
+		   .vocab = nb};
+	snprintf(d.shape, sizeof d.shape, "B=%d n=%d Hq=%d Hkv=%d D=%d T=%d pos0=%d w=%d nb=%d", B,
+		 n, Hq, Hkv, D, Tmax, pos0, window, nb);
 	d.t[0] = TS("out", nout, OUT, ACT, 1);
 	d.t[1] = TS("qkv", nqkv, IN, ACT, 2);
 	d.t[2] = TS("kcache", ncache, IN, ACT, 2);
 	d.t[3] = TS("vcache", ncache, IN, ACT, 1);
 	d.t[4] = TS("pos0", 1, IN, POS, pos0);
+	d.t[5] = TS("bias", (size_t)Hq * nb, IN, ACT, 1);
+	d.t[6] = TS("bucket", (size_t)Tmax, IN, IDX, 0);
 	run_check(&d);
 }
 
@@ -1395,14 +1429,18 @@ int main(void)
 	check_norm_residual(8, 9000, 0, 1);
 	check_rope(2, 64, 4, 2, 32, 10000, 0);
 	check_rope(1, 33, 2, 1, 128, 500000, 4000);
-	check_attention(2, 100, 4, 2, 32, 0);
-	check_attention(1, 130, 4, 1, 64, 48);
-	check_attention(2, 70, 2, 2, 128, 0);
-	check_attention(1, 40, 2, 1, 256, 0);
-	check_attention(1, 33, 3, 1, 80, 7);
-	check_attention(1, 1, 2, 1, 16, 0);
-	check_attention(2, 17, 4, 4, 48, 1);
-	check_attention(1, 512, 8, 2, 64, 0);
+	check_attention(2, 100, 4, 2, 32, 0, 0);
+	check_attention(1, 130, 4, 1, 64, 48, 0);
+	check_attention(2, 70, 2, 2, 128, 0, 0);
+	check_attention(1, 40, 2, 1, 256, 0, 0);
+	check_attention(1, 33, 3, 1, 80, 7, 0);
+	check_attention(1, 1, 2, 1, 16, 0, 0);
+	check_attention(2, 17, 4, 4, 48, 1, 0);
+	check_attention(1, 512, 8, 2, 64, 0, 0);
+	/* GLaM's relative position biases: 32 buckets, a window, a ragged T */
+	check_attention(2, 100, 4, 2, 32, 0, 32);
+	check_attention(1, 130, 4, 1, 64, 48, 7);
+	check_attention(1, 300, 12, 12, 64, 0, 32);
 	/* T a multiple of 128, which every cuDNN 9 backward takes */
 	check_attention_cudnn(2, 128, 4, 2, 32, 0);
 	check_attention_cudnn(1, 256, 4, 1, 64, 48);
@@ -1415,11 +1453,13 @@ int main(void)
 	check_attention_cudnn(1, 1, 2, 1, 16, 0);     /* one token: cuDNN's backward refuses it */
 	check_attention_cudnn(1, 33, 3, 1, 20, 7);    /* head dim 20: cuDNN wants multiples of 8 */
 	/* one token (several key splits of 256), a prefill, a window, GQA and MQA */
-	check_decode(1, 1, 32, 8, 128, 1024, 700, 0);
-	check_decode(2, 1, 4, 2, 64, 300, 299, 0);
-	check_decode(1, 37, 4, 1, 64, 100, 0, 0);
-	check_decode(2, 5, 4, 2, 32, 600, 400, 48);
-	check_decode(1, 1, 2, 1, 256, 8, 3, 0);
+	check_decode(1, 1, 32, 8, 128, 1024, 700, 0, 0);
+	check_decode(2, 1, 4, 2, 64, 300, 299, 0, 0);
+	check_decode(1, 37, 4, 1, 64, 100, 0, 0, 0);
+	check_decode(2, 5, 4, 2, 32, 600, 400, 48, 0);
+	check_decode(1, 1, 2, 1, 256, 8, 3, 0, 0);
+	check_decode(2, 1, 4, 2, 64, 300, 299, 0, 32);
+	check_decode(1, 37, 4, 1, 64, 100, 0, 0, 7);
 	check_mlp(256, 320);
 	check_moe(300, 8, 2, 96, -1); /* Mixtral's routing */
 	check_moe(257, 64, 2, 64, 9); /* GLaM's 64 experts, with a capacity */

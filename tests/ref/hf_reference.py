@@ -17,6 +17,20 @@ give Hugging Face's greedy tokens (generate(do_sample=False)'s loop). The refere
 measured is pp's fp32 error (Hugging Face still computes RMSNorm and the RoPE
 tables in fp32 internally, about 1e-7 relative).
 
+A config with model.pos "relative" (GLaM's relative position biases) gets
+the family's model with its attention replaced by relative_attention_forward
+below: no RoPE, and each layer's learned bias of every (head, bucket of the
+distance i - j) added to the scaled scores, with Praxis's RelativeBias
+buckets (unidirectional) computed in float32 as Praxis does; the bias table
+is a parameter of each attention module, so it is loaded, and its gradient
+compared, by name like any other.
+
+A mixtral-family config in GLaM's form (experts every moe_every-th layer,
+router softmax_topk, a capacity factor, or geglu) gets Hugging Face's
+Mixtral with install_glam below: dense gated MLPs in the other layers, and
+GLaM's routing as pp defines it in the MoE layers; its load-balancing and
+z losses are computed from the router logits of those layers.
+
 Prints one line per check, as tests/run.sh counts them:
     PASS: hf/<family>/logits rel=...
     FAIL: hf/<family>/grads/<name>: rel=... > tol
@@ -124,7 +138,8 @@ def build_model(cfg, family, dtype, attn="eager"):
         sw = int(get(m, "sliding_window", default=0))
         # the load-balancing loss is added by main(), per layer as pp
         # defines it (Hugging Face's own pools every layer's router logits)
-        hc = transformers.MixtralConfig(hidden_act="silu", sliding_window=sw or None,
+        act = "gelu_pytorch_tanh" if str(get(m, "mlp")) in ("geglu", "1") else "silu"
+        hc = transformers.MixtralConfig(hidden_act=act, sliding_window=sw or None,
                                         num_local_experts=int(get(m, "n_experts")),
                                         num_experts_per_tok=int(get(m, "top_k")),
                                         router_aux_loss_coef=0.0, output_router_logits=False,
@@ -155,6 +170,151 @@ def build_model(cfg, family, dtype, attn="eager"):
     if impl != attn:
         raise ValueError(f"Hugging Face chose attention {impl!r}, wanted {attn}")
     return model
+
+
+def relative_bucket(n, nb, max_distance):
+    """Praxis's RelativeBias._relative_position_bucket, unidirectional: the
+    bucket of each distance n = i - j (negative: a future key, bucket 0)."""
+    exact = nb // 2
+    n = torch.clamp(n, min=0)
+    f32 = torch.float32
+    large = exact + (torch.log(n.to(f32) / exact) /
+                     torch.log(torch.tensor(float(max_distance), dtype=f32) / exact) *
+                     (nb - exact)).to(torch.int32)
+    large = torch.clamp(large, max=nb - 1)
+    return torch.where(n < exact, n.to(torch.int32), large).long()
+
+
+class BiasTable(torch.nn.Module):
+    """A layer's relative position biases, (heads, buckets) as pp stores them"""
+
+    def __init__(self, heads, nb, dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(heads, nb, dtype=dtype))
+
+
+def relative_attention_forward(self, hidden_states, attention_mask=None, position_ids=None,
+                               past_key_value=None, output_attentions=False, use_cache=False,
+                               cache_position=None, position_embeddings=None, **kwargs):
+    """Causal attention with grouped kv heads and a learned bias by distance,
+    in place of the family's RoPE attention (transformers 4.46's interface)."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+    cfg = self.config
+    B, T, _ = hidden_states.shape
+    H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    q = self.q_proj(hidden_states).view(B, T, H, D).transpose(1, 2)
+    k = self.k_proj(hidden_states).view(B, T, KV, D).transpose(1, 2)
+    v = self.v_proj(hidden_states).view(B, T, KV, D).transpose(1, 2)
+    if past_key_value is not None:
+        k, v = past_key_value.update(k, v, self.layer_idx, {"cache_position": cache_position})
+    k, v = repeat_kv(k, H // KV), repeat_kv(v, H // KV)
+    S = k.shape[2]
+    dist = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # i - j
+    bias = self.relative_attention_bias.weight[:, relative_bucket(dist, self.rel_nb,
+                                                                  self.rel_max_distance)]
+    scores = q @ k.transpose(2, 3) / math.sqrt(D) + bias[None]
+    scores = scores.masked_fill(dist[None, None] < 0, float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    out = (p @ v).transpose(1, 2).reshape(B, T, H * D)
+    return self.o_proj(out), None, past_key_value
+
+
+def install_relative_bias(model, m, dtype):
+    """Every attention module of model gets relative_attention_forward and its
+    bias table (model.layers.N.self_attn.relative_attention_bias.weight)."""
+    import types
+    nb = int(get(m, "relative_attention_num_buckets", default=32))
+    maxd = int(get(m, "relative_attention_max_distance", default=128))
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        attn.rel_nb, attn.rel_max_distance = nb, maxd
+        attn.relative_attention_bias = BiasTable(model.config.num_attention_heads, nb, dtype)
+        attn.forward = types.MethodType(relative_attention_forward, attn)
+
+
+class GatedMLP(torch.nn.Module):
+    """A dense layer's gated MLP, Llama's names, no biases"""
+
+    def __init__(self, C, F, act, dtype):
+        super().__init__()
+        L = torch.nn.Linear
+        self.gate_proj = L(C, F, bias=False, dtype=dtype)
+        self.up_proj = L(C, F, bias=False, dtype=dtype)
+        self.down_proj = L(F, C, bias=False, dtype=dtype)
+        self.act = act
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def glam_moe_forward(self, h):
+    """GLaM's MoE layer as pp computes it: top-k experts by router logit; gates
+    the top-k probabilities of the softmax over all experts (softmax_topk)
+    or a softmax over the top-k logits (topk_softmax); each expert takes at
+    most ceil(capacity_factor * N * K / E) assignments, in token order and
+    within a token in order of choice, the others dropped (capacity 0: no
+    limit). Keeps this layer's load-balancing loss E * sum_e f_e P_e (f_e the
+    fraction of assignments that chose e, a constant; P_e the mean
+    probability) and z loss mean(logsumexp^2)."""
+    B, T, C = h.shape
+    x = h.reshape(-1, C)
+    N, E, K = x.shape[0], self.num_experts, self.top_k
+    logits = self.gate(x)
+    prob = torch.softmax(logits, dim=-1)
+    ex = torch.topk(logits, K, dim=-1).indices
+    gates = prob.gather(1, ex) if self.glam_router == "softmax_topk" else \
+        torch.softmax(logits.gather(1, ex), dim=-1)
+    cap = math.ceil(self.glam_capacity * N * K / E) if self.glam_capacity > 0 else None
+    count, kept = [0] * E, torch.zeros(N, K, dtype=torch.bool)
+    for n in range(N):
+        for k in range(K):
+            e = int(ex[n, k])
+            if cap is None or count[e] < cap:
+                count[e] += 1
+                kept[n, k] = True
+    out = torch.zeros_like(x)
+    for e in range(E):
+        n_idx, k_idx = torch.nonzero((ex == e) & kept, as_tuple=True)
+        if len(n_idx):
+            y = self.experts[e](x[n_idx]) * gates[n_idx, k_idx, None]
+            out = out.index_add(0, n_idx, y)
+    chosen = torch.bincount(ex.reshape(-1), minlength=E).to(prob.dtype)
+    self.glam_aux = E * (chosen / N * prob.mean(dim=0)).sum()
+    self.glam_z = (torch.logsumexp(logits, dim=-1) ** 2).mean()
+    self.glam_dropped = N * K - int(kept.sum())
+    return out.view(B, T, C), logits
+
+
+def is_glam(m):
+    return (int(get(m, "moe_every", default=1)) > 1 or float(get(m, "capacity_factor", default=0)) > 0
+            or str(get(m, "router", default="topk_softmax")) in ("softmax_topk", "1")
+            or str(get(m, "mlp")) in ("geglu", "1"))
+
+
+def install_glam(model, m, dtype):
+    """The Mixtral model made pp's GLaM (see glam_moe_forward): the MoE
+    layers' routing replaced, the other layers given a dense GatedMLP as mlp
+    (model.layers.N.mlp.*); returns the MoE blocks, for their losses."""
+    import types
+    from transformers.activations import ACT2FN
+    every = int(get(m, "moe_every", default=1))
+    router = get(m, "router", default="topk_softmax")
+    router = {0: "topk_softmax", 1: "softmax_topk"}.get(router, router)
+    act = ACT2FN[model.config.hidden_act]
+    moes = []
+    for i, layer in enumerate(model.model.layers):
+        if i % every == every - 1:
+            blk = layer.block_sparse_moe
+            blk.glam_router, blk.glam_capacity = router, float(get(m, "capacity_factor", default=0))
+            blk.forward = types.MethodType(glam_moe_forward, blk)
+            moes.append(blk)
+        else:
+            del layer.block_sparse_moe
+            layer.mlp = GatedMLP(model.config.hidden_size, model.config.intermediate_size, act,
+                                 dtype)
+            layer.block_sparse_moe = (lambda mlp: lambda h: (mlp(h), None))(layer.mlp)
+    return moes
 
 
 def hf_layout(family, name, arr):
@@ -225,6 +385,11 @@ def main():
     except (KeyError, ValueError, TypeError) as ex:
         r.check(False, "model", f"cannot build the Hugging Face model: {ex}")
         return 1
+    relative = str(cfg["model"].get("pos")).lower() in ("relative", "2")
+    if relative:
+        install_relative_bias(model, cfg["model"], dtype)
+    glam = install_glam(model, cfg["model"], dtype) if family == "mixtral" and \
+        is_glam(cfg["model"]) else None
 
     # load by name: both directions must be 1:1
     hf_params = dict(model.named_parameters())  # tied lm_head appears once, as the embedding
@@ -257,7 +422,8 @@ def main():
     tgts = torch.from_numpy(targets)
     model.zero_grad(set_to_none=True)
     moe = family == "mixtral"
-    out = model(input_ids=toks, output_router_logits=True) if moe else model(input_ids=toks)
+    out = model(input_ids=toks, output_router_logits=True) if moe and glam is None \
+        else model(input_ids=toks)
     logits = out.logits
     V = logits.shape[-1]
     if tuple(logits.shape) != tuple(logits_pp.shape):
@@ -272,14 +438,22 @@ def main():
     r.check(el <= a.loss_tol, "loss", f"pp={loss_pp:.9g} hf={lref:.9g} rel={el:.2e}"
             + ("" if el <= a.loss_tol else f" > {a.loss_tol:g}"))
     if moe:
-        # Switch/Mixtral's load-balancing loss of each MoE layer (transformers'
-        # own function on that layer's router logits alone), summed over layers
-        from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
         m = cfg["model"]
-        E, K = int(get(m, "n_experts")), int(get(m, "top_k"))
-        aux = sum(load_balancing_loss_func((rl,), E, K) for rl in out.router_logits)
+        dropped = ""
+        if glam is not None:
+            aux = sum(b.glam_aux for b in glam)
+            z = sum(b.glam_z for b in glam)
+            dropped = f"; {sum(b.glam_dropped for b in glam)} assignments over capacity"
+            loss = loss + float(get(m, "router_z_loss_coef", default=0.0)) * z
+        else:
+            # Switch/Mixtral's load-balancing loss of each MoE layer (transformers'
+            # own function on that layer's router logits alone), summed over layers
+            from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+            E, K = int(get(m, "n_experts")), int(get(m, "top_k"))
+            aux = sum(load_balancing_loss_func((rl,), E, K) for rl in out.router_logits)
         ea = abs(aux_pp - float(aux)) / max(abs(float(aux)), 1e-30) if aux_pp is not None else 1
-        r.check(ea <= a.loss_tol, "aux_loss", f"pp={aux_pp} hf={float(aux):.9g} rel={ea:.2e}")
+        r.check(ea <= a.loss_tol, "aux_loss",
+                f"pp={aux_pp} hf={float(aux):.9g} rel={ea:.2e}{dropped}")
         loss = loss + float(get(m, "router_aux_loss_coef", default=0.0)) * aux
     loss.backward()
 
@@ -322,6 +496,15 @@ def main():
             d = rel_err(full.numpy(), logits.detach().numpy())
             r.check(d > 1e3 * a.tol, "sliding-window",
                     f"reference applies window {sw}: full-causal logits differ rel={d:.2e}")
+    # likewise the biases: without them the logits must be others
+    if relative:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.relative_attention_bias.weight.zero_()
+            plain = model(input_ids=toks).logits
+        d = rel_err(plain.numpy(), logits.detach().numpy())
+        r.check(d > 1e3 * a.tol, "relative-bias",
+                f"reference applies the biases: logits without them differ rel={d:.2e}")
     return 1 if r.failed else 0
 
 

@@ -12,7 +12,7 @@
 # 10%; the next layer's gather goes out while a layer computes (the run's
 # counters); a checkpoint resumes bitwise in its layout and to 1e-5 in
 # another, and pp-ckpt verifies, describes and converts it; bad layouts get
-# clear errors.
+# clear errors. Relative position biases (GLaM's) at tp=2 x fsdp=2 too.
 . "$(dirname "$0")/../tools/lib.sh"
 . "$(dirname "$0")/../tools/slurm-lib.sh"
 export OMP_NUM_THREADS=1
@@ -39,7 +39,7 @@ slurm_up 2>$T/slurm.log
 case $? in
 0) ;;
 3 | 4)
-	for l in "${layouts[@]}"; do skip "fsdp/${l#* }" "$SLURM_SKIP"; done
+	for l in "${layouts[@]}" relative; do skip "fsdp/${l#* }" "$SLURM_SKIP"; done
 	for c in "${checks[@]}"; do skip "fsdp/$c" "$SLURM_SKIP"; done
 	exit 0 ;;
 *)
@@ -50,6 +50,12 @@ esac
 common="model.n_layers=4 global_batch=8 microbatch=1 seq_len=32 steps=20 lr=1e-3 adamw.eps=1e-6 log_period=20"
 layout_suite fsdp "$common" llama-tiny gpt-tiny -- "${layouts[@]}"
 base="model=llama-tiny $common"
+# GLaM's relative position biases in a sharded llama, with tp splitting them by head
+rel="$base model.pos=relative"
+# shellcheck disable=SC2086 # rel holds key=value words
+pp-train $rel run_dir=$T/rel/base --quiet 2>$T/rel.log || fail fsdp/relative/baseline "$(tail -n 2 $T/rel.log)"
+# shellcheck disable=SC2086
+layout_run fsdp/relative/tp=2,fsdp=2 $T/rel/base $T/rel/tp2 4 $rel tp=2 fsdp=2
 
 # --- memory: a quarter of each, and the plan ---------------------------------------
 # 32 layers of a wider llama, so that a layer, not the embedding, is the

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Mixture of experts end to end. In one process: capacity routing (drops
 # counted and logged; a capacity nothing overflows is dropless exactly),
+# GLaM with its relative position biases resumed bitwise,
 # the MoE losses in metrics.jsonl, pp-init and pp-decode of a Mixtral, the
 # plan with ep, and the bad MoE configs. Under srun on the local Slurm
-# cluster: a tiny Mixtral and a tiny GLaM trained at ep=1, ep=2, pp=2 x
-# ep=2, tp=2 x ep=2 and with ZeRO-1 reproduce the single process (losses and
+# cluster: a tiny Mixtral and a tiny GLaM (relative position biases split
+# by head over tp) trained at ep=1, ep=2, pp=2 x ep=2, tp=2 x ep=2 and with
+# ZeRO-1 reproduce the single process (losses and
 # final parameters to 1e-5 relative over 20 steps), at microbatch 1 and 4; checkpoints sharded over
 # ep (format version 3), verified, resumed in another ep and resharded by
 # pp-ckpt convert; the gradient buckets bitwise as one sum after the backward.
@@ -24,6 +26,17 @@ for model in mixtral-tiny glam-tiny; do
 	pp-train model=$model $common run_dir=$T/$model/base --quiet 2>$T/base.log ||
 		fail "moe/$model/train" "$(tail -n 2 $T/base.log)"
 done
+# glam-tiny is GLaM as published, relative position biases included: 10
+# steps, a restart, 10 more are the 20 of one run to the bit
+pp-train model=glam-tiny $common checkpoint_period=10 run_dir=$T/glam-re --quiet 2>/dev/null
+rm -rf $T/glam-re/checkpoints/step_00000020
+pp-train model=glam-tiny $common run_dir=$T/glam-re --quiet 2>$T/glam-re.log
+glam_resumes_bitwise() {
+	grep -q "resumed from step 10" $T/glam-re.log && same_losses $T/glam-tiny/base $T/glam-re &&
+		$compare $T/glam-tiny/base/$last $T/glam-re/$last 0 >/dev/null &&
+		pp-ckpt info $T/glam-re | grep -q "self_attn.relative_attention_bias.weight  *4 x 32 "
+}
+check moe/resume/glam_relative_bitwise glam_resumes_bitwise
 check moe/metrics_have_losses jq -e 'select(.step == 20) | .moe_aux_loss > 0 and .moe_z_loss > 0 and
 	.moe_dropped_fraction == 0' $T/mixtral-tiny/base/metrics.jsonl
 
@@ -67,6 +80,7 @@ layouts=(
 	"mixtral-tiny 8 pp=2 tp=2 dp=2 ep=2 shard_optimizer=true"
 	"glam-tiny 2 dp=2 ep=2"
 	"glam-tiny 4 pp=2 dp=2 ep=2 shard_optimizer=true"
+	"glam-tiny 4 tp=2 dp=2 ep=2"
 )
 slurm_up 2>$T/slurm.log
 case $? in

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../libcommon/config/config.h"
+#include "../../libcommon/config/hparams.h"
 #include "../tools/harness.h"
 
 static char root_dir[PP_PATH_MAX], cfg_dir[PP_PATH_MAX + 16];
@@ -676,6 +677,19 @@ static const struct err_case {
 	 NULL,
 	 {"model=llama-tiny", "microbatch=2", "microbatches=3"},
 	 {"microbatches 3 does not match", "global_batch / (dp * microbatch)", "= 4"}},
+	{"rule/relative_gpt",
+	 NULL,
+	 {"model=gpt-tiny", "model.pos=relative"},
+	 {"relative position biases go in a llama-style layer"}},
+	{"rule/relative_one_bucket",
+	 NULL,
+	 {"model=glam-tiny", "model.relative_attention_num_buckets=1"},
+	 {"model.relative_attention_num_buckets 1", "2 to 1024 buckets"}},
+	{"rule/relative_max_distance",
+	 NULL,
+	 {"model=glam-tiny", "model.relative_attention_num_buckets=32",
+	  "model.relative_attention_max_distance=16"},
+	 {"relative_attention_max_distance 16", "above half of them"}},
 	{"rule/top_k_gt_experts",
 	 NULL,
 	 {"model=mixtral-tiny", "model.top_k=5"},
@@ -897,6 +911,36 @@ static void test_resolved_json(void)
 
 /* recompute: each policy by name; true and false, from a file or an
  * override, as recompute was a bool before it named policies */
+/* GLaM's buckets of distance (Praxis's RelativeBias, T5's formula): with 32
+ * buckets to 128, distances 0..15 have one each, then the published
+ * boundaries, then everything from 113 on the last */
+static void test_relative_buckets(void)
+{
+	pp_model_cfg m = {.pos = PP_POS_RELATIVE, .rel_buckets = 32, .rel_max_distance = 128};
+	static const int starts[] = {16, 19, 21, 24, 27, 31, 35, 40,
+				     46, 52, 59, 67, 77, 87, 99, 113};
+	int bad = -1;
+	for (int d = 0; d < 5000 && bad < 0; d++) {
+		int want = d; /* below 16; else 15 + the boundaries at or below d */
+		if (d >= 16) {
+			want = 15;
+			for (int k = 0; k < 16; k++)
+				want += d >= starts[k];
+		}
+		if (hparams_relative_bucket(&m, d) != want)
+			bad = d;
+	}
+	CHECK(bad < 0, "config/relative/buckets_32_128", "distance %d in bucket %d", bad,
+	      bad < 0 ? 0 : hparams_relative_bucket(&m, bad));
+	pp_model_cfg small = {.pos = PP_POS_RELATIVE, .rel_buckets = 8, .rel_max_distance = 24};
+	const int want8[] = {0, 1, 2, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6, 6, 6, 6, 7, 7, 7};
+	int ok = 1;
+	for (int d = 0; d < (int)(sizeof want8 / sizeof *want8); d++)
+		ok &= hparams_relative_bucket(&small, d) == want8[d];
+	CHECK(ok && hparams_relative_bucket(&small, 100000) == 7, "config/relative/buckets_8_24",
+	      "not 0..3 exact, 4 from 4, 5 from 7, 6 from 10, 7 from 16");
+}
+
 static void test_recompute(void)
 {
 	const struct {
@@ -970,6 +1014,7 @@ int main(void)
 	test_errors();
 	test_resolved_json();
 	test_profile_keys();
+	test_relative_buckets();
 	test_recompute();
 	printf("%d passed, %d failed\n", th_passed, th_failed);
 	TH_EXIT();

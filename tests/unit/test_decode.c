@@ -179,10 +179,13 @@ static void g_run(const g_call *c)
 	case G_KV_APPEND:
 		o->kv_append(p[0], p[1], p[2], i[0], i[1], i[2], i[3], i[4], i[5], p[3]);
 		break;
-	case G_ATTENTION:
+	case G_ATTENTION: {
+		/* the bias by value, as a backend's recording keeps its arguments */
+		const pp_attn_bias b = {.w = p[5], .bucket = p[6], .nb = (int)i[7]};
 		o->attention_cached(p[0], p[1], p[2], p[3], i[0], i[1], i[2], i[3], i[4], i[5],
-				    p[4], i[6]);
+				    p[4], i[6], p[5] ? &b : NULL);
 		break;
+	}
 	case G_GLU:
 		o->glu_fwd(p[0], p[1], i[0], i[1], i[2]);
 		break;
@@ -267,15 +270,17 @@ static void g_kv_append(pp_act *kc, pp_act *vc, const pp_act *qkv, int B_, int n
 }
 static void g_attention_cached(pp_act *out, const pp_act *qkv, const pp_act *kc, const pp_act *vc,
 			       int B_, int n, int Hq, int Hkv, int D, int Tmax, const int *pos0,
-			       int window)
+			       int window, const pp_attn_bias *bias)
 {
 	if (!gm.recording) {
 		const long rows = (long)B_ * n;
 		gm.scratch_grew += gm.alive && rows > gm.rows;
 		gm.rows = rows > gm.rows ? rows : gm.rows;
 	}
-	G_ISSUE(.op = G_ATTENTION, .p = {out, P(qkv), P(kc), P(vc), P(pos0)},
-		.i = {B_, n, Hq, Hkv, D, Tmax, window});
+	G_ISSUE(.op = G_ATTENTION,
+		.p = {out, P(qkv), P(kc), P(vc), P(pos0), bias ? P(bias->w) : NULL,
+		      bias ? P(bias->bucket) : NULL},
+		.i = {B_, n, Hq, Hkv, D, Tmax, window, bias ? bias->nb : 0});
 }
 static void g_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act)
 {

@@ -1,7 +1,8 @@
 /* Whole-model gradient checks in double precision (built with -DPP_F64).
  * For a tiny model of each family (the dense ones; mixtral-tiny, MoE in
  * every layer with Mixtral's routing; glam-tiny, MoE in every other layer
- * with GLaM's routing and a capacity), the objective being the mean loss
+ * with GLaM's routing and a capacity, and relative position biases), the
+ * objective being the mean loss
  * plus the MoE layers' load-balancing and z losses at their weights:
  *   - the analytic gradient of the mean loss w.r.t. every parameter tensor
  *     agrees with central finite differences;

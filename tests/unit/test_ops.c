@@ -89,6 +89,8 @@ struct op_case {
 	void (*bwd)(op_case *c); /* gradients from dout, after fwd */
 	int B, T, N, C, OC, V, Hq, Hkv, D, F, window, act, pos0;
 	int bwd_threads; /* OpenMP threads for bwd; 0: as set */
+	int nb;          /* attention's bias by distance: buckets, and the bucket of each */
+	int *bucket;     /* distance (NULL: no bias) */
 	pp_real scale, eps, offset, theta;
 	int *tok;
 	pp_real *out, *dout, *stat1, *stat2;
@@ -136,6 +138,7 @@ static void case_free(op_case *c)
 	free(c->stat1);
 	free(c->stat2);
 	free(c->tok);
+	free(c->bucket);
 }
 
 static double case_loss(op_case *c)
@@ -499,18 +502,29 @@ static void test_rope(void)
 
 /* ---- attention ---- */
 
+/* the case's bias by distance (its weights are the second argument), or NULL */
+static const pp_attn_bias *case_bias(op_case *c, pp_attn_bias *b)
+{
+	if (!c->bucket)
+		return NULL;
+	*b = (pp_attn_bias){.w = X(1), .dw = DX(1), .bucket = c->bucket, .nb = c->nb};
+	return b;
+}
 static void attention_fwd(op_case *c)
 {
-	ops->attention_fwd(c->out, c->stat1, X(0), c->B, c->T, c->Hq, c->Hkv, c->D, c->window);
+	pp_attn_bias b;
+	ops->attention_fwd(c->out, c->stat1, X(0), c->B, c->T, c->Hq, c->Hkv, c->D, c->window,
+			   case_bias(c, &b));
 }
 static void attention_bwd(op_case *c)
 {
+	pp_attn_bias b;
 	ops->attention_bwd(DX(0), c->dout, c->out, c->stat1, X(0), c->B, c->T, c->Hq, c->Hkv, c->D,
-			   c->window);
+			   c->window, case_bias(c, &b));
 }
 
 /* out (B,T,Hq*D) and lse (B,Hq,T) by the textbook formula: an explicit
- * (T,T) mask, softmax over the full score row */
+ * (T,T) mask, the bias of each distance, softmax over the full score row */
 static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 {
 	const int T = c->T, D = c->D, W = (c->Hq + 2 * c->Hkv) * D, G = c->Hq / c->Hkv;
@@ -530,7 +544,11 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 					double dot = 0;
 					for (int d = 0; d < D; d++)
 						dot += q[d] * k[d];
-					s[j] = mask[i * T + j] ? exp(dot / sqrt(D)) : 0;
+					const double bias =
+						c->bucket && j <= i
+							? X(1)[h * c->nb + c->bucket[i - j]]
+							: 0;
+					s[j] = mask[i * T + j] ? exp(dot / sqrt(D) + bias) : 0;
 					z += s[j];
 				}
 				lse[(b * c->Hq + h) * T + i] = log(z);
@@ -548,7 +566,18 @@ static void attention_ref(const op_case *c, pp_real *out, pp_real *lse)
 	free(s);
 }
 
-static void test_attention(const char *variant, int B, int T, int Hq, int Hkv, int D, int window)
+/* A bias by distance of nb buckets, the bucket of distance d (d * 7 + 3) % nb:
+ * distances far apart share one, so its gradient sums over them */
+static void case_bucket(op_case *c, int nb, int T)
+{
+	c->nb = nb;
+	c->bucket = malloc(sizeof(int) * T);
+	for (int d = 0; d < T; d++)
+		c->bucket[d] = (d * 7 + 3) % nb;
+}
+
+static void test_attention(const char *variant, int B, int T, int Hq, int Hkv, int D, int window,
+			   int nb)
 {
 	op_case cs = {.fwd = attention_fwd,
 		      .bwd = attention_bwd,
@@ -561,6 +590,10 @@ static void test_attention(const char *variant, int B, int T, int Hq, int Hkv, i
 		*c = &cs;
 	char name[64];
 	case_arg(c, "qkv", qkv_size(c), OVERWRITE);
+	if (nb) {
+		case_arg(c, "bias", (size_t)Hq * nb, ACCUM);
+		case_bucket(c, nb, T);
+	}
 	case_out(c, (size_t)B * T * Hq * D, (size_t)B * Hq * T);
 
 	pp_real *want = malloc(sizeof(pp_real) * c->nout),
@@ -1084,8 +1117,16 @@ static void test_memory(void)
  * a cache of Tmax >= T entries and attended against it; every row of out
  * must equal attention_fwd's over the whole sequence. */
 static void test_attention_cached(const char *variant, int B, int T, int Hq, int Hkv, int D,
-				  int window, int n0, int step, int Tmax)
+				  int window, int n0, int step, int Tmax, int nb)
 {
+	op_case bc = {0};
+	pp_attn_bias bias;
+	const pp_attn_bias *bp = NULL;
+	if (nb) {
+		case_arg(&bc, "bias", (size_t)Hq * nb, ACCUM);
+		case_bucket(&bc, nb, Tmax);
+		bp = case_bias(&bc, &bias);
+	}
 	const int W = (Hq + 2 * Hkv) * D, HD = Hq * D, KV = Hkv * D;
 	const size_t ncache = (size_t)B * Tmax * KV;
 	pp_real *qkv = rnd_buf((size_t)B * T * W, 1);
@@ -1095,13 +1136,14 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 	pp_real *kc = calloc(ncache, sizeof(pp_real)), *vc = calloc(ncache, sizeof(pp_real));
 	pp_real *chunk = malloc(sizeof(pp_real) * B * T * W);
 	pp_real *out = malloc(sizeof(pp_real) * B * T * HD);
-	ops->attention_fwd(want, lse, qkv, B, T, Hq, Hkv, D, window);
+	ops->attention_fwd(want, lse, qkv, B, T, Hq, Hkv, D, window, bp);
 	for (int pos0 = 0, n = n0; pos0 < T; pos0 += n, n = T - pos0 < step ? T - pos0 : step) {
 		for (int b = 0; b < B; b++)
 			memcpy(chunk + (size_t)b * n * W, qkv + ((size_t)b * T + pos0) * W,
 			       sizeof(pp_real) * n * W);
 		ops->kv_append(kc, vc, chunk, B, n, Hq, Hkv, D, Tmax, &pos0);
-		ops->attention_cached(out, chunk, kc, vc, B, n, Hq, Hkv, D, Tmax, &pos0, window);
+		ops->attention_cached(out, chunk, kc, vc, B, n, Hq, Hkv, D, Tmax, &pos0, window,
+				      bp);
 		for (int b = 0; b < B; b++)
 			memcpy(got + ((size_t)b * T + pos0) * HD, out + (size_t)b * n * HD,
 			       sizeof(pp_real) * n * HD);
@@ -1130,6 +1172,7 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 	free(vc);
 	free(chunk);
 	free(out);
+	case_free(&bc);
 }
 
 int main(void)
@@ -1173,18 +1216,25 @@ int main(void)
 	test_rope();
 	/* T = 7 fits one query block; T = 70 spans two (blocks are 64 rows),
 	 * with the window cutting off the second block's early keys */
-	test_attention("mha", 2, 7, 2, 2, 4, 0);
-	test_attention("gqa", 2, 7, 4, 2, 4, 0);
-	test_attention("mqa", 1, 7, 3, 1, 4, 0);
-	test_attention("window", 2, 7, 4, 2, 4, 3);
-	test_attention("window_wide", 1, 7, 2, 1, 4, 50);
-	test_attention("two_blocks", 1, 70, 2, 1, 4, 0);
-	test_attention("two_blocks_window", 1, 70, 4, 2, 2, 5);
+	test_attention("mha", 2, 7, 2, 2, 4, 0, 0);
+	test_attention("gqa", 2, 7, 4, 2, 4, 0, 0);
+	test_attention("mqa", 1, 7, 3, 1, 4, 0, 0);
+	test_attention("window", 2, 7, 4, 2, 4, 3, 0);
+	test_attention("window_wide", 1, 7, 2, 1, 4, 50, 0);
+	test_attention("two_blocks", 1, 70, 2, 1, 4, 0, 0);
+	test_attention("two_blocks_window", 1, 70, 4, 2, 2, 5, 0);
+	/* a learned bias by distance (GLaM's relative position biases) */
+	test_attention("bias", 2, 7, 2, 2, 4, 0, 3);
+	test_attention("bias_gqa", 2, 9, 4, 2, 4, 0, 5);
+	test_attention("bias_window", 2, 9, 4, 2, 4, 3, 4);
+	test_attention("bias_two_blocks", 1, 70, 2, 1, 4, 0, 6);
 	/* prefill then one token at a time, or in chunks; Tmax > T */
-	test_attention_cached("gqa", 2, 9, 4, 2, 4, 0, 4, 1, 12);
-	test_attention_cached("mqa_window", 2, 9, 3, 1, 4, 3, 5, 1, 9);
-	test_attention_cached("two_blocks", 1, 150, 4, 2, 2, 0, 70, 33, 160);
-	test_attention_cached("two_blocks_window", 1, 150, 2, 2, 3, 7, 100, 1, 150);
+	test_attention_cached("gqa", 2, 9, 4, 2, 4, 0, 4, 1, 12, 0);
+	test_attention_cached("mqa_window", 2, 9, 3, 1, 4, 3, 5, 1, 9, 0);
+	test_attention_cached("two_blocks", 1, 150, 4, 2, 2, 0, 70, 33, 160, 0);
+	test_attention_cached("two_blocks_window", 1, 150, 2, 2, 3, 7, 100, 1, 150, 0);
+	test_attention_cached("bias", 2, 9, 4, 2, 4, 0, 4, 1, 12, 5);
+	test_attention_cached("bias_two_blocks_window", 1, 150, 2, 2, 3, 7, 70, 33, 160, 6);
 	test_glu(PP_ACT_SILU, "ops/glu_fwd_silu", "ops/glu_bwd_silu");
 	test_moe_route(PP_ROUTE_TOPK_SOFTMAX, "ops/moe_route_topk_softmax");
 	test_moe_route(PP_ROUTE_SOFTMAX_TOPK, "ops/moe_route_softmax_topk");
