@@ -290,7 +290,7 @@ static int cmd_export(int argc, char **argv)
 		rc = pp_errorf(&e, PP_EUSAGE,
 			       "give --format FMT and -o PATH (see pp-ckpt export --help)");
 	if (!rc && !strcmp(fmt, "pp"))
-		rc = pp_errorf(&e, PP_EUSAGE, "--format pp: use pp-ckpt convert");
+		rc = pp_errorf(&e, PP_EUSAGE, "--format 'pp': use pp-ckpt convert");
 	else if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf") && strcmp(fmt, "llama2c"))
 		rc = pp_errorf(&e, PP_EUSAGE,
 			       "--format '%s': expected safetensors, gguf or llama2c", fmt);
