@@ -180,6 +180,24 @@ void schedule_free_all(int p, sched_action **lists)
 	}
 }
 
+int schedule_lists_new(sched_kind kind, int p, int v, int m, sched_action ***lists, int **counts,
+		       pp_err *e)
+{
+	*lists = calloc((size_t)p, sizeof **lists);
+	*counts = calloc((size_t)p, sizeof **counts);
+	if (!*lists || !*counts)
+		return pp_errorf(e, PP_ERUNTIME, "schedule: out of memory");
+	return schedule_build_all(kind, p, v, m, *lists, *counts, e);
+}
+
+void schedule_lists_free(int p, sched_action **lists, int *counts)
+{
+	if (lists)
+		schedule_free_all(p, lists);
+	free(lists);
+	free(counts);
+}
+
 int schedule_build_all(sched_kind kind, int p, int v, int m, sched_action **lists, int *counts,
 		       pp_err *e)
 {
@@ -233,20 +251,15 @@ int schedule_build(sched_kind kind, int p, int v, int m, int rank, sched_action 
 	int rc = check_one_rank(kind, p, v, m, rank, e);
 	if (rc)
 		return rc;
-	sched_action **lists = calloc((size_t)p, sizeof *lists);
-	int *counts = calloc((size_t)p, sizeof *counts);
-	if (!lists || !counts)
-		rc = pp_errorf(e, PP_ERUNTIME, "schedule: out of memory");
-	if (!rc)
-		rc = schedule_build_all(kind, p, v, m, lists, counts, e);
+	sched_action **lists;
+	int *counts;
+	rc = schedule_lists_new(kind, p, v, m, &lists, &counts, e);
 	if (!rc) {
 		*actions = lists[rank];
 		*n = counts[rank];
 		lists[rank] = NULL;
-		schedule_free_all(p, lists);
 	}
-	free(lists);
-	free(counts);
+	schedule_lists_free(p, lists, counts);
 	return rc;
 }
 

@@ -36,4 +36,11 @@ void schedule_compute_order(sched_kind kind, int p, int v, int m, int r, alist *
 /* The computes of one rank's list: 2 m v, or 3 m v with a split backward. */
 int schedule_computes(sched_kind kind, int v, int m);
 
+/* Every rank's list (schedule_build_all) in arrays of p made here:
+ * *lists and *counts, which schedule_lists_free releases (also after a
+ * failure, when they may be NULL or partly filled). */
+int schedule_lists_new(sched_kind kind, int p, int v, int m, sched_action ***lists, int **counts,
+		       pp_err *e);
+void schedule_lists_free(int p, sched_action **lists, int *counts);
+
 #endif

@@ -289,20 +289,15 @@ int schedule_simulate(sched_kind kind, int p, int v, int m, const sched_costs *c
 		rc = check_costs(costs_or_ref(c), e);
 	if (rc)
 		return rc;
-	sched_action **lists = calloc((size_t)p, sizeof *lists);
-	int *counts = calloc((size_t)p, sizeof *counts);
-	if (!lists || !counts)
-		rc = pp_errorf(e, PP_ERUNTIME, "schedule: out of memory");
-	if (!rc)
-		rc = schedule_build_all(kind, p, v, m, lists, counts, e);
+	sched_action **lists;
+	int *counts;
+	rc = schedule_lists_new(kind, p, v, m, &lists, &counts, e);
 	if (!rc) {
 		rc = schedule_simulate_lists(p, v, m, lists, counts, c, out, e);
-		schedule_free_all(p, lists);
 		if (rc)
 			pp_err_prefix(e, "schedule %s p=%d v=%d m=%d", schedule_kind_names[kind], p,
 				      v, m);
 	}
-	free(lists);
-	free(counts);
+	schedule_lists_free(p, lists, counts);
 	return rc;
 }
