@@ -9,7 +9,9 @@
 #     family (llama: rope + GQA + SwiGLU; gpt: learned positions, LayerNorm,
 #     biases, GELU; mistral: sliding window; gemma: norm offset, GeGLU,
 #     embedding scale; mixtral: 4 experts, top 2, the routing, permutation
-#     and per-expert products on the device): every step's loss within 1e-4 relative (fp32 on
+#     and per-expert products on the device; glam: top-2 routing with
+#     capacity, every other layer MoE, T5 relative position biases): every
+#     step's loss within 1e-4 relative (fp32 on
 #     both; thread-count changes on the CPU alone move these losses by 1e-8);
 #   - cuDNN attention (PP_CUDA_ATTENTION=cudnn, bf16 inside): 20 llama
 #     steps at seq_len 128 against device=cpu, every step's loss within
@@ -45,7 +47,7 @@
 cd "$PP_ROOT" || exit 1
 dev=${PP_TEST_GPU_DEVICE:-cuda}
 read -ra extra <<<"${PP_TEST_GPU_EXTRA:-}"
-families=(llama gpt mistral gemma mixtral)
+families=(llama gpt mistral gemma mixtral glam)
 checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu)
