@@ -11,24 +11,14 @@
 #include "../libcommon/base/fsutil.h"
 #include "../libcommon/base/log.h"
 #include "../libcommon/ckpt/stage.h"
-#include "../libcommon/decode/gguf.h"
+#include "../libcommon/decode/open.h"
 #include "../libcommon/decode/request.h"
 
 typedef struct {
 	const char *ckpt, *prompt, *prompt_file, *n, *temperature, *top_k, *top_p, *seed, *batch;
 	const char *stop, *logprobs, *weights;
 	bool random_init, ignore_eos, json, chat;
-	char tokenizer[PP_PATH_MAX + 64]; /* the checkpoint's own, extracted; "" for the config's */
-	tio_source *gguf;                 /* --ckpt FILE.gguf */
 } decode_args;
-
-/* --weights: the formats pp makes (PP_WEIGHTS_F32, BF16, Q8_0), or a GGUF
- * file's own blocks */
-enum { WEIGHTS_GGUF = 100 };
-static const char *weights_name(int fmt)
-{
-	return fmt == WEIGHTS_GGUF ? "gguf" : pp_weights_name(fmt);
-}
 
 /* what the outputs need besides the requests */
 typedef struct {
@@ -176,15 +166,14 @@ static int read_requests(const decode_args *a, const request_defaults *d, decode
 	return rc;
 }
 
-static int run(const decode_args *a, pp_config *cfg, pp_err *e)
+static int run(const decode_args *a, decode_model *m, pp_err *e)
 {
+	const pp_config *cfg = &m->cfg;
 	long n = 128, top_k = 0, batch = 8, seed = (long)cfg->seed, top = 0;
 	sample_params sp = sample_defaults();
-	int rc = 0, fmt = -1;
+	int rc = 0;
 	if (a->prompt && a->prompt_file)
 		return pp_errorf(e, PP_EUSAGE, "give --prompt or --prompt-file, not both");
-	if (a->ckpt && a->random_init)
-		return pp_errorf(e, PP_EUSAGE, "give --ckpt or --random-init, not both");
 	if (a->logprobs && !a->json)
 		return pp_errorf(e, PP_EUSAGE,
 				 "--logprobs %s: the top tokens are written in --json output only; "
@@ -201,56 +190,20 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 		return rc;
 	if (a->stop && !*a->stop)
 		return pp_errorf(e, PP_EUSAGE, "--stop: an empty string");
-	for (int i = PP_WEIGHTS_F32; a->weights && i <= PP_WEIGHTS_Q8_0; i++)
-		fmt = strcmp(a->weights, pp_weights_name(i)) ? fmt : i;
-	if (a->weights && !strcmp(a->weights, "gguf"))
-		fmt = WEIGHTS_GGUF;
-	if (a->weights && fmt < 0)
-		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16, q8_0 or gguf",
-				 a->weights);
-	if (fmt == WEIGHTS_GGUF && !a->gguf)
-		return pp_errorf(e, PP_EUSAGE,
-				 "--weights gguf: the weights of a GGUF file given to "
-				 "--ckpt; this model is not one");
 	sp.top_k = (int)top_k;
 	sp.seed = (uint64_t)seed;
 	if ((rc = sample_check(&sp, false, e)))
 		return rc;
 
-	const pp_ops *ops = NULL;
-	if ((rc = pp_ops_select(cfg->device, cfg->dtype, &ops, e)))
-		return rc;
-	if (fmt >= 0 && !ops->matmul_packed)
-		return pp_errorf(e, PP_EUSAGE,
-				 "--weights: device=%s decodes from its compute copy "
-				 "(dtype=%s); --weights is for the CPU",
-				 pp_device_name(cfg->device), pp_type_name(cfg->dtype));
-	if (fmt < 0 && ops->matmul_packed)
-		fmt = a->gguf ? WEIGHTS_GGUF : PP_WEIGHTS_F32;
-#ifdef PP_CUDA
-	if (cfg->device == PP_DEVICE_CUDA && (rc = pp_cuda_init(0, e)))
-		return rc;
-#endif
-	pp_tokenizer *tk = NULL;
-	char source[PP_PATH_MAX + 64] = "random-init";
+	const pp_tokenizer *tk = m->tk;
 	decode_request *reqs = NULL;
 	int n_req = 0;
 	decode_chat chat = {0};
-	pp_stage s = {0};
-	const char *tok_path = a->tokenizer[0] ? a->tokenizer : cfg->tokenizer;
-	if (tok_path[0] && (rc = tok_load(&tk, tok_path, e)))
-		return rc;
-	if (tk && tok_vocab_size(tk) > cfg->model.vocab_size)
-		rc = pp_errorf(
-			e, PP_EUSAGE,
-			"tokenizer %s has %d tokens but model.vocab_size=%d: the model cannot "
-			"read its ids",
-			tok_path, tok_vocab_size(tk), cfg->model.vocab_size);
-	if (!rc && a->chat) {
+	if (a->chat) {
 		char conf[PP_PATH_MAX + 96];
-		const char *slash = strrchr(tok_path, '/');
+		const char *slash = strrchr(m->tok_path, '/');
 		snprintf(conf, sizeof conf, "%.*stokenizer_config.json",
-			 slash ? (int)(slash - tok_path + 1) : 0, tok_path);
+			 slash ? (int)(slash - m->tok_path + 1) : 0, m->tok_path);
 		rc = chat_load(&chat, conf, tk, e);
 	}
 	char *stops[1] = {(char *)a->stop};
@@ -263,29 +216,16 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 			      .vocab = cfg->model.vocab_size};
 	if (!rc)
 		rc = read_requests(a, &d, &reqs, &n_req, e);
-	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, PP_RECOMPUTE_NONE);
-	spec.no_grad = true;
 	if (!rc)
-		rc = stage_create(&s, &cfg->model, ops, &spec, e);
-	long step = -1;
-	if (!rc && a->random_init)
-		stage_init_params(&s, cfg->seed);
-	else if (!rc && a->gguf)
-		rc = decode_gguf_load(&s, a->gguf, e);
-	else if (!rc)
-		rc = ckpt_load_stage(&s, cfg, a->ckpt, source, sizeof source, &step, e);
-	/* a GGUF file's own blocks where it has them, the loaded fp32 elsewhere */
-	stage_stored stored = a->gguf ? decode_gguf_stored(a->gguf) : (stage_stored){0};
-	if (!rc && fmt >= 0)
-		rc = stage_pack_weights(&s, fmt == WEIGHTS_GGUF ? PP_WEIGHTS_F32 : fmt,
-					fmt == WEIGHTS_GGUF ? &stored : NULL, e);
+		rc = decode_model_load(m, e);
+	pp_stage *s = &m->s;
 	/* the tokens that end a sequence: the tokenizer's EOS, and a chat's turn end */
 	int eos[2], n_eos = 0;
 	if (tk && !a->ignore_eos && tok_eos(tk) >= 0)
 		eos[n_eos++] = tok_eos(tk);
 	if (a->chat && !a->ignore_eos && chat.end >= 0 && (!n_eos || eos[0] != chat.end))
 		eos[n_eos++] = chat.end;
-	out_ctx oc = {.a = a, .tk = tk, .s = &s, .top = (int)top, .several = n_req != 1};
+	out_ctx oc = {.a = a, .tk = tk, .s = s, .top = (int)top, .several = n_req != 1};
 	decode_opts o = {.batch = (int)batch,
 			 .eos = eos,
 			 .n_eos = n_eos,
@@ -297,19 +237,18 @@ static int run(const decode_args *a, pp_config *cfg, pp_err *e)
 			 .ctx = &oc};
 	decode_stats st = {0};
 	if (!rc)
-		rc = decode_run(&s, reqs, n_req, &o, &st, e);
+		rc = decode_run(s, reqs, n_req, &o, &st, e);
 	if (!rc)
-		print_totals(&st, a->json, fmt >= 0 ? weights_name(fmt) : pp_type_name(cfg->dtype));
+		print_totals(&st, a->json,
+			     m->weights >= 0 ? decode_weights_name(m->weights)
+					     : pp_type_name(cfg->dtype));
 	if (!rc && st.n_failed)
 		rc = pp_errorf(e, PP_EUSAGE, "%d of %d prompts failed (their errors are above)",
 			       st.n_failed, st.n_requests);
 	for (int i = 0; i < n_req; i++)
 		decode_request_free(&reqs[i]);
 	free(reqs);
-	stage_free(&s);
 	chat_free(&chat);
-	if (tk)
-		tok_free(tk);
 	return rc;
 }
 
@@ -369,45 +308,22 @@ int main(int argc, char **argv)
 	log_set_prefix("pp-decode", 0, 1);
 	pp_err e = {0};
 	cli_args args;
-	pp_config cfg = {0};
+	decode_model m = {0};
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	/* --ckpt without --cfg: the checkpoint's own config; with --ckpt its own
-	 * tokenizer in any case, where it keeps one */
-	char dir[PP_PATH_MAX + 64], tmp[] = "/tmp/pp-decode.XXXXXX";
-	const bool gguf = !rc && a.ckpt && !a.random_init && decode_is_gguf(a.ckpt);
-	const bool ckpt = a.ckpt && !a.random_init && !gguf;
-	if (gguf && args.cfg)
-		rc = pp_errorf(&e, PP_EUSAGE,
-			       "--ckpt %s: a GGUF file carries its model; give key=value "
-			       "overrides, not --cfg",
-			       a.ckpt);
-	else if (gguf && !(rc = decode_gguf_open(a.ckpt, args.n_overrides, args.overrides, &cfg,
-						 &a.gguf, &e)))
-		snprintf(a.tokenizer, sizeof a.tokenizer, "%s", a.gguf->meta.tokenizer);
-	else if (!rc && ckpt && !args.cfg)
-		rc = ckpt_config_load(a.ckpt, args.n_overrides, args.overrides, &cfg, dir,
-				      sizeof dir, &e);
-	else if (!rc)
-		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
-	if (!rc && ckpt && args.cfg)
-		rc = ckpt_resolve(a.ckpt, dir, sizeof dir, &e);
-	if (!rc && ckpt) {
-		a.ckpt = dir;
-		if (!mkdtemp(tmp))
-			rc = pp_errorf(&e, PP_ERUNTIME, "cannot make a temporary directory: %s",
-				       strerror(errno));
-		else
-			rc = ckpt_read_tokenizer(dir, tmp, a.tokenizer, sizeof a.tokenizer, &e);
-	}
+	decode_source src = {.ckpt = a.ckpt,
+			     .cfg = args.cfg,
+			     .weights = a.weights,
+			     .random_init = a.random_init,
+			     .n_overrides = args.n_overrides,
+			     .overrides = args.overrides};
 	if (!rc)
-		rc = run(&a, &cfg, &e);
-	if (strcmp(tmp, "/tmp/pp-decode.XXXXXX") != 0)
-		fs_rm_rf(tmp);
-	if (a.gguf)
-		a.gguf->close(a.gguf);
-	pp_config_free(&cfg);
+		rc = decode_model_open(&m, &src, &e);
+	if (!rc)
+		rc = run(&a, &m, &e);
+	decode_model_close(&m);
 	cli_free(&args);
+
 	return rc ? cli_fail(&spec, &e) : 0;
 }

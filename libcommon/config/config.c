@@ -188,6 +188,8 @@ static const key_desc keys[] = {
 	NUM("resume_from", K_LONG, resume_from, "-1", R_GEM1, 0),
 	NUM("eval_interval", K_LONG, eval_interval, "0", R_GE0, 0),
 	NUM("eval_batches", K_INT, eval_batches, "4", R_GE1, 0),
+	STR("eval_tasks", eval_tasks, "\"\"", 0),
+	ENUM("eval_task_format", K_INT, eval_task_format, pp_task_format_names, "\"jsonl\"", 0),
 	NUM("log_period", K_LONG, log_period, "1", R_GE1, 0),
 	NUM("timing_skip_steps", K_INT, timing_skip_steps, "1", R_GE0, 0),
 	STR("profile_steps", profile_steps, "\"\"", 0),
@@ -840,6 +842,17 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		"debug.bwd_w_ms %g exceeds debug.bwd_ms %g (the weight gradient is part of the "
 		"backward pass)",
 		c->debug.bwd_w_ms, c->debug.bwd_ms);
+
+	REQUIRE(!c->eval_tasks[0] || c->eval_interval > 0,
+		"eval_tasks is set but eval_interval is 0: the tasks are scored at each "
+		"evaluation");
+	REQUIRE(!c->eval_tasks[0] || c->tokenizer[0],
+		"eval_tasks needs the tokenizer (key 'tokenizer') to read the tasks' text");
+	REQUIRE(!c->eval_tasks[0] || (c->pp == 1 && c->tp == 1 && c->fsdp == 1 && c->ep == 1),
+		"eval_tasks scores on ranks that hold the whole model (pp=1 tp=1 fsdp=1 ep=1; "
+		"dp any); this layout is pp=%d tp=%d fsdp=%d ep=%d: score its checkpoints with "
+		"pp-eval",
+		c->pp, c->tp, c->fsdp, c->ep);
 
 	/* the layout's rules: layout.c holds them, for every tool */
 	return layout_check(c, e);

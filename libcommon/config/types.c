@@ -3,6 +3,8 @@
 
 const char *const pp_family_names[] = {"llama", "mistral", "mixtral", "gemma", "gpt", NULL};
 const char *const pp_recompute_names[] = {"none", "full", "minimal", "minimal_flash", NULL};
+const char *const pp_task_format_names[] = {"jsonl", "hellaswag",  "arc",     "piqa",
+					    "boolq", "winogrande", "lambada", NULL};
 
 /* i's name in a NULL-terminated table of n names, or "unknown" */
 static const char *name_of(const char *const *names, int n, int i)

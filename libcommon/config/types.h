@@ -121,6 +121,8 @@ typedef struct {
 	long resume_from;        /* -1: the newest sound checkpoint; else that step */
 	long eval_interval;      /* 0 = off */
 	int eval_batches;
+	char eval_tasks[PP_PATH_MAX]; /* task files scored at each evaluation, comma-separated */
+	int eval_task_format;         /* their schema (pp_task_format_names) */
 	long log_period;
 	int timing_skip_steps; /* warm-up steps left out of timing statistics */
 	/* profile_steps: "" off, "A:B" records steps A .. B-1, "N" records N
@@ -152,6 +154,8 @@ static inline int pp_config_world(const pp_config *c) { return c->pp * c->dp * c
 /* The values' names in enum order, NULL-terminated (the config's words). */
 extern const char *const pp_family_names[];
 extern const char *const pp_recompute_names[];
+/* task file schemas (pp-eval --task-format, eval_task_format) */
+extern const char *const pp_task_format_names[];
 /* One of those names; "unknown" for a value out of range. */
 const char *pp_family_name(int family);
 /* "none", "full", "minimal" or "minimal_flash" */

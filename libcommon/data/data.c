@@ -291,7 +291,15 @@ static const data_source packed = {"packed", packed_sequence, packed_close};
 
 static const corpus_format *const formats[] = {&corpus_pp_tokens, &corpus_megatron, &corpus_llmc};
 
-static int unknown_data(const char *key, const char *path, pp_err *e)
+const corpus_format *corpus_probe(const char *path)
+{
+	for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+		if (formats[i]->probe(path))
+			return formats[i];
+	return NULL;
+}
+
+int corpus_unknown(const char *key, const char *path, pp_err *e)
 {
 	struct stat st;
 	const char *what = stat(path, &st) ? strerror(errno) : "not a token dataset pp reads";
@@ -337,12 +345,9 @@ static int check_tokenizer(data_corpus *co, const pp_config *c, const char *key,
 static int packed_open(pp_data *d, const pp_config *c, const char *key, const char *path,
 		       corpus_part part, pp_err *e)
 {
-	const corpus_format *fmt = NULL;
-	for (size_t i = 0; i < sizeof formats / sizeof formats[0] && !fmt; i++)
-		if (formats[i]->probe(path))
-			fmt = formats[i];
+	const corpus_format *fmt = corpus_probe(path);
 	if (!fmt)
-		return unknown_data(key, path, e);
+		return corpus_unknown(key, path, e);
 	if (part == CORPUS_VAL && !fmt->has_splits)
 		return pp_errorf(e, PP_EUSAGE,
 				 "data '%s' (%s) has no validation split: set val_data for "

@@ -29,4 +29,16 @@ int data_set_state(pp_data *d, const uint64_t *state, int n, pp_err *e);
 void data_rewind(pp_data *d);
 void data_close(pp_data *d);
 
+/* A token file's documents one by one, in order (pp-eval --data): a
+ * pp-tokens file's /val split when it has documents, else /train; the
+ * other formats whole. Errors name the file. */
+typedef struct data_docs data_docs;
+int data_docs_open(data_docs **d, const char *path, pp_err *e);
+uint64_t data_docs_count(const data_docs *d);
+/* the file as messages name it (with the split of a pp-tokens file) */
+const char *data_docs_name(const data_docs *d);
+/* document i's tokens into *ids (realloc'd), their count in *n */
+int data_docs_read(data_docs *d, uint64_t i, int **ids, size_t *n, pp_err *e);
+void data_docs_close(data_docs *d);
+
 #endif

@@ -52,6 +52,11 @@ struct data_corpus {
 	void *impl;
 };
 
+/* The format that claims path, or NULL; and the error for none
+ * (PP_EUSAGE naming key and path and what pp reads). */
+const corpus_format *corpus_probe(const char *path);
+int corpus_unknown(const char *key, const char *path, pp_err *e);
+
 extern const corpus_format corpus_pp_tokens; /* tokens.c */
 extern const corpus_format corpus_megatron;  /* megatron.c */
 extern const corpus_format corpus_llmc;      /* llmc.c */

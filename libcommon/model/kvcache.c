@@ -53,6 +53,10 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 			    (size_t)B * V};
 	pp_real **r[] = {&c->stat};
 	const size_t rn[] = {2 * N};
+	c->keep = 1;
+	c->keep_cap = B;
+	c->width = (int)C;
+	c->vocab = (int)V;
 	c->dev = o->alloc((B + N) * sizeof(int));
 	c->host = malloc((B + N) * sizeof(int));
 	c->len = calloc((size_t)B, sizeof(int));
@@ -127,9 +131,37 @@ int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, int slot0, int nseq, cons
 	return 0;
 }
 
+int kv_cache_keep(pp_kv_cache *c, int keep, pp_err *e)
+{
+	if (keep < 1 || keep > c->n)
+		return pp_errorf(e, PP_EUSAGE, "logits of %d rows of %d new ones", keep, c->n);
+	const int rows = c->nseq * keep;
+	if (rows > c->keep_cap) {
+		const pp_ops *o = c->ops;
+		const int C = c->width, V = c->vocab;
+		if (c->graph)
+			o->graph_free(c->graph);
+		c->graph = NULL;
+		c->warm = false;
+		o->free(c->last);
+		o->free(c->logits);
+		pp_act **p[] = {&c->last, &c->logits};
+		const size_t n[] = {(size_t)rows * C, (size_t)rows * V};
+		c->keep_cap = 0;
+		if (alloc_acts(o, p, n, NELEMS(p)))
+			return pp_errorf(e, PP_ERUNTIME,
+					 "out of memory for the logits of %d rows (%.3g GB)", rows,
+					 1e-9 * (double)n[1] * (double)pp_act_size(o));
+		c->keep_cap = rows;
+	}
+	c->keep = keep;
+	return 0;
+}
+
 void kv_cache_reset(pp_kv_cache *c, int slot) { c->len[slot] = 0; }
 
-void kv_cache_move(pp_kv_cache *c, int from, int to)
+/* the first len[from] positions of slot from, every layer, into slot to */
+static void copy_slot(pp_kv_cache *c, int from, int to)
 {
 	const pp_ops *o = c->ops;
 	const size_t slot = (size_t)c->Tmax * c->pos_bytes,
@@ -141,6 +173,17 @@ void kv_cache_move(pp_kv_cache *c, int from, int to)
 		o->to_device((char *)c->v + dst, (char *)c->v + src, used);
 	}
 	c->len[to] = c->len[from];
+}
+
+void kv_cache_copy(pp_kv_cache *c, int from, int to)
+{
+	if (from != to)
+		copy_slot(c, from, to);
+}
+
+void kv_cache_move(pp_kv_cache *c, int from, int to)
+{
+	copy_slot(c, from, to);
 	c->len[from] = 0;
 }
 
@@ -185,18 +228,19 @@ static int forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, NULL, e)))
 			return rc;
 	}
-	/* the last new row of each sequence: all of them when n is 1 (and no copy,
-	 * so that a backend graph can record the step) */
+	/* the last `keep` new rows of each sequence: all of them when that is n
+	 * (and no copy, so that a backend graph can record the step of n = 1) */
+	const int K = c->keep, R = B * K;
 	pp_act *x = c->x[L % 2], *last = x;
-	if (n > 1) {
+	if (K < n) {
 		last = c->last;
 		for (int b = 0; b < B; b++)
-			o->to_device(pp_act_at(o, last, (size_t)b * C),
-				     pp_act_at(o, x, ((size_t)b * n + n - 1) * C),
-				     (size_t)C * pp_act_size(o));
+			o->to_device(pp_act_at(o, last, (size_t)b * K * C),
+				     pp_act_at(o, x, ((size_t)b * n + n - K) * C),
+				     (size_t)K * C * pp_act_size(o));
 	}
-	layer_norm_fwd(s, B, c->h, c->stat, c->stat + B, last, a->normf_w, a->normf_b);
-	layer_linear(s, c->logits, c->h, a->head_w, NULL, B, C, s->vocab);
+	layer_norm_fwd(s, R, c->h, c->stat, c->stat + R, last, a->normf_w, a->normf_b);
+	layer_linear(s, c->logits, c->h, a->head_w, NULL, R, C, s->vocab);
 	return 0;
 }
 
@@ -241,5 +285,6 @@ int stage_forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 	for (int b = 0; b < c->nseq; b++)
 		c->len[c->slot0 + b] += c->n;
 	c->n = 0;
+	c->keep = 1;
 	return 0;
 }

@@ -27,8 +27,11 @@ typedef struct {
 	pp_act *k, *v;                                 /* (L,B,Tmax,Hkv*D) */
 	pp_act *x[2], *h, *qkv, *att, *mid, *up, *act; /* (rows, ...) scratch */
 	pp_real *stat;                                 /* (2*rows) norm statistics */
-	pp_act *last;                                  /* (B,C) each sequence's last new row */
-	pp_act *logits;                                /* (nseq,V) after stage_forward_cached */
+	pp_act *last;     /* (keep_cap,C) each sequence's last `keep` new rows */
+	pp_act *logits;   /* (nseq,keep,V) after stage_forward_cached */
+	int keep;         /* new rows per sequence whose logits the next forward gives */
+	int keep_cap;     /* rows last and logits hold (B at first) */
+	int width, vocab; /* C and V of those rows */
 	/* on the device and on the host: the positions of the nseq sequences'
 	 * first new tokens, then their (nseq,n) new tokens */
 	int *dev, *host;
@@ -55,16 +58,28 @@ void kv_cache_free(pp_kv_cache *c);
 int kv_cache_tokens(const pp_stage *s, pp_kv_cache *c, int slot0, int nseq, const int *tokens,
 		    int n, pp_err *e);
 
+/* The next forward gives the logits of each sequence's last `keep` new
+ * rows (1 <= keep <= n), (nseq,keep,V) in c->logits, instead of its last
+ * row's alone; after it keep is 1 again. Call after kv_cache_tokens. The
+ * buffers grow to nseq * keep rows where they hold fewer (an error: memory),
+ * which drops a graph recorded for them. For scoring given text
+ * (pp-eval). */
+int kv_cache_keep(pp_kv_cache *c, int keep, pp_err *e);
+
 /* Empties slot (a new sequence starts there). */
 void kv_cache_reset(pp_kv_cache *c, int slot);
 /* Moves the sequence in slot `from` to slot `to` (its keys, values and
  * length), so that the busy slots stay contiguous; `from` is left empty. */
 void kv_cache_move(pp_kv_cache *c, int from, int to);
+/* Copies the sequence in slot `from` to slot `to` (its keys, values and
+ * length): a shared prefix that several continuations go on from. */
+void kv_cache_copy(pp_kv_cache *c, int from, int to);
 
 /* Forward of the tokens set by kv_cache_tokens, sequence b at positions
  * len[slot0+b]..+n-1: appends their keys and values to the cache, leaves
  * the logits of each sequence's last new token in c->logits (nseq,V) on the
- * device and advances the slots' lengths. The same layer code as
+ * device (its last `keep` tokens' after kv_cache_keep) and advances the
+ * slots' lengths. The same layer code as
  * stage_forward; only attention reads the cache. With n == 1 it only issues
  * ops that read the tokens and the positions from the device, so one
  * recorded graph serves every such step of the same slots after the first

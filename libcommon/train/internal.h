@@ -67,6 +67,15 @@ typedef struct {
 	double timed; /* their seconds */
 } run_log;
 
+typedef struct train_tasks train_tasks;
+
+/* tasks.c: eval_tasks, read when the run opens and scored at each
+ * evaluation (a log line per task; eval/TASK/acc, acc_norm, perplexity in
+ * metrics.jsonl and TensorBoard) */
+int train_tasks_open(trainer *t, pp_err *e);
+int train_tasks_score(trainer *t, run_log *lg, pp_err *e);
+void train_tasks_close(trainer *t);
+
 /* step.c */
 /* The stage hook during a chunk's last backward pass of the step
  * (stage_grad_hook; ctx: the trainer). */

@@ -72,12 +72,14 @@ static int run_eval(trainer *t, run_log *lg, pp_err *e)
 {
 	double vl;
 	int rc = trainer_eval(t, &vl, e);
-	if (rc || !lg->leader)
+	if (rc)
 		return rc;
-	log_info("step %ld/%ld | val_loss %.4f (%d batches)", t->step, t->cfg->steps, vl,
-		 t->cfg->eval_batches);
-	train_log_scalar(lg, t->step, "val_loss", vl);
-	return 0;
+	if (lg->leader) {
+		log_info("step %ld/%ld | val_loss %.4f (%d batches)", t->step, t->cfg->steps, vl,
+			 t->cfg->eval_batches);
+		train_log_scalar(lg, t->step, "val_loss", vl);
+	}
+	return train_tasks_score(t, lg, e);
 }
 
 /* The watchdog's end of a hung job: every rank (MPI_Abort), or this process. */

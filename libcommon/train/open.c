@@ -132,11 +132,12 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		return rc;
 	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", &l->seqs, e)))
 		return rc;
-	return 0;
+	return train_tasks_open(t, e);
 }
 
 void trainer_close(trainer *t)
 {
+	train_tasks_close(t);
 	prof_rec_free(t->prof);
 	data_close(t->train);
 	data_close(t->val);

@@ -46,6 +46,7 @@ typedef struct {
 	prof_rec *prof;       /* the profile being recorded (profile_steps), or NULL */
 	struct ckpt_host *
 		staging; /* per chunk: host copies of the state a save writes, kept between saves */
+	struct train_tasks *tasks; /* eval_tasks (tasks.c), or NULL */
 } trainer;
 
 typedef struct {

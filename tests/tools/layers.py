@@ -21,7 +21,7 @@ LAYERS = {
     "config": 3,
     "model": 4, "data": 4, "profile": 4,
     "parallel": 5, "ckpt": 5,
-    "plan": 6, "formats": 6,
+    "plan": 6, "formats": 6, "eval": 6,
     "train": 7, "decode": 7,
     "cmd": 8,
 }

@@ -1,0 +1,351 @@
+/* Requests into tokens, and their log-likelihoods from cached forwards
+ * (score.h). */
+#include "score.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/log.h"
+
+static int nomem(pp_err *e) { return pp_errorf(e, PP_ERUNTIME, "out of memory"); }
+
+static bool py_space(unsigned char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+static int encode(const pp_tokenizer *tk, const char *s, size_t n, tok_ids *out, pp_err *e)
+{
+	return n ? tok_encode(tk, s, n, out, e) : 0;
+}
+
+/* lm-evaluation-harness's _encode_pair: context and continuation tokens */
+static int encode_pair(const pp_tokenizer *tk, const char *ctx, const char *cont, int bos_id,
+		       int prefix, tok_ids *c, tok_ids *k, pp_err *e)
+{
+	size_t nc = strlen(ctx);
+	if (!nc) {
+		if (tok_ids_push(c, prefix))
+			return nomem(e);
+		return encode(tk, cont, strlen(cont), k, e);
+	}
+	while (nc && py_space((unsigned char)ctx[nc - 1]))
+		nc--;
+	const size_t nk = strlen(ctx) - nc + strlen(cont);
+	char *whole = malloc(nc + nk + 1);
+	if (!whole)
+		return nomem(e);
+	memcpy(whole, ctx, strlen(ctx));
+	strcpy(whole + strlen(ctx), cont);
+	tok_ids w = {0};
+	if (bos_id >= 0 && (tok_ids_push(c, bos_id) || tok_ids_push(&w, bos_id))) {
+		free(whole);
+		return nomem(e);
+	}
+	int rc = encode(tk, whole, nc + nk, &w, e);
+	if (!rc)
+		rc = encode(tk, whole, nc, c, e);
+	for (size_t i = c->n; !rc && i < w.n; i++)
+		if (tok_ids_push(k, w.ids[i]))
+			rc = nomem(e);
+	tok_ids_free(&w);
+	free(whole);
+	return rc;
+}
+
+void eval_toks_free(eval_toks *k, int n)
+{
+	for (int i = 0; k && i < n; i++) {
+		for (int j = 0; k[i].ctx && j < k[i].n_ctx; j++)
+			tok_ids_free(&k[i].ctx[j]);
+		for (int j = 0; k[i].cont && j < k[i].n; j++)
+			tok_ids_free(&k[i].cont[j]);
+		free(k[i].ctx);
+		free(k[i].cont);
+	}
+	free(k);
+}
+
+/* the harness's left truncation of context + continuation to L + 1
+ * tokens: drops from the front of c */
+static void truncate_left(tok_ids *c, size_t drop)
+{
+	memmove(c->ids, c->ids + drop, (c->n - drop) * sizeof *c->ids);
+	c->n -= drop;
+}
+
+static int tokenize_item(const eval_item *it, const pp_tokenizer *tk, bool bos, int L, eval_toks *k,
+			 pp_err *e)
+{
+	const int bos_id = bos ? tok_bos(tk) : -1;
+	const int prefix = tok_bos(tk) >= 0 ? tok_bos(tk) : tok_eos(tk);
+	if (prefix < 0 && it->n_ctx && !*eval_ctx(it, 0))
+		return pp_errorf(e, PP_EUSAGE,
+				 "an empty context, and the tokenizer has no BOS or EOS to stand "
+				 "for it");
+	/* one context per request; shared again below when they are equal */
+	k->n = it->n;
+	k->ctx = calloc((size_t)it->n, sizeof *k->ctx);
+	k->cont = calloc((size_t)it->n, sizeof *k->cont);
+	if (!k->ctx || !k->cont)
+		return nomem(e);
+	k->n_ctx = it->n;
+	for (int i = 0; i < it->n; i++) {
+		int rc = encode_pair(tk, eval_ctx(it, i), eval_cont(it, i), bos_id, prefix,
+				     &k->ctx[i], &k->cont[i], e);
+		if (rc)
+			return rc;
+		const size_t nk = k->cont[i].n, all = k->ctx[i].n + nk;
+		if (!nk)
+			return pp_errorf(e, PP_EUSAGE, "request %d's continuation has no tokens",
+					 i);
+		if (nk > (size_t)L)
+			return pp_errorf(e, PP_EUSAGE,
+					 "request %d's continuation is %zu tokens, longer than the "
+					 "model's context (max_seq_len=%d)",
+					 i, nk, L);
+		if (all > (size_t)L + 1) {
+			truncate_left(&k->ctx[i], all - ((size_t)L + 1));
+			k->truncated = true;
+		}
+	}
+	/* a context shared by every request (multiple choice) runs once */
+	bool same = !k->truncated;
+	for (int i = 1; same && i < it->n; i++)
+		same = k->ctx[i].n == k->ctx[0].n &&
+		       !memcmp(k->ctx[i].ids, k->ctx[0].ids, k->ctx[0].n * sizeof(int));
+	if (same) {
+		for (int i = 1; i < it->n; i++)
+			tok_ids_free(&k->ctx[i]);
+		k->n_ctx = 1;
+	}
+	return 0;
+}
+
+int eval_tokenize(const eval_task *t, const pp_tokenizer *tk, bool bos, int max_seq_len,
+		  eval_toks **out, pp_err *e)
+{
+	eval_toks *k = calloc((size_t)t->n_items + 1, sizeof *k);
+	if (!k)
+		return nomem(e);
+	int rc = 0, truncated = 0;
+	for (int i = 0; i < t->n_items && !rc; i++) {
+		if ((rc = tokenize_item(&t->items[i], tk, bos, max_seq_len, &k[i], e)))
+			pp_err_prefix(e, "%s: line %d", t->path, t->items[i].line);
+		else if (k[i].truncated && truncated++ < 3)
+			log_info(
+				"warning: %s: line %d: longer than the model's context (max_seq_len=%d): its "
+				"context loses tokens on the left, as lm-evaluation-harness "
+				"truncates",
+				t->path, t->items[i].line, max_seq_len);
+	}
+	if (truncated > 3)
+		log_info("warning: %s: %d items in all were truncated on the left", t->path,
+			 truncated);
+	if (rc) {
+		eval_toks_free(k, t->n_items);
+		return rc;
+	}
+	*out = k;
+	return 0;
+}
+
+/* ---- the cache ---------------------------------------------------------- */
+
+/* what one item needs: slots, positions, rows at once */
+static void item_needs(const eval_toks *k, int *B, int *T, int *rows)
+{
+	for (int i = 0; i < k->n; i++) {
+		const tok_ids *c = &k->ctx[k->n_ctx == 1 ? 0 : i];
+		const int all = (int)(c->n + k->cont[i].n);
+		*T = all > *T ? all : *T;
+		*rows = all > *rows ? all : *rows;
+	}
+	if (k->n_ctx == 1 && k->n > 1) {
+		int longest = 0;
+		for (int i = 0; i < k->n; i++)
+			longest = (int)k->cont[i].n > longest ? (int)k->cont[i].n : longest;
+		*B = k->n + 1 > *B ? k->n + 1 : *B;
+		*rows = k->n * longest > *rows ? k->n * longest : *rows;
+	}
+}
+
+void eval_scorer_fit(eval_scorer *sc, const eval_toks *k, int n)
+{
+	if (!sc->B)
+		sc->B = sc->Tmax = sc->rows = 1;
+	for (int i = 0; i < n; i++)
+		item_needs(&k[i], &sc->B, &sc->Tmax, &sc->rows);
+}
+
+int eval_scorer_open(eval_scorer *sc, pp_stage *s, pp_err *e)
+{
+	sc->s = s;
+	if (!sc->B)
+		sc->B = sc->Tmax = sc->rows = 1;
+	if (sc->Tmax > s->cfg->max_seq_len)
+		sc->Tmax = s->cfg->max_seq_len;
+	return kv_cache_create(&sc->c, s, sc->B, sc->Tmax, sc->rows, false, e);
+}
+
+void eval_scorer_close(eval_scorer *sc)
+{
+	kv_cache_free(&sc->c);
+	free(sc->logits);
+	free(sc->feed);
+	memset(sc, 0, sizeof *sc);
+}
+
+static int room(eval_scorer *sc, size_t logits, size_t feed, pp_err *e)
+{
+	if (logits > sc->logits_n) {
+		free(sc->logits);
+		if (!(sc->logits = malloc(logits * sizeof *sc->logits)))
+			return sc->logits_n = 0, nomem(e);
+		sc->logits_n = logits;
+	}
+	if (feed > sc->feed_n) {
+		free(sc->feed);
+		if (!(sc->feed = malloc(feed * sizeof *sc->feed)))
+			return sc->feed_n = 0, nomem(e);
+		sc->feed_n = feed;
+	}
+	return 0;
+}
+
+/* log softmax of x (V) at t, and whether t is its argmax */
+static double row_ll(const pp_real *x, int V, int t, bool *greedy)
+{
+	int best = 0;
+	double mx = x[0], sum = 0;
+	for (int v = 1; v < V; v++)
+		if (x[v] > mx) {
+			mx = x[v];
+			best = v;
+		}
+	for (int v = 0; v < V; v++)
+		sum += exp((double)x[v] - mx);
+	*greedy = best == t;
+	return (double)x[t] - mx - log(sum);
+}
+
+/* the logits of the last forward's rows (nseq * keep of them) to the host */
+static void fetch(eval_scorer *sc, int nrows)
+{
+	sc->s->ops->act_to_host(sc->logits, sc->c.logits, (size_t)nrows * sc->s->cfg->vocab_size);
+}
+
+int eval_score_rows(eval_scorer *sc, const int *tokens, int n, int ctx, const int *target, int keep,
+		    double *ll, bool *greedy, pp_err *e)
+{
+	pp_stage *s = sc->s;
+	const int V = s->cfg->vocab_size;
+	int rc;
+	if (!ctx)
+		kv_cache_reset(&sc->c, 0);
+	if ((rc = room(sc, (size_t)keep * V, 0, e)) ||
+	    (rc = kv_cache_tokens(s, &sc->c, 0, 1, tokens, n, e)) ||
+	    (keep && (rc = kv_cache_keep(&sc->c, keep, e))) ||
+	    (rc = stage_forward_cached(s, &sc->c, e)) || !keep)
+		return rc;
+	fetch(sc, keep);
+	double sum = 0;
+	bool all = true;
+#pragma omp parallel for reduction(+ : sum) reduction(&& : all)
+	for (int i = 0; i < keep; i++) {
+		bool g;
+		sum += row_ll(sc->logits + (size_t)i * V, V, target[i], &g);
+		all = all && g;
+	}
+	*ll += sum;
+	*greedy = *greedy && all;
+	return 0;
+}
+
+/* one request alone: its context and continuation in one forward, from an
+ * empty slot 0 */
+static int score_alone(eval_scorer *sc, const tok_ids *c, const tok_ids *k, eval_result *r,
+		       pp_err *e)
+{
+	const int nc = (int)c->n, nk = (int)k->n, n = nc + nk - 1;
+	int rc = room(sc, 0, (size_t)n, e);
+	if (rc)
+		return rc;
+	memcpy(sc->feed, c->ids, (size_t)nc * sizeof(int));
+	memcpy(sc->feed + nc, k->ids, (size_t)(nk - 1) * sizeof(int));
+	r->ll = 0;
+	r->greedy = true;
+	r->tokens = nk;
+	return eval_score_rows(sc, sc->feed, n, 0, k->ids, nk, &r->ll, &r->greedy, e);
+}
+
+int eval_score_item(eval_scorer *sc, const eval_toks *k, eval_result *res, pp_err *e)
+{
+	pp_stage *s = sc->s;
+	const int V = s->cfg->vocab_size;
+	int rc = 0;
+	if (k->n_ctx > 1 || k->n == 1) {
+		for (int i = 0; i < k->n && !rc; i++)
+			rc = score_alone(sc, &k->ctx[k->n_ctx == 1 ? 0 : i], &k->cont[i], &res[i],
+					 e);
+		return rc;
+	}
+	/* the shared context once: its last position scores every first token */
+	const tok_ids *c = &k->ctx[0];
+	if ((rc = room(sc, (size_t)V, 0, e)))
+		return rc;
+	kv_cache_reset(&sc->c, 0);
+	if ((rc = kv_cache_tokens(s, &sc->c, 0, 1, c->ids, (int)c->n, e)) ||
+	    (rc = stage_forward_cached(s, &sc->c, e)))
+		return rc;
+	fetch(sc, 1);
+	int longest = 0, m = 0;
+	for (int i = 0; i < k->n; i++) {
+		res[i].tokens = (int)k->cont[i].n;
+		res[i].ll = row_ll(sc->logits, V, k->cont[i].ids[0], &res[i].greedy);
+		longest = res[i].tokens > longest ? res[i].tokens : longest;
+	}
+	if (longest < 2)
+		return 0;
+	/* the rest of each continuation of two tokens or more, from copies of
+	 * the context, padded to one length (the padding comes after every
+	 * scored row, so it changes none) */
+	const int n = longest - 1;
+	int *which = malloc((size_t)k->n * sizeof *which);
+	if (!which || (rc = room(sc, (size_t)k->n * n * V, (size_t)k->n * n, e))) {
+		free(which);
+		return which ? rc : nomem(e);
+	}
+	for (int i = 0; i < k->n; i++) {
+		const tok_ids *t = &k->cont[i];
+		if (t->n < 2)
+			continue;
+		kv_cache_copy(&sc->c, 0, 1 + m);
+		for (int j = 0; j < n; j++)
+			sc->feed[(size_t)m * n + j] = j < (int)t->n - 1 ? t->ids[j] : t->ids[0];
+		which[m++] = i;
+	}
+	if ((rc = kv_cache_tokens(s, &sc->c, 1, m, sc->feed, n, e)) ||
+	    (rc = kv_cache_keep(&sc->c, n, e)) || (rc = stage_forward_cached(s, &sc->c, e))) {
+		free(which);
+		return rc;
+	}
+	fetch(sc, m * n);
+#pragma omp parallel for
+	for (int q = 0; q < m; q++) {
+		const int i = which[q];
+		const tok_ids *t = &k->cont[i];
+		double ll = 0;
+		bool all = true;
+		for (int j = 0; j + 1 < (int)t->n; j++) {
+			bool g;
+			ll += row_ll(sc->logits + ((size_t)q * n + j) * V, V, t->ids[j + 1], &g);
+			all = all && g;
+		}
+		res[i].ll += ll;
+		res[i].greedy = res[i].greedy && all;
+	}
+	free(which);
+	return 0;
+}
