@@ -213,8 +213,10 @@ int main(int argc, char **argv)
 		 "store the weights as fp32, bf16 or q8_0, or as a GGUF file has them: gguf (CPU; "
 		 "default fp32, gguf for a GGUF file)",
 		 &a.weights, NULL},
-		{"--random-init", NULL, "seeded initial weights instead of a checkpoint", NULL,
-		 &a.random_init},
+		{"--random-init", NULL,
+		 "seeded initial weights (with --ckpt: of its config and tokenizer, a baseline "
+		 "at chance)",
+		 NULL, &a.random_init},
 		{"--json", NULL, "one JSON object per task on stdout instead of the table", NULL,
 		 &a.json},
 		{"--per-item", NULL, "with --json, a line per item before its task's", NULL,
@@ -223,7 +225,7 @@ int main(int argc, char **argv)
 	};
 	const cli_spec spec = {
 		"pp-eval",
-		"(--ckpt DIR | --cfg FILE --random-init) [key=value ...] (--tasks F[,F...] "
+		"(--ckpt DIR | --cfg FILE) [--random-init] [key=value ...] (--tasks F[,F...] "
 		"[--task-format FMT] | --data D) [--limit N] [--bos] [--weights W] [--json "
 		"[--per-item]]",
 		"Score a checkpoint on zero-shot tasks, or its perplexity on a token dataset.",

@@ -58,11 +58,8 @@ int decode_model_open(decode_model *m, const decode_source *a, pp_err *e)
 	memset(m, 0, sizeof *m);
 	m->weights = -1;
 	m->step = -1;
+	m->random_init = a->random_init;
 	snprintf(m->source, sizeof m->source, "random-init");
-	if (a->ckpt && a->random_init)
-		return pp_errorf(e, PP_EUSAGE, "give --ckpt or --random-init, not both");
-	if (!a->ckpt && !a->random_init && !a->cfg)
-		return pp_errorf(e, PP_EUSAGE, "give --ckpt, or --cfg with --random-init");
 	int fmt = -1, rc = open_config(m, a, e);
 	if (rc)
 		return rc;
@@ -73,7 +70,7 @@ int decode_model_open(decode_model *m, const decode_source *a, pp_err *e)
 	if (a->weights && fmt < 0)
 		return pp_errorf(e, PP_EUSAGE, "--weights '%s': expected fp32, bf16, q8_0 or gguf",
 				 a->weights);
-	if (fmt == DECODE_WEIGHTS_GGUF && !m->gguf)
+	if (fmt == DECODE_WEIGHTS_GGUF && (!m->gguf || a->random_init))
 		return pp_errorf(e, PP_EUSAGE,
 				 "--weights gguf: the weights of a GGUF file given to "
 				 "--ckpt; this model is not one");
@@ -86,7 +83,7 @@ int decode_model_open(decode_model *m, const decode_source *a, pp_err *e)
 				 "(dtype=%s); --weights is for the CPU",
 				 pp_device_name(cfg->device), pp_type_name(cfg->dtype));
 	if (fmt < 0 && m->ops->matmul_packed)
-		fmt = m->gguf ? DECODE_WEIGHTS_GGUF : PP_WEIGHTS_F32;
+		fmt = m->gguf && !a->random_init ? DECODE_WEIGHTS_GGUF : PP_WEIGHTS_F32;
 	m->weights = fmt;
 #ifdef PP_CUDA
 	if (cfg->device == PP_DEVICE_CUDA && (rc = pp_cuda_init(a->device, e)))
@@ -114,12 +111,15 @@ int decode_model_load(decode_model *m, pp_err *e)
 	if (rc)
 		return rc;
 	m->loaded = true;
-	if (!m->dir[0] && !m->gguf)
+	if (m->random_init)
 		stage_init_params(&m->s, cfg->seed);
 	else if (m->gguf)
 		rc = decode_gguf_load(&m->s, m->gguf, e);
-	else
-		rc = ckpt_load_stage(&m->s, cfg, m->dir, m->source, sizeof m->source, &m->step, e);
+	else /* --ckpt's, or the newest sound one in the config's run_dir */
+		rc = ckpt_load_stage(&m->s, cfg, m->dir[0] ? m->dir : NULL, m->source,
+				     sizeof m->source, &m->step, e);
+	if (m->random_init)
+		snprintf(m->source, sizeof m->source, "random-init");
 	/* a GGUF file's own blocks where it has them, the loaded fp32 elsewhere */
 	stage_stored stored = m->gguf ? decode_gguf_stored(m->gguf) : (stage_stored){0};
 	if (!rc && m->weights >= 0)

@@ -1,7 +1,8 @@
 /* The model a command runs for text (pp-decode, pp-eval): from --ckpt (a
  * checkpoint, a run directory's newest sound one, or a GGUF file; its own
- * config and tokenizer unless --cfg gives the config), or from --cfg with
- * --random-init; key=value overrides over either; on the CPU its products'
+ * config and tokenizer unless --cfg gives the config), from the newest
+ * sound checkpoint in the run_dir of --cfg, or with --random-init (with --ckpt too: its config and tokenizer, seeded
+ * weights, a baseline at chance); key=value overrides over either; on the CPU its products'
  * weights stored as --weights says. One stage holds every layer. */
 #ifndef PP_DECODE_OPEN_H
 #define PP_DECODE_OPEN_H
@@ -38,6 +39,7 @@ typedef struct {
 	long step;                     /* its step (-1: none) */
 	char tmp[64];                  /* the checkpoint's tokenizer, extracted ("" none) */
 	char dir[PP_PATH_MAX + 64];
+	bool random_init; /* seeded weights (with --ckpt: of its config, its tokenizer) */
 	bool loaded;
 } decode_model;
 

@@ -368,7 +368,7 @@ static int boolq_item(json_t *o, eval_item *it, pp_err *e)
 	int answer;
 	if (json_is_boolean(l))
 		answer = json_is_true(l);
-	else if (json_is_integer(l))
+	else if (json_is_integer(l) && (json_integer_value(l) == 0 || json_integer_value(l) == 1))
 		answer = (int)json_integer_value(l);
 	else
 		return pp_errorf(

@@ -1,8 +1,8 @@
 /* Loss, perplexity and bits per byte of a model over the documents of a
  * token dataset (pp-eval --data), as lm-evaluation-harness's rolling
  * log-likelihood scores a document: the prefix token (the tokenizer's BOS,
- * else its EOS; without a tokenizer the file's EOS, else the document's
- * first token stands for it and is not predicted) before the first window,
+ * else its EOS; without a tokenizer the document's first token stands for
+ * it and is not predicted) before the first window,
  * every token predicted once, in windows of the model's context, each
  * window after the first fed the max_seq_len tokens before its end. */
 #ifndef PP_EVAL_PERPLEXITY_H

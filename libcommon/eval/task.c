@@ -109,8 +109,10 @@ static int parse(eval_task *t, const char *name, const char *text, size_t len, e
 {
 	memset(t, 0, sizeof *t);
 	t->fmt = f;
-	if (!(t->name = base_name(name)) || !(t->path = strdup(name)))
+	if (!(t->name = base_name(name)) || !(t->path = strdup(name))) {
+		eval_task_free(t);
 		return nomem(e);
+	}
 	int rc = 0, cap = 0, line = 0;
 	for (const char *p = text, *end; p < text + len && !rc; p = end + (end < text + len)) {
 		end = memchr(p, '\n', (size_t)(text + len - p));

@@ -13,6 +13,8 @@
 #                      tensor dequantized
 #   fuzz_requests      pp-decode's prompt lines, plain and JSON (requests_from_lines), with
 #                      token-id prompts or a byte-level vocabulary and a chat template
+#   fuzz_tasks         pp-eval's task files (eval_task_parse) in each format: pp's schema,
+#                      HellaSwag, ARC, PIQA, BoolQ, Winogrande and Lambada
 #   fuzz_profile       pp-train's per-rank profiles (prof_read), merged, analysed and
 #                      written as a trace
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
@@ -42,7 +44,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-20}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-10}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests fuzz_profile}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile}
 out=$root/build/fuzz
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
 for v in "$secs" "$psecs"; do
@@ -68,6 +70,7 @@ declare -A src=(
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio base/log $config_src $model_src $tok_src"
 	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant $config_src $tok_src"
 	[fuzz_requests]="decode/request decode/chat decode/sample base/rng $tok_src"
+	[fuzz_tasks]="eval/task eval/formats eval/item config/types base/fsutil base/error"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
 )
 # each library source once (in parallel), then each target
@@ -306,6 +309,89 @@ if want fuzz_requests; then
 		echo "\"$w\""
 	done >"$T/requests.dict"
 	PP_FUZZ_VOCAB=$T/vocab.json run fuzz_requests 4096 "$psecs" "$s" -dict="$T/requests.dict"
+fi
+
+# fuzz_tasks: task files of each format (the first byte: the format, as
+# eval_format numbers them; from TASK_NFORMATS up, an item limit too), as
+# pp's schema and the published files of each benchmark write them, and a
+# file mixing kinds; a dictionary of the fields.
+if want fuzz_tasks; then
+	s=$T/seeds-tasks
+	mkdir -p "$s"
+	/usr/bin/python3 - "$s" <<'EOF'
+import json, os, sys
+JSONL, HELLASWAG, ARC, PIQA, BOOLQ, WINOGRANDE, LAMBADA = range(7)
+choice = {"context": "The capital of France is", "choices": ["Paris", "Rome", "Berlin"], "answer": 0}
+partial = {"contexts": ["The trophy did not fit in the suitcase because the trophy",
+                        "The trophy did not fit in the suitcase because the suitcase"],
+           "continuation": "was too big.", "answer": "0"}
+cloze = {"text": "She opened the door and saw her old friend"}
+hs = {"ind": 24, "activity_label": "Roof shingle removal",
+      "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
+      "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off. [title] Step 2",
+                  "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
+      "source_id": "activitynet~v_-JhWjGDPHMY", "split": "val", "split_type": "indomain", "label": "3"}
+hs2 = {"activity_label": "Home and Garden", "ctx_a": "[header] How to clean a grill [title] Heat it.",
+       "ctx_b": "[step] Scrape  the [substeps] grates.",
+       "endings": ["Then rinse  them.", "[title] Oil them [step] lightly.", "Paint it.", "Leave [it"],
+       "label": "1"}
+arc_hf = {"id": "Mercury_7175875",
+          "question": "An astronomer observes that a planet rotates faster. Which is likely?",
+          "choices": {"text": ["Planetary density will decrease.", "Planetary years will become longer.",
+                               "Planetary days will become shorter.", "Planetary gravity will become stronger."],
+                      "label": ["A", "B", "C", "D"]}, "answerKey": "B"}
+arc_hf2 = {"question": "Which is a mineral?",
+           "choices": {"text": ["ice", "glass", "wood"], "label": ["1", "2", "3"]}, "answerKey": "1"}
+arc_ai2 = {"id": "Mercury_SC_415702",
+           "question": {"stem": "George wants to warm his hands quickly. Which skin surface will produce the most heat?",
+                        "choices": [{"text": "dry palms", "label": "A"}, {"text": "wet palms", "label": "B"},
+                                    {"text": "palms covered with oil", "label": "C"},
+                                    {"text": "palms covered with lotion", "label": "D"}]},
+           "answerKey": "A"}
+piqa = [{"goal": "How do I ready a guinea pig cage for it's new occupants?",
+         "sol1": "Provide the guinea pig with a cage full of a few inches of bedding made of ripped paper strips.",
+         "sol2": "Provide the guinea pig with a cage full of a few inches of bedding made of ripped jeans material.",
+         "label": 0},
+        {"goal": "To make a 'rustic' look", "sol1": "sand the wood", "sol2": "paint the wood", "label": 1}]
+boolq = [{"passage": "Persian language -- Persian is a pluricentric language.",
+          "question": "do iran and afghanistan speak the same language", "label": 1, "idx": 0},
+         {"title": "Ethanol fuel", "passage": "All biomass goes through at least some of these steps.",
+          "question": "does ethanol take more energy make that produces", "answer": True},
+         {"passage": "p", "question": "q", "label": False}]
+wino = [{"sentence": "The _ was too big for the suitcase.", "option1": "trophy", "option2": "suitcase",
+         "answer": "2"},
+        {"qID": "3D5G8J4N5CH4-1",
+         "sentence": "Sarah was a much better surgeon than Maria so _ always got the harder cases.",
+         "option1": "Sarah", "option2": "Maria", "answer": "1"}]
+lambada = [{"text": "In my palm is a clear stone, and inside it is a small ivory statuette. A guardian angel."},
+           {"text": "\u201cWhat is it?\u201d she asked, and he said \u00e9l\u00e9phant"}]
+def lines(*objs):
+    return "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
+seeds = {
+    "jsonl-choice": (JSONL, lines(choice, dict(choice, target_delimiter="\n", answer=2))),
+    "jsonl-partial": (JSONL, lines(partial, dict(partial, answer=1))),
+    "jsonl-cloze": (JSONL, "\n" + lines(cloze) + "  \r\n" + lines(cloze)),
+    "jsonl-limit": (JSONL + 7, lines(choice, choice, choice)),
+    "jsonl-mixed": (JSONL, lines(choice, partial, cloze)),
+    "hellaswag": (HELLASWAG, lines(hs, hs2)),
+    "arc-hf": (ARC, lines(arc_hf, arc_hf2)),
+    "arc-ai2": (ARC, lines(arc_ai2)),
+    "piqa": (PIQA, lines(*piqa)),
+    "boolq": (BOOLQ, lines(*boolq)),
+    "winogrande": (WINOGRANDE, lines(*wino)),
+    "lambada": (LAMBADA, lines(*lambada)),
+}
+for name, (fmt, text) in seeds.items():
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        f.write(bytes([fmt]) + text.encode())
+EOF
+	for w in context choices answer contexts continuation text target_delimiter activity_label \
+		ctx_a ctx_b endings label '[title]' '[header]' '[step]' question stem answerKey goal \
+		sol1 sol2 passage option1 option2 sentence _ true false '{' '}' '[' ']' ':' ',' \
+		'\"' '\\n' '\\u0000' 2147483648 4294967297 -1; do
+		echo "\"$w\""
+	done >"$T/tasks.dict"
+	run fuzz_tasks 4096 "$psecs" "$s" -dict="$T/tasks.dict"
 fi
 
 # fuzz_manifest: the manifest pp-init writes, and the same tensors on a
