@@ -16,8 +16,8 @@
 #include "../libcommon/eval/perplexity.h"
 
 typedef struct {
-	const char *ckpt, *weights, *tasks, *format, *data, *limit;
-	bool random_init, json, per_item, bos;
+	const char *ckpt, *weights, *tasks, *format, *data, *limit, *bos;
+	bool random_init, json, per_item;
 } eval_args;
 
 static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -111,7 +111,10 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 		     pp_err *e)
 {
 	eval_format fmt = TASK_JSONL;
+	eval_bos bos = EVAL_BOS_TOKENIZER;
 	int rc = a->format ? eval_format_parse(a->format, &fmt, e) : 0;
+	if (!rc && a->bos)
+		rc = eval_bos_parse(a->bos, &bos, e);
 	if (rc)
 		return rc;
 	char *list = strdup(a->tasks);
@@ -126,7 +129,7 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 	rc = sets ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory");
 	char *save = NULL;
 	for (char *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
-		rc = eval_set_open(&sets[opened], f, fmt, (int)limit, m->tk, a->bos,
+		rc = eval_set_open(&sets[opened], f, fmt, (int)limit, m->tk, bos,
 				   m->cfg.model.max_seq_len, e);
 		if (!rc) {
 			eval_scorer_fit(&sc, sets[opened].toks, sets[opened].task.n_items);
@@ -208,7 +211,10 @@ int main(int argc, char **argv)
 		 &a.data, NULL},
 		{"--limit", "N", "the first N items of each task (documents of --data)", &a.limit,
 		 NULL},
-		{"--bos", NULL, "put the tokenizer's BOS before every context", NULL, &a.bos},
+		{"--bos", "WHEN",
+		 "BOS before every context: as the tokenizer adds it (tokenizer, the default), "
+		 "always or never",
+		 &a.bos, NULL},
 		{"--weights", "W",
 		 "store the weights as fp32, bf16 or q8_0, or as a GGUF file has them: gguf (CPU; "
 		 "default fp32, gguf for a GGUF file)",
@@ -226,7 +232,7 @@ int main(int argc, char **argv)
 	const cli_spec spec = {
 		"pp-eval",
 		"(--ckpt DIR | --cfg FILE) [--random-init] [key=value ...] (--tasks F[,F...] "
-		"[--task-format FMT] | --data D) [--limit N] [--bos] [--weights W] [--json "
+		"[--task-format FMT] | --data D) [--limit N] [--bos WHEN] [--weights W] [--json "
 		"[--per-item]]",
 		"Score a checkpoint on zero-shot tasks, or its perplexity on a token dataset.",
 		opts,

@@ -16,7 +16,7 @@ static double now(void)
 }
 
 int eval_set_open(eval_set *es, const char *path, eval_format f, int limit, const pp_tokenizer *tk,
-		  bool bos, int max_seq_len, pp_err *e)
+		  eval_bos bos, int max_seq_len, pp_err *e)
 {
 	memset(es, 0, sizeof *es);
 	int rc = eval_task_read(&es->task, path, f, limit, e);

@@ -32,7 +32,7 @@ typedef struct {
 
 /* Reads and tokenizes the task file (task.h, score.h). */
 int eval_set_open(eval_set *es, const char *path, eval_format f, int limit, const pp_tokenizer *tk,
-		  bool bos, int max_seq_len, pp_err *e);
+		  eval_bos bos, int max_seq_len, pp_err *e);
 void eval_set_close(eval_set *es);
 
 /* Scores this rank's items (comm NULL: all of them), sums over comm, and

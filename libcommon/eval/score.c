@@ -75,10 +75,11 @@ static void truncate_left(tok_ids *c, size_t drop)
 	c->n -= drop;
 }
 
-static int tokenize_item(const eval_item *it, const pp_tokenizer *tk, bool bos, int L, eval_toks *k,
-			 pp_err *e)
+static int tokenize_item(const eval_item *it, const pp_tokenizer *tk, eval_bos bos, int L,
+			 eval_toks *k, pp_err *e)
 {
-	const int bos_id = bos ? tok_bos(tk) : -1;
+	const bool add = bos == EVAL_BOS_ALWAYS || (bos == EVAL_BOS_TOKENIZER && tok_adds_bos(tk));
+	const int bos_id = add ? tok_bos(tk) : -1;
 	const int prefix = tok_bos(tk) >= 0 ? tok_bos(tk) : tok_eos(tk);
 	if (prefix < 0 && it->n_ctx && !*eval_ctx(it, 0))
 		return pp_errorf(e, PP_EUSAGE,
@@ -123,7 +124,18 @@ static int tokenize_item(const eval_item *it, const pp_tokenizer *tk, bool bos, 
 	return 0;
 }
 
-int eval_tokenize(const eval_task *t, const pp_tokenizer *tk, bool bos, int max_seq_len,
+int eval_bos_parse(const char *s, eval_bos *b, pp_err *e)
+{
+	static const char *const names[] = {"tokenizer", "always", "never"};
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(s, names[i])) {
+			*b = (eval_bos)i;
+			return 0;
+		}
+	return pp_errorf(e, PP_EUSAGE, "--bos '%s': expected tokenizer, always or never", s);
+}
+
+int eval_tokenize(const eval_task *t, const pp_tokenizer *tk, eval_bos bos, int max_seq_len,
 		  eval_toks **out, pp_err *e)
 {
 	eval_toks *k = calloc((size_t)t->n_items + 1, sizeof *k);

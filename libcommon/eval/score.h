@@ -4,8 +4,8 @@
  * Tokens (eval_tokenize): a context's trailing spaces move to the front of
  * its continuation; the continuation's tokens are those of context +
  * continuation after the context's own tokens; an empty context is the
- * prefix token (the tokenizer's BOS, else its EOS); with bos, BOS goes
- * before every context. A request longer than the model's context
+ * prefix token (the tokenizer's BOS, else its EOS); BOS goes before every
+ * context as eval_bos says. A request longer than the model's context
  * (max_seq_len + 1 tokens, the last not fed) loses tokens from its left,
  * as the harness truncates, and is flagged.
  *
@@ -25,6 +25,11 @@
 #include "../tok/tokenizer.h"
 #include "task.h"
 
+/* BOS before every context: as the tokenizer adds it when it encodes
+ * (lm-evaluation-harness's default), always, or never. */
+typedef enum { EVAL_BOS_TOKENIZER, EVAL_BOS_ALWAYS, EVAL_BOS_NEVER } eval_bos;
+int eval_bos_parse(const char *s, eval_bos *b, pp_err *e);
+
 /* An item's requests as tokens. */
 typedef struct {
 	int n_ctx, n;   /* contexts (1 unless partial or truncated), requests */
@@ -43,7 +48,7 @@ typedef struct {
 /* Tokenizes every item of t for a model of context max_seq_len; a
  * continuation longer than that is an error naming the file and line.
  * *out gets t->n_items entries. */
-int eval_tokenize(const eval_task *t, const pp_tokenizer *tk, bool bos, int max_seq_len,
+int eval_tokenize(const eval_task *t, const pp_tokenizer *tk, eval_bos bos, int max_seq_len,
 		  eval_toks **out, pp_err *e);
 void eval_toks_free(eval_toks *k, int n);
 

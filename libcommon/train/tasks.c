@@ -55,7 +55,7 @@ int train_tasks_open(trainer *t, pp_err *e)
 	int rc = tok_load(&x->tk, c->tokenizer, e);
 	for (char *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
 		rc = eval_set_open(&x->sets[x->n], f, (eval_format)c->eval_task_format, 0, x->tk,
-				   false, c->model.max_seq_len, e);
+				   EVAL_BOS_TOKENIZER, c->model.max_seq_len, e);
 		if (!rc)
 			eval_scorer_fit(&x->sc, x->sets[x->n].toks, x->sets[x->n].task.n_items);
 		x->n += !rc;
