@@ -129,7 +129,18 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 	rc = sets ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory");
 	char *save = NULL;
 	for (char *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
-		rc = eval_set_open(&sets[opened], f, fmt, (int)limit, m->tk, bos,
+		/* FMT:FILE: that file's own format */
+		eval_format ff = fmt;
+		char *colon = strchr(f, ':');
+		if (colon) {
+			*colon = '\0';
+			pp_err ignore;
+			if (eval_format_parse(f, &ff, &ignore))
+				*colon = ':';
+			else
+				f = colon + 1;
+		}
+		rc = eval_set_open(&sets[opened], f, ff, (int)limit, m->tk, bos,
 				   m->cfg.model.max_seq_len, e);
 		if (!rc) {
 			eval_scorer_fit(&sc, sets[opened].toks, sets[opened].task.n_items);
@@ -199,11 +210,12 @@ int main(int argc, char **argv)
 		 "a checkpoint, a run directory (its newest sound one) or a GGUF file; "
 		 "without --cfg its own config and tokenizer",
 		 &a.ckpt, NULL},
-		{"--tasks", "F[,F...]", "score the task files F (JSON lines; pp-tasks(5))",
+		{"--tasks", "F[,F...]",
+		 "score the task files F (JSON lines; pp-tasks(5)); FMT:F gives one file's format",
 		 &a.tasks, NULL},
 		{"--task-format", "FMT",
 		 "the files' schema: jsonl (default), hellaswag, arc, piqa, boolq, winogrande or "
-		 "lambada",
+		 "lambada (where F gives none)",
 		 &a.format, NULL},
 		{"--data", "D",
 		 "loss, perplexity and bits per byte over the documents of a token dataset "
