@@ -135,12 +135,22 @@ int eval_set_score(eval_set *es, eval_scorer *sc, pp_comm *comm, bool progress, 
 	const double t0 = now();
 	double shown = t0;
 	int rc = 0, done = 0;
-	for (int i = rank; i < n && !rc; i += size) {
-		if ((rc = eval_score_item(sc, &es->toks[i], es->res + es->first[i], e))) {
-			pp_err_prefix(e, "%s: line %d", es->task.path, es->task.items[i].line);
+	/* this rank's items, in batches of up to CHUNK */
+	enum { CHUNK = 32 };
+	const eval_toks *k[CHUNK];
+	eval_result *r[CHUNK];
+	for (int i = rank; i < n && !rc;) {
+		int b = 0, first = i;
+		for (; b < CHUNK && i < n; b++, i += size) {
+			k[b] = &es->toks[i];
+			r[b] = es->res + es->first[i];
+		}
+		if ((rc = eval_score_items(sc, k, r, b, e))) {
+			pp_err_prefix(e, "%s: lines %d to %d", es->task.path,
+				      es->task.items[first].line, es->task.items[i - size].line);
 			break;
 		}
-		done++;
+		done += b;
 		const double t = now();
 		if (progress && t - shown > 10 && done < mine) {
 			char left[32];

@@ -185,6 +185,7 @@ static void item_needs(const eval_toks *k, int *B, int *T, int *rows)
 
 void eval_scorer_fit(eval_scorer *sc, const eval_toks *k, int n)
 {
+	sc->batch = true;
 	if (!sc->B)
 		sc->B = sc->Tmax = sc->rows = 1;
 	for (int i = 0; i < n; i++)
@@ -198,6 +199,16 @@ int eval_scorer_open(eval_scorer *sc, pp_stage *s, pp_err *e)
 		sc->B = sc->Tmax = sc->rows = 1;
 	if (sc->Tmax > s->cfg->max_seq_len)
 		sc->Tmax = s->cfg->max_seq_len;
+	if (sc->batch) {
+		/* room to batch items: up to 64 slots in 256 MB of keys and values,
+		 * and up to 512 rows of logits in 128 MB */
+		const double slot = 2.0 * s->cfg->n_layers * s->n_kv_heads * s->cfg->head_dim *
+				    (double)sc->Tmax * (double)pp_act_size(s->ops);
+		const double rows = (double)(1 << 27) / (4.0 * s->cfg->vocab_size);
+		const int B = (int)fmin(64, (double)(1 << 28) / slot), R = (int)fmin(512, rows);
+		sc->B = B > sc->B ? B : sc->B;
+		sc->rows = R > sc->rows ? R : sc->rows;
+	}
 	return kv_cache_create(&sc->c, s, sc->B, sc->Tmax, sc->rows, false, e);
 }
 
@@ -292,72 +303,118 @@ static int score_alone(eval_scorer *sc, const tok_ids *c, const tok_ids *k, eval
 	return eval_score_rows(sc, sc->feed, n, 0, k->ids, nk, &r->ll, &r->greedy, e);
 }
 
-int eval_score_item(eval_scorer *sc, const eval_toks *k, eval_result *res, pp_err *e)
+/* whether an item's requests share one context (multiple choice) */
+static bool shared(const eval_toks *k) { return k->n_ctx == 1 && k->n > 1; }
+
+/* its continuations of two tokens or more, and the longest's length - 1 */
+static void tails(const eval_toks *k, int *m, int *longest)
+{
+	*m = *longest = 0;
+	for (int i = 0; i < k->n; i++)
+		if (k->cont[i].n > 1) {
+			(*m)++;
+			*longest = (int)k->cont[i].n - 1 > *longest ? (int)k->cont[i].n - 1
+								    : *longest;
+		}
+}
+
+/* A group of g items of shared contexts: each context in its own slot
+ * (0..g-1), its last position scoring every first token; then the rest of
+ * every continuation of two tokens or more, each from a copy of its
+ * context (slots g.., M of them), all in one forward padded to one length
+ * n (the padding comes after every scored row, so it changes none). */
+static int score_group(eval_scorer *sc, const eval_toks *const *k, eval_result *const *res, int g,
+		       int M, int n, pp_err *e)
 {
 	pp_stage *s = sc->s;
 	const int V = s->cfg->vocab_size;
-	int rc = 0;
-	if (k->n_ctx > 1 || k->n == 1) {
-		for (int i = 0; i < k->n && !rc; i++)
-			rc = score_alone(sc, &k->ctx[k->n_ctx == 1 ? 0 : i], &k->cont[i], &res[i],
-					 e);
+	int rc = room(sc, (size_t)(M > 1 ? M : 1) * (n > 1 ? n : 1) * V, (size_t)M * n + 1, e);
+	for (int q = 0; q < g && !rc; q++) {
+		const tok_ids *c = &k[q]->ctx[0];
+		kv_cache_reset(&sc->c, q);
+		if ((rc = kv_cache_tokens(s, &sc->c, q, 1, c->ids, (int)c->n, e)) ||
+		    (rc = stage_forward_cached(s, &sc->c, e)))
+			break;
+		fetch(sc, 1);
+		for (int i = 0; i < k[q]->n; i++) {
+			eval_result *r = &res[q][i];
+			r->tokens = (int)k[q]->cont[i].n;
+			r->ll = row_ll(sc->logits, V, k[q]->cont[i].ids[0], &r->greedy);
+		}
+	}
+	if (rc || !M)
 		return rc;
-	}
-	/* the shared context once: its last position scores every first token */
-	const tok_ids *c = &k->ctx[0];
-	if ((rc = room(sc, (size_t)V, 0, e)))
-		return rc;
-	kv_cache_reset(&sc->c, 0);
-	if ((rc = kv_cache_tokens(s, &sc->c, 0, 1, c->ids, (int)c->n, e)) ||
-	    (rc = stage_forward_cached(s, &sc->c, e)))
-		return rc;
-	fetch(sc, 1);
-	int longest = 0, m = 0;
-	for (int i = 0; i < k->n; i++) {
-		res[i].tokens = (int)k->cont[i].n;
-		res[i].ll = row_ll(sc->logits, V, k->cont[i].ids[0], &res[i].greedy);
-		longest = res[i].tokens > longest ? res[i].tokens : longest;
-	}
-	if (longest < 2)
-		return 0;
-	/* the rest of each continuation of two tokens or more, from copies of
-	 * the context, padded to one length (the padding comes after every
-	 * scored row, so it changes none) */
-	const int n = longest - 1;
-	int *which = malloc((size_t)k->n * sizeof *which);
-	if (!which || (rc = room(sc, (size_t)k->n * n * V, (size_t)k->n * n, e))) {
-		free(which);
-		return which ? rc : nomem(e);
-	}
-	for (int i = 0; i < k->n; i++) {
-		const tok_ids *t = &k->cont[i];
-		if (t->n < 2)
-			continue;
-		kv_cache_copy(&sc->c, 0, 1 + m);
-		for (int j = 0; j < n; j++)
-			sc->feed[(size_t)m * n + j] = j < (int)t->n - 1 ? t->ids[j] : t->ids[0];
-		which[m++] = i;
-	}
-	if ((rc = kv_cache_tokens(s, &sc->c, 1, m, sc->feed, n, e)) ||
+	int(*which)[2] = malloc((size_t)M * sizeof *which), m = 0;
+	if (!which)
+		return nomem(e);
+	for (int q = 0; q < g; q++)
+		for (int i = 0; i < k[q]->n; i++) {
+			const tok_ids *t = &k[q]->cont[i];
+			if (t->n < 2)
+				continue;
+			kv_cache_copy(&sc->c, q, g + m);
+			for (int j = 0; j < n; j++)
+				sc->feed[(size_t)m * n + j] = j < (int)t->n - 1 ? t->ids[j]
+										: t->ids[0];
+			which[m][0] = q;
+			which[m++][1] = i;
+		}
+	if ((rc = kv_cache_tokens(s, &sc->c, g, M, sc->feed, n, e)) ||
 	    (rc = kv_cache_keep(&sc->c, n, e)) || (rc = stage_forward_cached(s, &sc->c, e))) {
 		free(which);
 		return rc;
 	}
-	fetch(sc, m * n);
+	fetch(sc, M * n);
 #pragma omp parallel for
-	for (int q = 0; q < m; q++) {
-		const int i = which[q];
-		const tok_ids *t = &k->cont[i];
+	for (int x = 0; x < M; x++) {
+		const int q = which[x][0], i = which[x][1];
+		const tok_ids *t = &k[q]->cont[i];
 		double ll = 0;
 		bool all = true;
 		for (int j = 0; j + 1 < (int)t->n; j++) {
-			bool g;
-			ll += row_ll(sc->logits + ((size_t)q * n + j) * V, V, t->ids[j + 1], &g);
-			all = all && g;
+			bool gr;
+			ll += row_ll(sc->logits + ((size_t)x * n + j) * V, V, t->ids[j + 1], &gr);
+			all = all && gr;
 		}
-		res[i].ll += ll;
-		res[i].greedy = res[i].greedy && all;
+		res[q][i].ll += ll;
+		res[q][i].greedy = res[q][i].greedy && all;
 	}
 	free(which);
 	return 0;
+}
+
+int eval_score_items(eval_scorer *sc, const eval_toks *const *k, eval_result *const *res, int n,
+		     pp_err *e)
+{
+	int rc = 0;
+	for (int i = 0; i < n && !rc;) {
+		if (!shared(k[i])) { /* each request alone */
+			for (int r = 0; r < k[i]->n && !rc; r++)
+				rc = score_alone(sc, &k[i]->ctx[k[i]->n_ctx == 1 ? 0 : r],
+						 &k[i]->cont[r], &res[i][r], e);
+			i++;
+			continue;
+		}
+		/* as many items of shared contexts as the slots and the rows of
+		 * one forward take (one at least) */
+		int g = 0, M = 0, L = 0;
+		while (i + g < n && shared(k[i + g])) {
+			int m, l;
+			tails(k[i + g], &m, &l);
+			const int M2 = M + m, L2 = l > L ? l : L;
+			if (g && (g + 1 + M2 > sc->c.B || M2 * L2 > sc->c.rows))
+				break;
+			g++;
+			M = M2;
+			L = L2;
+		}
+		rc = score_group(sc, k + i, res + i, g, M, L, e);
+		i += g;
+	}
+	return rc;
+}
+
+int eval_score_item(eval_scorer *sc, const eval_toks *k, eval_result *res, pp_err *e)
+{
+	return eval_score_items(sc, &k, &res, 1, e);
 }

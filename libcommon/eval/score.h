@@ -9,10 +9,10 @@
  * (max_seq_len + 1 tokens, the last not fed) loses tokens from its left,
  * as the harness truncates, and is flagged.
  *
- * Scoring (eval_score_item): the context is run once, and every
- * continuation goes on from a copy of its cached keys and values, all of
- * them in one forward (the harness runs the context again for each
- * choice); a request's log-likelihood is the sum over its continuation's
+ * Scoring (eval_score_items): the context is run once, and every
+ * continuation goes on from a copy of its cached keys and values, those of
+ * several items in one forward (the harness runs the context again for
+ * each choice); a request's log-likelihood is the sum over its continuation's
  * tokens of log softmax of the logits at the position before it, and it
  * is greedy when each of those tokens is the argmax (the first of equal
  * logits, as torch.argmax). */
@@ -56,6 +56,7 @@ typedef struct {
 	pp_stage *s;
 	pp_kv_cache c;
 	int B, Tmax, rows; /* the cache's slots, positions and rows at once */
+	bool batch;        /* room for batches of items (eval_scorer_fit) */
 	pp_real *logits;   /* host copy of a forward's logits */
 	size_t logits_n;
 	int *feed; /* tokens of one forward */
@@ -70,6 +71,11 @@ void eval_scorer_close(eval_scorer *sc);
 
 /* res (k->n entries) for one item. */
 int eval_score_item(eval_scorer *sc, const eval_toks *k, eval_result *res, pp_err *e);
+/* res[i] for items k[i], i < n: the multiple-choice items in batches, as
+ * many at once as the cache's slots and rows take (eval_scorer_open sizes
+ * them for that), the others request by request. */
+int eval_score_items(eval_scorer *sc, const eval_toks *const *k, eval_result *const *res, int n,
+		     pp_err *e);
 
 /* One forward of the n tokens after the `ctx` already in slot 0 (slot 0
  * is emptied first when ctx is 0), scoring its last `keep` positions: the

@@ -316,6 +316,39 @@ static void check_scoring(void)
 	CHECK(!rc && worst < 1e-5 && same_greedy, "eval/score/shared_and_alone_vs_full",
 	      "rc %d %s: log-likelihoods within %.2g of full forwards", rc, e.msg, worst);
 	printf("  scoring: shared context and alone within %.2g of full forwards\n", worst);
+
+	/* three items at once (one forward for all their continuations) give
+	 * what each gives alone */
+	tok_ids c2[3], k2[3][4];
+	eval_toks items[3];
+	eval_result rb[3][4], ra[3][4];
+	for (int q = 0; q < 3; q++) {
+		ids(&c2[q], ctx + q, 9 - 2 * q);
+		for (int j = 0; j < 4; j++)
+			ids(&k2[q][j], conts[(j + q) % 4], lens[(j + q) % 4]);
+		items[q] = (eval_toks){.n_ctx = 1, .n = 4 - (q == 2), .ctx = &c2[q], .cont = k2[q]};
+	}
+	const eval_toks *kp[3] = {&items[0], &items[1], &items[2]};
+	eval_result *rp[3] = {rb[0], rb[1], rb[2]};
+	if (!rc)
+		rc = eval_score_items(&sc, kp, rp, 3, &e);
+	for (int q = 0; q < 3 && !rc; q++)
+		rc = eval_score_item(&sc, &items[q], ra[q], &e);
+	double bworst = 0;
+	for (int q = 0; q < 3 && !rc; q++)
+		for (int j = 0; j < items[q].n; j++) {
+			bworst = fmax(bworst, fabs(rb[q][j].ll - ra[q][j].ll) / fabs(ra[q][j].ll));
+			same_greedy = same_greedy && rb[q][j].greedy == ra[q][j].greedy &&
+				      rb[q][j].tokens == ra[q][j].tokens;
+		}
+	CHECK(!rc && bworst < 1e-6 && same_greedy && sc.c.B >= 3 + 8, "eval/score/batch_of_items",
+	      "rc %d %s: batched within %.2g of one at a time (%d slots)", rc, e.msg, bworst,
+	      sc.c.B);
+	for (int q = 0; q < 3; q++) {
+		tok_ids_free(&c2[q]);
+		for (int j = 0; j < 4; j++)
+			tok_ids_free(&k2[q][j]);
+	}
 	eval_scorer_close(&sc);
 
 	/* rolling windows: max_seq_len 128 for llama-tiny, a document of 300
