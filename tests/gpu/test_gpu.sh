@@ -34,6 +34,9 @@
 #     checkpoint: the same tokens as on the CPU, and with the step's CUDA
 #     graph (the default) the same text as without it (PP_CUDA_GRAPH=0), in
 #     fp32 and in bf16, and from a prompt of one token;
+#   - pp-eval on the GPU: a tiny llama's task items (multiple choice
+#     batched through copies of cached contexts, a cloze item) scored as on
+#     the CPU, log-likelihoods within 1e-4 relative;
 #   - a profile (profile_steps) timed with CUDA events: every pass of the
 #     window recorded with a positive length, the passes timed on the
 #     device, the step's parts adding up to its time, and a trace whose
@@ -54,7 +57,7 @@ checks+=(llama_cudnn_vs_cpu)
 for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
 checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
-checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 nccl_singleton)
+checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 eval_vs_cpu nccl_singleton)
 checks+=(profile_device_clock)
 skip_all() {
 	local c
@@ -253,6 +256,41 @@ if [ "$dev" = cuda ]; then
 else
 	skip gpu/decode_graph_vs_eager_bf16 "dtype=bf16 needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
 fi
+
+# --- pp-eval on the GPU ---------------------------------------------------------------------
+# A tiny llama trained 20 steps with a tiny byte-level BPE tokenizer; its
+# tasks' items (multiple choice in batches through copies of each context's
+# cached keys and values, a cloze item alone) scored on the GPU as on the
+# CPU: every request's log-likelihood within 1e-4 relative, the same
+# greediness and predictions.
+eval_same() {
+	python3 tests/tools/tiny_bpe.py tokenizer.json $T/tok.json || return 1
+	pp-train model=llama-tiny model.vocab_size=288 tokenizer=$T/tok.json $run device=cpu \
+		run_dir=$T/eval-run --quiet 2>$T/eval-train.log || { tail -n 3 $T/eval-train.log; return 1; }
+	printf '%s\n' '{"context": "the cat sat on", "choices": ["the mat", "a hat that the cat had", "it"], "answer": 0}' \
+		'{"context": "in the beginning", "choices": ["was the word", "the end"], "answer": 0}' \
+		'{"context": "then the", "choices": ["thing", "other thing then", "tin", "then"], "answer": 2}' >$T/mc.jsonl
+	printf '%s\n' '{"text": "the hen in the inn then the thin"}' >$T/cloze.jsonl
+	local d
+	for d in cpu $dev; do
+		pp-eval --ckpt $T/eval-run device=$d --tasks $T/mc.jsonl,$T/cloze.jsonl --json --per-item \
+			>$T/eval-$d.json 2>$T/eval-$d.log || { tail -n 3 $T/eval-$d.log; return 1; }
+	done
+	python3 - $T/eval-cpu.json $T/eval-$dev.json <<'PYEOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 6, (len(a), len(b))
+worst = 0
+for x, y in zip(a, b):
+    for r, s in zip(x.get("requests", []), y.get("requests", [])):
+        assert r["tokens"] == s["tokens"] and r["greedy"] == s["greedy"], (r, s)
+        worst = max(worst, abs(r["ll"] - s["ll"]) / abs(r["ll"]))
+    assert x.get("pred") == y.get("pred") and x.get("pred_norm") == y.get("pred_norm")
+print(f"pp-eval: log-likelihoods within {worst:.2g} relative of the CPU's")
+assert worst <= 1e-4
+PYEOF
+}
+check gpu/eval_vs_cpu eval_same
 
 # --- NCCL with size-1 communicators ---------------------------------------------------------
 if [ "$dev" = cuda ]; then
