@@ -69,9 +69,8 @@ fi
 
 # One installer at a time: several checkouts may share a venv.
 mkdir -p "$(dirname "$venv")"
-lock=${TMPDIR:-/tmp}/pp-setup-bench-env.$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock
-exec 9>"$lock"
-flock -w 1800 9 || die "timed out waiting for $lock (another setup-bench-env.sh)"
+. "$here/setup-lib.sh"
+setup_lock setup-bench-env "$venv" 1800
 if ready; then # another run finished it while we waited
 	done_ok
 fi

@@ -97,9 +97,8 @@ fi
 
 # One installer at a time: tests of several checkouts may share a venv.
 mkdir -p "$(dirname "$venv")"
-lock=${TMPDIR:-/tmp}/pp-setup-eval-env.$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock
-exec 9>"$lock"
-flock -w 600 9 || die "timed out waiting for $lock (another setup-eval-env.sh)"
+. "$here/setup-lib.sh"
+setup_lock setup-eval-env "$venv" 600
 if ready; then # another run finished it while we waited
 	done_ok
 fi

@@ -56,9 +56,8 @@ fi
 
 # One installer at a time: tests of several checkouts may share a venv.
 mkdir -p "$(dirname "$venv")"
-lock=${TMPDIR:-/tmp}/pp-setup-reference.$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock
-exec 9>"$lock"
-flock -w 600 9 || die "timed out waiting for $lock (another setup-reference.sh)"
+. "$here/setup-lib.sh"
+setup_lock setup-reference "$venv" 600
 if ready; then # another run finished it while we waited
 	done_ok
 fi

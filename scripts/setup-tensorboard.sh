@@ -40,9 +40,8 @@ fi
 "$here/install-deps.sh" python3-venv || exit 1
 mkdir -p "$(dirname "$venv")"
 # one installer at a time: checkouts may share a venv
-lock=${TMPDIR:-/tmp}/pp-setup-tensorboard.$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock
-exec 9>"$lock"
-flock -w 600 9 || die "timed out waiting for $lock (another setup-tensorboard.sh)"
+. "$here/setup-lib.sh"
+setup_lock setup-tensorboard "$venv" 600
 if ready; then
 	echo "$venv/bin/python"
 	exit 0
