@@ -395,18 +395,22 @@ int eval_score_items(eval_scorer *sc, const eval_toks *const *k, eval_result *co
 			i++;
 			continue;
 		}
-		/* as many items of shared contexts as the slots and the rows of
+		/* as many items of shared contexts as the slots, the positions
+		 * (each context and the padded continuations) and the rows of
 		 * one forward take (one at least) */
-		int g = 0, M = 0, L = 0;
+		int g = 0, M = 0, L = 0, C = 0;
 		while (i + g < n && shared(k[i + g])) {
 			int m, l;
 			tails(k[i + g], &m, &l);
-			const int M2 = M + m, L2 = l > L ? l : L;
-			if (g && (g + 1 + M2 > sc->c.B || M2 * L2 > sc->c.rows))
+			const int c = (int)k[i + g]->ctx[0].n;
+			const int M2 = M + m, L2 = l > L ? l : L, C2 = c > C ? c : C;
+			if (g &&
+			    (g + 1 + M2 > sc->c.B || M2 * L2 > sc->c.rows || C2 + L2 > sc->c.Tmax))
 				break;
 			g++;
 			M = M2;
 			L = L2;
+			C = C2;
 		}
 		rc = score_group(sc, k + i, res + i, g, M, L, e);
 		i += g;

@@ -318,15 +318,25 @@ static void check_scoring(void)
 	printf("  scoring: shared context and alone within %.2g of full forwards\n", worst);
 
 	/* three items at once (one forward for all their continuations) give
-	 * what each gives alone */
+	 * what each gives alone; the third's context of 12 tokens and its
+	 * continuation of 2 fit the cache's 15 positions alone, not with the
+	 * others' continuations padded to 5 after it, so it goes into a forward
+	 * of its own */
 	tok_ids c2[3], k2[3][4];
 	eval_toks items[3];
 	eval_result rb[3][4], ra[3][4];
+	int lctx[12];
+	for (int i = 0; i < 12; i++)
+		lctx[i] = ctx[i % 9];
 	for (int q = 0; q < 3; q++) {
-		ids(&c2[q], ctx + q, 9 - 2 * q);
+		if (q < 2)
+			ids(&c2[q], ctx + q, 9 - 2 * q);
+		else
+			ids(&c2[q], lctx, 12);
 		for (int j = 0; j < 4; j++)
-			ids(&k2[q][j], conts[(j + q) % 4], lens[(j + q) % 4]);
-		items[q] = (eval_toks){.n_ctx = 1, .n = 4 - (q == 2), .ctx = &c2[q], .cont = k2[q]};
+			ids(&k2[q][j], conts[(j + q) % 4], q < 2 ? lens[(j + q) % 4] : 2 - j % 2);
+		items[q] = (eval_toks){
+			.n_ctx = 1, .n = q < 2 ? 4 : 2, .ctx = &c2[q], .cont = k2[q]};
 	}
 	const eval_toks *kp[3] = {&items[0], &items[1], &items[2]};
 	eval_result *rp[3] = {rb[0], rb[1], rb[2]};
@@ -341,7 +351,8 @@ static void check_scoring(void)
 			same_greedy = same_greedy && rb[q][j].greedy == ra[q][j].greedy &&
 				      rb[q][j].tokens == ra[q][j].tokens;
 		}
-	CHECK(!rc && bworst < 1e-6 && same_greedy && sc.c.B >= 3 + 8, "eval/score/batch_of_items",
+	CHECK(!rc && bworst < 1e-6 && same_greedy && sc.c.B >= 3 + 8 && sc.c.Tmax == 15,
+	      "eval/score/batch_of_items",
 	      "rc %d %s: batched within %.2g of one at a time (%d slots)", rc, e.msg, bworst,
 	      sc.c.B);
 	for (int q = 0; q < 3; q++) {
