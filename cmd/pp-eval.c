@@ -117,38 +117,11 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 		rc = eval_bos_parse(a->bos, &bos, e);
 	if (rc)
 		return rc;
-	char *list = strdup(a->tasks);
-	if (!list)
-		return pp_errorf(e, PP_ERUNTIME, "out of memory");
-	int n = 1;
-	for (const char *p = list; *p; p++)
-		n += *p == ',';
-	eval_set *sets = calloc((size_t)n, sizeof *sets);
+	eval_set *sets = NULL;
 	eval_scorer sc = {0};
 	int opened = 0;
-	rc = sets ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory");
-	char *save = NULL;
-	for (char *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
-		/* FMT:FILE: that file's own format */
-		eval_format ff = fmt;
-		char *colon = strchr(f, ':');
-		if (colon) {
-			*colon = '\0';
-			pp_err ignore;
-			if (eval_format_parse(f, &ff, &ignore))
-				*colon = ':';
-			else
-				f = colon + 1;
-		}
-		rc = eval_set_open(&sets[opened], f, ff, (int)limit, m->tk, bos,
-				   m->cfg.model.max_seq_len, e);
-		if (!rc) {
-			eval_scorer_fit(&sc, sets[opened].toks, sets[opened].task.n_items);
-			opened++;
-		}
-	}
-	if (!rc && !opened)
-		rc = pp_errorf(e, PP_EUSAGE, "--tasks: no task files");
+	rc = eval_sets_open(&sets, &opened, a->tasks, fmt, (int)limit, m->tk, bos,
+			    m->cfg.model.max_seq_len, &sc, e);
 	if (!rc)
 		rc = decode_model_load(m, e);
 	if (!rc)
@@ -170,10 +143,7 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 	if (!rc && leader && !a->json)
 		print_table(sets, opened);
 	eval_scorer_close(&sc);
-	for (int i = 0; i < opened; i++)
-		eval_set_close(&sets[i]);
-	free(sets);
-	free(list);
+	eval_sets_close(sets, opened);
 	return rc;
 }
 

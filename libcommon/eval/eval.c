@@ -57,6 +57,51 @@ void eval_set_close(eval_set *es)
 	memset(es, 0, sizeof *es);
 }
 
+int eval_sets_open(eval_set **sets, int *n, const char *list, eval_format fmt, int limit,
+		   const pp_tokenizer *tk, eval_bos bos, int max_seq_len, eval_scorer *sc,
+		   pp_err *e)
+{
+	int cap = 1, rc = 0;
+	for (const char *p = list; *p; p++)
+		cap += *p == ',';
+	char *copy = strdup(list), *save = NULL;
+	*sets = calloc((size_t)cap, sizeof **sets);
+	*n = 0;
+	if (!copy || !*sets) {
+		free(copy);
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	}
+	for (char *f = strtok_r(copy, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
+		eval_format ff = fmt;
+		char *colon = strchr(f, ':');
+		if (colon) { /* FMT:FILE, where FMT names a format */
+			*colon = '\0';
+			pp_err ignore;
+			if (eval_format_parse(f, &ff, &ignore))
+				*colon = ':';
+			else
+				f = colon + 1;
+		}
+		eval_set *es = &(*sets)[*n];
+		if (!(rc = eval_set_open(es, f, ff, limit, tk, bos, max_seq_len, e))) {
+			if (sc)
+				eval_scorer_fit(sc, es->toks, es->task.n_items);
+			(*n)++;
+		}
+	}
+	if (!rc && !*n)
+		rc = pp_errorf(e, PP_EUSAGE, "no task files in '%s'", list);
+	free(copy);
+	return rc;
+}
+
+void eval_sets_close(eval_set *sets, int n)
+{
+	for (int i = 0; i < n; i++)
+		eval_set_close(&sets[i]);
+	free(sets);
+}
+
 int eval_pred(const eval_set *es, int item, bool norm)
 {
 	const eval_item *it = &es->task.items[item];

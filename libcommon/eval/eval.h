@@ -35,6 +35,15 @@ int eval_set_open(eval_set *es, const char *path, eval_format f, int limit, cons
 		  eval_bos bos, int max_seq_len, pp_err *e);
 void eval_set_close(eval_set *es);
 
+/* The task files of list, "F[,F...]" (each F may be FMT:FILE, that file's
+ * own format; fmt for the others), opened as eval_set_open does into
+ * *sets, *n of them, each fitted into sc when it is not NULL. An empty
+ * list is an error (PP_EUSAGE). eval_sets_close frees what it opened. */
+int eval_sets_open(eval_set **sets, int *n, const char *list, eval_format fmt, int limit,
+		   const pp_tokenizer *tk, eval_bos bos, int max_seq_len, eval_scorer *sc,
+		   pp_err *e);
+void eval_sets_close(eval_set *sets, int n);
+
 /* Scores this rank's items (comm NULL: all of them), sums over comm, and
  * fills es->sum. progress: a line with the rate and the time left every
  * few seconds on stderr. */

@@ -26,9 +26,7 @@ void train_tasks_close(trainer *t)
 		return;
 	if (x->open)
 		eval_scorer_close(&x->sc);
-	for (int i = 0; i < x->n; i++)
-		eval_set_close(&x->sets[i]);
-	free(x->sets);
+	eval_sets_close(x->sets, x->n);
 	if (x->tk)
 		tok_free(x->tk);
 	free(x);
@@ -41,26 +39,13 @@ int train_tasks_open(trainer *t, pp_err *e)
 	if (!c->eval_tasks[0] || t->params_only)
 		return 0;
 	train_tasks *x = calloc(1, sizeof *x);
-	char *list = strdup(c->eval_tasks), *save = NULL;
-	int n = 1;
-	for (const char *p = c->eval_tasks; *p; p++)
-		n += *p == ',';
-	if (x)
-		x->sets = calloc((size_t)n, sizeof *x->sets);
-	t->tasks = x;
-	if (!x || !list || !x->sets) {
-		free(list);
+	if (!(t->tasks = x))
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
-	}
 	int rc = tok_load(&x->tk, c->tokenizer, e);
-	for (char *f = strtok_r(list, ",", &save); f && !rc; f = strtok_r(NULL, ",", &save)) {
-		rc = eval_set_open(&x->sets[x->n], f, (eval_format)c->eval_task_format, 0, x->tk,
-				   EVAL_BOS_TOKENIZER, c->model.max_seq_len, e);
-		if (!rc)
-			eval_scorer_fit(&x->sc, x->sets[x->n].toks, x->sets[x->n].task.n_items);
-		x->n += !rc;
-	}
-	free(list);
+	if (!rc)
+		rc = eval_sets_open(&x->sets, &x->n, c->eval_tasks,
+				    (eval_format)c->eval_task_format, 0, x->tk, EVAL_BOS_TOKENIZER,
+				    c->model.max_seq_len, &x->sc, e);
 	if (rc)
 		pp_err_prefix(e, "key 'eval_tasks'");
 	return rc;

@@ -8,7 +8,7 @@
 #     predictions), --limit takes the first items;
 #   - --data: loss, perplexity and bits per byte over a token dataset made
 #     by pp-tokenize with the model's tokenizer, every token predicted;
-#   - during training: eval_tasks writes eval/TASK/acc and acc_norm into
+#   - during training: eval_tasks (a FMT:FILE entry) writes eval/TASK/acc and acc_norm into
 #     metrics.jsonl and the TensorBoard events (read back with the
 #     tensorboard package), equal to pp-eval on the checkpoint saved at that
 #     step; layouts that split the model are refused;
@@ -83,7 +83,7 @@ check eval/data_loss_ppl_bpb data_ok
 # --- during training --------------------------------------------------------------------------
 head -n 6 $T/kjv.jsonl >$T/quiz.jsonl
 run="model=llama-tiny model.vocab_size=49152 tokenizer=$tok data=synthetic seq_len=32 global_batch=4 steps=4 lr=3e-3"
-pp-train $run eval_interval=2 eval_tasks=$T/quiz.jsonl run_dir=$T/run tensorboard=true >/dev/null 2>$T/train.log
+pp-train $run eval_interval=2 eval_tasks=jsonl:$T/quiz.jsonl run_dir=$T/run tensorboard=true >/dev/null 2>$T/train.log
 check eval/train_log_line grep -qE 'step 4/4 \| eval quiz: acc [01]\.[0-9]{4}, acc_norm [01]\.[0-9]{4} \(6 items' $T/train.log
 train_metrics() {
 	python3 - $T/run/metrics.jsonl <<'EOF'
