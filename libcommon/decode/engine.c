@@ -1,18 +1,12 @@
 /* The decoding loop: prompts into slots of a KV cache, ragged steps over
  * the busy slots, continuous batching (decode.h). */
+#include "../base/clock.h"
 #include "decode.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int decode_check(const pp_stage *s, const decode_request *r, pp_err *e)
 {
@@ -289,7 +283,7 @@ int decode_run(pp_stage *s, decode_request *reqs, int n, const decode_opts *o, d
 		return pp_errorf(e, PP_EUSAGE, "decode: batch %d", B);
 	if (o->top_logprobs && !o->logprobs)
 		return pp_errorf(e, PP_EUSAGE, "decode: top logprobs without logprobs");
-	const double t0 = now();
+	const double t0 = clock_seconds();
 	engine g = {.s = s, .o = o, .reqs = reqs, .n = n, .V = V, .e = e};
 	g.res = calloc((size_t)n + 1, sizeof *g.res);
 	g.finished = calloc((size_t)n + 1, sizeof *g.finished);
@@ -339,14 +333,14 @@ int decode_run(pp_stage *s, decode_request *reqs, int n, const decode_opts *o, d
 			memset(q, 0, sizeof *q);
 			q->req = i;
 			kv_cache_reset(&c, busy);
-			double t = now();
+			double t = clock_seconds();
 			if ((rc = kv_cache_tokens(s, &c, busy, 1, r->ids.ids, (int)r->ids.n, e)) ||
 			    (rc = stage_forward_cached(s, &c, e)))
 				break;
 			s->ops->act_to_host(g.logits, c.logits, (size_t)V);
 			const int tok = sample_pick(g.logits, V, &r->sample, 0, g.scratch);
 			int fin = take(&g, q, g.logits, tok);
-			q->t_first = now();
+			q->t_first = clock_seconds();
 			g.res[i].prefill_s = q->t_first - t;
 			st->prefill_s += g.res[i].prefill_s;
 			st->prompt_tokens += (long)r->ids.n;
@@ -365,7 +359,7 @@ int decode_run(pp_stage *s, decode_request *reqs, int n, const decode_opts *o, d
 		if (rc || !busy)
 			break;
 		/* one step: a token for every busy sequence */
-		double t = now();
+		double t = clock_seconds();
 		for (int b = 0; b < busy; b++)
 			st->kv_read_bytes += kv_read(s, c.len[b] + 1);
 		if ((rc = kv_cache_tokens(s, &c, 0, busy, next, 1, e)) ||
@@ -386,11 +380,11 @@ int decode_run(pp_stage *s, decode_request *reqs, int n, const decode_opts *o, d
 				rc = -fin;
 			next[b] = tok;
 			if (fin > 0) {
-				g.res[q->req].decode_s = now() - q->t_first;
+				g.res[q->req].decode_s = clock_seconds() - q->t_first;
 				g.finished[q->req] = true;
 			}
 		}
-		st->step_s += now() - t;
+		st->step_s += clock_seconds() - t;
 		/* finished sequences leave; the last busy slot fills each hole */
 		for (int b = busy - 1; b >= 0 && !rc; b--) {
 			if (!g.finished[slot[b].req])
@@ -413,7 +407,7 @@ done:
 	st->graph = c.graph != NULL;
 	kv_cache_free(&c);
 out:
-	st->wall_s = now() - t0;
+	st->wall_s = clock_seconds() - t0;
 	for (int i = 0; g.res && i < n; i++)
 		decode_result_free(&g.res[i]);
 	free(g.res);

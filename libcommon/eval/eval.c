@@ -6,14 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../base/log.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int eval_set_open(eval_set *es, const char *path, eval_format f, int limit, const pp_tokenizer *tk,
 		  eval_bos bos, int max_seq_len, pp_err *e)
@@ -177,7 +171,7 @@ int eval_set_score(eval_set *es, eval_scorer *sc, pp_comm *comm, bool progress, 
 {
 	const int n = es->task.n_items, rank = comm ? comm->rank : 0, size = comm ? comm->size : 1;
 	const int mine = n / size + (rank < n % size);
-	const double t0 = now();
+	const double t0 = clock_seconds();
 	double shown = t0;
 	int rc = 0, done = 0;
 	/* this rank's items, in batches of up to CHUNK */
@@ -196,7 +190,7 @@ int eval_set_score(eval_set *es, eval_scorer *sc, pp_comm *comm, bool progress, 
 			break;
 		}
 		done += b;
-		const double t = now();
+		const double t = clock_seconds();
 		if (progress && t - shown > 10 && done < mine) {
 			char left[32];
 			log_duration(left, sizeof left, (t - t0) / done * (mine - done));
@@ -205,7 +199,7 @@ int eval_set_score(eval_set *es, eval_scorer *sc, pp_comm *comm, bool progress, 
 			shown = t;
 		}
 	}
-	es->seconds = now() - t0;
+	es->seconds = clock_seconds() - t0;
 	if (rc || !comm || size == 1) {
 		if (!rc)
 			summarize(es);

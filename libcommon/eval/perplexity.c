@@ -7,16 +7,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "../data/data.h"
 #include "score.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* rows of one forward: a window goes through in chunks of this many */
 #define CHUNK 256
@@ -91,7 +85,7 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 	int *ids = NULL, *feed = NULL;
 	size_t len = 0;
 	double sums[4] = {0}; /* nll, tokens, bytes, docs */
-	const double t0 = now();
+	const double t0 = clock_seconds();
 	double shown = t0;
 	rc = eval_scorer_open(&sc, s, e);
 	for (uint64_t i = (uint64_t)rank; !rc && i < n; i += (uint64_t)size) {
@@ -116,7 +110,7 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 		}
 		sums[1] += (double)predicted;
 		sums[3] += 1;
-		const double t = now();
+		const double t = clock_seconds();
 		if (progress && t - shown > 10) {
 			char left[32];
 			const double done = sums[3],
@@ -128,7 +122,7 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 			shown = t;
 		}
 	}
-	r->seconds = now() - t0;
+	r->seconds = clock_seconds() - t0;
 	if (!rc && comm && size > 1)
 		rc = comm_allreduce(comm, sums, 4, PP_DT_F64, PP_OP_SUM, e);
 	if (!rc) {

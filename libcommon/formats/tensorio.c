@@ -1,6 +1,7 @@
 /* The format registry and the one loop that import, export and convert
  * share (tensorio.h). */
 #include "tensorio.h"
+#include "../base/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,13 +93,6 @@ int tio_open_sink(const char *fmt, const char *path, const tio_sink_opts *o, tio
 	return f ? f->sink(path, o, out, e) : PP_EUSAGE;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* "12.3 s" / "4 min 05 s" */
 static void duration(char *buf, size_t n, double s)
 {
@@ -127,7 +121,7 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 				       "out of memory for a tensor of %lld elements (%.1f MB)",
 				       (long long)largest, 4e-6 * (double)largest);
 	s.peak_buffer_bytes = (size_t)groups * (size_t)largest * sizeof(float);
-	const double t0 = now();
+	const double t0 = clock_seconds();
 	double last = t0;
 	static const char *const group[3] = {"params", "adam_m", "adam_v"};
 	for (int i = 0; i < src->n && !rc; i++) {
@@ -153,7 +147,7 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 		s.tensors++;
 		s.elements += n;
 		s.bytes_read += (double)groups * (double)n * sizeof(float);
-		const double tn = now();
+		const double tn = clock_seconds();
 		if (progress && (tn - last >= 1.0 || i + 1 == src->n)) {
 			char el[32], eta[32];
 			duration(el, sizeof el, tn - t0);
@@ -174,7 +168,7 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 		sink->abort(sink);
 	else
 		rc = sink->finish(sink, e);
-	s.seconds = now() - t0;
+	s.seconds = clock_seconds() - t0;
 	if (st)
 		*st = s;
 	return rc;

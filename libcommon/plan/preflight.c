@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../kernels/ops.h"
+#include "../base/clock.h"
 #include "../base/fsutil.h"
 #include "../base/log.h"
 #include "../comm/boot.h"
@@ -183,13 +184,6 @@ static void probe_run_dir(const pp_config *c, rank_info *me, char *made, size_t 
 
 /* ---- collectives -------------------------------------------------------- */
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* value i of rank r: small integers, exact in float32 sums */
 static float pattern(int r, size_t i) { return (float)((r + 1) * (int)(i % 13 + 1)); }
 
@@ -230,7 +224,7 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 			ops->to_device(recv, host, count * sizeof(float));
 		if ((rc = comm_barrier(w, e)))
 			break;
-		double t0 = now();
+		double t0 = clock_seconds();
 		if (op == OP_ALLREDUCE)
 			rc = comm_allreduce(w, recv, count, PP_DT_F32, PP_OP_SUM, e);
 		else if (op == OP_ALL_GATHER)
@@ -242,7 +236,7 @@ static int run_op(pp_comm *w, const pp_ops *ops, int op, size_t bytes, int *wron
 			rc = comm_sendrecv(w, send, count, (r + 1) % n, recv, count,
 					   (r + n - 1) % n, PP_DT_F32, 1, e);
 		if (it >= 0)
-			t += now() - t0;
+			t += clock_seconds() - t0;
 	}
 	*wrong = 0;
 	if (!rc) {

@@ -1,16 +1,10 @@
 #include "deadline.h"
+#include "../base/clock.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The process's age in seconds: /proc/self/stat's start time (clock ticks
  * after boot) against the boot-time clock; 0 when it cannot be read. */
@@ -42,7 +36,7 @@ void deadline_init(run_deadline *d, double limit_s)
 {
 	memset(d, 0, sizeof *d);
 	d->limit = limit_s;
-	d->start = mono() - process_age();
+	d->start = clock_seconds() - process_age();
 }
 
 void deadline_step(run_deadline *d, double s)
@@ -57,7 +51,7 @@ void deadline_save(run_deadline *d, double s)
 		d->worst_save = s;
 }
 
-double deadline_elapsed(const run_deadline *d) { return mono() - d->start; }
+double deadline_elapsed(const run_deadline *d) { return clock_seconds() - d->start; }
 
 bool deadline_near(const run_deadline *d)
 {

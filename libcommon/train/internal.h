@@ -6,16 +6,10 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../ckpt/async.h"
 #include "tensorboard.h"
 #include "train.h"
-
-static inline double train_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A collective over c that is a no-op on a group of one (c NULL). */
 static inline int sum_over(pp_comm *c, void *buf, size_t n, pp_dtype t, pp_redop op, pp_err *e)

@@ -131,7 +131,7 @@ static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt
 				continue;
 			return 0;
 		}
-		double took = train_now() - j->t_start;
+		double took = clock_seconds() - j->t_start;
 		deadline_save(dl, took);
 		if (!o->quiet && trainer_leader(t))
 			log_info("checkpoint step %ld written in the background in %.2f s",
@@ -149,17 +149,18 @@ static int save_progress(trainer *t, const train_opts *o, run_deadline *dl, ckpt
 static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline *dl, ckpt_job **bg,
 		      bool async, pp_err *e)
 {
-	double s0 = train_now();
+	double s0 = clock_seconds();
 	int none = STOP_NONE, rc = 0;
 	if (*bg && (rc = save_progress(t, o, dl, bg, &none, true, e)))
 		return rc;
-	double waited = train_now() - s0;
+	double waited = clock_seconds() - s0;
 	bool say = !o->quiet && trainer_leader(t);
 	if (!async) {
 		rc = trainer_save(t, e);
-		deadline_save(dl, train_now() - s0 - waited);
+		deadline_save(dl, clock_seconds() - s0 - waited);
 		if (!rc && say)
-			log_info("saved checkpoint step %ld in %.3f s", t->step, train_now() - s0);
+			log_info("saved checkpoint step %ld in %.3f s", t->step,
+				 clock_seconds() - s0);
 		return rc;
 	}
 	ckpt_job *j = malloc(sizeof *j);
@@ -173,7 +174,7 @@ static int checkpoint(trainer *t, const train_opts *o, run_log *lg, run_deadline
 	j->t_start = s0 + waited;
 	ckpt_job_start(j, CKPT_JOB_WRITE, NULL); /* a failure is the job's status */
 	*bg = j;
-	double blocked = train_now() - s0;
+	double blocked = clock_seconds() - s0;
 	char wait[64] = "";
 	if (waited > 0.0005)
 		snprintf(wait, sizeof wait, "%.3f s waiting for the previous save, %.3f s ", waited,
@@ -239,7 +240,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	ckpt_job *bg = NULL; /* an asynchronous save in flight */
 	while (t->step < c->steps && !rc) {
 		step_result res = {0};
-		double t0 = train_now();
+		double t0 = clock_seconds();
 		watchdog_arm(wd, t->step + 1);
 		if ((rc = prof_rec_step_begin(t->prof, t->step + 1, e)))
 			break;
@@ -248,8 +249,8 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		prof_end(t->prof, &step, -1, -1, -1, 0);
 		if (rc)
 			break;
-		train_log_step(t, &lg, o, &res, train_now() - t0);
-		deadline_step(&dl, train_now() - t0);
+		train_log_step(t, &lg, o, &res, clock_seconds() - t0);
+		deadline_step(&dl, clock_seconds() - t0);
 		if (c->eval_interval > 0 &&
 		    (t->step % c->eval_interval == 0 || t->step == c->steps)) {
 			prof_span ev = prof_begin(t->prof, PROF_EVAL);

@@ -19,16 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../base/log.h"
 
 extern char **environ;
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- stack traces --------------------------------------------------------- */
 
@@ -258,7 +252,8 @@ int stacks_dump(void)
 		if (syscall(SYS_tgkill, pid, tid, sig))
 			continue;
 		/* a thread that blocks the signal never answers */
-		for (double t0 = mono(); !atomic_load(&slot.done) && mono() - t0 < 0.5;)
+		for (double t0 = clock_seconds();
+		     !atomic_load(&slot.done) && clock_seconds() - t0 < 0.5;)
 			usleep(1000);
 		if (atomic_load(&slot.done)) {
 			/* frames[0] is the handler, [1] the signal trampoline */
@@ -335,7 +330,7 @@ static void *run(void *arg)
 			pthread_cond_wait(&w->cv, &w->mu);
 			continue;
 		}
-		double left = w->deadline - mono();
+		double left = w->deadline - clock_seconds();
 		if (left <= 0) {
 			/* fire does not return, and w->mu stays held: the main
 			 * thread, should its step end meanwhile, stops at the
@@ -394,7 +389,7 @@ void watchdog_arm(watchdog *w, long step)
 	pthread_mutex_lock(&w->mu);
 	w->armed = true;
 	w->step = step;
-	w->deadline = mono() + w->timeout;
+	w->deadline = clock_seconds() + w->timeout;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 }
