@@ -129,10 +129,10 @@ static int run_tasks(const eval_args *a, decode_model *m, pp_comm *world, bool l
 	for (int i = 0; i < opened && !rc; i++) {
 		eval_set *es = &sets[i];
 		if (!(rc = eval_set_score(es, &sc, world, leader, e)) && leader)
-			log_info("%s: %d items (%s) in %.1f s, %.2f items/s on this rank",
+			log_info("%s: %d items (%s); %d on this rank in %.1f s, %.2f items/s",
 				 es->task.name, es->task.n_items, eval_format_name(es->task.fmt),
-				 es->seconds,
-				 es->seconds > 0 ? (double)es->task.n_items / es->seconds : 0);
+				 es->scored, es->seconds,
+				 es->seconds > 0 ? es->scored / es->seconds : 0);
 		if (!rc && leader && a->json) {
 			if (a->per_item)
 				print_items(es);

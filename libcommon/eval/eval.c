@@ -200,6 +200,7 @@ int eval_set_score(eval_set *es, eval_scorer *sc, pp_comm *comm, bool progress, 
 		}
 	}
 	es->seconds = clock_seconds() - t0;
+	es->scored = done;
 	if (rc || !comm || size == 1) {
 		if (!rc)
 			summarize(es);

@@ -27,7 +27,8 @@ typedef struct {
 	eval_result *res; /* every request's, the items' in order */
 	int *first;       /* (n_items + 1) each item's first request in res */
 	eval_summary sum;
-	double seconds; /* scoring, this rank */
+	int scored;     /* items this rank scored */
+	double seconds; /* scoring them */
 } eval_set;
 
 /* Reads and tokenizes the task file (task.h, score.h). */

@@ -63,7 +63,7 @@ check eval/layout/pp2_tp2_same_as_one compare $T/one.json $T/four.json 1e-5
 if mpirun -n 2 --allow-run-as-root --oversubscribe pp-eval --ckpt $T/one --tasks $T/mc.jsonl,$T/cloze.jsonl \
 	--json --per-item >$T/mpi.json 2>$T/mpi.log; then
 	check eval/ranks/mpirun_2_same_as_one compare $T/one.json $T/mpi.json 0
-	check eval/ranks/mpirun_items_shared grep -q "items/s on this rank" $T/mpi.log
+	check eval/ranks/mpirun_items_shared grep -q "mc: 5 items (jsonl); 3 on this rank" $T/mpi.log
 else
 	fail eval/ranks/mpirun "$(tail -n 3 $T/mpi.log)"
 fi
