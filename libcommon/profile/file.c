@@ -321,9 +321,20 @@ static int get_table(hid_t f, const char *path, const char *name, hid_t mtype, s
 	hid_t sp = H5Dget_space(d);
 	hssize_t count = H5Sget_simple_extent_ndims(sp) == 1 ? H5Sget_simple_extent_npoints(sp)
 							     : -1;
+	/* deflate packs at most about 1032:1, so a table cannot hold many more
+	 * records than its stored bytes allow (a damaged extent would ask for
+	 * any amount of memory) */
+	hid_t ft = H5Dget_type(d);
+	const double stored = (double)H5Dget_storage_size(d),
+		     rec = h5u_ok(ft) ? (double)H5Tget_size(ft) : 1;
+	if (h5u_ok(ft))
+		H5Tclose(ft);
 	int rc = 0;
 	if (count < 0)
 		rc = bad(path, e, "/%s is not a 1-d table", name);
+	else if ((double)count * rec > 1100.0 * stored + 4096.0 * rec)
+		rc = bad(path, e, "/%s claims %lld records in %.0f stored bytes", name,
+			 (long long)count, stored);
 	else if (count > 0 && !(*out = malloc((size_t)count * size)))
 		rc = pp_errorf(e, PP_ERUNTIME, "%s: out of memory for %lld records of /%s", path,
 			       (long long)count, name);
