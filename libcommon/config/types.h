@@ -114,6 +114,22 @@ typedef struct {
 	char val_data[PP_PATH_MAX];  /* validation tokens; "" = data's own /val split */
 	char tokenizer[PP_PATH_MAX]; /* "" = unchecked; else must have made the data */
 	bool data_eos;               /* insert EOS between documents */
+	/* whole documents share a sequence, attention within each (positions
+	 * restart at each); off: a corpus is one stream of windows, a dataset
+	 * with a loss mask one document per sequence */
+	bool packing;
+	/* start from these parameters (a checkpoint, run directory or GGUF
+	 * file; any layout) with a fresh optimizer at step 0; "" = none */
+	char load_parameters_path[PP_PATH_MAX];
+	/* low-rank adapters (PEFT's LoRA); rank 0 = off */
+	struct {
+		int rank;
+		double alpha; /* scale alpha / rank (alpha / sqrt(rank) with rslora) */
+		bool rslora;
+		char targets[256]; /* all | attention | mlp | projection names, comma-separated */
+		double dropout;
+		int base_dtype; /* PP_TYPE_*: how the frozen base weights are held */
+	} lora;
 	char run_dir[PP_PATH_MAX];
 	long checkpoint_period;  /* 0 = only at the end */
 	bool save_on_completion; /* save after the last step (benchmarks turn it off) */
