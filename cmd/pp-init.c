@@ -18,10 +18,8 @@ static int write_step0(pp_config *cfg, pp_err *e)
 		return rc;
 	trainer t;
 	rc = trainer_open(&t, cfg, true, e);
-	if (!rc) {
-		trainer_init(&t);
+	if (!rc && !(rc = trainer_init(&t, e)))
 		rc = trainer_save(&t, e);
-	}
 	if (!rc)
 		printf("%s/checkpoints/step_00000000 (%zu parameters, seed %llu)\n", cfg->run_dir,
 		       t.chunks[0].n_elems, (unsigned long long)cfg->seed);

@@ -73,9 +73,12 @@ int main(int argc, char **argv)
 		if (!rc)
 			rc = trainer_resume(&t, &resumed, &e);
 		if (!rc && !resumed)
-			trainer_init(&t);
+			rc = trainer_init(&t, &e);
 		if (!rc && resumed && trainer_leader(&t))
-			log_info("resumed from step %ld in %s", t.step, cfg.run_dir);
+			log_info("resumed from step %ld in %s%s", t.step, cfg.run_dir,
+				 cfg.load_parameters_path[0]
+					 ? " (its own checkpoint: load_parameters_path is not read)"
+					 : "");
 		if (!rc) {
 			train_opts o = {.quiet = quiet, .stop = &stop_requested};
 			rc = trainer_run(&t, &o, &e);

@@ -1,5 +1,5 @@
 /* Decoding straight from a GGUF file (gguf.h): its config, tokenizer and
- * weights through the GGUF tensorio source, and its blocks as the products'
+ * weights through the GGUF tensorio source (formats/stageload.h), and its blocks as the products'
  * stored weights. */
 #include "gguf.h"
 
@@ -47,49 +47,6 @@ static int tensor_of(const tio_source *src, const pp_param *p)
 		if (!strcmp(src->tensors[i].name, p->name))
 			return tio_numel(&src->tensors[i]) == (int64_t)p->n ? i : -1;
 	return -1;
-}
-
-int decode_gguf_load(pp_stage *s, tio_source *src, pp_err *e)
-{
-	if (s->spec.tp.size != 1 || !s->first || !s->last)
-		return pp_errorf(e, PP_EUSAGE,
-				 "a GGUF file loads into a stage of every layer, no tp");
-	float *buf = NULL;
-	pp_real *wide = NULL; /* the double build's copy */
-	size_t cap = 0;
-	int rc = 0;
-	for (int i = 0; i < s->n_params && !rc; i++) {
-		const pp_param *p = &s->params[i];
-		if (stage_is_embedding_copy(s, p))
-			continue;
-		const int t = tensor_of(src, p);
-		if (t < 0) {
-			rc = pp_errorf(e, PP_ERUNTIME,
-				       "%s: no tensor %s of %zu elements for the model",
-				       src->format, p->name, p->n);
-			break;
-		}
-		if (cap < p->n) {
-			free(buf);
-			free(wide);
-			cap = p->n;
-			buf = malloc(cap * sizeof *buf);
-			wide = sizeof(pp_real) == sizeof(float) ? NULL : malloc(cap * sizeof *wide);
-			if (!buf || (sizeof(pp_real) != sizeof(float) && !wide))
-				rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
-		}
-		if (rc || (rc = src->read(src, t, "params", buf, e)))
-			break;
-		for (size_t k = 0; wide && k < p->n; k++)
-			wide[k] = buf[k];
-		s->ops->to_device(s->w + p->off, wide ? (void *)wide : (void *)buf,
-				  p->n * sizeof(pp_real));
-	}
-	free(buf);
-	free(wide);
-	if (!rc)
-		stage_weights_changed(s);
-	return rc;
 }
 
 /* stage_stored.get: a parameter's blocks (or bf16) as the file stores them */

@@ -20,9 +20,6 @@ bool decode_is_gguf(const char *path);
 int decode_gguf_open(const char *path, int n_overrides, char *const *overrides, pp_config *cfg,
 		     tio_source **src, pp_err *e);
 
-/* Every parameter of s (a stage of every layer) from the file, as fp32. */
-int decode_gguf_load(pp_stage *s, tio_source *src, pp_err *e);
-
 /* The file's stored forms for stage_pack_weights. */
 stage_stored decode_gguf_stored(tio_source *src);
 

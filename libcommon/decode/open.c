@@ -9,6 +9,7 @@
 
 #include "../base/fsutil.h"
 #include "../ckpt/stage.h"
+#include "../formats/stageload.h"
 #include "gguf.h"
 
 const char *decode_weights_name(int fmt)
@@ -114,7 +115,7 @@ int decode_model_load(decode_model *m, pp_err *e)
 	if (m->random_init)
 		stage_init_params(&m->s, cfg->seed);
 	else if (m->gguf)
-		rc = decode_gguf_load(&m->s, m->gguf, e);
+		rc = tio_load_stage(&m->s, m->gguf, m->source, e);
 	else /* --ckpt's, or the newest sound one in the config's run_dir */
 		rc = ckpt_load_stage(&m->s, cfg, m->dir[0] ? m->dir : NULL, m->source,
 				     sizeof m->source, &m->step, e);

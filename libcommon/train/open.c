@@ -6,6 +6,7 @@
 
 #include "../base/log.h"
 #include "../ckpt/stage.h"
+#include "../formats/stageload.h"
 #include "internal.h"
 
 /* The tp group as the model sees it. */
@@ -172,9 +173,42 @@ void trainer_abort(trainer *t, int code, const char *why)
 		comm_abort(t->mesh.world_comm, code, why);
 }
 
-void trainer_init(trainer *t)
+/* load_parameters_path: one line per model key the source has otherwise */
+static void model_differs(void *ctx, const char *key, const char *there, const char *here)
 {
+	const trainer *t = ctx;
+	if (t->lay.rank == 0)
+		log_info("warning: load_parameters_path %s has model.%s=%s; the config says %s",
+			 t->cfg->load_parameters_path, key, there, here);
+}
+
+int trainer_init(trainer *t, pp_err *e)
+{
+	const pp_config *c = t->cfg;
 	for (int k = 0; k < t->lay.v; k++)
-		stage_init_params(&t->chunks[k], t->cfg->seed);
+		stage_init_params(&t->chunks[k], c->seed);
 	t->step = 0;
+	if (!c->load_parameters_path[0])
+		return 0;
+	const char *path = c->load_parameters_path, *format = tio_guess_format(path);
+	tio_source *src = NULL;
+	char what[PP_PATH_MAX + 32];
+	snprintf(what, sizeof what, "load_parameters_path %s", path);
+	int rc = tio_open_source(format, path, &src, e);
+	if (!rc)
+		tio_model_diff(src, c, model_differs, t);
+	for (int k = 0; k < t->lay.v && !rc; k++)
+		rc = tio_load_stage(&t->chunks[k], src, what, e);
+	if (src)
+		src->close(src);
+	if (!rc && fsdp_on(t))
+		fsdp_params_changed(&t->fsdp);
+	if (rc && !strstr(e->msg, path))
+		pp_err_prefix(e, "%s", what);
+	if ((rc = agree(t, rc, e)))
+		return rc;
+	if (t->lay.rank == 0)
+		log_info("parameters from %s (%s); AdamW and the data start afresh at step 0", path,
+			 format);
+	return 0;
 }

@@ -65,8 +65,11 @@ void trainer_close(trainer *t);
  * the job has more than one rank). */
 void trainer_abort(trainer *t, int code, const char *why);
 
-/* Seeded initialisation at step 0. */
-void trainer_init(trainer *t);
+/* Step 0: seeded initialisation, then with load_parameters_path the
+ * parameters the source holds (any format tio_guess_format knows, any
+ * layout; a model of another shape is PP_EUSAGE naming the tensor; other
+ * model keys that differ are warned about). Every rank calls. */
+int trainer_init(trainer *t, pp_err *e);
 /* Loads the newest checkpoint in run_dir if there is one. */
 int trainer_resume(trainer *t, bool *resumed, pp_err *e);
 /* Saves a checkpoint of the current step into run_dir (every rank calls). */

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Fine-tuning from existing weights (load_parameters_path):
+#   - pp-init and pp-train start from a trained run's parameters (a run
+#     directory, one of its checkpoints, its GGUF and safetensors exports):
+#     the step-0 checkpoint equals the source exactly, AdamW is fresh and
+#     the step is 0;
+#   - pp=2 x tp=2 under mpirun loads the same parameters: its first losses
+#     equal one process's (the layouts' tolerance);
+#   - a run directory with checkpoints of its own resumes from them and says
+#     that load_parameters_path is not read;
+#   - a model of another shape, a missing source: exit 2 naming them.
+. "$(dirname "$0")/../tools/lib.sh"
+export OMP_NUM_THREADS=1
+base="model=llama-tiny data=synthetic global_batch=4 microbatch=2 seq_len=16 log_period=1"
+pp-train $base steps=4 lr=1e-2 run_dir=$T/src --quiet 2>$T/src.log ||
+	{ fail finetune/src "$(tail -n 2 $T/src.log)"; exit 1; }
+src=$T/src/checkpoints/step_00000004
+pp-ckpt export $T/src --format gguf -o $T/src.gguf >/dev/null 2>$T/gguf.log &&
+	pp-ckpt export $T/src --format safetensors -o $T/src.st >/dev/null 2>>$T/gguf.log ||
+	fail finetune/export "$(tail -n 2 $T/gguf.log)"
+
+# pp-init -o with load_parameters_path: step 0 holds the source's parameters
+for from in run:$T/src ckpt:$src gguf:$T/src.gguf safetensors:$T/src.st; do
+	name=${from%%:*} path=${from#*:}
+	rm -rf $T/init
+	if pp-init $base load_parameters_path=$path -o $T/init >/dev/null 2>$T/init.log; then
+		check finetune/init_$name/same_parameters eval "pp-ckpt diff $src $T/init >/dev/null"
+		check finetune/init_$name/step_0 eval '[ -d $T/init/checkpoints/step_00000000 ]'
+	else
+		fail finetune/init_$name "$(tail -n 2 $T/init.log)"
+	fi
+done
+
+# pp-train: one process and pp=2 x tp=2 start from the same parameters
+ft="$base steps=3 lr=1e-3 load_parameters_path=$T/src"
+pp-train $ft run_dir=$T/one 2>$T/one.log >/dev/null ||
+	fail finetune/train_one "$(tail -n 2 $T/one.log)"
+check finetune/train_one/logs_source grep -q "parameters from $T/src (pp); AdamW and the data start afresh at step 0" $T/one.log
+check finetune/train_one/starts_at_step_1 eval 'losses $T/one | head -n 1 | grep -q "^1 "'
+# the first loss is the source model's on that batch: well below a fresh model's
+pp-train $base steps=1 lr=1e-3 run_dir=$T/fresh --quiet 2>/dev/null
+check finetune/train_one/first_loss_below_fresh eval 'awk "BEGIN { exit !($(losses $T/one | head -n 1 | cut -d" " -f2) < $(losses $T/fresh | head -n 1 | cut -d" " -f2) - 0.5) }"'
+if mpirun -n 4 --allow-run-as-root --oversubscribe pp-train $ft pp=2 tp=2 run_dir=$T/four \
+	--quiet >/dev/null 2>$T/four.log; then
+	check finetune/train_pp2_tp2/same_losses eval 'within "$(loss_diff $T/one $T/four)" 1e-5'
+else
+	fail finetune/train_pp2_tp2 "$(tail -n 3 $T/four.log)"
+fi
+
+# a run with checkpoints of its own resumes from them
+pp-train $ft steps=5 run_dir=$T/one 2>$T/again.log >/dev/null ||
+	fail finetune/resume "$(tail -n 2 $T/again.log)"
+check finetune/resume/says_so grep -q "resumed from step 3 .*load_parameters_path is not read" $T/again.log
+check finetune/resume/continues eval 'losses $T/one | tail -n 1 | grep -q "^5 "'
+
+# errors
+expect_fail finetune/other_shape 2 "load_parameters_path $T/src.*model.layers.0.mlp.gate_proj.weight.*another shape" \
+	pp-train $ft model.d_ff=80 run_dir=$T/bad
+check finetune/other_shape/nothing_written eval '! ls $T/bad/checkpoints/step_* >/dev/null 2>&1'
+expect_fail finetune/missing 2 "$T/nowhere" pp-train $base load_parameters_path=$T/nowhere run_dir=$T/bad2
