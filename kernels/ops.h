@@ -86,6 +86,10 @@ typedef struct pp_ops {
 	void (*to_device)(void *dst, const void *host_src, size_t bytes);
 	void (*to_host)(void *host_dst, const void *src, size_t bytes);
 	void (*zero)(void *p, size_t bytes);
+	/* rows of width bytes on the device: row i of dst (at i * dpitch) =
+	 * row i of src (at i * spitch); a column block of a matrix */
+	void (*copy2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		       size_t rows);
 	/* Conversions to and from the compute type: dst (n) on the device from
 	 * src (n) on the device (the compute copy of the weights), and host
 	 * pp_real from device activations (logits for sampling, tests). */
@@ -220,8 +224,9 @@ typedef struct pp_ops {
 	 * gradients */
 	void (*add)(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
 	void (*add_real)(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
-	/* x *= s */
+	/* x *= s: gradients (scale) and activations (scale_act) */
 	void (*scale)(pp_real *x, pp_real s, size_t n);
+	void (*scale_act)(pp_act *x, pp_real s, size_t n);
 	/* sum of squares, accumulated in double */
 	double (*sumsq)(const pp_real *x, size_t n);
 

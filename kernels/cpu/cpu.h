@@ -129,6 +129,8 @@ void *pp_cpu_alloc(size_t bytes);
 void pp_cpu_free(void *p);
 void pp_cpu_copy(void *dst, const void *src, size_t bytes);
 void pp_cpu_zero(void *p, size_t bytes);
+void pp_cpu_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		   size_t rows);
 void pp_cpu_to_act(pp_act *dst, const pp_real *src, size_t n);
 void pp_cpu_act_to_host(pp_real *host_dst, const pp_act *src, size_t n);
 
@@ -136,6 +138,7 @@ void pp_cpu_act_to_host(pp_real *host_dst, const pp_act *src, size_t n);
 void pp_cpu_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
 void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
+void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n);
 double pp_cpu_sumsq(const pp_real *x, size_t n);
 
 /* matmul.c */

@@ -27,6 +27,13 @@ void pp_cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, by
 
 void pp_cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
+void pp_cpu_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		   size_t rows)
+{
+	for (size_t i = 0; i < rows; i++)
+		memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+}
+
 /* The compute type is pp_real: conversions are copies. */
 void pp_cpu_to_act(pp_act *dst, const pp_real *src, size_t n)
 {

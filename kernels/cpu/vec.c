@@ -24,6 +24,9 @@ void pp_cpu_scale(pp_real *x, pp_real s, size_t n)
 		x[i] *= s;
 }
 
+/* the compute type is pp_real */
+void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n) { pp_cpu_scale(x, s, n); }
+
 /* Per-thread partial sums added in thread order: the same bits on every run
  * (a scalar OpenMP reduction combines in arrival order). */
 double pp_cpu_sumsq(const pp_real *x, size_t n)

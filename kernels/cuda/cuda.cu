@@ -232,9 +232,10 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 /* One table per compute type, over the same op templates */
 #define PP_CUDA_TABLE(T)                                                                           \
 	.alloc = pp_cuda_alloc, .free = pp_cuda_free, .to_device = pp_cuda_copy,                   \
-	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .to_act = pp_cuda_to_act<T>,                \
-	.act_to_host = pp_cuda_act_to_host<T>, .matmul_fwd = pp_cuda_matmul_fwd<T>,                \
-	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>,        \
+	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .copy2d = pp_cuda_copy2d,                   \
+	.to_act = pp_cuda_to_act<T>, .act_to_host = pp_cuda_act_to_host<T>,                        \
+	.matmul_fwd = pp_cuda_matmul_fwd<T>, .matmul_bwd = pp_cuda_matmul_bwd<T>,                  \
+	.matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>,                                             \
 	.gelu_matmul_bwd = pp_cuda_gelu_matmul_bwd<T>, .embed_fwd = pp_cuda_embed_fwd<T>,          \
 	.embed_bwd = pp_cuda_embed_bwd<T>, .rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>,                  \
 	.rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, .layernorm_fwd = pp_cuda_layernorm_fwd<T>,          \
@@ -249,13 +250,14 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 	.pack_weight = nullptr, .matmul_packed = nullptr, /* decoding reads the compute copy */    \
 		.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,                      \
 	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>, .add = pp_cuda_add<T>,   \
-	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .sumsq = pp_cuda_sumsq,              \
-	.crossentropy = pp_cuda_crossentropy<T>, .logsumexp_rows = pp_cuda_logsumexp_rows<T>,      \
-	.softmax_grad = pp_cuda_softmax_grad<T>, .moe_route = pp_cuda_moe_route<T>,                \
-	.moe_dispatch = pp_cuda_moe_dispatch, .moe_gather = pp_cuda_moe_gather<T>,                 \
-	.moe_combine = pp_cuda_moe_combine<T>, .moe_gate_grad = pp_cuda_moe_gate_grad<T>,          \
-	.moe_router_bwd = pp_cuda_moe_router_bwd<T>, .adamw = pp_cuda_adamw<T>,                    \
-	.mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark, .mark_ns = pp_cuda_mark_ns
+	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .scale_act = pp_cuda_scale_act<T>,   \
+	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,                           \
+	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>,      \
+	.moe_route = pp_cuda_moe_route<T>, .moe_dispatch = pp_cuda_moe_dispatch,                   \
+	.moe_gather = pp_cuda_moe_gather<T>, .moe_combine = pp_cuda_moe_combine<T>,                \
+	.moe_gate_grad = pp_cuda_moe_gate_grad<T>, .moe_router_bwd = pp_cuda_moe_router_bwd<T>,    \
+	.adamw = pp_cuda_adamw<T>, .mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark,       \
+	.mark_ns = pp_cuda_mark_ns
 
 const pp_ops pp_ops_cuda = {
 	.name = "cuda",

@@ -346,6 +346,8 @@ void *pp_cuda_alloc(size_t bytes);
 void pp_cuda_free(void *p);
 void pp_cuda_copy(void *dst, const void *src, size_t bytes);
 void pp_cuda_zero(void *p, size_t bytes);
+void pp_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		    size_t rows);
 /* dst (n) = src (n) converted, device to device, on pp_cuda.stream (a copy
  * when the types agree); D, S: float or pp_bf16 */
 template <typename D, typename S> void pp_cuda_convert(D *dst, const S *src, size_t n);
@@ -356,6 +358,7 @@ template <typename T> void pp_cuda_act_to_host(pp_real *host_dst, const pp_act *
 template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_act *b, size_t n);
 void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n);
+template <typename T> void pp_cuda_scale_act(pp_act *x, pp_real s, size_t n);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */

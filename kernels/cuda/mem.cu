@@ -44,6 +44,15 @@ void pp_cuda_zero(void *p, size_t bytes)
 	pp_cuda_profile_mark("cudaMemset");
 }
 
+void pp_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+		    size_t rows)
+{
+	if (!width || !rows)
+		return;
+	PP_CUDA_CHECK(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault));
+	pp_cuda_profile_mark("cudaMemcpy2D");
+}
+
 /* ---- the compute type ------------------------------------------------------- */
 
 /* dst (n) = src (n) converted; each thread step takes K elements, whole

@@ -10,6 +10,11 @@ struct add_op {
 	__device__ float operator()(float x, float y) const { return x + y; }
 };
 
+struct scale_op {
+	float s;
+	__device__ float operator()(float x, float) const { return x * s; }
+};
+
 /* x (n) *= s */
 __global__ void scale_kernel(float *x, float s, size_t n)
 {
@@ -53,6 +58,12 @@ void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n
 {
 	pp_cuda_map("add_kernel", out, a, b, n, add_op());
 }
+
+template <typename T> void pp_cuda_scale_act(pp_act *x, pp_real s, size_t n)
+{
+	pp_cuda_map("scale_kernel", (T *)x, (const T *)x, (const T *)x, n, scale_op{s});
+}
+PP_CUDA_BOTH(pp_cuda_scale_act);
 
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
 {

@@ -863,6 +863,22 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		"pp-eval",
 		c->pp, c->tp, c->fsdp, c->ep);
 
+	if (c->lora.rank > 0) {
+		unsigned targets;
+		REQUIRE(m->family != PP_FAMILY_GPT,
+			"lora: model.family=gpt (fused c_attn and c_fc) takes no adapters; the "
+			"llama, mistral and gemma families do");
+		REQUIRE(m->n_experts == 0,
+			"lora: a model with experts (model.n_experts=%d) takes no adapters",
+			m->n_experts);
+		REQUIRE(c->lora.dropout == 0, "lora.dropout=%g: only 0 is implemented",
+			c->lora.dropout);
+		REQUIRE(c->lora.base_dtype == PP_TYPE_REAL,
+			"lora.base_dtype=bf16: the base weights are held in fp32 only");
+		if (hparams_lora_targets(c, &targets, e))
+			return PP_EUSAGE;
+	}
+
 	/* the layout's rules: layout.c holds them, for every tool */
 	return layout_check(c, e);
 }

@@ -1,6 +1,8 @@
 #include "hparams.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 bool hparams_layer_is_moe(const pp_model_cfg *m, int layer)
 {
@@ -50,4 +52,43 @@ int hparams_relative_bucket(const pp_model_cfg *m, int n)
 			logf((float)m->rel_max_distance / (float)exact) * (float)(nb - exact);
 	const int b = exact + (int)v;
 	return b < nb - 1 ? b : nb - 1;
+}
+
+const char *const hparams_lora_names[LORA_MEMBERS] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+						      "gate_proj", "up_proj", "down_proj"};
+
+int hparams_lora_targets(const pp_config *c, unsigned *mask, pp_err *e)
+{
+	const unsigned attention = 1u << LORA_Q | 1u << LORA_K | 1u << LORA_V | 1u << LORA_O;
+	const unsigned mlp = (hparams_gated(&c->model) ? 1u << LORA_GATE : 0) | 1u << LORA_UP |
+			     1u << LORA_DOWN;
+	*mask = 0;
+	char buf[sizeof c->lora.targets], *save = NULL;
+	snprintf(buf, sizeof buf, "%s", c->lora.targets);
+	for (char *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+		unsigned m = !strcmp(w, "all")         ? attention | mlp
+			     : !strcmp(w, "attention") ? attention
+			     : !strcmp(w, "mlp")       ? mlp
+						       : 0;
+		for (int i = 0; !m && i < LORA_MEMBERS; i++)
+			if (!strcmp(w, hparams_lora_names[i]))
+				m = (1u << i) & (attention | mlp);
+		if (!m)
+			return pp_errorf(e, PP_EUSAGE,
+					 "lora.targets: '%s' matches no projection of the model "
+					 "(all, attention, mlp, or q_proj, k_proj, v_proj, o_proj, "
+					 "%sup_proj, down_proj)",
+					 w, hparams_gated(&c->model) ? "gate_proj, " : "");
+		*mask |= m;
+	}
+	if (!*mask)
+		return pp_errorf(e, PP_EUSAGE, "lora.targets names no projection");
+	return 0;
+}
+
+double hparams_lora_scale(const pp_config *c)
+{
+	if (c->lora.rank <= 0)
+		return 0;
+	return c->lora.alpha / (c->lora.rslora ? sqrt((double)c->lora.rank) : (double)c->lora.rank);
 }

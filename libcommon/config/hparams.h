@@ -34,4 +34,16 @@ int hparams_up_rows(const pp_model_cfg *m, int F);
 /* Whether the MLP is gated (swiglu, geglu): gate and up, then down. */
 bool hparams_gated(const pp_model_cfg *m);
 
+/* Low-rank adapters (lora.*, PEFT's LoRA): the projections they can
+ * adapt, by PEFT's module names, in the order a layer holds them. */
+enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_MEMBERS };
+extern const char *const hparams_lora_names[LORA_MEMBERS]; /* "q_proj" ... "down_proj" */
+/* lora.targets as a mask of 1 << LORA_*: all, attention (q, k, v, o), mlp
+ * (gate, up, down) or PEFT's module names, comma-separated; PP_EUSAGE for
+ * a name that matches nothing (an MLP without a gate has no gate_proj). */
+int hparams_lora_targets(const pp_config *c, unsigned *mask, pp_err *e);
+/* The scale of the adapters' product: alpha / rank, or alpha / sqrt(rank)
+ * with rslora (0 without adapters). */
+double hparams_lora_scale(const pp_config *c);
+
 #endif

@@ -35,6 +35,7 @@
 typedef struct {
 	int norm1_w, norm1_b, qkv_w, qkv_b, o_w, o_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
 	int router_w, expert0, rel_bias;
+	int lora_a[LORA_MEMBERS], lora_b[LORA_MEMBERS]; /* adapters of each projection */
 	int dense, moe;
 } layer_index;
 
@@ -79,7 +80,10 @@ struct pp_stage_acts {
 	int embed_w, embed_pos, normf_w, normf_b, head_w; /* param indices, -1 if absent */
 	/* backward scratch, shared by all slots */
 	pp_act *d_res, *d_h, *d_att, *d_qkv, *d_up,
-		*d_act;     /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+		*d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
+	/* the adapters' (lora.c), shared by all slots and by the forward and
+	 * backward: (N,rank), and two of (N, the widest of C, HD, F) */
+	pp_act *lora_u, *lora_z, *lora_y;
 	pp_real *ce;        /* (2N) device: vocab-parallel loss statistics */
 	pp_real *replica;   /* kv heads shared over tp: one slot per head of the largest */
 	int *bucket;        /* (max_seq_len) device: pos relative's bucket of each distance */
@@ -163,9 +167,12 @@ static inline pp_act *W(const pp_stage *s, int i)
 	return pp_act_at(s->ops, s->unit_w[u], s->params[i].off - s->unit_lo[u]);
 }
 
+/* (NULL for a frozen matrix: its products skip the weight gradient; a
+ * frozen vector's gradient is computed, as the norms' kernels take one,
+ * and left out of the update) */
 static inline pp_real *G(const pp_stage *s, int i)
 {
-	if (i < 0)
+	if (i < 0 || (s->params[i].frozen && s->params[i].ndim == 2))
 		return NULL;
 	if (!s->unit_g)
 		return s->g + s->params[i].off;
@@ -221,7 +228,20 @@ typedef struct {
 	size_t act[SA_NACT], real[SR_NREAL], ints[SI_NINT];
 	layer_counts kept;
 } slot_counts;
-enum { SC_D_RES, SC_D_H, SC_D_ATT, SC_D_QKV, SC_D_UP, SC_D_ACT, SC_HF, SC_LOGITS, SC_NACT };
+enum {
+	SC_D_RES,
+	SC_D_H,
+	SC_D_ATT,
+	SC_D_QKV,
+	SC_D_UP,
+	SC_D_ACT,
+	SC_HF,
+	SC_LOGITS,
+	SC_LORA_U,
+	SC_LORA_Z,
+	SC_LORA_Y,
+	SC_NACT
+};
 enum { SCR_CE, SCR_LOSSES, SCR_REPLICA, SCR_NREAL };
 enum { SCI_BUCKET, SCI_NINT };
 /* What the stage shares between its slots: backward scratch, the head's,
@@ -249,6 +269,16 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a);
 /* FSDP's units (stage_units): their bounds, each parameter's unit, and the
  * part of the buffer this rank keeps (w_lo, w_hi). */
 int stage_describe_units(pp_stage *s, pp_err *e);
+
+/* lora.c: the adapters of members [k0, k1) (LORA_*) of one product of
+ * layer li, whose output (N rows of ld) the members share and whose input
+ * inp is (N, in). forward: out += their terms. backward: from dout, din +=
+ * the adapters' part of the input gradient (din NULL: none), and their
+ * weight gradients accumulate. */
+void lora_forward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *out, int ld,
+		  const pp_act *inp, int N, int in);
+void lora_backward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *din,
+		   const pp_act *dout, int ld, const pp_act *inp, int N, int in);
 
 /* layer.c */
 /* Pointers into slot sa's activations of layer l (or the rebuilt set's). */

@@ -113,6 +113,14 @@ typedef struct {
 	 * objective: 1 / (microbatches of the whole step, every dp rank's), so
 	 * that the step's gradient is their mean's. 0: 1. */
 	double moe_loss_scale;
+	/* Low-rank adapters (PEFT's LoRA) on the projections of targets (1 <<
+	 * LORA_*, hparams.h): rank 0 for none. With them every other
+	 * parameter is frozen: no weight gradient, no update. */
+	struct {
+		int rank;
+		double scale;
+		unsigned targets;
+	} lora;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 	stage_units units;          /* use NULL: the stage holds all of its weights */
 } stage_spec;
@@ -138,6 +146,10 @@ typedef struct {
 	bool decay;        /* weight decay applies (matrices; not norms or biases) */
 	double init_std;   /* normal(0, std); 0 = constant init_value */
 	double init_value;
+	double init_bound; /* > 0: uniform(-bound, bound) instead (LoRA's A, as PEFT's
+			    * Kaiming uniform: 1 / sqrt(fan in)) */
+	bool frozen;       /* a base weight under LoRA: no gradient, never updated */
+	int lora;          /* LoRA's A (1) or B (2) of a projection; 0 for the others */
 } pp_param;
 
 typedef struct pp_stage_acts pp_stage_acts;
@@ -255,6 +267,8 @@ stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute
  * schedule's split backward, the loss chunk and its tp and ep coordinates
  * (the caller binds their communicators: tp.allreduce, ep.comm). */
 stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k);
+/* The adapters config c asks for (lora.*), into spec. */
+void stage_spec_set_lora(stage_spec *spec, const pp_config *c);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,

@@ -111,7 +111,7 @@ double optim_grad_sumsq(const pp_stage *st, size_t lo, size_t hi,
 		const pp_param *p = &st->params[i];
 		size_t x, y;
 		overlap(p->off, p->off + p->n, lo, hi, &x, &y);
-		if (x >= y || !counts(st, p))
+		if (x >= y || p->frozen || !counts(st, p))
 			continue;
 		if (x != b) {
 			sum += a < b ? st->ops->sumsq(stage_g(st, a), b - a) : 0;
@@ -133,6 +133,8 @@ void optim_step(optim_state *o, pp_stage *st, const pp_config *c, long t, double
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
+		if (p->frozen)
+			continue;
 		double wd = p->decay || c->adamw.decay_norms_and_biases ? c->adamw.weight_decay : 0;
 		for (int r = 0; r < OPTIM_REGIONS; r++) {
 			size_t x, y;

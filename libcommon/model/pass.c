@@ -282,8 +282,9 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 		pp_real scale = m->embed_scale ? (pp_real)sqrt((double)C) : 1;
 		if ((rc = unit_use(s, 0, -1, true, e)))
 			return rc;
-		o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale, B, T,
-			     C, NULL);
+		if (G(s, a->embed_w)) /* not a frozen base's */
+			o->embed_bwd(G(s, a->embed_w), G(s, a->embed_pos), a->d_res, sa->tok, scale,
+				     B, T, C, NULL);
 		if ((rc = unit_done(s, 0, e)))
 			return rc;
 	} else {

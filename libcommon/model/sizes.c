@@ -118,6 +118,9 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 		size_t n = p->grad_partial ? (size_t)(p->global_shape[0] / p->shape[0]) * p->n : 0;
 		replica = n > replica ? n : replica;
 	}
+	/* the adapters' (lora.c) */
+	const size_t lora = s->spec.lora.rank > 0;
+	const size_t wide = w.C > w.HD ? (w.C > w.F ? w.C : w.F) : (w.HD > w.F ? w.HD : w.F);
 	*c = (scratch_counts){
 		.act = {[SC_D_RES] = Nb * w.C,
 			[SC_D_H] = Nb * w.C,
@@ -128,7 +131,10 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 			[SC_D_ACT] = hparams_gated(s->cfg) ? Nb * w.F : 0,
 			[SC_HF] = last * w.N * w.C,
 			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) *
-				      w.V},
+				      w.V,
+			[SC_LORA_U] = lora * w.N * (size_t)s->spec.lora.rank,
+			[SC_LORA_Z] = lora * w.N * wide,
+			[SC_LORA_Y] = lora * w.N * wide},
 		.real = {[SCR_CE] = 2 * w.N, [SCR_LOSSES] = last * w.N, [SCR_REPLICA] = replica},
 		.ints = {[SCI_BUCKET] = s->cfg->pos == PP_POS_RELATIVE ? (size_t)s->cfg->max_seq_len
 								       : 0},

@@ -58,7 +58,19 @@ stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k)
 	sp.tp = (pp_tp){.rank = l->tp_rank, .size = l->tp};
 	sp.ep.rank = l->ep_rank;
 	sp.ep.size = l->ep;
+	stage_spec_set_lora(&sp, c);
 	return sp;
+}
+
+void stage_spec_set_lora(stage_spec *spec, const pp_config *c)
+{
+	unsigned targets = 0;
+	pp_err ignored;
+	spec->lora.rank = c->lora.rank > 0 && !hparams_lora_targets(c, &targets, &ignored)
+				  ? c->lora.rank
+				  : 0;
+	spec->lora.targets = spec->lora.rank ? targets : 0;
+	spec->lora.scale = spec->lora.rank ? hparams_lora_scale(c) : 0;
 }
 
 /* This rank's share of heads and widths (layout.h decides it). */
@@ -167,9 +179,10 @@ static int alloc_buffers(pp_stage *s)
 	scratch_counts xc;
 	stage_scratch_counts(s, pp_act_size(ops), &xc);
 	pp_act **scratch[SC_NACT] = {
-		[SC_D_RES] = &a->d_res, [SC_D_H] = &a->d_h,      [SC_D_ATT] = &a->d_att,
-		[SC_D_QKV] = &a->d_qkv, [SC_D_UP] = &a->d_up,    [SC_D_ACT] = &a->d_act,
-		[SC_HF] = &a->hf,       [SC_LOGITS] = &a->logits};
+		[SC_D_RES] = &a->d_res,   [SC_D_H] = &a->d_h,       [SC_D_ATT] = &a->d_att,
+		[SC_D_QKV] = &a->d_qkv,   [SC_D_UP] = &a->d_up,     [SC_D_ACT] = &a->d_act,
+		[SC_HF] = &a->hf,         [SC_LOGITS] = &a->logits, [SC_LORA_U] = &a->lora_u,
+		[SC_LORA_Z] = &a->lora_z, [SC_LORA_Y] = &a->lora_y};
 	pp_real **scratch_r[SCR_NREAL] = {
 		[SCR_CE] = &a->ce, [SCR_LOSSES] = &a->losses, [SCR_REPLICA] = &a->replica};
 	if (alloc_acts(ops, scratch, xc.act, SC_NACT) ||
@@ -270,8 +283,9 @@ void stage_free(pp_stage *s)
 			free_slot_acts(ops, &a->slot[k]);
 		free_slot_acts(ops, &a->rebuilt);
 		moe_scratch_free(&a->moe_sc, ops);
-		void *p[] = {a->d_res, a->d_h, a->d_att,  a->d_qkv,  a->d_up,    a->d_act,
-			     a->ce,    a->hf,  a->losses, a->logits, a->replica, a->bucket};
+		void *p[] = {a->d_res,   a->d_h,    a->d_att,  a->d_qkv,  a->d_up,
+			     a->d_act,   a->ce,     a->hf,     a->losses, a->logits,
+			     a->replica, a->bucket, a->lora_u, a->lora_z, a->lora_y};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);
@@ -301,7 +315,13 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 		const pp_param *p = &s->params[i];
 		uint64_t key = rng_key(seed, p->name);
 		pp_real *x = host + p->off;
-		if (p->init_std > 0) {
+		if (p->init_bound > 0) {
+#pragma omp parallel for
+			for (size_t j = 0; j < p->n; j++)
+				x[j] = (pp_real)(p->init_bound *
+						 (2 * rng_uniform(key, param_global_index(p, j)) -
+						  1));
+		} else if (p->init_std > 0) {
 #pragma omp parallel for
 			for (size_t j = 0; j < p->n; j++)
 				x[j] = (pp_real)(p->init_std *

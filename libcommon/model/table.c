@@ -126,6 +126,75 @@ static int qkv_fused(namer *n, const char *name, int ndim, int64_t C, double std
 	return add_param(n->tb, &p);
 }
 
+/* LoRA's A (rank, in) of a column-parallel projection: whole on every tp
+ * rank, its gradient a partial sum over them (each rank's B rows see their
+ * outputs only); PEFT's Kaiming-uniform start. */
+static int lora_whole(namer *n, const char *name, int64_t rows, int64_t cols, double bound)
+{
+	const pp_tp *tp = &n->s->spec.tp;
+	pp_param p = {.ndim = 2,
+		      .shape = {rows, cols},
+		      .global_shape = {rows, cols},
+		      .replicas = tp->size,
+		      .tp_owner = tp->rank == 0,
+		      .grad_partial = tp->size > 1,
+		      .decay = true,
+		      .init_bound = bound};
+	snprintf(p.name, sizeof p.name, "%s", name);
+	return add_param(n->tb, &p);
+}
+
+/* The adapters of layer i's targeted projections, after its own tensors,
+ * named as PEFT names them (less its base_model.model. prefix). Megatron's
+ * split under tp: a column-parallel base has A whole and B split by output
+ * rows as the base is; a row-parallel base has A split by input columns
+ * and B whole. B starts at zero, so the adapted model starts as the base. */
+static void lora_table(namer *n, layer_index *li, int i)
+{
+	const pp_stage *s = n->s;
+	const pp_model_cfg *m = s->cfg;
+	const int R = s->spec.lora.rank, r = s->spec.tp.rank;
+	const int64_t C = m->d_model, D = m->head_dim, F = s->d_ff, GF = m->d_ff;
+	const int64_t HD = (int64_t)s->n_heads * D, GHD = (int64_t)m->n_heads * D;
+	const int64_t KV = (int64_t)s->n_kv_heads * D, GKV = (int64_t)m->n_kv_heads * D;
+	const int64_t kv_row = (int64_t)s->kv_block * KV;
+	/* per member: column-parallel (rows, grows, row, replicas) or row-parallel (in, gin, col) */
+	const struct {
+		const char *module;
+		bool column;
+		int64_t rows, grows, row;
+		int replicas;
+	} mb[LORA_MEMBERS] = {
+		[LORA_Q] = {"self_attn", true, HD, GHD, r * HD, 1},
+		[LORA_K] = {"self_attn", true, KV, GKV, kv_row, s->kv_replicas},
+		[LORA_V] = {"self_attn", true, KV, GKV, kv_row, s->kv_replicas},
+		[LORA_O] = {"self_attn", false, HD, GHD, r * HD, 1},
+		[LORA_GATE] = {"mlp", true, F, GF, r * F, 1},
+		[LORA_UP] = {"mlp", true, F, GF, r * F, 1},
+		[LORA_DOWN] = {"mlp", false, F, GF, r * F, 1},
+	};
+	for (int k = 0; k < LORA_MEMBERS; k++) {
+		if (!(s->spec.lora.targets & (1u << k)))
+			continue;
+		char a[96], b[96];
+		snprintf(a, sizeof a, "model.layers.%d.%s.%s.lora_A.weight", i, mb[k].module,
+			 hparams_lora_names[k]);
+		snprintf(b, sizeof b, "model.layers.%d.%s.%s.lora_B.weight", i, mb[k].module,
+			 hparams_lora_names[k]);
+		if (mb[k].column) {
+			li->lora_a[k] = lora_whole(n, a, R, C, 1 / sqrt((double)C));
+			li->lora_b[k] = row_block(n, b, 2, mb[k].rows, mb[k].grows, mb[k].row, R,
+						  mb[k].replicas, 0);
+		} else {
+			li->lora_a[k] = col_block(n, a, R, mb[k].rows, mb[k].grows, mb[k].row, 0);
+			n->tb->s->params[li->lora_a[k]].init_bound = 1 / sqrt((double)mb[k].grows);
+			li->lora_b[k] = lora_whole(n, b, C, R, 0);
+		}
+		n->tb->s->params[li->lora_a[k]].lora = 1;
+		n->tb->s->params[li->lora_b[k]].lora = 2;
+	}
+}
+
 /* Hugging Face names per family. GPT-2 fuses q, k, v into c_attn; the others
  * keep q_proj, k_proj, v_proj as adjacent tensors (one product). */
 void stage_build_table(pp_stage *s, pp_stage_acts *a)
@@ -253,6 +322,8 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 		if (m->bias)
 			li->down_b = replicated(&n, nm(&n, h, i, "mlp.down_proj.bias"), 1, C, 1,
 						false, 0, 0);
+		if (s->spec.lora.rank > 0)
+			lora_table(&n, li, i);
 	}
 	if (s->last) {
 		a->normf_w = replicated(&n, gpt ? "transformer.ln_f.weight" : "model.norm.weight",
@@ -266,6 +337,9 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 				    : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
 						s->vocab_begin, C, 1, std);
 	}
+	/* under LoRA every other tensor is the frozen base */
+	for (int i = 0; s->spec.lora.rank > 0 && i < s->n_params; i++)
+		s->params[i].frozen = !s->params[i].lora;
 	/* This rank's experts of every MoE layer, after everything the ep
 	 * group shares; Mixtral's names, each expert's w1 (gate) and w3 (up)
 	 * adjacent: one (2F, C) product */

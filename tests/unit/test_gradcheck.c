@@ -63,9 +63,14 @@ static long n_valid(void)
 	return v;
 }
 
+/* the config of the family under test: its adapters (lora.*) go into every spec */
+static const pp_config *cur;
+
 static stage_spec spec_of(const pp_model_cfg *m, int begin, int end)
 {
 	stage_spec sp = stage_spec_whole(m, B, T, PP_RECOMPUTE_NONE);
+	if (cur)
+		stage_spec_set_lora(&sp, cur);
 	sp.layer_begin = begin;
 	sp.layer_end = end;
 	return sp;
@@ -159,9 +164,13 @@ static void finite_differences(const char *preset, pp_stage *s, const pp_real *g
 	double worst = 0;
 	const char *worst_name = "";
 	int bad = 0;
+	int frozen_nonzero = 0;
 	for (int i = 0; i < s->n_params; i++) {
 		const pp_param *p = &s->params[i];
-		for (int k = 0; k < FD_PER_TENSOR; k++) {
+		/* a frozen base's matrices have no gradient at all */
+		for (size_t j = 0; p->frozen && p->ndim == 2 && j < p->n; j++)
+			frozen_nonzero += g[p->off + j] != 0;
+		for (int k = 0; k < FD_PER_TENSOR && !p->frozen; k++) {
 			size_t j = p->off + rng_below(42 + (uint64_t)i, (uint64_t)k, p->n);
 			double w0 = s->w[j];
 			s->w[j] = w0 + FD_H;
@@ -181,9 +190,9 @@ static void finite_differences(const char *preset, pp_stage *s, const pp_real *g
 		}
 	}
 	snprintf(name, sizeof name, "gradcheck/%s/finite_differences", preset);
-	CHECK(bad == 0 && isfinite(L0), name,
-	      "%d of %d sampled gradients off by more than %g; worst %s %.3g", bad,
-	      s->n_params * FD_PER_TENSOR, FD_TOL, worst_name, worst);
+	CHECK(bad == 0 && isfinite(L0) && !frozen_nonzero, name,
+	      "%d of %d sampled gradients off by more than %g; worst %s %.3g; %d frozen", bad,
+	      s->n_params * FD_PER_TENSOR, FD_TOL, worst_name, worst, frozen_nonzero);
 	printf("  %s: %d tensors, loss %.6f, worst relative error %.2e (%s)\n", preset, s->n_params,
 	       L0, worst, worst_name);
 }
@@ -525,19 +534,25 @@ static void check_two_in_flight(const char *preset, const pp_model_cfg *m, const
 	free(g);
 }
 
-static void check_family(const char *preset)
+/* preset: the name in the checks' names; model and extra: overrides */
+static void check_family(const char *preset, const char *model, const char *extra)
 {
-	char name[128], ov[64];
+	char name[128], ov[64], more[128];
 	pp_config c;
 	pp_err e = {0};
-	snprintf(ov, sizeof ov, "model=%s", preset);
-	char *ovs[] = {ov};
-	if (pp_config_load(&c, NULL, 1, ovs, &e)) {
+	snprintf(ov, sizeof ov, "model=%s", model);
+	snprintf(more, sizeof more, "%s", extra ? extra : "");
+	char *ovs[8] = {ov};
+	int n_ov = 1;
+	for (char *w = strtok(more, " "); w && n_ov < 8; w = strtok(NULL, " "))
+		ovs[n_ov++] = w;
+	if (pp_config_load(&c, NULL, n_ov, ovs, &e)) {
 		snprintf(name, sizeof name, "gradcheck/%s/config", preset);
 		CHECK(0, name, "%s", e.msg);
 		return;
 	}
 	const pp_model_cfg *m = &c.model;
+	cur = &c;
 	stage_spec whole = spec_of(m, 0, m->n_layers);
 	pp_stage s;
 	if (stage_create(&s, m, &pp_ops_cpu, &whole, &e)) {
@@ -620,6 +635,7 @@ static void check_family(const char *preset)
 
 	free(g);
 	stage_free(&s);
+	cur = NULL;
 	pp_config_free(&c);
 }
 
@@ -632,6 +648,11 @@ int main(void)
 	const char *families[] = {"llama-tiny", "mistral-tiny", "gemma-tiny",
 				  "gpt-tiny",   "mixtral-tiny", "glam-tiny"};
 	for (size_t i = 0; i < sizeof families / sizeof *families; i++)
-		check_family(families[i]);
+		check_family(families[i], families[i], NULL);
+	/* low-rank adapters: on every projection, and on some only (v and
+	 * down: one member of a fused product, and a row-parallel one) */
+	check_family("llama-tiny+lora", "llama-tiny", "lora.rank=3 lora.alpha=5");
+	check_family("mistral-tiny+lora_v_down", "mistral-tiny",
+		     "lora.rank=2 lora.targets=v_proj,down_proj lora.rslora=true");
 	TH_EXIT();
 }
