@@ -11,6 +11,7 @@
 #include "../libcommon/base/log.h"
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/ckpt/inspect.h"
+#include "../libcommon/formats/lora.h"
 #include "../libcommon/formats/tensorio.h"
 
 /* Parses a subcommand's arguments: 0 go on, -1 help printed, else an error. */
@@ -193,15 +194,42 @@ static json_t *layout_of(const cli_args *a)
 	return o;
 }
 
+/* What export makes of a LoRA run's checkpoint (formats/lora.h): the
+ * adapters alone (--format peft), the merged model (--merge-lora), or, for
+ * every other tool, the checkpoint as it is. */
+enum { VIEW_ALL = -1 };
+
+static int lora_view(tio_source **src, const char *src_path, const char *dst_fmt, int view,
+		     pp_err *e)
+{
+	const bool peft = !strcmp(dst_fmt, "peft"), has = tio_has_adapters(*src);
+	if (view == VIEW_ALL && !strcmp(dst_fmt, "pp"))
+		return 0;
+	if (!has && (peft || view == TIO_LORA_MERGED))
+		return pp_errorf(e, PP_EUSAGE, "%s holds no LoRA adapters (lora.rank)", src_path);
+	if (has && view == VIEW_ALL && !peft)
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s holds LoRA adapters: --merge-lora folds them into the base "
+				 "for %s, --format peft writes them alone",
+				 src_path, dst_fmt);
+	if (!has)
+		return 0;
+	tio_source *inner = *src;
+	*src = NULL;
+	return tio_lora_source(inner, peft ? TIO_LORA_ADAPTERS : TIO_LORA_MERGED, src, e);
+}
+
 /* One model through tio_copy, with what it took. */
 static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
-		const char *dst_path, tio_sink_opts *o, const char *what, pp_err *e)
+		const char *dst_path, int view, tio_sink_opts *o, const char *what, pp_err *e)
 {
 	tio_source *src = NULL;
 	tio_sink *sink = NULL;
 	pp_model_cfg m;
 	tio_stats st = {0};
 	int rc = tio_open_source(src_fmt, src_path, &src, e);
+	if (!rc)
+		rc = lora_view(&src, src_path, dst_fmt, view, e);
 	if (!rc)
 		rc = tio_model_cfg(&src->meta, &m, e);
 	if (!rc) {
@@ -254,7 +282,7 @@ static int cmd_convert(int argc, char **argv)
 		rc = pp_errorf(&e, PP_EUSAGE, "give -o RUN_DIR (see pp-ckpt convert --help)");
 	tio_sink_opts o = {.dtype = TIO_F32, .with_adam = !params_only, .layout = layout_of(&a)};
 	if (!rc)
-		rc = copy("pp", a.positional[0], "pp", out, &o, "convert", &e);
+		rc = copy("pp", a.positional[0], "pp", out, VIEW_ALL, &o, "convert", &e);
 	json_decref(o.layout);
 	return finish(&spec, &a, rc, &e);
 }
@@ -262,10 +290,14 @@ static int cmd_convert(int argc, char **argv)
 static int cmd_export(int argc, char **argv)
 {
 	const char *fmt = NULL, *out = NULL, *dtype = NULL, *shard = NULL, *l2c = NULL;
+	bool merge = false;
 	const cli_opt opts[] = {
-		{"--format", "FMT", "safetensors, gguf or llama2c", &fmt, NULL},
-		{"-o", "PATH", "the directory (safetensors) or file (gguf, llama2c) to write", &out,
-		 NULL},
+		{"--format", "FMT", "safetensors, gguf, llama2c or peft (a LoRA run's adapters)",
+		 &fmt, NULL},
+		{"-o", "PATH", "the directory (safetensors, peft) or file (gguf, llama2c) to write",
+		 &out, NULL},
+		{"--merge-lora", NULL,
+		 "a LoRA run: fold the adapters into the base (in fp32 first)", NULL, &merge},
 		{"--dtype", "T", "fp32, fp16 or bf16 (safetensors, gguf), q8_0 (gguf)", &dtype,
 		 NULL},
 		{"--shard-mb", "N", "safetensors: files of at most N MB, with an index", &shard,
@@ -275,9 +307,9 @@ static int cmd_export(int argc, char **argv)
 		{0}};
 	const cli_spec spec = {"pp-ckpt export",
 			       "CKPT --format FMT -o PATH [--dtype T] [--shard-mb N] "
-			       "[--llama2c-version V]",
+			       "[--llama2c-version V] [--merge-lora]",
 			       "Write a checkpoint's model as safetensors (Hugging Face), GGUF "
-			       "(llama.cpp) or llama2.c.",
+			       "(llama.cpp) or llama2.c, or a LoRA run's adapters for PEFT.",
 			       opts,
 			       false,
 			       1,
@@ -291,9 +323,14 @@ static int cmd_export(int argc, char **argv)
 			       "give --format FMT and -o PATH (see pp-ckpt export --help)");
 	if (!rc && !strcmp(fmt, "pp"))
 		rc = pp_errorf(&e, PP_EUSAGE, "--format 'pp': use pp-ckpt convert");
-	else if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf") && strcmp(fmt, "llama2c"))
+	else if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf") &&
+		 strcmp(fmt, "llama2c") && strcmp(fmt, "peft"))
 		rc = pp_errorf(&e, PP_EUSAGE,
-			       "--format '%s': expected safetensors, gguf or llama2c", fmt);
+			       "--format '%s': expected safetensors, gguf, llama2c or peft", fmt);
+	else if (!rc && merge && !strcmp(fmt, "peft"))
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "--merge-lora makes a whole model; --format peft writes the "
+			       "adapters alone");
 	if (!rc && dtype)
 		rc = parse_dtype(dtype, &o.dtype, &e);
 	if (!rc && shard)
@@ -305,7 +342,8 @@ static int cmd_export(int argc, char **argv)
 		rc = cli_long("--llama2c-version", l2c, 0, 2, &version, &e);
 	o.llama2c_version = (int)version;
 	if (!rc)
-		rc = copy("pp", a.positional[0], fmt, out, &o, "export", &e);
+		rc = copy("pp", a.positional[0], fmt, out, merge ? TIO_LORA_MERGED : VIEW_ALL, &o,
+			  "export", &e);
 	return finish(&spec, &a, rc, &e);
 }
 
@@ -334,7 +372,7 @@ static int cmd_import(int argc, char **argv)
 			       strcmp(fmt, "pp") ? "" : " (a pp checkpoint: pp-ckpt convert)");
 	tio_sink_opts o = {.dtype = TIO_F32, .layout = layout_of(&a)};
 	if (!rc)
-		rc = copy(fmt, a.positional[0], "pp", out, &o, "import", &e);
+		rc = copy(fmt, a.positional[0], "pp", out, VIEW_ALL, &o, "import", &e);
 	json_decref(o.layout);
 	return finish(&spec, &a, rc, &e);
 }

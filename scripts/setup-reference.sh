@@ -19,21 +19,24 @@ root=${PP_ROOT:-$(dirname "$here")}
 venv=${PP_VENV:-$root/.venv}
 req=$here/reference-requirements.txt
 py=/usr/bin/python3 # Debian's: the only one that sees python3-torch
-debs=(python3-torch python3-h5py python3-numpy python3-yaml python3-requests python3-venv)
+debs=(python3-torch python3-h5py python3-numpy python3-yaml python3-requests python3-psutil python3-venv)
 
 die() { echo "setup-reference: $*" >&2; exit 1; }
 
 want=$(sed -n 's/^transformers==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want" ] || die "$req pins no transformers version (expected a line transformers==X.Y.Z)"
 want_gguf=$(sed -n 's/^gguf==\([^ ;#]*\).*/\1/p' "$req")
+want_peft=$(sed -n 's/^peft==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want_gguf" ] || die "$req pins no gguf version (expected a line gguf==X.Y.Z)"
 
 ready() {
 	[ -x "$venv/bin/python" ] &&
 		HF_HUB_OFFLINE=1 "$venv/bin/python" -c '
-import sys, importlib.metadata, torch, h5py, numpy, transformers, gguf
+import sys, importlib.metadata, torch, h5py, numpy, transformers, gguf, peft
 sys.exit(transformers.__version__ != sys.argv[1] or
-         importlib.metadata.version("gguf") != sys.argv[2])' "$want" "$want_gguf" >/dev/null 2>&1
+         importlib.metadata.version("gguf") != sys.argv[2] or
+         peft.__version__ != sys.argv[3] or not torch.__version__.startswith("1.13"))' \
+			"$want" "$want_gguf" "$want_peft" >/dev/null 2>&1
 }
 
 # the venv is ready: fetch the model too, then print the venv's python
@@ -67,7 +70,9 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/n
 	"$py" -m venv --system-site-packages "$venv" >&2 || die "cannot create the venv $venv"
 fi
 echo "setup-reference: installing $(grep -c '==' "$req") pinned packages into $venv" >&2
-PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --quiet -r "$req" >&2 ||
+# every dependency is pinned in $req: --no-deps keeps pip from replacing
+# Debian's torch (its version, 1.13.0a0, is below what peft asks for)
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install --quiet --no-deps -r "$req" >&2 ||
 	die "pip install -r $req failed (is PyPI reachable?)"
 ready || die "the venv $venv still does not import transformers $want and gguf $want_gguf with torch and h5py"
 done_ok

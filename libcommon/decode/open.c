@@ -107,6 +107,7 @@ int decode_model_load(decode_model *m, pp_err *e)
 {
 	const pp_config *cfg = &m->cfg;
 	stage_spec spec = stage_spec_whole(&cfg->model, 1, 1, PP_RECOMPUTE_NONE);
+	stage_spec_set_lora(&spec, cfg); /* a LoRA run's adapters, as it trained them */
 	spec.no_grad = true;
 	int rc = stage_create(&m->s, &cfg->model, m->ops, &spec, e);
 	if (rc)

@@ -21,6 +21,7 @@
 #include "../tok/tokenizer.h"
 #include "fileio.h"
 #include "hfconfig.h"
+#include "lora.h"
 #include "modeltable.h"
 #include "safetensors.h"
 
@@ -29,7 +30,8 @@
 #endif
 
 typedef struct {
-	char name[sizeof(((tio_tensor *)0)->name)]; /* Hugging Face's (= pp's) */
+	char name[sizeof(((tio_tensor *)0)->name)];     /* Hugging Face's (= pp's) */
+	char key[sizeof(((tio_tensor *)0)->name) + 32]; /* in the file (PEFT's prefixed) */
 	int ndim;
 	int64_t shape[TIO_MAXDIM]; /* Hugging Face's layout */
 	bool transpose;            /* GPT-2 Conv1D: written (in, out) */
@@ -50,11 +52,14 @@ typedef struct {
 	int family, max_seq_len;
 	unsigned char *buf;
 	size_t cap;
+	bool peft; /* PEFT's adapter_model.safetensors and adapter_config.json */
 } st_sink;
 
 static void shard_name(const st_sink *k, int i, char *buf, size_t n)
 {
-	if (k->n_files == 1)
+	if (k->peft)
+		snprintf(buf, n, "adapter_model.safetensors");
+	else if (k->n_files == 1)
 		snprintf(buf, n, "model.safetensors");
 	else
 		snprintf(buf, n, "model-%05d-of-%05d.safetensors", i + 1, k->n_files);
@@ -230,10 +235,12 @@ static int sink_finish(tio_sink *s, pp_err *e)
 			rc = pp_errorf(e, PP_ERUNTIME, "fsync %s/%s: %s", k->tmp, name,
 				       strerror(errno));
 	}
-	if (!rc)
+	if (!rc && k->peft)
+		rc = write_json(k->tmp, "adapter_config.json", k->config, JSON_SORT_KEYS, e);
+	else if (!rc)
 		rc = write_json(k->tmp, "config.json", k->config, 0, e);
-	json_t *gen = rc ? NULL : hf_generation_config(k->config);
-	if (!rc)
+	json_t *gen = rc || k->peft ? NULL : hf_generation_config(k->config);
+	if (!rc && gen)
 		rc = write_json(k->tmp, "generation_config.json", gen, 0, e);
 	json_decref(gen);
 	if (!rc && k->n_files > 1) {
@@ -242,7 +249,7 @@ static int sink_finish(tio_sink *s, pp_err *e)
 		for (int i = 0; i < k->n; i++) {
 			char name[64];
 			shard_name(k, k->slot[i].file, name, sizeof name);
-			json_object_set_new(map, k->slot[i].name, json_string(name));
+			json_object_set_new(map, k->slot[i].key, json_string(name));
 			total += k->slot[i].bytes;
 		}
 		json_t *index = json_pack("{s{sI}so}", "metadata", "total_size", (json_int_t)total,
@@ -250,7 +257,7 @@ static int sink_finish(tio_sink *s, pp_err *e)
 		rc = write_json(k->tmp, "model.safetensors.index.json", index, JSON_SORT_KEYS, e);
 		json_decref(index);
 	}
-	if (!rc)
+	if (!rc && !k->peft)
 		rc = write_tokenizer(k, e);
 	if (!rc)
 		rc = fs_fsync_path(k->tmp, e);
@@ -322,7 +329,7 @@ static int lay_out(st_sink *k, double shard_mb, pp_err *e)
 			json_t *shape = json_array();
 			for (int d = 0; d < sl->ndim; d++)
 				json_array_append_new(shape, json_integer(sl->shape[d]));
-			json_object_set_new(h, sl->name,
+			json_object_set_new(h, sl->key,
 					    json_pack("{ss so s[II]}", "dtype",
 						      st_dtypes[k->dtype].name, "shape", shape,
 						      "data_offsets", (json_int_t)sl->off,
@@ -363,7 +370,27 @@ static int lay_out(st_sink *k, double shard_mb, pp_err *e)
 	return rc;
 }
 
-int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e)
+/* PEFT's adapter_config.json for the adapters of o (lora.h) */
+static int peft_config(const tio_sink_opts *o, json_t **out, pp_err *e)
+{
+	int rank;
+	double alpha;
+	bool rslora;
+	json_t *targets;
+	int rc = tio_lora_settings(o->meta, o->tensors, o->n, &rank, &alpha, &rslora, &targets, e);
+	if (rc)
+		return rc;
+	*out = json_pack("{ss ss si sf sf so sb ss sb sb sb sn sn sn s{} s{} sb sn}", "peft_type",
+			 "LORA", "task_type", "CAUSAL_LM", "r", rank, "lora_alpha", alpha,
+			 "lora_dropout", 0.0, "target_modules", targets, "use_rslora", rslora,
+			 "bias", "none", "fan_in_fan_out", false, "init_lora_weights", true,
+			 "inference_mode", true, "base_model_name_or_path", "modules_to_save",
+			 "layers_to_transform", "rank_pattern", "alpha_pattern", "use_dora", false,
+			 "revision");
+	return *out ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory");
+}
+
+static int open_sink(const char *dir, const tio_sink_opts *o, bool peft, tio_sink **out, pp_err *e)
 {
 	*out = NULL;
 	st_sink *k = calloc(1, sizeof *k);
@@ -383,6 +410,7 @@ int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out
 		snprintf(k->dir, sizeof k->dir, "%.*s", (int)len, dir);
 	k->dtype = st_dtype_of_tio(o->dtype);
 	k->meta = o->meta;
+	k->peft = peft;
 	k->family = o->model->family;
 	k->max_seq_len = o->model->max_seq_len;
 	if (!rc && (o->dtype != TIO_F32 && o->dtype != TIO_F16 && o->dtype != TIO_BF16))
@@ -391,10 +419,10 @@ int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out
 	if (!rc && o->with_adam)
 		rc = pp_errorf(e, PP_EUSAGE,
 			       "safetensors holds parameters only (no optimizer state)");
-	if (!rc)
+	if (!rc && !peft)
 		rc = modeltable_check(o->model, o->tensors, o->n, e);
 	int bos = -1, eos = -1;
-	if (!rc && o->meta && o->meta->tokenizer[0]) {
+	if (!rc && !peft && o->meta && o->meta->tokenizer[0]) {
 		pp_tokenizer *t = NULL;
 		if (!(rc = tok_load(&t, o->meta->tokenizer, e))) {
 			bos = tok_bos(t);
@@ -406,13 +434,15 @@ int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out
 		[TIO_F32] = "float32", [TIO_F16] = "float16", [TIO_BF16] = "bfloat16"};
 	hf_export x = {rc ? "" : torch_dtype[o->dtype], bos, eos};
 	if (!rc)
-		rc = hf_config_from_model(o->model, &x, &k->config, e);
+		rc = peft ? peft_config(o, &k->config, e)
+			  : hf_config_from_model(o->model, &x, &k->config, e);
 	if (!rc && !(k->slot = calloc((size_t)o->n + 1, sizeof *k->slot)))
 		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int i = 0; !rc && i < o->n; i++) {
 		const tio_tensor *t = &o->tensors[i];
 		st_slot *sl = &k->slot[k->n++];
 		snprintf(sl->name, sizeof sl->name, "%s", t->name);
+		snprintf(sl->key, sizeof sl->key, "%s%s", peft ? "base_model.model." : "", t->name);
 		sl->transpose = o->model->family == PP_FAMILY_GPT && t->ndim == 2 &&
 				st_gpt2_conv1d(t->name);
 		sl->ndim = t->ndim;
@@ -435,7 +465,7 @@ int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out
 		}
 	}
 	if (!rc)
-		rc = lay_out(k, o->shard_mb, e);
+		rc = lay_out(k, peft ? 0 : o->shard_mb, e);
 	if (rc) {
 		sink_free(k, true);
 		free(s);
@@ -447,4 +477,14 @@ int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out
 	s->abort = sink_abort;
 	*out = s;
 	return 0;
+}
+
+int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e)
+{
+	return open_sink(dir, o, false, out, e);
+}
+
+int tio_sink_peft(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e)
+{
+	return open_sink(dir, o, true, out, e);
 }

@@ -65,6 +65,7 @@ static const format formats[] = {
 	{"safetensors", tio_open_safetensors, tio_sink_safetensors},
 	{"gguf", tio_open_gguf, tio_sink_gguf},
 	{"llama2c", NULL, tio_sink_llama2c},
+	{"peft", NULL, tio_sink_peft},
 };
 
 static const format *find(const char *name, bool sink, pp_err *e)
@@ -74,7 +75,7 @@ static const format *find(const char *name, bool sink, pp_err *e)
 		    (sink ? formats[i].sink != NULL : formats[i].source != NULL))
 			return &formats[i];
 	pp_errorf(e, PP_EUSAGE, "format '%s': expected %s", name ? name : "(none)",
-		  sink ? "pp, safetensors, gguf or llama2c" : "pp, safetensors or gguf");
+		  sink ? "pp, safetensors, gguf, llama2c or peft" : "pp, safetensors or gguf");
 	return NULL;
 }
 

@@ -126,6 +126,9 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e);
 int tio_sink_gguf(const char *path, const tio_sink_opts *o, tio_sink **out, pp_err *e);
 int tio_sink_llama2c(const char *path, const tio_sink_opts *o, tio_sink **out, pp_err *e);
+/* PEFT's adapter_model.safetensors and adapter_config.json in a directory:
+ * the tensors are a LoRA run's adapters (lora.h's adapters view) */
+int tio_sink_peft(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e);
 
 /* By name: "pp", "safetensors", "gguf", "llama2c" (sinks only). PP_EUSAGE
  * for an unknown name. */

@@ -83,7 +83,7 @@ struct pp_stage_acts {
 		*d_act; /* (N,C) (N,C) (N,HD) (N,QKV) (N,UP) (N,F) */
 	/* the adapters' (lora.c), shared by all slots and by the forward and
 	 * backward: (N,rank), and two of (N, the widest of C, HD, F) */
-	pp_act *lora_u, *lora_z, *lora_y;
+	lora_scratch lora;
 	pp_real *ce;        /* (2N) device: vocab-parallel loss statistics */
 	pp_real *replica;   /* kv heads shared over tp: one slot per head of the largest */
 	int *bucket;        /* (max_seq_len) device: pos relative's bucket of each distance */
@@ -109,6 +109,7 @@ typedef struct {
 	pp_act *g_out, *g_up, *g_mid, *g_qkv;
 	moe_acts *moe;
 	moe_scratch *moe_sc;
+	const lora_scratch *lora;
 } layer_acts;
 
 /* Where a layer's attention finds its keys and values: in the T rows of
@@ -275,10 +276,15 @@ int stage_describe_units(pp_stage *s, pp_err *e);
  * inp is (N, in). forward: out += their terms. backward: from dout, din +=
  * the adapters' part of the input gradient (din NULL: none), and their
  * weight gradients accumulate. */
-void lora_forward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *out, int ld,
-		  const pp_act *inp, int N, int in);
-void lora_backward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *din,
-		   const pp_act *dout, int ld, const pp_act *inp, int N, int in);
+void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+		  pp_act *out, int ld, const pp_act *inp, int N, int in);
+void lora_backward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+		   pp_act *din, const pp_act *dout, int ld, const pp_act *inp, int N, int in);
+/* The width of lora_scratch's z and y: the widest of C, HD and F. */
+size_t lora_scratch_width(const pp_stage *s);
+/* Allocates sc for rows rows of stage s (nothing without adapters); -1 on failure. */
+int lora_scratch_alloc(lora_scratch *sc, const pp_stage *s, size_t rows);
+void lora_scratch_free(lora_scratch *sc, const pp_ops *o);
 
 /* layer.c */
 /* Pointers into slot sa's activations of layer l (or the rebuilt set's). */

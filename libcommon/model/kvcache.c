@@ -64,7 +64,7 @@ int kv_cache_create(pp_kv_cache *c, const pp_stage *s, int B, int Tmax, int rows
 	moe_layer ml = layer_moe(s, &a->layer[0]);
 	c->graphs = c->graphs && !a->n_moe;
 	if (!c->dev || !c->host || !c->len || alloc_acts(o, p, n, NELEMS(p)) ||
-	    alloc_reals(o, r, rn, NELEMS(r)) ||
+	    lora_scratch_alloc(&c->lora, s, N) || alloc_reals(o, r, rn, NELEMS(r)) ||
 	    (a->n_moe && (moe_acts_alloc(&c->moe, &ml, (int)N, false, e) ||
 			  moe_scratch_alloc(&c->moe_sc, &ml, (int)N, e)))) {
 		size_t bytes = c->kv_bytes;
@@ -90,6 +90,7 @@ void kv_cache_free(pp_kv_cache *c)
 		o->free(p[i]);
 	moe_acts_free(&c->moe, o);
 	moe_scratch_free(&c->moe_sc, o);
+	lora_scratch_free(&c->lora, o);
 	free(c->host);
 	free(c->len);
 	memset(c, 0, sizeof *c);
@@ -222,7 +223,8 @@ static int forward_cached(pp_stage *s, pp_kv_cache *c, pp_err *e)
 				.up = c->up,
 				.act = c->act,
 				.moe = &c->moe,
-				.moe_sc = &c->moe_sc};
+				.moe_sc = &c->moe_sc,
+				.lora = &c->lora};
 		layer_kv kv = {pp_act_at(o, c->k, (size_t)l * layer + first),
 			       pp_act_at(o, c->v, (size_t)l * layer + first), c->Tmax, pos};
 		if ((rc = layer_forward(s, &a->layer[l], &t, B, n, &kv, NULL, e)))

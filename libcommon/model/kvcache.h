@@ -37,7 +37,8 @@ typedef struct {
 	int *dev, *host;
 	moe_acts moe; /* the MoE layers' buffers (one set serves every layer) */
 	moe_scratch moe_sc;
-	bool graphs; /* record the step of one token per sequence (never with
+	lora_scratch lora; /* the adapters' (rows of them) */
+	bool graphs;       /* record the step of one token per sequence (never with
 			     * experts, whose routing is read on the host) */
 	bool warm;   /* that step ran eagerly, for these slots, since the last other forward */
 	void *graph; /* that recording, once made */

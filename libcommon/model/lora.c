@@ -9,6 +9,8 @@
  * rather than kept (N x rank per member). Under tp each rank adds the terms
  * of its slices (table.c splits them as Megatron does), before the sums
  * over tp that the base products take. */
+#include <string.h>
+
 #include "internal.h"
 
 /* Member k's column block in its product's output: offset and width. */
@@ -22,11 +24,10 @@ static void lora_block(const pp_stage *s, int k, int *col, int *width)
 	*width = w[k];
 }
 
-void lora_forward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *out, int ld,
-		  const pp_act *inp, int N, int in)
+void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+		  pp_act *out, int ld, const pp_act *inp, int N, int in)
 {
 	const pp_ops *o = s->ops;
-	const pp_stage_acts *a = s->acts;
 	const int R = s->spec.lora.rank;
 	const size_t A = pp_act_size(o);
 	for (int k = k0; k < k1 && R > 0; k++) {
@@ -35,25 +36,24 @@ void lora_forward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_a
 		int col, w;
 		lora_block(s, k, &col, &w);
 		/* u = scale * inp A^T, z = u B^T */
-		o->matmul_fwd(a->lora_u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
-		o->scale_act(a->lora_u, (pp_real)s->spec.lora.scale, (size_t)N * R);
-		o->matmul_fwd(a->lora_z, a->lora_u, W(s, li->lora_b[k]), NULL, N, R, w);
+		o->matmul_fwd(sc->u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
+		o->scale_act(sc->u, (pp_real)s->spec.lora.scale, (size_t)N * R);
+		o->matmul_fwd(sc->z, sc->u, W(s, li->lora_b[k]), NULL, N, R, w);
 		if (w == ld) {
-			o->add(out, out, a->lora_z, (size_t)N * w);
+			o->add(out, out, sc->z, (size_t)N * w);
 			continue;
 		}
 		pp_act *blk = pp_act_at(o, out, (size_t)col);
-		o->copy2d(a->lora_y, (size_t)w * A, blk, (size_t)ld * A, (size_t)w * A, (size_t)N);
-		o->add(a->lora_y, a->lora_y, a->lora_z, (size_t)N * w);
-		o->copy2d(blk, (size_t)ld * A, a->lora_y, (size_t)w * A, (size_t)w * A, (size_t)N);
+		o->copy2d(sc->y, (size_t)w * A, blk, (size_t)ld * A, (size_t)w * A, (size_t)N);
+		o->add(sc->y, sc->y, sc->z, (size_t)N * w);
+		o->copy2d(blk, (size_t)ld * A, sc->y, (size_t)w * A, (size_t)w * A, (size_t)N);
 	}
 }
 
-void lora_backward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_act *din,
-		   const pp_act *dout, int ld, const pp_act *inp, int N, int in)
+void lora_backward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+		   pp_act *din, const pp_act *dout, int ld, const pp_act *inp, int N, int in)
 {
 	const pp_ops *o = s->ops;
-	const pp_stage_acts *a = s->acts;
 	const int R = s->spec.lora.rank;
 	const pp_real scale = (pp_real)s->spec.lora.scale;
 	const size_t A = pp_act_size(o);
@@ -64,22 +64,49 @@ void lora_backward(const pp_stage *s, const layer_index *li, int k0, int k1, pp_
 		lora_block(s, k, &col, &w);
 		const pp_act *dz = dout;
 		if (w != ld) {
-			o->copy2d(a->lora_z, (size_t)w * A, pp_act_at(o, dout, (size_t)col),
+			o->copy2d(sc->z, (size_t)w * A, pp_act_at(o, dout, (size_t)col),
 				  (size_t)ld * A, (size_t)w * A, (size_t)N);
-			dz = a->lora_z;
+			dz = sc->z;
 		}
 		/* dB += dz^T (scale * inp A^T) */
-		o->matmul_fwd(a->lora_u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
-		o->scale_act(a->lora_u, scale, (size_t)N * R);
-		o->matmul_bwd(NULL, G(s, li->lora_b[k]), NULL, dz, a->lora_u, NULL, N, R, w);
+		o->matmul_fwd(sc->u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
+		o->scale_act(sc->u, scale, (size_t)N * R);
+		o->matmul_bwd(NULL, G(s, li->lora_b[k]), NULL, dz, sc->u, NULL, N, R, w);
 		/* du = scale * dz B; dA += du^T inp; din += du A */
-		o->matmul_bwd(a->lora_u, NULL, NULL, dz, NULL, W(s, li->lora_b[k]), N, R, w);
-		o->scale_act(a->lora_u, scale, (size_t)N * R);
-		o->matmul_bwd(NULL, G(s, li->lora_a[k]), NULL, a->lora_u, inp, NULL, N, in, R);
+		o->matmul_bwd(sc->u, NULL, NULL, dz, NULL, W(s, li->lora_b[k]), N, R, w);
+		o->scale_act(sc->u, scale, (size_t)N * R);
+		o->matmul_bwd(NULL, G(s, li->lora_a[k]), NULL, sc->u, inp, NULL, N, in, R);
 		if (din) {
-			o->matmul_bwd(a->lora_y, NULL, NULL, a->lora_u, NULL, W(s, li->lora_a[k]),
-				      N, in, R);
-			o->add(din, din, a->lora_y, (size_t)N * in);
+			o->matmul_bwd(sc->y, NULL, NULL, sc->u, NULL, W(s, li->lora_a[k]), N, in,
+				      R);
+			o->add(din, din, sc->y, (size_t)N * in);
 		}
 	}
+}
+
+size_t lora_scratch_width(const pp_stage *s)
+{
+	size_t wide = (size_t)s->cfg->d_model, hd = (size_t)s->n_heads * s->cfg->head_dim;
+	wide = hd > wide ? hd : wide;
+	return (size_t)s->d_ff > wide ? (size_t)s->d_ff : wide;
+}
+
+int lora_scratch_alloc(lora_scratch *sc, const pp_stage *s, size_t rows)
+{
+	memset(sc, 0, sizeof *sc);
+	const size_t R = (size_t)s->spec.lora.rank;
+	if (!R)
+		return 0;
+	const size_t wide = lora_scratch_width(s);
+	pp_act **p[] = {&sc->u, &sc->z, &sc->y};
+	const size_t n[] = {rows * R, rows * wide, rows * wide};
+	return alloc_acts(s->ops, p, n, NELEMS(p));
+}
+
+void lora_scratch_free(lora_scratch *sc, const pp_ops *o)
+{
+	o->free(sc->u);
+	o->free(sc->z);
+	o->free(sc->y);
+	memset(sc, 0, sizeof *sc);
 }

@@ -125,6 +125,13 @@ typedef struct {
 	stage_units units;          /* use NULL: the stage holds all of its weights */
 } stage_spec;
 
+/* The adapters' working buffers (lora.c): (rows, rank), and two of (rows,
+ * the widest of d_model, the local q heads' width and d_ff). A stage holds
+ * one for its microbatch, a KV cache its own for its rows. */
+typedef struct {
+	pp_act *u, *z, *y;
+} lora_scratch;
+
 typedef struct {
 	char name[96]; /* Hugging Face name */
 	int ndim;

@@ -119,8 +119,7 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 		replica = n > replica ? n : replica;
 	}
 	/* the adapters' (lora.c) */
-	const size_t lora = s->spec.lora.rank > 0;
-	const size_t wide = w.C > w.HD ? (w.C > w.F ? w.C : w.F) : (w.HD > w.F ? w.HD : w.F);
+	const size_t lora = s->spec.lora.rank > 0, wide = lora_scratch_width(s);
 	*c = (scratch_counts){
 		.act = {[SC_D_RES] = Nb * w.C,
 			[SC_D_H] = Nb * w.C,

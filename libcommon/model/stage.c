@@ -181,8 +181,8 @@ static int alloc_buffers(pp_stage *s)
 	pp_act **scratch[SC_NACT] = {
 		[SC_D_RES] = &a->d_res,   [SC_D_H] = &a->d_h,       [SC_D_ATT] = &a->d_att,
 		[SC_D_QKV] = &a->d_qkv,   [SC_D_UP] = &a->d_up,     [SC_D_ACT] = &a->d_act,
-		[SC_HF] = &a->hf,         [SC_LOGITS] = &a->logits, [SC_LORA_U] = &a->lora_u,
-		[SC_LORA_Z] = &a->lora_z, [SC_LORA_Y] = &a->lora_y};
+		[SC_HF] = &a->hf,         [SC_LOGITS] = &a->logits, [SC_LORA_U] = &a->lora.u,
+		[SC_LORA_Z] = &a->lora.z, [SC_LORA_Y] = &a->lora.y};
 	pp_real **scratch_r[SCR_NREAL] = {
 		[SCR_CE] = &a->ce, [SCR_LOSSES] = &a->losses, [SCR_REPLICA] = &a->replica};
 	if (alloc_acts(ops, scratch, xc.act, SC_NACT) ||
@@ -285,7 +285,7 @@ void stage_free(pp_stage *s)
 		moe_scratch_free(&a->moe_sc, ops);
 		void *p[] = {a->d_res,   a->d_h,    a->d_att,  a->d_qkv,  a->d_up,
 			     a->d_act,   a->ce,     a->hf,     a->losses, a->logits,
-			     a->replica, a->bucket, a->lora_u, a->lora_z, a->lora_y};
+			     a->replica, a->bucket, a->lora.u, a->lora.z, a->lora.y};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);

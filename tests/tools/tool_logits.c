@@ -35,6 +35,7 @@ int main(int argc, char **argv)
 	}
 	pp_stage s = {0};
 	stage_spec spec = stage_spec_whole(&cfg.model, 1, T, PP_RECOMPUTE_NONE);
+	stage_spec_set_lora(&spec, &cfg);
 	spec.no_grad = true;
 	spec.keep_logits = true;
 	long step;

@@ -1,0 +1,170 @@
+/* Views of a LoRA run's checkpoint (lora.h). */
+#include "lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../config/hparams.h"
+
+static bool is_adapter(const char *name)
+{
+	return strstr(name, ".lora_A.") || strstr(name, ".lora_B.");
+}
+
+bool tio_has_adapters(const tio_source *src)
+{
+	for (int i = 0; i < src->n; i++)
+		if (is_adapter(src->tensors[i].name))
+			return true;
+	return false;
+}
+
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
+		      double *alpha, bool *rslora, json_t **targets, pp_err *e)
+{
+	json_t *l = json_object_get(meta->config, "lora");
+	json_int_t r = json_integer_value(json_object_get(l, "rank"));
+	if (!l || r <= 0)
+		return pp_errorf(e, PP_EUSAGE, "the checkpoint's config has no LoRA adapters");
+	*rank = (int)r;
+	*alpha = json_number_value(json_object_get(l, "alpha"));
+	*rslora = json_is_true(json_object_get(l, "rslora"));
+	/* PEFT's target_modules: the module names whose adapters the source holds */
+	*targets = json_array();
+	for (int k = 0; k < LORA_MEMBERS; k++) {
+		char want[32];
+		snprintf(want, sizeof want, ".%s.lora_A.", hparams_lora_names[k]);
+		for (int i = 0; i < n; i++)
+			if (strstr(tensors[i].name, want)) {
+				json_array_append_new(*targets, json_string(hparams_lora_names[k]));
+				break;
+			}
+	}
+	return 0;
+}
+
+typedef struct {
+	tio_source *inner;
+	tio_lora_view view;
+	int *map;       /* view tensor i: inner tensor map[i] */
+	int *a, *b;     /* merged: its adapters' inner tensors, -1 for none */
+	double scale;   /* merged */
+	float *fa, *fb; /* merged: scratch */
+} view_impl;
+
+static int inner_index(const tio_source *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->tensors[i].name, name))
+			return i;
+	return -1;
+}
+
+static int view_read(tio_source *s, int i, const char *group, float *out, pp_err *e)
+{
+	view_impl *v = s->impl;
+	int rc = v->inner->read(v->inner, v->map[i], group, out, e);
+	if (rc || v->view != TIO_LORA_MERGED || v->a[i] < 0 || strcmp(group, "params"))
+		return rc;
+	const tio_tensor *ta = &v->inner->tensors[v->a[i]], *tb = &v->inner->tensors[v->b[i]];
+	const int64_t R = ta->shape[0], in = ta->shape[1], rows = tb->shape[0];
+	free(v->fa);
+	free(v->fb);
+	v->fa = malloc((size_t)tio_numel(ta) * sizeof(float));
+	v->fb = malloc((size_t)tio_numel(tb) * sizeof(float));
+	if (!v->fa || !v->fb)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory merging %s", s->tensors[i].name);
+	if ((rc = v->inner->read(v->inner, v->a[i], "params", v->fa, e)) ||
+	    (rc = v->inner->read(v->inner, v->b[i], "params", v->fb, e)))
+		return rc;
+#pragma omp parallel for
+	for (int64_t o = 0; o < rows; o++)
+		for (int64_t c = 0; c < in; c++) {
+			double acc = 0;
+			for (int64_t k = 0; k < R; k++)
+				acc += (double)v->fb[o * R + k] * (double)v->fa[k * in + c];
+			out[o * in + c] = (float)((double)out[o * in + c] + v->scale * acc);
+		}
+	return 0;
+}
+
+static void view_close(tio_source *s)
+{
+	view_impl *v = s->impl;
+	v->inner->close(v->inner);
+	free(v->map);
+	free(v->a);
+	free(v->b);
+	free(v->fa);
+	free(v->fb);
+	free(v);
+	free(s->tensors);
+	free(s);
+}
+
+int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_err *e)
+{
+	*out = NULL;
+	int rank;
+	double alpha;
+	bool rslora;
+	json_t *targets = NULL;
+	int rc = tio_lora_settings(&inner->meta, inner->tensors, inner->n, &rank, &alpha, &rslora,
+				   &targets, e);
+	json_decref(targets);
+	tio_source *s = calloc(1, sizeof *s);
+	view_impl *v = calloc(1, sizeof *v);
+	const size_t n = (size_t)inner->n + 1;
+	if (!rc && (!s || !v || !(s->tensors = calloc(n, sizeof *s->tensors)) ||
+		    !(v->map = calloc(n, sizeof(int))) || !(v->a = calloc(n, sizeof(int))) ||
+		    !(v->b = calloc(n, sizeof(int)))))
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (rc) {
+		if (v) {
+			free(v->map);
+			free(v->a);
+			free(v->b);
+		}
+		free(v);
+		if (s)
+			free(s->tensors);
+		free(s);
+		inner->close(inner);
+		return rc;
+	}
+	v->inner = inner;
+	v->view = view;
+	v->scale = alpha / (rslora ? sqrt((double)rank) : (double)rank);
+	for (int i = 0; i < inner->n; i++) {
+		const tio_tensor *t = &inner->tensors[i];
+		if (is_adapter(t->name) != (view == TIO_LORA_ADAPTERS))
+			continue;
+		const int k = s->n++;
+		s->tensors[k] = *t;
+		s->tensors[k].adam = false;
+		v->map[k] = i;
+		v->a[k] = v->b[k] = -1;
+		const char *dot = strrchr(t->name, '.');
+		if (view == TIO_LORA_MERGED && dot && !strcmp(dot, ".weight")) {
+			char na[160], nb[160];
+			snprintf(na, sizeof na, "%.*s.lora_A.weight", (int)(dot - t->name),
+				 t->name);
+			snprintf(nb, sizeof nb, "%.*s.lora_B.weight", (int)(dot - t->name),
+				 t->name);
+			v->a[k] = inner_index(inner, na);
+			v->b[k] = v->a[k] >= 0 ? inner_index(inner, nb) : -1;
+			if (v->b[k] < 0)
+				v->a[k] = -1;
+		}
+	}
+	s->format = inner->format;
+	s->meta = inner->meta;
+	s->meta.has_state = false;
+	s->read = view_read;
+	s->close = view_close;
+	s->impl = v;
+	*out = s;
+	return 0;
+}

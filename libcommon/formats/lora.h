@@ -1,0 +1,28 @@
+/* A pp checkpoint of a LoRA run (lora.rank > 0) holds its base's tensors
+ * and the adapters beside them (model.layers.N.self_attn.q_proj.lora_A.weight,
+ * ...lora_B.weight). Views of such a source for the formats that take a
+ * model or adapters alone:
+ *   merged:   the base's tensors, each with its adapters folded in, W +
+ *             scale * B A, computed in double from the fp32 values and
+ *             rounded once (before any cast a sink makes);
+ *   adapters: the adapters alone (PEFT's adapter_model.safetensors). */
+#ifndef PP_FORMATS_LORA_H
+#define PP_FORMATS_LORA_H
+
+#include "tensorio.h"
+
+typedef enum { TIO_LORA_MERGED, TIO_LORA_ADAPTERS } tio_lora_view;
+
+/* Whether src holds adapters. */
+bool tio_has_adapters(const tio_source *src);
+
+/* The adapters' settings a source's config (meta->config) holds: rank,
+ * alpha, rslora, and PEFT's target module names of the tensors (a JSON
+ * array, new reference). PP_EUSAGE when it holds no LoRA config. */
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
+		      double *alpha, bool *rslora, json_t **targets, pp_err *e);
+
+/* A view of inner (which the view owns and closes). */
+int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_err *e);
+
+#endif
