@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # pp's tokenizers against the reference implementations on real data:
-# SentencePiece models against spm_encode (Debian sentencepiece), byte-level
-# BPE against Hugging Face tokenizers (the venv of scripts/setup-reference.sh),
-# id for id, on the King James Bible (Debian bible-kjv: 31,102 lines, 4.1 MB)
-# and on a generated file of tricky lines (tests/ref/tokenizer_stress.py), plus
-# decode(encode(x)) == x on the whole corpus for every tokenizer.
+# SentencePiece models against spm_encode (Debian sentencepiece 0.1.97),
+# byte-level BPE against Hugging Face tokenizers (the venv of
+# scripts/setup-reference.sh), id for id, on the King James Bible (Debian
+# bible-kjv: 31,102 lines, 4.1 MB) and on a generated file of tricky lines
+# (tests/ref/tokenizer_stress.py), plus decode(encode(x)) == x on the whole
+# corpus for every tokenizer. SentencePiece models also on lines with
+# malformed UTF-8, where pp once differed (spm's normalizer makes each byte
+# that does not begin a valid character U+FFFD).
 #
 # Models: the Llama 2 tokenizer (shared data), Mistral's (PyPI mistral-common
 # 1.13.1, cached under build/ref/), one trained here with spm_train, a second
@@ -49,9 +52,19 @@ stress=$T/stress.txt
 "$py" tests/ref/tokenizer_stress.py 20000 1 >"$stress"
 # SentencePiece decodes U+2581 as a space: leave those lines out of its round trips
 grep -v $'\u2581' "$stress" >"$T/stress-spm.txt"
+# the same kind of lines with malformed UTF-8 among the words (SentencePiece only:
+# the byte-level references read text)
+invalid=$T/invalid.txt
+"$py" tests/ref/tokenizer_stress.py 5000 2 invalid >"$invalid"
 
 failed=0
 commas() { sed ':a;s/\B[0-9]\{3\}\>/,&/;ta' <<<"$1"; }
+# show_line FILE N: line N of FILE, 200 characters at most, malformed UTF-8
+# as \xNN (a FAIL line stays text)
+show_line() {
+	sed -n "${2}p" "$1" | "$py" -c 'import sys
+sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "backslashreplace").rstrip("\n")[:200])'
+}
 # same NAME REFIDS PPIDS INPUT REFNAME: identical id files, or the first
 # differing line
 same() {
@@ -63,7 +76,7 @@ same() {
 	local line
 	line=$(cmp "$a" "$b" 2>&1 | sed -n 's/.* line \([0-9]*\).*/\1/p')
 	line=${line:-$(($(wc -l <"$a") + 1))}
-	fail "$name" "line $line differs: input '$(sed -n "${line}p" "$in" | cut -c1-200)' reference [$(sed -n "${line}p" "$a" | cut -c1-200)] pp [$(sed -n "${line}p" "$b" | cut -c1-200)]"
+	fail "$name" "line $line differs: input '$(show_line "$in" "$line")' reference [$(sed -n "${line}p" "$a" | cut -c1-200)] pp [$(sed -n "${line}p" "$b" | cut -c1-200)]"
 	failed=1
 }
 
@@ -104,6 +117,7 @@ llama=$shared/llama2-tokenizer.model
 if [ -f "$llama" ]; then
 	spm tokenizer/llama2/kjv "$llama" "$kjv"
 	spm tokenizer/llama2/stress "$llama" "$stress"
+	spm tokenizer/llama2/invalid-utf8 "$llama" "$invalid"
 	round_trip tokenizer/llama2/round-trip/kjv "$llama" "$kjv"
 	round_trip tokenizer/llama2/round-trip/stress "$llama" "$T/stress-spm.txt"
 else
@@ -114,6 +128,7 @@ mistral=$(mistral_tokenizer 2>$T/mistral.err)
 if [ -f "$mistral" ]; then
 	spm tokenizer/mistral/kjv "$mistral" "$kjv"
 	spm tokenizer/mistral/stress "$mistral" "$stress"
+	spm tokenizer/mistral/invalid-utf8 "$mistral" "$invalid"
 	round_trip tokenizer/mistral/round-trip/kjv "$mistral" "$kjv"
 	round_trip tokenizer/mistral/round-trip/stress "$mistral" "$T/stress-spm.txt"
 else
@@ -131,6 +146,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe" --model_type=bpe
 	m=$T/kjv-bpe.model
 	spm tokenizer/trained/kjv "$m" "$kjv"
 	spm tokenizer/trained/stress "$m" "$stress"
+	spm tokenizer/trained/invalid-utf8 "$m" "$invalid"
 	# decoding gives the normalized text: single spaces, none at the ends
 	sed 's/  */ /g; s/^ //; s/ $//' "$kjv" >"$T/kjv-norm.txt"
 	round_trip tokenizer/trained/round-trip/kjv "$m" "$kjv" "$T/kjv-norm.txt"
@@ -138,6 +154,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe" --model_type=bpe
 	if "$py" tests/tools/spm_patch_model.py "$m" "$T/unused.model" 5 2>/dev/null; then
 		spm tokenizer/trained-unused/kjv "$T/unused.model" "$kjv"
 		spm tokenizer/trained-unused/stress "$T/unused.model" "$stress"
+		spm tokenizer/trained-unused/invalid-utf8 "$T/unused.model" "$invalid"
 	else
 		fail tokenizer/trained-unused "tests/tools/spm_patch_model.py failed"
 		failed=1
@@ -156,6 +173,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe2" --model_type=bp
 	--minloglevel=2 >"$T/train.log" 2>&1; then
 	spm tokenizer/trained-opposite/kjv "$T/kjv-bpe2.model" "$kjv"
 	spm tokenizer/trained-opposite/stress "$T/kjv-bpe2.model" "$stress"
+	spm tokenizer/trained-opposite/invalid-utf8 "$T/kjv-bpe2.model" "$invalid"
 else
 	fail tokenizer/trained-opposite "spm_train failed: $(tail -n 2 "$T/train.log")"
 	failed=1
