@@ -1,8 +1,8 @@
 /* Tokenizer unit tests: the real Llama 2 SentencePiece model (known
  * encodings checked against spm_encode, byte fallback, U+FFFD for invalid
  * UTF-8, round trips on random bytes and random UTF-8), a small hand-made
- * byte-level BPE vocabulary (the GPT-2 pre-tokenizer's splits,
- * tokenizer.json and vocab.json + merges.txt),
+ * byte-level BPE vocabulary (the GPT-2 pre-tokenizer's splits, Unicode 16's
+ * letters and digits, tokenizer.json and vocab.json + merges.txt),
  * and clear errors on missing, truncated, corrupt and unsupported files.
  * The comparisons with spm_encode and Hugging Face on whole corpora are in
  * test_tokenizer_ref.sh. */
@@ -582,6 +582,26 @@ static void test_byte_level(const char *file, const char *tag, pp_tokenizer *lla
 		{"contraction", "it's", {260, 259}, 2},
 		/* "'S" is not a contraction (the regex is case-sensitive) */
 		{"not-contraction", "'S", {'\'', 'S'}, 2},
+		/* \p{L} and \p{N} are Unicode 16's, as in tokenizers 0.23 and
+		 * tiktoken 0.14: a letter or digit added since Unicode 14 keeps the
+		 * "'s" after it whole (Kawi A U+11F04 and Nag Mundari zero U+1E4F0
+		 * are 15.0's, Cyrillic Tje U+1C89 16.0's) */
+		{"unicode15-letter-contraction",
+		 "\xf0\x91\xbc\x84's",
+		 {0xF0, 0x91, 0xBC, 0x84, 259},
+		 5},
+		{"unicode15-digit-contraction",
+		 "\xf0\x9e\x93\xb0's",
+		 {0xF0, 0x9E, 0x93, 0xB0, 259},
+		 5},
+		{"unicode16-letter-contraction", "\xe1\xb2\x89's", {0xE1, 0xB2, 0x89, 259}, 4},
+		/* while a letter of Unicode 17 (Sidetic U+10940) is not one yet: it
+		 * and the apostrophe are one punctuation word
+		 * (scripts/unicode-requirements.txt) */
+		{"unicode17-letter-not-yet",
+		 "\xf0\x90\xa5\x80's",
+		 {0xF0, 0x90, 0xA5, 0x80, '\'', 's'},
+		 6},
 		{"trailing-spaces", "b  ", {'b', 256}, 2},
 		/* special tokens in text are text */
 		{"special-as-text",
