@@ -7,6 +7,8 @@
  *      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *    splits each piece of text into words, written out by hand below (after
  *    an optional Digits split and prefix space, per the tokenizer.json).
+ *    \p{L} and \p{N} are unicode.c's tables, of the Unicode version that
+ *    tokenizers and tiktoken use (scripts/unicode-requirements.txt).
  * 3. Each word's bytes start as one symbol per byte (the vocabulary spells
  *    byte b as the character bytes_to_unicode(b)); the adjacent pair with
  *    the lowest merge rank is merged (ties: leftmost) until none is left,

@@ -4,7 +4,9 @@
  * 1. Normalize (identity rule only): with remove_extra_whitespaces, drop
  *    leading spaces, collapse runs of spaces and drop trailing ones; add the
  *    dummy prefix "▁" when add_dummy_prefix; replace ' ' by "▁" (U+2581)
- *    when escape_whitespaces. User-defined pieces pass through untouched.
+ *    when escape_whitespaces; replace each byte that does not begin a valid
+ *    UTF-8 character by U+FFFD, one per byte (a truncated 3-byte sequence
+ *    becomes two). User-defined pieces pass through untouched.
  * 2. Split the normalized text into characters, except that user-defined
  *    pieces (longest match) become single frozen symbols. There is no
  *    split at whitespace: the whole text is one sequence, so pieces made of
@@ -16,11 +18,7 @@
  * 4. A final symbol that is an UNUSED piece is split back into the two
  *    symbols of the last candidate pair recorded for it, recursively.
  * 5. Symbols that are not pieces become <0xXX> byte pieces per byte
- *    (byte_fallback), or one <unk> per run of unknown symbols.
- *
- * One deliberate difference: spm's normalizer replaces an invalid UTF-8
- * byte by U+FFFD; pp keeps the byte and byte-falls-back it, so nothing is
- * lost (tokenizer.h: invalid UTF-8 is never dropped). */
+ *    (byte_fallback), or one <unk> per run of unknown symbols. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +54,8 @@ static void spm_free(void *p)
 	free(s);
 }
 
-static const char SPACE[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+static const char SPACE[] = "\xe2\x96\x81";       /* U+2581, SentencePiece's space */
+static const char REPLACEMENT[] = "\xef\xbf\xbd"; /* U+FFFD, for an invalid byte */
 
 /* ---- protobuf wire format ---- */
 
@@ -531,7 +530,7 @@ static inline size_t unit_len(const struct tok_spm *m, const char *p, size_t n, 
 }
 
 /* normalizer.cc's Normalize for an empty precompiled charsmap. out has room
- * for 3 * n + 3 bytes. */
+ * for 3 * n + 3 bytes (a space or an invalid byte becomes 3). */
 static size_t spm_normalize(const struct tok_spm *m, const char *in, size_t n, char *out)
 {
 	const char *sp = m->escape_ws ? SPACE : " ";
@@ -551,9 +550,13 @@ static size_t spm_normalize(const struct tok_spm *m, const char *in, size_t n, c
 	}
 	int prev_space = m->remove_extra_ws;
 	while (i < n) {
-		size_t len = unit_len(m, in + i, n - i, NULL);
+		int user;
+		size_t len = unit_len(m, in + i, n - i, &user);
 		const char *u = in + i;
 		size_t un = len;
+		/* NormalizePrefix: a malformed byte is consumed alone, as U+FFFD */
+		if (len == 1 && !user && (unsigned char)*u >= 0x80)
+			u = REPLACEMENT, un = 3;
 		while (prev_space && un && *u == ' ')
 			u++, un--;
 		if (un) {

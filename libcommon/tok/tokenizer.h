@@ -24,8 +24,8 @@ const char *tok_kind(const pp_tokenizer *t); /* "sentencepiece-bpe", "byte-level
 const char *tok_fingerprint(const pp_tokenizer *t);
 
 /* Appends the ids of n bytes of text (no BOS/EOS). Invalid UTF-8 is
- * encoded through byte fallback (SentencePiece) or as its bytes (byte-level
- * BPE), never dropped. */
+ * encoded as spm_encode does (SentencePiece: each malformed byte becomes
+ * U+FFFD) or as its bytes (byte-level BPE, never dropped). */
 int tok_encode(const pp_tokenizer *t, const char *text, size_t n, tok_ids *out, pp_err *e);
 
 /* Appends the text of ids; an id outside the vocabulary is an error.
@@ -65,12 +65,14 @@ int tok_adds_bos(const pp_tokenizer *t);
 tok_prep tok_get_prep(const pp_tokenizer *t);
 
 /* Semantics worth knowing:
- * - SentencePiece: encoding is spm_encode's, id for id, on valid UTF-8 (one
- *   call = one spm "sentence": spm_encode encodes each line separately).
- *   Control pieces (<s>, </s>) in the text are not recognized, as in spm;
- *   user-defined pieces are. Where spm replaces an invalid UTF-8 byte by
- *   U+FFFD, pp byte-falls-back the byte itself, so nothing is lost.
- *   decode(encode(x)) == x holds for models that keep whitespace as is
+ * - SentencePiece: encoding is spm_encode's, id for id (one call = one spm
+ *   "sentence": spm_encode encodes each line separately). Control pieces
+ *   (<s>, </s>) in the text are not recognized, as in spm; user-defined
+ *   pieces are. Each byte that does not begin a valid UTF-8 character
+ *   becomes U+FFFD, as in spm's normalizer (a truncated 3-byte character
+ *   gives two), which is then a piece or byte-falls-back as EF BF BD: those
+ *   bytes do not come back from decoding. decode(encode(x)) == x holds for
+ *   valid UTF-8 x, models that keep whitespace as is
  *   (remove_extra_whitespaces false, as Llama's and Mistral's) and text
  *   without U+2581, the character SentencePiece uses for a space.
  * - Byte-level BPE: special added tokens (<|endoftext|>) in the text are

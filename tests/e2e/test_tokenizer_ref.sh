@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # pp's tokenizers against the reference implementations on real data:
-# SentencePiece models against spm_encode (Debian sentencepiece), byte-level
-# BPE against Hugging Face tokenizers (the venv of scripts/setup-reference.sh),
-# id for id, on the King James Bible (Debian bible-kjv: 31,102 lines, 4.1 MB)
-# and on a generated file of tricky lines (tests/ref/tokenizer_stress.py), plus
-# decode(encode(x)) == x on the whole corpus for every tokenizer.
+# SentencePiece models against spm_encode (Debian sentencepiece 0.1.97),
+# byte-level BPE against current Hugging Face tokenizers and tiktoken (the
+# venv of scripts/setup-tensorboard.sh), id for id, on the King James Bible
+# (Debian bible-kjv: 31,102 lines, 4.1 MB) and on a generated file of tricky
+# lines (tests/ref/tokenizer_stress.py), plus decode(encode(x)) == x on the
+# whole corpus for every tokenizer. Two more inputs hold the cases where pp
+# once differed: lines with malformed UTF-8 for SentencePiece (spm's
+# normalizer makes each byte that does not begin a valid character U+FFFD),
+# and letters and digits newer than Unicode 14 before contractions for
+# byte-level BPE (the references class them by Unicode 16, as pp's tables
+# do; a letter of Unicode 17 they still split off as punctuation).
 #
 # Models: the Llama 2 tokenizer (shared data), Mistral's (PyPI mistral-common
 # 1.13.1, cached under build/ref/), one trained here with spm_train, a second
@@ -49,9 +55,31 @@ stress=$T/stress.txt
 "$py" tests/ref/tokenizer_stress.py 20000 1 >"$stress"
 # SentencePiece decodes U+2581 as a space: leave those lines out of its round trips
 grep -v $'\u2581' "$stress" >"$T/stress-spm.txt"
+# the same kind of lines with malformed UTF-8 among the words (SentencePiece only:
+# the byte-level references read text)
+invalid=$T/invalid.txt
+"$py" tests/ref/tokenizer_stress.py 5000 2 invalid >"$invalid"
+# letters and digits of Unicode 15 and 16 (one of 17) alone, doubled, after
+# a letter or a digit, after a space, before each contraction and a word:
+# without them in \p{L} or \p{N}, "x'" is one punctuation word and "s" another
+unicode=$T/unicode.txt
+"$py" - >"$unicode" <<'EOF'
+new = [0x11F04, 0x1E030, 0x31350, 0x2EBF0, 0x1C89, 0x1C8A, 0x1E5D0, 0x10D4A,  # L, 15.0 to 16.0
+       0x11F50, 0x1E4F0, 0x16D70, 0x1E5F1, 0x1CCF0,  # Nd, 15.0 and 16.0
+       0x10940]  # Lo in Unicode 17.0, unassigned in 16.0
+for c in map(chr, new):
+    for k in ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d"]:
+        print(f"{c}{k} {c}{c}{k} a{c}{k} 1{c}{k} x {c}{k} it{c}'s {c}{k}x {c}{k}.")
+EOF
 
 failed=0
 commas() { sed ':a;s/\B[0-9]\{3\}\>/,&/;ta' <<<"$1"; }
+# show_line FILE N: line N of FILE, 200 characters at most, malformed UTF-8
+# as \xNN (a FAIL line stays text)
+show_line() {
+	sed -n "${2}p" "$1" | "$py" -c 'import sys
+sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "backslashreplace").rstrip("\n")[:200])'
+}
 # same NAME REFIDS PPIDS INPUT REFNAME: identical id files, or the first
 # differing line
 same() {
@@ -63,7 +91,7 @@ same() {
 	local line
 	line=$(cmp "$a" "$b" 2>&1 | sed -n 's/.* line \([0-9]*\).*/\1/p')
 	line=${line:-$(($(wc -l <"$a") + 1))}
-	fail "$name" "line $line differs: input '$(sed -n "${line}p" "$in" | cut -c1-200)' reference [$(sed -n "${line}p" "$a" | cut -c1-200)] pp [$(sed -n "${line}p" "$b" | cut -c1-200)]"
+	fail "$name" "line $line differs: input '$(show_line "$in" "$line")' reference [$(sed -n "${line}p" "$a" | cut -c1-200)] pp [$(sed -n "${line}p" "$b" | cut -c1-200)]"
 	failed=1
 }
 
@@ -104,6 +132,7 @@ llama=$shared/llama2-tokenizer.model
 if [ -f "$llama" ]; then
 	spm tokenizer/llama2/kjv "$llama" "$kjv"
 	spm tokenizer/llama2/stress "$llama" "$stress"
+	spm tokenizer/llama2/invalid-utf8 "$llama" "$invalid"
 	round_trip tokenizer/llama2/round-trip/kjv "$llama" "$kjv"
 	round_trip tokenizer/llama2/round-trip/stress "$llama" "$T/stress-spm.txt"
 else
@@ -114,6 +143,7 @@ mistral=$(mistral_tokenizer 2>$T/mistral.err)
 if [ -f "$mistral" ]; then
 	spm tokenizer/mistral/kjv "$mistral" "$kjv"
 	spm tokenizer/mistral/stress "$mistral" "$stress"
+	spm tokenizer/mistral/invalid-utf8 "$mistral" "$invalid"
 	round_trip tokenizer/mistral/round-trip/kjv "$mistral" "$kjv"
 	round_trip tokenizer/mistral/round-trip/stress "$mistral" "$T/stress-spm.txt"
 else
@@ -131,6 +161,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe" --model_type=bpe
 	m=$T/kjv-bpe.model
 	spm tokenizer/trained/kjv "$m" "$kjv"
 	spm tokenizer/trained/stress "$m" "$stress"
+	spm tokenizer/trained/invalid-utf8 "$m" "$invalid"
 	# decoding gives the normalized text: single spaces, none at the ends
 	sed 's/  */ /g; s/^ //; s/ $//' "$kjv" >"$T/kjv-norm.txt"
 	round_trip tokenizer/trained/round-trip/kjv "$m" "$kjv" "$T/kjv-norm.txt"
@@ -138,6 +169,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe" --model_type=bpe
 	if "$py" tests/tools/spm_patch_model.py "$m" "$T/unused.model" 5 2>/dev/null; then
 		spm tokenizer/trained-unused/kjv "$T/unused.model" "$kjv"
 		spm tokenizer/trained-unused/stress "$T/unused.model" "$stress"
+		spm tokenizer/trained-unused/invalid-utf8 "$T/unused.model" "$invalid"
 	else
 		fail tokenizer/trained-unused "tests/tools/spm_patch_model.py failed"
 		failed=1
@@ -156,6 +188,7 @@ if spm_train --input="$T/train.txt" --model_prefix="$T/kjv-bpe2" --model_type=bp
 	--minloglevel=2 >"$T/train.log" 2>&1; then
 	spm tokenizer/trained-opposite/kjv "$T/kjv-bpe2.model" "$kjv"
 	spm tokenizer/trained-opposite/stress "$T/kjv-bpe2.model" "$stress"
+	spm tokenizer/trained-opposite/invalid-utf8 "$T/kjv-bpe2.model" "$invalid"
 else
 	fail tokenizer/trained-opposite "spm_train failed: $(tail -n 2 "$T/train.log")"
 	failed=1
@@ -184,29 +217,33 @@ else
 	check "tokenizer/gpt2/info" grep -qz 'vocab 50257.*bos 50256.*eos 50256' <<<"$info"
 	round_trip tokenizer/gpt2/round-trip/kjv "$v" "$kjv"
 	round_trip tokenizer/gpt2/round-trip/stress "$v" "$stress"
-	if ! vpy=$(scripts/setup-reference.sh 2>"$T/setup.log"); then
-		skip tokenizer/gpt2/reference "reference environment unavailable: $(grep -v '^ ' "$T/setup.log" | tail -n 1)"
+	# current tokenizers and tiktoken (the reference environment's tokenizers
+	# 0.20 classes letters by Unicode 14)
+	if ! vpy=$(scripts/setup-tensorboard.sh 2>"$T/setup.log"); then
+		skip tokenizer/gpt2/reference "no current tokenizers and tiktoken: $(grep -v '^ ' "$T/setup.log" | tail -n 1)"
 	elif ! HF_HUB_OFFLINE=1 "$vpy" tests/ref/tokenizer_ref.py convert "$v" "$T" 2>"$T/err"; then
 		fail tokenizer/gpt2/convert "tests/ref/tokenizer_ref.py convert failed: $(tail -n 1 "$T/err")"
 		failed=1
 	else
-		for tj in "$v" "$T/tokenizer.json" "$T/tokenizer-str.json" "$T/tokenizer-digits.json"; do
+		for tj in "$v" "$T/tokenizer.json" "$T/tokenizer-str.json" "$T/tokenizer-digits.json" tiktoken; do
+			how=encode ref="Hugging Face tokenizers"
 			case $tj in
 			*vocab.json) tag=gpt2 ;;
 			*tokenizer.json) tag=gpt2-tokenizer-json ;;
 			*tokenizer-str.json) tag=gpt2-tokenizer-json-str-merges ;;
-			*) tag=gpt2-digits-prefix-space ;;
+			*tokenizer-digits.json) tag=gpt2-digits-prefix-space ;;
+			tiktoken) tag=gpt2-tiktoken how=tiktoken tj=$v ref=tiktoken ;;
 			esac
-			for in in "$kjv" "$stress"; do
+			for in in "$kjv" "$stress" "$unicode"; do
 				what=$(basename "$in" .txt)
-				if ! HF_HUB_OFFLINE=1 "$vpy" tests/ref/tokenizer_ref.py encode "$tj" <"$in" >"$T/ref.ids" 2>"$T/err"; then
+				if ! HF_HUB_OFFLINE=1 "$vpy" tests/ref/tokenizer_ref.py $how "$tj" <"$in" >"$T/ref.ids" 2>"$T/err"; then
 					fail "tokenizer/$tag/$what" "reference encoder failed: $(tail -n 1 "$T/err")"
 					failed=1
 					continue
 				fi
 				"$tool" "$tj" <"$in" >"$T/pp.ids" 2>"$T/err" ||
 					{ fail "tokenizer/$tag/$what" "tool_tokenize: $(tail -n 1 "$T/err")"; failed=1; continue; }
-				same "tokenizer/$tag/$what" "$T/ref.ids" "$T/pp.ids" "$in" "Hugging Face tokenizers"
+				same "tokenizer/$tag/$what" "$T/ref.ids" "$T/pp.ids" "$in" "$ref"
 			done
 		done
 	fi

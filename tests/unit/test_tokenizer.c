@@ -1,7 +1,8 @@
 /* Tokenizer unit tests: the real Llama 2 SentencePiece model (known
- * encodings checked against spm_encode, byte fallback, round trips on random
- * bytes and random UTF-8), a small hand-made byte-level BPE vocabulary (the
- * GPT-2 pre-tokenizer's splits, tokenizer.json and vocab.json + merges.txt),
+ * encodings checked against spm_encode, byte fallback, U+FFFD for invalid
+ * UTF-8, round trips on random bytes and random UTF-8), a small hand-made
+ * byte-level BPE vocabulary (the GPT-2 pre-tokenizer's splits, Unicode 16's
+ * letters and digits, tokenizer.json and vocab.json + merges.txt),
  * and clear errors on missing, truncated, corrupt and unsupported files.
  * The comparisons with spm_encode and Hugging Face on whole corpora are in
  * test_tokenizer_ref.sh. */
@@ -50,20 +51,58 @@ static void check_encode(pp_tokenizer *t, const char *name, const char *s, size_
 	tok_ids_free(&v);
 }
 
-/* decode(encode(s)) == s */
-static int round_trip(pp_tokenizer *t, const char *s, size_t n, char *why, size_t whylen)
+/* decode(encode(s)) == want[0..nwant) */
+static int round_trip_to(pp_tokenizer *t, const char *s, size_t n, const char *want, size_t nwant,
+			 char *why, size_t whylen)
 {
 	tok_ids v = {0};
 	tok_text x = {0};
 	pp_err e = {0};
 	int ok = tok_encode(t, s, n, &v, &e) == 0 && tok_decode(t, v.ids, v.n, &x, &e) == 0 &&
-		 x.n == n && (n == 0 || memcmp(x.s, s, n) == 0);
+		 x.n == nwant && (nwant == 0 || memcmp(x.s, want, nwant) == 0);
 	if (!ok)
-		snprintf(why, whylen, "%zu bytes -> %zu ids -> %zu bytes %.100s", n, v.n, x.n,
-			 e.msg);
+		snprintf(why, whylen, "%zu bytes -> %zu ids -> %zu bytes (want %zu) %.100s", n, v.n,
+			 x.n, nwant, e.msg);
 	tok_ids_free(&v);
 	tok_text_free(&x);
 	return ok;
+}
+
+/* decode(encode(s)) == s */
+static int round_trip(pp_tokenizer *t, const char *s, size_t n, char *why, size_t whylen)
+{
+	return round_trip_to(t, s, n, s, n, why, whylen);
+}
+
+/* s with each byte that does not begin a valid UTF-8 character (RFC 3629:
+ * no overlong forms, surrogates or code points past U+10FFFF) replaced by
+ * U+FFFD, into out (room for 3 * n bytes); returns the length */
+static size_t replace_invalid(const char *s, size_t n, char *out)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t o = 0;
+	for (size_t i = 0; i < n;) {
+		unsigned c = u[i];
+		size_t len = c < 0x80                ? 1
+			     : c >= 0xC2 && c < 0xE0 ? 2
+			     : c >= 0xE0 && c < 0xF0 ? 3
+			     : c >= 0xF0 && c < 0xF5 ? 4
+						     : 0;
+		/* the second byte's range (Unicode Table 3-7) */
+		unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+		unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+		int ok = len > 0 && i + len <= n;
+		for (size_t k = 1; ok && k < len; k++)
+			ok = k == 1 ? u[i + 1] >= lo && u[i + 1] <= hi : (u[i + k] & 0xC0) == 0x80;
+		if (ok) {
+			memcpy(out + o, s + i, len);
+			o += len, i += len;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3, i++;
+		}
+	}
+	return o;
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -286,12 +325,23 @@ static void test_llama(const char *path)
 	check_encode(t, "tokenizer/llama2/cjk", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", 9, cjk, 4);
 	const int tab[] = {29871, 12, 8863}; /* ▁ <0x09> Tab */
 	check_encode(t, "tokenizer/llama2/tab", "\tTab", 4, tab, 3);
-	/* invalid UTF-8: spm would give U+FFFD; pp keeps the bytes */
-	const int bad[] = {263, 258, 29890, 229, 133}; /* ▁a <0xFF> b <0xE2> <0x82> */
+	/* invalid UTF-8: one U+FFFD per byte that does not begin a valid
+	 * character, as spm's normalizer does; Llama 2 has the pieces "�" (30140)
+	 * and "��" (26308) */
+	const int bad[] = {263, 30140, 29890, 26308}; /* ▁a � b �� */
 	check_encode(t, "tokenizer/llama2/invalid-utf8",
 		     "a\xff"
 		     "b\xe2\x82",
-		     5, bad, 5);
+		     5, bad, 4);
+	/* a cut 4-byte character, a surrogate: three each */
+	const int cut_ids[] = {29871, 26308, 30140, 29871,
+			       26308, 30140, 29991}; /* ▁ �� � ▁ �� � ! */
+	check_encode(t, "tokenizer/llama2/invalid-utf8-cut-surrogate", "\xf0\x9f\x98 \xed\xa0\x80!",
+		     8, cut_ids, 7);
+	/* an overlong '/' (2), a code point past U+10FFFF (4), a continuation */
+	const int past[] = {29871, 26308, 26308, 26308, 30140}; /* ▁ �� �� �� � */
+	check_encode(t, "tokenizer/llama2/invalid-utf8-overlong-past-max",
+		     "\xc0\xaf\xf4\x90\x80\x80\x80", 7, past, 5);
 	check_encode(t, "tokenizer/llama2/empty", "", 0, NULL, 0);
 
 	/* decode */
@@ -315,8 +365,9 @@ static void test_llama(const char *path)
 	      e.msg);
 	tok_text_free(&x);
 
-	/* round trips */
-	char buf[600], why[256] = "";
+	/* round trips: random bytes come back with U+FFFD for each byte that
+	 * does not begin a valid character */
+	char buf[600], want[1800], why[256] = "";
 	int ok = 1;
 	for (int i = 0; i < 2000 && ok; i++) {
 		size_t n = rnd() % 200;
@@ -324,7 +375,7 @@ static void test_llama(const char *path)
 			buf[k] = rnd() % 8 ? (char)rnd() : " \xe2\x96\x81"[rnd() % 3];
 		if (memmem(buf, n, "\xe2\x96\x81", 3))
 			continue; /* U+2581 decodes to a space */
-		ok = round_trip(t, buf, n, why, sizeof why);
+		ok = round_trip_to(t, buf, n, want, replace_invalid(buf, n, want), why, sizeof why);
 	}
 	CHECK(ok, "tokenizer/llama2/round-trip-random-bytes", "%s", why);
 	ok = 1;
@@ -531,6 +582,26 @@ static void test_byte_level(const char *file, const char *tag, pp_tokenizer *lla
 		{"contraction", "it's", {260, 259}, 2},
 		/* "'S" is not a contraction (the regex is case-sensitive) */
 		{"not-contraction", "'S", {'\'', 'S'}, 2},
+		/* \p{L} and \p{N} are Unicode 16's, as in tokenizers 0.23 and
+		 * tiktoken 0.14: a letter or digit added since Unicode 14 keeps the
+		 * "'s" after it whole (Kawi A U+11F04 and Nag Mundari zero U+1E4F0
+		 * are 15.0's, Cyrillic Tje U+1C89 16.0's) */
+		{"unicode15-letter-contraction",
+		 "\xf0\x91\xbc\x84's",
+		 {0xF0, 0x91, 0xBC, 0x84, 259},
+		 5},
+		{"unicode15-digit-contraction",
+		 "\xf0\x9e\x93\xb0's",
+		 {0xF0, 0x9E, 0x93, 0xB0, 259},
+		 5},
+		{"unicode16-letter-contraction", "\xe1\xb2\x89's", {0xE1, 0xB2, 0x89, 259}, 4},
+		/* while a letter of Unicode 17 (Sidetic U+10940) is not one yet: it
+		 * and the apostrophe are one punctuation word
+		 * (scripts/unicode-requirements.txt) */
+		{"unicode17-letter-not-yet",
+		 "\xf0\x90\xa5\x80's",
+		 {0xF0, 0x90, 0xA5, 0x80, '\'', 's'},
+		 6},
 		{"trailing-spaces", "b  ", {'b', 256}, 2},
 		/* special tokens in text are text */
 		{"special-as-text",
