@@ -24,7 +24,7 @@ typedef struct {
 	char *const *stop;
 	int n_stop;
 	const chat_template *chat; /* --chat: prompts are user messages; NULL: plain text */
-	const pp_tokenizer *tk;  /* NULL: prompts are token ids */
+	const pp_tokenizer *tk;    /* NULL: prompts are token ids */
 	int vocab;
 } request_defaults;
 

@@ -347,7 +347,7 @@ static char *make_tokens(const char *name, int vocab, double val_fraction)
 			ids[t] = doc_t(i, t);
 		tokens_add_doc(w, ids, (size_t)doc_n(i), &e);
 	}
-	if (tokens_finish(w, NULL, NULL, &e))
+	if (tokens_finish(w, NULL, &e))
 		printf("cannot finish %s: %s\n", path, e.msg);
 	return path;
 }

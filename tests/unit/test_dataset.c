@@ -56,7 +56,7 @@ static int write_docs(const char *path, int n_docs, int vocab, double val_fracti
 		tokens_abort(w);
 		return rc;
 	}
-	return tokens_finish(w, NULL, NULL, e);
+	return tokens_finish(w, NULL, e);
 }
 
 /* The split of each document, by the documented rule. */
@@ -197,10 +197,11 @@ static void test_atomic(void)
 	rc = tokens_create(&w, path, &m, &o, &e);
 	if (!rc)
 		rc = tokens_add_doc(w, ids, 3, &e);
-	uint64_t docs[2], toks[2];
+	tokens_info got = {0};
 	if (!rc)
-		rc = tokens_finish(w, docs, toks, &e);
-	CHECK(!rc && exists(path) && !exists(tmp) && docs[0] == 1 && toks[0] == 3,
+		rc = tokens_finish(w, &got, &e);
+	CHECK(!rc && exists(path) && !exists(tmp) && got.docs[0] == 1 && got.tokens[0] == 3 &&
+		      got.version == 1 && !got.has_mask,
 	      "dataset/atomic/finish_renames", "rc %d %s", rc, e.msg);
 	/* a token outside the vocabulary is refused, and nothing is published */
 	char bad[128];
@@ -208,7 +209,7 @@ static void test_atomic(void)
 	int big[2] = {1, 50};
 	rc = tokens_create(&w, bad, &m, &o, &e);
 	if (!rc && !(rc = tokens_add_doc(w, big, 2, &e)))
-		rc = tokens_finish(w, NULL, NULL, &e);
+		rc = tokens_finish(w, NULL, &e);
 	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "outside the vocabulary") && !exists(bad),
 	      "dataset/writer/token_outside_vocab", "rc %d %s", rc, e.msg);
 	o.val_fraction = 1.0;
@@ -257,13 +258,14 @@ static void edit_copy(const char *good, const char *path, void (*edit)(hid_t))
 	H5Fclose(f);
 }
 
-static void set_version_2(hid_t f)
+static void set_version(hid_t f, int64_t v)
 {
 	hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
-	int64_t v = 2;
 	H5Awrite(a, H5T_NATIVE_INT64, &v);
 	H5Aclose(a);
 }
+static void set_version_2(hid_t f) { set_version(f, 2); }
+static void set_version_3(hid_t f) { set_version(f, 3); }
 
 static void set_format(hid_t f)
 {
@@ -345,8 +347,13 @@ static void test_damage(void)
 	expect_open_error("dataset/damage/not_hdf5", path, "not a readable HDF5");
 
 	snprintf(path, sizeof path, "%s/d5.h5", dir);
+	edit_copy(good, path, set_version_3);
+	expect_open_error("dataset/damage/wrong_version", path,
+			  "version 3; this pp reads versions 1 to 2");
+	snprintf(path, sizeof path, "%s/d5b.h5", dir);
 	edit_copy(good, path, set_version_2);
-	expect_open_error("dataset/damage/wrong_version", path, "version 2");
+	expect_open_error("dataset/damage/version_2_without_mask", path,
+			  "missing dataset /train/loss_mask");
 
 	snprintf(path, sizeof path, "%s/d6.h5", dir);
 	edit_copy(good, path, set_format);
