@@ -3,7 +3,7 @@ CC      ?= cc
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
 PKGCFG  := $(shell pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial) jansson libcrypto \
-           pmix ompi-c zlib
+           pmix ompi-c zlib libzstd
 
 CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror -fopenmp -fno-math-errno -g \

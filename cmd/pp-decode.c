@@ -198,14 +198,9 @@ static int run(const decode_args *a, decode_model *m, pp_err *e)
 	const pp_tokenizer *tk = m->tk;
 	decode_request *reqs = NULL;
 	int n_req = 0;
-	decode_chat chat = {0};
-	if (a->chat) {
-		char conf[PP_PATH_MAX + 96];
-		const char *slash = strrchr(m->tok_path, '/');
-		snprintf(conf, sizeof conf, "%.*stokenizer_config.json",
-			 slash ? (int)(slash - m->tok_path + 1) : 0, m->tok_path);
-		rc = chat_load(&chat, conf, tk, e);
-	}
+	chat_template chat = {0};
+	if (a->chat)
+		rc = chat_load_beside(&chat, m->tok_path, tk, e);
 	char *stops[1] = {(char *)a->stop};
 	request_defaults d = {.max_tokens = (int)n,
 			      .sample = sp,

@@ -1,4 +1,5 @@
-/* pp-tokenize: text files -> a pp-tokens dataset (pp-tokens(5)). */
+/* pp-tokenize: text files, or JSON lines of text and instruction data,
+ * -> a pp-tokens dataset (pp-tokens(5)). */
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 #include "../libcommon/base/cli.h"
 #include "../libcommon/base/log.h"
 #include "../libcommon/data/dataset.h"
+#include "../libcommon/data/jsonl.h"
+#include "../libcommon/tok/chat.h"
 #include "../libcommon/tok/tokenizer.h"
 
 static volatile sig_atomic_t interrupted;
@@ -30,8 +33,8 @@ static double now(void)
 /* ---- arguments ---- */
 
 typedef struct {
-	const char *tokenizer, *out, *val_fraction, *separator, *seed, *deflate;
-	bool per_file, per_line, json, quiet;
+	const char *tokenizer, *out, *val_fraction, *separator, *seed, *deflate, *format;
+	bool per_file, per_line, json, quiet, jsonl;
 	int n_inputs;
 	char **inputs;
 	double fraction;
@@ -76,6 +79,16 @@ static int check_args(args *a, pp_err *e)
 		return pp_errorf(e, PP_EUSAGE,
 				 "--one-doc-per-file, --one-doc-per-line and "
 				 "--separator exclude each other");
+	if (a->format && strcmp(a->format, "text") && strcmp(a->format, "jsonl"))
+		return pp_errorf(e, PP_EUSAGE, "--format '%s': expected text or jsonl", a->format);
+	a->jsonl = a->format && !strcmp(a->format, "jsonl");
+	if (a->jsonl && (a->per_file || a->per_line || a->separator))
+		return pp_errorf(e, PP_EUSAGE,
+				 "--%s applies to --format text; in JSON lines each line is a "
+				 "document",
+				 a->separator  ? "separator"
+				 : a->per_line ? "one-doc-per-line"
+					       : "one-doc-per-file");
 	a->mode = a->per_line ? DOCS_PER_LINE : a->separator ? DOCS_SEPARATOR : DOCS_PER_FILE;
 	long deflate = 0;
 	if (a->val_fraction &&
@@ -96,6 +109,44 @@ static int check_args(args *a, pp_err *e)
 	return 0;
 }
 
+/* ---- the inputs: text files or JSON lines ---- */
+
+typedef struct {
+	docs_reader *docs;   /* --format text */
+	jsonl_reader *jsonl; /* --format jsonl */
+	chat_template chat;  /* the tokenizer's (jsonl) */
+} inputs;
+
+static uint64_t bytes_read(const inputs *in)
+{
+	return in->jsonl ? jsonl_bytes_read(in->jsonl) : docs_bytes_read(in->docs);
+}
+
+static int64_t bytes_total(const inputs *in)
+{
+	return in->jsonl ? jsonl_bytes_total(in->jsonl) : docs_bytes_total(in->docs);
+}
+
+/* The next document's ids (appended to ids) and, for instruction data, its
+ * loss mask (*masked); *got false at the end. */
+static int next_doc(inputs *in, const pp_tokenizer *tok, tok_ids *ids, tok_text *mask, bool *masked,
+		    bool *got, pp_err *e)
+{
+	*masked = false;
+	if (in->jsonl) {
+		jsonl_record rec;
+		int rc = jsonl_next(in->jsonl, &rec, got, e);
+		if (rc || !*got)
+			return rc;
+		rc = jsonl_encode(&rec, &in->chat, tok, ids, mask, masked, e);
+		return rc ? pp_err_prefix(e, "%s", jsonl_where(in->jsonl)) : 0;
+	}
+	const char *text;
+	size_t len;
+	int rc = docs_next(in->docs, &text, &len, got, e);
+	return rc || !*got ? rc : tok_encode(tok, text, len, ids, e);
+}
+
 /* ---- progress on stderr ---- */
 
 typedef struct {
@@ -104,14 +155,14 @@ typedef struct {
 	uint64_t docs, tokens;
 } progress;
 
-static void show(progress *p, const docs_reader *r, bool final)
+static void show(progress *p, const inputs *in, bool final)
 {
 	double t = now();
 	if (!final && t - p->last < (p->tty ? 0.5 : 10.0))
 		return;
 	p->last = t;
-	double mb = (double)docs_bytes_read(r) / 1e6, dt = t - p->t0, rate = dt > 0 ? mb / dt : 0;
-	int64_t total = docs_bytes_total(r);
+	double mb = (double)bytes_read(in) / 1e6, dt = t - p->t0, rate = dt > 0 ? mb / dt : 0;
+	int64_t total = bytes_total(in);
 	char docs[32], toks[32], size[96], eta[48] = "";
 	log_thousands(docs, sizeof docs, (double)p->docs);
 	log_thousands(toks, sizeof toks, (double)p->tokens);
@@ -134,29 +185,29 @@ static void show(progress *p, const docs_reader *r, bool final)
 
 /* ---- the work ---- */
 
-static int tokenize(const args *a, const pp_tokenizer *tok, docs_reader *r, tokens_writer *w,
+static int tokenize(const args *a, const pp_tokenizer *tok, inputs *in, tokens_writer *w,
 		    progress *p, pp_err *e)
 {
 	tok_ids ids = {0};
+	tok_text mask = {0};
 	int rc = 0;
 	for (;;) {
-		const char *text;
-		size_t len;
-		bool got;
-		if ((rc = docs_next(r, &text, &len, &got, e)) || !got)
+		bool got, masked;
+		ids.n = mask.n = 0;
+		if ((rc = next_doc(in, tok, &ids, &mask, &masked, &got, e)) || !got)
 			break;
-		ids.n = 0;
-		if ((rc = tok_encode(tok, text, len, &ids, e)) ||
-		    (rc = tokens_add_doc(w, ids.ids, ids.n, e)))
+		if ((rc = tokens_add_masked(w, ids.ids, masked ? (const uint8_t *)mask.s : NULL,
+					    ids.n, e)))
 			break;
 		p->docs += ids.n > 0;
 		p->tokens += ids.n;
 		if (interrupted)
 			break;
 		if (!a->quiet)
-			show(p, r, false);
+			show(p, in, false);
 	}
 	tok_ids_free(&ids);
+	tok_text_free(&mask);
 	if (interrupted)
 		rc = pp_errorf(e, PP_ERUNTIME, "interrupted; %s not written", a->out);
 	if (!rc && !p->tokens)
@@ -164,25 +215,28 @@ static int tokenize(const args *a, const pp_tokenizer *tok, docs_reader *r, toke
 			       "%s: no text to tokenize (%llu bytes read); %s not written",
 			       a->n_inputs ? a->n_inputs == 1 ? a->inputs[0] : "the inputs"
 					   : "standard input",
-			       (unsigned long long)docs_bytes_read(r), a->out);
+			       (unsigned long long)bytes_read(in), a->out);
 	return rc;
 }
 
-static void summary(const args *a, const pp_tokenizer *tok, const docs_reader *r,
-		    const uint64_t docs[2], const uint64_t toks[2], double seconds)
+static void summary(const args *a, const pp_tokenizer *tok, const inputs *in, const tokens_info *m,
+		    double seconds)
 {
+	const uint64_t *docs = m->docs, *toks = m->tokens;
 	if (a->json) {
 		json_t *o = json_pack(
-			"{s:s, s:s, s:i, s:s, s:s, s:s, s:i, s:i, s:I, s:f, s:I, "
+			"{s:s, s:s, s:I, s:b, s:s, s:s, s:s, s:i, s:s?, s:i, s:I, s:f, s:I, "
 			"s:{s:I, s:I}, s:{s:I, s:I}}",
-			"output", a->out, "format", PP_TOKENS_FORMAT, "version", PP_TOKENS_VERSION,
-			"tokenizer", a->tokenizer, "tokenizer_kind", tok_kind(tok),
-			"tokenizer_fingerprint", tok_fingerprint(tok), "vocab_size",
-			tok_vocab_size(tok), "inputs", a->n_inputs ? a->n_inputs : 1, "bytes",
-			(json_int_t)docs_bytes_read(r), "seconds", seconds, "cut_documents",
-			(json_int_t)docs_cut(r), "train", "documents", (json_int_t)docs[0],
-			"tokens", (json_int_t)toks[0], "val", "documents", (json_int_t)docs[1],
-			"tokens", (json_int_t)toks[1]);
+			"output", a->out, "format", PP_TOKENS_FORMAT, "version",
+			(json_int_t)m->version, "loss_mask", m->has_mask, "tokenizer", a->tokenizer,
+			"tokenizer_kind", tok_kind(tok), "tokenizer_fingerprint",
+			tok_fingerprint(tok), "vocab_size", tok_vocab_size(tok), "chat_template",
+			in->jsonl ? chat_name(&in->chat) : NULL, "inputs",
+			a->n_inputs ? a->n_inputs : 1, "bytes", (json_int_t)bytes_read(in),
+			"seconds", seconds, "cut_documents",
+			(json_int_t)(in->docs ? docs_cut(in->docs) : 0), "train", "documents",
+			(json_int_t)docs[0], "tokens", (json_int_t)toks[0], "val", "documents",
+			(json_int_t)docs[1], "tokens", (json_int_t)toks[1]);
 		char *s = json_dumps(o, JSON_COMPACT);
 		puts(s);
 		free(s);
@@ -194,8 +248,8 @@ static void summary(const args *a, const pp_tokenizer *tok, const docs_reader *r
 	log_thousands(n[1], sizeof n[1], (double)toks[0]);
 	log_thousands(n[2], sizeof n[2], (double)docs[1]);
 	log_thousands(n[3], sizeof n[3], (double)toks[1]);
-	printf("%s: train %s documents, %s tokens; val %s documents, %s tokens\n", a->out, n[0],
-	       n[1], n[2], n[3]);
+	printf("%s: train %s documents, %s tokens; val %s documents, %s tokens%s\n", a->out, n[0],
+	       n[1], n[2], n[3], m->has_mask ? "; with a loss mask" : "");
 }
 
 int main(int argc, char **argv)
@@ -215,6 +269,10 @@ int main(int argc, char **argv)
 		{"--one-doc-per-line", NULL, "each non-empty line is one document", NULL,
 		 &a.per_line},
 		{"--separator", "STR", "documents end at a line equal to STR", &a.separator, NULL},
+		{"--format", "FORMAT",
+		 "text (the default) or jsonl: JSON lines of text, prompt/completion or messages "
+		 "(.gz and .zst too)",
+		 &a.format, NULL},
 		{"--deflate", "LEVEL", "compress the tokens, gzip level 1..9 (default 0: off)",
 		 &a.deflate, NULL},
 		{"--json", NULL, "print the summary as one JSON object", NULL, &a.json},
@@ -223,9 +281,9 @@ int main(int argc, char **argv)
 	};
 	const cli_spec spec = {
 		"pp-tokenize",
-		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--separator STR | "
-		"--one-doc-per-file | --one-doc-per-line] [--json] [FILE...]",
-		"Tokenize text files (or standard input) into a pp-tokens dataset.",
+		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--format jsonl | "
+		"--separator STR | --one-doc-per-file | --one-doc-per-line] [--json] [FILE...]",
+		"Tokenize text files or JSON lines (or standard input) into a pp-tokens dataset.",
 		opts,
 		false,
 		0,
@@ -245,13 +303,17 @@ int main(int argc, char **argv)
 	}
 	if (!rc)
 		rc = check_args(&a, &e);
-	docs_reader *r = NULL;
+	inputs in = {0};
 	pp_tokenizer *tok = NULL;
 	tokens_writer *w = NULL;
-	if (!rc)
-		rc = docs_open(&r, a.inputs, a.n_inputs, a.mode, a.separator, 0, &e);
+	if (!rc && a.jsonl)
+		rc = jsonl_open(&in.jsonl, a.inputs, a.n_inputs, &e);
+	else if (!rc)
+		rc = docs_open(&in.docs, a.inputs, a.n_inputs, a.mode, a.separator, 0, &e);
 	if (!rc)
 		rc = tok_load(&tok, a.tokenizer, &e);
+	if (!rc && a.jsonl)
+		rc = chat_load_beside(&in.chat, a.tokenizer, tok, &e);
 	if (!rc) {
 		static char *stdin_name[] = {"-"};
 		tokens_info m = {
@@ -274,18 +336,19 @@ int main(int argc, char **argv)
 		sigaction(SIGTERM, &sa, NULL);
 		progress p = {.t0 = now(), .tty = isatty(2)};
 		p.last = p.t0;
-		rc = tokenize(&a, tok, r, w, &p, &e);
-		uint64_t docs[2], toks[2];
+		rc = tokenize(&a, tok, &in, w, &p, &e);
+		tokens_info m = {0};
+		const uint64_t *docs = m.docs;
 		if (rc) {
 			tokens_abort(w);
 		} else {
-			rc = tokens_finish(w, docs, toks, &e);
+			rc = tokens_finish(w, &m, &e);
 			if (!a.quiet)
-				show(&p, r, true);
+				show(&p, &in, true);
 		}
-		if (!rc && docs_cut(r))
+		if (!rc && in.docs && docs_cut(in.docs))
 			log_info("%llu documents longer than %zu MiB were cut into pieces",
-				 (unsigned long long)docs_cut(r), DOCS_MAX_BYTES >> 20);
+				 (unsigned long long)docs_cut(in.docs), DOCS_MAX_BYTES >> 20);
 		/* a split a run cannot read: said now, not when pp-train opens it */
 		if (!rc && !docs[0])
 			log_info("warning: %s: the train split is empty (%llu documents, all in "
@@ -297,10 +360,12 @@ int main(int argc, char **argv)
 				 "documents); evaluation needs val_data= or more documents",
 				 a.out, a.fraction, (unsigned long long)docs[0]);
 		if (!rc)
-			summary(&a, tok, r, docs, toks, now() - p.t0);
+			summary(&a, tok, &in, &m, now() - p.t0);
 	}
 	tok_free(tok);
-	docs_close(r);
+	docs_close(in.docs);
+	jsonl_close(in.jsonl);
+	chat_free(&in.chat);
 	free(optv);
 	free(a.inputs);
 	cli_free(&cargs);

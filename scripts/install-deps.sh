@@ -6,8 +6,8 @@
 set -eu
 pkgs=(
 	gcc make pkg-config            # build
-	libopenblas-dev libopenblas0-openmp libjansson-dev libhdf5-dev libssl-dev zlib1g-dev  # CPU path: BLAS (OpenMP build), configs, checkpoints (+ SHA-256), gzip traces
-	hdf5-tools jq mandoc man-db    # tests: h5diff, JSON checks, man page lint and rendering
+	libopenblas-dev libopenblas0-openmp libjansson-dev libhdf5-dev libssl-dev zlib1g-dev libzstd-dev  # CPU path: BLAS (OpenMP build), configs, checkpoints (+ SHA-256), gzip traces and inputs, zstd inputs
+	hdf5-tools jq mandoc man-db zstd  # tests: h5diff, JSON checks, man page lint and rendering, zstd inputs
 	binutils                       # addr2line: the hang watchdog's symbolized stack traces
 	python3-torch python3-h5py python3-numpy python3-venv python3-jsonschema  # reference model, benchmarks, trace checks
 	slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: one-node Slurm cluster on loopback

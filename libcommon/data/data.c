@@ -14,25 +14,35 @@
 #include "../tok/tokenizer.h"
 #include "source.h"
 
-/* A source fills whole sequences of T+1 tokens by global sequence index; the
- * loader walks the indices its layout gives (layout_seq_index: microbatch
- * j of each step on data rank j % ranks), so every rank reads its own share
- * and the position is one counter. Two sources: synthetic
- * data, and token files (any corpus_format of source.h) packed into
- * windows. */
+/* A source fills whole sequences by global sequence index: T inputs, their
+ * T targets and T positions; the loader walks the indices its layout gives
+ * (layout_seq_index: microbatch j of each step on data rank j % ranks), so
+ * every rank reads its own share and the position is one counter. Two
+ * sources: synthetic data, and token files (any corpus_format of source.h)
+ * read as windows of one stream, or as documents (one per sequence, or
+ * packed). */
 typedef struct {
 	const char *name;
-	int (*sequence)(pp_data *d, uint64_t index, int T, int *seq, pp_err *e); /* seq (T+1) */
+	/* tok, tgt, pos: (T) each */
+	int (*sequence)(pp_data *d, uint64_t index, int T, int *tok, int *tgt, int *pos, pp_err *e);
 	void (*close)(pp_data *d);
 } data_source;
 
 #define OFFSET_BLOCK 4096
 
+/* How token files become sequences. */
+typedef enum {
+	READ_WINDOWS, /* windows of the stream of documents (packing=false, no mask) */
+	READ_DOCS,    /* one document per sequence (packing=false, a mask) */
+	READ_PACKED   /* whole documents packed (packing=true) */
+} read_mode;
+
 struct pp_data {
 	const data_source *src;
 	layout_seqs seqs;
-	uint64_t pos; /* sequences this rank has consumed */
-	int *seq;     /* (T+1) scratch */
+	uint64_t pos;     /* sequences this rank has consumed */
+	int *seq;         /* (T+1) scratch */
+	int *pos_scratch; /* (T) positions when the caller wants none */
 	int seq_cap;
 	/* synthetic */
 	uint64_t key;
@@ -46,12 +56,19 @@ struct pp_data {
 	int64_t eos;   /* inserted between documents; -1: nothing is */
 	int64_t limit; /* every token must be below this */
 	const char *limit_what;
-	int T; /* the windows below are for sequences of T tokens (0: none yet) */
+	read_mode mode;
+	int T; /* the table below is for sequences of T tokens (0: none yet) */
 	uint64_t windows;
 	uint64_t *first_doc;        /* (windows) document of each window's first token; with eos */
 	int *eos_at;                /* (T + 1) scratch: where a window's EOS tokens go */
 	uint64_t off[OFFSET_BLOCK]; /* doc offsets [off_base, off_base + off_n) */
 	uint64_t off_base, off_n;
+	/* documents (READ_DOCS, READ_PACKED) */
+	int64_t eos_target; /* the target of a document's last token; -1: none */
+	int pad;            /* the input token of padding */
+	uint64_t n_seqs;
+	uint64_t *seq_doc, *seq_slot; /* (n_seqs) where each sequence starts */
+	uint8_t *mask;                /* (T + 1) scratch: a piece's loss mask */
 };
 
 /* Synthetic data: a seeded first-order Markov chain. Each token is followed
@@ -60,9 +77,21 @@ struct pp_data {
  * about 0.9 * -ln(0.9) + 0.1 * ln(vocab / 0.1), far below ln(vocab). */
 #define SYNTH_FOLLOW 0.9
 
-static int synthetic_sequence(pp_data *d, uint64_t index, int T, int *seq, pp_err *e)
+/* seq (T + 1 tokens) as inputs, targets and positions 0.. T-1 */
+static void split_window(const int *seq, int T, int *tok, int *tgt, int *pos)
+{
+	for (int t = 0; t < T; t++) {
+		tok[t] = seq[t];
+		tgt[t] = seq[t + 1];
+		pos[t] = t;
+	}
+}
+
+static int synthetic_sequence(pp_data *d, uint64_t index, int T, int *tok, int *tgt, int *pos,
+			      pp_err *e)
 {
 	(void)e;
+	int *seq = d->seq;
 	uint64_t base = index * (uint64_t)(2 * (T + 1) + 1);
 	seq[0] = (int)rng_below(d->key, base, (uint64_t)d->vocab);
 	for (int t = 1; t <= T; t++) {
@@ -71,6 +100,7 @@ static int synthetic_sequence(pp_data *d, uint64_t index, int T, int *seq, pp_er
 				 ? d->next[seq[t - 1]]
 				 : (int)rng_below(d->key, i + 1, (uint64_t)d->vocab);
 	}
+	split_window(seq, T, tok, tgt, pos);
 	return 0;
 }
 
@@ -181,7 +211,7 @@ static int offset_at(pp_data *d, uint64_t k, uint64_t *v, pp_err *e)
 /* The windows for sequences of T tokens; with EOS insertion, the document
  * each window starts in, found in one pass over the document offsets (which
  * also checks that they never decrease). */
-static int layout(pp_data *d, int T, pp_err *e)
+static int window_layout(pp_data *d, int T, pp_err *e)
 {
 	data_corpus *c = &d->corpus;
 	bool eos = d->eos >= 0;
@@ -259,35 +289,215 @@ static int read_window(pp_data *d, uint64_t w, int T, int *seq, pp_err *e)
 	return rc;
 }
 
-static int packed_sequence(pp_data *d, uint64_t index, int T, int *seq, pp_err *e)
+static int check_vocab(const pp_data *d, const int *v, int n, const char *what, uint64_t w,
+		       pp_err *e)
 {
-	int rc = d->T == T ? 0 : layout(d, T, e);
+	for (int t = 0; t < n; t++)
+		if (v[t] >= d->limit)
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: token %d (%s %llu, position %d) is outside the "
+					 "vocabulary of %lld (%s)",
+					 d->corpus.path, v[t], what, (unsigned long long)w, t,
+					 (long long)d->limit, d->limit_what);
+	return 0;
+}
+
+/* ---- token files: documents --------------------------------------------------
+ *
+ * A document of n tokens, with the EOS after it when it is the last token's
+ * target (eos_target: data_eos, an EOS id, and no loss mask, whose
+ * documents end as their template ends them), is m = n (+ 1) tokens: m - 1
+ * inputs, each followed by its target, fill m - 1 slots of a sequence (its
+ * last token's target would be ignored, so it is not an input; a document
+ * of one token without the EOS fills none and is skipped). Slots beyond T
+ * are cut into pieces of T slots, overlapping by one token as windows do,
+ * each a document of its own; the last piece has the rest.
+ *
+ * READ_DOCS: a sequence is a document's first piece (truncated to T + 1
+ * tokens), padded. READ_PACKED: pieces in corpus order fill sequences; one
+ * that does not fit the rest of a sequence starts the next, whose tail is
+ * padded. Either way a table made at open (seq_doc, seq_slot: the document
+ * and slot each sequence starts at) gives sequence s, and filling one
+ * replays the same rule from there. Padding: the pad token as input
+ * (the EOS, else 0), an ignored target, position 0 (READ_DOCS: t). The
+ * sequences of an epoch are visited as windows are. */
+
+static int doc_extent(pp_data *d, uint64_t k, uint64_t *start, uint64_t *n, pp_err *e)
+{
+	uint64_t end;
+	int rc = offset_at(d, k, start, e);
+	if (!rc)
+		rc = offset_at(d, k + 1, &end, e);
+	if (!rc && (end < *start || end > d->corpus.n_tokens))
+		rc = pp_errorf(e, PP_ERUNTIME,
+			       "%s: document %llu runs from token %llu to %llu (of %llu)",
+			       d->corpus.path, (unsigned long long)k, (unsigned long long)*start,
+			       (unsigned long long)end, (unsigned long long)d->corpus.n_tokens);
+	*n = rc ? 0 : end - *start;
+	return rc;
+}
+
+static uint64_t doc_slots(const pp_data *d, uint64_t n)
+{
+	uint64_t m = n + (n && d->eos_target >= 0);
+	return m ? m - 1 : 0;
+}
+
+static int add_seq(pp_data *d, uint64_t *cap, uint64_t k, uint64_t slot, pp_err *e)
+{
+	if (d->n_seqs == *cap) {
+		uint64_t c = *cap ? 2 * *cap : 1024;
+		uint64_t *a = realloc(d->seq_doc, c * sizeof *a);
+		if (a)
+			d->seq_doc = a;
+		uint64_t *b = a ? realloc(d->seq_slot, c * sizeof *b) : NULL;
+		if (!b)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory for %llu sequences",
+					 (unsigned long long)c);
+		d->seq_slot = b;
+		*cap = c;
+	}
+	d->seq_doc[d->n_seqs] = k;
+	d->seq_slot[d->n_seqs++] = slot;
+	return 0;
+}
+
+static int doc_layout(pp_data *d, int T, pp_err *e)
+{
+	data_corpus *c = &d->corpus;
+	free(d->seq_doc);
+	free(d->seq_slot);
+	free(d->mask);
+	d->seq_doc = d->seq_slot = NULL;
+	d->n_seqs = 0;
+	d->T = 0;
+	if (!(d->mask = malloc((size_t)T + 1)))
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	uint64_t cap = 0, fill = 0;
+	int rc = 0;
+	for (uint64_t k = 0; k < c->n_docs && !rc; k++) {
+		uint64_t start, n;
+		if ((rc = doc_extent(d, k, &start, &n, e)))
+			break;
+		uint64_t slots = doc_slots(d, n);
+		if (d->mode == READ_DOCS) {
+			if (slots)
+				rc = add_seq(d, &cap, k, 0, e);
+			continue;
+		}
+		for (uint64_t o = 0; o < slots && !rc; o += (uint64_t)T) {
+			uint64_t p = slots - o < (uint64_t)T ? slots - o : (uint64_t)T;
+			if (!d->n_seqs || fill + p > (uint64_t)T) {
+				rc = add_seq(d, &cap, k, o, e);
+				fill = 0;
+			}
+			fill += p;
+		}
+	}
+	if (!rc && !d->n_seqs)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "%s '%s': %s holds no document of two or more tokens: nothing to "
+			       "train on",
+			       d->key_name, c->path, c->fmt->name);
+	if (!rc)
+		d->T = T;
+	return rc;
+}
+
+/* Document k's slots [o, o + p) at t of the sequence: inputs, targets
+ * (ignored where the mask says), positions from 0. */
+static int read_piece(pp_data *d, uint64_t start, uint64_t n, uint64_t o, int p, int *tok, int *tgt,
+		      int *pos, pp_err *e)
+{
+	data_corpus *c = &d->corpus;
+	/* tokens o .. o + p of the document with its EOS: the last may be the EOS */
+	uint64_t have = o + (uint64_t)p + 1 <= n ? (uint64_t)p + 1 : n - o;
+	int rc = c->fmt->read(c, start + o, (size_t)have, d->seq, e);
+	if (!rc && c->has_mask)
+		rc = c->fmt->read_mask(c, start + o, (size_t)have, d->mask, e);
+	if (rc)
+		return rc;
+	if (have < (uint64_t)p + 1) /* the EOS target (never with a mask) */
+		d->seq[p] = (int)d->eos_target;
+	for (int j = 0; j < p; j++) {
+		tok[j] = d->seq[j];
+		tgt[j] = c->has_mask && !d->mask[j + 1] ? PP_IGNORE_INDEX : d->seq[j + 1];
+		pos[j] = j;
+	}
+	return 0;
+}
+
+static int doc_sequence(pp_data *d, uint64_t index, int T, int *tok, int *tgt, int *pos, pp_err *e)
+{
+	int rc = d->T == T ? 0 : doc_layout(d, T, e);
+	if (rc)
+		return rc;
+	uint64_t S = d->n_seqs, epoch = index / S, s = index % S;
+	if (d->shuffle)
+		s = permute(rng_mix(d->shuffle_key ^ rng_mix(epoch)), S, s);
+	uint64_t k = d->seq_doc[s], o = d->seq_slot[s];
+	int fill = 0;
+	while (k < d->corpus.n_docs && fill < T) {
+		uint64_t start, n;
+		if ((rc = doc_extent(d, k, &start, &n, e)))
+			return rc;
+		uint64_t slots = doc_slots(d, n);
+		if (o >= slots) {
+			k++, o = 0;
+			continue;
+		}
+		int p = slots - o < (uint64_t)T ? (int)(slots - o) : T;
+		if (fill && fill + p > T)
+			break;
+		if ((rc = read_piece(d, start, n, o, p, tok + fill, tgt + fill, pos + fill, e)))
+			return rc;
+		fill += p;
+		if (d->mode == READ_DOCS)
+			break;
+		o += (uint64_t)p;
+	}
+	for (int t = fill; t < T; t++) {
+		tok[t] = d->pad;
+		tgt[t] = PP_IGNORE_INDEX;
+		pos[t] = d->mode == READ_DOCS ? t : 0;
+	}
+	if (!rc)
+		rc = check_vocab(d, tok, T, "sequence", s, e);
+	if (!rc)
+		rc = check_vocab(d, tgt, T, "sequence", s, e);
+	return rc;
+}
+
+static int window_sequence(pp_data *d, uint64_t index, int T, int *tok, int *tgt, int *pos,
+			   pp_err *e)
+{
+	if (d->mode != READ_WINDOWS)
+		return doc_sequence(d, index, T, tok, tgt, pos, e);
+	int rc = d->T == T ? 0 : window_layout(d, T, e);
 	if (rc)
 		return rc;
 	uint64_t W = d->windows, epoch = index / W, w = index % W;
 	if (d->shuffle)
 		w = permute(rng_mix(d->shuffle_key ^ rng_mix(epoch)), W, w);
-	if ((rc = read_window(d, w, T, seq, e)))
+	if ((rc = read_window(d, w, T, d->seq, e)) ||
+	    (rc = check_vocab(d, d->seq, T + 1, "window", w, e)))
 		return rc;
-	for (int t = 0; t <= T; t++)
-		if (seq[t] >= d->limit)
-			return pp_errorf(e, PP_ERUNTIME,
-					 "%s: token %d (window %llu, position %d) is outside the "
-					 "vocabulary of %lld (%s)",
-					 d->corpus.path, seq[t], (unsigned long long)w, t,
-					 (long long)d->limit, d->limit_what);
+	split_window(d->seq, T, tok, tgt, pos);
 	return 0;
 }
 
-static void packed_close(pp_data *d)
+static void files_close(pp_data *d)
 {
 	if (d->corpus.fmt)
 		d->corpus.fmt->close(&d->corpus);
 	free(d->first_doc);
 	free(d->eos_at);
+	free(d->seq_doc);
+	free(d->seq_slot);
+	free(d->mask);
 }
 
-static const data_source packed = {"packed", packed_sequence, packed_close};
+static const data_source files = {"files", window_sequence, files_close};
 
 static const corpus_format *const formats[] = {&corpus_pp_tokens, &corpus_megatron, &corpus_llmc};
 
@@ -353,7 +563,7 @@ static int packed_open(pp_data *d, const pp_config *c, const char *key, const ch
 				 "data '%s' (%s) has no validation split: set val_data for "
 				 "evaluation, or eval_interval=0",
 				 path, fmt->name);
-	d->src = &packed;
+	d->src = &files;
 	d->key_name = key;
 	int rc = fmt->open(&d->corpus, path, part, e);
 	if (rc)
@@ -367,12 +577,22 @@ static int packed_open(pp_data *d, const pp_config *c, const char *key, const ch
 				 "%s '%s' was tokenized with a vocabulary of %lld, larger than "
 				 "model.vocab_size=%d",
 				 key, path, (long long)co->vocab_size, c->model.vocab_size);
+	if (c->packing && !fmt->has_documents)
+		return pp_errorf(e, PP_EUSAGE,
+				 "packing=true packs whole documents, but %s '%s' (%s) records no "
+				 "document boundaries; set packing=false, or tokenize the text "
+				 "with pp-tokenize",
+				 key, path, fmt->name);
 	d->limit = co->vocab_size > 0 ? co->vocab_size : c->model.vocab_size;
 	d->limit_what = co->vocab_size > 0 ? "the tokenizer's" : "model.vocab_size";
 	d->eos = c->data_eos ? co->eos_id : -1;
 	d->shuffle = part == CORPUS_TRAIN;
 	d->shuffle_key = rng_key(c->seed, "data/shuffle");
-	return layout(d, c->seq_len, e);
+	d->mode = c->packing ? READ_PACKED : co->has_mask ? READ_DOCS : READ_WINDOWS;
+	d->eos_target = co->has_mask ? -1 : d->eos;
+	d->pad = co->eos_id >= 0 ? (int)co->eos_id : 0;
+	return d->mode == READ_WINDOWS ? window_layout(d, c->seq_len, e)
+				       : doc_layout(d, c->seq_len, e);
 }
 
 int data_open(pp_data **out, const pp_config *c, const char *split, const layout_seqs *seqs,
@@ -391,7 +611,13 @@ int data_open(pp_data **out, const pp_config *c, const char *split, const layout
 	bool own = !val || !c->val_data[0];
 	const char *key = own ? "data" : "val_data", *path = own ? c->data : c->val_data;
 	int rc = 0;
-	if (!strcmp(path, "synthetic"))
+	if (!strcmp(path, "synthetic") && c->packing)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "packing=true packs whole documents, but %s=synthetic is one "
+			       "generated stream without any; set packing=false, or give a token "
+			       "dataset",
+			       key);
+	else if (!strcmp(path, "synthetic"))
 		synthetic_open(d, c, val);
 	else
 		rc = packed_open(d, c, key, path,
@@ -407,20 +633,24 @@ int data_open(pp_data **out, const pp_config *c, const char *split, const layout
 	return 0;
 }
 
-int data_next(pp_data *d, int n_seq, int T, int *tokens, int *targets, pp_err *e)
+int data_next(pp_data *d, int n_seq, int T, int *tokens, int *targets, int *pos, pp_err *e)
 {
 	if (d->seq_cap < T + 1) {
 		free(d->seq);
+		free(d->pos_scratch);
 		d->seq = malloc((size_t)(T + 1) * sizeof(int));
-		d->seq_cap = T + 1;
+		d->pos_scratch = malloc((size_t)T * sizeof(int));
+		d->seq_cap = d->seq && d->pos_scratch ? T + 1 : 0;
+		if (!d->seq_cap)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory for sequences of %d", T);
 	}
 	for (int b = 0; b < n_seq; b++) {
 		uint64_t index = layout_seq_index(&d->seqs, d->pos);
-		int rc = d->src->sequence(d, index, T, d->seq, e);
+		size_t at = (size_t)b * T;
+		int rc = d->src->sequence(d, index, T, tokens + at, targets + at,
+					  pos ? pos + at : d->pos_scratch, e);
 		if (rc)
 			return rc;
-		memcpy(tokens + (size_t)b * T, d->seq, (size_t)T * sizeof(int));
-		memcpy(targets + (size_t)b * T, d->seq + 1, (size_t)T * sizeof(int));
 		d->pos++;
 	}
 	return 0;
@@ -459,5 +689,6 @@ void data_close(pp_data *d)
 	if (d->src && d->src->close)
 		d->src->close(d);
 	free(d->seq);
+	free(d->pos_scratch);
 	free(d);
 }

@@ -1,9 +1,13 @@
 /* Token data for training and evaluation. One interface, several sources:
  * "synthetic" (a seeded, learnable token stream), pp-tokens HDF5 datasets,
- * Megatron-LM indexed datasets and llm.c shards. Documents are packed into
- * windows and shuffled per epoch from the seed; a source is sharded over
- * the data ranks as the layout says (layout_seq_index) and its exact
- * (global) position is saved in checkpoints, so a resumed run sees the same batches bitwise. */
+ * Megatron-LM indexed datasets and llm.c shards. A corpus is read as
+ * windows of the stream of its documents (packing=false), as one document
+ * per sequence (packing=false and a loss mask: instruction data), or as
+ * whole documents packed into sequences (packing=true); the sequences are
+ * shuffled per epoch from the seed; a source is sharded over the data
+ * ranks as the layout says (layout_seq_index) and its exact (global)
+ * position is saved in checkpoints, so a resumed run sees the same batches
+ * bitwise. pp-config(5), "Reading token data", has the rules. */
 #ifndef PP_DATA_H
 #define PP_DATA_H
 
@@ -16,12 +20,21 @@
 typedef struct pp_data pp_data;
 
 /* split is "train" or "val"; seqs: which sequences this rank reads (its
- * layout's). */
+ * layout's). packing=true with data that has no documents (synthetic,
+ * llm.c shards) is an error (PP_EUSAGE). */
 int data_open(pp_data **d, const pp_config *c, const char *split, const layout_seqs *seqs,
 	      pp_err *e);
-/* Fills tokens and targets, each (n_seq, T); targets[t] is the token after
- * tokens[t] (PP_IGNORE_INDEX where there is none). */
-int data_next(pp_data *d, int n_seq, int T, int *tokens, int *targets, pp_err *e);
+/* Fills tokens, targets and pos (may be NULL), each (n_seq, T).
+ * targets[t] is the token after tokens[t] in its document, or
+ * PP_IGNORE_INDEX: where there is none, where the loss mask leaves it out,
+ * and in padding. pos[t] is the position of tokens[t] in its document:
+ *   windows (packing=false, no mask): t; a window is one text, as
+ *     attention sees it;
+ *   one document per sequence (packing=false, a mask): t, padding too;
+ *   packed (packing=true): from 0 at each document (or piece of a long
+ *     one), 0 in padding; attention is to stay within a document.
+ * Padding fills a sequence's tail with the EOS (or 0) as input. */
+int data_next(pp_data *d, int n_seq, int T, int *tokens, int *targets, int *pos, pp_err *e);
 /* Position, for checkpoints: writes at most max words, returns the count. */
 int data_get_state(const pp_data *d, uint64_t *state, int max);
 int data_set_state(pp_data *d, const uint64_t *state, int n, pp_err *e);

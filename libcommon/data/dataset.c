@@ -142,8 +142,9 @@ int tokens_split_of(double val_fraction, uint64_t seed, uint64_t doc)
 /* ---------------------------------------------------------------- writer */
 
 typedef struct {
-	hid_t g, tok, off;
+	hid_t g, tok, off, mask;
 	uint32_t *buf; /* (chunk) tokens not yet in the file */
+	uint8_t *mbuf; /* (chunk) their loss mask, once the dataset has one */
 	size_t nbuf;
 	uint64_t *obuf; /* (PP_TOKENS_OFFSETS_CHUNK) doc offsets not yet in the file */
 	size_t nobuf;
@@ -157,9 +158,11 @@ struct tokens_writer {
 	tokens_write_opts o;
 	int64_t vocab;
 	split_writer s[TOKENS_NSPLITS];
-	int *held; /* the last document added, not yet assigned to a split */
+	int *held;          /* the last document added, not yet assigned to a split */
+	uint8_t *held_mask; /* its mask, when it came with one */
 	size_t n_held, held_cap;
-	bool has_held;
+	bool has_held, held_masked;
+	bool masked;      /* the dataset has a loss mask (version 2) */
 	uint64_t n_added; /* documents added, the held one included */
 };
 
@@ -168,6 +171,7 @@ static hid_t create_1d(hid_t g, const char *name, hid_t type, size_t chunk, int 
 	hsize_t zero = 0, unlimited = H5S_UNLIMITED, c = chunk;
 	hid_t sp = H5Screate_simple(1, &zero, &unlimited), dcpl = H5Pcreate(H5P_DATASET_CREATE);
 	H5Pset_chunk(dcpl, 1, &c);
+	H5Pset_obj_track_times(dcpl, false);
 	if (deflate > 0) {
 		H5Pset_shuffle(dcpl);
 		H5Pset_deflate(dcpl, (unsigned)deflate);
@@ -203,6 +207,8 @@ static int flush_tokens(tokens_writer *w, split_writer *s, pp_err *e)
 {
 	if (!append_1d(s->tok, H5T_NATIVE_UINT32, s->tok_written, s->nbuf, s->buf))
 		return write_failed(w, "tokens", e);
+	if (w->masked && !append_1d(s->mask, H5T_NATIVE_UINT8, s->tok_written, s->nbuf, s->mbuf))
+		return write_failed(w, "loss_mask", e);
 	s->tok_written += s->nbuf;
 	s->nbuf = 0;
 	return 0;
@@ -223,10 +229,47 @@ static int push_offset(tokens_writer *w, split_writer *s, uint64_t v, pp_err *e)
 	return s->nobuf == PP_TOKENS_OFFSETS_CHUNK ? flush_offsets(w, s, e) : 0;
 }
 
-static int write_doc(tokens_writer *w, int split, const int *ids, size_t n, pp_err *e)
+/* The first document with a mask: every split gets its loss_mask, 1 for
+ * the tokens it holds so far, and the file becomes version 2. */
+static int start_mask(tokens_writer *w, pp_err *e)
+{
+	size_t chunk = w->o.chunk;
+	uint8_t *ones = malloc(chunk);
+	int rc = ones ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory for a chunk of %zu", chunk);
+	if (ones)
+		memset(ones, 1, chunk);
+	for (int k = 0; k < TOKENS_NSPLITS && !rc; k++) {
+		split_writer *s = &w->s[k];
+		if (!(s->mbuf = malloc(chunk)))
+			rc = pp_errorf(e, PP_ERUNTIME, "out of memory for a chunk of %zu", chunk);
+		else if (!h5u_ok(s->mask = create_1d(s->g, "loss_mask", H5T_STD_U8LE, chunk,
+						     w->o.deflate)))
+			rc = write_failed(w, "loss_mask", e);
+		for (uint64_t at = 0; !rc && at < s->tok_written; at += chunk) {
+			size_t n = s->tok_written - at < chunk ? (size_t)(s->tok_written - at)
+							       : chunk;
+			if (!append_1d(s->mask, H5T_NATIVE_UINT8, at, n, ones))
+				rc = write_failed(w, "loss_mask", e);
+		}
+		if (!rc)
+			memset(s->mbuf, 1, s->nbuf);
+	}
+	free(ones);
+	if (!rc && (!h5u_ok(H5Adelete(w->f, "version")) || !attr_put_i64(w->f, "version", 2)))
+		rc = write_failed(w, "version", e);
+	if (!rc)
+		w->masked = true;
+	return rc;
+}
+
+static int write_doc(tokens_writer *w, int split, const int *ids, const uint8_t *mask, size_t n,
+		     pp_err *e)
 {
 	split_writer *s = &w->s[split];
 	size_t chunk = w->o.chunk;
+	int rc = mask && !w->masked ? start_mask(w, e) : 0;
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < n; i++) {
 		if (ids[i] < 0 || ids[i] >= w->vocab)
 			return pp_errorf(
@@ -235,6 +278,12 @@ static int write_doc(tokens_writer *w, int split, const int *ids, size_t n, pp_e
 				"[0, %lld)",
 				w->path, ids[i], (unsigned long long)(w->n_added - 1),
 				(long long)w->vocab);
+		if (mask && mask[i] > 1)
+			return pp_errorf(e, PP_ERUNTIME,
+					 "%s: loss mask value %u of document %llu is not 0 or 1",
+					 w->path, mask[i], (unsigned long long)(w->n_added - 1));
+		if (w->masked)
+			s->mbuf[s->nbuf] = mask ? mask[i] : 1;
 		s->buf[s->nbuf++] = (uint32_t)ids[i];
 		if (s->nbuf == chunk) {
 			int rc = flush_tokens(w, s, e);
@@ -254,7 +303,7 @@ static int write_meta(tokens_writer *w, const tokens_info *m, pp_err *e)
 	const char *one = "-";
 	hsize_t n = m->n_sources > 0 ? (hsize_t)m->n_sources : 1;
 	bool ok = h5u_attr_put_str(f, "format", PP_TOKENS_FORMAT) &&
-		  attr_put_i64(f, "version", PP_TOKENS_VERSION) &&
+		  attr_put_i64(f, "version", 1) && /* 2 once a document has a mask */
 		  h5u_attr_put_str(f, "tokenizer_fingerprint", m->fingerprint) &&
 		  h5u_attr_put_str(f, "tokenizer_kind", m->kind) &&
 		  attr_put_i64(f, "vocab_size", m->vocab_size) &&
@@ -271,12 +320,15 @@ static void writer_free(tokens_writer *w)
 		split_writer *s = &w->s[k];
 		h5_close(&s->tok, H5Dclose);
 		h5_close(&s->off, H5Dclose);
+		h5_close(&s->mask, H5Dclose);
 		h5_close(&s->g, H5Gclose);
 		free(s->buf);
+		free(s->mbuf);
 		free(s->obuf);
 	}
 	h5_close(&w->f, H5Fclose);
 	free(w->held);
+	free(w->held_mask);
 	free(w);
 }
 
@@ -309,7 +361,7 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 	tokens_writer *w = calloc(1, sizeof *w);
 	w->f = -1;
 	for (int k = 0; k < TOKENS_NSPLITS; k++)
-		w->s[k].g = w->s[k].tok = w->s[k].off = -1;
+		w->s[k].g = w->s[k].tok = w->s[k].off = w->s[k].mask = -1;
 	w->o = *o;
 	if (!w->o.chunk)
 		w->o.chunk = PP_TOKENS_CHUNK;
@@ -332,8 +384,13 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
 	H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
-	w->f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+	/* no modification times in the object headers: the same input gives
+	 * the same bytes */
+	hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+	H5Pset_obj_track_times(fcpl, false);
+	w->f = H5Fcreate(w->tmp, H5F_ACC_TRUNC, fcpl, fapl);
 	bool created = h5u_ok(w->f); /* before any other call clears the error stack */
+	H5Pclose(fcpl);
 	H5Pclose(fapl);
 	if (!created) {
 		int rc = pp_errorf(e, PP_ERUNTIME, "cannot create %s: %s", w->tmp, h5u_reason());
@@ -350,8 +407,11 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 				       w->o.chunk);
 			break;
 		}
-		if (!h5u_ok(s->g = H5Gcreate2(w->f, tokens_split_name[k], H5P_DEFAULT, H5P_DEFAULT,
-					      H5P_DEFAULT)) ||
+		hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+		H5Pset_obj_track_times(gcpl, false);
+		s->g = H5Gcreate2(w->f, tokens_split_name[k], H5P_DEFAULT, gcpl, H5P_DEFAULT);
+		H5Pclose(gcpl);
+		if (!h5u_ok(s->g) ||
 		    !h5u_ok(s->tok = create_1d(s->g, "tokens", H5T_STD_U32LE, w->o.chunk,
 					       w->o.deflate)) ||
 		    !h5u_ok(s->off = create_1d(s->g, "doc_offsets", H5T_STD_U64LE,
@@ -372,10 +432,15 @@ int tokens_create(tokens_writer **out, const char *path, const tokens_info *m,
 static int write_held(tokens_writer *w, int split, pp_err *e)
 {
 	w->has_held = false;
-	return write_doc(w, split, w->held, w->n_held, e);
+	return write_doc(w, split, w->held, w->held_masked ? w->held_mask : NULL, w->n_held, e);
 }
 
 int tokens_add_doc(tokens_writer *w, const int *ids, size_t n, pp_err *e)
+{
+	return tokens_add_masked(w, ids, NULL, n, e);
+}
+
+int tokens_add_masked(tokens_writer *w, const int *ids, const uint8_t *mask, size_t n, pp_err *e)
 {
 	if (!n)
 		return 0;
@@ -388,13 +453,18 @@ int tokens_add_doc(tokens_writer *w, const int *ids, size_t n, pp_err *e)
 	}
 	if (n > w->held_cap) {
 		int *p = realloc(w->held, n * sizeof *p);
-		if (!p)
+		uint8_t *m = p ? realloc(w->held_mask, n) : NULL;
+		if (p)
+			w->held = p;
+		if (!m)
 			return pp_errorf(e, PP_ERUNTIME,
 					 "out of memory for a document of %zu tokens", n);
-		w->held = p;
+		w->held_mask = m;
 		w->held_cap = n;
 	}
 	memcpy(w->held, ids, n * sizeof *ids);
+	if ((w->held_masked = mask != NULL))
+		memcpy(w->held_mask, mask, n);
 	w->n_held = n;
 	w->has_held = true;
 	w->n_added++;
@@ -433,18 +503,22 @@ static int finish_body(tokens_writer *w, pp_err *e)
 	return rc;
 }
 
-int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS], uint64_t tokens[TOKENS_NSPLITS],
-		  pp_err *e)
+int tokens_finish(tokens_writer *w, tokens_info *out, pp_err *e)
 {
 	h5u_quiet();
 	int rc = finish_body(w, e);
+	if (out) {
+		out->version = w->masked ? 2 : 1;
+		out->has_mask = w->masked;
+	}
 	for (int k = 0; k < TOKENS_NSPLITS; k++) {
-		if (docs)
-			docs[k] = w->s[k].docs;
-		if (tokens)
-			tokens[k] = w->s[k].tokens;
+		if (out) {
+			out->docs[k] = w->s[k].docs;
+			out->tokens[k] = w->s[k].tokens;
+		}
 		h5_close(&w->s[k].tok, H5Dclose);
 		h5_close(&w->s[k].off, H5Dclose);
+		h5_close(&w->s[k].mask, H5Dclose);
 		h5_close(&w->s[k].g, H5Gclose);
 	}
 	hid_t f = w->f;
@@ -466,7 +540,7 @@ int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS], uint64_t toke
 
 struct tokens_file {
 	char path[PP_PATH_MAX];
-	hid_t f, g[TOKENS_NSPLITS], tok[TOKENS_NSPLITS], off[TOKENS_NSPLITS];
+	hid_t f, g[TOKENS_NSPLITS], tok[TOKENS_NSPLITS], off[TOKENS_NSPLITS], mask[TOKENS_NSPLITS];
 	tokens_info info;
 };
 
@@ -477,6 +551,7 @@ void tokens_close(tokens_file *f)
 	for (int k = 0; k < TOKENS_NSPLITS; k++) {
 		h5_close(&f->tok[k], H5Dclose);
 		h5_close(&f->off[k], H5Dclose);
+		h5_close(&f->mask[k], H5Dclose);
 		h5_close(&f->g[k], H5Gclose);
 	}
 	h5_close(&f->f, H5Fclose);
@@ -576,6 +651,9 @@ static int open_split(tokens_file *f, int k, pp_err *e)
 	if (!rc)
 		rc = check_dataset(f, k, "doc_offsets", &f->off[k], 8, f->info.docs[k] + 1, what,
 				   e);
+	snprintf(what, sizeof what, "attribute %s_tokens", split);
+	if (!rc && f->info.has_mask)
+		rc = check_dataset(f, k, "loss_mask", &f->mask[k], 1, f->info.tokens[k], what, e);
 	uint64_t ends[2];
 	if (!rc && (read_1d(f->off[k], H5T_NATIVE_UINT64, 0, 1, &ends[0]) ||
 		    read_1d(f->off[k], H5T_NATIVE_UINT64, f->info.docs[k], 1, &ends[1])))
@@ -607,9 +685,11 @@ static int read_info(tokens_file *f, pp_err *e)
 	int64_t version;
 	if ((why = attr_get_int(f->f, "version", false, &version)))
 		return bad(f, e, "attribute version: %s", why);
-	if (version != PP_TOKENS_VERSION)
-		return bad(f, e, "pp-tokens version %lld; this pp reads version %d",
+	if (version < 1 || version > PP_TOKENS_VERSION)
+		return bad(f, e, "pp-tokens version %lld; this pp reads versions 1 to %d",
 			   (long long)version, PP_TOKENS_VERSION);
+	m->version = version;
+	m->has_mask = version >= 2;
 
 	const char *strs[] = {"tokenizer_fingerprint", "tokenizer_kind"};
 	char *dst[] = {m->fingerprint, m->kind};
@@ -670,7 +750,7 @@ int tokens_open(tokens_file **out, const char *path, pp_err *e)
 	tokens_file *f = calloc(1, sizeof *f);
 	f->f = -1;
 	for (int k = 0; k < TOKENS_NSPLITS; k++)
-		f->g[k] = f->tok[k] = f->off[k] = -1;
+		f->g[k] = f->tok[k] = f->off[k] = f->mask[k] = -1;
 	snprintf(f->path, sizeof f->path, "%s", path);
 	int rc;
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -713,6 +793,30 @@ int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *
 		return bad(f, e, "cannot read /%s/tokens [%llu, %llu): %s",
 			   tokens_split_name[split], (unsigned long long)offset,
 			   (unsigned long long)(offset + n), h5u_reason());
+	return 0;
+}
+
+int tokens_read_mask(tokens_file *f, int split, uint64_t offset, size_t n, uint8_t *out, pp_err *e)
+{
+	h5u_quiet();
+	if (check_split(f, split, e))
+		return PP_EUSAGE;
+	uint64_t len = f->info.tokens[split];
+	if (!f->info.has_mask)
+		return bad(f, e, "version %lld has no loss mask", (long long)f->info.version);
+	if (offset > len || n > len - offset)
+		return bad(f, e, "loss_mask [%llu, %llu) of /%s is past its end (%llu)",
+			   (unsigned long long)offset, (unsigned long long)(offset + n),
+			   tokens_split_name[split], (unsigned long long)len);
+	if (read_1d(f->mask[split], H5T_NATIVE_UINT8, offset, n, out))
+		return bad(f, e, "cannot read /%s/loss_mask [%llu, %llu): %s",
+			   tokens_split_name[split], (unsigned long long)offset,
+			   (unsigned long long)(offset + n), h5u_reason());
+	for (size_t i = 0; i < n; i++)
+		if (out[i] > 1)
+			return bad(f, e, "/%s/loss_mask[%llu] is %u, not 0 or 1",
+				   tokens_split_name[split], (unsigned long long)(offset + i),
+				   out[i]);
 	return 0;
 }
 

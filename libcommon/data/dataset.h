@@ -1,8 +1,10 @@
-/* Token datasets: format "pp-tokens", version 1. Tokenized documents in one
- * HDF5 file, split into /train and /val; each split holds the tokens of
- * its documents back to back (uint32) and the offset where each document
- * starts (uint64, n_docs + 1 entries). The format is written down in
- * checkpoints-format/tokens.md and pp-tokens(5).
+/* Token datasets: format "pp-tokens", versions 1 and 2. Tokenized
+ * documents in one HDF5 file, split into /train and /val; each split holds
+ * the tokens of its documents back to back (uint32) and the offset where
+ * each document starts (uint64, n_docs + 1 entries); version 2 adds a loss
+ * mask (uint8, one per token: 1 where the token is a target that counts),
+ * which instruction data (pp-tokenize --format jsonl) carries. The format
+ * is written down in checkpoints-format/tokens.md and pp-tokens(5).
  *
  * Three parts: a streaming writer (memory: one chunk of tokens per split
  * and the one document it holds back to apply the split rule) that
@@ -19,7 +21,7 @@
 #include "../base/error.h"
 
 #define PP_TOKENS_FORMAT        "pp-tokens"
-#define PP_TOKENS_VERSION       1
+#define PP_TOKENS_VERSION       2 /* the newest: with a loss mask; version 1 has none */
 #define PP_TOKENS_CHUNK         ((size_t)1 << 20) /* tokens per chunk of /SPLIT/tokens */
 #define PP_TOKENS_OFFSETS_CHUNK ((size_t)1 << 16)
 
@@ -35,6 +37,8 @@ typedef struct {
 	int n_sources;
 	char **sources; /* input names as given ("-" is standard input) */
 	uint64_t docs[TOKENS_NSPLITS], tokens[TOKENS_NSPLITS];
+	int64_t version; /* 1, or 2 with a loss mask */
+	bool has_mask;   /* /SPLIT/loss_mask: version 2 */
 } tokens_info;
 
 void tokens_info_free(tokens_info *m);
@@ -61,11 +65,15 @@ int tokens_create(tokens_writer **w, const char *path, const tokens_info *meta,
  * more with val_fraction > 0, which goes to a split that would otherwise be
  * empty. Empty documents are skipped. */
 int tokens_add_doc(tokens_writer *w, const int *ids, size_t n, pp_err *e);
+/* The same with a loss mask (n values, each 0 or 1; NULL: every token
+ * counts). The first document with a mask makes the dataset version 2:
+ * every split gets a loss_mask, 1 for the tokens written before. */
+int tokens_add_masked(tokens_writer *w, const int *ids, const uint8_t *mask, size_t n, pp_err *e);
 /* Flushes, writes the counts, fsyncs and renames into place. Frees w
- * whatever happens (on failure the temporary file is removed). docs and
- * tokens (each may be NULL) get the final counts per split. */
-int tokens_finish(tokens_writer *w, uint64_t docs[TOKENS_NSPLITS], uint64_t tokens[TOKENS_NSPLITS],
-		  pp_err *e);
+ * whatever happens (on failure the temporary file is removed). out (may
+ * be NULL) gets the final counts per split, the version and whether the
+ * dataset has a mask (not the tokenizer attributes nor the sources). */
+int tokens_finish(tokens_writer *w, tokens_info *out, pp_err *e);
 /* Gives up: removes the temporary file and frees w. */
 void tokens_abort(tokens_writer *w);
 
@@ -78,14 +86,17 @@ int tokens_split_of(double val_fraction, uint64_t seed, uint64_t doc);
 
 typedef struct tokens_file tokens_file;
 
-/* Opens and validates: the HDF5 file itself, format, version, every root
- * attribute, both groups, the types and shapes of their datasets, and that
- * each split's doc_offsets starts at 0 and ends at its token count. Errors
- * (PP_ERUNTIME) name the file and what is wrong. */
+/* Opens and validates: the HDF5 file itself, format, version (1 or 2),
+ * every root attribute, both groups, the types and shapes of their
+ * datasets (version 2: loss_mask too), and that each split's doc_offsets
+ * starts at 0 and ends at its token count. Errors (PP_ERUNTIME) name the
+ * file and what is wrong. */
 int tokens_open(tokens_file **f, const char *path, pp_err *e);
 const tokens_info *tokens_get_info(const tokens_file *f);
 /* tokens [offset, offset + n) of a split */
 int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *out, pp_err *e);
+/* loss_mask [offset, offset + n) of a split (has_mask only) */
+int tokens_read_mask(tokens_file *f, int split, uint64_t offset, size_t n, uint8_t *out, pp_err *e);
 /* doc_offsets [first, first + n) of a split (n_docs + 1 entries in all) */
 int tokens_read_offsets(tokens_file *f, int split, uint64_t first, size_t n, uint64_t *out,
 			pp_err *e);

@@ -36,6 +36,10 @@ typedef struct {
 	/* tokens [offset, offset + n) as ints; a token that does not fit an
 	 * int (negative, or >= 2^31) is an error naming the file */
 	int (*read)(data_corpus *c, uint64_t offset, size_t n, int *out, pp_err *e);
+	/* loss mask [offset, offset + n), one byte per token (1: a target that
+	 * counts); NULL for formats without one, and read only when the corpus
+	 * has_mask */
+	int (*read_mask)(data_corpus *c, uint64_t offset, size_t n, uint8_t *out, pp_err *e);
 	/* doc_offsets [first, first + n): the token offset where each document
 	 * starts; n_docs + 1 entries in all, the first 0, the last n_tokens */
 	int (*offsets)(data_corpus *c, uint64_t first, size_t n, uint64_t *out, pp_err *e);
@@ -48,6 +52,7 @@ struct data_corpus {
 	uint64_t n_tokens, n_docs;
 	int64_t vocab_size;   /* of the tokenizer that made it; -1 unknown */
 	int64_t eos_id;       /* -1 unknown or none */
+	bool has_mask;        /* read_mask gives its loss mask */
 	char fingerprint[65]; /* sha256 of that tokenizer; "" unknown */
 	void *impl;
 };

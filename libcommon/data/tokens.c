@@ -66,6 +66,7 @@ static int tokens_corpus_open(data_corpus *c, const char *path, corpus_part part
 	c->n_docs = m->docs[split];
 	c->vocab_size = m->vocab_size;
 	c->eos_id = m->eos_id;
+	c->has_mask = m->has_mask;
 	snprintf(c->fingerprint, sizeof c->fingerprint, "%s", m->fingerprint);
 	return 0;
 }
@@ -92,6 +93,12 @@ static int tokens_corpus_read(data_corpus *c, uint64_t offset, size_t n, int *ou
 	return rc;
 }
 
+static int tokens_corpus_mask(data_corpus *c, uint64_t offset, size_t n, uint8_t *out, pp_err *e)
+{
+	tokens_corpus *t = c->impl;
+	return tokens_read_mask(t->f, t->split, offset, n, out, e);
+}
+
 static int tokens_corpus_offsets(data_corpus *c, uint64_t first, size_t n, uint64_t *out, pp_err *e)
 {
 	tokens_corpus *t = c->impl;
@@ -105,6 +112,7 @@ const corpus_format corpus_pp_tokens = {
 	.probe = tokens_probe,
 	.open = tokens_corpus_open,
 	.read = tokens_corpus_read,
+	.read_mask = tokens_corpus_mask,
 	.offsets = tokens_corpus_offsets,
 	.close = tokens_corpus_close,
 };

@@ -12,7 +12,7 @@
  * turns that off).
  *
  * Used by pp-decode (requests from the command line, a file or stdin:
- * request.c; chat templates: chat.c) and by pp-train --sample. */
+ * request.c; chat templates: tok/chat.c) and by pp-train --sample. */
 #ifndef PP_DECODE_H
 #define PP_DECODE_H
 

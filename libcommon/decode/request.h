@@ -15,7 +15,7 @@
 #ifndef PP_DECODE_REQUEST_H
 #define PP_DECODE_REQUEST_H
 
-#include "chat.h"
+#include "../tok/chat.h"
 #include "decode.h"
 
 typedef struct {
@@ -23,8 +23,8 @@ typedef struct {
 	sample_params sample;
 	char *const *stop;
 	int n_stop;
-	const decode_chat *chat; /* --chat: prompts are user messages; NULL: plain text */
-	const pp_tokenizer *tk;  /* NULL: prompts are token ids */
+	const chat_template *chat; /* --chat: prompts are user messages; NULL: plain text */
+	const pp_tokenizer *tk;    /* NULL: prompts are token ids */
 	int vocab;
 } request_defaults;
 

@@ -13,7 +13,7 @@
  * same ones: the first stage needs the tokens, the last the targets). */
 static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid, pp_err *e)
 {
-	int rc = data_next(d, n, T, tok, tgt, e);
+	int rc = data_next(d, n, T, tok, tgt, NULL, e);
 	*valid = 0;
 	for (size_t i = 0; !rc && i < (size_t)n * T; i++)
 		*valid += tgt[i] >= 0;

@@ -179,14 +179,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    *tgt = malloc(sizeof(int) * N_SEQ * (size_t)T);
 	int rc = 0;
 	for (int i = 0; i < 3 && !rc; i++)
-		if (!(rc = data_next(d, N_SEQ, T, tok, tgt, &e)))
+		if (!(rc = data_next(d, N_SEQ, T, tok, tgt, NULL, &e)))
 			check_batch(tok, tgt, T);
 	/* far into the stream: later epochs */
 	uint64_t pos = (uint64_t)flags << (data[1] % 48);
-	if (!data_set_state(d, &pos, 1, &e) && !data_next(d, N_SEQ, T, tok, tgt, &e))
+	if (!data_set_state(d, &pos, 1, &e) && !data_next(d, N_SEQ, T, tok, tgt, NULL, &e))
 		check_batch(tok, tgt, T);
 	data_rewind(d);
-	if (!data_next(d, N_SEQ, T, tok, tgt, &e))
+	if (!data_next(d, N_SEQ, T, tok, tgt, NULL, &e))
 		check_batch(tok, tgt, T);
 	if (rc && !e.msg[0])
 		__builtin_trap();

@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	pp_tokenizer *tk = data[0] & 1 ? vocab() : NULL;
-	decode_chat chat = {0};
+	chat_template chat = {0};
 	pp_err e = {0};
 	if (tk && chat_load(&chat, NULL, tk, &e))
 		__builtin_trap();

@@ -69,7 +69,7 @@ declare -A src=(
 	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $config_src $tok_src"
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio base/log $config_src $model_src $tok_src"
 	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant $config_src $tok_src"
-	[fuzz_requests]="decode/request decode/chat decode/sample base/rng $tok_src"
+	[fuzz_requests]="decode/request tok/chat decode/sample base/rng $tok_src"
 	[fuzz_tasks]="eval/task eval/formats eval/item config/types base/fsutil base/error"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
 )

@@ -1,10 +1,14 @@
 /* The data loader over token files: Megatron-LM indexed datasets and llm.c
  * shards built here from their published layouts, pp-tokens datasets from
- * the writer; packing (consecutive windows are consecutive stream tokens,
+ * the writer; windows (consecutive windows are consecutive stream tokens,
  * EOS between documents), per-epoch shuffling, data-parallel sharding,
  * exact resume, validation order, and the errors for damaged files and
- * mismatched vocabularies. Synthetic data is checked against the original
- * generator. */
+ * mismatched vocabularies. Documents (a dataset with a loss mask one per
+ * sequence, packing=true packed) against a reference written here from the
+ * rules: inputs, targets (the mask's, the EOS after a document), positions,
+ * padding, long documents cut; their shuffling, sharding and resume, and
+ * the errors for data that has no documents. Synthetic data is checked
+ * against the original generator. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +57,7 @@ static int windows(pp_data *d, int n, int T, int *w, pp_err *e)
 	int *tok = malloc(sizeof(int) * (size_t)T), *tgt = malloc(sizeof(int) * (size_t)T);
 	int rc = 0;
 	for (int i = 0; i < n && !rc; i++) {
-		rc = data_next(d, 1, T, tok, tgt, e);
+		rc = data_next(d, 1, T, tok, tgt, NULL, e);
 		memcpy(w + (size_t)i * (T + 1), tok, sizeof(int) * (size_t)T);
 		w[(size_t)i * (T + 1) + T] = tgt[T - 1];
 		for (int t = 0; t + 1 < T && !rc; t++)
@@ -347,7 +351,7 @@ static char *make_tokens(const char *name, int vocab, double val_fraction)
 			ids[t] = doc_t(i, t);
 		tokens_add_doc(w, ids, (size_t)doc_n(i), &e);
 	}
-	if (tokens_finish(w, NULL, NULL, &e))
+	if (tokens_finish(w, NULL, &e))
 		printf("cannot finish %s: %s\n", path, e.msg);
 	return path;
 }
@@ -620,6 +624,260 @@ static void test_tokenizer(void)
 	data_close(d);
 }
 
+/* ---- documents: one per sequence, and packed -------------------------------- */
+
+/* document i of the masked corpus: lengths from 0 (skipped by the writer)
+ * through 1 (no target) to more than 2 * T + 1 (cut in three); its mask
+ * leaves out every third token, and the first two of odd documents */
+#define M_DOCS 24
+static int mdoc_n(int i) { return (int)((i * 7 + 3) % 23); }
+static int mdoc_t(int i, int t) { return 3 + (i * 11 + t * 7) % 240; }
+static int mdoc_m(int i, int t) { return t % 3 != 2 && !(i % 2 && t < 2); }
+
+static char *make_masked(const char *name, bool masked)
+{
+	char *path = fmt("%s/%s.h5", dir, name);
+	static char *sources[] = {"x"};
+	tokens_info m = {
+		.vocab_size = 256, .bos_id = 1, .eos_id = 2, .n_sources = 1, .sources = sources};
+	snprintf(m.fingerprint, sizeof m.fingerprint, "%064d", 1);
+	snprintf(m.kind, sizeof m.kind, "test");
+	tokens_write_opts o = {.chunk = 16};
+	tokens_writer *w;
+	pp_err e = {0};
+	int ids[32];
+	uint8_t mask[32];
+	if (tokens_create(&w, path, &m, &o, &e)) {
+		printf("cannot write %s: %s\n", path, e.msg);
+		return path;
+	}
+	for (int i = 0; i < M_DOCS; i++) {
+		for (int t = 0; t < mdoc_n(i); t++) {
+			ids[t] = mdoc_t(i, t);
+			mask[t] = (uint8_t)mdoc_m(i, t);
+		}
+		tokens_add_masked(w, ids, masked ? mask : NULL, (size_t)mdoc_n(i), &e);
+	}
+	if (tokens_finish(w, NULL, &e))
+		printf("cannot finish %s: %s\n", path, e.msg);
+	return path;
+}
+
+/* The sequences the rules give, in corpus order (the loader's validation
+ * order): tok, tgt, pos (n, T) each; returns n. A document with the EOS
+ * appended (eos >= 0) is m tokens; its first m - 1 are inputs, in pieces
+ * of at most T that overlap by one token; packed: a piece that does not fit
+ * the sequence's rest starts the next; else only the first piece, one per
+ * sequence. Padding: pad, ignored, position 0 (one per sequence: t). */
+static int reference(bool packed, bool masked, int eos, int pad, int T, int *tok, int *tgt,
+		     int *pos)
+{
+	int n = 0, fill = T;
+	for (int i = 0; i < M_DOCS; i++) {
+		int eff[40], em[40], m = mdoc_n(i);
+		for (int t = 0; t < m; t++) {
+			eff[t] = mdoc_t(i, t);
+			em[t] = !masked || mdoc_m(i, t);
+		}
+		if (eos >= 0 && m > 0) {
+			eff[m] = eos;
+			em[m++] = 1;
+		}
+		for (int o = 0; o < m - 1; o += T) {
+			int p = m - 1 - o < T ? m - 1 - o : T;
+			if (!packed || fill + p > T) {
+				for (int t = fill; n && t < T; t++) /* pad the one before */
+					tok[(n - 1) * T + t] = pad, tgt[(n - 1) * T + t] = -100,
+							  pos[(n - 1) * T + t] = packed ? 0 : t;
+				n++;
+				fill = 0;
+			}
+			for (int j = 0; j < p; j++, fill++) {
+				tok[(n - 1) * T + fill] = eff[o + j];
+				tgt[(n - 1) * T + fill] = em[o + j + 1] ? eff[o + j + 1] : -100;
+				pos[(n - 1) * T + fill] = j;
+			}
+			if (!packed)
+				break;
+		}
+	}
+	for (int t = fill; n && t < T; t++)
+		tok[(n - 1) * T + t] = pad, tgt[(n - 1) * T + t] = -100,
+				  pos[(n - 1) * T + t] = packed ? 0 : t;
+	return n;
+}
+
+/* n sequences of the loader (one per call, as the trainer reads) */
+static int read_seqs(pp_data *d, int n, int T, int *tok, int *tgt, int *pos, pp_err *e)
+{
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = data_next(d, 1, T, tok + (size_t)i * T, tgt + (size_t)i * T,
+			       pos ? pos + (size_t)i * T : NULL, e);
+	return rc;
+}
+
+static void test_documents(void)
+{
+	const int T = 8;
+	char masked[128], plain[128];
+	snprintf(masked, sizeof masked, "%s", make_masked("masked", true));
+	snprintf(plain, sizeof plain, "%s", make_masked("unmasked", false));
+	enum { CAP = 128 * 8 };
+	static int rt[CAP], rg[CAP], rp[CAP], lt[CAP + 8], lg[CAP + 8], lp[CAP + 8];
+	/* mask, packing, data_eos: what each reads */
+	struct {
+		const char *name, *path;
+		bool masked, packed, eos;
+	} cases[] = {
+		{"one_doc_per_sequence", masked, true, false, true},
+		{"packed/masked", masked, true, true, true},
+		{"packed/eos_target", plain, false, true, true},
+		{"packed/no_eos", plain, false, true, false},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		int eos = cases[c].eos && !cases[c].masked ? 2 : -1;
+		int n = reference(cases[c].packed, cases[c].masked, eos, 2, T, rt, rg, rp);
+		pp_data *d = NULL;
+		pp_err e = {0};
+		int rc = open_cfg(&d, "val", 0, 1, &e,
+				  OV("seq_len=8", fmt("val_data=%s", cases[c].path),
+				     cases[c].packed ? "packing=true" : "packing=false",
+				     cases[c].eos ? "data_eos=true" : "data_eos=false"));
+		if (!rc)
+			rc = read_seqs(d, n + 1, T, lt, lg, lp, &e);
+		bool same = !rc && same_ints(rt, lt, (size_t)n * T) &&
+			    same_ints(rg, lg, (size_t)n * T) && same_ints(rp, lp, (size_t)n * T);
+		int bad = -1;
+		for (int i = 0; !rc && !same && i < n * T && bad < 0; i++)
+			if (rt[i] != lt[i] || rg[i] != lg[i] || rp[i] != lp[i])
+				bad = i;
+		CHECK(same, fmt("data/documents/%s", cases[c].name),
+		      "rc %d %s; %d sequences, first difference at sequence %d, t %d: "
+		      "tok %d/%d tgt %d/%d pos %d/%d",
+		      rc, e.msg, n, bad / T, bad % T, bad < 0 ? 0 : rt[bad], bad < 0 ? 0 : lt[bad],
+		      bad < 0 ? 0 : rg[bad], bad < 0 ? 0 : lg[bad], bad < 0 ? 0 : rp[bad],
+		      bad < 0 ? 0 : lp[bad]);
+		/* an epoch is the n sequences: the next is the first again */
+		CHECK(!rc && same_ints(lt, lt + (size_t)n * T, T) &&
+			      same_ints(lg, lg + (size_t)n * T, T),
+		      fmt("data/documents/%s/epoch_of_%d", cases[c].name, n), "rc %d", rc);
+		/* pos NULL reads the same */
+		if (!rc) {
+			data_rewind(d);
+			rc = read_seqs(d, n, T, lt, lg, NULL, &e);
+		}
+		CHECK(!rc && same_ints(rt, lt, (size_t)n * T) && same_ints(rg, lg, (size_t)n * T),
+		      fmt("data/documents/%s/pos_null", cases[c].name), "rc %d %s", rc, e.msg);
+		data_close(d);
+	}
+	/* what the reference says, spelled out for one case: T = 8, masked,
+	 * one per sequence. Document 1 (10 tokens, odd: mask 0 0 0 1 1 0 1 1 0
+	 * 1) is its first 9 tokens, targets where the mask has 1 */
+	int n = reference(false, true, -1, 2, T, rt, rg, rp);
+	int want_tok[8], want_tgt[8];
+	for (int t = 0; t < 8; t++) {
+		want_tok[t] = mdoc_t(1, t);
+		want_tgt[t] = mdoc_m(1, t + 1) ? mdoc_t(1, t + 1) : -100;
+	}
+	CHECK(n > 1 && mdoc_n(1) == 10 && same_ints(rt + T, want_tok, 8) &&
+		      same_ints(rg + T, want_tgt, 8) && rg[T + 1] == -100 &&
+		      rg[T + 2] == mdoc_t(1, 3) && rg[T + 4] == -100,
+	      "data/documents/reference_by_hand", "n %d", n);
+
+	/* training order: each epoch a permutation of the sequences; dp=2
+	 * shares them; the position saved after k gives the same next ones */
+	int nseq = reference(true, true, -1, 2, T, rt, rg, rp);
+	pp_data *d = NULL;
+	pp_err e = {0};
+	char data[160];
+	snprintf(data, sizeof data, "data=%s", masked);
+	int rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", data, "packing=true", "seed=5"));
+	if (!rc)
+		rc = read_seqs(d, 2 * nseq, T, lt, lg, lp, &e);
+	bool perm = !rc;
+	int *seen = calloc((size_t)nseq, sizeof(int));
+	for (int i = 0; i < nseq && perm; i++) {
+		int which = -1;
+		for (int s = 0; s < nseq && which < 0; s++)
+			if (same_ints(lt + (size_t)i * T, rt + (size_t)s * T, T) &&
+			    same_ints(lg + (size_t)i * T, rg + (size_t)s * T, T) &&
+			    same_ints(lp + (size_t)i * T, rp + (size_t)s * T, T) && !seen[s])
+				which = s;
+		perm = which >= 0 && !seen[which]++;
+	}
+	free(seen);
+	CHECK(perm && !same_ints(lt, rt, (size_t)nseq * T), "data/documents/shuffle/permutation",
+	      "rc %d %s (%d sequences)", rc, e.msg, nseq);
+	data_close(d);
+	const int k = nseq - 2, more = 5;
+	static int a[CAP], b[CAP], ap[CAP], bp[CAP];
+	uint64_t st[4];
+	int ns = 0;
+	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", data, "packing=true", "seed=5"));
+	if (!rc && !(rc = read_seqs(d, k, T, a, a + k * T, NULL, &e))) {
+		ns = data_get_state(d, st, 4);
+		rc = read_seqs(d, more, T, a, lg, ap, &e);
+	}
+	data_close(d);
+	if (!rc)
+		rc = open_cfg(&d, "train", 0, 1, &e,
+			      OV("seq_len=8", data, "packing=true", "seed=5"));
+	if (!rc && !(rc = data_set_state(d, st, ns, &e)))
+		rc = read_seqs(d, more, T, b, rg, bp, &e);
+	CHECK(!rc && ns == 1 && st[0] == (uint64_t)k && same_ints(a, b, (size_t)more * T) &&
+		      same_ints(lg, rg, (size_t)more * T) && same_ints(ap, bp, (size_t)more * T),
+	      "data/documents/resume/exact", "rc %d %s", rc, e.msg);
+	data_close(d);
+	/* dp=2: rank r reads sequences r, r + 2, ... of the single rank's order */
+	pp_data *d0 = NULL, *d1 = NULL;
+	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", data, "packing=true", "seed=6"));
+	if (!rc)
+		rc = read_seqs(d, 8, T, a, lg, NULL, &e);
+	data_close(d);
+	if (!rc)
+		rc = open_cfg(&d0, "train", 0, 2, &e,
+			      OV("seq_len=8", data, "packing=true", "seed=6"));
+	if (!rc)
+		rc = open_cfg(&d1, "train", 1, 2, &e,
+			      OV("seq_len=8", data, "packing=true", "seed=6"));
+	bool shared = !rc;
+	for (int i = 0; i < 4 && shared; i++) {
+		shared = !read_seqs(d0, 1, T, b, rg, NULL, &e) &&
+			 same_ints(b, a + (size_t)(2 * i) * T, T) &&
+			 !read_seqs(d1, 1, T, b, rg, NULL, &e) &&
+			 same_ints(b, a + (size_t)(2 * i + 1) * T, T);
+	}
+	CHECK(shared, "data/documents/dp/ranks_share", "rc %d %s", rc, e.msg);
+	data_close(d0);
+	data_close(d1);
+
+	/* data without documents cannot be packed */
+	rc = open_cfg(&d, "train", 0, 1, &e, OV("seq_len=8", "packing=true"));
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "packing=true") && strstr(e.msg, "synthetic"),
+	      "data/documents/error/synthetic_packing", "rc %d: %s", rc, e.msg);
+	int toks[64];
+	for (int i = 0; i < 64; i++)
+		toks[i] = 3 + i;
+	write_llmc(fmt("%s/pack_train_000.bin", dir), 20240520, 1, toks, 64, 2, 64);
+	rc = open_cfg(&d, "train", 0, 1, &e,
+		      OV("seq_len=8", "packing=true", fmt("data=%s/pack_train_000.bin", dir)));
+	CHECK(rc == PP_EUSAGE && strstr(e.msg, "packing=true") && strstr(e.msg, "llm.c") &&
+		      strstr(e.msg, "pack_train_000.bin"),
+	      "data/documents/error/llmc_packing", "rc %d: %s", rc, e.msg);
+	data_close(d);
+	/* version 1 (no mask) reads as windows, as before */
+	tokens_file *f = NULL;
+	rc = tokens_open(&f, plain, &e);
+	CHECK(!rc && tokens_get_info(f)->version == 1 && !tokens_get_info(f)->has_mask,
+	      "data/documents/unmasked_is_version_1", "rc %d %s", rc, e.msg);
+	tokens_close(f);
+	rc = tokens_open(&f, masked, &e);
+	CHECK(!rc && tokens_get_info(f)->version == 2 && tokens_get_info(f)->has_mask,
+	      "data/documents/masked_is_version_2", "rc %d %s", rc, e.msg);
+	tokens_close(f);
+}
+
 /* ---- synthetic: unchanged ------------------------------------------------- */
 
 /* the generator as first written (a first-order chain, seeded) */
@@ -681,6 +939,7 @@ int main(void)
 	test_packing();
 	test_shuffle_shard_resume();
 	test_val_sources();
+	test_documents();
 	test_tokenizer();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

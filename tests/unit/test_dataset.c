@@ -1,7 +1,10 @@
 /* pp-tokens datasets: writer/reader round trip over several chunks, the
  * split rule, atomic publication, every validation error of the reader
  * (truncated, flipped bytes, wrong version, wrong format, missing group,
- * wrong shape), and the text-document reader's three modes and cutting. */
+ * wrong shape), the loss mask (version 2: documents without a mask count
+ * whole, before the first masked one too; values other than 0 and 1
+ * refused; a damaged loss_mask), and the text-document reader's three
+ * modes and cutting. */
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -56,7 +59,7 @@ static int write_docs(const char *path, int n_docs, int vocab, double val_fracti
 		tokens_abort(w);
 		return rc;
 	}
-	return tokens_finish(w, NULL, NULL, e);
+	return tokens_finish(w, NULL, e);
 }
 
 /* The split of each document, by the documented rule. */
@@ -137,6 +140,87 @@ static void test_round_trip(int deflate)
 	tokens_close(f);
 }
 
+/* document i's mask: none for i % 4 == 0 (every token counts), else every
+ * token t with (i + t) % 3 != 0 */
+static bool masked_doc(int i) { return i % 4 != 0; }
+static uint8_t mask_of(int i, size_t t) { return !masked_doc(i) || (i + t) % 3 != 0; }
+
+static void test_mask(void)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/mask.h5", dir);
+	const int n = 120, vocab = 500;
+	tokens_info m = meta(vocab);
+	/* 11-token chunks; the first masked document comes after two chunks */
+	tokens_write_opts o = {.val_fraction = 0.3, .seed = 3, .chunk = 11};
+	tokens_writer *w;
+	pp_err e = {0};
+	int rc = tokens_create(&w, path, &m, &o, &e);
+	int ids[64];
+	uint8_t mask[64];
+	for (int i = 0; i < n && !rc; i++) {
+		for (size_t t = 0; t < doc_len(i); t++) {
+			ids[t] = doc_tok(i, t, vocab);
+			mask[t] = mask_of(i, t);
+		}
+		/* documents 0..3 unmasked, so the mask starts late */
+		rc = tokens_add_masked(w, ids, i >= 4 && masked_doc(i) ? mask : NULL, doc_len(i),
+				       &e);
+	}
+	tokens_info got = {0};
+	if (!rc)
+		rc = tokens_finish(w, &got, &e);
+	CHECK(!rc && got.version == 2 && got.has_mask, "dataset/mask/finish_says_version_2",
+	      "rc %d %s version %lld", rc, e.msg, (long long)got.version);
+	tokens_file *f = NULL;
+	if (!rc)
+		rc = tokens_open(&f, path, &e);
+	CHECK(!rc && tokens_get_info(f)->version == 2 && tokens_get_info(f)->has_mask,
+	      "dataset/mask/opens_as_version_2", "rc %d %s", rc, e.msg);
+	int split[120];
+	expected_splits(n, 0.3, 3, split);
+	uint64_t at[2] = {0, 0};
+	bool same = !rc;
+	for (int i = 0; i < n && same; i++) {
+		uint8_t mk[64];
+		int k = split[i];
+		same = !tokens_read_mask(f, k, at[k], doc_len(i), mk, &e);
+		for (size_t t = 0; same && t < doc_len(i); t++)
+			same = mk[t] == (i >= 4 ? mask_of(i, t) : 1);
+		at[k] += doc_len(i);
+	}
+	CHECK(same, "dataset/mask/round_trip", "%s", e.msg);
+	uint8_t x;
+	rc = f ? tokens_read_mask(f, TOKENS_VAL, at[1], 1, &x, &e) : -1;
+	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "past"), "dataset/mask/read_past_end", "rc %d %s",
+	      rc, e.msg);
+	tokens_close(f);
+
+	/* a version-1 dataset has none to read */
+	char v1[128];
+	snprintf(v1, sizeof v1, "%s/v1.h5", dir);
+	rc = write_docs(v1, 5, vocab, 0, 0, 0, 0, &e);
+	f = NULL;
+	if (!rc)
+		rc = tokens_open(&f, v1, &e);
+	CHECK(!rc && tokens_get_info(f)->version == 1 && !tokens_get_info(f)->has_mask &&
+		      tokens_read_mask(f, TOKENS_TRAIN, 0, 1, &x, &e) == PP_ERUNTIME &&
+		      strstr(e.msg, "no loss mask"),
+	      "dataset/mask/version_1_has_none", "rc %d %s", rc, e.msg);
+	tokens_close(f);
+
+	/* a mask value other than 0 or 1 is refused, nothing published */
+	char badp[128];
+	snprintf(badp, sizeof badp, "%s/badmask.h5", dir);
+	uint8_t two[2] = {1, 2};
+	int two_ids[2] = {5, 6};
+	rc = tokens_create(&w, badp, &m, &(tokens_write_opts){0}, &e);
+	if (!rc && !(rc = tokens_add_masked(w, two_ids, two, 2, &e)))
+		rc = tokens_finish(w, NULL, &e);
+	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "not 0 or 1") && !exists(badp),
+	      "dataset/mask/value_not_0_or_1", "rc %d %s", rc, e.msg);
+}
+
 static void test_split_rule(void)
 {
 	pp_err e = {0};
@@ -197,10 +281,11 @@ static void test_atomic(void)
 	rc = tokens_create(&w, path, &m, &o, &e);
 	if (!rc)
 		rc = tokens_add_doc(w, ids, 3, &e);
-	uint64_t docs[2], toks[2];
+	tokens_info got = {0};
 	if (!rc)
-		rc = tokens_finish(w, docs, toks, &e);
-	CHECK(!rc && exists(path) && !exists(tmp) && docs[0] == 1 && toks[0] == 3,
+		rc = tokens_finish(w, &got, &e);
+	CHECK(!rc && exists(path) && !exists(tmp) && got.docs[0] == 1 && got.tokens[0] == 3 &&
+		      got.version == 1 && !got.has_mask,
 	      "dataset/atomic/finish_renames", "rc %d %s", rc, e.msg);
 	/* a token outside the vocabulary is refused, and nothing is published */
 	char bad[128];
@@ -208,7 +293,7 @@ static void test_atomic(void)
 	int big[2] = {1, 50};
 	rc = tokens_create(&w, bad, &m, &o, &e);
 	if (!rc && !(rc = tokens_add_doc(w, big, 2, &e)))
-		rc = tokens_finish(w, NULL, NULL, &e);
+		rc = tokens_finish(w, NULL, &e);
 	CHECK(rc == PP_ERUNTIME && strstr(e.msg, "outside the vocabulary") && !exists(bad),
 	      "dataset/writer/token_outside_vocab", "rc %d %s", rc, e.msg);
 	o.val_fraction = 1.0;
@@ -257,13 +342,14 @@ static void edit_copy(const char *good, const char *path, void (*edit)(hid_t))
 	H5Fclose(f);
 }
 
-static void set_version_2(hid_t f)
+static void set_version(hid_t f, int64_t v)
 {
 	hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
-	int64_t v = 2;
 	H5Awrite(a, H5T_NATIVE_INT64, &v);
 	H5Aclose(a);
 }
+static void set_version_2(hid_t f) { set_version(f, 2); }
+static void set_version_3(hid_t f) { set_version(f, 3); }
 
 static void set_format(hid_t f)
 {
@@ -299,6 +385,32 @@ static void wrong_type(hid_t f)
 			     H5P_DEFAULT);
 	H5Dclose(d);
 	H5Sclose(sp);
+}
+
+static void short_mask(hid_t f)
+{
+	H5Ldelete(f, "train/loss_mask", H5P_DEFAULT);
+	hsize_t n = 3;
+	hid_t sp = H5Screate_simple(1, &n, NULL);
+	uint8_t v[3] = {1, 1, 1};
+	hid_t d = H5Dcreate2(f, "train/loss_mask", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+			     H5P_DEFAULT);
+	H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+	H5Dclose(d);
+	H5Sclose(sp);
+}
+
+static void mask_value_7(hid_t f)
+{
+	hid_t d = H5Dopen2(f, "val/loss_mask", H5P_DEFAULT);
+	hsize_t start = 1, count = 1;
+	hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &count, NULL);
+	uint8_t v = 7;
+	H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+	H5Dwrite(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, &v);
+	H5Sclose(ms);
+	H5Sclose(fs);
+	H5Dclose(d);
 }
 
 static void test_damage(void)
@@ -345,8 +457,13 @@ static void test_damage(void)
 	expect_open_error("dataset/damage/not_hdf5", path, "not a readable HDF5");
 
 	snprintf(path, sizeof path, "%s/d5.h5", dir);
+	edit_copy(good, path, set_version_3);
+	expect_open_error("dataset/damage/wrong_version", path,
+			  "version 3; this pp reads versions 1 to 2");
+	snprintf(path, sizeof path, "%s/d5b.h5", dir);
 	edit_copy(good, path, set_version_2);
-	expect_open_error("dataset/damage/wrong_version", path, "version 2");
+	expect_open_error("dataset/damage/version_2_without_mask", path,
+			  "missing dataset /train/loss_mask");
 
 	snprintf(path, sizeof path, "%s/d6.h5", dir);
 	edit_copy(good, path, set_format);
@@ -374,9 +491,25 @@ static void test_damage(void)
 	edit_copy(good, path, wrong_type);
 	expect_open_error("dataset/damage/wrong_type", path, "/val/tokens is not of type uint32");
 
+	char masked[128];
+	snprintf(masked, sizeof masked, "%s/mask.h5", dir); /* test_mask's */
+	snprintf(path, sizeof path, "%s/d12.h5", dir);
+	edit_copy(masked, path, short_mask);
+	expect_open_error("dataset/damage/mask_length", path,
+			  "/train/loss_mask has 3 elements but attribute train_tokens says");
+	snprintf(path, sizeof path, "%s/d13.h5", dir);
+	edit_copy(masked, path, mask_value_7);
 	tokens_file *f = NULL;
-	snprintf(path, sizeof path, "%s/missing.h5", dir);
+	uint8_t mk[4];
 	int rc = tokens_open(&f, path, &e);
+	if (!rc)
+		rc = tokens_read_mask(f, TOKENS_VAL, 0, 4, mk, &e);
+	CHECK(rc == PP_ERUNTIME && strstr(e.msg, path) && strstr(e.msg, "/val/loss_mask[1] is 7"),
+	      "dataset/damage/mask_value", "rc %d %s", rc, e.msg);
+	tokens_close(f);
+	f = NULL;
+	snprintf(path, sizeof path, "%s/missing.h5", dir);
+	rc = tokens_open(&f, path, &e);
 	CHECK(rc == PP_EUSAGE && strstr(e.msg, path) && strstr(e.msg, "No such file"),
 	      "dataset/damage/missing_file", "rc %d %s", rc, e.msg);
 }
@@ -493,6 +626,7 @@ int main(void)
 	test_round_trip(4);
 	test_split_rule();
 	test_atomic();
+	test_mask();
 	test_damage();
 	test_docs();
 	char cmd[128];

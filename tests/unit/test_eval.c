@@ -379,7 +379,7 @@ static void check_scoring(void)
 	for (int i = 0; i < 300; i++)
 		doc[i] = 3 + (int)rng_below(23, (uint64_t)i, (uint64_t)(V - 3));
 	rc = tokens_create(&w, path, &m, &o, &e) || tokens_add_doc(w, doc, 300, &e) ||
-	     tokens_add_doc(w, doc, 50, &e) || tokens_finish(w, NULL, NULL, &e);
+	     tokens_add_doc(w, doc, 50, &e) || tokens_finish(w, NULL, &e);
 	eval_ppl p;
 	if (!rc)
 		rc = eval_perplexity(&s, NULL, path, 0, NULL, false, &p, &e);
