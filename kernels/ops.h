@@ -60,6 +60,11 @@ typedef struct {
 	pp_real *dw;
 	const int *bucket;
 	int nb;
+	/* Packed documents (training): (B,T) device ints, the position of
+	 * each row in its document (0 at a document's first row), so that
+	 * query i sees no key before i - doc_pos[i]. w may then be NULL (no
+	 * bias). NULL: the sequence is one document. The CPU backend's only. */
+	const int *doc_pos;
 } pp_attn_bias;
 
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,

@@ -20,11 +20,14 @@ typedef struct {
 	size_t ldo;               /* row stride of out and dout: Hq*D */
 	pp_real scale;            /* 1/sqrt(D) */
 	const pp_attn_bias *bias; /* NULL: none */
+	const int *doc_pos;       /* (B,T) positions in packed documents; NULL: none */
 } att_shape;
 
-/* query rows [i0, i0+nq) see at most the keys [k0, k0+nk) */
+/* query rows [i0, i0+nq) see at most the keys [k0, k0+nk); dpos: the
+ * sequence's positions in its packed documents (NULL: one document) */
 typedef struct {
 	int i0, nq, k0, nk;
+	const int *dpos;
 } att_block;
 
 static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
@@ -40,20 +43,25 @@ static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
 			   .ld = (size_t)(Hq + 2 * Hkv) * D,
 			   .ldo = (size_t)Hq * D,
 			   .scale = (pp_real)(1 / sqrt((double)D)),
-			   .bias = bias && bias->w ? bias : NULL};
+			   .bias = bias && bias->w ? bias : NULL,
+			   .doc_pos = bias ? bias->doc_pos : NULL};
 }
 
-/* first key query i sees: i - window < j <= i */
-static int att_first_key(const att_shape *a, int i)
+/* first key query i sees: i - window < j <= i, and none before its
+ * document's first (dpos non-decreasing within a document, so a block's
+ * first row sees the block's first key) */
+static int att_first_key(const att_shape *a, const int *dpos, int i)
 {
-	return a->window > 0 && i >= a->window ? i - a->window + 1 : 0;
+	int lo = a->window > 0 && i >= a->window ? i - a->window + 1 : 0;
+	return dpos && i - dpos[i] > lo ? i - dpos[i] : lo;
 }
 
-static att_block att_block_at(const att_shape *a, int blk)
+static att_block att_block_at(const att_shape *a, int b, int blk)
 {
-	att_block bl = {.i0 = blk * ATT_BQ};
+	att_block bl = {.i0 = blk * ATT_BQ,
+			.dpos = a->doc_pos ? a->doc_pos + (size_t)b * a->T : NULL};
 	bl.nq = a->T - bl.i0 < ATT_BQ ? a->T - bl.i0 : ATT_BQ;
-	bl.k0 = att_first_key(a, bl.i0);
+	bl.k0 = att_first_key(a, bl.dpos, bl.i0);
 	bl.nk = bl.i0 + bl.nq - bl.k0;
 	return bl;
 }
@@ -78,7 +86,7 @@ static void att_probs(pp_real *s, const att_shape *a, att_block bl, const pp_rea
 {
 	for (int r = 0; r < bl.nq; r++) {
 		pp_real *row = s + (size_t)r * bl.nk;
-		int lo = att_first_key(a, bl.i0 + r) - bl.k0, hi = bl.i0 + r - bl.k0;
+		int lo = att_first_key(a, bl.dpos, bl.i0 + r) - bl.k0, hi = bl.i0 + r - bl.k0;
 		memset(row, 0, sizeof(pp_real) * lo);
 		memset(row + hi + 1, 0, sizeof(pp_real) * (bl.nk - hi - 1));
 		pp_real l = lse_out ? (lse_out[r] = pp_cpu_vlogsumexp(row + lo, hi - lo + 1))
@@ -98,7 +106,7 @@ static void att_bias_add(pp_real *s, const att_shape *a, att_block bl, int h)
 	for (int r = 0; r < bl.nq; r++) {
 		const int i = bl.i0 + r;
 		pp_real *row = s + (size_t)r * bl.nk - bl.k0;
-		for (int j = att_first_key(a, i); j <= i; j++)
+		for (int j = att_first_key(a, bl.dpos, i); j <= i; j++)
 			row[j] += w[bucket[i - j]];
 	}
 }
@@ -130,7 +138,7 @@ void pp_cpu_attention_fwd(pp_act *out_, pp_real *lse, const pp_act *qkv_, int B,
 		for (int b = 0; b < B; b++)
 			for (int h = 0; h < Hq; h++)
 				for (int blk = nblk - 1; blk >= 0; blk--) {
-					const att_block bl = att_block_at(&a, blk);
+					const att_block bl = att_block_at(&a, b, blk);
 					const pp_real *q, *k, *v;
 					att_views(&a, qkv, b, h, &q, &k, &v);
 					att_scores(s, &a, bl, h, q, k);
@@ -163,7 +171,7 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 	const pp_real *ob = out + (size_t)b * T * a->ldo + (size_t)h * D;
 	const pp_real *l = lse + ((size_t)b * a->Hq + h) * T;
 	for (int blk = 0; blk * ATT_BQ < T; blk++) {
-		const att_block bl = att_block_at(a, blk);
+		const att_block bl = att_block_at(a, b, blk);
 		const pp_real *dob_i = dob + bl.i0 * a->ldo;
 		att_scores(p, a, bl, h, q, k);
 		att_probs(p, a, bl, l + bl.i0, NULL);
@@ -185,7 +193,7 @@ static void att_head_bwd(const att_shape *a, int b, int h, pp_real *dq, pp_real 
 				dr[j] = pr[j] * (dr[j] - (pp_real)delta);
 			/* the bias is added to the scores: its gradient is dS's */
 			const int i = bl.i0 + r;
-			for (int j = att_first_key(a, i); dwb && j <= i; j++)
+			for (int j = att_first_key(a, bl.dpos, i); dwb && j <= i; j++)
 				dwb[a->bias->bucket[i - j]] += dr[j - bl.k0];
 		}
 		/* dq (nq,D) = scale * dS (nq,nk) @ k (nk,D) */
@@ -343,7 +351,7 @@ void pp_cpu_attention_cached(pp_act *out_, const pp_act *qkv_, const pp_act *kca
 					att_block bl = {.i0 = pos0 + blk * ATT_BQ};
 					bl.nq = n - blk * ATT_BQ < ATT_BQ ? n - blk * ATT_BQ
 									  : ATT_BQ;
-					bl.k0 = att_first_key(&a, bl.i0);
+					bl.k0 = att_first_key(&a, NULL, bl.i0);
 					bl.nk = bl.i0 + bl.nq - bl.k0;
 					const pp_real *q = qkv +
 							   ((size_t)b * n + (size_t)blk * ATT_BQ) *

@@ -66,6 +66,8 @@ typedef struct {
 	/* split backward: gradients the weight part consumes, (L, ...) each */
 	pp_act *g_out, *g_up, *g_mid, *g_qkv; /* (N,C) (N,UP) (N,C) (N,QKV) */
 	int *tok, *tgt;                       /* (N) device copies; tok local to the vocab shard */
+	int *pos;                             /* (N) device: positions in packed documents */
+	bool has_pos;                         /* stage_set_positions gave them */
 	int has_grad;                         /* forward kept dlogits */
 	int has_input_grad;                   /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
 } slot_acts;
@@ -110,6 +112,7 @@ typedef struct {
 	moe_acts *moe;
 	moe_scratch *moe_sc;
 	const lora_scratch *lora;
+	const int *doc_pos; /* (N) positions in packed documents, NULL: none */
 } layer_acts;
 
 /* Where a layer's attention finds its keys and values: in the T rows of
@@ -223,7 +226,7 @@ typedef struct {
 } layer_counts;
 enum { SA_RES, SA_DHF, SA_LOGITS, SA_G_OUT, SA_G_UP, SA_G_MID, SA_G_QKV, SA_NACT };
 enum { SR_MEANF, SR_RSTDF, SR_NREAL };
-enum { SI_TOK, SI_TGT, SI_NINT };
+enum { SI_TOK, SI_TGT, SI_POS, SI_NINT };
 /* One slot: its own buffers and the layers' activations it keeps. */
 typedef struct {
 	size_t act[SA_NACT], real[SR_NREAL], ints[SI_NINT];

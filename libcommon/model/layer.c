@@ -72,6 +72,7 @@ layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 		.moe = li->moe >= 0 ? &mo->moe[ke] : NULL,
 		.moe_sc = &s->acts->moe_sc,
 		.lora = &s->acts->lora,
+		.doc_pos = sa->has_pos ? sa->pos : NULL,
 		.g_out = split ? pp_act_at(o, sa->g_out, g * N * C) : NULL,
 		.g_up = split ? pp_act_at(o, sa->g_up, g * N * UP) : NULL,
 		.g_mid = split ? pp_act_at(o, sa->g_mid, g * N * C) : NULL,
@@ -140,17 +141,21 @@ moe_layer layer_moe(const pp_stage *s, const layer_index *li)
 	return ml;
 }
 
-/* Layer li's relative position biases as the attention ops take them, in
- * *b, with their gradient when grads; NULL for a model without them. */
-static const pp_attn_bias *layer_bias(const pp_stage *s, const layer_index *li, bool grads,
-				      pp_attn_bias *b)
+/* Layer li's relative position biases and the rows' packed documents
+ * (t->doc_pos) as the attention ops take them, in *b, with the biases'
+ * gradient when grads; NULL for a model without biases on one document. */
+static const pp_attn_bias *layer_bias(const pp_stage *s, const layer_index *li, const layer_acts *t,
+				      bool grads, pp_attn_bias *b)
 {
-	if (li->rel_bias < 0)
+	if (li->rel_bias < 0 && !t->doc_pos)
 		return NULL;
-	*b = (pp_attn_bias){.w = W(s, li->rel_bias),
-			    .dw = grads ? G(s, li->rel_bias) : NULL,
-			    .bucket = s->acts->bucket,
-			    .nb = s->cfg->rel_buckets};
+	*b = (pp_attn_bias){.doc_pos = t->doc_pos};
+	if (li->rel_bias >= 0) {
+		b->w = W(s, li->rel_bias);
+		b->dw = grads ? G(s, li->rel_bias) : NULL;
+		b->bucket = s->acts->bucket;
+		b->nb = s->cfg->rel_buckets;
+	}
 	return b;
 }
 
@@ -172,7 +177,7 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 	const int Hq = s->n_heads, Hkv = s->n_kv_heads, HD = Hq * D, QKV = HD + 2 * Hkv * D;
 	const bool gelu = m->mlp == PP_MLP_GELU;
 	pp_attn_bias bias;
-	const pp_attn_bias *rb = layer_bias(s, li, false, &bias);
+	const pp_attn_bias *rb = layer_bias(s, li, t, false, &bias);
 	int rc;
 
 	layer_norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
@@ -257,7 +262,8 @@ int layer_rebuild(const pp_stage *s, const layer_index *li, const layer_acts *t,
 	pp_attn_bias bias;
 	if (!(keep & PP_SAVE_ATT))
 		o->attention_fwd(t->att, t->lse, t->qkv, B, T, s->n_heads, s->n_kv_heads,
-				 m->head_dim, m->sliding_window, layer_bias(s, li, false, &bias));
+				 m->head_dim, m->sliding_window,
+				 layer_bias(s, li, t, false, &bias));
 	if (!(keep & PP_SAVE_NORM2))
 		layer_norm_fwd(s, N, t->h2, t->mean2, t->rstd2, t->mid, li->norm2_w, li->norm2_b);
 	if (li->dense >= 0 && !(keep & PP_SAVE_ACT)) {
@@ -343,7 +349,7 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 	/* the biases' gradient with the input part, as the norms' */
 	pp_attn_bias bias;
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
-			 m->sliding_window, layer_bias(s, li, true, &bias));
+			 m->sliding_window, layer_bias(s, li, t, true, &bias));
 	if (m->pos == PP_POS_ROPE)
 		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 	if (!wgrad)

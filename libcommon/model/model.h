@@ -319,6 +319,13 @@ uint64_t param_global_index(const pp_param *p, size_t j);
 int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, const int *targets,
 		  pp_real dscale, double *loss_sum, long *n_valid, pp_act **out, pp_err *e);
 
+/* Packed documents (packing=true): pos (B,T) host ints, each row's
+ * position in its document (0 at a document's first row), for the next
+ * stage_forward into slot and its backward: attention then stays within
+ * documents (RoPE needs nothing more: it sees distances only). NULL: each
+ * sequence is one document. Every stage of a pipeline takes them. */
+int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e);
+
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the
  *               head's weight gradient is already in g); others: dout (B,T,C).

@@ -96,6 +96,17 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	return 0;
 }
 
+int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e)
+{
+	slot_acts *sa = &s->acts->slot[slot];
+	sa->has_pos = pos != NULL;
+	if (pos && !sa->pos)
+		return pp_errorf(e, PP_EUSAGE, "packed documents in a stage built for inference");
+	if (pos)
+		s->ops->to_device(sa->pos, pos, (size_t)s->B * s->T * sizeof(int));
+	return 0;
+}
+
 int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, const int *targets,
 		  pp_real dscale, double *loss_sum, long *n_valid, pp_act **out, pp_err *e)
 {

@@ -93,7 +93,7 @@ void stage_slot_counts(const pp_stage *s, slot_counts *c)
 			[SA_G_MID] = Lg * w.N * w.C,
 			[SA_G_QKV] = Lg * w.N * w.QKV},
 		.real = {[SR_MEANF] = last * w.N, [SR_RSTDF] = last * w.N},
-		.ints = {[SI_TOK] = w.N, [SI_TGT] = w.N},
+		.ints = {[SI_TOK] = w.N, [SI_TGT] = w.N, [SI_POS] = s->spec.no_grad ? 0 : w.N},
 	};
 	stage_layer_counts(s, s->saved, false, &c->kept);
 }

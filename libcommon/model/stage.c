@@ -222,7 +222,8 @@ static int alloc_buffers(pp_stage *s)
 			return -1;
 		sa->tok = ops->alloc(sc.ints[SI_TOK] * sizeof(int));
 		sa->tgt = ops->alloc(sc.ints[SI_TGT] * sizeof(int));
-		if (!sa->tok || !sa->tgt)
+		sa->pos = sc.ints[SI_POS] ? ops->alloc(sc.ints[SI_POS] * sizeof(int)) : NULL;
+		if (!sa->tok || !sa->tgt || (sc.ints[SI_POS] && !sa->pos))
 			return -1;
 	}
 	if (alloc_layer_acts(s, &a->rebuilt, &xc.rebuilt))
@@ -256,7 +257,7 @@ static void free_slot_acts(const pp_ops *ops, slot_acts *sa)
 	void *p[] = {sa->res,  sa->h1,    sa->mean1, sa->rstd1, sa->qkv,    sa->att,
 		     sa->lse,  sa->mid,   sa->h2,    sa->mean2, sa->rstd2,  sa->up,
 		     sa->act,  sa->meanf, sa->rstdf, sa->dhf,   sa->logits, sa->g_out,
-		     sa->g_up, sa->g_mid, sa->g_qkv, sa->tok,   sa->tgt};
+		     sa->g_up, sa->g_mid, sa->g_qkv, sa->tok,   sa->tgt,    sa->pos};
 	for (int i = 0; i < NELEMS(p); i++)
 		ops->free(p[i]);
 	for (int j = 0; sa->moe && j < sa->n_moe; j++)

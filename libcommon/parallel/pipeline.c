@@ -115,7 +115,7 @@ static double pad_of(const pipeline *pl, sched_op op)
 }
 
 static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,
-		      pp_real dscale, double *loss_sum, pp_err *e)
+		      const int *pos, pp_real dscale, double *loss_sum, pp_err *e)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -138,8 +138,10 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		const pp_act *in = st->first ? NULL
 				   : p > 1   ? buf(pl, pl->act_in, mb, c)
 					     : pl->out[cell(pl, mb, c - 1)];
-		rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale,
-				   loss_sum, NULL, &pl->out[k], e);
+		rc = stage_set_positions(st, slot, pos ? pos + mb * N : NULL, e);
+		if (!rc)
+			rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale,
+					   loss_sum, NULL, &pl->out[k], e);
 		break;
 	}
 	case SCHED_BWD:
@@ -188,19 +190,19 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 	return 0;
 }
 
-int pipeline_train(pipeline *pl, const int *tokens, const int *targets, pp_real dscale,
-		   double *loss_sum, pp_err *e)
+int pipeline_train(pipeline *pl, const int *tokens, const int *targets, const int *pos,
+		   pp_real dscale, double *loss_sum, pp_err *e)
 {
 	for (int i = 0; i < pl->n_acts; i++) {
-		int rc = run_action(pl, &pl->acts[i], tokens, targets, dscale, loss_sum, e);
+		int rc = run_action(pl, &pl->acts[i], tokens, targets, pos, dscale, loss_sum, e);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, double *loss_sum,
-		  long *n_valid, pp_err *e)
+int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, const int *pos,
+		  double *loss_sum, long *n_valid, pp_err *e)
 {
 	const int p = pl->p, S = p * pl->v;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
@@ -216,6 +218,8 @@ int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
 			pp_act *in = st->first ? NULL : p > 1 ? pl->act_in : prev, *out = NULL;
 			if (!st->first && p > 1)
 				rc = comm_recv(pl->pp, in, pl->width, dt, (s - 1) % p, TAG_ACT, e);
+			if (!rc)
+				rc = stage_set_positions(st, 0, pos ? pos + mb * N : NULL, e);
 			if (!rc)
 				rc = stage_forward(st, 0, tokens + mb * N, in, targets + mb * N, 0,
 						   loss_sum, n_valid, &out, e);

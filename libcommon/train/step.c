@@ -10,10 +10,12 @@
 #include "watchdog.h"
 
 /* Reads this dp rank's n sequences of the step (every pp rank reads the
- * same ones: the first stage needs the tokens, the last the targets). */
-static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, long *valid, pp_err *e)
+ * same ones: the first stage needs the tokens, the last the targets, all
+ * of them the positions of packed documents, pos, NULL without packing). */
+static int read_batch(pp_data *d, int n, int T, int *tok, int *tgt, int *pos, long *valid,
+		      pp_err *e)
 {
-	int rc = data_next(d, n, T, tok, tgt, NULL, e);
+	int rc = data_next(d, n, T, tok, tgt, pos, e);
 	*valid = 0;
 	for (size_t i = 0; !rc && i < (size_t)n * T; i++)
 		*valid += tgt[i] >= 0;
@@ -38,18 +40,20 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 	const pp_config *c = t->cfg;
 	const size_t N = (size_t)c->microbatch * c->seq_len;
 	int *tok = malloc(N * c->eval_batches * sizeof(int)),
-	    *tgt = malloc(N * c->eval_batches * sizeof(int));
+	    *tgt = malloc(N * c->eval_batches * sizeof(int)),
+	    *pos = c->packing ? malloc(N * c->eval_batches * sizeof(int)) : NULL;
 	double sum = 0;
 	long valid = 0, read_valid;
 	data_rewind(t->val);
-	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt,
+	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt, pos,
 			    &read_valid, e);
 	if (!rc)
-		rc = pipeline_eval(&t->pl, c->eval_batches, tok, tgt, &sum, &valid, e);
+		rc = pipeline_eval(&t->pl, c->eval_batches, tok, tgt, pos, &sum, &valid, e);
 	if (!rc)
 		rc = total_loss(t, &sum, &valid, e);
 	free(tok);
 	free(tgt);
+	free(pos);
 	*loss = valid ? sum / (double)valid : NAN;
 	return rc;
 }
@@ -196,7 +200,7 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 	if (c->debug.hang_step == t->step + 1 && t->lay.rank == t->lay.world - 1)
 		debug_hang(t->step + 1);
 	prof_span data = prof_begin(t->prof, PROF_DATA);
-	int rc = read_batch(t->train, n, c->seq_len, tok, tgt, &valid, e);
+	int rc = read_batch(t->train, n, c->seq_len, tok, tgt, t->pos, &valid, e);
 	prof_end(t->prof, &data, -1, -1, -1, (int64_t)n * c->seq_len * 2 * (int64_t)sizeof(int));
 	double v = (double)valid;
 	if (!rc)
@@ -214,7 +218,7 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 		stage_zero_grad(&t->chunks[k]);
 		memset(&t->chunks[k].moe, 0, sizeof t->chunks[k].moe);
 	}
-	if ((rc = pipeline_train(&t->pl, tok, tgt, dscale, &sum, e)))
+	if ((rc = pipeline_train(&t->pl, tok, tgt, t->pos, dscale, &sum, e)))
 		return rc;
 	prof_span sp = prof_begin(t->prof, PROF_GRAD_SYNC);
 	rc = sync_grads(t, e);

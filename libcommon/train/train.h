@@ -39,6 +39,7 @@ typedef struct {
 	gradsync sync;        /* the sum over dp, overlapped with the backward */
 	fsdp fsdp;            /* fsdp > 1: the gathers and reduce-scatters of the shards */
 	pp_real *gather;      /* ZeRO-1: the parameter all-gather's buffer (largest chunk) */
+	int *pos;             /* packing: the step's positions in packed documents */
 	size_t gather_n;      /* its elements */
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */

@@ -534,6 +534,73 @@ static void check_two_in_flight(const char *preset, const pp_model_cfg *m, const
 	free(g);
 }
 
+/* Packed documents (stage_set_positions): two sequences holding documents
+ * of 3 and 5 tokens, and of 6 tokens and 2 of padding, give the loss and
+ * gradients of the three documents run apart, each from the start of a
+ * sequence (RoPE's positions differ, its distances do not). Dense models:
+ * a mixture of experts routes the microbatch as a whole. */
+static double packed_run(pp_stage *s, const int *tok, const int *tgt, const int *pos, pp_err *e)
+{
+	double sum = 0;
+	if (stage_set_positions(s, 0, pos, e) ||
+	    stage_forward(s, 0, tok, NULL, tgt, 1.0, &sum, NULL, NULL, e) ||
+	    stage_backward(s, 0, STAGE_BWD_FULL, NULL, NULL, e))
+		return NAN;
+	return sum;
+}
+
+static void check_packing(const char *preset, pp_stage *s)
+{
+	char name[128];
+	pp_err e = {0};
+	const int len[3] = {3, 5, 6}, at[3] = {0, 3, 8}; /* where each starts in the packed pair */
+	int tok[N], tgt[N], pos[N];
+	for (int i = 0; i < N; i++) {
+		tok[i] = (int)rng_below(17, (uint64_t)i, (uint64_t)s->cfg->vocab_size);
+		tgt[i] = PP_IGNORE_INDEX;
+		pos[i] = 0;
+	}
+	for (int d = 0; d < 3; d++)
+		for (int j = 0; j < len[d]; j++) {
+			pos[at[d] + j] = j;
+			tgt[at[d] + j] = j + 1 < len[d] ? tok[at[d] + j + 1] : PP_IGNORE_INDEX;
+		}
+	stage_zero_grad(s);
+	double packed = packed_run(s, tok, tgt, pos, &e);
+	pp_real *g = malloc(s->n_elems * sizeof(pp_real));
+	memcpy(g, s->g, s->n_elems * sizeof(pp_real));
+	/* apart: document d alone at the start of a sequence, padding after it */
+	stage_zero_grad(s);
+	double apart = 0;
+	for (int run = 0; run < 2; run++) {
+		int t2[N], g2[N];
+		for (int i = 0; i < N; i++)
+			t2[i] = 0, g2[i] = PP_IGNORE_INDEX;
+		for (int d = 0; d < 3; d++) {
+			const int seq = d == 2 ? 0 : d; /* run 0: A and B; run 1: C */
+			if ((run == 0) != (d < 2))
+				continue;
+			memcpy(t2 + seq * T, tok + at[d], (size_t)len[d] * sizeof(int));
+			memcpy(g2 + seq * T, tgt + at[d], (size_t)len[d] * sizeof(int));
+		}
+		apart += packed_run(s, t2, g2, NULL, &e);
+	}
+	double worst = 0;
+	for (size_t i = 0; i < s->n_elems; i++)
+		worst = fmax(worst,
+			     fabs((double)g[i] - s->g[i]) / fmax(fabs((double)s->g[i]), 1e-6));
+	snprintf(name, sizeof name, "gradcheck/%s/packed_equals_apart", preset);
+	CHECK(isfinite(packed) && fabs(packed - apart) <= 1e-9 * fabs(apart) && worst < 1e-6, name,
+	      "%s loss %.12g packed, %.12g apart; worst gradient %.3g", e.msg, packed, apart,
+	      worst);
+	/* and without positions the documents see each other: the loss differs */
+	stage_zero_grad(s);
+	double mixed = packed_run(s, tok, tgt, NULL, &e);
+	snprintf(name, sizeof name, "gradcheck/%s/packed_attention_differs_without", preset);
+	CHECK(fabs(mixed - packed) > 1e-6 * fabs(packed), name, "%.12g vs %.12g", mixed, packed);
+	free(g);
+}
+
 /* preset: the name in the checks' names; model and extra: overrides */
 static void check_family(const char *preset, const char *model, const char *extra)
 {
@@ -584,6 +651,10 @@ static void check_family(const char *preset, const char *model, const char *extr
 		stage_free(&r);
 	}
 	check_two_in_flight(preset, m, &s);
+	/* (with experts, routing sees the whole microbatch: its capacity and
+	 * load-balancing loss depend on what shares the sequence) */
+	if (m->pos != PP_POS_LEARNED && m->n_experts == 0)
+		check_packing(preset, &s);
 
 	/* split backward: input part then weight part, identical */
 	rs = whole;
