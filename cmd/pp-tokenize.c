@@ -281,7 +281,7 @@ int main(int argc, char **argv)
 	};
 	const cli_spec spec = {
 		"pp-tokenize",
-		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--format jsonl | "
+		"--tokenizer FILE -o OUT.h5 [--val-fraction F] [--seed N] [--format text|jsonl] ["
 		"--separator STR | --one-doc-per-file | --one-doc-per-line] [--json] [FILE...]",
 		"Tokenize text files or JSON lines (or standard input) into a pp-tokens dataset.",
 		opts,

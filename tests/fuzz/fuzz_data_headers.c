@@ -15,8 +15,13 @@
  *   flags & 16  the .bin tokens are the input bytes as they are; else each
  *               token is one input byte (a valid id), zero-extended
  *   flags & 32  also ask for the validation split (these formats have none)
+ *   flags & 64  packing=true: whole documents (Megatron), or the error for
+ *               data without documents (llm.c)
  * Checks: errors have a message; a batch that is read has every token in
- * the vocabulary and targets equal to the inputs shifted by one.
+ * the vocabulary; windows: targets equal to the inputs shifted by one,
+ * positions 0..T-1; packed: positions from 0 at each document, each
+ * target ignored or the next input of the same document (or the EOS
+ * after its last token), padding at the tail.
  * Built and run by tests/fuzz/test_fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
@@ -104,15 +109,23 @@ static unsigned char *tokens(const uint8_t *src, size_t n_src, size_t n, size_t 
 	return b;
 }
 
-static void check_batch(const int *tok, const int *tgt, int T)
+static void check_batch(const int *tok, const int *tgt, const int *pos, int T, bool packed)
 {
 	for (int b = 0; b < N_SEQ; b++)
 		for (int t = 0; t < T; t++) {
-			int x = tok[b * T + t], y = tgt[b * T + t];
-			if (x < 0 || x >= VOCAB || y < 0 || y >= VOCAB)
+			int x = tok[b * T + t], y = tgt[b * T + t], p = pos[b * T + t];
+			if (x < 0 || x >= VOCAB || y < -100 || y >= VOCAB || (!packed && y < 0))
 				__builtin_trap(); /* outside the vocabulary */
-			if (t + 1 < T && y != tok[b * T + t + 1])
+			if (!packed && ((t + 1 < T && y != tok[b * T + t + 1]) || p != t))
 				__builtin_trap(); /* targets are the inputs shifted by one */
+			if (packed && (p < 0 || p > t || (t == 0 && p != 0) ||
+				       (p > 0 && p != pos[b * T + t - 1] + 1)))
+				__builtin_trap(); /* positions count from 0 in a document */
+			bool next_same_doc = t + 1 < T && pos[b * T + t + 1] == p + 1;
+			if (packed && y >= 0 && next_same_doc && y != tok[b * T + t + 1])
+				__builtin_trap(); /* a target is the document's next token */
+			if (packed && y == -100 && next_same_doc)
+				__builtin_trap(); /* no mask: only padding is ignored */
 		}
 }
 
@@ -135,6 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c.seq_len = T;
 	c.seed = 7;
 	c.data_eos = true;
+	c.packing = flags & 64;
 	if (flags & 2)
 		snprintf(c.tokenizer, sizeof c.tokenizer, "%s", fuzz_file("tok.json"));
 	if (!(flags & 1)) {
@@ -175,23 +189,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			__builtin_trap();
 		return 0;
 	}
+	if ((flags & 64) && (flags & 1))
+		__builtin_trap(); /* llm.c shards have no documents to pack */
 	int *tok = malloc(sizeof(int) * N_SEQ * (size_t)T),
-	    *tgt = malloc(sizeof(int) * N_SEQ * (size_t)T);
+	    *tgt = malloc(sizeof(int) * N_SEQ * (size_t)T),
+	    *pos = malloc(sizeof(int) * N_SEQ * (size_t)T);
+	bool packed = flags & 64;
 	int rc = 0;
 	for (int i = 0; i < 3 && !rc; i++)
-		if (!(rc = data_next(d, N_SEQ, T, tok, tgt, NULL, &e)))
-			check_batch(tok, tgt, T);
+		if (!(rc = data_next(d, N_SEQ, T, tok, tgt, pos, &e)))
+			check_batch(tok, tgt, pos, T, packed);
 	/* far into the stream: later epochs */
-	uint64_t pos = (uint64_t)flags << (data[1] % 48);
-	if (!data_set_state(d, &pos, 1, &e) && !data_next(d, N_SEQ, T, tok, tgt, NULL, &e))
-		check_batch(tok, tgt, T);
+	uint64_t at = (uint64_t)flags << (data[1] % 48);
+	if (!data_set_state(d, &at, 1, &e) && !data_next(d, N_SEQ, T, tok, tgt, pos, &e))
+		check_batch(tok, tgt, pos, T, packed);
 	data_rewind(d);
-	if (!data_next(d, N_SEQ, T, tok, tgt, NULL, &e))
-		check_batch(tok, tgt, T);
+	if (!data_next(d, N_SEQ, T, tok, tgt, NULL, &e) &&
+	    !data_next(d, N_SEQ, T, tok, tgt, pos, &e))
+		check_batch(tok, tgt, pos, T, packed);
 	if (rc && !e.msg[0])
 		__builtin_trap();
 	free(tok);
 	free(tgt);
+	free(pos);
 	data_close(d);
 	return 0;
 }

@@ -7,7 +7,10 @@
 #                      resolving model presets (pp_config_load)
 #   fuzz_manifest      checkpoint manifest.json (ckpt_read_manifest)
 #   fuzz_tokens        pp-tokens datasets (tokens_open, tokens_read*) as HDF5 files
-#   fuzz_data_headers  Megatron .idx (+ .bin) and llm.c shards through data_open/data_next
+#   fuzz_data_headers  Megatron .idx (+ .bin) and llm.c shards through data_open/data_next,
+#                      as windows and packed
+#   fuzz_jsonl         pp-tokenize's JSON lines (jsonl_next, jsonl_encode), plain, gzip and
+#                      zstd, through the ChatML and the plain template
 #   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors)
 #   fuzz_gguf          GGUF files (tio_open_gguf: metadata, tensor infos, tokenizer), every
 #                      tensor dequantized
@@ -44,7 +47,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-15}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-8}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_jsonl fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile}
 out=$root/build/fuzz
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
 for v in "$secs" "$psecs"; do
@@ -55,8 +58,8 @@ want() { [[ " $targets " == *" $1 "* ]]; }
 mkdir -p "$out/artifacts" "$out/obj"
 h5=$(pkg-config --exists hdf5 2>/dev/null && echo hdf5 || echo hdf5-serial)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
-	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib $h5))
-libs=($(pkg-config --libs jansson libcrypto zlib $h5) -lpthread -lm)
+	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib libzstd $h5))
+libs=($(pkg-config --libs jansson libcrypto zlib libzstd $h5) -lpthread -lm)
 config_src="config/config config/types config/layout config/hparams schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
 model_src="model/table model/stage model/sizes model/layer model/pass model/kvcache model/packed model/moe comm/comm comm/boot base/rng"
 tok_src="tok/tokenizer tok/types tok/vocab tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
@@ -69,6 +72,7 @@ declare -A src=(
 	[fuzz_data_headers]="data/data data/megatron data/llmc data/tokens data/dataset base/h5util base/rng $config_src $tok_src"
 	[fuzz_safetensors]="formats/safetensors formats/safetensors_write formats/hfconfig formats/modeltable formats/fileio formats/llama2c formats/tensorio base/log $config_src $model_src $tok_src"
 	[fuzz_gguf]="formats/gguf formats/gguf_file formats/gguf_quant formats/gguf_tok formats/tensorio ../kernels/quant $config_src $tok_src"
+	[fuzz_jsonl]="data/jsonl base/zfile tok/chat $tok_src"
 	[fuzz_requests]="decode/request tok/chat decode/sample base/rng $tok_src"
 	[fuzz_tasks]="eval/task eval/formats eval/item config/types base/fsutil base/error"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
@@ -514,6 +518,9 @@ def llmc(magic, version, toks, width):
             b"".join(t.to_bytes(width, "little") for t in toks))
 seeds = {  # name: (flags, seq_len, file)
     "mega-u16": (0, 16, megatron([[20], [7, 9], [30]], 8)),
+    "mega-u16-packed": (64, 16, megatron([[20], [7, 9], [30], [1], [40]], 8)),
+    "mega-u8-eos-packed": (66, 8, megatron([[5], [0], [12, 3], [40], [2]], 1)),
+    "llmc-packed": (65, 16, llmc(20240520, 1, [i % 256 for i in range(64)], 2)),
     "mega-u8-eos": (2, 8, megatron([[5], [0], [12, 3], [40]], 1)),
     "mega-i32-eos-dp": (6, 5, megatron([[64], [1], [33]], 4)),
     "mega-i64": (0, 4, megatron([[10, 10], [10]], 5)),
@@ -529,6 +536,40 @@ for name, (flags, T, body) in seeds.items():
         f.write(bytes([flags, T - 1]) + body)
 EOF
 	run fuzz_data_headers 65536 "$psecs" "$s"
+fi
+
+# fuzz_jsonl: lines of each kind (text, prompt/completion as strings and as
+# messages, messages), a file of bad lines, and the same compressed by gzip
+# and zstd (whole and truncated), each after its flag byte; a dictionary of
+# the fields.
+if want fuzz_jsonl; then
+	s=$T/seeds-jsonl
+	mkdir -p "$s"
+	cat >"$T/good.jsonl" <<'EOF'
+{"text": "In the beginning God created the heaven and the earth.", "meta": {"book": 1}}
+{"prompt": "Who created the earth?", "completion": " God."}
+
+{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+{"prompt": [{"role": "user", "content": "a colour?"}], "completion": [{"role": "assistant", "content": "blue"}]}
+EOF
+	printf '{"text": 1}\n{"messages": [{"role": "tool", "content": "x"}]}\n{"prompt": "a"}\n{"messages": []}\nnot json\n' >"$T/bad.jsonl"
+	for f in good bad; do
+		{ printf '\000'; cat "$T/$f.jsonl"; } >"$s/$f-plain"
+		{ printf '\001'; cat "$T/$f.jsonl"; } >"$s/$f-chatml"
+		gzip -c "$T/$f.jsonl" >"$T/$f.gz"
+		{ printf '\003'; cat "$T/$f.gz"; } >"$s/$f-gz"
+		{ printf '\002'; head -c 60 "$T/$f.gz"; } >"$s/$f-gz-truncated"
+		if command -v zstd >/dev/null; then
+			zstd -q -c "$T/$f.jsonl" >"$T/$f.zst"
+			{ printf '\005'; cat "$T/$f.zst"; } >"$s/$f-zst"
+			{ printf '\006'; head -c 60 "$T/$f.zst"; } >"$s/$f-zst-truncated"
+		fi
+	done
+	for w in text prompt completion messages role content system user assistant meta '{' '}' \
+		'[' ']' ':' ',' '\"' '\\n' '\\u0000' '\\ud800' null true; do
+		echo "\"$w\""
+	done >"$T/jsonl.dict"
+	PP_FUZZ_VOCAB=$T/vocab.json run fuzz_jsonl 65536 "$psecs" "$s" -dict="$T/jsonl.dict"
 fi
 
 # fuzz_safetensors: one-layer llama and gpt2 models exported by pp-ckpt
