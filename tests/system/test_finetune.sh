@@ -58,3 +58,56 @@ expect_fail finetune/other_shape 2 "load_parameters_path $T/src.*model.layers.0.
 	pp-train $ft model.d_ff=80 run_dir=$T/bad
 check finetune/other_shape/nothing_written eval '! ls $T/bad/checkpoints/step_* >/dev/null 2>&1'
 expect_fail finetune/missing 2 "$T/nowhere" pp-train $base load_parameters_path=$T/nowhere run_dir=$T/bad2
+
+# LoRA in layouts: pp=2 x tp=2 and fsdp=2 train the adapters as one process does
+lora="$base steps=4 lr=1e-2 lora.rank=4 lora.alpha=8 load_parameters_path=$T/src"
+pp-train $lora run_dir=$T/lora_one --quiet >/dev/null 2>$T/lora_one.log ||
+	fail finetune/lora_one "$(tail -n 2 $T/lora_one.log)"
+for lay in "pp=2 tp=2" "fsdp=2" "dp=2"; do
+	n=$(( $(echo $lay | tr -dc 0-9 | fold -w1 | paste -sd'*' | bc) ))
+	ln=$(echo $lay | tr ' =' '_')
+	if mpirun -n $n --allow-run-as-root --oversubscribe pp-train $lora $lay \
+		run_dir=$T/lora_$ln --quiet >/dev/null 2>$T/lora_$ln.log; then
+		check finetune/lora_$ln/same_losses eval 'within "$(loss_diff $T/lora_one $T/lora_$ln)" 1e-5'
+	else
+		fail finetune/lora_$ln "$(tail -n 3 $T/lora_$ln.log)"
+	fi
+done
+
+# packing: documents of many lengths, packed; pp=2 (positions to every
+# stage) and dp=2 give one process's losses
+/usr/bin/python3 - $T/docs.h5 <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(7)
+docs = [rng.integers(3, 500, rng.integers(3, 40)).astype(np.uint32) for _ in range(200)]
+with h5py.File(sys.argv[1], "w", libver=("v108", "latest")) as f:
+    for k, v in {"format": "pp-tokens", "tokenizer_fingerprint": "", "tokenizer_kind": "none"}.items():
+        f.attrs[k] = v
+    f.attrs["version"] = np.int64(1)
+    f.attrs["vocab_size"] = np.int64(512)
+    f.attrs["bos_id"] = np.int64(-1)
+    f.attrs["eos_id"] = np.int64(2)
+    f.attrs["sources"] = ["random"]
+    for split, ds in (("train", docs[:180]), ("val", docs[180:])):
+        g = f.create_group(split)
+        toks = np.concatenate(ds)
+        off = np.concatenate([[0], np.cumsum([len(d) for d in ds])]).astype(np.uint64)
+        g.create_dataset("tokens", data=toks, dtype="<u4", maxshape=(None,), chunks=(1 << 20,))
+        g.create_dataset("doc_offsets", data=off, dtype="<u8", maxshape=(None,), chunks=(1 << 16,))
+        f.attrs[f"{split}_documents"] = np.uint64(len(ds))
+        f.attrs[f"{split}_tokens"] = np.uint64(len(toks))
+PY
+pk="model=llama-tiny model.vocab_size=512 data=$T/docs.h5 packing=true seq_len=32 global_batch=4 microbatch=2 steps=4 lr=1e-2 log_period=1"
+pp-train $pk run_dir=$T/pk_one --quiet >/dev/null 2>$T/pk_one.log || fail finetune/packing_one "$(tail -n 2 $T/pk_one.log)"
+pp-train $pk packing=false run_dir=$T/pk_off --quiet >/dev/null 2>$T/pk_off.log
+check finetune/packing/differs_from_windows eval '! within "$(loss_diff $T/pk_one $T/pk_off)" 1e-6'
+for lay in "pp=2" "dp=2"; do
+	ln=$(echo $lay | tr '=' '_')
+	if mpirun -n 2 --allow-run-as-root --oversubscribe pp-train $pk $lay run_dir=$T/pk_$ln \
+		--quiet >/dev/null 2>$T/pk_$ln.log; then
+		check finetune/packing_$ln/same_losses eval 'within "$(loss_diff $T/pk_one $T/pk_$ln)" 1e-5'
+	else
+		fail finetune/packing_$ln "$(tail -n 3 $T/pk_$ln.log)"
+	fi
+done
+expect_fail finetune/packing_synthetic 2 "packing" pp-train model=llama-tiny packing=true run_dir=$T/bad3
