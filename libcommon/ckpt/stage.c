@@ -33,12 +33,12 @@ void ckpt_saved_block(const pp_param *p, ckpt_tensor *c)
 
 bool ckpt_rank_saves(const pp_stage *st, const pp_param *p)
 {
-	return p->tp_owner && !stage_is_embedding_copy(st, p);
+	return p->tp_owner && !p->frozen && !stage_is_embedding_copy(st, p);
 }
 
 bool ckpt_shard_holds(const pp_stage *st, const pp_param *p)
 {
-	return p->off >= st->n_shared || st->spec.ep.rank == 0;
+	return stage_is_expert(st, p) || st->spec.ep.rank == 0;
 }
 
 size_t ckpt_optim_max_ranges(const pp_param *p, size_t lo, size_t hi, bool fused)
@@ -79,6 +79,8 @@ void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs)
 {
 	for (int i = 0; i < st->n_params; i++) {
 		const pp_param *p = &st->params[i];
+		if (p->frozen) /* a LoRA run's base: from its source (tio_load_base) */
+			continue;
 		size_t len = (size_t)(p->block_rows * p->shape[1]);
 		for (int b = 0; b < p->n_blocks; b++) {
 			ckpt_tensor *c = &cs->tensors[cs->n_tensors++];

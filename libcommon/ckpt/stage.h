@@ -23,8 +23,10 @@ void ckpt_entry_of(const pp_param *p, int block, ckpt_tensor *c);
  * over tp and saved by tp rank 0 when split). */
 void ckpt_saved_block(const pp_param *p, ckpt_tensor *c);
 
-/* Whether p is saved by this rank at all: the tp rank that owns it, and not
- * the last stage's copy of a tied embedding (the first stage saves it). */
+/* Whether p is saved by this rank at all: the tp rank that owns it, not
+ * the last stage's copy of a tied embedding (the first stage saves it), and
+ * not a LoRA run's frozen base (its checkpoints hold the adapters; the base
+ * is its load_parameters_path's, or the seed's). */
 bool ckpt_rank_saves(const pp_stage *st, const pp_param *p);
 
 /* ZeRO-1: the elements of p inside [lo, hi) of its chunk's flat buffer, as

@@ -190,6 +190,7 @@ static const key_desc keys[] = {
 	STR("lora.targets", lora.targets, "\"all\"", F_NONEMPTY),
 	NUM("lora.dropout", K_REAL, lora.dropout, "0", R_UNIT, 0),
 	ENUM("lora.base_dtype", K_INT, lora.base_dtype, pp_type_names, "\"fp32\"", 0),
+	STR("lora.base_sha256", lora.base_sha256, "\"\"", 0),
 	STR("run_dir", run_dir, "\"runs/default\"", F_NONEMPTY),
 	NUM("checkpoint_period", K_LONG, checkpoint_period, "0", R_GE0, 0),
 	BOOL("save_on_completion", save_on_completion, "true", 0),

@@ -129,6 +129,9 @@ typedef struct {
 		char targets[256]; /* all | attention | mlp | projection names, comma-separated */
 		double dropout;
 		int base_dtype; /* PP_TYPE_*: how the frozen base weights are held */
+		/* the base's fingerprint (tio_base_sha256), set at step 0 from
+		 * load_parameters_path and checked whenever the base is read */
+		char base_sha256[65];
 	} lora;
 	char run_dir[PP_PATH_MAX];
 	long checkpoint_period;  /* 0 = only at the end */

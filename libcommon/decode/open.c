@@ -117,7 +117,8 @@ int decode_model_load(decode_model *m, pp_err *e)
 		stage_init_params(&m->s, cfg->seed);
 	else if (m->gguf)
 		rc = tio_load_stage(&m->s, m->gguf, m->source, e);
-	else /* --ckpt's, or the newest sound one in the config's run_dir */
+	else if (!(rc = tio_load_base(&m->s, cfg, e))) /* a LoRA run's base, then */
+		/* --ckpt's, or the newest sound one in the config's run_dir */
 		rc = ckpt_load_stage(&m->s, cfg, m->dir[0] ? m->dir : NULL, m->source,
 				     sizeof m->source, &m->step, e);
 	if (m->random_init)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../config/hparams.h"
+#include "stageload.h"
 
 static bool is_adapter(const char *name)
 {
@@ -47,12 +48,35 @@ int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, in
 
 typedef struct {
 	tio_source *inner;
+	tio_source *base; /* merged: the base the run trained on (its checkpoints hold adapters) */
 	tio_lora_view view;
 	int *map;       /* view tensor i: inner tensor map[i] */
 	int *a, *b;     /* merged: its adapters' inner tensors, -1 for none */
 	double scale;   /* merged */
 	float *fa, *fb; /* merged: scratch */
 } view_impl;
+
+/* The base a LoRA run's checkpoint (src) trained on: its config's
+ * load_parameters_path, still of the fingerprint it recorded. */
+static int open_base(const tio_source *src, tio_source **base, pp_err *e)
+{
+	json_t *cfg = src->meta.config;
+	const char *path = json_string_value(json_object_get(cfg, "load_parameters_path"));
+	const char *sha = json_string_value(
+		json_object_get(json_object_get(cfg, "lora"), "base_sha256"));
+	char hex[65];
+	if (!path || !path[0])
+		return pp_errorf(e, PP_EUSAGE,
+				 "the run's base was seeded (no load_parameters_path): there is "
+				 "no base model to merge the adapters into");
+	int rc = sha && sha[0] ? tio_base_sha256(path, hex, e) : 0;
+	if (!rc && sha && sha[0] && strcmp(hex, sha))
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "the LoRA base %s has changed: its sha256 is %.12s..., the run "
+			       "trained on %.12s... (lora.base_sha256)",
+			       path, hex, sha);
+	return rc ? rc : tio_open_source(tio_guess_format(path), path, base, e);
+}
 
 static int inner_index(const tio_source *s, const char *name)
 {
@@ -65,7 +89,8 @@ static int inner_index(const tio_source *s, const char *name)
 static int view_read(tio_source *s, int i, const char *group, float *out, pp_err *e)
 {
 	view_impl *v = s->impl;
-	int rc = v->inner->read(v->inner, v->map[i], group, out, e);
+	tio_source *from = v->base ? v->base : v->inner;
+	int rc = from->read(from, v->map[i], group, out, e);
 	if (rc || v->view != TIO_LORA_MERGED || v->a[i] < 0 || strcmp(group, "params"))
 		return rc;
 	const tio_tensor *ta = &v->inner->tensors[v->a[i]], *tb = &v->inner->tensors[v->b[i]];
@@ -94,6 +119,8 @@ static void view_close(tio_source *s)
 {
 	view_impl *v = s->impl;
 	v->inner->close(v->inner);
+	if (v->base)
+		v->base->close(v->base);
 	free(v->map);
 	free(v->a);
 	free(v->b);
@@ -134,11 +161,18 @@ int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_
 		inner->close(inner);
 		return rc;
 	}
+	s->impl = v;
 	v->inner = inner;
 	v->view = view;
 	v->scale = alpha / (rslora ? sqrt((double)rank) : (double)rank);
-	for (int i = 0; i < inner->n; i++) {
-		const tio_tensor *t = &inner->tensors[i];
+	/* merged: the base's tensors, from the source the run loaded them from */
+	if (view == TIO_LORA_MERGED && (rc = open_base(inner, &v->base, e))) {
+		view_close(s);
+		return rc;
+	}
+	const tio_source *list = v->base ? v->base : inner;
+	for (int i = 0; i < list->n; i++) {
+		const tio_tensor *t = &list->tensors[i];
 		if (is_adapter(t->name) != (view == TIO_LORA_ADAPTERS))
 			continue;
 		const int k = s->n++;
@@ -159,6 +193,8 @@ int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_
 				v->a[k] = -1;
 		}
 	}
+	s->impl = v;
+	s->close = view_close;
 	s->format = inner->format;
 	s->meta = inner->meta;
 	s->meta.has_state = false;

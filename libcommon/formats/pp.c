@@ -320,7 +320,7 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 		if ((rc = ckpt_writer_put(f->shard, &c, e)))
 			return rc;
 	}
-	const bool expert = p->off >= st->n_shared;
+	const bool expert = stage_is_expert(st, p);
 	ckpt_writer **optim = (f - f->ep_rank)->optim; /* ep rank 0 holds the group's files */
 	for (int d = 0; adam && k->zero && d < k->dp; d++) {
 		if (expert && d % k->ep != f->ep_rank)

@@ -1,10 +1,15 @@
 /* A stage's parameters from a tensorio source (stageload.h). */
 #include "stageload.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "../base/sha256.h"
+#include "../ckpt/ckpt.h"
 
 const char *tio_guess_format(const char *path)
 {
@@ -69,10 +74,10 @@ int tio_load_stage(pp_stage *s, tio_source *src, const char *what, pp_err *e)
 	int rc = 0;
 	for (int i = 0; i < s->n_params && !rc; i++) {
 		const pp_param *p = &s->params[i];
-		/* the part of p this rank holds */
+		/* the part of p this rank holds (a frozen base: all of it) */
 		size_t lo = p->off > s->w_lo ? p->off : s->w_lo;
 		size_t hi = p->off + p->n < s->w_hi ? p->off + p->n : s->w_hi;
-		if (!tio_loads_param(p) || lo >= hi)
+		if (!tio_loads_param(p) || (!p->frozen && lo >= hi))
 			continue;
 		const int t = find_tensor(src, p, what, e);
 		if (t < 0) {
@@ -95,15 +100,12 @@ int tio_load_stage(pp_stage *s, tio_source *src, const char *what, pp_err *e)
 		}
 		if ((rc = src->read(src, t, "params", whole, e)))
 			break;
-		for (size_t j = lo - p->off; j < hi - p->off; j++)
+		for (size_t j = 0; j < p->n; j++)
 			part[j] = (pp_real)whole[param_global_index(p, j)];
-		s->ops->to_device(stage_w(s, lo), part + (lo - p->off),
-				  (hi - lo) * sizeof(pp_real));
+		stage_put_param(s, p, part);
 	}
 	free(whole);
 	free(part);
-	if (!rc)
-		stage_weights_changed(s);
 	return rc;
 }
 
@@ -128,4 +130,61 @@ int tio_model_diff(const tio_source *src, const pp_config *c,
 		n++;
 	}
 	return n;
+}
+
+int tio_base_sha256(const char *path, char hex[65], pp_err *e)
+{
+	struct stat st;
+	char file[PP_PATH_MAX + 96], dir[PP_PATH_MAX + 64];
+	if (stat(path, &st))
+		return pp_errorf(e, PP_EUSAGE, "load_parameters_path %s: %s", path,
+				 strerror(errno));
+	if (S_ISREG(st.st_mode))
+		return sha256_file(path, hex, NULL, e);
+	if (!strcmp(tio_guess_format(path), "safetensors")) {
+		snprintf(file, sizeof file, "%s/model.safetensors.index.json", path);
+		if (access(file, F_OK))
+			snprintf(file, sizeof file, "%s/model.safetensors", path);
+		return sha256_file(file, hex, NULL, e);
+	}
+	int rc = ckpt_resolve(path, dir, sizeof dir, e);
+	if (rc)
+		return rc;
+	snprintf(file, sizeof file, "%s/manifest.json", dir);
+	return sha256_file(file, hex, NULL, e);
+}
+
+int tio_load_base(pp_stage *s, const pp_config *c, pp_err *e)
+{
+	const char *path = c->load_parameters_path;
+	if (!s->n_base)
+		return 0;
+	if (!path[0]) { /* a seeded base: the seeded stage, the adapters kept */
+		pp_real *keep = malloc((s->w_hi - s->w_lo) * sizeof(pp_real) + 1);
+		if (!keep)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory");
+		s->ops->to_host(keep, s->w, (s->w_hi - s->w_lo) * sizeof(pp_real));
+		stage_init_params(s, c->seed);
+		s->ops->to_device(s->w, keep, (s->w_hi - s->w_lo) * sizeof(pp_real));
+		stage_weights_changed(s);
+		free(keep);
+		return 0;
+	}
+	char hex[65], what[PP_PATH_MAX + 64];
+	int rc = 0;
+	if (c->lora.base_sha256[0] && !(rc = tio_base_sha256(path, hex, e)) &&
+	    strcmp(hex, c->lora.base_sha256))
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "the LoRA base %s has changed: its sha256 is %.12s..., the run "
+			       "trained on %.12s... (lora.base_sha256)",
+			       path, hex, c->lora.base_sha256);
+	tio_source *src = NULL;
+	snprintf(what, sizeof what, "the LoRA base %s", path);
+	if (!rc)
+		rc = tio_open_source(tio_guess_format(path), path, &src, e);
+	if (!rc)
+		rc = tio_load_stage(s, src, what, e);
+	if (src)
+		src->close(src);
+	return rc;
 }

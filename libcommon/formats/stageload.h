@@ -27,6 +27,19 @@ bool tio_loads_param(const pp_param *p);
  * (the source as the user named it). */
 int tio_load_stage(pp_stage *s, tio_source *src, const char *what, pp_err *e);
 
+/* A fingerprint of the model at path, in lower-case hex: the sha256 of a
+ * file (GGUF, safetensors), of a pp checkpoint's manifest (which holds every
+ * file's sha256; a run directory's newest sound checkpoint), or of a
+ * safetensors directory's model.safetensors or its index. */
+int tio_base_sha256(const char *path, char hex[65], pp_err *e);
+
+/* A LoRA stage's frozen base (pp_param.frozen), as its run trained on it:
+ * the parameters of c->load_parameters_path, whose fingerprint must still
+ * be c->lora.base_sha256 where that is set (else PP_EUSAGE: the base
+ * changed), or without one the seeded initialisation of c->seed. The
+ * adapters are left as they were. */
+int tio_load_base(pp_stage *s, const pp_config *c, pp_err *e);
+
 /* The keys of the source's model (meta->model) that differ from the
  * config's c->json "model": calls fn once per key with both values as
  * JSON text ("(absent)" for none). Returns the number of keys. */

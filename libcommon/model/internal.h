@@ -165,6 +165,8 @@ static inline pp_act *W(const pp_stage *s, int i)
 {
 	if (i < 0)
 		return NULL;
+	if (s->params[i].frozen)
+		return pp_act_at(s->ops, s->base, s->params[i].off);
 	if (!s->unit_w)
 		return pp_act_at(s->ops, s->wc, s->params[i].off);
 	const int u = s->param_unit[i];
@@ -178,6 +180,8 @@ static inline pp_real *G(const pp_stage *s, int i)
 {
 	if (i < 0 || (s->params[i].frozen && s->params[i].ndim == 2))
 		return NULL;
+	if (s->params[i].frozen)
+		return s->sink;
 	if (!s->unit_g)
 		return s->g + s->params[i].off;
 	const int u = s->param_unit[i];
@@ -273,6 +277,11 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a);
 /* FSDP's units (stage_units): their bounds, each parameter's unit, and the
  * part of the buffer this rank keeps (w_lo, w_hi). */
 int stage_describe_units(pp_stage *s, pp_err *e);
+/* Where layer l's part of the buffer starts, and what follows the layers
+ * (the final norm and the head; n_shared when the stage holds none of it:
+ * a middle stage, or the frozen base under LoRA). */
+size_t stage_layer_from(const pp_stage *s, int l);
+size_t stage_tail_from(const pp_stage *s);
 
 /* lora.c: the adapters of members [k0, k1) (LORA_*) of one product of
  * layer li, whose output (N rows of ld) the members share and whose input

@@ -155,7 +155,8 @@ typedef struct {
 	double init_value;
 	double init_bound; /* > 0: uniform(-bound, bound) instead (LoRA's A, as PEFT's
 			    * Kaiming uniform: 1 / sqrt(fan in)) */
-	bool frozen;       /* a base weight under LoRA: no gradient, never updated */
+	bool frozen;       /* a base weight under LoRA: held in pp_stage.base (off is
+			    * into it), no gradient, never updated, not in checkpoints */
 	int lora;          /* LoRA's A (1) or B (2) of a projection; 0 for the others */
 } pp_param;
 
@@ -183,7 +184,15 @@ typedef struct pp_stage {
 	 * w[x - w_lo] (stage_w, stage_g). */
 	size_t w_lo, w_hi;
 	pp_real *w, *g; /* master weights, gradients */
-	pp_act *wc;     /* the weights in the compute type, which the forward and backward
+	/* Under LoRA the frozen base lives apart, in the compute type only
+	 * (no master, no gradient, no optimizer state; pp_param.frozen): a
+	 * frozen parameter's off is into base, of n_base elements, and the
+	 * buffer above (n_elems) holds the adapters alone. sink takes the
+	 * gradients the norms' kernels compute for frozen vectors, unused. */
+	size_t n_base;
+	pp_act *base;
+	pp_real *sink;
+	pp_act *wc; /* the weights in the compute type, which the forward and backward
 			 * read: w itself when that is pp_real, else a copy (stage_weights_changed) */
 	/* FSDP's units (stage_units): n_units + 1 bounds in the buffer, each
 	 * parameter's unit, and where each unit's weights and gradient buffer
@@ -289,11 +298,22 @@ void stage_weights_changed(pp_stage *s);
 /* The same for the elements [lo, hi) of w only. */
 void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi);
 
+/* Writes p's values (host, p->n of them, this rank's slice) where the stage
+ * keeps p: the part of the master buffer it holds (and its compute copy),
+ * or the frozen base. */
+void stage_put_param(pp_stage *s, const pp_param *p, const pp_real *host);
+
 /* Element x of the master weights and of the gradients (w_lo <= x <= w_hi). */
 static inline pp_real *stage_w(const pp_stage *s, size_t x) { return s->w + (x - s->w_lo); }
 static inline pp_real *stage_g(const pp_stage *s, size_t x) { return s->g + (x - s->w_lo); }
 
 const pp_param *stage_find_param(const pp_stage *s, const char *name);
+
+/* Whether p is one of this rank's experts (in [n_shared, n_elems)). */
+static inline bool stage_is_expert(const pp_stage *s, const pp_param *p)
+{
+	return !p->frozen && p->off >= s->n_shared;
+}
 
 /* Whether p is the last stage's copy of a tied embedding (the first stage
  * holds the one that counts). */

@@ -196,18 +196,6 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, co
 	return 0;
 }
 
-/* Where layer l's tensors start in the buffer (its first is norm1_w), and
- * where what follows the layers starts (the final norm, the head). */
-static size_t layer_from(const pp_stage *s, int l)
-{
-	return s->params[s->acts->layer[l].norm1_w].off;
-}
-
-static size_t tail_from(const pp_stage *s)
-{
-	return s->last ? s->params[s->acts->normf_w].off : s->n_shared;
-}
-
 /* Tells spec.grad_ready that g[from, n_shared) is final, when report. */
 static int grads_final(pp_stage *s, bool report, size_t from, pp_err *e)
 {
@@ -238,7 +226,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 				slot);
 		/* the head's weight gradient came in the forward; the final norm's
 		 * in the input part: the buffer's end is final first */
-		if ((rc = grads_final(s, report, tail_from(s), e)))
+		if ((rc = grads_final(s, report, stage_tail_from(s), e)))
 			return rc;
 		for (int l = L - 1; l >= 0; l--) {
 			layer_acts t = layer_view(s, sa, l);
@@ -246,7 +234,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 				return rc;
 			layer_backward(s, &a->layer[l], &t, part, e);
 			if ((rc = unit_done(s, 1 + l, e)) ||
-			    (rc = grads_final(s, report, layer_from(s, l), e)))
+			    (rc = grads_final(s, report, stage_layer_from(s, l), e)))
 				return rc;
 		}
 		sa->has_input_grad = 0;
@@ -273,7 +261,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 	} else {
 		o->to_device(a->d_res, dout, NC * pp_act_size(o));
 	}
-	if ((rc = grads_final(s, report, tail_from(s), e)))
+	if ((rc = grads_final(s, report, stage_tail_from(s), e)))
 		return rc;
 	for (int l = L - 1; l >= 0; l--) {
 		layer_acts t = layer_view(s, sa, l);
@@ -286,7 +274,7 @@ int stage_backward(pp_stage *s, int slot, int part, const pp_act *dout, pp_act *
 			return rc;
 		if ((rc = layer_backward(s, &a->layer[l], &t, part, e)) ||
 		    (rc = unit_done(s, 1 + l, e)) ||
-		    (rc = grads_final(s, report, layer_from(s, l), e)))
+		    (rc = grads_final(s, report, stage_layer_from(s, l), e)))
 			return rc;
 	}
 	if (s->first) {
@@ -313,7 +301,7 @@ int stage_reduce_replica_grads(pp_stage *s, size_t lo, size_t hi, pp_err *e)
 	 * allreduce over the whole group of a buffer with one slot per head. */
 	for (int i = 0; i < s->n_params; i++) {
 		pp_param *p = &s->params[i];
-		if (!p->grad_partial || p->off < lo || p->off >= hi)
+		if (!p->grad_partial || p->frozen || p->off < lo || p->off >= hi)
 			continue;
 		/* the part held: every tp rank holds the same part (FSDP shards
 		 * alike layouts alike) */

@@ -166,7 +166,7 @@ void stage_sizes(const pp_stage *s, size_t A, stage_bytes *out)
 	stage_slot_counts(s, &sc);
 	stage_scratch_counts(s, A, &xc);
 	*out = (stage_bytes){
-		.params = (int64_t)(held * A),
+		.params = (int64_t)((held + s->n_base) * A),
 		.master = A == R ? 0 : (int64_t)(held * R),
 		.grads = s->spec.no_grad ? 0 : (int64_t)(held * R),
 		.slot = (int64_t)((sum(sc.act, SA_NACT) - sc.act[SA_LOGITS]) * A +

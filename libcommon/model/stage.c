@@ -168,6 +168,17 @@ static int alloc_buffers(pp_stage *s)
 	const size_t held = s->w_hi - s->w_lo;
 	s->w = ops->alloc(held * sizeof(pp_real));
 	s->g = spec->no_grad ? NULL : ops->alloc(held * sizeof(pp_real));
+	if (s->n_base) {
+		/* the frozen base, and the sink of its vectors' gradients */
+		size_t most = 0;
+		for (int i = 0; i < s->n_params; i++)
+			if (s->params[i].frozen && s->params[i].ndim == 1 && s->params[i].n > most)
+				most = s->params[i].n;
+		s->base = ops->alloc(s->n_base * pp_act_size(ops));
+		s->sink = ops->alloc((most ? most : 1) * sizeof(pp_real));
+		if (!s->base || !s->sink)
+			return -1;
+	}
 	s->wc = ops->act_type == PP_TYPE_REAL ? (pp_act *)s->w
 					      : ops->alloc(held * pp_act_size(ops));
 	if (held && (!s->w || !s->wc || (!s->g && !spec->no_grad)))
@@ -301,6 +312,8 @@ void stage_free(pp_stage *s)
 		ops->free(s->wc);
 	ops->free(s->w);
 	ops->free(s->g);
+	ops->free(s->base);
+	ops->free(s->sink);
 	free(s->params);
 	free(s->unit_lo);
 	free(s->param_unit);
@@ -311,11 +324,11 @@ void stage_free(pp_stage *s)
 
 void stage_init_params(pp_stage *s, uint64_t seed)
 {
-	pp_real *host = malloc(s->n_elems * sizeof(pp_real));
+	pp_real *host = malloc((s->n_elems + s->n_base) * sizeof(pp_real));
 	for (int i = 0; i < s->n_params; i++) {
 		const pp_param *p = &s->params[i];
 		uint64_t key = rng_key(seed, p->name);
-		pp_real *x = host + p->off;
+		pp_real *x = host + p->off + (p->frozen ? s->n_elems : 0);
 		if (p->init_bound > 0) {
 #pragma omp parallel for
 			for (size_t j = 0; j < p->n; j++)
@@ -333,8 +346,24 @@ void stage_init_params(pp_stage *s, uint64_t seed)
 		}
 	}
 	s->ops->to_device(s->w, host + s->w_lo, (s->w_hi - s->w_lo) * sizeof(pp_real));
+	if (s->n_base)
+		s->ops->to_act(s->base, host + s->n_elems, s->n_base);
 	free(host);
 	stage_weights_changed(s);
+}
+
+void stage_put_param(pp_stage *s, const pp_param *p, const pp_real *host)
+{
+	if (p->frozen) {
+		s->ops->to_act(pp_act_at(s->ops, s->base, p->off), host, p->n);
+		return;
+	}
+	const size_t lo = p->off > s->w_lo ? p->off : s->w_lo;
+	const size_t hi = p->off + p->n < s->w_hi ? p->off + p->n : s->w_hi;
+	if (lo >= hi)
+		return;
+	s->ops->to_device(stage_w(s, lo), host + (lo - p->off), (hi - lo) * sizeof(pp_real));
+	stage_weights_range_changed(s, lo, hi);
 }
 
 void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi)

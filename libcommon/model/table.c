@@ -12,6 +12,7 @@
 typedef struct {
 	pp_stage *s;
 	int cap;
+	int lora; /* adding LoRA's A (1) or B (2): under LoRA all else is the frozen base */
 } table_builder;
 
 static int add_param(table_builder *tb, const pp_param *proto)
@@ -32,8 +33,11 @@ static int add_param(table_builder *tb, const pp_param *proto)
 	if (!p->replicas)
 		p->replicas = 1;
 	p->n = (size_t)p->shape[0] * (size_t)p->shape[1];
-	p->off = s->n_elems;
-	s->n_elems += p->n;
+	p->lora = tb->lora;
+	p->frozen = s->spec.lora.rank > 0 && !tb->lora;
+	size_t *end = p->frozen ? &s->n_base : &s->n_elems;
+	p->off = *end;
+	*end += p->n;
 	return s->n_params++;
 }
 
@@ -181,17 +185,17 @@ static void lora_table(namer *n, layer_index *li, int i)
 			 hparams_lora_names[k]);
 		snprintf(b, sizeof b, "model.layers.%d.%s.%s.lora_B.weight", i, mb[k].module,
 			 hparams_lora_names[k]);
-		if (mb[k].column) {
-			li->lora_a[k] = lora_whole(n, a, R, C, 1 / sqrt((double)C));
-			li->lora_b[k] = row_block(n, b, 2, mb[k].rows, mb[k].grows, mb[k].row, R,
-						  mb[k].replicas, 0);
-		} else {
-			li->lora_a[k] = col_block(n, a, R, mb[k].rows, mb[k].grows, mb[k].row, 0);
+		n->tb->lora = 1;
+		li->lora_a[k] = mb[k].column
+					? lora_whole(n, a, R, C, 1 / sqrt((double)C))
+					: col_block(n, a, R, mb[k].rows, mb[k].grows, mb[k].row, 0);
+		if (!mb[k].column)
 			n->tb->s->params[li->lora_a[k]].init_bound = 1 / sqrt((double)mb[k].grows);
-			li->lora_b[k] = lora_whole(n, b, C, R, 0);
-		}
-		n->tb->s->params[li->lora_a[k]].lora = 1;
-		n->tb->s->params[li->lora_b[k]].lora = 2;
+		n->tb->lora = 2;
+		li->lora_b[k] = mb[k].column ? row_block(n, b, 2, mb[k].rows, mb[k].grows,
+							 mb[k].row, R, mb[k].replicas, 0)
+					     : lora_whole(n, b, C, R, 0);
+		n->tb->lora = 0;
 	}
 }
 
@@ -200,7 +204,7 @@ static void lora_table(namer *n, layer_index *li, int i)
 void stage_build_table(pp_stage *s, pp_stage_acts *a)
 {
 	const pp_model_cfg *m = s->cfg;
-	table_builder tb = {s, 0};
+	table_builder tb = {s, 0, 0};
 	namer n = {&tb, s, ""};
 	const bool gpt = m->family == PP_FAMILY_GPT;
 	const bool ln = m->norm == PP_NORM_LAYER, gated = m->mlp != PP_MLP_GELU;
@@ -337,9 +341,6 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
 				    : row_block(&n, "lm_head.weight", 2, s->vocab, m->vocab_size,
 						s->vocab_begin, C, 1, std);
 	}
-	/* under LoRA every other tensor is the frozen base */
-	for (int i = 0; s->spec.lora.rank > 0 && i < s->n_params; i++)
-		s->params[i].frozen = !s->params[i].lora;
 	/* This rank's experts of every MoE layer, after everything the ep
 	 * group shares; Mixtral's names, each expert's w1 (gate) and w3 (up)
 	 * adjacent: one (2F, C) product */
@@ -367,7 +368,6 @@ void stage_build_table(pp_stage *s, pp_stage_acts *a)
  * part of the buffer this rank keeps. */
 int stage_describe_units(pp_stage *s, pp_err *e)
 {
-	const pp_stage_acts *a = s->acts;
 	const int L = s->layer_end - s->layer_begin;
 	s->n_units = L + 2;
 	s->unit_lo = calloc((size_t)s->n_units + 1, sizeof *s->unit_lo);
@@ -375,10 +375,12 @@ int stage_describe_units(pp_stage *s, pp_err *e)
 	if (!s->unit_lo || !s->param_unit)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	for (int l = 0; l < L; l++)
-		s->unit_lo[1 + l] = s->params[a->layer[l].norm1_w].off;
-	s->unit_lo[L + 1] = s->last ? s->params[a->normf_w].off : s->n_shared;
+		s->unit_lo[1 + l] = stage_layer_from(s, l);
+	s->unit_lo[L + 1] = stage_tail_from(s);
 	s->unit_lo[L + 2] = s->n_shared;
 	for (int i = 0, u = 0; i < s->n_params; i++) {
+		if (s->params[i].frozen) /* not in the buffer the units cut */
+			continue;
 		while (u < s->n_units && s->params[i].off >= s->unit_lo[u + 1])
 			u++;
 		s->param_unit[i] = u;
@@ -413,4 +415,20 @@ const pp_param *stage_find_param(const pp_stage *s, const char *name)
 bool stage_is_embedding_copy(const pp_stage *s, const pp_param *p)
 {
 	return s->last && !s->first && s->cfg->tied_embeddings && p == &s->params[0];
+}
+
+/* The first parameter of the buffer that layer l holds: its input norm, or
+ * under LoRA its first adapter. */
+size_t stage_layer_from(const pp_stage *s, int l)
+{
+	const layer_index *li = &s->acts->layer[l];
+	for (int k = 0; s->spec.lora.rank > 0 && k < LORA_MEMBERS; k++)
+		if (li->lora_a[k] >= 0)
+			return s->params[li->lora_a[k]].off;
+	return s->spec.lora.rank > 0 ? s->n_shared : s->params[li->norm1_w].off;
+}
+
+size_t stage_tail_from(const pp_stage *s)
+{
+	return s->last && s->spec.lora.rank == 0 ? s->params[s->acts->normf_w].off : s->n_shared;
 }

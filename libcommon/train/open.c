@@ -96,7 +96,8 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 		if (!params_only && (rc = optim_create(&t->opt[k], t->ops, &r, e)))
 			return rc;
 		/* a tied embedding is summed with the pipeline's other end first */
-		if (m->tied_embeddings && (l->pp > 1 || l->v > 1) && (st->first || st->last))
+		if (m->tied_embeddings && (l->pp > 1 || l->v > 1) && (st->first || st->last) &&
+		    !st->params[0].frozen)
 			hold[k] = st->params[0].n;
 	}
 	if (params_only)
@@ -186,6 +187,24 @@ static void model_differs(void *ctx, const char *key, const char *there, const c
 			 t->cfg->load_parameters_path, key, there, here);
 }
 
+/* A LoRA run on load_parameters_path: the base's fingerprint goes into the
+ * config its checkpoints keep (lora.base_sha256), or, given, must match. */
+static int note_base(trainer *t, pp_err *e)
+{
+	pp_config *c = t->cfg;
+	char hex[65];
+	int rc = tio_base_sha256(c->load_parameters_path, hex, e);
+	if (!rc && c->lora.base_sha256[0] && strcmp(hex, c->lora.base_sha256))
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "lora.base_sha256 is %s, but load_parameters_path %s has %s",
+			       c->lora.base_sha256, c->load_parameters_path, hex);
+	if (rc)
+		return rc;
+	snprintf(c->lora.base_sha256, sizeof c->lora.base_sha256, "%s", hex);
+	json_object_set_new(json_object_get(c->json, "lora"), "base_sha256", json_string(hex));
+	return 0;
+}
+
 int trainer_init(trainer *t, pp_err *e)
 {
 	const pp_config *c = t->cfg;
@@ -209,6 +228,8 @@ int trainer_init(trainer *t, pp_err *e)
 		fsdp_params_changed(&t->fsdp);
 	if (rc && !strstr(e->msg, path))
 		pp_err_prefix(e, "%s", what);
+	if (!rc && c->lora.rank > 0)
+		rc = note_base(t, e);
 	if ((rc = agree(t, rc, e)))
 		return rc;
 	if (t->lay.rank == 0)

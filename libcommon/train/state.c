@@ -5,6 +5,7 @@
 
 #include "../base/log.h"
 #include "../ckpt/stage.h"
+#include "../formats/stageload.h"
 #include "internal.h"
 
 /* Copies chunk k's parameters and AdamW state to host memory, into
@@ -76,7 +77,7 @@ static int gather_fused(trainer *t, const pp_param *p, const ckpt_host *h, pp_re
 static int add_optim_part(const pp_stage *st, const pp_param *p, const ckpt_host *h, bool fused,
 			  ckpt_state *cs, void **owned, int *n_owned, pp_err *e)
 {
-	const int i = p->off < st->n_shared ? OPTIM_SHARED : OPTIM_EXPERTS;
+	const int i = stage_is_expert(st, p) ? OPTIM_EXPERTS : OPTIM_SHARED;
 	const size_t lo = h->r.lo[i], hi = h->r.hi[i];
 	size_t max = ckpt_optim_max_ranges(p, lo, hi, fused);
 	if (!max)
@@ -128,7 +129,7 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 		const ckpt_host src = cs->optim_per_dp ? (ckpt_host){.w = hs[k].w} : hs[k];
 		for (int i = 0; i < st->n_params && !rc; i++) {
 			const pp_param *p = &st->params[i];
-			if (stage_is_embedding_copy(st, p))
+			if (stage_is_embedding_copy(st, p) || p->frozen)
 				continue;
 			pp_real *whole[3] = {NULL, NULL, NULL};
 			bool fused = p->n_blocks > 1 && t->lay.tp > 1;
@@ -298,6 +299,26 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 	return rc;
 }
 
+/* lora.base_sha256 as the checkpoint in dir recorded it, into the run's
+ * config (which it saves again) */
+static int recorded_base(trainer *t, const char *dir, pp_err *e)
+{
+	char *text = NULL;
+	int rc = ckpt_read_config(dir, &text, e);
+	json_t *saved = rc ? NULL : json_loads(text, 0, NULL);
+	free(text);
+	const char *sha = json_string_value(
+		json_object_get(json_object_get(saved, "lora"), "base_sha256"));
+	pp_config *c = t->cfg;
+	if (sha && sha[0]) {
+		snprintf(c->lora.base_sha256, sizeof c->lora.base_sha256, "%s", sha);
+		json_object_set_new(json_object_get(c->json, "lora"), "base_sha256",
+				    json_string(sha));
+	}
+	json_decref(saved);
+	return rc;
+}
+
 int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 {
 	const pp_config *c = t->cfg;
@@ -325,6 +346,12 @@ int trainer_resume(trainer *t, bool *resumed, pp_err *e)
 	if (!rc && !(rc = ckpt_read_manifest(dir, &m, e)))
 		rc = ckpt_holds_optimizer(&m, &adam, e);
 	ckpt_manifest_free(&m);
+	/* a LoRA run's checkpoints hold its adapters: the base first, the one
+	 * the checkpoint recorded */
+	if (!rc && t->cfg->lora.rank > 0)
+		rc = recorded_base(t, dir, e);
+	for (int k = 0; k < t->lay.v && !rc && t->cfg->lora.rank > 0; k++)
+		rc = tio_load_base(&t->chunks[k], t->cfg, e);
 	if (!rc && !(rc = ckpt_check_model(t->cfg, dir, e)))
 		rc = load_chunks(t, dir, &cs, adam, e);
 	if (!rc && fsdp_on(t))

@@ -84,7 +84,8 @@ static int sync_grads(trainer *t, pp_err *e)
 	/* what train_grads_final has not seen (under fsdp: once summed into the shares) */
 	for (int k = 0; k < v && !rc && !fsdp_on(t); k++)
 		rc = stage_reduce_replica_grads(&t->chunks[k], 0, t->sync.chunks[k].ready, e);
-	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1)) {
+	if (!rc && t->cfg->model.tied_embeddings && (me->pp > 1 || v > 1) &&
+	    t->cfg->lora.rank == 0) { /* (under LoRA the embedding is frozen) */
 		/* chunk 0 of pp rank 0 and the last chunk of the last pp rank hold
 		 * it, as their first tensor: in g, or under fsdp in the buffers
 		 * of their first unit's whole gradients */

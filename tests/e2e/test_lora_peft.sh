@@ -86,12 +86,12 @@ print(f"  losses {pp[0]:.6f} .. {pp[-1]:.6f}, worst relative difference {worst:.
 sys.exit(worst > 1e-5 or not pp[-1] < pp[0])
 PY
 # merged: W + scale B A in float64, rounded once; and PEFT's merge
-check lora_peft/merge_exact /usr/bin/python3 - $end $T/merged $T/ref.json.merged_q.npy <<'PY'
+check lora_peft/merge_exact /usr/bin/python3 - $end $T/merged $T/ref.json.merged_q.npy $T/base/checkpoints/step_00000000 <<'PY'
 import sys, h5py, glob, json, numpy as np
 from pathlib import Path
-ck, merged, peft_q = sys.argv[1:4]
+ck, merged, peft_q, base = sys.argv[1:5]
 def read(name):
-    for f in sorted(glob.glob(ck + "/shard-*.h5")):
+    for f in sorted(glob.glob(ck + "/shard-*.h5")) + sorted(glob.glob(base + "/shard-*.h5")):
         with h5py.File(f) as h:
             if name in h["params"]:
                 return np.asarray(h["params"][name])
@@ -119,8 +119,17 @@ d = np.abs(q - peft).max() / np.abs(peft).max()
 print(f"  merged: worst {worst_ulp} ulp from float64; PEFT's merge_and_unload within {d:.2e}")
 sys.exit(int(worst_ulp > 1 or d > 1e-6))
 PY
-# only the adapters moved
-check lora_peft/base_frozen eval "pp-ckpt diff $T/lora0 $end 2>/dev/null | awk '/lora_/ { next } NF == 3 && \$2 ~ /^[0-9]/ && \$2 != 0 { bad = 1 } END { exit bad }'"
+# the checkpoint holds the adapters (and their AdamW state) alone, with its base's fingerprint
+check lora_peft/checkpoint_holds_adapters_only /usr/bin/python3 - $end <<'PY'
+import sys, json, glob, h5py
+names = set()
+for f in glob.glob(sys.argv[1] + "/shard-*.h5"):
+    with h5py.File(f) as h:
+        names |= set(h["params"].keys())
+        assert set(h["adam_m"].keys()) == set(h["params"].keys())
+sys.exit(not (len(names) == 28 and all(".lora_" in n for n in names)))
+PY
+check lora_peft/records_base_sha256 eval "pp-ckpt info $end --config | grep -q '\"base_sha256\": \"$(sha256sum $T/base/checkpoints/step_00000000/manifest.json | cut -c1-64)\"'"
 check lora_peft/adapters_moved eval "pp-ckpt diff $T/lora0 $end 2>/dev/null | awk '/^model.*lora_B.weight / && \$2 != 0 { n++ } END { exit !(n == 14) }'"
 # pp-decode runs the LoRA checkpoint, and its merged export, to the same tokens
 pp-decode --ckpt $end --prompt "$(echo $toks | cut -d' ' -f1-4)" -n 8 --temperature 0 >$T/dec_lora.txt 2>$T/dec.log &&
@@ -133,3 +142,9 @@ expect_fail lora_peft/export_plain_refused 2 "holds LoRA adapters: --merge-lora"
 expect_fail lora_peft/peft_without_adapters 2 "holds no LoRA adapters" pp-ckpt export $T/base --format peft -o $T/x
 expect_fail lora_peft/unknown_target 2 "lora.targets: 'qq_proj' matches no projection" pp-train $model lora.rank=2 lora.targets=qq_proj
 expect_fail lora_peft/rank_negative 2 "lora.rank" pp-train $model lora.rank=-1
+# a base that changed under the run is refused by every reader of it
+mv $T/base $T/base.orig && pp-init $model seed=4 -o $T/base >/dev/null 2>&1
+expect_fail lora_peft/base_changed_decode 2 "LoRA base $T/base has changed" pp-decode --ckpt $end --prompt "5 6" -n 2
+expect_fail lora_peft/base_changed_resume 2 "LoRA base $T/base has changed" pp-train $run steps=12 run_dir=$T/lora
+expect_fail lora_peft/base_changed_merge 2 "LoRA base $T/base has changed" pp-ckpt export $end --format gguf --merge-lora -o $T/x.gguf
+rm -rf $T/base && mv $T/base.orig $T/base

@@ -8,6 +8,7 @@
 
 #include "../../libcommon/ckpt/stage.h"
 #include "../../libcommon/config/config.h"
+#include "../../libcommon/formats/stageload.h"
 #include "../../libcommon/model/model.h"
 
 int main(int argc, char **argv)
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
 	long valid = 0;
 	if (!(rc = pp_ops_select(PP_DEVICE_CPU, PP_TYPE_REAL, &ops, &e)) &&
 	    !(rc = stage_create(&s, &cfg.model, ops, &spec, &e)) &&
+	    !(rc = tio_load_base(&s, &cfg, &e)) &&
 	    !(rc = ckpt_load_stage(&s, &cfg, argv[1], found, sizeof found, &step, &e)))
 		rc = stage_forward(&s, 0, tok, NULL, tgt, 0, &loss, &valid, NULL, &e);
 	if (!rc) {

@@ -76,6 +76,13 @@ static stage_spec spec_of(const pp_model_cfg *m, int begin, int end)
 	return sp;
 }
 
+/* p's values: in the buffer, or a LoRA stage's frozen base (the CPU
+ * backend's compute type is pp_real) */
+static pp_real *pw(const pp_stage *s, const pp_param *p)
+{
+	return p->frozen ? (pp_real *)s->base + p->off : s->w + p->off;
+}
+
 /* Random values everywhere, norm weights and biases too, so that no
  * gradient is trivially zero. Keyed by global index: any slice agrees. */
 static void randomize(pp_stage *s, uint64_t seed)
@@ -84,8 +91,8 @@ static void randomize(pp_stage *s, uint64_t seed)
 	for (int i = 0; i < s->n_params; i++) {
 		const pp_param *p = &s->params[i];
 		for (size_t j = 0; j < p->n; j++)
-			s->w[p->off + j] += 0.1 * rng_normal(rng_key(seed + 99, p->name),
-							     param_global_index(p, j));
+			pw(s, p)[j] += 0.1 * rng_normal(rng_key(seed + 99, p->name),
+							param_global_index(p, j));
 	}
 }
 
@@ -126,6 +133,8 @@ static double grad_diff_named(const pp_stage *part, const pp_stage *full, const 
 		const pp_param *p = &part->params[i], *q = stage_find_param(full, p->name);
 		if (!q)
 			return INFINITY;
+		if (p->frozen) /* no gradient at all */
+			continue;
 		double d2 = 0, b2 = 0;
 		for (size_t j = 0; j < p->n; j++) {
 			double a = part->g[p->off + j],
@@ -153,7 +162,7 @@ static void copy_weights(pp_stage *dst, const pp_stage *src)
 	for (int i = 0; i < dst->n_params; i++) {
 		const pp_param *p = &dst->params[i], *q = stage_find_param(src, p->name);
 		for (size_t j = 0; j < p->n; j++)
-			dst->w[p->off + j] = src->w[q->off + param_global_index(p, j)];
+			pw(dst, p)[j] = pw(src, q)[param_global_index(p, j)];
 	}
 }
 
@@ -164,12 +173,13 @@ static void finite_differences(const char *preset, pp_stage *s, const pp_real *g
 	double worst = 0;
 	const char *worst_name = "";
 	int bad = 0;
+	/* a frozen base has no gradient: the buffer holds the adapters alone */
 	int frozen_nonzero = 0;
+	for (int i = 0; i < s->n_params; i++)
+		frozen_nonzero += s->params[i].frozen &&
+				  s->params[i].off + s->params[i].n > s->n_base;
 	for (int i = 0; i < s->n_params; i++) {
 		const pp_param *p = &s->params[i];
-		/* a frozen base's matrices have no gradient at all */
-		for (size_t j = 0; p->frozen && p->ndim == 2 && j < p->n; j++)
-			frozen_nonzero += g[p->off + j] != 0;
 		for (int k = 0; k < FD_PER_TENSOR && !p->frozen; k++) {
 			size_t j = p->off + rng_below(42 + (uint64_t)i, (uint64_t)k, p->n);
 			double w0 = s->w[j];
