@@ -193,6 +193,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		stage_sizes(&st[k], (size_t)b, &sb);
 		out->layers += st[k].layer_end - st[k].layer_begin;
 		out->param_count += (int64_t)st[k].n_elems;
+		out->base_count += (int64_t)st[k].n_base;
 		out->params += sb.params;
 		out->grads += sb.grads;
 		out->optimizer += sb.master;
@@ -255,6 +256,15 @@ int plan_memory(const pp_config *c, plan_memory_t *out, pp_err *e)
 			return rc;
 		if (r == 0 || t.total > out->total)
 			*out = t;
+	}
+	if (c->lora.rank > 0) { /* beside it: full fine-tuning of the same rank */
+		pp_config full = *c;
+		full.lora.rank = 0;
+		plan_memory_t t;
+		int rc = plan_memory_rank(&full, out->rank, &t, e);
+		if (rc)
+			return rc;
+		out->full_total = t.total;
 	}
 	return PP_OK;
 }
@@ -421,6 +431,12 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 	json_object_set_new(json_object_get(o, "layout"), "fsdp", json_integer(c->fsdp));
 	json_t *mem = json_object_get(o, "memory");
 	json_object_set_new(mem, "scratch", json_integer((json_int_t)r->scratch));
+	if (c->lora.rank > 0) {
+		json_object_set_new(mem, "lora_base_count",
+				    json_integer((json_int_t)r->base_count));
+		json_object_set_new(mem, "full_finetune_total",
+				    json_integer((json_int_t)r->full_total));
+	}
 	json_object_set_new(mem, "unit_max", json_integer((json_int_t)r->unit_max));
 	json_object_set_new(mem, "gathered", json_integer((json_int_t)r->gathered));
 	json_object_set_new(mem, "grad_buffers", json_integer((json_int_t)r->grad_buffers));
@@ -544,8 +560,15 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		c->recompute ? pp_recompute_name(c->recompute) : "",
 		c->shard_optimizer ? ", optimizer sharded" : "");
 	const char *by_fsdp = c->fsdp > 1 ? ", / fsdp" : "";
-	fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes%s\n", "parameters",
-		gib(r->params), commas(b2, r->param_count), dtype_bytes(c->dtype), by_fsdp);
+	if (c->lora.rank > 0)
+		fprintf(f,
+			"  %-22s %10.2f GiB   %s adapters (lora.rank %d) and the frozen base's %s, "
+			"x %d bytes\n",
+			"parameters", gib(r->params), commas(b2, r->param_count), c->lora.rank,
+			commas(b1, r->base_count), dtype_bytes(c->dtype));
+	else
+		fprintf(f, "  %-22s %10.2f GiB   %s parameters x %d bytes%s\n", "parameters",
+			gib(r->params), commas(b2, r->param_count), dtype_bytes(c->dtype), by_fsdp);
 	fprintf(f, "  %-22s %10.2f GiB   fp32%s\n", "gradients", gib(r->grads), by_fsdp);
 	fprintf(f, "  %-22s %10.2f GiB   AdamW m, v%s in fp32%s\n", "optimizer", gib(r->optimizer),
 		dtype_bytes(c->dtype) < 4 ? ", master weights" : "",
@@ -567,6 +590,10 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	if (r->logits)
 		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
 	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));
+	if (c->lora.rank > 0)
+		fprintf(f, "  %-22s %10.2f GiB   the same run training every parameter (%.2fx)\n",
+			"full fine-tuning", gib(r->full_total),
+			r->total ? (double)r->full_total / (double)r->total : 0);
 	if (c->fsdp > 1)
 		fprintf(f,
 			"\nfsdp traffic per rank per step\n"

@@ -65,7 +65,9 @@ typedef struct {
 			      * (schedule_peak_held_theory) */
 	int peak_act;        /* of which holding activations (schedule_peak_act_theory) */
 	int peak_wstash;     /* and weight-gradient stashes (zbh1) */
-	int64_t param_count; /* parameters it holds (its tp slice) */
+	int64_t param_count; /* parameters it trains (its tp slice): under LoRA, the adapters */
+	int64_t base_count;  /* LoRA: the frozen base it holds, in the compute type only */
+	int64_t full_total;  /* LoRA: total of the same run training every parameter */
 	int64_t params;      /* param_count * dtype bytes */
 	int64_t grads;       /* param_count * 4: fp32 */
 	int64_t optimizer;   /* AdamW m, v (/ dp if sharded), + the fp32 master under bf16,

@@ -111,3 +111,15 @@ for lay in "pp=2" "dp=2"; do
 	fi
 done
 expect_fail finetune/packing_synthetic 2 "packing" pp-train model=llama-tiny packing=true run_dir=$T/bad3
+
+# pp-init --plan: a LoRA run's memory beside full fine-tuning's (Llama-2 7B, rank 32, every linear layer)
+pp-init --plan --json model=llama2-7b lora.rank=32 seq_len=2048 microbatch=1 global_batch=8 recompute=full >$T/plan.json 2>$T/plan.log ||
+	fail finetune/plan "$(tail -n 2 $T/plan.log)"
+check finetune/plan/lora_beside_full /usr/bin/python3 - $T/plan.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+# PEFT's count for Llama-2 7B, r=32 on q,k,v,o,gate,up,down: 32 x (4 x (4096+4096) + 2 x (4096+11008) + (11008+4096)) x 32 layers
+want = 32 * (4 * 8192 + 3 * (4096 + 11008)) * 32
+print(f"  adapters {m['param_count']:,} (want {want:,}), base {m['lora_base_count']:,}, total {m['total']/2**30:.2f} GiB, full {m['full_finetune_total']/2**30:.2f} GiB")
+sys.exit(not (m["param_count"] == want and m["lora_base_count"] == 6738415616 and m["full_finetune_total"] > 3 * m["total"]))
+PY
