@@ -1,8 +1,9 @@
 /* libFuzzer target: the pp-tokens dataset reader (dataset.h) on arbitrary
  * bytes written to one temporary .h5 file per process: tokens_open (HDF5
  * open, then every check of the format), and on success the first and last
- * tokens and document offsets of each split, and reads past the end, which
- * must fail. HDF5 itself may reject the file (an error is fine); a crash, a
+ * tokens, loss mask values (version 2: each 0 or 1, or an error) and
+ * document offsets of each split, and reads past the end, which must
+ * fail. HDF5 itself may reject the file (an error is fine); a crash, a
  * hang or a sanitizer report in pp's code is not. Built and run by
  * tests/fuzz/test_fuzz.sh, which tells reports inside libhdf5 itself (not built
  * with sanitizers; HDF5 bugs on corrupt files that pp does not validate
@@ -51,9 +52,22 @@ static void read_split(tokens_file *f, int k)
 		__builtin_trap(); /* tokens_open checked that doc_offsets starts at 0 */
 	if (!tokens_read_offsets(f, k, n_off - n, n, off, &e) && n && off[n - 1] != n_tok)
 		__builtin_trap(); /* ... and ends at the token count */
+	uint8_t mask[WINDOW];
+	n = n_tok < WINDOW ? (size_t)n_tok : WINDOW;
+	for (int end = 0; end < 2; end++) {
+		int rc = tokens_read_mask(f, k, end ? n_tok - n : 0, n, mask, &e);
+		if (rc && !e.msg[0])
+			__builtin_trap(); /* a failure says why */
+		if (!m->has_mask && !rc)
+			__builtin_trap(); /* version 1 has no mask */
+		for (size_t i = 0; !rc && i < n; i++)
+			if (mask[i] > 1)
+				__builtin_trap(); /* values are checked as they are read */
+	}
 	/* past the end */
 	if (!tokens_read(f, k, n_tok, 1, tok, &e) || !tokens_read(f, k, n_tok + 1, 0, tok, &e) ||
-	    !tokens_read_offsets(f, k, n_off, 1, off, &e))
+	    !tokens_read_offsets(f, k, n_off, 1, off, &e) ||
+	    !tokens_read_mask(f, k, n_tok, 1, mask, &e))
 		__builtin_trap();
 }
 

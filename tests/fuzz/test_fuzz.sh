@@ -449,7 +449,8 @@ fi
 # fuzz_tokens: a small dataset pp-tokenize makes with the Llama 2 tokenizer,
 # compressed (chunked) and repacked by h5repack contiguous, compact and in
 # the latest file format (pp-tokenize's own 4 MiB chunks are too big to
-# fuzz), and a truncated copy.
+# fuzz), a version-2 one with a loss mask (JSON lines of instruction data),
+# and a truncated copy.
 if want fuzz_tokens; then
 	s=$T/seeds-tokens
 	mkdir -p "$s"
@@ -463,7 +464,11 @@ if want fuzz_tokens; then
 			--deflate 9 --quiet "$T/small.txt" >>"$T/tokenize.log" 2>&1; then
 		skip fuzz/fuzz_tokens "no seed dataset: pp-tokenize failed (make?): $(tail -n 1 "$T/tokenize.log")"
 	else
+		printf '{"prompt": "Who made the earth?", "completion": " God."}\n{"text": "Let there be light."}\n{"messages": [{"role": "user", "content": "and?"}, {"role": "assistant", "content": "and there was light."}]}\n' >"$T/sft.jsonl"
+		pp-tokenize --tokenizer "$tok" -o "$T/sft.h5" --format jsonl --val-fraction 0.3 --quiet \
+			"$T/sft.jsonl" >>"$T/tokenize.log" 2>&1
 		if command -v h5repack >/dev/null; then
+			h5repack -l CONTI "$T/sft.h5" "$s/mask-contiguous.h5" 2>/dev/null
 			h5repack -l CONTI "$T/small.h5" "$s/contiguous.h5" 2>/dev/null
 			h5repack -l COMPA "$T/small.h5" "$s/compact.h5" 2>/dev/null
 			h5repack -L -l CONTI "$T/small.h5" "$s/latest.h5" 2>/dev/null
