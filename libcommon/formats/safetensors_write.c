@@ -213,6 +213,16 @@ static int write_tokenizer(st_sink *k, pp_err *e)
 				rc = copy_file(merges, k->tmp, "merges.txt", e);
 		}
 	}
+	/* the chat template, where the tokenizer came with one beside it */
+	char beside[PP_PATH_MAX + 32];
+	const char *slash = strrchr(from, '/');
+	snprintf(beside, sizeof beside, "%.*stokenizer_config.json",
+		 slash ? (int)(slash + 1 - from) : 0, from);
+	json_t *src = json_load_file(beside, 0, NULL);
+	json_t *chat = json_object_get(src, "chat_template");
+	if (json_is_string(chat))
+		json_object_set(tc, "chat_template", chat);
+	json_decref(src);
 	if (!rc)
 		rc = write_json(k->tmp, "tokenizer_config.json", tc, 0, e);
 	json_decref(tc);
