@@ -880,8 +880,10 @@ static int check_consistency(const pp_config *c, pp_err *e)
 			m->n_experts);
 		REQUIRE(c->lora.dropout == 0, "lora.dropout=%g: only 0 is implemented",
 			c->lora.dropout);
-		REQUIRE(c->lora.base_dtype == PP_TYPE_REAL,
-			"lora.base_dtype=bf16: the base weights are held in fp32 only");
+		REQUIRE(c->lora.base_dtype == PP_TYPE_REAL || c->dtype == PP_TYPE_BF16,
+			"lora.base_dtype=bf16 needs dtype=bf16: the frozen base is held in the "
+			"compute type (dtype=%s)",
+			pp_type_name(c->dtype));
 		if (hparams_lora_targets(c, &targets, e))
 			return PP_EUSAGE;
 	}
