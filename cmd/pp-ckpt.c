@@ -12,6 +12,7 @@
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/ckpt/inspect.h"
 #include "../libcommon/formats/lora.h"
+#include "../libcommon/formats/stageload.h"
 #include "../libcommon/formats/tensorio.h"
 
 /* Parses a subcommand's arguments: 0 go on, -1 help printed, else an error. */
@@ -219,15 +220,14 @@ static int lora_view(tio_source **src, const char *src_path, const char *dst_fmt
 	return tio_lora_source(inner, peft ? TIO_LORA_ADAPTERS : TIO_LORA_MERGED, src, e);
 }
 
-/* One model through tio_copy, with what it took. */
-static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
-		const char *dst_path, int view, tio_sink_opts *o, const char *what, pp_err *e)
+/* One model through tio_copy, with what it took: src (closed here, NULL
+ * when opening it failed with rc), as view says. */
+static int copy_from(tio_source *src, int rc, const char *src_path, const char *dst_fmt,
+		     const char *dst_path, int view, tio_sink_opts *o, const char *what, pp_err *e)
 {
-	tio_source *src = NULL;
 	tio_sink *sink = NULL;
 	pp_model_cfg m;
 	tio_stats st = {0};
-	int rc = tio_open_source(src_fmt, src_path, &src, e);
 	if (!rc)
 		rc = lora_view(&src, src_path, dst_fmt, view, e);
 	if (!rc)
@@ -255,6 +255,14 @@ static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
 	if (src)
 		src->close(src);
 	return rc;
+}
+
+static int copy(const char *src_fmt, const char *src_path, const char *dst_fmt,
+		const char *dst_path, int view, tio_sink_opts *o, const char *what, pp_err *e)
+{
+	tio_source *src = NULL;
+	int rc = tio_open_source(src_fmt, src_path, &src, e);
+	return copy_from(src, rc, src_path, dst_fmt, dst_path, view, o, what, e);
 }
 
 static int cmd_convert(int argc, char **argv)
@@ -349,14 +357,19 @@ static int cmd_export(int argc, char **argv)
 
 static int cmd_import(int argc, char **argv)
 {
-	const char *fmt = NULL, *out = NULL;
+	const char *fmt = NULL, *out = NULL, *base = NULL;
 	const cli_opt opts[] = {
-		{"--format", "FMT", "safetensors (a Hugging Face directory) or gguf", &fmt, NULL},
+		{"--format", "FMT",
+		 "safetensors (a Hugging Face directory), gguf, or peft (PEFT's LoRA adapters)",
+		 &fmt, NULL},
 		{"-o", "RUN_DIR", "the run directory to write (checkpoint step 0)", &out, NULL},
+		{"--base", "PATH", "peft: the base model the adapters go on (any format pp reads)",
+		 &base, NULL},
 		{0}};
 	const cli_spec spec = {"pp-ckpt import",
-			       "--format FMT PATH -o RUN_DIR [key=value ...]",
-			       "Make a pp run directory from a Hugging Face or GGUF model.",
+			       "--format FMT PATH -o RUN_DIR [--base PATH] [key=value ...]",
+			       "Make a pp run directory from a Hugging Face or GGUF model, or a "
+			       "LoRA run from PEFT's adapters on a base.",
 			       opts,
 			       true,
 			       1,
@@ -367,12 +380,32 @@ static int cmd_import(int argc, char **argv)
 	if (!rc && (!fmt || !out))
 		rc = pp_errorf(&e, PP_EUSAGE,
 			       "give --format FMT and -o RUN_DIR (see pp-ckpt import --help)");
-	if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf"))
-		rc = pp_errorf(&e, PP_EUSAGE, "--format '%s': expected safetensors or gguf%s", fmt,
-			       strcmp(fmt, "pp") ? "" : " (a pp checkpoint: pp-ckpt convert)");
+	if (!rc && strcmp(fmt, "safetensors") && strcmp(fmt, "gguf") && strcmp(fmt, "peft"))
+		rc = pp_errorf(&e, PP_EUSAGE, "--format '%s': expected safetensors, gguf or peft%s",
+			       fmt, strcmp(fmt, "pp") ? "" : " (a pp checkpoint: pp-ckpt convert)");
+	if (!rc && !strcmp(fmt, "peft") != (base != NULL))
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       base ? "--base goes with --format peft"
+				    : "--format peft needs --base PATH: the model "
+				      "the adapters were trained on");
 	tio_sink_opts o = {.dtype = TIO_F32, .layout = layout_of(&a)};
-	if (!rc)
+	if (!rc && base) {
+		/* the base stays open until the run is written: it lends its tokenizer */
+		tio_source *b = NULL, *src = NULL;
+		pp_config c = {0};
+		rc = tio_open_source(tio_guess_format(base), base, &b, &e);
+		if (!rc)
+			rc = tio_peft_config(a.positional[0], b, base, a.n_overrides, a.overrides,
+					     &c, &e);
+		if (!rc)
+			rc = tio_open_peft(a.positional[0], &c, &src, &e);
+		rc = copy_from(src, rc, a.positional[0], "pp", out, VIEW_ALL, &o, "import", &e);
+		pp_config_free(&c);
+		if (b)
+			b->close(b);
+	} else if (!rc) {
 		rc = copy(fmt, a.positional[0], "pp", out, VIEW_ALL, &o, "import", &e);
+	}
 	json_decref(o.layout);
 	return finish(&spec, &a, rc, &e);
 }

@@ -204,3 +204,112 @@ int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_
 	*out = s;
 	return 0;
 }
+
+/* a PEFT setting pp does not take: absent, or its neutral value */
+static int peft_unsupported(const char *file, json_t *cfg, pp_err *e)
+{
+	static const char *const none[] = {"modules_to_save", "layers_to_transform",
+					   "layers_pattern"};
+	static const char *const empty[] = {"rank_pattern", "alpha_pattern"};
+	static const char *const off[] = {"use_dora", "fan_in_fan_out", "use_qalora"};
+	const char *type = json_string_value(json_object_get(cfg, "peft_type"));
+	if (type && strcmp(type, "LORA"))
+		return pp_errorf(e, PP_EUSAGE, "%s: peft_type %s: pp takes LORA", file, type);
+	const char *bias = json_string_value(json_object_get(cfg, "bias"));
+	if (bias && strcmp(bias, "none"))
+		return pp_errorf(e, PP_EUSAGE, "%s: bias \"%s\": pp trains no biases (\"none\")",
+				 file, bias);
+	for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+		json_t *v = json_object_get(cfg, none[i]);
+		if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+			return pp_errorf(e, PP_EUSAGE, "%s: %s is set; pp takes null", file,
+					 none[i]);
+	}
+	for (size_t i = 0; i < sizeof empty / sizeof *empty; i++) {
+		json_t *v = json_object_get(cfg, empty[i]);
+		if (v && json_object_size(v))
+			return pp_errorf(e, PP_EUSAGE, "%s: %s is set; pp takes one rank and alpha",
+					 file, empty[i]);
+	}
+	for (size_t i = 0; i < sizeof off / sizeof *off; i++)
+		if (json_is_true(json_object_get(cfg, off[i])))
+			return pp_errorf(e, PP_EUSAGE, "%s: %s is true; pp takes false", file,
+					 off[i]);
+	return 0;
+}
+
+int tio_peft_config(const char *dir, const tio_source *base, const char *path, int n_overrides,
+		    char *const *overrides, pp_config *c, pp_err *e)
+{
+	char file[PP_PATH_MAX + 32], hex[65];
+	snprintf(file, sizeof file, "%s/adapter_config.json", dir);
+	json_error_t je;
+	json_t *a = json_load_file(file, 0, &je);
+	if (!a)
+		return pp_errorf(e, PP_EUSAGE, "%s: %s (line %d)", file, je.text, je.line);
+	int rc = peft_unsupported(file, a, e);
+	json_t *r = json_object_get(a, "r"), *alpha = json_object_get(a, "lora_alpha");
+	json_t *tm = json_object_get(a, "target_modules");
+	if (!rc && (!json_is_integer(r) || json_integer_value(r) < 1))
+		rc = pp_errorf(e, PP_EUSAGE, "%s: r must be a positive integer", file);
+	if (!rc && !json_is_number(alpha))
+		rc = pp_errorf(e, PP_EUSAGE, "%s: lora_alpha must be a number", file);
+	/* target_modules: a list of module names, or "all-linear" */
+	char targets[256] = "";
+	if (!rc && json_is_string(tm) && !strcmp(json_string_value(tm), "all-linear")) {
+		snprintf(targets, sizeof targets, "all");
+	} else if (!rc && json_is_array(tm) && json_array_size(tm)) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(tm, i, v)
+		{
+			if (!json_is_string(v)) {
+				rc = pp_errorf(e, PP_EUSAGE,
+					       "%s: target_modules holds a non-string", file);
+				break;
+			}
+			snprintf(targets + strlen(targets), sizeof targets - strlen(targets),
+				 "%s%s", i ? "," : "", json_string_value(v));
+		}
+	} else if (!rc) {
+		rc = pp_errorf(
+			e, PP_EUSAGE,
+			"%s: target_modules must be a list of module names or \"all-linear\"",
+			file);
+	}
+	if (!rc)
+		rc = tio_base_sha256(path, hex, e);
+	/* the base's config, or its model's */
+	json_t *root = base->meta.config ? json_deep_copy(base->meta.config)
+					 : json_pack("{sOss}", "model", base->meta.model, "data",
+						     "synthetic");
+	if (!rc && !root)
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (!rc && !base->meta.config && base->meta.tokenizer[0])
+		json_object_set_new(root, "tokenizer", json_string(base->meta.tokenizer));
+	char *text = rc ? NULL : json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	/* the adapters' settings, then the caller's overrides */
+	char kv[6][PP_PATH_MAX + 32];
+	char **ov = calloc((size_t)n_overrides + 6, sizeof *ov);
+	if (!rc && (!text || !ov))
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (!rc) {
+		snprintf(kv[0], sizeof kv[0], "lora.rank=%lld", (long long)json_integer_value(r));
+		snprintf(kv[1], sizeof kv[1], "lora.alpha=%.17g", json_number_value(alpha));
+		snprintf(kv[2], sizeof kv[2], "lora.rslora=%s",
+			 json_is_true(json_object_get(a, "use_rslora")) ? "true" : "false");
+		snprintf(kv[3], sizeof kv[3], "lora.targets=%s", targets);
+		snprintf(kv[4], sizeof kv[4], "load_parameters_path=%s", path);
+		snprintf(kv[5], sizeof kv[5], "lora.base_sha256=%s", hex);
+		for (int i = 0; i < 6; i++)
+			ov[i] = kv[i];
+		for (int i = 0; i < n_overrides; i++)
+			ov[6 + i] = overrides[i];
+		rc = pp_config_load_text(c, text, n_overrides + 6, ov, e);
+	}
+	free(ov);
+	free(text);
+	json_decref(a);
+	return rc;
+}

@@ -22,6 +22,17 @@ bool tio_has_adapters(const tio_source *src);
 int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
 		      double *alpha, bool *rslora, json_t **targets, pp_err *e);
 
+/* The config of a LoRA run made from PEFT's adapters in dir on the base
+ * model base (open; at path): the base's config (a pp checkpoint's, else
+ * its model with the defaults and its tokenizer), lora.* from
+ * adapter_config.json (r, lora_alpha, use_rslora, target_modules),
+ * load_parameters_path (path) and lora.base_sha256, then the overrides.
+ * What pp cannot take of PEFT's settings (DoRA, biases, per-module ranks,
+ * fan_in_fan_out, modules_to_save, some layers only, another method) is
+ * PP_EUSAGE naming adapter_config.json and the key. */
+int tio_peft_config(const char *dir, const tio_source *base, const char *path, int n_overrides,
+		    char *const *overrides, pp_config *c, pp_err *e);
+
 /* A view of inner (which the view owns and closes). */
 int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_err *e);
 

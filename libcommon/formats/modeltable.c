@@ -9,12 +9,16 @@
 
 #include "../model/model.h"
 
-int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
+/* the tensors of a stage of every layer with spec's adapters: the base's
+ * without adapters, the adapters alone with them */
+static int build(const pp_model_cfg *m, const pp_config *lora, tio_tensor **out, int *n, pp_err *e)
 {
 	*out = NULL;
 	*n = 0;
 	stage_spec spec = stage_spec_whole(m, 1, 1, PP_RECOMPUTE_NONE);
 	spec.no_grad = true;
+	if (lora)
+		stage_spec_set_lora(&spec, lora);
 	pp_stage s;
 	int rc = stage_describe(&s, m, &spec, e);
 	if (rc)
@@ -27,8 +31,8 @@ int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
 	int k = 0;
 	for (int i = 0; i < s.n_params; i++) {
 		const pp_param *p = &s.params[i];
-		if (modeltable_find(t, k, p->name) >= 0)
-			continue; /* a tensor used twice is one tensor */
+		if (p->frozen || modeltable_find(t, k, p->name) >= 0)
+			continue; /* the base of a LoRA run; a tensor used twice is one tensor */
 		tio_tensor *d = &t[k++];
 		snprintf(d->name, sizeof d->name, "%s", p->name);
 		d->ndim = p->ndim;
@@ -40,6 +44,18 @@ int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
 	*out = t;
 	*n = k;
 	return 0;
+}
+
+int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e)
+{
+	return build(m, NULL, out, n, e);
+}
+
+int modeltable_adapters(const pp_config *c, tio_tensor **out, int *n, pp_err *e)
+{
+	if (c->lora.rank <= 0)
+		return pp_errorf(e, PP_EUSAGE, "the config has no LoRA adapters (lora.rank)");
+	return build(&c->model, c, out, n, e);
 }
 
 int modeltable_find(const tio_tensor *t, int n, const char *name)

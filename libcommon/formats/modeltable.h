@@ -11,6 +11,8 @@
 /* m's tensors into *out (malloc'd, *n of them; the caller frees). Tied
  * embeddings are one tensor. */
 int modeltable_build(const pp_model_cfg *m, tio_tensor **out, int *n, pp_err *e);
+/* The same for a LoRA run of config c (lora.*): its adapters alone. */
+int modeltable_adapters(const pp_config *c, tio_tensor **out, int *n, pp_err *e);
 
 /* The index of name in t[0..n), or -1. */
 int modeltable_find(const tio_tensor *t, int n, const char *name);

@@ -144,6 +144,7 @@ typedef struct {
 	bool *transpose;     /* source tensor -> stored (in, out) */
 	unsigned char *chunk;
 	char dir[PP_PATH_MAX];
+	const char *strip; /* PEFT's base_model.model.: taken off every name (NULL: none) */
 } st_src;
 
 static void src_close(tio_source *s)
@@ -163,6 +164,7 @@ static void src_close(tio_source *s)
 		free(p);
 	}
 	json_decref(s->meta.model);
+	json_decref(s->meta.config);
 	free(s->tensors);
 	free(s);
 }
@@ -367,7 +369,11 @@ static int parse_file(st_src *p, const char *path, bool gpt, pp_err *e)
 		t->file = file;
 		if ((rc = parse_entry(key, v, f->size - f->data, t, e)))
 			break;
-		pp_name_of(t->hf, gpt, t->pp, sizeof t->pp, &t->drop);
+		if (p->strip && strncmp(t->hf, p->strip, strlen(p->strip)))
+			t->pp[0] = '\0'; /* not one of PEFT's: reported as extra below */
+		else
+			pp_name_of(t->hf + (p->strip ? strlen(p->strip) : 0), gpt, t->pp,
+				   sizeof t->pp, &t->drop);
 		p->n_entries++;
 	}
 	json_decref(h);
@@ -585,12 +591,12 @@ static int check_tied_head(st_src *p, const st_entry *head, const st_entry *emb,
 
 /* The entries as pp's tensor list: every tensor of the model's table,
  * nothing else (buffers and a tied head aside). */
-static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, pp_err *e)
+/* The source's tensors: want[0..nw) (owned now), each from the files'
+ * entry of its name, and nothing else in the files. */
+static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, tio_tensor *want, int nw,
+		       pp_err *e)
 {
-	tio_tensor *want;
-	int nw, rc = modeltable_build(m, &want, &nw, e);
-	if (rc)
-		return rc;
+	int rc = 0;
 	const bool gpt = m->family == PP_FAMILY_GPT;
 	qsort(p->entries, (size_t)p->n_entries, sizeof *p->entries, cmp_pp_name);
 	for (int i = 1; i < p->n_entries; i++)
@@ -702,14 +708,55 @@ int tio_open_safetensors(const char *path, tio_source **out, pp_err *e)
 		else
 			rc = parse_file(p, file, gpt, e);
 	}
-	if (!rc)
-		rc = match_table(s, p, &m, e);
+	tio_tensor *want = NULL;
+	int nw = 0;
+	if (!rc && !(rc = modeltable_build(&m, &want, &nw, e)))
+		rc = match_table(s, p, &m, want, nw, e);
 	if (!rc)
 		rc = find_tokenizer(p->dir, m.vocab_size, &s->meta, e);
 	if (rc) { /* the messages name the file at fault */
 		src_close(s);
 		return rc;
 	}
+	*out = s;
+	return 0;
+}
+
+int tio_open_peft(const char *dir, const pp_config *c, tio_source **out, pp_err *e)
+{
+	*out = NULL;
+	tio_source *s = calloc(1, sizeof *s);
+	st_src *p = calloc(1, sizeof *p);
+	if (!s || !p) {
+		free(s);
+		free(p);
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	}
+	s->format = "peft";
+	s->impl = p;
+	s->read = src_read;
+	s->close = src_close;
+	p->strip = "base_model.model.";
+	snprintf(p->dir, sizeof p->dir, "%s", dir);
+	char file[PP_PATH_MAX + 64];
+	snprintf(file, sizeof file, "%s/adapter_model.safetensors", dir);
+	tio_tensor *want = NULL;
+	int nw = 0;
+	int rc = 0;
+	if (!(p->chunk = malloc(ST_CHUNK)) || !(p->files = calloc(1, sizeof *p->files)))
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (!rc)
+		rc = parse_file(p, file, false, e);
+	if (!rc && !(rc = modeltable_adapters(c, &want, &nw, e)))
+		rc = match_table(s, p, &c->model, want, nw, e);
+	if (!rc && !(s->meta.config = json_deep_copy(c->json)))
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (rc) {
+		src_close(s);
+		return rc;
+	}
+	s->meta.model = json_incref(json_object_get(s->meta.config, "model"));
+	snprintf(s->meta.tokenizer, sizeof s->meta.tokenizer, "%s", c->tokenizer);
 	*out = s;
 	return 0;
 }

@@ -121,6 +121,12 @@ int tio_open_pp(const char *ckpt_or_run_dir, tio_source **out, pp_err *e);
 int tio_open_safetensors(const char *dir_or_file, tio_source **out, pp_err *e);
 int tio_open_gguf(const char *path, tio_source **out, pp_err *e);
 
+/* PEFT's adapter_model.safetensors in dir, as the adapters of the LoRA run
+ * of config c (its lora.* settings; names less PEFT's base_model.model.):
+ * every adapter c gives, of its shape, and nothing else. meta.config is c's
+ * (a copy), meta.tokenizer c->tokenizer. */
+int tio_open_peft(const char *dir, const pp_config *c, tio_source **out, pp_err *e);
+
 /* ---- the formats: sinks ---- */
 int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_err *e);
 int tio_sink_safetensors(const char *dir, const tio_sink_opts *o, tio_sink **out, pp_err *e);

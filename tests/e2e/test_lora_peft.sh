@@ -12,7 +12,10 @@
 #   - --merge-lora's export equals W + scale * B A of the checkpoint's
 #     tensors (float64, rounded once: within an ulp) and PEFT's
 #     merge_and_unload; only the adapters changed in training; pp-decode
-#     runs the LoRA checkpoint and its merged export to the same tokens.
+#     runs the LoRA checkpoint and its merged export to the same tokens;
+#   - pp-ckpt import --format peft: PEFT's own save_pretrained of the
+#     adapters it trained gives PEFT's logits in pp; pp's export imported
+#     back holds the same adapters; PEFT settings pp cannot take are refused.
 . "$(dirname "$0")/../tools/lib.sh"
 export OMP_NUM_THREADS=1
 if ! PY=$(cd "$PP_ROOT" && scripts/setup-reference.sh 2>$T/setup.log); then
@@ -148,3 +151,18 @@ expect_fail lora_peft/base_changed_decode 2 "LoRA base $T/base has changed" pp-d
 expect_fail lora_peft/base_changed_resume 2 "LoRA base $T/base has changed" pp-train $run steps=12 run_dir=$T/lora
 expect_fail lora_peft/base_changed_merge 2 "LoRA base $T/base has changed" pp-ckpt export $end --format gguf --merge-lora -o $T/x.gguf
 rm -rf $T/base && mv $T/base.orig $T/base
+# import: PEFT's own files, on the base's safetensors export; and pp's export back
+pp-ckpt import --format peft $T/ref.json.peft --base $T/base.hf -o $T/imported >/dev/null 2>$T/imp.log &&
+	"$PP_ROOT/build/tests/tool_logits" $T/imported/checkpoints/step_00000000 $T/imp.f32 $toks >/dev/null 2>>$T/imp.log ||
+	fail lora_peft/import "$(tail -n 2 $T/imp.log)"
+check lora_peft/import_peft_saved_gives_peft_logits /usr/bin/python3 -c "
+import numpy as np, sys
+a, b = np.fromfile(sys.argv[1], '<f4'), np.fromfile(sys.argv[2], '<f4')
+d = np.abs(a - b).max() / np.abs(b).max(); print(f'  imported PEFT adapters: logits within {d:.2e} of pp\'s trained run')
+sys.exit(not (a.size == b.size and d <= 1e-5))" $T/imp.f32 $T/l10.f32
+pp-ckpt import --format peft $T/peft10 --base $T/base -o $T/back >/dev/null 2>>$T/imp.log ||
+	fail lora_peft/import_back "$(tail -n 2 $T/imp.log)"
+check lora_peft/export_import_same_adapters eval "pp-ckpt diff $end $T/back >/dev/null"
+expect_fail lora_peft/import_needs_base 2 "needs --base" pp-ckpt import --format peft $T/peft10 -o $T/nobase
+cp -r $T/peft10 $T/dora && sed -i 's/"use_dora": false/"use_dora": true/' $T/dora/adapter_config.json
+expect_fail lora_peft/import_dora_refused 2 "adapter_config.json: use_dora is true" pp-ckpt import --format peft $T/dora --base $T/base -o $T/x2

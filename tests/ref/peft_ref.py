@@ -82,6 +82,15 @@ res["n_adapters"], res["n_pp_adapters"] = len(mine), len(theirs)
 with torch.no_grad():
     res["logits_end"] = rel(pp_logits(logits_end), model(inp).logits[0].numpy())
     # PEFT's own merge of the trained adapters, for the merged export
+    # PEFT's own files, for pp-ckpt import --format peft: what save_pretrained
+    # writes, less the model card (which wants Jinja2)
+    import os
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+    os.makedirs(out + ".peft", exist_ok=True)
+    model.peft_config["default"].save_pretrained(out + ".peft")
+    save_file({k: v.contiguous() for k, v in get_peft_model_state_dict(model).items()},
+              out + ".peft/adapter_model.safetensors", metadata={"format": "pt"})
     merged = model.merge_and_unload()
     np.save(out + ".merged_q.npy", merged.model.layers[0].self_attn.q_proj.weight.numpy())
 json.dump(res, open(out, "w"), indent=1)
