@@ -8,7 +8,7 @@
 #   - pp-decode --chat of the LoRA run answers a new question, of another
 #     kind, in that style, and the base model does not;
 #   - the merged export (--merge-lora, imported back) decodes the same
-#     tokens as the LoRA checkpoint.
+#     tokens as the LoRA checkpoint, and pp-eval scores both alike.
 . "$(dirname "$0")/../tools/lib.sh"
 if ! G=$(cd "$PP_ROOT" && scripts/fetch-smollm2.sh 2>$T/fetch.log); then
 	skip lora_smollm2 "SmolLM2 unavailable: $(tail -n 1 $T/fetch.log)"
@@ -49,3 +49,5 @@ pp-ckpt export $T/lora --format safetensors --merge-lora -o $T/merged >/dev/null
 ask $T/merged.run >$T/merged.txt
 echo "  merged: $(cat $T/merged.txt)"
 check lora_smollm2/merged_decodes_the_same eval '[ -s $T/merged.txt ] && cmp -s $T/lora.txt $T/merged.txt'
+ev() { pp-eval --ckpt "$1" --data $T/val.h5 --json 2>/dev/null | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['loss'])"; }
+check lora_smollm2/eval_lora_equals_merged eval 'a=$(ev $T/lora) b=$(ev $T/merged.run); awk "BEGIN { d = $a - $b; exit !(d < 1e-4 && d > -1e-4) }"'

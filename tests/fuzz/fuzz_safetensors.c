@@ -11,6 +11,9 @@
  *   flags & 8   sharded: a 2-byte little-endian length n, n bytes of
  *               model.safetensors.index.json, then the file, as
  *               model-00001-of-00001.safetensors
+ *   flags & 16  PEFT's adapter_model.safetensors instead (tio_open_peft),
+ *               the adapters of rank 2 on every projection of the llama
+ *               model of flags & 3 = 0
  * Checks: an error has a message; a tensor read after a successful open
  * fills its buffer (ASan sees any overrun) and a second read gives the same
  * bytes. Built and run by tests/fuzz/test_fuzz.sh. */
@@ -20,6 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../libcommon/config/config.h"
+#include "../../libcommon/formats/lora.h"
 #include "../../libcommon/formats/tensorio.h"
 
 #include "fuzz_dir.h"
@@ -56,6 +61,15 @@ int tio_sink_gguf(const char *p, const tio_sink_opts *o, tio_sink **out, pp_err 
 	return absent(e);
 }
 
+/* the PEFT sink's (formats/lora.c, not in this target) */
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
+		      double *alpha, bool *rslora, json_t **targets, pp_err *e)
+{
+	(void)meta, (void)tensors, (void)n, (void)rank, (void)alpha, (void)rslora;
+	*targets = NULL;
+	return absent(e);
+}
+
 static const char *const configs[4] = {
 	"{\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": "
 	"8, "
@@ -72,6 +86,13 @@ static const char *const configs[4] = {
 	"16, "
 	"\"n_positions\": 16, \"tie_word_embeddings\": false}",
 };
+
+/* flags & 16: the LoRA run whose adapters the file holds (the seeds' too) */
+static const char *const peft_config =
+	"{\"model\": {\"family\": \"llama\", \"d_model\": 8, \"n_heads\": 2, \"n_kv_heads\": 1, "
+	"\"d_ff\": 8, \"n_layers\": 1, \"vocab_size\": 16, \"max_seq_len\": 16, \"mlp\": "
+	"\"swiglu\", \"norm\": \"rmsnorm\", \"norm_eps\": 1e-5, \"pos\": \"rope\", "
+	"\"tied_embeddings\": false}, \"lora\": {\"rank\": 2}}";
 
 static void put(const char *name, const void *p, size_t n)
 {
@@ -100,6 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unlink(fuzz_file("model.safetensors"));
 	unlink(fuzz_file("model.safetensors.index.json"));
 	unlink(fuzz_file("model-00001-of-00001.safetensors"));
+	unlink(fuzz_file("adapter_model.safetensors"));
 	put("config.json", configs[flags & 3], strlen(configs[flags & 3]));
 	const char *file = "model.safetensors";
 	if (flags & 8) {
@@ -113,13 +135,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		n -= 2 + len;
 		file = "model-00001-of-00001.safetensors";
 	}
+	if (flags & 16)
+		file = "adapter_model.safetensors";
 	put(file, body, n);
 
 	pp_err e = {0};
 	tio_source *s = NULL;
 	const char *path = flags & 4 ? fuzz_file(flags & 8 ? "model.safetensors.index.json" : file)
 				     : fuzz_file("");
-	int rc = tio_open_safetensors(path, &s, &e);
+	int rc;
+	if (flags & 16) {
+		pp_config c;
+		if (pp_config_load_text(&c, peft_config, 0, NULL, &e))
+			__builtin_trap(); /* the target's own config */
+		rc = tio_open_peft(fuzz_file(""), &c, &s, &e);
+		pp_config_free(&c);
+	} else {
+		rc = tio_open_safetensors(path, &s, &e);
+	}
 	if (rc) {
 		if (!e.msg[0] || s)
 			__builtin_trap(); /* an error without a message, or a source anyway */

@@ -11,7 +11,8 @@
 #                      as windows and packed
 #   fuzz_jsonl         pp-tokenize's JSON lines (jsonl_next, jsonl_encode), plain, gzip and
 #                      zstd, through the ChatML and the plain template
-#   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors)
+#   fuzz_safetensors   Hugging Face safetensors files and their index (tio_open_safetensors),
+#                      and PEFT's adapter files (tio_open_peft)
 #   fuzz_gguf          GGUF files (tio_open_gguf: metadata, tensor infos, tokenizer), every
 #                      tensor dequantized
 #   fuzz_requests      pp-decode's prompt lines, plain and JSON (requests_from_lines), with
@@ -61,7 +62,7 @@ flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib libzstd $h5))
 libs=($(pkg-config --libs jansson libcrypto zlib libzstd $h5) -lpthread -lm)
 config_src="config/config config/types config/layout config/hparams schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
-model_src="model/table model/stage model/sizes model/layer model/pass model/kvcache model/packed model/moe comm/comm comm/boot base/rng"
+model_src="model/table model/stage model/sizes model/layer model/lora model/pass model/kvcache model/packed model/moe comm/comm comm/boot base/rng"
 tok_src="tok/tokenizer tok/types tok/vocab tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
@@ -602,6 +603,11 @@ if want fuzz_safetensors; then
 		skip fuzz/fuzz_safetensors "no seed: pp-init or pp-ckpt export failed (make tests?): $(tail -n 1 "$T/st.log")"
 	else
 		{ printf '\x04'; cat "$T/st-0-F32/model.safetensors"; } >"$s/llama-by-path"
+		# PEFT adapters of the llama model (flag 16): a LoRA run's export
+		pp-init model=llama-tiny $small model.n_kv_heads=1 model.d_ff=8 lora.rank=2 \
+			-o "$T/st-lora" >>"$T/st.log" 2>&1 &&
+			pp-ckpt export "$T/st-lora" --format peft -o "$T/st-peft" >>"$T/st.log" 2>&1 &&
+			{ printf '\x10'; cat "$T/st-peft/adapter_model.safetensors"; } >"$s/llama-peft"
 		/usr/bin/python3 - "$T/st-0-F32/model.safetensors" "$s/llama-sharded" <<'EOF'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
