@@ -259,5 +259,5 @@ expect_fail ckpt_usage/import_gguf_as_safetensors 2 "model.gguf: expected a Hugg
 	pp-ckpt import --format safetensors $T/model.gguf -o $T/imp
 expect_fail ckpt_usage/export_formats 2 "--format 'pp': use pp-ckpt convert" pp-ckpt export $T/small --format pp -o $T/x
 expect_fail ckpt_usage/export_unknown 2 "--format 'npz': expected safetensors, gguf, llama2c or peft$" pp-ckpt export $T/small --format npz -o $T/x
-expect_fail ckpt_usage/import_unknown 2 "--format 'pp': expected safetensors or gguf" pp-ckpt import --format pp $T/small -o $T/x
+expect_fail ckpt_usage/import_unknown 2 "--format 'pp': expected safetensors, gguf or peft" pp-ckpt import --format pp $T/small -o $T/x
 check ckpt_usage/help eval 'pp-ckpt convert --help | grep -q "usage: pp-ckpt convert CKPT -o RUN_DIR"'
