@@ -63,7 +63,8 @@ typedef struct {
 	/* Packed documents (training): (B,T) device ints, the position of
 	 * each row in its document (0 at a document's first row), so that
 	 * query i sees no key before i - doc_pos[i]. w may then be NULL (no
-	 * bias). NULL: the sequence is one document. The CPU backend's only. */
+	 * bias). NULL: the sequence is one document. (CUDA: the plain kernels
+	 * take it, cuDNN's graph does not.) */
 	const int *doc_pos;
 } pp_attn_bias;
 

@@ -26,7 +26,8 @@
  * Head dims up to ATT_MAXD; the per-lane arrays are sized at compile time
  * (DPL = head dims per lane), one instance per power of two.
  * Query i sees keys j with first_key(i) <= j <= i: i - window < j when
- * window > 0 (Mistral's sliding window), else every j <= i. */
+ * window > 0 (Mistral's sliding window), else every j <= i; and with packed
+ * documents (pp_attn_bias.doc_pos) none before its document's first row. */
 #include "cuda.h"
 
 #define ATT_MAXD    256
@@ -57,7 +58,8 @@ typedef struct {
 	const void *bw;    /* the bias's (Hq,nb) weights, of the compute type; NULL: none */
 	const int *bucket; /* the bias's bucket of each distance */
 	int nb;
-	float *dwpart; /* dq kernel: the bias's gradient of each (b, h, query block), nb each */
+	float *dwpart;   /* dq kernel: the bias's gradient of each (b, h, query block), nb each */
+	const int *dpos; /* (B,T) rows' positions in packed documents; NULL: one document */
 } att_shape;
 
 static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
@@ -80,6 +82,7 @@ static att_shape att_shape_of(int B, int T, int Hq, int Hkv, int D, int window,
 	a.bucket = has_bias ? bias->bucket : NULL;
 	a.nb = has_bias ? bias->nb : 0;
 	a.dwpart = NULL;
+	a.dpos = bias ? bias->doc_pos : NULL;
 	return a;
 }
 
@@ -94,6 +97,13 @@ __device__ __forceinline__ float att_bias(const att_shape &a, int h, int i, int 
 __device__ __forceinline__ int first_key(int i, int window)
 {
 	return window > 0 && i >= window ? i - window + 1 : 0;
+}
+
+/* whether query i of sequence b may see key j <= i as its packed document
+ * goes (the window aside): j is not before the document's first row */
+__device__ __forceinline__ bool same_doc(const att_shape &a, int b, int i, int j)
+{
+	return !a.dpos || j >= i - a.dpos[(size_t)b * a.T + i];
 }
 
 __device__ __forceinline__ float dot(const float *a, const float *b, int n)
@@ -172,7 +182,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 			if (qr >= nq)
 				continue; /* the whole warp */
 			float s = -INFINITY;
-			if (lane < nk && j >= first_key(i, a.window) && j <= i)
+			if (lane < nk && j >= first_key(i, a.window) && j <= i &&
+			    same_doc(a, b, i, j))
 				s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale +
 				    att_bias<T>(a, h, i, j);
 			const float mt = pp_warp_max(s);
@@ -285,7 +296,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 			if (qr >= nq)
 				continue;
 			float ds = 0;
-			const bool seen = lane < nk && j >= first_key(i, a.window) && j <= i;
+			const bool seen = lane < nk && j >= first_key(i, a.window) && j <= i &&
+					  same_doc(a, b, i, j);
 			if (seen) {
 				const float s = dot(q_s + qr * D, k_s + lane * KP, D) * a.scale +
 						att_bias<T>(a, h, i, j);
@@ -408,7 +420,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 				if (kr >= nkeys)
 					continue; /* the whole warp */
 				float p = 0, ds = 0;
-				if (lane < nqt && i >= j && (a.window <= 0 || j > i - a.window)) {
+				if (lane < nqt && i >= j && (a.window <= 0 || j > i - a.window) &&
+				    same_doc(a, b, i, j)) {
 					const float s = dot(q_s + lane * KP, k_s + kr * D, D) *
 								a.scale +
 							att_bias<T>(a, h, i, j);
@@ -508,10 +521,12 @@ template <typename T> static bool use_cudnn(void)
 }
 
 /* The cuDNN graph has no bias by distance: attention with one runs the
- * plain kernels, said once on stderr. */
+ * plain kernels, said once on stderr; so do packed documents. */
 static bool cudnn_takes(const att_shape &a)
 {
 	static bool said;
+	if (a.dpos)
+		return false;
 	if (!a.bw)
 		return true;
 	if (!said) {

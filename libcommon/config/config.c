@@ -864,10 +864,6 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		"pp-eval",
 		c->pp, c->tp, c->fsdp, c->ep);
 
-	REQUIRE(!c->packing || c->device == PP_DEVICE_CPU,
-		"packing=true: documents are kept apart in attention by the CPU backend only "
-		"(device=%s)",
-		pp_device_name(c->device));
 	REQUIRE(!c->packing || m->pos != PP_POS_LEARNED,
 		"packing=true: model.pos=learned would need each document's positions from 0");
 	if (c->lora.rank > 0) {

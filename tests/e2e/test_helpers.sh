@@ -63,11 +63,11 @@ check helpers/same_tensors_no_file eval '! same_tensors "$(ck $T/a)" $T/none/x.h
 
 # --- test_gpu.sh's own checks, without jq and h5diff -------------------------------------------
 PP_TEST_GPU_DEVICE=cpu bash tests/gpu/test_gpu.sh >$T/gpu-right.txt 2>&1
-# the seven loss comparisons of the training runs (six families on cuda,
-# llama on cudnn: the device side)
+# the nine loss comparisons of the training runs (six families on cuda,
+# llama on cudnn, packed documents and LoRA on cuda: the device side)
 cmp_re='gpu/[a-z]*_\(cuda\|cudnn\)_vs_cpu'
-check helpers/gpu_checks_pass eval '[ "$(grep -c "^PASS: $cmp_re\$" $T/gpu-right.txt)" -eq 7 ] &&
+check helpers/gpu_checks_pass eval '[ "$(grep -c "^PASS: $cmp_re\$" $T/gpu-right.txt)" -eq 9 ] &&
 	grep -q "^PASS: gpu/resume_bitwise$" $T/gpu-right.txt && ! grep -q "^FAIL: " $T/gpu-right.txt'
 PP_TEST_GPU_DEVICE=cpu PP_TEST_GPU_EXTRA=lr=1e-3 bash tests/gpu/test_gpu.sh >$T/gpu-wrong.txt 2>&1
-check helpers/gpu_checks_fail_wrong eval '[ "$(grep -c "^FAIL: $cmp_re: " $T/gpu-wrong.txt)" -eq 7 ] &&
+check helpers/gpu_checks_fail_wrong eval '[ "$(grep -c "^FAIL: $cmp_re: " $T/gpu-wrong.txt)" -eq 9 ] &&
 	! grep -q "^PASS: $cmp_re\$" $T/gpu-wrong.txt'

@@ -58,6 +58,7 @@ for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
 checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 eval_vs_cpu nccl_singleton)
+checks+=(packing_cuda_vs_cpu lora_cuda_vs_cpu)
 checks+=(profile_device_clock)
 skip_all() {
 	local c
@@ -127,6 +128,33 @@ for f in "${families[@]}"; do
 	pp-train model=$f-tiny $run device=cpu run_dir=$T/$f-cpu --quiet 2>$T/$f-cpu.log
 	vs_cpu $f cuda 1e-4 device=$dev
 done
+
+# --- fine-tuning: packed documents and LoRA against device=cpu --------------------------------
+# packed documents run the plain attention kernels with each row's document
+# bound; LoRA's adapters are strided copies and small products beside the
+# frozen base. Short documents of llama2's tokenizer (from shared/data).
+for i in $(seq 1 300); do
+	echo "document $i: $(printf 'word%s ' $(seq 1 $((i % 23 + 2))))"
+done >$T/docs.txt
+pp-tokenize --tokenizer "$PP_ROOT/../shared/data/llama2-tokenizer.model" --one-doc-per-line \
+	-o $T/docs.h5 $T/docs.txt >/dev/null 2>$T/docs.log
+# ft_vs_cpu NAME BOUND KEY=VALUE...: the run on the CPU and on the device,
+# gpu/NAME_vs_cpu: every logged loss within BOUND (relative)
+ft_vs_cpu() {
+	local name=$1 bound=$2 d
+	shift 2
+	if ! pp-train "$@" device=cpu run_dir=$T/$name-cpu --quiet 2>$T/$name-cpu.log ||
+		! pp-train "$@" device=$dev "${extra[@]}" run_dir=$T/$name-dev --quiet 2>$T/$name-dev.log; then
+		fail gpu/${name}_vs_cpu "$(tail -q -n 2 $T/$name-cpu.log $T/$name-dev.log)"
+		return
+	fi
+	d=$(loss_diff $T/$name-cpu $T/$name-dev)
+	echo "$name ($*): max relative difference of the losses $d"
+	check gpu/${name}_vs_cpu within "$d" "$bound"
+}
+ft="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=8 log_period=1"
+ft_vs_cpu packing_cuda 1e-4 $ft model.vocab_size=32000 data=$T/docs.h5 packing=true lr=3e-3
+ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lr=3e-2
 
 # --- cuDNN attention against device=cpu ------------------------------------------------------
 # bf16 attention moves the losses by far more than fp32 reordering does, so
