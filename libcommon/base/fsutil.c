@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,5 +159,30 @@ int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e)
 	b[len] = 0;
 	*buf = b;
 	*n = len;
+	return 0;
+}
+
+int fs_inputs(char *const **paths, int *n, int64_t *total, pp_err *e)
+{
+	static char *const stdin_only[] = {"-"};
+	if (*n <= 0) {
+		*paths = stdin_only;
+		*n = 1;
+	}
+	*total = 0;
+	for (int i = 0; i < *n; i++) {
+		const char *p = (*paths)[i];
+		struct stat st;
+		bool is_stdin = !strcmp(p, "-");
+		if (is_stdin ? fstat(0, &st) : stat(p, &st))
+			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", p,
+					 strerror(errno));
+		if (S_ISDIR(st.st_mode))
+			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: is a directory", p);
+		if (!is_stdin && access(p, R_OK))
+			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", p,
+					 strerror(errno));
+		*total = S_ISREG(st.st_mode) && *total >= 0 ? *total + st.st_size : -1;
+	}
 	return 0;
 }

@@ -35,4 +35,9 @@ int fs_rm_rf(const char *path);
  * the NUL). Errors name the file. */
 int fs_read_file(const char *path, char **buf, size_t *n, pp_err *e);
 
+/* The inputs a reader of text takes: n of them at *paths, "-" (or n == 0,
+ * which sets them to it) standard input; each a readable file or stream
+ * (PP_EUSAGE naming it); *total their bytes, -1 when one has no known size. */
+int fs_inputs(char *const **paths, int *n, int64_t *total, pp_err *e);
+
 #endif

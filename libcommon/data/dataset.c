@@ -887,29 +887,10 @@ int docs_open(docs_reader **out, char *const *paths, int n, docs_mode mode, cons
 	*out = NULL;
 	if (mode == DOCS_SEPARATOR && (!separator || strchr(separator, '\n')))
 		return pp_errorf(e, PP_EUSAGE, "the document separator must be one line of text");
-	static char *const stdin_only[] = {"-"};
-	if (n <= 0) {
-		paths = stdin_only;
-		n = 1;
-	}
-	int64_t total = 0;
-	for (int i = 0; i < n; i++) {
-		struct stat st;
-		bool is_stdin = !strcmp(paths[i], "-");
-		if (is_stdin ? fstat(0, &st) : stat(paths[i], &st))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", paths[i],
-					 strerror(errno));
-		if (S_ISDIR(st.st_mode))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: is a directory",
-					 paths[i]);
-		if (!is_stdin && access(paths[i], R_OK))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", paths[i],
-					 strerror(errno));
-		if (S_ISREG(st.st_mode) && total >= 0)
-			total += st.st_size;
-		else
-			total = -1;
-	}
+	int64_t total;
+	int rc = fs_inputs(&paths, &n, &total, e);
+	if (rc)
+		return rc;
 	docs_reader *r = calloc(1, sizeof *r);
 	r->paths = calloc((size_t)n, sizeof *r->paths);
 	for (int i = 0; i < n; i++)

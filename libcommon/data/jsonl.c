@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/fsutil.h"
 #include "../base/zfile.h"
 
 #define JSONL_BLOCK     ((size_t)1 << 20)
@@ -36,26 +37,10 @@ struct jsonl_reader {
 int jsonl_open(jsonl_reader **out, char *const *paths, int n, pp_err *e)
 {
 	*out = NULL;
-	static char *const stdin_only[] = {"-"};
-	if (n <= 0) {
-		paths = stdin_only;
-		n = 1;
-	}
-	int64_t total = 0;
-	for (int i = 0; i < n; i++) {
-		struct stat st;
-		bool is_stdin = !strcmp(paths[i], "-");
-		if (is_stdin ? fstat(0, &st) : stat(paths[i], &st))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", paths[i],
-					 strerror(errno));
-		if (S_ISDIR(st.st_mode))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: is a directory",
-					 paths[i]);
-		if (!is_stdin && access(paths[i], R_OK))
-			return pp_errorf(e, PP_EUSAGE, "cannot read input %s: %s", paths[i],
-					 strerror(errno));
-		total = S_ISREG(st.st_mode) && total >= 0 ? total + st.st_size : -1;
-	}
+	int64_t total;
+	int rc = fs_inputs(&paths, &n, &total, e);
+	if (rc)
+		return rc;
 	jsonl_reader *r = calloc(1, sizeof *r);
 	if (!r || !(r->paths = calloc((size_t)n, sizeof *r->paths)) ||
 	    !(r->buf = malloc(JSONL_BLOCK))) {

@@ -667,20 +667,30 @@ static int match_table(tio_source *s, st_src *p, const pp_model_cfg *m, tio_tens
 	return rc;
 }
 
-int tio_open_safetensors(const char *path, tio_source **out, pp_err *e)
+/* an empty source of this reader (*out NULL until it is complete) */
+static int src_new(tio_source **s, st_src **p, const char *format, tio_source **out, pp_err *e)
 {
 	*out = NULL;
-	tio_source *s = calloc(1, sizeof *s);
-	st_src *p = calloc(1, sizeof *p);
-	if (!s || !p) {
-		free(s);
-		free(p);
+	*s = calloc(1, sizeof **s);
+	*p = calloc(1, sizeof **p);
+	if (!*s || !*p) {
+		free(*s);
+		free(*p);
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	}
-	s->format = "safetensors";
-	s->impl = p;
-	s->read = src_read;
-	s->close = src_close;
+	(*s)->format = format;
+	(*s)->impl = *p;
+	(*s)->read = src_read;
+	(*s)->close = src_close;
+	return 0;
+}
+
+int tio_open_safetensors(const char *path, tio_source **out, pp_err *e)
+{
+	tio_source *s;
+	st_src *p;
+	if (src_new(&s, &p, "safetensors", out, e))
+		return e->code;
 	char file[PP_PATH_MAX + 64], cfgpath[PP_PATH_MAX + 32];
 	bool sharded = false;
 	pp_model_cfg m;
@@ -724,18 +734,10 @@ int tio_open_safetensors(const char *path, tio_source **out, pp_err *e)
 
 int tio_open_peft(const char *dir, const pp_config *c, tio_source **out, pp_err *e)
 {
-	*out = NULL;
-	tio_source *s = calloc(1, sizeof *s);
-	st_src *p = calloc(1, sizeof *p);
-	if (!s || !p) {
-		free(s);
-		free(p);
-		return pp_errorf(e, PP_ERUNTIME, "out of memory");
-	}
-	s->format = "peft";
-	s->impl = p;
-	s->read = src_read;
-	s->close = src_close;
+	tio_source *s;
+	st_src *p;
+	if (src_new(&s, &p, "peft", out, e))
+		return e->code;
 	p->strip = "base_model.model.";
 	snprintf(p->dir, sizeof p->dir, "%s", dir);
 	char file[PP_PATH_MAX + 64];
