@@ -26,6 +26,7 @@ NOT_HERE(tio_open_safetensors, const char *p, tio_source **o)
 NOT_HERE(tio_sink_pp, const char *p, const tio_sink_opts *x, tio_sink **o)
 NOT_HERE(tio_sink_safetensors, const char *p, const tio_sink_opts *x, tio_sink **o)
 NOT_HERE(tio_sink_llama2c, const char *p, const tio_sink_opts *x, tio_sink **o)
+NOT_HERE(tio_sink_peft, const char *p, const tio_sink_opts *x, tio_sink **o)
 
 static char path[4200];
 
