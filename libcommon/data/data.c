@@ -427,14 +427,20 @@ static int read_piece(pp_data *d, uint64_t start, uint64_t n, uint64_t o, int p,
 	return 0;
 }
 
+/* Global sequence index of n per epoch: which one (window, packed
+ * sequence) it reads, in the epoch's shuffled order when training. */
+static uint64_t epoch_order(const pp_data *d, uint64_t index, uint64_t n)
+{
+	const uint64_t epoch = index / n, i = index % n;
+	return d->shuffle ? permute(rng_mix(d->shuffle_key ^ rng_mix(epoch)), n, i) : i;
+}
+
 static int doc_sequence(pp_data *d, uint64_t index, int T, int *tok, int *tgt, int *pos, pp_err *e)
 {
 	int rc = d->T == T ? 0 : doc_layout(d, T, e);
 	if (rc)
 		return rc;
-	uint64_t S = d->n_seqs, epoch = index / S, s = index % S;
-	if (d->shuffle)
-		s = permute(rng_mix(d->shuffle_key ^ rng_mix(epoch)), S, s);
+	const uint64_t s = epoch_order(d, index, d->n_seqs);
 	uint64_t k = d->seq_doc[s], o = d->seq_slot[s];
 	int fill = 0;
 	while (k < d->corpus.n_docs && fill < T) {
@@ -476,9 +482,7 @@ static int window_sequence(pp_data *d, uint64_t index, int T, int *tok, int *tgt
 	int rc = d->T == T ? 0 : window_layout(d, T, e);
 	if (rc)
 		return rc;
-	uint64_t W = d->windows, epoch = index / W, w = index % W;
-	if (d->shuffle)
-		w = permute(rng_mix(d->shuffle_key ^ rng_mix(epoch)), W, w);
+	const uint64_t w = epoch_order(d, index, d->windows);
 	if ((rc = read_window(d, w, T, d->seq, e)) ||
 	    (rc = check_vocab(d, d->seq, T + 1, "window", w, e)))
 		return rc;

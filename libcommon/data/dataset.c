@@ -779,21 +779,28 @@ static int check_split(const tokens_file *f, int split, pp_err *e)
 	return 0;
 }
 
+/* [first, first + n) of split's dataset d (name), of len elements, as mtype */
+static int read_range(tokens_file *f, int split, hid_t d, hid_t mtype, const char *name,
+		      uint64_t len, uint64_t first, size_t n, void *out, pp_err *e)
+{
+	if (first > len || n > len - first)
+		return bad(f, e, "%s [%llu, %llu) of /%s is past its end (%llu)", name,
+			   (unsigned long long)first, (unsigned long long)(first + n),
+			   tokens_split_name[split], (unsigned long long)len);
+	if (read_1d(d, mtype, first, n, out))
+		return bad(f, e, "cannot read /%s/%s [%llu, %llu): %s", tokens_split_name[split],
+			   name, (unsigned long long)first, (unsigned long long)(first + n),
+			   h5u_reason());
+	return 0;
+}
+
 int tokens_read(tokens_file *f, int split, uint64_t offset, size_t n, uint32_t *out, pp_err *e)
 {
 	h5u_quiet();
 	if (check_split(f, split, e))
 		return PP_EUSAGE;
-	uint64_t len = f->info.tokens[split];
-	if (offset > len || n > len - offset)
-		return bad(f, e, "tokens [%llu, %llu) of /%s are past its end (%llu)",
-			   (unsigned long long)offset, (unsigned long long)(offset + n),
-			   tokens_split_name[split], (unsigned long long)len);
-	if (read_1d(f->tok[split], H5T_NATIVE_UINT32, offset, n, out))
-		return bad(f, e, "cannot read /%s/tokens [%llu, %llu): %s",
-			   tokens_split_name[split], (unsigned long long)offset,
-			   (unsigned long long)(offset + n), h5u_reason());
-	return 0;
+	return read_range(f, split, f->tok[split], H5T_NATIVE_UINT32, "tokens",
+			  f->info.tokens[split], offset, n, out, e);
 }
 
 int tokens_read_mask(tokens_file *f, int split, uint64_t offset, size_t n, uint8_t *out, pp_err *e)
@@ -801,23 +808,16 @@ int tokens_read_mask(tokens_file *f, int split, uint64_t offset, size_t n, uint8
 	h5u_quiet();
 	if (check_split(f, split, e))
 		return PP_EUSAGE;
-	uint64_t len = f->info.tokens[split];
 	if (!f->info.has_mask)
 		return bad(f, e, "version %lld has no loss mask", (long long)f->info.version);
-	if (offset > len || n > len - offset)
-		return bad(f, e, "loss_mask [%llu, %llu) of /%s is past its end (%llu)",
-			   (unsigned long long)offset, (unsigned long long)(offset + n),
-			   tokens_split_name[split], (unsigned long long)len);
-	if (read_1d(f->mask[split], H5T_NATIVE_UINT8, offset, n, out))
-		return bad(f, e, "cannot read /%s/loss_mask [%llu, %llu): %s",
-			   tokens_split_name[split], (unsigned long long)offset,
-			   (unsigned long long)(offset + n), h5u_reason());
-	for (size_t i = 0; i < n; i++)
+	int rc = read_range(f, split, f->mask[split], H5T_NATIVE_UINT8, "loss_mask",
+			    f->info.tokens[split], offset, n, out, e);
+	for (size_t i = 0; !rc && i < n; i++)
 		if (out[i] > 1)
 			return bad(f, e, "/%s/loss_mask[%llu] is %u, not 0 or 1",
 				   tokens_split_name[split], (unsigned long long)(offset + i),
 				   out[i]);
-	return 0;
+	return rc;
 }
 
 int tokens_read_offsets(tokens_file *f, int split, uint64_t first, size_t n, uint64_t *out,
@@ -826,16 +826,8 @@ int tokens_read_offsets(tokens_file *f, int split, uint64_t first, size_t n, uin
 	h5u_quiet();
 	if (check_split(f, split, e))
 		return PP_EUSAGE;
-	uint64_t len = f->info.docs[split] + 1;
-	if (first > len || n > len - first)
-		return bad(f, e, "doc_offsets [%llu, %llu) of /%s are past its end (%llu)",
-			   (unsigned long long)first, (unsigned long long)(first + n),
-			   tokens_split_name[split], (unsigned long long)len);
-	if (read_1d(f->off[split], H5T_NATIVE_UINT64, first, n, out))
-		return bad(f, e, "cannot read /%s/doc_offsets [%llu, %llu): %s",
-			   tokens_split_name[split], (unsigned long long)first,
-			   (unsigned long long)(first + n), h5u_reason());
-	return 0;
+	return read_range(f, split, f->off[split], H5T_NATIVE_UINT64, "doc_offsets",
+			  f->info.docs[split] + 1, first, n, out, e);
 }
 
 /* --------------------------------------------------------- text documents */

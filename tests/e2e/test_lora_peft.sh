@@ -24,28 +24,12 @@ if ! PY=$(cd "$PP_ROOT" && scripts/setup-reference.sh 2>$T/setup.log); then
 fi
 L=16
 # every window of L+1 tokens the same: a document of period L
-/usr/bin/python3 - $T/data.h5 $L <<'PY'
-import sys, h5py, numpy as np
+PYTHONPATH="$PP_ROOT/tests/tools" /usr/bin/python3 - $T/data.h5 $L <<'PY'
+import sys, numpy as np
+from tokens_file import write
 path, L = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(5)
-pattern = rng.integers(3, 250, L).astype(np.uint32)
-doc = np.resize(pattern, 8 * L + 1)
-with h5py.File(path, "w", libver=("v108", "latest")) as f:
-    for k, v in {"format": "pp-tokens", "tokenizer_fingerprint": "", "tokenizer_kind": "none"}.items():
-        f.attrs[k] = v
-    f.attrs["version"] = np.int64(1)
-    f.attrs["vocab_size"] = np.int64(256)
-    f.attrs["bos_id"] = np.int64(-1)
-    f.attrs["eos_id"] = np.int64(-1)
-    f.attrs["sources"] = ["pattern"]
-    for split, docs in (("train", [doc]), ("val", [])):
-        g = f.create_group(split)
-        toks = np.concatenate(docs) if docs else np.zeros(0, np.uint32)
-        off = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.uint64)
-        g.create_dataset("tokens", data=toks, dtype="<u4", maxshape=(None,), chunks=(1 << 20,))
-        g.create_dataset("doc_offsets", data=off, dtype="<u8", maxshape=(None,), chunks=(1 << 16,))
-        f.attrs[f"{split}_documents"] = np.uint64(len(docs))
-        f.attrs[f"{split}_tokens"] = np.uint64(len(toks))
+pattern = np.random.default_rng(5).integers(3, 250, L)
+write(path, [np.resize(pattern, 8 * L + 1)], [], 256, source="pattern")
 PY
 model="model=llama-tiny model.vocab_size=256 seed=3"
 pp-init $model -o $T/base >/dev/null 2>$T/init.log &&

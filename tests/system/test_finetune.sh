@@ -95,26 +95,12 @@ check finetune/lora_convert/info_says_lora eval 'pp-ckpt info $T/lora_tp2 --conf
 
 # packing: documents of many lengths, packed; pp=2 (positions to every
 # stage) and dp=2 give one process's losses
-/usr/bin/python3 - $T/docs.h5 <<'PY'
-import sys, h5py, numpy as np
+PYTHONPATH="$PP_ROOT/tests/tools" /usr/bin/python3 - $T/docs.h5 <<'PY'
+import sys, numpy as np
+from tokens_file import write
 rng = np.random.default_rng(7)
-docs = [rng.integers(3, 500, rng.integers(3, 40)).astype(np.uint32) for _ in range(200)]
-with h5py.File(sys.argv[1], "w", libver=("v108", "latest")) as f:
-    for k, v in {"format": "pp-tokens", "tokenizer_fingerprint": "", "tokenizer_kind": "none"}.items():
-        f.attrs[k] = v
-    f.attrs["version"] = np.int64(1)
-    f.attrs["vocab_size"] = np.int64(512)
-    f.attrs["bos_id"] = np.int64(-1)
-    f.attrs["eos_id"] = np.int64(2)
-    f.attrs["sources"] = ["random"]
-    for split, ds in (("train", docs[:180]), ("val", docs[180:])):
-        g = f.create_group(split)
-        toks = np.concatenate(ds)
-        off = np.concatenate([[0], np.cumsum([len(d) for d in ds])]).astype(np.uint64)
-        g.create_dataset("tokens", data=toks, dtype="<u4", maxshape=(None,), chunks=(1 << 20,))
-        g.create_dataset("doc_offsets", data=off, dtype="<u8", maxshape=(None,), chunks=(1 << 16,))
-        f.attrs[f"{split}_documents"] = np.uint64(len(ds))
-        f.attrs[f"{split}_tokens"] = np.uint64(len(toks))
+docs = [rng.integers(3, 500, rng.integers(3, 40)) for _ in range(200)]
+write(sys.argv[1], docs[:180], docs[180:], 512, eos=2, source="random")
 PY
 pk="model=llama-tiny model.vocab_size=512 data=$T/docs.h5 packing=true seq_len=32 global_batch=4 microbatch=2 steps=4 lr=1e-2 log_period=1"
 pp-train $pk run_dir=$T/pk_one --quiet >/dev/null 2>$T/pk_one.log || fail finetune/packing_one "$(tail -n 2 $T/pk_one.log)"
