@@ -33,6 +33,7 @@
 #define PP_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef PP_F64
 typedef double pp_real;
@@ -67,6 +68,17 @@ typedef struct {
 	 * take it, cuDNN's graph does not.) */
 	const int *doc_pos;
 } pp_attn_bias;
+
+/* Dropout of a block of a larger matrix: the block's N rows and C columns
+ * are rows row0.. and columns col0.. of a matrix width columns wide, whose
+ * element (r, c) is dropped where pp_dropped(key, r * width + c, threshold)
+ * (kernels/dropmask.h): an element's fate does not depend on which block,
+ * rank or device computes it. Kept elements are multiplied by scale. */
+typedef struct {
+	uint64_t key, row0, threshold;
+	int64_t col0, width;
+	float scale;
+} pp_dropout;
 
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
  * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
@@ -233,6 +245,9 @@ typedef struct pp_ops {
 	/* x *= s: gradients (scale) and activations (scale_act) */
 	void (*scale)(pp_real *x, pp_real s, size_t n);
 	void (*scale_act)(pp_act *x, pp_real s, size_t n);
+	/* out (N,C) = in with d's elements dropped, the others times d->scale
+	 * (out may alias in) */
+	void (*dropout)(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
 	/* sum of squares, accumulated in double */
 	double (*sumsq)(const pp_real *x, size_t n);
 

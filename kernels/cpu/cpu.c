@@ -44,6 +44,7 @@ const pp_ops pp_ops_cpu = {
 	.add_real = pp_cpu_add_real,
 	.scale = pp_cpu_scale,
 	.scale_act = pp_cpu_scale_act,
+	.dropout = pp_cpu_dropout,
 	.sumsq = pp_cpu_sumsq,
 	.crossentropy = pp_cpu_crossentropy,
 	.logsumexp_rows = pp_cpu_logsumexp_rows,

@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "../dropmask.h"
 #include "cpu.h"
 
 void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
@@ -26,6 +27,23 @@ void pp_cpu_scale(pp_real *x, pp_real s, size_t n)
 
 /* the compute type is pp_real */
 void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n) { pp_cpu_scale(x, s, n); }
+
+void pp_cpu_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d)
+{
+	pp_real *y = out;
+	const pp_real *x = in;
+	const pp_real scale = (pp_real)d->scale;
+#pragma omp parallel for schedule(static)
+	for (int i = 0; i < N; i++) {
+		const uint64_t at = (d->row0 + (uint64_t)i) * (uint64_t)d->width +
+				    (uint64_t)d->col0;
+		for (int j = 0; j < C; j++) {
+			const size_t k = (size_t)i * C + j;
+			y[k] = pp_dropped(d->key, at + (uint64_t)j, d->threshold) ? 0
+										  : x[k] * scale;
+		}
+	}
+}
 
 /* Per-thread partial sums added in thread order: the same bits on every run
  * (a scalar OpenMP reduction combines in arrival order). */

@@ -359,6 +359,8 @@ template <typename T> void pp_cuda_add(pp_act *out, const pp_act *a, const pp_ac
 void pp_cuda_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n);
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n);
 template <typename T> void pp_cuda_scale_act(pp_act *x, pp_real s, size_t n);
+template <typename T>
+void pp_cuda_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */

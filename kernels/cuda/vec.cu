@@ -1,4 +1,5 @@
 /* Elementwise vector ops over n elements, and the sum of squares. */
+#include "../dropmask.h"
 #include "cuda.h"
 
 #define THREADS 256
@@ -64,6 +65,30 @@ template <typename T> void pp_cuda_scale_act(pp_act *x, pp_real s, size_t n)
 	pp_cuda_map("scale_kernel", (T *)x, (const T *)x, (const T *)x, n, scale_op{s});
 }
 PP_CUDA_BOTH(pp_cuda_scale_act);
+
+template <typename T> __global__ void dropout_kernel(T *y, const T *x, int N, int C, pp_dropout d)
+{
+	const size_t n = (size_t)N * C;
+	for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+	     k += (size_t)gridDim.x * blockDim.x) {
+		const uint64_t i = k / (size_t)C, j = k % (size_t)C;
+		const uint64_t at = (d.row0 + i) * (uint64_t)d.width + (uint64_t)d.col0 + j;
+		y[k] = pp_dropped(d.key, at, d.threshold) ? pp_to<T>(0.0f)
+							  : pp_to<T>(pp_f(x[k]) * d.scale);
+	}
+}
+
+template <typename T>
+void pp_cuda_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d)
+{
+	const size_t n = (size_t)N * C;
+	if (!n)
+		return;
+	dropout_kernel<T><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(
+		(T *)out, (const T *)in, N, C, *d);
+	PP_CUDA_LAUNCHED("dropout_kernel");
+}
+PP_CUDA_BOTH(pp_cuda_dropout);
 
 void pp_cuda_scale(pp_real *x, pp_real s, size_t n)
 {

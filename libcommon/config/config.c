@@ -188,7 +188,7 @@ static const key_desc keys[] = {
 	NUM("lora.alpha", K_REAL, lora.alpha, "16", R_GT0, 0),
 	BOOL("lora.rslora", lora.rslora, "false", 0),
 	STR("lora.targets", lora.targets, "\"all\"", F_NONEMPTY),
-	NUM("lora.dropout", K_REAL, lora.dropout, "0", R_UNIT, 0),
+	NUM("lora.dropout", K_REAL, lora.dropout, "0", R_UNIT_OPEN, 0),
 	ENUM("lora.base_dtype", K_INT, lora.base_dtype, pp_type_names, "\"fp32\"", 0),
 	STR("lora.base_sha256", lora.base_sha256, "\"\"", 0),
 	STR("run_dir", run_dir, "\"runs/default\"", F_NONEMPTY),
@@ -874,8 +874,6 @@ static int check_consistency(const pp_config *c, pp_err *e)
 		REQUIRE(m->n_experts == 0,
 			"lora: a model with experts (model.n_experts=%d) takes no adapters",
 			m->n_experts);
-		REQUIRE(c->lora.dropout == 0, "lora.dropout=%g: only 0 is implemented",
-			c->lora.dropout);
 		REQUIRE(c->lora.base_dtype == PP_TYPE_REAL || c->dtype == PP_TYPE_BF16,
 			"lora.base_dtype=bf16 needs dtype=bf16: the frozen base is held in the "
 			"compute type (dtype=%s)",

@@ -11,6 +11,7 @@
 #ifndef PP_DATA_H
 #define PP_DATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/error.h"
@@ -50,8 +51,12 @@ int data_docs_open(data_docs **d, const char *path, pp_err *e);
 uint64_t data_docs_count(const data_docs *d);
 /* the file as messages name it (with the split of a pp-tokens file) */
 const char *data_docs_name(const data_docs *d);
-/* document i's tokens into *ids (realloc'd), their count in *n */
-int data_docs_read(data_docs *d, uint64_t i, int **ids, size_t *n, pp_err *e);
+/* Whether the file holds a loss mask (instruction data). */
+bool data_docs_masked(const data_docs *d);
+/* document i's tokens into *ids (realloc'd), their count in *n; with mask
+ * (not NULL) and a file that holds one, its loss mask into *mask
+ * (realloc'd; 1: a token that counts as a target) */
+int data_docs_read(data_docs *d, uint64_t i, int **ids, uint8_t **mask, size_t *n, pp_err *e);
 void data_docs_close(data_docs *d);
 
 #endif

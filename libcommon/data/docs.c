@@ -32,7 +32,9 @@ uint64_t data_docs_count(const data_docs *d) { return d->c.n_docs; }
 
 const char *data_docs_name(const data_docs *d) { return d->c.path; }
 
-int data_docs_read(data_docs *d, uint64_t i, int **ids, size_t *n, pp_err *e)
+bool data_docs_masked(const data_docs *d) { return d->c.has_mask; }
+
+int data_docs_read(data_docs *d, uint64_t i, int **ids, uint8_t **mask, size_t *n, pp_err *e)
 {
 	if (i >= d->c.n_docs)
 		return pp_errorf(e, PP_EUSAGE, "%s: document %llu of %llu", d->c.path,
@@ -45,7 +47,14 @@ int data_docs_read(data_docs *d, uint64_t i, int **ids, size_t *n, pp_err *e)
 	if (!p)
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	*ids = p;
-	return *n ? d->c.fmt->read(&d->c, d->off[0], *n, p, e) : 0;
+	rc = *n ? d->c.fmt->read(&d->c, d->off[0], *n, p, e) : 0;
+	if (rc || !mask || !d->c.has_mask)
+		return rc;
+	uint8_t *m = realloc(*mask, *n + 1);
+	if (!m)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	*mask = m;
+	return *n ? d->c.fmt->read_mask(&d->c, d->off[0], *n, m, e) : 0;
 }
 
 void data_docs_close(data_docs *d)

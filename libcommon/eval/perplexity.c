@@ -35,8 +35,10 @@ static int window(eval_scorer *sc, const int *feed, int n, const int *target, in
 	return rc;
 }
 
-static int score_doc(eval_scorer *sc, const int *tok, int n, int prefix, int L, double *nll,
-		     long *predicted, int **feed, pp_err *e)
+/* tok (n) fed, tgt (n) predicted: tok, or tok with PP_IGNORE_INDEX where
+ * a loss mask leaves a token out */
+static int score_doc(eval_scorer *sc, const int *tok, const int *tgt, int n, int prefix, int L,
+		     double *nll, long *predicted, int **feed, pp_err *e)
 {
 	int rc = 0;
 	if (prefix < 0) { /* the first token is the context */
@@ -44,6 +46,7 @@ static int score_doc(eval_scorer *sc, const int *tok, int n, int prefix, int L, 
 			return 0;
 		prefix = tok[0];
 		tok++;
+		tgt++;
 		n--;
 	}
 	if (n < 1)
@@ -56,13 +59,34 @@ static int score_doc(eval_scorer *sc, const int *tok, int n, int prefix, int L, 
 	f[0] = prefix;
 	if (first > 1)
 		memcpy(f + 1, tok, (size_t)(first - 1) * sizeof *f);
-	rc = window(sc, f, first, tok, first, nll, e);
+	rc = window(sc, f, first, tgt, first, nll, e);
 	for (int done = first; !rc && done < n;) {
 		const int w = n - done < L ? n - done : L, end = done + w;
-		rc = window(sc, tok + end - L - 1, L, tok + end - w, w, nll, e);
+		rc = window(sc, tok + end - L - 1, L, tgt + end - w, w, nll, e);
 		done = end;
 	}
-	*predicted += n;
+	for (int j = 0; j < n; j++)
+		*predicted += tgt[j] >= 0;
+	return rc;
+}
+
+/* The bytes of a document's text (mask: of its runs of scored tokens). */
+static int text_bytes(const pp_tokenizer *tk, const int *ids, const uint8_t *mask, size_t n,
+		      double *bytes, pp_err *e)
+{
+	int rc = 0;
+	for (size_t a = 0; a < n && !rc;) {
+		size_t b = a;
+		while (b < n && (!mask || mask[b]))
+			b++;
+		if (b > a) {
+			tok_text t = {0};
+			rc = tok_decode(tk, ids + a, b - a, &t, e);
+			*bytes += (double)t.n;
+			tok_text_free(&t);
+		}
+		a = b + (b < n);
+	}
 	return rc;
 }
 
@@ -82,7 +106,9 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 		n = (uint64_t)limit;
 	const int prefix = tk ? (tok_bos(tk) >= 0 ? tok_bos(tk) : tok_eos(tk)) : -1;
 	eval_scorer sc = {.B = 1, .Tmax = L, .rows = CHUNK < L ? CHUNK : L};
-	int *ids = NULL, *feed = NULL;
+	int *ids = NULL, *feed = NULL, *tgt = NULL;
+	uint8_t *mask = NULL;
+	const bool masked = data_docs_masked(d);
 	size_t len = 0;
 	double sums[4] = {0}; /* nll, tokens, bytes, docs */
 	const double t0 = clock_seconds();
@@ -90,8 +116,16 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 	rc = eval_scorer_open(&sc, s, e);
 	for (uint64_t i = (uint64_t)rank; !rc && i < n; i += (uint64_t)size) {
 		long predicted = 0;
-		if ((rc = data_docs_read(d, i, &ids, &len, e)))
+		if ((rc = data_docs_read(d, i, &ids, masked ? &mask : NULL, &len, e)))
 			break;
+		int *grown = masked ? realloc(tgt, (len + 1) * sizeof *grown) : NULL;
+		if (masked && !grown) {
+			rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+			break;
+		}
+		tgt = masked ? grown : tgt;
+		for (size_t j = 0; masked && j < len; j++)
+			tgt[j] = mask[j] ? ids[j] : PP_IGNORE_INDEX;
 		for (size_t j = 0; j < len && !rc; j++)
 			if (ids[j] < 0 || ids[j] >= s->cfg->vocab_size)
 				rc = pp_errorf(e, PP_EUSAGE,
@@ -100,14 +134,10 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 					       r->name, (unsigned long long)i, ids[j],
 					       s->cfg->vocab_size);
 		if (!rc)
-			rc = score_doc(&sc, ids, (int)len, prefix, L, &sums[0], &predicted, &feed,
-				       e);
-		if (!rc && tk) {
-			tok_text t = {0};
-			rc = tok_decode(tk, ids, len, &t, e);
-			sums[2] += (double)t.n;
-			tok_text_free(&t);
-		}
+			rc = score_doc(&sc, ids, masked ? tgt : ids, (int)len, prefix, L, &sums[0],
+				       &predicted, &feed, e);
+		if (!rc && tk)
+			rc = text_bytes(tk, ids, masked ? mask : NULL, len, &sums[2], e);
 		sums[1] += (double)predicted;
 		sums[3] += 1;
 		const double t = clock_seconds();
@@ -140,6 +170,8 @@ int eval_perplexity(pp_stage *s, const pp_tokenizer *tk, const char *path, int l
 	}
 	eval_scorer_close(&sc);
 	free(ids);
+	free(tgt);
+	free(mask);
 	free(feed);
 	data_docs_close(d);
 	return rc;

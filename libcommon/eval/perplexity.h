@@ -4,7 +4,10 @@
  * else its EOS; without a tokenizer the document's first token stands for
  * it and is not predicted) before the first window,
  * every token predicted once, in windows of the model's context, each
- * window after the first fed the max_seq_len tokens before its end. */
+ * window after the first fed the max_seq_len tokens before its end. A
+ * dataset with a loss mask (instruction data) is scored on the tokens its
+ * mask counts (the completions, the assistant turns) and the bytes of
+ * their text, as training counts its loss. */
 #ifndef PP_EVAL_PERPLEXITY_H
 #define PP_EVAL_PERPLEXITY_H
 

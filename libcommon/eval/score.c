@@ -240,6 +240,9 @@ static int room(eval_scorer *sc, size_t logits, size_t feed, pp_err *e)
 /* log softmax of x (V) at t, and whether t is its argmax */
 static double row_ll(const pp_real *x, int V, int t, bool *greedy)
 {
+	*greedy = true;
+	if (t < 0) /* a target the loss mask leaves out */
+		return 0;
 	int best = 0;
 	double mx = x[0], sum = 0;
 	for (int v = 1; v < V; v++)

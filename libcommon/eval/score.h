@@ -79,8 +79,8 @@ int eval_score_items(eval_scorer *sc, const eval_toks *const *k, eval_result *co
 
 /* One forward of the n tokens after the `ctx` already in slot 0 (slot 0
  * is emptied first when ctx is 0), scoring its last `keep` positions: the
- * log-likelihood of target[i] at each (keep of them), summed into *ll,
- * and whether each was the argmax (keep 0: the forward alone, for the
+ * log-likelihood of target[i] at each (keep of them; a negative target
+ * counts for nothing), summed into *ll, and whether each was the argmax (keep 0: the forward alone, for the
  * cache). For the rolling windows of a corpus (perplexity.c) and the
  * requests alike. */
 int eval_score_rows(eval_scorer *sc, const int *tokens, int n, int ctx, const int *target, int keep,

@@ -22,17 +22,20 @@ bool tio_has_adapters(const tio_source *src)
 	return false;
 }
 
-int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
-		      double *alpha, bool *rslora, json_t **targets, pp_err *e)
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, tio_lora *out,
+		      pp_err *e)
 {
 	json_t *l = json_object_get(meta->config, "lora");
 	json_int_t r = json_integer_value(json_object_get(l, "rank"));
+	out->targets = NULL;
 	if (!l || r <= 0)
 		return pp_errorf(e, PP_EUSAGE, "the checkpoint's config has no LoRA adapters");
-	*rank = (int)r;
-	*alpha = json_number_value(json_object_get(l, "alpha"));
-	*rslora = json_is_true(json_object_get(l, "rslora"));
+	out->rank = (int)r;
+	out->alpha = json_number_value(json_object_get(l, "alpha"));
+	out->dropout = json_number_value(json_object_get(l, "dropout"));
+	out->rslora = json_is_true(json_object_get(l, "rslora"));
 	/* PEFT's target_modules: the module names whose adapters the source holds */
+	json_t **targets = &out->targets;
 	*targets = json_array();
 	for (int k = 0; k < LORA_MEMBERS; k++) {
 		char want[32];
@@ -134,13 +137,9 @@ static void view_close(tio_source *s)
 int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_err *e)
 {
 	*out = NULL;
-	int rank;
-	double alpha;
-	bool rslora;
-	json_t *targets = NULL;
-	int rc = tio_lora_settings(&inner->meta, inner->tensors, inner->n, &rank, &alpha, &rslora,
-				   &targets, e);
-	json_decref(targets);
+	tio_lora l;
+	int rc = tio_lora_settings(&inner->meta, inner->tensors, inner->n, &l, e);
+	json_decref(l.targets);
 	tio_source *s = calloc(1, sizeof *s);
 	view_impl *v = calloc(1, sizeof *v);
 	const size_t n = (size_t)inner->n + 1;
@@ -164,7 +163,7 @@ int tio_lora_source(tio_source *inner, tio_lora_view view, tio_source **out, pp_
 	s->impl = v;
 	v->inner = inner;
 	v->view = view;
-	v->scale = alpha / (rslora ? sqrt((double)rank) : (double)rank);
+	v->scale = l.alpha / (l.rslora ? sqrt((double)l.rank) : (double)l.rank);
 	/* merged: the base's tensors, from the source the run loaded them from */
 	if (view == TIO_LORA_MERGED && (rc = open_base(inner, &v->base, e))) {
 		view_close(s);
@@ -249,11 +248,15 @@ int tio_peft_config(const char *dir, const tio_source *base, const char *path, i
 		return pp_errorf(e, PP_EUSAGE, "%s: %s (line %d)", file, je.text, je.line);
 	int rc = peft_unsupported(file, a, e);
 	json_t *r = json_object_get(a, "r"), *alpha = json_object_get(a, "lora_alpha");
-	json_t *tm = json_object_get(a, "target_modules");
+	json_t *tm = json_object_get(a, "target_modules"),
+	       *drop = json_object_get(a, "lora_dropout");
 	if (!rc && (!json_is_integer(r) || json_integer_value(r) < 1))
 		rc = pp_errorf(e, PP_EUSAGE, "%s: r must be a positive integer", file);
 	if (!rc && !json_is_number(alpha))
 		rc = pp_errorf(e, PP_EUSAGE, "%s: lora_alpha must be a number", file);
+	if (!rc && drop && !json_is_null(drop) &&
+	    (!json_is_number(drop) || json_number_value(drop) < 0 || json_number_value(drop) >= 1))
+		rc = pp_errorf(e, PP_EUSAGE, "%s: lora_dropout must be a number in [0, 1)", file);
 	/* target_modules: a list of module names, or "all-linear" */
 	char targets[256] = "";
 	if (!rc && json_is_string(tm) && !strcmp(json_string_value(tm), "all-linear")) {
@@ -290,8 +293,9 @@ int tio_peft_config(const char *dir, const tio_source *base, const char *path, i
 	char *text = rc ? NULL : json_dumps(root, JSON_COMPACT);
 	json_decref(root);
 	/* the adapters' settings, then the caller's overrides */
-	char kv[6][PP_PATH_MAX + 32];
-	char **ov = calloc((size_t)n_overrides + 6, sizeof *ov);
+	enum { KV = 7 };
+	char kv[KV][PP_PATH_MAX + 32];
+	char **ov = calloc((size_t)n_overrides + KV, sizeof *ov);
 	if (!rc && (!text || !ov))
 		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
 	if (!rc) {
@@ -302,11 +306,13 @@ int tio_peft_config(const char *dir, const tio_source *base, const char *path, i
 		snprintf(kv[3], sizeof kv[3], "lora.targets=%s", targets);
 		snprintf(kv[4], sizeof kv[4], "load_parameters_path=%s", path);
 		snprintf(kv[5], sizeof kv[5], "lora.base_sha256=%s", hex);
-		for (int i = 0; i < 6; i++)
+		snprintf(kv[6], sizeof kv[6], "lora.dropout=%.17g",
+			 json_is_number(drop) ? json_number_value(drop) : 0.0);
+		for (int i = 0; i < KV; i++)
 			ov[i] = kv[i];
 		for (int i = 0; i < n_overrides; i++)
-			ov[6 + i] = overrides[i];
-		rc = pp_config_load_text(c, text, n_overrides + 6, ov, e);
+			ov[KV + i] = overrides[i];
+		rc = pp_config_load_text(c, text, n_overrides + KV, ov, e);
 	}
 	free(ov);
 	free(text);

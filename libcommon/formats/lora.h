@@ -16,11 +16,18 @@ typedef enum { TIO_LORA_MERGED, TIO_LORA_ADAPTERS } tio_lora_view;
 /* Whether src holds adapters. */
 bool tio_has_adapters(const tio_source *src);
 
-/* The adapters' settings a source's config (meta->config) holds: rank,
- * alpha, rslora, and PEFT's target module names of the tensors (a JSON
- * array, new reference). PP_EUSAGE when it holds no LoRA config. */
-int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
-		      double *alpha, bool *rslora, json_t **targets, pp_err *e);
+/* The adapters' settings a source's config (meta->config) holds, and
+ * PEFT's target module names of its tensors (targets: a JSON array, a new
+ * reference). */
+typedef struct {
+	int rank;
+	double alpha, dropout;
+	bool rslora;
+	json_t *targets;
+} tio_lora;
+/* PP_EUSAGE when the config holds no LoRA settings. */
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, tio_lora *l,
+		      pp_err *e);
 
 /* The config of a LoRA run made from PEFT's adapters in dir on the base
  * model base (open; at path): the base's config (a pp checkpoint's, else

@@ -383,18 +383,15 @@ static int lay_out(st_sink *k, double shard_mb, pp_err *e)
 /* PEFT's adapter_config.json for the adapters of o (lora.h) */
 static int peft_config(const tio_sink_opts *o, json_t **out, pp_err *e)
 {
-	int rank;
-	double alpha;
-	bool rslora;
-	json_t *targets;
-	int rc = tio_lora_settings(o->meta, o->tensors, o->n, &rank, &alpha, &rslora, &targets, e);
+	tio_lora l;
+	int rc = tio_lora_settings(o->meta, o->tensors, o->n, &l, e);
 	if (rc)
 		return rc;
 	*out = json_pack("{ss ss si sf sf so sb ss sb sb sb sn sn sn s{} s{} sb sn}", "peft_type",
-			 "LORA", "task_type", "CAUSAL_LM", "r", rank, "lora_alpha", alpha,
-			 "lora_dropout", 0.0, "target_modules", targets, "use_rslora", rslora,
-			 "bias", "none", "fan_in_fan_out", false, "init_lora_weights", true,
-			 "inference_mode", true, "base_model_name_or_path", "modules_to_save",
+			 "LORA", "task_type", "CAUSAL_LM", "r", l.rank, "lora_alpha", l.alpha,
+			 "lora_dropout", l.dropout, "target_modules", l.targets, "use_rslora",
+			 l.rslora, "bias", "none", "fan_in_fan_out", false, "init_lora_weights",
+			 true, "inference_mode", true, "base_model_name_or_path", "modules_to_save",
 			 "layers_to_transform", "rank_pattern", "alpha_pattern", "use_dora", false,
 			 "revision");
 	return *out ? 0 : pp_errorf(e, PP_ERUNTIME, "out of memory");

@@ -68,6 +68,7 @@ typedef struct {
 	int *tok, *tgt;                       /* (N) device copies; tok local to the vocab shard */
 	int *pos;                             /* (N) device: positions in packed documents */
 	bool has_pos;                         /* stage_set_positions gave them */
+	stage_noise noise;                    /* stage_set_noise's */
 	int has_grad;                         /* forward kept dlogits */
 	int has_input_grad;                   /* STAGE_BWD_INPUT ran, STAGE_BWD_WEIGHT pending */
 } slot_acts;
@@ -112,6 +113,7 @@ typedef struct {
 	moe_acts *moe;
 	moe_scratch *moe_sc;
 	const lora_scratch *lora;
+	stage_noise noise;  /* the layer's own key: none (0) or the slot's and the layer's */
 	const int *doc_pos; /* (N) positions in packed documents, NULL: none */
 } layer_acts;
 
@@ -248,6 +250,7 @@ enum {
 	SC_LORA_U,
 	SC_LORA_Z,
 	SC_LORA_Y,
+	SC_LORA_X,
 	SC_NACT
 };
 enum { SCR_CE, SCR_LOSSES, SCR_REPLICA, SCR_NREAL };
@@ -288,12 +291,13 @@ size_t stage_tail_from(const pp_stage *s);
  * inp is (N, in). forward: out += their terms. backward: from dout, din +=
  * the adapters' part of the input gradient (din NULL: none), and their
  * weight gradients accumulate. */
-void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+void lora_forward(const pp_stage *s, const layer_acts *t, const layer_index *li, int k0, int k1,
 		  pp_act *out, int ld, const pp_act *inp, int N, int in);
-void lora_backward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+void lora_backward(const pp_stage *s, const layer_acts *t, const layer_index *li, int k0, int k1,
 		   pp_act *din, const pp_act *dout, int ld, const pp_act *inp, int N, int in);
-/* The width of lora_scratch's z and y: the widest of C, HD and F. */
-size_t lora_scratch_width(const pp_stage *s);
+/* The elements of lora_scratch's u, z, y and x for rows rows of stage s
+ * (0 without adapters; x only where a training forward drops). */
+void lora_scratch_counts(const pp_stage *s, size_t rows, size_t n[4]);
 /* Allocates sc for rows rows of stage s (nothing without adapters); -1 on failure. */
 int lora_scratch_alloc(lora_scratch *sc, const pp_stage *s, size_t rows);
 void lora_scratch_free(lora_scratch *sc, const pp_ops *o);

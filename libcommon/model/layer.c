@@ -3,6 +3,7 @@
  * gradients), with the tensor-parallel sums inside it. */
 #include <math.h>
 
+#include "../base/rng.h"
 #include "internal.h"
 
 /* out (N,OC) = inp (N,C) @ weight wi ^T + bias, from the weights stored for
@@ -72,6 +73,9 @@ layer_acts layer_view(const pp_stage *s, slot_acts *sa, int l)
 		.moe = li->moe >= 0 ? &mo->moe[ke] : NULL,
 		.moe_sc = &s->acts->moe_sc,
 		.lora = &s->acts->lora,
+		.noise = {sa->noise.key ? rng_mix(sa->noise.key ^ (uint64_t)(s->layer_begin + l))
+					: 0,
+			  sa->noise.row0},
 		.doc_pos = sa->has_pos ? sa->pos : NULL,
 		.g_out = split ? pp_act_at(o, sa->g_out, g * N * C) : NULL,
 		.g_up = split ? pp_act_at(o, sa->g_up, g * N * UP) : NULL,
@@ -182,7 +186,7 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 
 	layer_norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
 	layer_linear(s, t->qkv, t->h1, li->qkv_w, W(s, li->qkv_b), N, C, QKV);
-	lora_forward(s, t->lora, li, LORA_Q, LORA_V + 1, t->qkv, QKV, t->h1, N, C);
+	lora_forward(s, t, li, LORA_Q, LORA_V + 1, t->qkv, QKV, t->h1, N, C);
 	if (kv) {
 		/* each sequence at its own position */
 		const size_t slot = (size_t)kv->Tmax * Hkv * D;
@@ -204,7 +208,7 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window, rb);
 	}
 	layer_linear(s, t->mid, t->att, li->o_w, W0(s, li->o_b), N, HD, C);
-	lora_forward(s, t->lora, li, LORA_O, LORA_O + 1, t->mid, C, t->att, N, HD);
+	lora_forward(s, t, li, LORA_O, LORA_O + 1, t->mid, C, t->att, N, HD);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
 		return rc;
 	/* mid = x + the attention branch, h2 = norm2(mid) */
@@ -227,12 +231,12 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 		o->gelu_fwd(t->act, t->up, (size_t)N * F);
 	} else {
 		layer_linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, 2 * F);
-		lora_forward(s, t->lora, li, LORA_GATE, LORA_UP + 1, t->up, 2 * F, t->h2, N, C);
+		lora_forward(s, t, li, LORA_GATE, LORA_UP + 1, t->up, 2 * F, t->h2, N, C);
 		o->glu_fwd(t->act, t->up, N, F, stage_act_kind(m));
 	}
 	if (li->moe < 0) {
 		layer_linear(s, t->out, t->act, li->down_w, W0(s, li->down_b), N, F, C);
-		lora_forward(s, t->lora, li, LORA_DOWN, LORA_DOWN + 1, t->out, C, t->act, N, F);
+		lora_forward(s, t, li, LORA_DOWN, LORA_DOWN + 1, t->out, C, t->act, N, F);
 	}
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
 		return rc;
@@ -326,16 +330,15 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 		} else {
 			o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act,
 				      W(s, li->down_w), N, F, C);
-			lora_backward(s, t->lora, li, LORA_DOWN, LORA_DOWN + 1, a->d_act, a->d_res,
-				      C, t->act, N, F);
+			lora_backward(s, t, li, LORA_DOWN, LORA_DOWN + 1, a->d_act, a->d_res, C,
+				      t->act, N, F);
 			o->glu_bwd(a->d_up, a->d_act, t->up, N, F, stage_act_kind(m));
 		}
 		if (!wgrad)
 			o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
 		o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL,
 			      a->d_up, t->h2, W(s, li->up_w), N, C, UP);
-		lora_backward(s, t->lora, li, LORA_GATE, LORA_UP + 1, a->d_h, a->d_up, UP, t->h2, N,
-			      C);
+		lora_backward(s, t, li, LORA_GATE, LORA_UP + 1, a->d_h, a->d_up, UP, t->h2, N, C);
 	}
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
 		return rc;
@@ -345,7 +348,7 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 		o->to_device(t->g_mid, a->d_res, NC * A);
 	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL,
 		      a->d_res, t->att, W(s, li->o_w), N, HD, C);
-	lora_backward(s, t->lora, li, LORA_O, LORA_O + 1, a->d_att, a->d_res, C, t->att, N, HD);
+	lora_backward(s, t, li, LORA_O, LORA_O + 1, a->d_att, a->d_res, C, t->att, N, HD);
 	/* the biases' gradient with the input part, as the norms' */
 	pp_attn_bias bias;
 	o->attention_bwd(a->d_qkv, a->d_att, t->att, t->lse, t->qkv, B, T, Hq, Hkv, D,
@@ -356,7 +359,7 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * A);
 	o->matmul_bwd(a->d_h, wgrad ? G(s, li->qkv_w) : NULL, wgrad ? G(s, li->qkv_b) : NULL,
 		      a->d_qkv, t->h1, W(s, li->qkv_w), N, C, QKV);
-	lora_backward(s, t->lora, li, LORA_Q, LORA_V + 1, a->d_h, a->d_qkv, QKV, t->h1, N, C);
+	lora_backward(s, t, li, LORA_Q, LORA_V + 1, a->d_h, a->d_qkv, QKV, t->h1, N, C);
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
 		return rc;
 	layer_norm_bwd(s, a->d_res, a->d_h, t->x, t->mean1, t->rstd1, li->norm1_w, li->norm1_b);

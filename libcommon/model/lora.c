@@ -8,9 +8,18 @@
  * gradient and accumulates dA and dB. inp @ A^T is rebuilt in the backward
  * rather than kept (N x rank per member). Under tp each rank adds the terms
  * of its slices (table.c splits them as Megatron does), before the sums
- * over tp that the base products take. */
+ * over tp that the base products take.
+ *
+ * With lora.dropout p, a training forward drops elements of each member's
+ * input before A (PEFT's lora_dropout, the base product untouched) and
+ * scales the rest by 1 / (1 - p); the mask is drawn from the layer's key,
+ * the member and the element's place in the whole input (the step's row,
+ * the column of the whole width under tp), so every layout drops the same
+ * elements, and the backward draws it again rather than keeping it. */
 #include <string.h>
 
+#include "../../kernels/dropmask.h"
+#include "../base/rng.h"
 #include "internal.h"
 
 /* Member k's column block in its product's output: offset and width. */
@@ -24,9 +33,28 @@ static void lora_block(const pp_stage *s, int k, int *col, int *width)
 	*width = w[k];
 }
 
-void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+/* Member k's dropout of its input (N,in): false when it drops nothing. */
+static bool lora_dropout(const pp_stage *s, const layer_acts *t, int k, int in, pp_dropout *d)
+{
+	const double p = s->spec.lora.dropout;
+	if (p <= 0 || !t->noise.key)
+		return false;
+	/* o and down take a tp rank's block of their input's columns */
+	const bool row_parallel = k == LORA_O || k == LORA_DOWN;
+	const int tp = s->spec.tp.size, r = s->spec.tp.rank;
+	*d = (pp_dropout){.key = rng_mix(t->noise.key ^ (uint64_t)(k + 1)),
+			  .row0 = t->noise.row0,
+			  .threshold = pp_drop_threshold(p),
+			  .col0 = row_parallel ? (int64_t)r * in : 0,
+			  .width = row_parallel ? (int64_t)tp * in : in,
+			  .scale = (float)(1.0 / (1.0 - p))};
+	return true;
+}
+
+void lora_forward(const pp_stage *s, const layer_acts *t, const layer_index *li, int k0, int k1,
 		  pp_act *out, int ld, const pp_act *inp, int N, int in)
 {
+	const lora_scratch *sc = t->lora;
 	const pp_ops *o = s->ops;
 	const int R = s->spec.lora.rank;
 	const size_t A = pp_act_size(o);
@@ -35,8 +63,14 @@ void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *
 			continue;
 		int col, w;
 		lora_block(s, k, &col, &w);
-		/* u = scale * inp A^T, z = u B^T */
-		o->matmul_fwd(sc->u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
+		/* u = scale * drop(inp) A^T, z = u B^T */
+		pp_dropout d;
+		const pp_act *x = inp;
+		if (lora_dropout(s, t, k, in, &d)) {
+			o->dropout(sc->x, inp, N, in, &d);
+			x = sc->x;
+		}
+		o->matmul_fwd(sc->u, x, W(s, li->lora_a[k]), NULL, N, in, R);
 		o->scale_act(sc->u, (pp_real)s->spec.lora.scale, (size_t)N * R);
 		o->matmul_fwd(sc->z, sc->u, W(s, li->lora_b[k]), NULL, N, R, w);
 		if (w == ld) {
@@ -50,9 +84,10 @@ void lora_forward(const pp_stage *s, const lora_scratch *sc, const layer_index *
 	}
 }
 
-void lora_backward(const pp_stage *s, const lora_scratch *sc, const layer_index *li, int k0, int k1,
+void lora_backward(const pp_stage *s, const layer_acts *t, const layer_index *li, int k0, int k1,
 		   pp_act *din, const pp_act *dout, int ld, const pp_act *inp, int N, int in)
 {
+	const lora_scratch *sc = t->lora;
 	const pp_ops *o = s->ops;
 	const int R = s->spec.lora.rank;
 	const pp_real scale = (pp_real)s->spec.lora.scale;
@@ -68,38 +103,50 @@ void lora_backward(const pp_stage *s, const lora_scratch *sc, const layer_index 
 				  (size_t)ld * A, (size_t)w * A, (size_t)N);
 			dz = sc->z;
 		}
-		/* dB += dz^T (scale * inp A^T) */
-		o->matmul_fwd(sc->u, inp, W(s, li->lora_a[k]), NULL, N, in, R);
+		/* dB += dz^T (scale * x A^T), x = drop(inp) */
+		pp_dropout d;
+		const bool drop = lora_dropout(s, t, k, in, &d);
+		const pp_act *x = inp;
+		if (drop) {
+			o->dropout(sc->x, inp, N, in, &d);
+			x = sc->x;
+		}
+		o->matmul_fwd(sc->u, x, W(s, li->lora_a[k]), NULL, N, in, R);
 		o->scale_act(sc->u, scale, (size_t)N * R);
 		o->matmul_bwd(NULL, G(s, li->lora_b[k]), NULL, dz, sc->u, NULL, N, R, w);
-		/* du = scale * dz B; dA += du^T inp; din += du A */
+		/* du = scale * dz B; dA += du^T x; din += drop(du A) */
 		o->matmul_bwd(sc->u, NULL, NULL, dz, NULL, W(s, li->lora_b[k]), N, R, w);
 		o->scale_act(sc->u, scale, (size_t)N * R);
-		o->matmul_bwd(NULL, G(s, li->lora_a[k]), NULL, sc->u, inp, NULL, N, in, R);
+		o->matmul_bwd(NULL, G(s, li->lora_a[k]), NULL, sc->u, x, NULL, N, in, R);
 		if (din) {
 			o->matmul_bwd(sc->y, NULL, NULL, sc->u, NULL, W(s, li->lora_a[k]), N, in,
 				      R);
+			if (drop)
+				o->dropout(sc->y, sc->y, N, in, &d);
 			o->add(din, din, sc->y, (size_t)N * in);
 		}
 	}
 }
 
-size_t lora_scratch_width(const pp_stage *s)
+void lora_scratch_counts(const pp_stage *s, size_t rows, size_t n[4])
 {
+	const size_t R = (size_t)s->spec.lora.rank;
+	/* z, y and x hold rows of the widest of C, HD and F */
 	size_t wide = (size_t)s->cfg->d_model, hd = (size_t)s->n_heads * s->cfg->head_dim;
 	wide = hd > wide ? hd : wide;
-	return (size_t)s->d_ff > wide ? (size_t)s->d_ff : wide;
+	wide = (size_t)s->d_ff > wide ? (size_t)s->d_ff : wide;
+	const bool drops = s->spec.lora.dropout > 0 && !s->spec.no_grad;
+	n[0] = R ? rows * R : 0;
+	n[1] = n[2] = R ? rows * wide : 0;
+	n[3] = R && drops ? rows * wide : 0;
 }
 
 int lora_scratch_alloc(lora_scratch *sc, const pp_stage *s, size_t rows)
 {
 	memset(sc, 0, sizeof *sc);
-	const size_t R = (size_t)s->spec.lora.rank;
-	if (!R)
-		return 0;
-	const size_t wide = lora_scratch_width(s);
-	pp_act **p[] = {&sc->u, &sc->z, &sc->y};
-	const size_t n[] = {rows * R, rows * wide, rows * wide};
+	pp_act **p[] = {&sc->u, &sc->z, &sc->y, &sc->x};
+	size_t n[4];
+	lora_scratch_counts(s, rows, n);
 	return alloc_acts(s->ops, p, n, NELEMS(p));
 }
 
@@ -108,5 +155,6 @@ void lora_scratch_free(lora_scratch *sc, const pp_ops *o)
 	o->free(sc->u);
 	o->free(sc->z);
 	o->free(sc->y);
+	o->free(sc->x);
 	memset(sc, 0, sizeof *sc);
 }

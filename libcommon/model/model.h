@@ -120,6 +120,7 @@ typedef struct {
 		int rank;
 		double scale;
 		unsigned targets;
+		double dropout; /* of the adapters' input, in training forwards (stage_noise) */
 	} lora;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 	stage_units units;          /* use NULL: the stage holds all of its weights */
@@ -130,7 +131,17 @@ typedef struct {
  * one for its microbatch, a KV cache its own for its rows. */
 typedef struct {
 	pp_act *u, *z, *y;
+	pp_act *x; /* (rows, the widest): the dropped input, with lora.dropout */
 } lora_scratch;
+
+/* The random draws of a training forward (LoRA's dropout): key 0 for none
+ * (evaluation, decoding); row0, the index of the microbatch's first row
+ * among the step's rows (the single process's order, layout_seq_index), so
+ * that an element's draw depends on what it is, never on which rank,
+ * microbatch or device computes it. */
+typedef struct {
+	uint64_t key, row0;
+} stage_noise;
 
 typedef struct {
 	char name[96]; /* Hugging Face name */
@@ -345,6 +356,8 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, co
  * documents (RoPE needs nothing more: it sees distances only). NULL: each
  * sequence is one document. Every stage of a pipeline takes them. */
 int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e);
+/* The draws of the next stage_forward into slot and of its backward. */
+void stage_set_noise(pp_stage *s, int slot, stage_noise noise);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the

@@ -107,6 +107,11 @@ int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e)
 	return 0;
 }
 
+void stage_set_noise(pp_stage *s, int slot, stage_noise noise)
+{
+	s->acts->slot[slot].noise = s->spec.lora.dropout > 0 ? noise : (stage_noise){0, 0};
+}
+
 int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, const int *targets,
 		  pp_real dscale, double *loss_sum, long *n_valid, pp_act **out, pp_err *e)
 {

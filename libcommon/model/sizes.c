@@ -118,8 +118,8 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 		size_t n = p->grad_partial ? (size_t)(p->global_shape[0] / p->shape[0]) * p->n : 0;
 		replica = n > replica ? n : replica;
 	}
-	/* the adapters' (lora.c) */
-	const size_t lora = s->spec.lora.rank > 0, wide = lora_scratch_width(s);
+	size_t lora[4]; /* the adapters' (lora.c) */
+	lora_scratch_counts(s, w.N, lora);
 	*c = (scratch_counts){
 		.act = {[SC_D_RES] = Nb * w.C,
 			[SC_D_H] = Nb * w.C,
@@ -131,9 +131,10 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 			[SC_HF] = last * w.N * w.C,
 			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) *
 				      w.V,
-			[SC_LORA_U] = lora * w.N * (size_t)s->spec.lora.rank,
-			[SC_LORA_Z] = lora * w.N * wide,
-			[SC_LORA_Y] = lora * w.N * wide},
+			[SC_LORA_U] = lora[0],
+			[SC_LORA_Z] = lora[1],
+			[SC_LORA_Y] = lora[2],
+			[SC_LORA_X] = lora[3]},
 		.real = {[SCR_CE] = 2 * w.N, [SCR_LOSSES] = last * w.N, [SCR_REPLICA] = replica},
 		.ints = {[SCI_BUCKET] = s->cfg->pos == PP_POS_RELATIVE ? (size_t)s->cfg->max_seq_len
 								       : 0},

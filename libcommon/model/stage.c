@@ -71,6 +71,7 @@ void stage_spec_set_lora(stage_spec *spec, const pp_config *c)
 				  : 0;
 	spec->lora.targets = spec->lora.rank ? targets : 0;
 	spec->lora.scale = spec->lora.rank ? hparams_lora_scale(c) : 0;
+	spec->lora.dropout = spec->lora.rank ? c->lora.dropout : 0;
 }
 
 /* This rank's share of heads and widths (layout.h decides it). */
@@ -193,7 +194,7 @@ static int alloc_buffers(pp_stage *s)
 		[SC_D_RES] = &a->d_res,   [SC_D_H] = &a->d_h,       [SC_D_ATT] = &a->d_att,
 		[SC_D_QKV] = &a->d_qkv,   [SC_D_UP] = &a->d_up,     [SC_D_ACT] = &a->d_act,
 		[SC_HF] = &a->hf,         [SC_LOGITS] = &a->logits, [SC_LORA_U] = &a->lora.u,
-		[SC_LORA_Z] = &a->lora.z, [SC_LORA_Y] = &a->lora.y};
+		[SC_LORA_Z] = &a->lora.z, [SC_LORA_Y] = &a->lora.y, [SC_LORA_X] = &a->lora.x};
 	pp_real **scratch_r[SCR_NREAL] = {
 		[SCR_CE] = &a->ce, [SCR_LOSSES] = &a->losses, [SCR_REPLICA] = &a->replica};
 	if (alloc_acts(ops, scratch, xc.act, SC_NACT) ||
@@ -295,9 +296,9 @@ void stage_free(pp_stage *s)
 			free_slot_acts(ops, &a->slot[k]);
 		free_slot_acts(ops, &a->rebuilt);
 		moe_scratch_free(&a->moe_sc, ops);
-		void *p[] = {a->d_res,   a->d_h,    a->d_att,  a->d_qkv,  a->d_up,
-			     a->d_act,   a->ce,     a->hf,     a->losses, a->logits,
-			     a->replica, a->bucket, a->lora.u, a->lora.z, a->lora.y};
+		void *p[] = {a->d_res,  a->d_h,    a->d_att,  a->d_qkv,  a->d_up,    a->d_act,
+			     a->ce,     a->hf,     a->losses, a->logits, a->replica, a->bucket,
+			     a->lora.u, a->lora.z, a->lora.y, a->lora.x};
 		for (int i = 0; i < NELEMS(p); i++)
 			ops->free(p[i]);
 		free(a->slot);

@@ -114,8 +114,8 @@ static double pad_of(const pipeline *pl, sched_op op)
 	}
 }
 
-static int run_action(pipeline *pl, const sched_action *a, const int *tokens, const int *targets,
-		      const int *pos, pp_real dscale, double *loss_sum, pp_err *e)
+static int run_action(pipeline *pl, const sched_action *a, const pipeline_batch *b, pp_real dscale,
+		      double *loss_sum, pp_err *e)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -138,10 +138,11 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 		const pp_act *in = st->first ? NULL
 				   : p > 1   ? buf(pl, pl->act_in, mb, c)
 					     : pl->out[cell(pl, mb, c - 1)];
-		rc = stage_set_positions(st, slot, pos ? pos + mb * N : NULL, e);
+		rc = stage_set_positions(st, slot, b->pos ? b->pos + mb * N : NULL, e);
+		stage_set_noise(st, slot, b->noise ? b->noise[mb] : (stage_noise){0, 0});
 		if (!rc)
-			rc = stage_forward(st, slot, tokens + mb * N, in, targets + mb * N, dscale,
-					   loss_sum, NULL, &pl->out[k], e);
+			rc = stage_forward(st, slot, b->tokens + mb * N, in, b->targets + mb * N,
+					   dscale, loss_sum, NULL, &pl->out[k], e);
 		break;
 	}
 	case SCHED_BWD:
@@ -190,19 +191,19 @@ static int run_action(pipeline *pl, const sched_action *a, const int *tokens, co
 	return 0;
 }
 
-int pipeline_train(pipeline *pl, const int *tokens, const int *targets, const int *pos,
-		   pp_real dscale, double *loss_sum, pp_err *e)
+int pipeline_train(pipeline *pl, const pipeline_batch *b, pp_real dscale, double *loss_sum,
+		   pp_err *e)
 {
 	for (int i = 0; i < pl->n_acts; i++) {
-		int rc = run_action(pl, &pl->acts[i], tokens, targets, pos, dscale, loss_sum, e);
+		int rc = run_action(pl, &pl->acts[i], b, dscale, loss_sum, e);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, const int *pos,
-		  double *loss_sum, long *n_valid, pp_err *e)
+int pipeline_eval(pipeline *pl, int n_mb, const pipeline_batch *b, double *loss_sum, long *n_valid,
+		  pp_err *e)
 {
 	const int p = pl->p, S = p * pl->v;
 	const size_t N = (size_t)pl->chunks[0].B * pl->chunks[0].T;
@@ -219,10 +220,12 @@ int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets,
 			if (!st->first && p > 1)
 				rc = comm_recv(pl->pp, in, pl->width, dt, (s - 1) % p, TAG_ACT, e);
 			if (!rc)
-				rc = stage_set_positions(st, 0, pos ? pos + mb * N : NULL, e);
+				rc = stage_set_positions(st, 0, b->pos ? b->pos + mb * N : NULL, e);
+			stage_set_noise(st, 0, (stage_noise){0, 0});
 			if (!rc)
-				rc = stage_forward(st, 0, tokens + mb * N, in, targets + mb * N, 0,
-						   loss_sum, n_valid, &out, e);
+				rc = stage_forward(st, 0, b->tokens + mb * N, in,
+						   b->targets + mb * N, 0, loss_sum, n_valid, &out,
+						   e);
 			if (!rc && !st->last && p > 1)
 				rc = comm_send(pl->pp, out, pl->width, dt, (s + 1) % p, TAG_ACT, e);
 			if (rc)

@@ -39,19 +39,26 @@ int pipeline_init(pipeline *pl, sched_kind kind, pp_stage *chunks, int v, int p,
 		  pp_comm *pp, pp_err *e);
 void pipeline_free(pipeline *pl);
 
-/* One training step's passes: tokens and targets (m, B*T) host, and the
- * rows' positions in their packed documents (NULL: none); every
- * microbatch's loss gradient scaled by dscale. The summed token loss of
+/* A step's microbatches, host memory: tokens and targets (m, B*T); the
+ * rows' positions in their packed documents (NULL: none); the draws of
+ * each microbatch's training forward (m; NULL: none). */
+typedef struct {
+	const int *tokens, *targets, *pos;
+	const stage_noise *noise;
+} pipeline_batch;
+
+/* One training step's passes over batch b; every microbatch's loss
+ * gradient scaled by dscale. The summed token loss of
  * this rank's last-stage microbatches is added to *loss_sum. Each chunk's
  * last backward pass runs with STAGE_BWD_LAST, so that its stage reports
  * final gradients (stage_spec.grad_ready) while the pipeline goes on. */
-int pipeline_train(pipeline *pl, const int *tokens, const int *targets, const int *pos,
-		   pp_real dscale, double *loss_sum, pp_err *e);
+int pipeline_train(pipeline *pl, const pipeline_batch *b, pp_real dscale, double *loss_sum,
+		   pp_err *e);
 
 /* Forward passes only (evaluation), microbatch by microbatch through every
  * virtual stage in order; adds the summed token loss and the valid target
  * count on the last stage. */
-int pipeline_eval(pipeline *pl, int n_mb, const int *tokens, const int *targets, const int *pos,
-		  double *loss_sum, long *n_valid, pp_err *e);
+int pipeline_eval(pipeline *pl, int n_mb, const pipeline_batch *b, double *loss_sum, long *n_valid,
+		  pp_err *e);
 
 #endif

@@ -135,6 +135,9 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 	if (c->packing &&
 	    !(t->pos = malloc((size_t)c->microbatches * c->microbatch * c->seq_len * sizeof(int))))
 		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	if (c->lora.rank > 0 && c->lora.dropout > 0 &&
+	    !(t->noise = calloc((size_t)c->microbatches, sizeof *t->noise)))
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
 	if (c->eval_interval > 0 && (rc = data_open(&t->val, c, "val", &l->seqs, e)))
 		return rc;
 	return train_tasks_open(t, e);
@@ -158,6 +161,7 @@ void trainer_close(trainer *t)
 	free(t->chunks);
 	free(t->opt);
 	free(t->pos);
+	free(t->noise);
 	for (int k = 0; t->staging && k < t->lay.v; k++) {
 		free(t->staging[k].w);
 		free(t->staging[k].m);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/rng.h"
 #include "../ckpt/stage.h"
 #include "../config/hparams.h"
 #include "internal.h"
@@ -48,7 +49,8 @@ int trainer_eval(trainer *t, double *loss, pp_err *e)
 	int rc = read_batch(t->val, c->microbatch * c->eval_batches, c->seq_len, tok, tgt, pos,
 			    &read_valid, e);
 	if (!rc)
-		rc = pipeline_eval(&t->pl, c->eval_batches, tok, tgt, pos, &sum, &valid, e);
+		rc = pipeline_eval(&t->pl, c->eval_batches, &(pipeline_batch){tok, tgt, pos, NULL},
+				   &sum, &valid, e);
 	if (!rc)
 		rc = total_loss(t, &sum, &valid, e);
 	free(tok);
@@ -193,6 +195,22 @@ static int moe_totals(trainer *t, step_result *r, pp_err *e)
 	return rc;
 }
 
+/* The draws of the next step's microbatches (LoRA's dropout), NULL when it
+ * makes none: a key of the seed and the step, and each microbatch's first
+ * row among the step's, as the single process numbers them. */
+static const stage_noise *step_noise(trainer *t)
+{
+	const pp_config *c = t->cfg;
+	if (!t->noise)
+		return NULL;
+	const uint64_t key = rng_mix(rng_key(c->seed, "lora.dropout") ^ (uint64_t)(t->step + 1));
+	for (int mb = 0; mb < c->microbatches; mb++)
+		t->noise[mb] = (stage_noise){
+			key | 1, /* never 0, which means none */
+			layout_seq_index(&t->lay.seqs, (uint64_t)mb * c->microbatch) * c->seq_len};
+	return t->noise;
+}
+
 int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 {
 	const pp_config *c = t->cfg;
@@ -219,7 +237,8 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 		stage_zero_grad(&t->chunks[k]);
 		memset(&t->chunks[k].moe, 0, sizeof t->chunks[k].moe);
 	}
-	if ((rc = pipeline_train(&t->pl, tok, tgt, t->pos, dscale, &sum, e)))
+	if ((rc = pipeline_train(&t->pl, &(pipeline_batch){tok, tgt, t->pos, step_noise(t)}, dscale,
+				 &sum, e)))
 		return rc;
 	prof_span sp = prof_begin(t->prof, PROF_GRAD_SYNC);
 	rc = sync_grads(t, e);

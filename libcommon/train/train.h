@@ -40,6 +40,7 @@ typedef struct {
 	fsdp fsdp;            /* fsdp > 1: the gathers and reduce-scatters of the shards */
 	pp_real *gather;      /* ZeRO-1: the parameter all-gather's buffer (largest chunk) */
 	int *pos;             /* packing: the step's positions in packed documents */
+	stage_noise *noise;   /* lora.dropout: the draws of the step's microbatches */
 	size_t gather_n;      /* its elements */
 	pp_data *train, *val; /* NULL when opened for parameters only */
 	bool params_only;     /* pp-init: parameters, no optimizer state, no data */

@@ -147,6 +147,17 @@ sys.exit(not (a.size == b.size and d <= 1e-5))" $T/imp.f32 $T/l10.f32
 pp-ckpt import --format peft $T/peft10 --base $T/base -o $T/back >/dev/null 2>>$T/imp.log ||
 	fail lora_peft/import_back "$(tail -n 2 $T/imp.log)"
 check lora_peft/export_import_same_adapters eval "pp-ckpt diff $end $T/back >/dev/null"
+# lora_dropout travels both ways: PEFT's setting becomes lora.dropout, and
+# pp's export writes it
+cp -r $T/peft10 $T/drop && sed -i 's/"lora_dropout": 0[.0-9]*/"lora_dropout": 0.1/' $T/drop/adapter_config.json
+pp-ckpt import --format peft $T/drop --base $T/base -o $T/drop_run >/dev/null 2>>$T/imp.log &&
+	pp-ckpt export $T/drop_run --format peft -o $T/drop_back >/dev/null 2>>$T/imp.log ||
+	fail lora_peft/import_dropout "$(tail -n 2 $T/imp.log)"
+check lora_peft/import_dropout/config eval 'pp-ckpt info $T/drop_run --config | grep -q "\"dropout\": 0.1"'
+check lora_peft/import_dropout/exported eval 'grep -q "\"lora_dropout\": 0.1" $T/drop_back/adapter_config.json'
+sed -i 's/"lora_dropout": 0.1/"lora_dropout": 1.5/' $T/drop/adapter_config.json
+expect_fail lora_peft/import_dropout_range 2 "adapter_config.json: lora_dropout must be a number in \[0, 1)" \
+	pp-ckpt import --format peft $T/drop --base $T/base -o $T/x3
 expect_fail lora_peft/import_needs_base 2 "needs --base" pp-ckpt import --format peft $T/peft10 -o $T/nobase
 cp -r $T/peft10 $T/dora && sed -i 's/"use_dora": false/"use_dora": true/' $T/dora/adapter_config.json
 expect_fail lora_peft/import_dora_refused 2 "adapter_config.json: use_dora is true" pp-ckpt import --format peft $T/dora --base $T/base -o $T/x2

@@ -62,11 +62,11 @@ int tio_sink_gguf(const char *p, const tio_sink_opts *o, tio_sink **out, pp_err 
 }
 
 /* the PEFT sink's (formats/lora.c, not in this target) */
-int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, int *rank,
-		      double *alpha, bool *rslora, json_t **targets, pp_err *e)
+int tio_lora_settings(const tio_meta *meta, const tio_tensor *tensors, int n, tio_lora *l,
+		      pp_err *e)
 {
-	(void)meta, (void)tensors, (void)n, (void)rank, (void)alpha, (void)rslora;
-	*targets = NULL;
+	(void)meta, (void)tensors, (void)n;
+	l->targets = NULL;
 	return absent(e);
 }
 

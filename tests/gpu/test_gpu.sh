@@ -154,7 +154,7 @@ ft_vs_cpu() {
 }
 ft="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=8 log_period=1"
 ft_vs_cpu packing_cuda 1e-4 $ft model.vocab_size=32000 data=$T/docs.h5 packing=true lr=3e-3
-ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lr=3e-2
+ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lora.dropout=0.1 lr=3e-2
 
 # --- cuDNN attention against device=cpu ------------------------------------------------------
 # bf16 attention moves the losses by far more than fp32 reordering does, so

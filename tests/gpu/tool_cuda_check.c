@@ -1239,6 +1239,34 @@ static void check_vec(int n)
 	run_check(&s);
 }
 
+/* dropout of a block (rows from a[2], columns from a[3] of a matrix a[4]
+ * wide): the same mask as the CPU's, which draws it from the same hash */
+static void r_dropout(const pp_ops *o, void *const *p, const check *c)
+{
+	const double q = c->f[0];
+	const pp_dropout d = {.key = 0x5eedULL + (uint64_t)c->a[2],
+			      .row0 = (uint64_t)c->a[2],
+			      .threshold = (uint64_t)(q * 4294967296.0),
+			      .col0 = c->a[3],
+			      .width = c->a[4],
+			      .scale = (float)(1 / (1 - q))};
+	o->dropout(P(0), P(1), c->a[0], c->a[1], &d);
+}
+
+static void check_dropout(int N, int C, int row0, int col0, int width)
+{
+	check c = {.op = "dropout",
+		   .run = r_dropout,
+		   .nt = 2,
+		   .a = {N, C, row0, col0, width},
+		   .f = {0.3f}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d rows %d.. cols %d.. of %d p=0.3", N, C, row0,
+		 col0, width);
+	c.t[0] = TS("out", (size_t)N * C, OUT, ACT, 1);
+	c.t[1] = TS("in", (size_t)N * C, IN, ACT, 1);
+	run_check(&c);
+}
+
 /* sumsq returns a double: its own comparison (fp32 gradients in both tables) */
 static void check_sumsq_on(const table_t *tb, size_t n)
 {
@@ -1464,6 +1492,8 @@ int main(void)
 	check_moe(300, 8, 2, 96, -1); /* Mixtral's routing */
 	check_moe(257, 64, 2, 64, 9); /* GLaM's 64 experts, with a capacity */
 	check_vec(100003);
+	check_dropout(257, 96, 0, 0, 96);
+	check_dropout(64, 40, 1000, 40, 120);
 	check_sumsq(1000003);
 	check_sumsq(17);
 	check_loss(128, 1000);

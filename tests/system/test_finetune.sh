@@ -78,12 +78,32 @@ done
 # does not depend on the layout, and they train alike; AdamW's first steps
 # magnify rounding in the smallest entries of B, hence 1e-3)
 check finetune/lora_pp_2_tp_2/same_adapters eval 'pp-ckpt diff $T/lora_one $T/lora_pp_2_tp_2 --tol 1e-3 >/dev/null'
-# a LoRA run resumes bitwise (from step 2 of the same 4-step run), and its
-# checkpoints convert, verify and diff as any
-pp-train $lora checkpoint_period=2 keep=0 run_dir=$T/lora_a --quiet >/dev/null 2>$T/lora_a.log ||
+
+# lora.dropout: the masks follow each element's place in the step (its
+# sequence among the single process's, its column of the whole width), so
+# every layout and microbatch size drops the same elements as one process
+lora_d="$lora lora.dropout=0.2"
+pp-train $lora_d run_dir=$T/drop_one --quiet >/dev/null 2>$T/drop_one.log ||
+	fail finetune/dropout_one "$(tail -n 2 $T/drop_one.log)"
+check finetune/dropout_one/drops eval '! within "$(loss_diff $T/lora_one $T/drop_one)" 1e-4'
+for lay in "pp=2 tp=2" "fsdp=2" "dp=2 microbatch=1" "microbatch=1"; do
+	n=$(( $(echo $lay | sed 's/microbatch=1//' | tr -dc 0-9 | fold -w1 | paste -sd'*' | bc) + 0 ))
+	[ $n -eq 0 ] && n=1
+	ln=$(echo $lay | tr ' =' '_')
+	if mpirun -n $n --allow-run-as-root --oversubscribe pp-train $lora_d $lay \
+		run_dir=$T/drop_$ln --quiet >/dev/null 2>$T/drop_$ln.log; then
+		check finetune/dropout_$ln/same_losses eval 'within "$(loss_diff $T/drop_one $T/drop_$ln)" 1e-5'
+	else
+		fail finetune/dropout_$ln "$(tail -n 3 $T/drop_$ln.log)"
+	fi
+done
+
+# a LoRA run (with dropout) resumes bitwise (from step 2 of the same 4-step
+# run), and its checkpoints convert, verify and diff as any
+pp-train $lora_d checkpoint_period=2 keep=0 run_dir=$T/lora_a --quiet >/dev/null 2>$T/lora_a.log ||
 	fail finetune/lora_resume "$(tail -n 2 $T/lora_a.log)"
 cp -r $T/lora_a $T/lora_b && rm -rf $T/lora_b/checkpoints/step_00000004
-pp-train $lora checkpoint_period=2 keep=0 run_dir=$T/lora_b --quiet >/dev/null 2>$T/lora_b.log ||
+pp-train $lora_d checkpoint_period=2 keep=0 run_dir=$T/lora_b --quiet >/dev/null 2>$T/lora_b.log ||
 	fail finetune/lora_resume "$(tail -n 2 $T/lora_b.log)"
 check finetune/lora_resume/bitwise same_tensors $T/lora_a/checkpoints/step_00000004/shard-pp000-tp000.h5 \
 	$T/lora_b/checkpoints/step_00000004/shard-pp000-tp000.h5
@@ -92,6 +112,43 @@ pp-ckpt convert $T/lora_one -o $T/lora_tp2 tp=2 >/dev/null 2>$T/lora_conv.log ||
 check finetune/lora_convert/verify eval 'pp-ckpt verify $T/lora_tp2 >/dev/null 2>&1'
 check finetune/lora_convert/same_adapters eval 'pp-ckpt diff $T/lora_one $T/lora_tp2 >/dev/null'
 check finetune/lora_convert/info_says_lora eval 'pp-ckpt info $T/lora_tp2 --config | grep -q "\"rank\": 4"'
+
+# pp-eval --data on instruction data: only the tokens the loss mask counts
+# are scored, as a hand computation from the model's logits gives them
+PYTHONPATH="$PP_ROOT/tests/tools" /usr/bin/python3 - $T/masked.h5 $T/masked.txt <<'PY'
+import sys, numpy as np
+from tokens_file import write
+rng = np.random.default_rng(5)
+docs = [list(rng.integers(0, 64, n)) for n in (9, 14, 6, 21)]
+masks = [[int(j >= n // 2) for j in range(n)] for n in map(len, docs)]
+write(sys.argv[1], docs, docs, 64, masks=(masks, masks))
+with open(sys.argv[2], "w") as f:
+    for d, m in zip(docs, masks):
+        f.write(" ".join(map(str, d)) + "|" + " ".join(map(str, m)) + "\n")
+PY
+pp-eval --ckpt $T/src --data $T/masked.h5 --json >$T/masked.json 2>$T/masked.log ||
+	fail finetune/eval_masked "$(tail -n 2 $T/masked.log)"
+i=0
+while IFS='|' read -r toks mask; do
+	"$PP_ROOT/build/tests/tool_logits" $src $T/masked_$((++i)).f32 $toks >/dev/null
+done <$T/masked.txt
+check finetune/eval_masked/hand_computed /usr/bin/python3 - $T/masked.json $T/masked.txt $T <<'PY'
+import json, sys, numpy as np
+got = json.load(open(sys.argv[1]))
+nll = count = 0
+for i, line in enumerate(open(sys.argv[2])):
+    toks, mask = ([int(x) for x in part.split()] for part in line.split("|"))
+    z = np.fromfile(f"{sys.argv[3]}/masked_{i + 1}.f32", "<f4").reshape(len(toks), -1).astype(np.float64)
+    lp = z - z.max(1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+    for j in range(1, len(toks)):  # no tokenizer: the first token is the context
+        if mask[j]:
+            nll -= lp[j - 1, toks[j]]
+            count += 1
+want = nll / count
+print(f"  masked --data: {got['tokens']} tokens scored (want {count}), loss {got['loss']:.8f} (by hand {want:.8f})")
+sys.exit(not (got["tokens"] == count and abs(got["loss"] - want) <= 1e-5 * want))
+PY
 
 # packing: documents of many lengths, packed; pp=2 (positions to every
 # stage) and dp=2 give one process's losses

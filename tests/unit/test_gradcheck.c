@@ -76,6 +76,18 @@ static stage_spec spec_of(const pp_model_cfg *m, int begin, int end)
 	return sp;
 }
 
+/* A stage of the family under test; with lora.dropout, every slot draws
+ * from one fixed key, so that its forwards and backwards are functions of
+ * the weights that finite differences can check, and its tp slices and
+ * stage splits draw what the whole does. */
+static int make_stage(pp_stage *s, const pp_model_cfg *m, const stage_spec *sp, pp_err *e)
+{
+	int rc = stage_create(s, m, &pp_ops_cpu, sp, e);
+	for (int k = 0; !rc && k < sp->n_slots; k++)
+		stage_set_noise(s, k, (stage_noise){0x5eed, 3});
+	return rc;
+}
+
 /* p's values: in the buffer, or a LoRA stage's frozen base (the CPU
  * backend's compute type is pp_real) */
 static pp_real *pw(const pp_stage *s, const pp_param *p)
@@ -257,7 +269,7 @@ static void *tp_main(void *arg)
 	sp.tp = (pp_tp){r->rank, r->size, thread_allreduce, r};
 	sp.loss_chunk_mb = r->chunk_mb;
 	pp_stage s;
-	if ((r->rc = stage_create(&s, r->m, &pp_ops_cpu, &sp, &r->e)))
+	if ((r->rc = make_stage(&s, r->m, &sp, &r->e)))
 		return NULL;
 	copy_weights(&s, r->full);
 	r->loss = loss_of(&s, true, STAGE_BWD_FULL, &r->e);
@@ -335,7 +347,7 @@ static void check_chunks(const char *preset, const pp_model_cfg *m, const pp_sta
 		sp.loss_chunk_mb = chunk_mb(V);
 		sp.split_backward = split;
 		pp_stage c;
-		if (stage_create(&c, m, &pp_ops_cpu, &sp, &e)) {
+		if (make_stage(&c, m, &sp, &e)) {
 			CHECK(0, "gradcheck/chunks/create", "%s", e.msg);
 			return;
 		}
@@ -355,9 +367,9 @@ static void check_chunks(const char *preset, const pp_model_cfg *m, const pp_sta
 	stage_spec sp = spec_of(m, 0, m->n_layers);
 	sp.keep_logits = true;
 	pp_stage k1, kc;
-	stage_create(&k1, m, &pp_ops_cpu, &sp, &e);
+	make_stage(&k1, m, &sp, &e);
 	sp.loss_chunk_mb = chunk_mb(V);
-	stage_create(&kc, m, &pp_ops_cpu, &sp, &e);
+	make_stage(&kc, m, &sp, &e);
 	copy_weights(&k1, full);
 	copy_weights(&kc, full);
 	double l1 = 0, lc = 0;
@@ -448,7 +460,7 @@ static void check_grad_hook(const char *preset, const pp_model_cfg *m, const pp_
 	sp.split_backward = true;
 	sp.grad_ready = (stage_grad_hook){record, &h};
 	pp_stage s;
-	stage_create(&s, m, &pp_ops_cpu, &sp, &e);
+	make_stage(&s, m, &sp, &e);
 	copy_weights(&s, ref);
 	pp_real dscale = 1.0 / (double)n_valid();
 
@@ -524,7 +536,7 @@ static void check_two_in_flight(const char *preset, const pp_model_cfg *m, const
 		sp.n_slots = 2;
 		sp.recompute = p;
 		pp_stage s;
-		int rc = stage_create(&s, m, &pp_ops_cpu, &sp, &e);
+		int rc = make_stage(&s, m, &sp, &e);
 		if (!rc) {
 			copy_weights(&s, ref);
 			rc = two_in_flight(&s, &e);
@@ -632,7 +644,7 @@ static void check_family(const char *preset, const char *model, const char *extr
 	cur = &c;
 	stage_spec whole = spec_of(m, 0, m->n_layers);
 	pp_stage s;
-	if (stage_create(&s, m, &pp_ops_cpu, &whole, &e)) {
+	if (make_stage(&s, m, &whole, &e)) {
 		snprintf(name, sizeof name, "gradcheck/%s/create", preset);
 		CHECK(0, name, "%s", e.msg);
 		pp_config_free(&c);
@@ -644,6 +656,22 @@ static void check_family(const char *preset, const char *model, const char *extr
 	pp_real *g = malloc(s.n_elems * sizeof(pp_real));
 	memcpy(g, s.g, s.n_elems * sizeof(pp_real));
 	finite_differences(preset, &s, g, L0);
+	if (c.lora.dropout > 0) {
+		/* the draws matter: without them (evaluation) the loss differs,
+		 * and another key drops other elements */
+		double L[2];
+		const stage_noise other[2] = {{0, 0}, {0x5eee, 3}};
+		for (int k = 0; k < 2; k++) {
+			stage_set_noise(&s, 0, other[k]);
+			L[k] = loss_of(&s, false, STAGE_BWD_FULL, &e);
+		}
+		stage_set_noise(&s, 0, (stage_noise){0x5eed, 3});
+		snprintf(name, sizeof name, "gradcheck/%s/dropout_draws", preset);
+		CHECK(fabs(L[0] - L0) > 1e-6 * fabs(L0) && fabs(L[1] - L0) > 1e-6 * fabs(L0) &&
+			      loss_of(&s, true, STAGE_BWD_FULL, &e) == L0,
+		      name, "loss %.12g with the draws, %.12g without, %.12g with another key", L0,
+		      L[0], L[1]);
+	}
 
 	/* recompute: identical loss and gradients */
 	stage_spec rs;
@@ -651,7 +679,7 @@ static void check_family(const char *preset, const char *model, const char *extr
 	for (int p = PP_RECOMPUTE_FULL; p <= PP_RECOMPUTE_MINIMAL_FLASH; p++) {
 		rs = whole;
 		rs.recompute = p;
-		stage_create(&r, m, &pp_ops_cpu, &rs, &e);
+		make_stage(&r, m, &rs, &e);
 		copy_weights(&r, &s);
 		double Lr = loss_of(&r, true, STAGE_BWD_FULL, &e);
 		snprintf(name, sizeof name, "gradcheck/%s/recompute_%s", preset,
@@ -663,13 +691,13 @@ static void check_family(const char *preset, const char *model, const char *extr
 	check_two_in_flight(preset, m, &s);
 	/* (with experts, routing sees the whole microbatch: its capacity and
 	 * load-balancing loss depend on what shares the sequence) */
-	if (m->pos != PP_POS_LEARNED && m->n_experts == 0)
+	if (m->pos != PP_POS_LEARNED && m->n_experts == 0 && c.lora.dropout == 0)
 		check_packing(preset, &s);
 
 	/* split backward: input part then weight part, identical */
 	rs = whole;
 	rs.split_backward = true;
-	stage_create(&r, m, &pp_ops_cpu, &rs, &e);
+	make_stage(&r, m, &rs, &e);
 	copy_weights(&r, &s);
 	double Ls = loss_of(&r, true, STAGE_BWD_INPUT, &e);
 	snprintf(name, sizeof name, "gradcheck/%s/split_backward", preset);
@@ -682,8 +710,8 @@ static void check_family(const char *preset, const char *model, const char *extr
 	int cut = m->n_layers / 2;
 	stage_spec s0p = spec_of(m, 0, cut), s1p = spec_of(m, cut, m->n_layers);
 	pp_stage s0, s1;
-	stage_create(&s0, m, &pp_ops_cpu, &s0p, &e);
-	stage_create(&s1, m, &pp_ops_cpu, &s1p, &e);
+	make_stage(&s0, m, &s0p, &e);
+	make_stage(&s1, m, &s1p, &e);
 	copy_weights(&s0, &s);
 	copy_weights(&s1, &s);
 	pp_act *act = NULL, *dact = NULL;
@@ -735,5 +763,8 @@ int main(void)
 	check_family("llama-tiny+lora", "llama-tiny", "lora.rank=3 lora.alpha=5");
 	check_family("mistral-tiny+lora_v_down", "mistral-tiny",
 		     "lora.rank=2 lora.targets=v_proj,down_proj lora.rslora=true");
+	/* dropout of the adapters' input: the masks are the same whatever
+	 * computes them (tp slices, stage splits, recompute) */
+	check_family("llama-tiny+lora_dropout", "llama-tiny", "lora.rank=3 lora.dropout=0.3");
 	TH_EXIT();
 }

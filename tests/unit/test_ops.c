@@ -3,11 +3,13 @@
  * differences. Built with -DPP_F64, so pp_real is double here. */
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../kernels/cpu/cpu.h"
+#include "../../kernels/dropmask.h"
 #include "../../kernels/ops.h"
 #include "../tools/harness.h"
 
@@ -1175,6 +1177,69 @@ static void test_attention_cached(const char *variant, int B, int T, int Hq, int
 	case_free(&bc);
 }
 
+/* Dropout: about p of the elements dropped, the others scaled exactly, and
+ * the mask a function of an element's place in the whole matrix: two row
+ * blocks, or two column blocks (a tp split), drop what the whole does. */
+static void test_dropout(void)
+{
+	const int N = 96, C = 80;
+	const double p = 0.25;
+	const size_t n = (size_t)N * C;
+	pp_real *x = rnd_buf(n, 1), *whole = malloc(n * sizeof(pp_real)),
+		*part = malloc(n * sizeof(pp_real));
+	for (size_t i = 0; i < n; i++)
+		x[i] += x[i] >= 0 ? 0.5 : -0.5; /* no zeros of its own */
+	pp_dropout d = {.key = 0xabcdef,
+			.row0 = 1000,
+			.threshold = pp_drop_threshold(p),
+			.col0 = 0,
+			.width = C,
+			.scale = (float)(1 / (1 - p))};
+	ops->dropout(whole, x, N, C, &d);
+	size_t dropped = 0, wrong = 0;
+	for (size_t i = 0; i < n; i++) {
+		dropped += whole[i] == 0;
+		wrong += whole[i] != 0 && whole[i] != x[i] * (pp_real)d.scale;
+	}
+	/* binomial: sd = sqrt(n p (1-p)) ~ 34 of 7680 */
+	const double frac = (double)dropped / (double)n;
+	CHECK(fabs(frac - p) < 0.02 && !wrong, "ops/dropout",
+	      "dropped %.4f (p %.2f), %zu scaled wrongly", frac, p, wrong);
+	/* rows [0, 40) and [40, N) as two calls */
+	pp_dropout lo = d, hi = d;
+	hi.row0 += 40;
+	ops->dropout(part, x, 40, C, &lo);
+	ops->dropout(part + 40 * C, x + 40 * C, N - 40, C, &hi);
+	bool same = !memcmp(part, whole, n * sizeof(pp_real));
+	/* columns [0, 30) and [30, C): blocks of a matrix C wide */
+	pp_real *xc = malloc(n * sizeof(pp_real)), *yc = malloc(n * sizeof(pp_real));
+	for (int c0 = 0; c0 < C; c0 += 30) {
+		const int w = C - c0 < 30 ? C - c0 : 30;
+		for (int i = 0; i < N; i++)
+			memcpy(xc + (size_t)i * w, x + (size_t)i * C + c0, w * sizeof(pp_real));
+		pp_dropout b = d;
+		b.col0 = c0;
+		ops->dropout(yc, xc, N, w, &b);
+		for (int i = 0; i < N; i++)
+			same &= !memcmp(yc + (size_t)i * w, whole + (size_t)i * C + c0,
+					w * sizeof(pp_real));
+	}
+	/* in place, as the adapters' backward applies it */
+	memcpy(part, x, n * sizeof(pp_real));
+	ops->dropout(part, part, N, C, &d);
+	same &= !memcmp(part, whole, n * sizeof(pp_real));
+	/* another key drops others */
+	d.key++;
+	ops->dropout(part, x, N, C, &d);
+	CHECK(same && memcmp(part, whole, n * sizeof(pp_real)), "ops/dropout_blocks",
+	      "a row or column block, or in place, drops other elements than the whole");
+	free(x);
+	free(whole);
+	free(part);
+	free(xc);
+	free(yc);
+}
+
 int main(void)
 {
 	ops = pp_ops_find(PP_DEVICE_CPU, PP_TYPE_REAL);
@@ -1203,6 +1268,7 @@ int main(void)
 
 	test_memory();
 	test_vector_ops();
+	test_dropout();
 	test_matmul(0);
 	test_matmul(1);
 	test_embed(0, 2.5, 0, "ops/embed_fwd_scaled", "ops/embed_bwd_scaled");
