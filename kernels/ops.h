@@ -80,6 +80,16 @@ typedef struct {
 	float scale;
 } pp_dropout;
 
+/* What a tensor's FP8 casts saw (fp8_cast), in the backend's memory: the
+ * largest magnitude before scaling, the elements whose scaled magnitude
+ * was past the format's range (saturated: pp_fp8_overflow), and the
+ * nonzero ones that became zero (flushed). */
+typedef struct {
+	float amax;
+	uint32_t pad;
+	unsigned long long saturated, flushed;
+} pp_fp8_tally;
+
 /* Stored weight formats for decoding (pack_weight, matmul_packed): fp32,
  * bf16, and llama.cpp's blocks of 32 (kernels/quant.h): Q8_0, which
  * pack_weight makes, and Q4_0 and Q4_1, read as a GGUF file holds them */
@@ -248,6 +258,13 @@ typedef struct pp_ops {
 	/* out (N,C) = in with d's elements dropped, the others times d->scale
 	 * (out may alias in) */
 	void (*dropout)(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
+	/* FP8 (fmt PP_FP8_*, kernels/fp8.h): out (n) = the FP8 value nearest
+	 * in * scale, in the compute type; tally (NULL: none) takes this
+	 * tensor's amax and counts (max and sums). out may alias in. */
+	void (*fp8_cast)(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+			 pp_fp8_tally *tally);
+	/* max |x| over n (NaN ignored), to the host */
+	float (*absmax)(const pp_act *x, size_t n);
 	/* sum of squares, accumulated in double */
 	double (*sumsq)(const pp_real *x, size_t n);
 

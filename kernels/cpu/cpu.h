@@ -140,6 +140,10 @@ void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
 void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n);
 void pp_cpu_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
+/* fp8.c */
+void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+		     pp_fp8_tally *tally);
+float pp_cpu_absmax(const pp_act *x, size_t n);
 double pp_cpu_sumsq(const pp_real *x, size_t n);
 
 /* matmul.c */

@@ -251,7 +251,8 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 		.glu_fwd = pp_cuda_glu_fwd<T>, .glu_bwd = pp_cuda_glu_bwd<T>,                      \
 	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>, .add = pp_cuda_add<T>,   \
 	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .scale_act = pp_cuda_scale_act<T>,   \
-	.dropout = pp_cuda_dropout<T>, .sumsq = pp_cuda_sumsq,                                     \
+	.dropout = pp_cuda_dropout<T>, .fp8_cast = pp_cuda_fp8_cast<T>,                            \
+	.absmax = pp_cuda_absmax<T>, .sumsq = pp_cuda_sumsq,                                       \
 	.crossentropy = pp_cuda_crossentropy<T>, .logsumexp_rows = pp_cuda_logsumexp_rows<T>,      \
 	.softmax_grad = pp_cuda_softmax_grad<T>, .moe_route = pp_cuda_moe_route<T>,                \
 	.moe_dispatch = pp_cuda_moe_dispatch, .moe_gather = pp_cuda_moe_gather<T>,                 \

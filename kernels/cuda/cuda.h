@@ -361,6 +361,11 @@ void pp_cuda_scale(pp_real *x, pp_real s, size_t n);
 template <typename T> void pp_cuda_scale_act(pp_act *x, pp_real s, size_t n);
 template <typename T>
 void pp_cuda_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
+/* fp8.cu */
+template <typename T>
+void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+		      pp_fp8_tally *tally);
+template <typename T> float pp_cuda_absmax(const pp_act *x, size_t n);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */

@@ -38,6 +38,7 @@ typedef struct {
 	int64_t global_shape[PP_CKPT_MAXDIM]; /* of the whole tensor */
 	int64_t offset[PP_CKPT_MAXDIM];       /* where the slice starts in the whole */
 	pp_real *param, *m, *v;
+	bool optional; /* loading: absent from the checkpoint, param is left as it is */
 } ckpt_tensor;
 
 /* Part of one tensor's AdamW state, as one data-parallel rank holds it under

@@ -20,6 +20,7 @@
 
 #include "../base/fsutil.h"
 #include "../base/sha256.h"
+#include "../model/model.h"
 #include "internal.h"
 
 void ckpt_manifest_free(ckpt_manifest *m)
@@ -813,9 +814,12 @@ int ckpt_check_files(const char *dir, const ckpt_manifest *m, pp_err *e)
 
 int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)
 {
-	int with = 0;
+	int with = 0, params = 0, layer;
 	const char *some = NULL, *none = NULL;
 	for (int i = 0; i < m->n_tensors; i++) {
+		if (stage_fp8_meta_of(m->tensors[i].name, &layer))
+			continue; /* training state, not a parameter: never has any */
+		params++;
 		if (m->tensors[i].adam) {
 			with++;
 			some = m->tensors[i].name;
@@ -824,11 +828,11 @@ int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)
 		}
 	}
 	*holds = with > 0;
-	if (with && with < m->n_tensors)
+	if (with && with < params)
 		return pp_errorf(
 			e, PP_ERUNTIME,
-			"the checkpoint holds AdamW state for %d of its %d tensors (%s has it, "
+			"the checkpoint holds AdamW state for %d of its %d parameters (%s has it, "
 			"%s not): all or none",
-			with, m->n_tensors, some, none);
+			with, params, some, none);
 	return PP_OK;
 }

@@ -385,6 +385,8 @@ int ckpt_load(const char *dir, ckpt_state *s, pp_err *e)
 		ckpt_tensor *t = &s->tensors[i];
 		char a[128], b[128];
 		const ckpt_tensor_info *ti = ckpt_manifest_tensor(&m, t->name);
+		if (!ti && t->optional)
+			continue;
 		if (!ti) {
 			rc = pp_errorf(
 				e, PP_ERUNTIME,

@@ -95,6 +95,43 @@ void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs)
 	}
 }
 
+int ckpt_fp8_count(const pp_stage *st)
+{
+	size_t r, c;
+	const int L = st->layer_end - st->layer_begin;
+	return stage_fp8_meta(st, 0, &r, &c) || stage_fp8_meta(st, -1, &r, &c)
+		       ? L + (st->last && st->spec.fp8.head)
+		       : 0;
+}
+
+int ckpt_fp8_entries(const pp_stage *st, ckpt_state *cs, ckpt_name *names, pp_real **copy)
+{
+	const int n = ckpt_fp8_count(st), L = st->layer_end - st->layer_begin;
+	size_t rows, cols, total = 0, at = 0;
+	for (int i = 0; i < n; i++) {
+		stage_fp8_meta(st, i < L ? i : -1, &rows, &cols);
+		total += rows * cols;
+	}
+	if (copy && !(*copy = malloc((total ? total : 1) * sizeof(pp_real))))
+		return -1;
+	for (int i = 0; i < n; i++) {
+		const int l = i < L ? i : -1;
+		pp_real *meta = stage_fp8_meta(st, l, &rows, &cols);
+		stage_fp8_meta_name(st, l, names[i], sizeof names[i]);
+		if (copy) {
+			memcpy(*copy + at, meta, rows * cols * sizeof *meta);
+			meta = *copy + at;
+			at += rows * cols;
+		}
+		cs->tensors[cs->n_tensors++] = (ckpt_tensor){.name = names[i],
+							     .ndim = 2,
+							     .shape = {(int64_t)rows, (int64_t)cols},
+							     .param = meta,
+							     .optional = !copy};
+	}
+	return 0;
+}
+
 int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e)
 {
 	char *text = NULL;

@@ -59,6 +59,19 @@ typedef struct ckpt_host {
  * the blocks of every parameter (3 per parameter is always enough). */
 void ckpt_add_entries(const pp_stage *st, const ckpt_host *h, ckpt_state *cs);
 
+/* FP8 delayed scaling's state of st (stage_fp8_meta): a tensor per local
+ * layer and the head's, whole on every tp rank (tp rank 0 saves them). Not
+ * parameters: no optimizer state, left out of exports, carried by
+ * pp-ckpt convert. ckpt_fp8_count: how many (0 without the state).
+ * ckpt_fp8_entries appends them to cs, their names in names (room for
+ * ckpt_fp8_count), reading into the state in place (loading: optional, so
+ * a checkpoint saved without them leaves the state as it is) or, with
+ * copy, from a copy of the state made now into *copy (malloc'd, the
+ * caller's; saving, which may overlap the next steps). -1: out of memory. */
+typedef char ckpt_name[96];
+int ckpt_fp8_count(const pp_stage *st);
+int ckpt_fp8_entries(const pp_stage *st, ckpt_state *cs, ckpt_name *names, pp_real **copy);
+
 /* The checkpoint in dir holds the model c configures (else PP_EUSAGE,
  * naming the first key that differs). */
 int ckpt_check_model(const pp_config *c, const char *dir, pp_err *e);

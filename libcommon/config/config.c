@@ -191,6 +191,11 @@ static const key_desc keys[] = {
 	NUM("lora.dropout", K_REAL, lora.dropout, "0", R_UNIT_OPEN, 0),
 	ENUM("lora.base_dtype", K_INT, lora.base_dtype, pp_type_names, "\"fp32\"", 0),
 	STR("lora.base_sha256", lora.base_sha256, "\"\"", 0),
+	OBJ("fp8"),
+	ENUM("fp8.recipe", K_INT, fp8.recipe, pp_fp8_recipe_names, "\"none\"", 0),
+	NUM("fp8.amax_history", K_INT, fp8.amax_history, "1024", R_GE1, 0),
+	NUM("fp8.margin", K_REAL, fp8.margin, "0", R_GE0, 0),
+	BOOL("fp8.head", fp8.head, "false", 0),
 	STR("run_dir", run_dir, "\"runs/default\"", F_NONEMPTY),
 	NUM("checkpoint_period", K_LONG, checkpoint_period, "0", R_GE0, 0),
 	BOOL("save_on_completion", save_on_completion, "true", 0),
@@ -866,6 +871,23 @@ static int check_consistency(const pp_config *c, pp_err *e)
 
 	REQUIRE(!c->packing || m->pos != PP_POS_LEARNED,
 		"packing=true: model.pos=learned would need each document's positions from 0");
+	if (c->fp8.recipe != PP_FP8_NONE) {
+		const char *r = pp_fp8_recipe_names[c->fp8.recipe];
+		REQUIRE(c->device == PP_DEVICE_CPU || c->dtype == PP_TYPE_BF16,
+			"fp8.recipe=%s on a GPU needs dtype=bf16 (the products' outputs and the "
+			"rest of the model)",
+			r);
+		REQUIRE(m->family != PP_FAMILY_GPT,
+			"fp8.recipe=%s: model.family=gpt's biased products have no FP8 path; the "
+			"llama, mistral and gemma families do",
+			r);
+		REQUIRE(m->n_experts == 0,
+			"fp8.recipe=%s: a model with experts (model.n_experts=%d) has no FP8 path "
+			"for its experts' products",
+			r, m->n_experts);
+		REQUIRE(c->lora.rank == 0, "fp8.recipe=%s with lora.rank: adapters train in the "
+			"compute type only", r);
+	}
 	if (c->lora.rank > 0) {
 		unsigned targets;
 		REQUIRE(m->family != PP_FAMILY_GPT,

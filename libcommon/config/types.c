@@ -3,6 +3,7 @@
 
 const char *const pp_family_names[] = {"llama", "mistral", "mixtral", "gemma", "gpt", NULL};
 const char *const pp_recompute_names[] = {"none", "full", "minimal", "minimal_flash", NULL};
+const char *const pp_fp8_recipe_names[] = {"none", "delayed", "current", NULL};
 const char *const pp_task_format_names[] = {"jsonl", "hellaswag",  "arc",     "piqa",
 					    "boolq", "winogrande", "lambada", NULL};
 

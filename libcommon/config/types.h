@@ -29,6 +29,11 @@ enum { PP_NAN_ABORT, PP_NAN_SKIP };
  * log-sum-exp. libcommon/model/stage.c: stage_saved_acts. */
 enum { PP_RECOMPUTE_NONE, PP_RECOMPUTE_FULL, PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_MINIMAL_FLASH };
 
+/* FP8 training (fp8.recipe, Transformer Engine's recipes): none, delayed
+ * scaling (scales from an amax history) or current scaling (from the
+ * tensor being cast). */
+enum { PP_FP8_NONE, PP_FP8_DELAYED, PP_FP8_CURRENT };
+
 typedef struct {
 	char preset[64];
 	int family; /* PP_FAMILY_*: picks the Hugging Face parameter names */
@@ -133,6 +138,13 @@ typedef struct {
 		 * load_parameters_path and checked whenever the base is read */
 		char base_sha256[65];
 	} lora;
+	/* FP8 matrix products (PP_FP8_*); model/fp8.c */
+	struct {
+		int recipe;
+		int amax_history; /* delayed: steps of amax kept */
+		double margin;    /* scale = FP8 max / amax / 2^margin */
+		bool head;        /* the output head's product too */
+	} fp8;
 	char run_dir[PP_PATH_MAX];
 	long checkpoint_period;  /* 0 = only at the end */
 	bool save_on_completion; /* save after the last step (benchmarks turn it off) */
@@ -173,6 +185,7 @@ static inline int pp_config_world(const pp_config *c) { return c->pp * c->dp * c
 /* The values' names in enum order, NULL-terminated (the config's words). */
 extern const char *const pp_family_names[];
 extern const char *const pp_recompute_names[];
+extern const char *const pp_fp8_recipe_names[];
 /* task file schemas (pp-eval --task-format, eval_task_format) */
 extern const char *const pp_task_format_names[];
 /* One of those names; "unknown" for a value out of range. */

@@ -69,9 +69,13 @@ static int natural_cmp(const char *a, const char *b)
 	return (unsigned char)*a - (unsigned char)*b;
 }
 
+/* the parameters in natural order, then the training state */
 static int cmp_tensor(const void *x, const void *y)
 {
-	return natural_cmp(((const tio_tensor *)x)->name, ((const tio_tensor *)y)->name);
+	const tio_tensor *a = x, *b = y;
+	if (a->state != b->state)
+		return a->state ? 1 : -1;
+	return natural_cmp(a->name, b->name);
 }
 
 static int src_read(tio_source *s, int i, const char *group, float *out, pp_err *e)
@@ -165,6 +169,8 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 			d->shape[k] = t->global_shape[k];
 		d->dtype = TIO_F32;
 		d->adam = t->adam;
+		int layer;
+		d->state = stage_fp8_meta_of(t->name, &layer);
 	}
 	if (!rc)
 		qsort(s->tensors, (size_t)s->n, sizeof *s->tensors, cmp_tensor);
@@ -357,10 +363,42 @@ static int put_param(pp_sink *k, pp_rank_files *f, const pp_stage *st, const pp_
 	return 0;
 }
 
+/* FP8 scaling state of a layer (the head: layer < 0), whole: into the shard
+ * of tp rank 0 (and ep rank 0) of the chunk that holds it, where the target
+ * trains with delayed scaling; dropped where it does not. */
+static int put_fp8(pp_sink *k, const tio_tensor *t, int layer, const float *param, pp_err *e)
+{
+	if (k->cfg.fp8.recipe != PP_FP8_DELAYED || (layer < 0 && !k->cfg.fp8.head))
+		return 0;
+	const int64_t cols = 1 + k->cfg.fp8.amax_history;
+	if (t->ndim != 2 || t->shape[1] != cols)
+		return pp_errorf(e, PP_EUSAGE,
+				 "%s holds %lld amax values per tensor; fp8.amax_history is %d", t->name,
+				 (long long)(t->ndim == 2 ? t->shape[1] - 1 : 0), k->cfg.fp8.amax_history);
+	int rc = 0;
+	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
+		pp_rank_files *f = &k->ranks[r];
+		for (int c = 0; !rc && c < k->v && f->tp_rank == 0 && f->ep_rank == 0; c++) {
+			const pp_stage *st = &f->chunks[c];
+			if (layer >= 0 ? layer >= st->layer_begin && layer < st->layer_end : st->last) {
+				ckpt_tensor ct = {.name = t->name,
+						  .ndim = 2,
+						  .shape = {t->shape[0], t->shape[1]},
+						  .param = (pp_real *)param};
+				rc = ckpt_writer_put(f->shard, &ct, e);
+			}
+		}
+	}
+	return rc;
+}
+
 static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const float *m,
 		    const float *v, pp_err *e)
 {
 	pp_sink *k = s->impl;
+	int layer;
+	if (t->state && stage_fp8_meta_of(t->name, &layer))
+		return put_fp8(k, t, layer, param, e);
 	char *key = (char *)t->name;
 	char **hit = bsearch(&key, k->expected, (size_t)k->n_expected, sizeof *k->expected,
 			     cmp_str);
@@ -629,6 +667,7 @@ int tio_sink_pp(const char *run_dir, const tio_sink_opts *o, tio_sink **out, pp_
 	}
 	k->zero = k->zero && k->with_adam;
 	s->impl = k;
+	s->takes_state = true;
 	s->put = sink_put;
 	s->finish = sink_finish;
 	s->abort = sink_abort;

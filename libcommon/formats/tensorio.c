@@ -58,14 +58,15 @@ typedef struct {
 	const char *name;
 	int (*source)(const char *path, tio_source **out, pp_err *e);
 	int (*sink)(const char *path, const tio_sink_opts *o, tio_sink **out, pp_err *e);
+	bool takes_state; /* its sink keeps training state (tio_tensor.state) */
 } format;
 
 static const format formats[] = {
-	{"pp", tio_open_pp, tio_sink_pp},
-	{"safetensors", tio_open_safetensors, tio_sink_safetensors},
-	{"gguf", tio_open_gguf, tio_sink_gguf},
-	{"llama2c", NULL, tio_sink_llama2c},
-	{"peft", NULL, tio_sink_peft},
+	{"pp", tio_open_pp, tio_sink_pp, true},
+	{"safetensors", tio_open_safetensors, tio_sink_safetensors, false},
+	{"gguf", tio_open_gguf, tio_sink_gguf, false},
+	{"llama2c", NULL, tio_sink_llama2c, false},
+	{"peft", NULL, tio_sink_peft, false},
 };
 
 static const format *find(const char *name, bool sink, pp_err *e)
@@ -91,7 +92,14 @@ int tio_open_sink(const char *fmt, const char *path, const tio_sink_opts *o, tio
 {
 	*out = NULL;
 	const format *f = find(fmt, true, e);
-	return f ? f->sink(path, o, out, e) : PP_EUSAGE;
+	if (!f)
+		return PP_EUSAGE;
+	/* a source lists its training state last (tio_tensor.state): a sink of
+	 * parameters alone sees the tensors before it, and tio_copy skips it */
+	tio_sink_opts params = *o;
+	while (!f->takes_state && params.n > 0 && params.tensors[params.n - 1].state)
+		params.n--;
+	return f->sink(path, &params, out, e);
 }
 
 /* "12.3 s" / "4 min 05 s" */
@@ -128,6 +136,13 @@ int tio_copy(tio_source *src, tio_sink *sink, bool with_adam, const char *progre
 	for (int i = 0; i < src->n && !rc; i++) {
 		const tio_tensor *t = &src->tensors[i];
 		const int64_t n = tio_numel(t);
+		if (t->state) { /* the parameters alone, where the sink keeps them */
+			if (sink->takes_state && !(rc = src->read(src, i, group[0], buf[0], e)))
+				rc = sink->put(sink, t, buf[0], NULL, NULL, e);
+			if (rc)
+				pp_err_prefix(e, "%s", t->name);
+			continue;
+		}
 		if (with_adam && !t->adam) {
 			rc = pp_errorf(e, PP_EUSAGE,
 				       "%s holds no optimizer state for %s (--params-only copies "

@@ -36,6 +36,9 @@ typedef struct {
 	int64_t shape[TIO_MAXDIM]; /* pp's layout, row-major */
 	tio_dtype dtype;           /* as the source stores it */
 	bool adam;                 /* the source holds AdamW m and v for it too (pp checkpoints) */
+	bool state; /* training state, not a parameter (FP8 scaling, stage_fp8_meta): never
+		     * optimizer state, listed after the parameters, and only a sink
+		     * that takes_state takes it */
 } tio_tensor;
 
 /* The product of t's dims. */
@@ -96,6 +99,7 @@ struct tio_sink {
 	/* Removes whatever the sink wrote (after an error) and frees it. finish
 	 * frees it too, on success or failure. */
 	void (*abort)(tio_sink *k);
+	bool takes_state; /* it keeps the tensors that are training state (a pp checkpoint) */
 	void *impl;
 };
 

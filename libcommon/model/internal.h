@@ -286,6 +286,41 @@ int stage_describe_units(pp_stage *s, pp_err *e);
 size_t stage_layer_from(const pp_stage *s, int l);
 size_t stage_tail_from(const pp_stage *s);
 
+/* fp8.c (model.h's stage_fp8_*): the stage's FP8 state */
+typedef struct stage_fp8 {
+	int n, H;                 /* states; history length */
+	pp_real *meta;            /* (n, 1 + H) host: scale, then amaxes newest first */
+	pp_fp8_tally *tally;      /* (n) device: this step's casts */
+	pp_fp8_tally *host_tally; /* (n) their host copy */
+	double *cast;             /* (n) elements cast this step */
+	float *used;              /* (n) the scale of each state's last cast */
+	float *pinned;            /* (n) current scaling: the scale of the next casts; 0: none */
+	bool *wq_ok;              /* (n_params) the weight's copy is this step's */
+	pp_act *xq, *gq;          /* the inputs' and the gradients' casts */
+	pp_act *wq;               /* the weights' casts: n_elems, or one at a time under FSDP */
+	pp_real *dw;              /* a product's weight gradient, before it is scaled and added */
+} stage_fp8;
+enum { FP8_XQ, FP8_GQ, FP8_WQ, FP8_NACT };
+/* What fp8_alloc allocates: act[] in the compute type, real pp_real and
+ * host bytes (the sizes count them), for activations of act_bytes. */
+void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
+		size_t *host);
+int fp8_alloc(pp_stage *s); /* -1: out of memory */
+void fp8_free(pp_stage *s);
+/* A linear product (no bias) of local layer l (l < 0: the head) in FP8:
+ * out (N,OC) = inp (N,C) @ w^T; its backward: din (NULL: none) = dout @
+ * w, dw (NULL: none) += dout^T @ inp. */
+int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_act *inp, int wi,
+		   int N, int C, int OC, pp_err *e);
+int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *dw,
+		   const pp_act *dout, const pp_act *inp, int wi, int N, int C, int OC, pp_err *e);
+/* The head (fp8.head) runs in chunks of rows; under current scaling every
+ * chunk casts with the whole tensor's scale: the input's amax over its N
+ * rows h, the logits gradient's bound dscale (|softmax - onehot| <= 1).
+ * fp8_head_end drops them. */
+int fp8_head_begin(const pp_stage *s, const pp_act *h, int N, double dscale, pp_err *e);
+void fp8_head_end(const pp_stage *s);
+
 /* lora.c: the adapters of members [k0, k1) (LORA_*) of one product of
  * layer li, whose output (N rows of ld) the members share and whose input
  * inp is (N, in). forward: out += their terms. backward: from dout, din +=

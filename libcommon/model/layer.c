@@ -18,6 +18,31 @@ void layer_linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, con
 		s->ops->matmul_fwd(out, inp, W(s, wi), bias, N, C, OC);
 }
 
+/* Product `product` (FP8_*) of layer li: out = inp @ w^T + bias, in FP8
+ * where the stage trains so (fp8.c; no bias there), else as layer_linear. */
+static int linear_fwd(const pp_stage *s, const layer_index *li, int product, pp_act *out,
+		      const pp_act *inp, int wi, const pp_act *bias, int N, int C, int OC, pp_err *e)
+{
+	if (s->fp8)
+		return fp8_linear_fwd(s, (int)(li - s->acts->layer), product, out, inp, wi, N, C,
+				      OC, e);
+	layer_linear(s, out, inp, wi, bias, N, C, OC);
+	return 0;
+}
+
+/* Its backward: din (NULL: none) = dout @ w; dw and db (NULL: none) +=
+ * the weight's and the bias's gradients. */
+static int linear_bwd(const pp_stage *s, const layer_index *li, int product, pp_act *din,
+		      pp_real *dw, pp_real *db, const pp_act *dout, const pp_act *inp, int wi, int N,
+		      int C, int OC, pp_err *e)
+{
+	if (s->fp8)
+		return fp8_linear_bwd(s, (int)(li - s->acts->layer), product, din, dw, dout, inp,
+				      wi, N, C, OC, e);
+	s->ops->matmul_bwd(din, dw, db, dout, inp, din ? W(s, wi) : NULL, N, C, OC);
+	return 0;
+}
+
 /* The slot that holds layer tensors of kind what (PP_SAVE_*), sa or the
  * stage's rebuilt set, and in *k their copy there: i, the layer's number
  * among those the kind has a copy for, or 0. */
@@ -185,7 +210,9 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 	int rc;
 
 	layer_norm_fwd(s, N, t->h1, t->mean1, t->rstd1, t->x, li->norm1_w, li->norm1_b);
-	layer_linear(s, t->qkv, t->h1, li->qkv_w, W(s, li->qkv_b), N, C, QKV);
+	if ((rc = linear_fwd(s, li, FP8_QKV, t->qkv, t->h1, li->qkv_w, W(s, li->qkv_b), N, C, QKV,
+			     e)))
+		return rc;
 	lora_forward(s, t, li, LORA_Q, LORA_V + 1, t->qkv, QKV, t->h1, N, C);
 	if (kv) {
 		/* each sequence at its own position */
@@ -207,7 +234,8 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 			o->rope_fwd(t->qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 		o->attention_fwd(t->att, t->lse, t->qkv, B, T, Hq, Hkv, D, m->sliding_window, rb);
 	}
-	layer_linear(s, t->mid, t->att, li->o_w, W0(s, li->o_b), N, HD, C);
+	if ((rc = linear_fwd(s, li, FP8_O, t->mid, t->att, li->o_w, W0(s, li->o_b), N, HD, C, e)))
+		return rc;
 	lora_forward(s, t, li, LORA_O, LORA_O + 1, t->mid, C, t->att, N, HD);
 	if ((rc = tp_sum(s, t->mid, (size_t)N * C, e)))
 		return rc;
@@ -230,12 +258,16 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 		layer_linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, F);
 		o->gelu_fwd(t->act, t->up, (size_t)N * F);
 	} else {
-		layer_linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, 2 * F);
+		if ((rc = linear_fwd(s, li, FP8_UP, t->up, t->h2, li->up_w, W(s, li->up_b), N, C,
+				     2 * F, e)))
+			return rc;
 		lora_forward(s, t, li, LORA_GATE, LORA_UP + 1, t->up, 2 * F, t->h2, N, C);
 		o->glu_fwd(t->act, t->up, N, F, stage_act_kind(m));
 	}
 	if (li->moe < 0) {
-		layer_linear(s, t->out, t->act, li->down_w, W0(s, li->down_b), N, F, C);
+		if ((rc = linear_fwd(s, li, FP8_DOWN, t->out, t->act, li->down_w, W0(s, li->down_b),
+				     N, F, C, e)))
+			return rc;
 		lora_forward(s, t, li, LORA_DOWN, LORA_DOWN + 1, t->out, C, t->act, N, F);
 	}
 	if ((rc = tp_sum(s, t->out, (size_t)N * C, e)))
@@ -304,15 +336,18 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 					       z_w, MOE_BWD_WEIGHT, N, e)))
 				return rc;
 		} else {
-			o->matmul_bwd(NULL, G(s, li->down_w), G(s, li->down_b), t->g_out, t->act,
-				      NULL, N, F, C);
-			o->matmul_bwd(NULL, G(s, li->up_w), G(s, li->up_b), t->g_up, t->h2, NULL, N,
-				      C, UP);
+			if ((rc = linear_bwd(s, li, FP8_DOWN, NULL, G(s, li->down_w),
+					     G(s, li->down_b), t->g_out, t->act, li->down_w, N, F,
+					     C, e)) ||
+			    (rc = linear_bwd(s, li, FP8_UP, NULL, G(s, li->up_w), G(s, li->up_b),
+					     t->g_up, t->h2, li->up_w, N, C, UP, e)))
+				return rc;
 		}
-		o->matmul_bwd(NULL, G(s, li->o_w), G(s, li->o_b), t->g_mid, t->att, NULL, N, HD, C);
-		o->matmul_bwd(NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv, t->h1, NULL, N, C,
-			      QKV);
-		return 0;
+		if ((rc = linear_bwd(s, li, FP8_O, NULL, G(s, li->o_w), G(s, li->o_b), t->g_mid,
+				     t->att, li->o_w, N, HD, C, e)))
+			return rc;
+		return linear_bwd(s, li, FP8_QKV, NULL, G(s, li->qkv_w), G(s, li->qkv_b), t->g_qkv,
+				  t->h1, li->qkv_w, N, C, QKV, e);
 	}
 	if (li->moe >= 0) {
 		moe_layer ml = layer_moe(s, li);
@@ -328,16 +363,19 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 			o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
 					   W(s, li->down_w), N, F, C);
 		} else {
-			o->matmul_bwd(a->d_act, dw_down, db_down, a->d_res, t->act,
-				      W(s, li->down_w), N, F, C);
+			if ((rc = linear_bwd(s, li, FP8_DOWN, a->d_act, dw_down, db_down, a->d_res,
+					     t->act, li->down_w, N, F, C, e)))
+				return rc;
 			lora_backward(s, t, li, LORA_DOWN, LORA_DOWN + 1, a->d_act, a->d_res, C,
 				      t->act, N, F);
 			o->glu_bwd(a->d_up, a->d_act, t->up, N, F, stage_act_kind(m));
 		}
 		if (!wgrad)
 			o->to_device(t->g_up, a->d_up, (size_t)N * UP * A);
-		o->matmul_bwd(a->d_h, wgrad ? G(s, li->up_w) : NULL, wgrad ? G(s, li->up_b) : NULL,
-			      a->d_up, t->h2, W(s, li->up_w), N, C, UP);
+		if ((rc = linear_bwd(s, li, FP8_UP, a->d_h, wgrad ? G(s, li->up_w) : NULL,
+				     wgrad ? G(s, li->up_b) : NULL, a->d_up, t->h2, li->up_w, N, C,
+				     UP, e)))
+			return rc;
 		lora_backward(s, t, li, LORA_GATE, LORA_UP + 1, a->d_h, a->d_up, UP, t->h2, N, C);
 	}
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
@@ -346,8 +384,9 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 
 	if (!wgrad)
 		o->to_device(t->g_mid, a->d_res, NC * A);
-	o->matmul_bwd(a->d_att, wgrad ? G(s, li->o_w) : NULL, wgrad ? G(s, li->o_b) : NULL,
-		      a->d_res, t->att, W(s, li->o_w), N, HD, C);
+	if ((rc = linear_bwd(s, li, FP8_O, a->d_att, wgrad ? G(s, li->o_w) : NULL,
+			     wgrad ? G(s, li->o_b) : NULL, a->d_res, t->att, li->o_w, N, HD, C, e)))
+		return rc;
 	lora_backward(s, t, li, LORA_O, LORA_O + 1, a->d_att, a->d_res, C, t->att, N, HD);
 	/* the biases' gradient with the input part, as the norms' */
 	pp_attn_bias bias;
@@ -357,8 +396,10 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 		o->rope_bwd(a->d_qkv, B, T, Hq, Hkv, D, (pp_real)m->rope_theta, NULL);
 	if (!wgrad)
 		o->to_device(t->g_qkv, a->d_qkv, (size_t)N * QKV * A);
-	o->matmul_bwd(a->d_h, wgrad ? G(s, li->qkv_w) : NULL, wgrad ? G(s, li->qkv_b) : NULL,
-		      a->d_qkv, t->h1, W(s, li->qkv_w), N, C, QKV);
+	if ((rc = linear_bwd(s, li, FP8_QKV, a->d_h, wgrad ? G(s, li->qkv_w) : NULL,
+			     wgrad ? G(s, li->qkv_b) : NULL, a->d_qkv, t->h1, li->qkv_w, N, C, QKV,
+			     e)))
+		return rc;
 	lora_backward(s, t, li, LORA_Q, LORA_V + 1, a->d_h, a->d_qkv, QKV, t->h1, N, C);
 	if ((rc = tp_sum(s, a->d_h, NC, e)))
 		return rc;

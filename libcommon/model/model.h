@@ -122,6 +122,14 @@ typedef struct {
 		unsigned targets;
 		double dropout; /* of the adapters' input, in training forwards (stage_noise) */
 	} lora;
+	/* FP8 matrix products (fp8.c): recipe PP_FP8_* (0: none), the
+	 * delayed recipe's amax history length and margin, and whether the
+	 * output head's product is FP8 too */
+	struct {
+		int recipe, history;
+		double margin;
+		bool head;
+	} fp8;
 	stage_grad_hook grad_ready; /* fn NULL: nobody is told */
 	stage_units units;          /* use NULL: the stage holds all of its weights */
 } stage_spec;
@@ -229,6 +237,8 @@ typedef struct pp_stage {
 	struct pp_packed *packed;
 	size_t packed_elems; /* parameters stored so */
 	double packed_bytes; /* and their bytes as stored */
+
+	struct stage_fp8 *fp8; /* spec.fp8's scales, histories and copies (fp8.c); NULL: none */
 } pp_stage;
 
 /* Builds the parameter table and allocates weights, gradients and
@@ -255,6 +265,7 @@ typedef struct {
 	int64_t rebuilt; /* the one copy of what the policy rebuilds */
 	int64_t scratch; /* the backward pass's, the head's and the experts' working buffers */
 	int64_t logits;  /* the head's chunk of logits (with keep_logits, each slot's) */
+	int64_t fp8;     /* FP8: the weights' copies, the casts' buffers, the amax histories */
 	int64_t total;   /* all of it: slot counted n_slots times */
 } stage_bytes;
 void stage_sizes(const pp_stage *s, size_t act_bytes, stage_bytes *out);
@@ -296,6 +307,8 @@ stage_spec stage_spec_whole(const pp_model_cfg *cfg, int B, int T, int recompute
 stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k);
 /* The adapters config c asks for (lora.*), into spec. */
 void stage_spec_set_lora(stage_spec *spec, const pp_config *c);
+/* The FP8 recipe c asks for (fp8.*), into spec. */
+void stage_spec_set_fp8(stage_spec *spec, const pp_config *c);
 void stage_free(pp_stage *s);
 
 /* Seeded initialisation. Each tensor draws from a stream keyed by (seed,
@@ -358,6 +371,37 @@ int stage_forward(pp_stage *s, int slot, const int *tokens, const pp_act *in, co
 int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e);
 /* The draws of the next stage_forward into slot and of its backward. */
 void stage_set_noise(pp_stage *s, int slot, stage_noise noise);
+
+/* FP8 (spec.fp8, fp8.c). Each linear product has FP8_ROLES states, one
+ * per tensor it casts (its input, weight and output gradient); a layer
+ * has FP8_PRODUCTS of them, the head one more (fp8.head). */
+enum { FP8_QKV, FP8_O, FP8_UP, FP8_DOWN, FP8_PRODUCTS };
+enum { FP8_X, FP8_W, FP8_G, FP8_ROLES };
+/* the states of the stage (0 without FP8), and the first of local layer l's
+ * product (l < 0: the head's) */
+int stage_fp8_count(const pp_stage *s);
+int stage_fp8_state(const pp_stage *s, int l, int product);
+/* A step begins: its tallies are emptied. */
+void stage_fp8_begin_step(pp_stage *s);
+/* The weights changed (an optimizer step, a load): their FP8 copies are
+ * made again at their next use. stage_weights_changed says it too. */
+void stage_fp8_weights_changed(pp_stage *s);
+/* The step's amax of each state (stage_fp8_count), and counts[3]: the
+ * elements cast, saturated and flushed to zero. */
+void stage_fp8_step_stats(pp_stage *s, float *amax, double *counts);
+/* Delayed scaling, at a step's end: each state's history takes amax (the
+ * step's, reduced over the ranks that share the tensor) and its scale for
+ * the next step is computed. */
+void stage_fp8_update(pp_stage *s, const float *amax);
+/* Delayed scaling's state of local layer l (l < 0: the head), host
+ * memory: rows (one per state) of cols = 1 + history values, the scale
+ * then the amaxes newest first; NULL without it. Checkpoints save it as a
+ * tensor named model.layers.N.fp8_meta (N global) or lm_head.fp8_meta
+ * (stage_fp8_meta_name). */
+pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols);
+void stage_fp8_meta_name(const pp_stage *s, int l, char *name, size_t size);
+/* Whether name is such a tensor's; *layer: its global layer (-1: the head). */
+bool stage_fp8_meta_of(const char *name, int *layer);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the

@@ -80,20 +80,32 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 	const pp_ops *o = s->ops;
 	pp_stage_acts *a = s->acts;
 	const int N = s->B * s->T, C = s->cfg->d_model, V = s->vocab;
-	for (int r0 = 0; r0 < N; r0 += a->loss_rows) {
+	const bool fp8 = s->fp8 && s->spec.fp8.head;
+	int rc = fp8 ? fp8_head_begin(s, a->hf, N, dscale, e) : 0;
+	for (int r0 = 0; r0 < N && !rc; r0 += a->loss_rows) {
 		const int R = N - r0 < a->loss_rows ? N - r0 : a->loss_rows;
 		const pp_act *h = pp_act_at(o, a->hf, (size_t)r0 * C);
 		pp_act *logits = s->spec.keep_logits ? pp_act_at(o, sa->logits, (size_t)r0 * V)
 						     : a->logits;
-		o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
-		int rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
+		if (fp8)
+			rc = fp8_linear_fwd(s, -1, 0, logits, h, a->head_w, R, C, V, e);
+		else
+			o->matmul_fwd(logits, h, W(s, a->head_w), NULL, R, C, V);
+		if (!rc)
+			rc = chunk_loss(s, logits, sa->tgt + r0, a->losses + r0, R, dscale, e);
 		if (rc)
-			return rc;
-		if (dscale != 0)
-			o->matmul_bwd(pp_act_at(o, sa->dhf, (size_t)r0 * C), G(s, a->head_w), NULL,
-				      logits, h, W(s, a->head_w), R, C, V);
+			break;
+		pp_act *dh = dscale != 0 ? pp_act_at(o, sa->dhf, (size_t)r0 * C) : NULL;
+		if (dscale != 0 && fp8)
+			rc = fp8_linear_bwd(s, -1, 0, dh, G(s, a->head_w), logits, h, a->head_w, R, C,
+					    V, e);
+		else if (dscale != 0)
+			o->matmul_bwd(dh, G(s, a->head_w), NULL, logits, h, W(s, a->head_w), R, C,
+				      V);
 	}
-	return 0;
+	if (fp8)
+		fp8_head_end(s);
+	return rc;
 }
 
 int stage_set_positions(pp_stage *s, int slot, const int *pos, pp_err *e)

@@ -59,7 +59,16 @@ stage_spec stage_spec_of(const pp_config *c, const pp_layout *l, int k)
 	sp.ep.rank = l->ep_rank;
 	sp.ep.size = l->ep;
 	stage_spec_set_lora(&sp, c);
+	stage_spec_set_fp8(&sp, c);
 	return sp;
+}
+
+void stage_spec_set_fp8(stage_spec *spec, const pp_config *c)
+{
+	spec->fp8.recipe = c->fp8.recipe;
+	spec->fp8.history = c->fp8.amax_history;
+	spec->fp8.margin = c->fp8.margin;
+	spec->fp8.head = c->fp8.head;
 }
 
 void stage_spec_set_lora(stage_spec *spec, const pp_config *c)
@@ -245,7 +254,7 @@ static int alloc_buffers(pp_stage *s)
 		if (moe_scratch_alloc(&a->moe_sc, &ml, (int)N, NULL))
 			return -1;
 	}
-	return 0;
+	return fp8_alloc(s);
 }
 
 int stage_create(pp_stage *s, const pp_model_cfg *cfg, const pp_ops *ops, const stage_spec *spec,
@@ -309,6 +318,7 @@ void stage_free(pp_stage *s)
 		free(a);
 	}
 	stage_unpack_weights(s);
+	fp8_free(s);
 	if (s->wc != (pp_act *)s->w)
 		ops->free(s->wc);
 	ops->free(s->w);
@@ -369,6 +379,7 @@ void stage_put_param(pp_stage *s, const pp_param *p, const pp_real *host)
 
 void stage_weights_range_changed(pp_stage *s, size_t lo, size_t hi)
 {
+	stage_fp8_weights_changed(s);
 	lo = lo > s->w_lo ? lo : s->w_lo;
 	hi = hi < s->w_hi ? hi : s->w_hi;
 	if (s->wc != (pp_act *)s->w && hi > lo)

@@ -45,6 +45,7 @@ typedef struct {
 	double moe_aux;     /* MoE: the load-balancing loss, mean over layers (1: balanced) */
 	double moe_z;       /* the router z-loss, likewise */
 	double moe_dropped; /* the fraction of expert assignments dropped (capacity) */
+	double fp8_saturated, fp8_flushed; /* FP8: the fractions of the values cast */
 } step_result;
 
 /* The run's log: metrics.jsonl, TensorBoard and the step lines. */

@@ -211,16 +211,22 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		return rc;
 	size_t n = (size_t)c->microbatches * c->microbatch * c->seq_len;
 	int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
-	char fsdp[32] = "";
+	char fsdp[32] = "", fp8[96] = "";
 	if (c->fsdp > 1)
 		snprintf(fsdp, sizeof fsdp, " fsdp=%d", c->fsdp);
+	if (c->fp8.recipe == PP_FP8_DELAYED)
+		snprintf(fp8, sizeof fp8, ", FP8 delayed scaling (amax history %d, margin %g)%s",
+			 c->fp8.amax_history, c->fp8.margin, c->fp8.head ? " with the head" : "");
+	else if (c->fp8.recipe == PP_FP8_CURRENT)
+		snprintf(fp8, sizeof fp8, ", FP8 current scaling%s",
+			 c->fp8.head ? " with the head" : "");
 	if (!o->quiet && trainer_leader(t))
-		log_info("training %s on %d rank%s (pp=%d dp=%d%s tp=%d, %s, %d microbatches) "
+		log_info("training %s on %d rank%s (pp=%d dp=%d%s tp=%d, %s, %d microbatches%s) "
 			 "for %ld steps from step %ld; %.3g FLOP/token = 6N + 6*L*H*D*T; %d x %d "
 			 "tokens per step",
 			 c->model.preset, t->lay.world, t->lay.world > 1 ? "s" : "", c->pp, c->dp,
-			 fsdp, c->tp, schedule_kind_name(c->schedule), c->microbatches, c->steps,
-			 t->step, lg.flops_per_token, c->global_batch, c->seq_len);
+			 fsdp, c->tp, schedule_kind_name(c->schedule), c->microbatches, fp8,
+			 c->steps, t->step, lg.flops_per_token, c->global_batch, c->seq_len);
 	if (!o->quiet && trainer_leader(t))
 		train_log_state_bytes(t);
 	if (!o->quiet && trainer_leader(t)) {

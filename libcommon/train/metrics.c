@@ -94,7 +94,8 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 {
 	const pp_config *c = t->cfg;
 	const double loss = r->loss, lr = r->lr, gnorm = r->gnorm;
-	const bool skipped = r->skipped, moe = c->model.n_experts > 0;
+	const bool skipped = r->skipped, moe = c->model.n_experts > 0,
+		   fp8 = c->fp8.recipe != PP_FP8_NONE;
 	if (!lg->leader)
 		return;
 	double tokens = (double)c->global_batch * c->seq_len;
@@ -111,13 +112,17 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	char mfu[64] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
-	char l[32], g[32], ma[32], mz[32], moe_json[160] = "";
+	char l[32], g[32], ma[32], mz[32], moe_json[256] = "";
 	if (moe)
 		snprintf(
 			moe_json, sizeof moe_json,
 			", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
 			json_number(ma, sizeof ma, r->moe_aux),
 			json_number(mz, sizeof mz, r->moe_z), r->moe_dropped);
+	if (fp8)
+		snprintf(moe_json + strlen(moe_json), sizeof moe_json - strlen(moe_json),
+			 ", \"fp8_saturated_fraction\": %.6g, \"fp8_flushed_fraction\": %.6g",
+			 r->fp8_saturated, r->fp8_flushed);
 	metrics_record(
 		lg,
 		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
@@ -132,6 +137,11 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 		const char *mt[] = {"moe_aux_loss", "moe_z_loss", "moe_dropped_fraction"};
 		const double mv[] = {r->moe_aux, r->moe_z, r->moe_dropped};
 		tensorboard_scalars(lg, t->step, mt, mv, 3);
+	}
+	if (fp8) {
+		const char *ft[] = {"fp8_saturated_fraction", "fp8_flushed_fraction"};
+		const double fv[] = {r->fp8_saturated, r->fp8_flushed};
+		tensorboard_scalars(lg, t->step, ft, fv, 2);
 	}
 	if (o->quiet || (t->step % c->log_period && t->step != c->steps))
 		return;

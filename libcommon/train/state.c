@@ -115,11 +115,12 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 {
 	int cap = 0, rc = 0;
 	for (int k = 0; k < t->lay.v; k++)
-		cap += t->chunks[k].n_params;
+		cap += t->chunks[k].n_params + ckpt_fp8_count(&t->chunks[k]);
 	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
 	cs->optim = cs->optim_per_dp ? calloc((size_t)cap + 1, sizeof *cs->optim) : NULL;
-	*owned = calloc((size_t)cap * 5 + 1,
-			sizeof **owned); /* per tensor: 3 gathered arrays, 2 range arrays */
+	/* per tensor: 3 gathered arrays, 2 range arrays; per chunk, FP8's
+	 * names and copy */
+	*owned = calloc((size_t)cap * 5 + 2 * (size_t)t->lay.v + 1, sizeof **owned);
 	*n_owned = 0;
 	if (!cs->tensors || !*owned || (cs->optim_per_dp && !cs->optim))
 		return pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
@@ -152,6 +153,16 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 				c->m = fused ? whole[1] : src.m + p->off;
 				c->v = fused ? whole[2] : src.v + p->off;
 			}
+		}
+		/* FP8 scaling state: whole on every tp rank, saved by the first */
+		const int nf = t->lay.tp_rank == 0 ? ckpt_fp8_count(st) : 0;
+		ckpt_name *names = nf ? calloc((size_t)nf, sizeof *names) : NULL;
+		pp_real *copy = NULL;
+		if (nf && (!names || ckpt_fp8_entries(st, cs, names, &copy)))
+			rc = pp_errorf(e, PP_ERUNTIME, "checkpoint save: out of memory");
+		if (nf) {
+			(*owned)[(*n_owned)++] = names;
+			(*owned)[(*n_owned)++] = copy;
 		}
 	}
 	return rc;
@@ -252,12 +263,15 @@ int trainer_save(trainer *t, pp_err *e)
 static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, pp_err *e)
 {
 	const pp_layout *me = &t->lay;
-	int cap = 0, rc = 0;
-	for (int k = 0; k < me->v; k++)
+	int cap = 0, nf = 0, rc = 0;
+	for (int k = 0; k < me->v; k++) {
 		cap += 3 * t->chunks[k].n_params;
-	cs->tensors = calloc((size_t)cap + 1, sizeof *cs->tensors);
+		nf += ckpt_fp8_count(&t->chunks[k]);
+	}
+	cs->tensors = calloc((size_t)(cap + nf) + 1, sizeof *cs->tensors);
 	ckpt_host *hs = calloc(me->v > 0 ? (size_t)me->v : 1, sizeof *hs);
-	if (!cs->tensors || !hs)
+	ckpt_name *names = calloc((size_t)nf + 1, sizeof *names);
+	if (!cs->tensors || !hs || !names)
 		rc = pp_errorf(e, PP_ERUNTIME, "checkpoint load: out of memory");
 	for (int k = 0; k < me->v && !rc; k++) {
 		const pp_stage *st = &t->chunks[k];
@@ -275,8 +289,12 @@ static int load_chunks(trainer *t, const char *dir, ckpt_state *cs, bool adam, p
 		if (!rc)
 			ckpt_add_entries(st, &want, cs);
 	}
+	/* FP8 scaling state, in place (a checkpoint without it leaves it as it is) */
+	for (int k = 0, at = 0; k < me->v && !rc; at += ckpt_fp8_count(&t->chunks[k]), k++)
+		ckpt_fp8_entries(&t->chunks[k], cs, names + at, NULL);
 	if (!rc)
 		rc = ckpt_load(dir, cs, e);
+	free(names);
 	for (int k = 0; hs && k < me->v; k++) {
 		const pp_stage *st = &t->chunks[k];
 		const optim_state *o = &t->opt[k];

@@ -211,6 +211,36 @@ static const stage_noise *step_noise(trainer *t)
 	return t->noise;
 }
 
+/* FP8: the step's amax of each tensor, the max over the ranks that hold a
+ * part of it (tp) or see other sequences of the step (the data ranks), so
+ * that every layout scales as one process; delayed scaling's histories
+ * take them. And the fractions of the values cast that saturated or
+ * flushed to zero, over every rank. */
+static int fp8_totals(trainer *t, step_result *r, pp_err *e)
+{
+	int n = 0, rc = 0;
+	for (int k = 0; k < t->lay.v; k++)
+		n += stage_fp8_count(&t->chunks[k]);
+	float *amax = calloc((size_t)n + 1, sizeof *amax);
+	double counts[3] = {0}, c3[3];
+	if (!amax)
+		return pp_errorf(e, PP_ERUNTIME, "out of memory");
+	for (int k = 0, at = 0; k < t->lay.v; at += stage_fp8_count(&t->chunks[k]), k++) {
+		stage_fp8_step_stats(&t->chunks[k], amax + at, c3);
+		for (int i = 0; i < 3; i++)
+			counts[i] += c3[i];
+	}
+	if (!(rc = sum_over(t->mesh.tp_comm, amax, (size_t)n, PP_DT_F32, PP_OP_MAX, e)) &&
+	    !(rc = sum_over(t->mesh.data_comm, amax, (size_t)n, PP_DT_F32, PP_OP_MAX, e)))
+		rc = sum_over(t->mesh.world_comm, counts, 3, PP_DT_F64, PP_OP_SUM, e);
+	for (int k = 0, at = 0; !rc && k < t->lay.v; at += stage_fp8_count(&t->chunks[k]), k++)
+		stage_fp8_update(&t->chunks[k], amax + at);
+	r->fp8_saturated = counts[0] > 0 ? counts[1] / counts[0] : 0;
+	r->fp8_flushed = counts[0] > 0 ? counts[2] / counts[0] : 0;
+	free(amax);
+	return rc;
+}
+
 int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 {
 	const pp_config *c = t->cfg;
@@ -236,6 +266,7 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 	for (int k = 0; k < t->lay.v; k++) {
 		stage_zero_grad(&t->chunks[k]);
 		memset(&t->chunks[k].moe, 0, sizeof t->chunks[k].moe);
+		stage_fp8_begin_step(&t->chunks[k]);
 	}
 	if ((rc = pipeline_train(&t->pl, &(pipeline_batch){tok, tgt, t->pos, step_noise(t)}, dscale,
 				 &sum, e)))
@@ -252,6 +283,8 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 		rc = total_loss(t, &sum, &dummy, e);
 	if (!rc && c->model.n_experts > 0)
 		rc = moe_totals(t, r, e);
+	if (!rc && c->fp8.recipe != PP_FP8_NONE)
+		rc = fp8_totals(t, r, e);
 	prof_end(t->prof, &sp, -1, -1, -1, 0);
 	if (rc)
 		return rc;
@@ -266,9 +299,11 @@ int train_step(trainer *t, int *tok, int *tgt, step_result *r, pp_err *e)
 				 isfinite(r->loss) ? r->gnorm : r->loss, r->loss, r->gnorm);
 	if (!r->skipped) {
 		prof_span opt = prof_begin(t->prof, PROF_OPTIMIZER);
-		for (int k = 0; k < t->lay.v; k++)
+		for (int k = 0; k < t->lay.v; k++) {
 			optim_step(&t->opt[k], &t->chunks[k], c, t->step + 1, r->lr,
 				   optim_clip_scale(c, r->gnorm));
+			stage_fp8_weights_changed(&t->chunks[k]);
+		}
 		prof_end(t->prof, &opt, -1, -1, -1, 0);
 		if (fsdp_on(t))
 			fsdp_params_changed(&t->fsdp);

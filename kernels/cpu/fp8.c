@@ -1,0 +1,38 @@
+/* FP8 casts (kernels/fp8.h) and the amax they scale by. */
+#include <math.h>
+
+#include "../fp8.h"
+#include "cpu.h"
+
+void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+		     pp_fp8_tally *tally)
+{
+	pp_real *y = out;
+	const pp_real *x = in;
+	const float over = pp_fp8_overflow(fmt);
+	float amax = 0;
+	unsigned long long sat = 0, flushed = 0;
+#pragma omp parallel for simd schedule(static) reduction(max : amax) reduction(+ : sat, flushed)
+	for (size_t i = 0; i < n; i++) {
+		const float v = (float)x[i], s = v * scale, q = pp_fp8_round(s, fmt);
+		amax = fabsf(v) > amax ? fabsf(v) : amax;
+		sat += fabsf(s) >= over;
+		flushed += v != 0 && q == 0;
+		y[i] = (pp_real)q;
+	}
+	if (tally) {
+		tally->amax = amax > tally->amax ? amax : tally->amax;
+		tally->saturated += sat;
+		tally->flushed += flushed;
+	}
+}
+
+float pp_cpu_absmax(const pp_act *x, size_t n)
+{
+	const pp_real *v = x;
+	float amax = 0;
+#pragma omp parallel for simd schedule(static) reduction(max : amax)
+	for (size_t i = 0; i < n; i++)
+		amax = fabsf((float)v[i]) > amax ? fabsf((float)v[i]) : amax;
+	return amax;
+}

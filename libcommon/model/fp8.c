@@ -1,0 +1,344 @@
+/* FP8 matrix products (stage_spec.fp8), as Transformer Engine's recipes
+ * run them (HYBRID: E4M3 for the forward's inputs and weights, E5M2 for
+ * the backward's output gradients):
+ *
+ *   out = (q(x sx) @ q(w sw)^T) / (sx sw)
+ *   dx  = (q(dy sg) @ q(w sw)) / (sg sw)
+ *   dw += (q(dy sg)^T @ q(x sx)) / (sg sx)
+ *
+ * where q is the cast to FP8 (kernels/fp8.h), the products accumulate in
+ * fp32 and the casts' values are held in the compute type, where every FP8
+ * value is exact: the CPU runs the numbers a GPU's FP8 tensor cores do, up
+ * to the order of the additions.
+ *
+ * Scales: delayed scaling keeps, per tensor, the amax of the last
+ * fp8.amax_history steps (newest first) and casts with fp8_max / max(that)
+ * / 2^margin, computed at the end of the previous step (1 at the start);
+ * each cast records its tensor's amax into this step's tally. Current
+ * scaling casts with fp8_max / amax of the tensor itself, summed (max) over
+ * the tp group so that every slice uses the whole tensor's scale.
+ *
+ * A weight is cast once per step (the copy is kept in wq) unless FSDP
+ * gathers it, which casts it at each use. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/fp8.h"
+#include "internal.h"
+
+/* rows of one state in the checkpoint's tensor: the scale, then the history */
+static size_t row_len(const stage_fp8 *f) { return 1 + (size_t)f->H; }
+
+int stage_fp8_state(const pp_stage *s, int l, int product)
+{
+	const int L = s->layer_end - s->layer_begin;
+	return FP8_ROLES * (l < 0 ? L * FP8_PRODUCTS : l * FP8_PRODUCTS + product);
+}
+
+int stage_fp8_count(const pp_stage *s)
+{
+	if (!s->spec.fp8.recipe)
+		return 0;
+	const int L = s->layer_end - s->layer_begin;
+	return FP8_ROLES * (L * FP8_PRODUCTS + (s->last && s->spec.fp8.head));
+}
+
+void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
+		size_t *host)
+{
+	memset(act, 0, FP8_NACT * sizeof *act);
+	*real = *host = 0;
+	const int n = stage_fp8_count(s);
+	if (!n)
+		return;
+	const pp_model_cfg *m = s->cfg;
+	const size_t N = (size_t)s->B * s->T, C = (size_t)m->d_model, F = (size_t)s->d_ff;
+	const size_t HD = (size_t)s->n_heads * m->head_dim;
+	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
+	const size_t UP = (size_t)hparams_up_rows(m, s->d_ff);
+	size_t in = C > HD ? C : HD, out = QKV > UP ? QKV : UP, big = 0;
+	in = in > F ? in : F;
+	out = out > C ? out : C;
+	if (s->last && s->spec.fp8.head) {
+		const size_t R = (size_t)stage_loss_rows_of(s, act_bytes);
+		out = out * N > R * (size_t)s->vocab ? out : R * (size_t)s->vocab / N + 1;
+	}
+	for (int i = 0; i < s->n_params; i++)
+		if (s->params[i].ndim == 2 && s->params[i].n > big)
+			big = s->params[i].n;
+	act[FP8_XQ] = N * in;
+	act[FP8_GQ] = N * out;
+	/* the weights' copies: beside the buffer, or one at a time under FSDP */
+	act[FP8_WQ] = s->spec.units.use ? big : s->n_elems;
+	*real = s->spec.no_grad ? 0 : big;
+	*host = (size_t)n * (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
+			     sizeof(pp_fp8_tally) + sizeof(double) + sizeof(float));
+}
+
+int fp8_alloc(pp_stage *s)
+{
+	const int n = stage_fp8_count(s);
+	if (!n)
+		return 0;
+	size_t act[FP8_NACT], real, host;
+	fp8_counts(s, pp_act_size(s->ops), act, &real, &host);
+	stage_fp8 *f = calloc(1, sizeof *f);
+	if (!f)
+		return -1;
+	s->fp8 = f;
+	f->n = n;
+	f->H = s->spec.fp8.history;
+	f->meta = calloc((size_t)n * row_len(f), sizeof *f->meta);
+	f->host_tally = calloc((size_t)n, sizeof *f->host_tally);
+	f->cast = calloc((size_t)n, sizeof *f->cast);
+	f->used = calloc((size_t)n, sizeof *f->used);
+	f->pinned = calloc((size_t)n, sizeof *f->pinned);
+	f->wq_ok = calloc((size_t)s->n_params + 1, sizeof *f->wq_ok);
+	if (!f->meta || !f->host_tally || !f->cast || !f->used || !f->pinned || !f->wq_ok)
+		return -1;
+	for (int k = 0; k < n; k++)
+		f->meta[(size_t)k * row_len(f)] = 1; /* the first step casts with scale 1 */
+	const pp_ops *o = s->ops;
+	pp_act **p[] = {&f->xq, &f->gq, &f->wq};
+	const size_t cnt[] = {act[FP8_XQ], act[FP8_GQ], act[FP8_WQ]};
+	if (alloc_acts(o, p, cnt, NELEMS(p)) || !(f->tally = o->alloc(n * sizeof *f->tally)))
+		return -1;
+	if (real && !(f->dw = o->alloc(real * sizeof(pp_real))))
+		return -1;
+	stage_fp8_begin_step(s);
+	stage_fp8_weights_changed(s);
+	return 0;
+}
+
+void fp8_free(pp_stage *s)
+{
+	stage_fp8 *f = s->fp8;
+	if (!f)
+		return;
+	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw};
+	for (int i = 0; i < NELEMS(dev); i++)
+		if (dev[i])
+			s->ops->free(dev[i]);
+	free(f->meta);
+	free(f->host_tally);
+	free(f->cast);
+	free(f->used);
+	free(f->pinned);
+	free(f->wq_ok);
+	free(f);
+	s->fp8 = NULL;
+}
+
+void stage_fp8_begin_step(pp_stage *s)
+{
+	stage_fp8 *f = s->fp8;
+	if (!f)
+		return;
+	s->ops->zero(f->tally, (size_t)f->n * sizeof *f->tally);
+	memset(f->cast, 0, (size_t)f->n * sizeof *f->cast);
+}
+
+void stage_fp8_weights_changed(pp_stage *s)
+{
+	if (s->fp8)
+		memset(s->fp8->wq_ok, 0, (size_t)s->n_params * sizeof *s->fp8->wq_ok);
+}
+
+void stage_fp8_step_stats(pp_stage *s, float *amax, double *counts)
+{
+	stage_fp8 *f = s->fp8;
+	counts[0] = counts[1] = counts[2] = 0;
+	if (!f)
+		return;
+	s->ops->to_host(f->host_tally, f->tally, (size_t)f->n * sizeof *f->tally);
+	for (int k = 0; k < f->n; k++) {
+		amax[k] = f->host_tally[k].amax;
+		counts[0] += f->cast[k];
+		counts[1] += (double)f->host_tally[k].saturated;
+		counts[2] += (double)f->host_tally[k].flushed;
+	}
+}
+
+/* fp8_max / amax / 2^margin; keep where amax is zero or not finite */
+static float scale_from(float amax, int fmt, double margin, float keep)
+{
+	if (!(amax > 0) || !isfinite(amax))
+		return keep;
+	const float sf = pp_fp8_max(fmt) / amax / exp2f((float)margin);
+	return isfinite(sf) ? sf : keep;
+}
+
+static int role_fmt(int role) { return role == FP8_G ? PP_FP8_E5M2 : PP_FP8_E4M3; }
+
+void stage_fp8_update(pp_stage *s, const float *amax)
+{
+	stage_fp8 *f = s->fp8;
+	if (!f || s->spec.fp8.recipe != PP_FP8_DELAYED)
+		return;
+	for (int k = 0; k < f->n; k++) {
+		pp_real *row = f->meta + (size_t)k * row_len(f), *h = row + 1;
+		memmove(h + 1, h, (size_t)(f->H - 1) * sizeof *h);
+		h[0] = amax[k];
+		float most = 0;
+		for (int i = 0; i < f->H; i++)
+			most = (float)h[i] > most ? (float)h[i] : most;
+		row[0] = scale_from(most, role_fmt(k % FP8_ROLES), s->spec.fp8.margin,
+				    (float)row[0]);
+	}
+}
+
+pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols)
+{
+	stage_fp8 *f = s->fp8;
+	if (!f || s->spec.fp8.recipe != PP_FP8_DELAYED)
+		return NULL;
+	*rows = l < 0 ? FP8_ROLES : FP8_ROLES * FP8_PRODUCTS;
+	*cols = row_len(f);
+	return f->meta + (size_t)stage_fp8_state(s, l, 0) * row_len(f);
+}
+
+void stage_fp8_meta_name(const pp_stage *s, int l, char *name, size_t size)
+{
+	if (l < 0)
+		snprintf(name, size, "lm_head.fp8_meta");
+	else
+		snprintf(name, size, "model.layers.%d.fp8_meta", s->layer_begin + l);
+}
+
+bool stage_fp8_meta_of(const char *name, int *layer)
+{
+	int n = -1;
+	if (!strcmp(name, "lm_head.fp8_meta")) {
+		*layer = -1;
+		return true;
+	}
+	if (sscanf(name, "model.layers.%d.fp8_meta%n", layer, &n) == 1 && n > 0 && !name[n])
+		return true;
+	return false;
+}
+
+/* The scale of state k for a cast of x (n elements) now: delayed, the
+ * step's; current, from x's amax over the tp group. */
+static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, float *scale, pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	if (s->spec.fp8.recipe == PP_FP8_DELAYED) {
+		*scale = (float)f->meta[(size_t)k * row_len(f)];
+		return 0;
+	}
+	if (f->pinned[k] > 0) {
+		*scale = f->pinned[k];
+		return 0;
+	}
+	pp_real amax = s->ops->absmax(x, n);
+	const pp_tp *tp = &s->spec.tp;
+	int rc = tp->size > 1 ? tp->allreduce(tp->ctx, &amax, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e) : 0;
+	*scale = scale_from((float)amax, role_fmt(k % FP8_ROLES), s->spec.fp8.margin, 1);
+	return rc;
+}
+
+/* out = q(x scale) for state k; record: into the step's tally */
+static void cast(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n, float scale,
+		 bool record)
+{
+	stage_fp8 *f = s->fp8;
+	s->ops->fp8_cast(out, x, n, scale, role_fmt(k % FP8_ROLES), record ? &f->tally[k] : NULL);
+	if (record)
+		f->cast[k] += (double)n;
+	f->used[k] = scale;
+}
+
+/* Weight wi (OC, C) of state k as FP8: the step's copy, made at its first
+ * use (each use under FSDP). */
+static int weight(const pp_stage *s, int k, int wi, size_t n, const pp_act **wq, float *sw,
+		  pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	const bool kept = !s->unit_w;
+	pp_act *dst = kept ? pp_act_at(s->ops, f->wq, s->params[wi].off) : f->wq;
+	*wq = dst;
+	if (kept && f->wq_ok[wi]) {
+		*sw = f->used[k + FP8_W];
+		return 0;
+	}
+	int rc = scale_of(s, k + FP8_W, W(s, wi), n, sw, e);
+	if (!rc)
+		cast(s, k + FP8_W, dst, W(s, wi), n, *sw, !kept || !f->wq_ok[wi]);
+	f->wq_ok[wi] = kept;
+	return rc;
+}
+
+int fp8_head_begin(const pp_stage *s, const pp_act *h, int N, double dscale, pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	if (s->spec.fp8.recipe != PP_FP8_CURRENT)
+		return 0;
+	const int k = stage_fp8_state(s, -1, 0);
+	float sx;
+	int rc = scale_of(s, k + FP8_X, h, (size_t)N * s->cfg->d_model, &sx, e);
+	f->pinned[k + FP8_X] = sx;
+	/* |softmax - onehot| <= 1: the gradient's amax is at most dscale */
+	f->pinned[k + FP8_G] =
+		dscale > 0 ? scale_from((float)dscale, PP_FP8_E5M2, s->spec.fp8.margin, 1) : 0;
+	return rc;
+}
+
+void fp8_head_end(const pp_stage *s)
+{
+	if (s->spec.fp8.recipe == PP_FP8_CURRENT) {
+		const int k = stage_fp8_state(s, -1, 0);
+		s->fp8->pinned[k + FP8_X] = s->fp8->pinned[k + FP8_G] = 0;
+	}
+}
+
+int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_act *inp, int wi,
+		   int N, int C, int OC, pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	const pp_ops *o = s->ops;
+	const int k = stage_fp8_state(s, l, product);
+	const pp_act *wq;
+	float sx, sw;
+	int rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e);
+	if (rc || (rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
+		return rc;
+	cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, true);
+	o->matmul_fwd(out, f->xq, wq, NULL, N, C, OC);
+	o->scale_act(out, (pp_real)((1.0f / sx) * (1.0f / sw)), (size_t)N * OC);
+	return 0;
+}
+
+int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *dw,
+		   const pp_act *dout, const pp_act *inp, int wi, int N, int C, int OC, pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	const pp_ops *o = s->ops;
+	const int k = stage_fp8_state(s, l, product);
+	float sg, sw, sx;
+	int rc = scale_of(s, k + FP8_G, dout, (size_t)N * OC, &sg, e);
+	if (rc)
+		return rc;
+	/* a split backward's weight part casts the gradient again: one record */
+	cast(s, k + FP8_G, f->gq, dout, (size_t)N * OC, sg, din != NULL);
+	if (din) {
+		const pp_act *wq;
+		if ((rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
+			return rc;
+		o->matmul_bwd(din, NULL, NULL, f->gq, NULL, wq, N, C, OC);
+		o->scale_act(din, (pp_real)((1.0f / sg) * (1.0f / sw)), (size_t)N * C);
+	}
+	if (dw) {
+		/* the forward's cast of the input, again (the forward's record stands) */
+		if ((rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e)))
+			return rc;
+		cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, false);
+		const size_t n = (size_t)OC * C;
+		o->zero(f->dw, n * sizeof(pp_real));
+		o->matmul_bwd(NULL, f->dw, NULL, f->gq, f->xq, NULL, N, C, OC);
+		o->scale(f->dw, (pp_real)((1.0f / sg) * (1.0f / sx)), n);
+		o->add_real(dw, dw, f->dw, n);
+	}
+	return 0;
+}
