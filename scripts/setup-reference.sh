@@ -27,16 +27,18 @@ want=$(sed -n 's/^transformers==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want" ] || die "$req pins no transformers version (expected a line transformers==X.Y.Z)"
 want_gguf=$(sed -n 's/^gguf==\([^ ;#]*\).*/\1/p' "$req")
 want_peft=$(sed -n 's/^peft==\([^ ;#]*\).*/\1/p' "$req")
+want_ml_dtypes=$(sed -n 's/^ml_dtypes==\([^ ;#]*\).*/\1/p' "$req")
 [ -n "$want_gguf" ] || die "$req pins no gguf version (expected a line gguf==X.Y.Z)"
 
 ready() {
 	[ -x "$venv/bin/python" ] &&
 		HF_HUB_OFFLINE=1 "$venv/bin/python" -c '
-import sys, importlib.metadata, torch, h5py, numpy, transformers, gguf, peft
+import sys, importlib.metadata, torch, h5py, numpy, transformers, gguf, peft, ml_dtypes
 sys.exit(transformers.__version__ != sys.argv[1] or
          importlib.metadata.version("gguf") != sys.argv[2] or
-         peft.__version__ != sys.argv[3] or not torch.__version__.startswith("1.13"))' \
-			"$want" "$want_gguf" "$want_peft" >/dev/null 2>&1
+         peft.__version__ != sys.argv[3] or ml_dtypes.__version__ != sys.argv[4] or
+         not torch.__version__.startswith("1.13"))' \
+			"$want" "$want_gguf" "$want_peft" "$want_ml_dtypes" >/dev/null 2>&1
 }
 
 # the venv is ready: fetch the model too, then print the venv's python

@@ -123,11 +123,12 @@ int ckpt_fp8_entries(const pp_stage *st, ckpt_state *cs, ckpt_name *names, pp_re
 			meta = *copy + at;
 			at += rows * cols;
 		}
-		cs->tensors[cs->n_tensors++] = (ckpt_tensor){.name = names[i],
-							     .ndim = 2,
-							     .shape = {(int64_t)rows, (int64_t)cols},
-							     .param = meta,
-							     .optional = !copy};
+		cs->tensors[cs->n_tensors++] = (ckpt_tensor){
+			.name = names[i],
+			.ndim = 2,
+			.shape = {(int64_t)rows, (int64_t)cols},
+			.param = meta,
+			.optional = !copy};
 	}
 	return 0;
 }

@@ -373,14 +373,16 @@ static int put_fp8(pp_sink *k, const tio_tensor *t, int layer, const float *para
 	const int64_t cols = 1 + k->cfg.fp8.amax_history;
 	if (t->ndim != 2 || t->shape[1] != cols)
 		return pp_errorf(e, PP_EUSAGE,
-				 "%s holds %lld amax values per tensor; fp8.amax_history is %d", t->name,
-				 (long long)(t->ndim == 2 ? t->shape[1] - 1 : 0), k->cfg.fp8.amax_history);
+				 "%s holds %lld amax values per tensor; fp8.amax_history is %d",
+				 t->name, (long long)(t->ndim == 2 ? t->shape[1] - 1 : 0),
+				 k->cfg.fp8.amax_history);
 	int rc = 0;
 	for (int r = 0; !rc && r < k->pp * k->tp * k->ep; r++) {
 		pp_rank_files *f = &k->ranks[r];
 		for (int c = 0; !rc && c < k->v && f->tp_rank == 0 && f->ep_rank == 0; c++) {
 			const pp_stage *st = &f->chunks[c];
-			if (layer >= 0 ? layer >= st->layer_begin && layer < st->layer_end : st->last) {
+			if (layer >= 0 ? layer >= st->layer_begin && layer < st->layer_end
+				       : st->last) {
 				ckpt_tensor ct = {.name = t->name,
 						  .ndim = 2,
 						  .shape = {t->shape[0], t->shape[1]},

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../../kernels/fp8.h"
+#include "../../kernels/fp8mm.h"
 #include "internal.h"
 
 /* rows of one state in the checkpoint's tensor: the scale, then the history */
@@ -234,7 +235,8 @@ static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, float *
 	}
 	pp_real amax = s->ops->absmax(x, n);
 	const pp_tp *tp = &s->spec.tp;
-	int rc = tp->size > 1 ? tp->allreduce(tp->ctx, &amax, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e) : 0;
+	int rc = tp->size > 1 ? tp->allreduce(tp->ctx, &amax, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e)
+			      : 0;
 	*scale = scale_from((float)amax, role_fmt(k % FP8_ROLES), s->spec.fp8.margin, 1);
 	return rc;
 }
@@ -280,8 +282,9 @@ int fp8_head_begin(const pp_stage *s, const pp_act *h, int N, double dscale, pp_
 	int rc = scale_of(s, k + FP8_X, h, (size_t)N * s->cfg->d_model, &sx, e);
 	f->pinned[k + FP8_X] = sx;
 	/* |softmax - onehot| <= 1: the gradient's amax is at most dscale */
-	f->pinned[k + FP8_G] =
-		dscale > 0 ? scale_from((float)dscale, PP_FP8_E5M2, s->spec.fp8.margin, 1) : 0;
+	f->pinned[k + FP8_G] = dscale > 0 ? scale_from((float)dscale, PP_FP8_E5M2,
+						       s->spec.fp8.margin, 1)
+					  : 0;
 	return rc;
 }
 
@@ -297,7 +300,6 @@ int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_
 		   int N, int C, int OC, pp_err *e)
 {
 	stage_fp8 *f = s->fp8;
-	const pp_ops *o = s->ops;
 	const int k = stage_fp8_state(s, l, product);
 	const pp_act *wq;
 	float sx, sw;
@@ -305,8 +307,7 @@ int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_
 	if (rc || (rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
 		return rc;
 	cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, true);
-	o->matmul_fwd(out, f->xq, wq, NULL, N, C, OC);
-	o->scale_act(out, (pp_real)((1.0f / sx) * (1.0f / sw)), (size_t)N * OC);
+	pp_fp8_matmul_fwd(s->ops, out, f->xq, wq, sx, sw, N, C, OC);
 	return 0;
 }
 
@@ -314,7 +315,6 @@ int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *
 		   const pp_act *dout, const pp_act *inp, int wi, int N, int C, int OC, pp_err *e)
 {
 	stage_fp8 *f = s->fp8;
-	const pp_ops *o = s->ops;
 	const int k = stage_fp8_state(s, l, product);
 	float sg, sw, sx;
 	int rc = scale_of(s, k + FP8_G, dout, (size_t)N * OC, &sg, e);
@@ -326,19 +326,14 @@ int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *
 		const pp_act *wq;
 		if ((rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
 			return rc;
-		o->matmul_bwd(din, NULL, NULL, f->gq, NULL, wq, N, C, OC);
-		o->scale_act(din, (pp_real)((1.0f / sg) * (1.0f / sw)), (size_t)N * C);
+		pp_fp8_matmul_dgrad(s->ops, din, f->gq, wq, sg, sw, N, C, OC);
 	}
 	if (dw) {
 		/* the forward's cast of the input, again (the forward's record stands) */
 		if ((rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e)))
 			return rc;
 		cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, false);
-		const size_t n = (size_t)OC * C;
-		o->zero(f->dw, n * sizeof(pp_real));
-		o->matmul_bwd(NULL, f->dw, NULL, f->gq, f->xq, NULL, N, C, OC);
-		o->scale(f->dw, (pp_real)((1.0f / sg) * (1.0f / sx)), n);
-		o->add_real(dw, dw, f->dw, n);
+		pp_fp8_matmul_wgrad(s->ops, dw, f->dw, f->gq, f->xq, sg, sx, N, C, OC);
 	}
 	return 0;
 }

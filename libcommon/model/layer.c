@@ -21,7 +21,8 @@ void layer_linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, con
 /* Product `product` (FP8_*) of layer li: out = inp @ w^T + bias, in FP8
  * where the stage trains so (fp8.c; no bias there), else as layer_linear. */
 static int linear_fwd(const pp_stage *s, const layer_index *li, int product, pp_act *out,
-		      const pp_act *inp, int wi, const pp_act *bias, int N, int C, int OC, pp_err *e)
+		      const pp_act *inp, int wi, const pp_act *bias, int N, int C, int OC,
+		      pp_err *e)
 {
 	if (s->fp8)
 		return fp8_linear_fwd(s, (int)(li - s->acts->layer), product, out, inp, wi, N, C,
@@ -33,8 +34,8 @@ static int linear_fwd(const pp_stage *s, const layer_index *li, int product, pp_
 /* Its backward: din (NULL: none) = dout @ w; dw and db (NULL: none) +=
  * the weight's and the bias's gradients. */
 static int linear_bwd(const pp_stage *s, const layer_index *li, int product, pp_act *din,
-		      pp_real *dw, pp_real *db, const pp_act *dout, const pp_act *inp, int wi, int N,
-		      int C, int OC, pp_err *e)
+		      pp_real *dw, pp_real *db, const pp_act *dout, const pp_act *inp, int wi,
+		      int N, int C, int OC, pp_err *e)
 {
 	if (s->fp8)
 		return fp8_linear_bwd(s, (int)(li - s->acts->layer), product, din, dw, dout, inp,

@@ -97,8 +97,8 @@ static int head_and_loss(pp_stage *s, slot_acts *sa, pp_real dscale, pp_err *e)
 			break;
 		pp_act *dh = dscale != 0 ? pp_act_at(o, sa->dhf, (size_t)r0 * C) : NULL;
 		if (dscale != 0 && fp8)
-			rc = fp8_linear_bwd(s, -1, 0, dh, G(s, a->head_w), logits, h, a->head_w, R, C,
-					    V, e);
+			rc = fp8_linear_bwd(s, -1, 0, dh, G(s, a->head_w), logits, h, a->head_w, R,
+					    C, V, e);
 		else if (dscale != 0)
 			o->matmul_bwd(dh, G(s, a->head_w), NULL, logits, h, W(s, a->head_w), R, C,
 				      V);

@@ -873,13 +873,17 @@ static void test_resolved_json(void)
 			       "model",       "router",
 			       NULL,          "fsdp",
 			       NULL,          "eval_tasks",
-			       NULL,          "eval_task_format"};
+			       NULL,          "eval_task_format",
+			       "fp8",         "recipe",
+			       "fp8",         "amax_history",
+			       "fp8",         "margin",
+			       "fp8",         "head"};
 	bool all = true;
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i += 2) {
 		json_t *o = paths[i] ? json_object_get(c.json, paths[i]) : c.json;
 		all = all && json_object_get(o, paths[i + 1]);
 	}
-	CHECK(all && json_object_size(c.json) == 51, "config/json/complete",
+	CHECK(all && json_object_size(c.json) == 52, "config/json/complete",
 	      "missing keys or %zu top-level keys", json_object_size(c.json));
 	CHECK(json_is_string(json_object_get(json_object_get(c.json, "model"), "preset")) &&
 		      !strcmp(json_string_value(

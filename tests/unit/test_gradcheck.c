@@ -781,6 +781,7 @@ int main(void)
 	/* FP8 products, the head's too: recompute, split backward, stages, tp
 	 * and chunks give the same numbers */
 	check_family("llama-tiny+fp8_current", "llama-tiny", "fp8.recipe=current fp8.head=true");
-	check_family("mistral-tiny+fp8_delayed", "mistral-tiny", "fp8.recipe=delayed fp8.head=true");
+	check_family("mistral-tiny+fp8_delayed", "mistral-tiny",
+		     "fp8.recipe=delayed fp8.head=true");
 	TH_EXIT();
 }

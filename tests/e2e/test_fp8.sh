@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# FP8's numbers on the CPU, against references of their own:
+#   - casts: every class of fp32 bit pattern (zeros, fp32 subnormals, FP8
+#     subnormals, normals of every exponent, exact ties of both formats,
+#     values past the largest, infinities, NaN) cast to E4M3 and E5M2 equal
+#     ml_dtypes' float8_e4m3fn and float8_e5m2 with saturation (the value
+#     clipped to the largest first, as cvt.rn.satfinite does) bit for bit;
+#   - products: the forward, input-gradient and weight-gradient products of
+#     kernels/fp8mm.h on cast inputs equal float64 products of the same FP8
+#     values within fp32 accumulation error, and the casts they took equal
+#     ml_dtypes' at those scales.
+. "$(dirname "$0")/../tools/lib.sh"
+if ! PY=$(cd "$PP_ROOT" && scripts/setup-reference.sh 2>$T/setup.log); then
+	skip fp8 "reference venv unavailable: $(tail -n 1 $T/setup.log)"
+	exit 0
+fi
+tool=$PP_ROOT/build/tests/tool_fp8
+
+# --- casts ---------------------------------------------------------------------------------
+"$PY" - $T/in.f32 <<'PY'
+import sys, numpy as np, ml_dtypes as md
+rng = np.random.default_rng(8)
+v = [0.0, -0.0, np.inf, -np.inf, np.nan, 448, 449, 463.99, 464, 465, 480, 1e6, 57344, 61439, 61440,
+     61441, 65536, 3.4e38, np.float32(1e-45), np.float32(1.2e-38), 2**-9, 2**-10, 3 * 2**-10,
+     2**-16, 2**-17, 3 * 2**-17, 2**-6, 2**-14]
+# every FP8 value of both formats, and the midpoints between neighbours (ties)
+for t in (md.float8_e4m3fn, md.float8_e5m2):
+    q = np.arange(256, dtype=np.uint8).view(t).astype(np.float32)
+    q = np.unique(q[np.isfinite(q)])
+    v += list(q) + list((q[1:] + q[:-1]) / 2)
+    # one float32 ulp either side of each midpoint
+    mid = ((q[1:] + q[:-1]) / 2).astype(np.float32)
+    v += list(np.nextafter(mid, np.float32(np.inf))) + list(np.nextafter(mid, np.float32(-np.inf)))
+# normals of every fp32 exponent, random mantissas, both signs
+v += list(np.ldexp(rng.uniform(1, 2, 4000), rng.integers(-149, 128, 4000)) * rng.choice([-1, 1], 4000))
+x = np.array(v, np.float32)
+x = np.concatenate([x, -x])
+x.tofile(sys.argv[1])
+PY
+if "$tool" cast $T/in.f32 $T/e4m3.f32 $T/e5m2.f32 2>$T/cast.log; then
+	check fp8/casts_equal_ml_dtypes "$PY" - $T/in.f32 $T/e4m3.f32 $T/e5m2.f32 <<'PY'
+import sys, numpy as np, ml_dtypes as md
+x = np.fromfile(sys.argv[1], np.float32)
+bad = 0
+for path, t in ((sys.argv[2], md.float8_e4m3fn), (sys.argv[3], md.float8_e5m2)):
+    got = np.fromfile(path, np.float32)
+    top = float(md.finfo(t).max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.clip(x, -top, top).astype(t).astype(np.float32)  # saturate, then round
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    n = int((~same).sum())
+    print(f"  {t.__name__}: {x.size} values, {n} differ from ml_dtypes"
+          + (f" (first: {x[~same][:3]} -> {got[~same][:3]}, want {want[~same][:3]})" if n else ""))
+    bad += n
+sys.exit(bad != 0)
+PY
+else
+	fail fp8/casts "$(tail -n 2 $T/cast.log)"
+fi
+
+# --- products ------------------------------------------------------------------------------
+for shape in "7 40 24" "64 96 80" "33 257 65"; do
+	set -- $shape
+	N=$1 C=$2 OC=$3
+	read -r sx sw sg < <("$PY" - $T $N $C $OC <<'PY'
+import sys, numpy as np
+d, N, C, OC = sys.argv[1], *map(int, sys.argv[2:])
+rng = np.random.default_rng(N * C)
+x = rng.standard_normal((N, C)).astype(np.float32) * 3
+w = rng.standard_normal((OC, C)).astype(np.float32) * 0.05
+g = rng.standard_normal((N, OC)).astype(np.float32) * 1e-3
+for a, n in ((x, "x"), (w, "w"), (g, "g")):
+    a.tofile(f"{d}/{n}.f32")
+# scales as current scaling makes them: FP8 max / amax
+print(448 / np.abs(x).max(), 448 / np.abs(w).max(), 57344 / np.abs(g).max())
+PY
+)
+	mkdir -p $T/mm
+	if ! "$tool" matmul $N $C $OC $sx $sw $sg $T/x.f32 $T/w.f32 $T/g.f32 $T/mm 2>$T/mm.log; then
+		fail fp8/products_${N}x${C}x${OC} "$(tail -n 2 $T/mm.log)"
+		continue
+	fi
+	check fp8/products_${N}x${C}x${OC} "$PY" - $T $N $C $OC $sx $sw $sg <<'PY'
+import sys, numpy as np, ml_dtypes as md
+d = sys.argv[1]
+N, C, OC = map(int, sys.argv[2:5])
+sx, sw, sg = (np.float32(v) for v in sys.argv[5:8])
+f = lambda n, *s: np.fromfile(f"{d}/{n}", np.float32).reshape(s)
+x, w, g = f("x.f32", N, C), f("w.f32", OC, C), f("g.f32", N, OC)
+xq, wq, gq = f("mm/xq.f32", N, C), f("mm/wq.f32", OC, C), f("mm/gq.f32", N, OC)
+ok = True
+for a, q, s, t in ((x, xq, sx, md.float8_e4m3fn), (w, wq, sw, md.float8_e4m3fn), (g, gq, sg, md.float8_e5m2)):
+    top = float(md.finfo(t).max)
+    want = np.clip(a * s, -top, top).astype(t).astype(np.float32)
+    ok &= bool(np.array_equal(want, q))
+X, W, G = (v.astype(np.float64) for v in (xq, wq, gq))
+ux, uw, ug = (1 / np.float64(np.float32(1) / v) for v in (sx, sw, sg))
+ref = {"out": X @ W.T / (sx * sw), "din": G @ W / (sg * sw), "dw": G.T @ X / (sg * sx)}
+shape = {"out": (N, OC), "din": (N, C), "dw": (OC, C)}
+k = {"out": C, "din": OC, "dw": N}  # terms of each sum
+worst = 0
+for n, r in ref.items():
+    got = f(f"mm/{n}.f32", *shape[n]).astype(np.float64)
+    # fp32 accumulation of k terms: |error| <= k * 2^-24 * sum |terms| (and the scaling's rounding)
+    terms = {"out": np.abs(X) @ np.abs(W).T / (sx * sw), "din": np.abs(G) @ np.abs(W) / (sg * sw),
+             "dw": np.abs(G).T @ np.abs(X) / (sg * sx)}[n]
+    err = np.abs(got - r) / (terms * (k[n] + 2) * 2.0**-24 + 1e-30)
+    worst = max(worst, float(err.max()))
+print(f"  {N}x{C}x{OC}: casts {'equal' if ok else 'DIFFER from'} ml_dtypes; products within "
+      f"{worst:.2f} of the fp32 accumulation bound")
+sys.exit(not (ok and worst <= 1))
+PY
+done
