@@ -72,7 +72,7 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	act[FP8_XQ] = N * in;
 	act[FP8_GQ] = N * out;
 	/* the weights' copies: beside the buffer, or one at a time under FSDP */
-	act[FP8_WQ] = s->spec.units.use ? big : s->n_elems;
+	act[FP8_WQ] = s->spec.units.use || s->spec.units.size > 1 ? big : s->n_elems;
 	*real = s->spec.no_grad ? 0 : big;
 	*host = (size_t)n * (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
 			     sizeof(pp_fp8_tally) + sizeof(double) + sizeof(float));

@@ -200,6 +200,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		out->activations += st[k].n_slots * sb.slot + sb.rebuilt;
 		out->scratch += sb.scratch;
 		out->logits += sb.logits;
+		out->fp8 += sb.fp8;
 		/* AdamW's m and v of the ranges this rank updates (ZeRO-1, fsdp:
 		 * its shares; data rank 0's are the largest) */
 		optim_ranges r;
@@ -241,7 +242,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 	const bool zero1 = fsdp == 1 && c->shard_optimizer && l.data > 1;
 	out->optimizer += adam + (zero1 ? gather * R : 0);
 	out->total = out->params + out->grads + out->optimizer + out->activations + out->scratch +
-		     out->logits + out->gathered + out->grad_buffers;
+		     out->logits + out->fp8 + out->gathered + out->grad_buffers;
 	return PP_OK;
 }
 
@@ -276,11 +277,15 @@ int plan_memory(const pp_config *c, plan_memory_t *out, pp_err *e)
  * rather than given the SXM figure. */
 static const struct {
 	const char *name;
-	double tflops;
+	double tflops, fp8;
 } peaks[] = {
-	{"H100 NVL", 0},     {"H200 NVL", 0},           {"H100 PCIe", 756.0},
-	{"H100 SXM", 989.4}, {"H100 80GB HBM3", 989.4}, /* the SXM part's CUDA name */
-	{"H200", 989.4},     {"A100", 312.0},
+	{"H100 NVL", 0, 0},
+	{"H200 NVL", 0, 0},
+	{"H100 PCIe", 756.0, 1513.0},
+	{"H100 SXM", 989.4, 1978.9},
+	{"H100 80GB HBM3", 989.4, 1978.9}, /* the SXM part's CUDA name */
+	{"H200", 989.4, 1978.9},
+	{"A100", 312.0, 0},
 };
 
 static bool name_matches(const char *dev, const char *key)
@@ -292,14 +297,34 @@ static bool name_matches(const char *dev, const char *key)
 	return false;
 }
 
+static int peak_of(const char *device_name)
+{
+	for (size_t i = 0; device_name && i < sizeof peaks / sizeof peaks[0]; i++)
+		if (name_matches(device_name, peaks[i].name))
+			return (int)i;
+	return -1;
+}
+
 double plan_peak_tflops(const char *device_name)
 {
-	if (!device_name)
+	const int i = peak_of(device_name);
+	return i < 0 ? 0 : peaks[i].tflops;
+}
+
+double plan_fp8_peak_tflops(const char *device_name)
+{
+	const int i = peak_of(device_name);
+	return i < 0 ? 0 : peaks[i].fp8;
+}
+
+double plan_fp8_share(const pp_config *c)
+{
+	if (c->fp8.recipe == PP_FP8_NONE)
 		return 0;
-	for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
-		if (name_matches(device_name, peaks[i].name))
-			return peaks[i].tflops;
-	return 0;
+	plan_counts n;
+	plan_param_count(&c->model, &n);
+	const double head = c->fp8.head ? 0 : (double)c->model.vocab_size * c->model.d_model;
+	return 6.0 * ((double)n.matmul - head) / plan_flops_per_token(&c->model, c->seq_len);
 }
 
 double plan_mfu(double flops_per_token, double tokens_per_s, double peak_tflops)
@@ -431,6 +456,11 @@ static int print_json(FILE *f, const pp_config *c, const plan_all *a, pp_err *e)
 	json_object_set_new(json_object_get(o, "layout"), "fsdp", json_integer(c->fsdp));
 	json_t *mem = json_object_get(o, "memory");
 	json_object_set_new(mem, "scratch", json_integer((json_int_t)r->scratch));
+	if (c->fp8.recipe != PP_FP8_NONE) {
+		json_object_set_new(mem, "fp8", json_integer((json_int_t)r->fp8));
+		json_object_set_new(json_object_get(o, "flops_per_token"), "fp8_share",
+				    json_real(plan_fp8_share(c)));
+	}
 	if (c->lora.rank > 0) {
 		json_object_set_new(mem, "lora_base_count",
 				    json_integer((json_int_t)r->base_count));
@@ -504,6 +534,11 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 	fprintf(f, "  %-22s %.4g%% of training FLOPs\n", "attention share",
 		100.0 * 6.0 * attn / a->flops);
 	fprintf(f, "  %-22s %.4g per step\n", "train FLOPs", a->flops * (double)a->tokens_per_step);
+	if (c->fp8.recipe != PP_FP8_NONE)
+		fprintf(f,
+			"  %-22s %.4g%% of training FLOPs (the linear layers%s); MFU counts all FLOPs "
+			"against the bf16 peak, mfu_fp8 against the FP8 peak (2x on Hopper)\n",
+			"in FP8", 100.0 * plan_fp8_share(c), c->fp8.head ? ", the head too" : "");
 
 	fprintf(f, "\nlayout\n");
 	if (c->fsdp > 1)
@@ -589,6 +624,11 @@ static void print_text(FILE *f, const pp_config *c, const plan_all *a)
 		"scratch", gib(r->scratch));
 	if (r->logits)
 		fprintf(f, "  %-22s %10.2f GiB\n", "logits", gib(r->logits));
+	if (c->fp8.recipe != PP_FP8_NONE)
+		fprintf(f,
+			"  %-22s %10.2f GiB   the weights' FP8 copies, the casts, the amax "
+			"histories\n",
+			"fp8", gib(r->fp8));
 	fprintf(f, "  %-22s %10.2f GiB\n", "total", gib(r->total));
 	if (c->lora.rank > 0)
 		fprintf(f, "  %-22s %10.2f GiB   the same run training every parameter (%.2fx)\n",

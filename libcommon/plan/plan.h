@@ -87,6 +87,8 @@ typedef struct {
 			      * microbatches in flight on it) and the rebuilt set */
 	int64_t scratch;     /* working buffers: the backward pass's, the head's, the experts' */
 	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
+	int64_t fp8;         /* fp8.recipe: the weights' FP8 copies, the casts' buffers and the
+			      * amax histories (model.h: stage_bytes.fp8) */
 	int64_t total;
 } plan_memory_t;
 
@@ -101,6 +103,12 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
  * case-insensitive substring of its name ("NVIDIA H100 80GB HBM3"); 0 for a
  * device not in the table (print achieved TFLOP/s and no MFU then). */
 double plan_peak_tflops(const char *device_name);
+/* The same for dense FP8 (E4M3/E5M2 inputs, fp32 accumulation): twice bf16's
+ * on Hopper; 0 for a device without FP8 tensor cores (A100) or unknown. */
+double plan_fp8_peak_tflops(const char *device_name);
+/* The share of the training FLOPs per token that fp8.recipe runs in FP8:
+ * the linear layers' 6 N, less the head's unless fp8.head; 0 without FP8. */
+double plan_fp8_share(const pp_config *c);
 
 /* Model FLOPs utilisation in [0, 1+): flops_per_token * tokens_per_s /
  * (peak_tflops * 1e12), with tokens_per_s the rate of one device; -1 when

@@ -55,7 +55,8 @@ typedef struct {
 	char metrics_path[PP_PATH_MAX + 32];
 	tb_writer *tb; /* leader only; NULL when tensorboard=false or once it fails */
 	double flops_per_token;
-	double peak;  /* FLOP/s of the device, 0 when unknown */
+	double peak;     /* FLOP/s of the device, 0 when unknown */
+	double peak_fp8; /* its FP8 FLOP/s under fp8.recipe, 0 otherwise or unknown */
 	double t_avg; /* moving average of the step time, warm-up steps left out */
 	long n_run;   /* steps run by this process */
 	long n_timed; /* of which after the warm-up (timing_skip_steps) */

@@ -206,6 +206,7 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 #endif
 	/* MFU only against a known dense bf16 peak (plan.c's table) */
 	lg.peak = plan_peak_tflops(device) * 1e12;
+	lg.peak_fp8 = c->fp8.recipe != PP_FP8_NONE ? plan_fp8_peak_tflops(device) * 1e12 : 0;
 
 	if (c->profile_steps[0] && (rc = open_profile(t, e)))
 		return rc;
@@ -230,7 +231,12 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 	if (!o->quiet && trainer_leader(t))
 		train_log_state_bytes(t);
 	if (!o->quiet && trainer_leader(t)) {
-		if (lg.peak > 0)
+		if (lg.peak > 0 && lg.peak_fp8 > 0)
+			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f "
+				 "TFLOP/s (model FLOPs, FP8 or not), and against its FP8 peak of %.1f "
+				 "TFLOP/s (mfu_fp8)",
+				 device, pp_type_name(c->dtype), lg.peak / 1e12, lg.peak_fp8 / 1e12);
+		else if (lg.peak > 0)
 			log_info(
 				"device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",
 				device, pp_type_name(c->dtype), lg.peak / 1e12);

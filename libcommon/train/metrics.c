@@ -109,9 +109,12 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	} else if (!lg->n_timed) {
 		lg->t_avg = dt;
 	}
-	char mfu[64] = "null";
+	char mfu[96] = "null";
 	if (lg->peak > 0)
 		snprintf(mfu, sizeof mfu, "%.6g", fps / lg->peak);
+	if (lg->peak_fp8 > 0)
+		snprintf(mfu + strlen(mfu), sizeof mfu - strlen(mfu), ", \"mfu_fp8\": %.6g",
+			 fps / lg->peak_fp8);
 	char l[32], g[32], ma[32], mz[32], moe_json[256] = "";
 	if (moe)
 		snprintf(
@@ -145,9 +148,12 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	}
 	if (o->quiet || (t->step % c->log_period && t->step != c->steps))
 		return;
-	char rate[64], eta[32], tp[32];
+	char rate[96], eta[32], tp[32];
 	log_thousands(tp, sizeof tp, tps);
-	if (lg->peak > 0)
+	if (lg->peak > 0 && lg->peak_fp8 > 0)
+		snprintf(rate, sizeof rate, "%.1f TFLOP/s/device | MFU %.1f%% (bf16), %.1f%% (FP8)",
+			 fps / 1e12, 100 * fps / lg->peak, 100 * fps / lg->peak_fp8);
+	else if (lg->peak > 0)
 		snprintf(rate, sizeof rate, "%.1f TFLOP/s/device | MFU %.1f%%", fps / 1e12,
 			 100 * fps / lg->peak);
 	else
