@@ -394,6 +394,8 @@ int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int wind
 /* The CUDA name of the GPU pp_cuda_init selected ("NVIDIA H100 80GB HBM3"),
  * for the peak that MFU is measured against; NULL before pp_cuda_init. */
 const char *pp_cuda_device_name(void);
+/* Its compute capability, major * 10 + minor (90: Hopper); 0 before pp_cuda_init. */
+int pp_cuda_capability(void);
 /* Free and total memory of that GPU in bytes; -1 before pp_cuda_init. */
 int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes);
 #endif

@@ -26,6 +26,9 @@
 #   decode  bench/gpu-decode.sh: batch-1 decode of llama-1b and llama2-7b
 #           with pp-decode, against the measured copy bandwidth, then
 #           pp-decode's per-op profile.
+#   fp8     bench/fp8.sh: fp8.recipe=delayed and current against bf16 on
+#           llama-1b and on as many llama2-7b layers as fit, tokens/s and
+#           the loss curves.
 # Each stage runs under a limit of PP_GPU_CHECK_STAGE_LIMIT seconds
 # (default 470: under 8 minutes) and prints its time. OUTDIR/summary.txt
 # and OUTDIR/summary.json are rewritten before and after every stage (a
@@ -74,10 +77,10 @@ for a in "$@"; do
 	case $a in
 	-h | --help) usage; exit 0 ;;
 	--smoke) smoke=1 ;;
-	build | test | bench | a3mega | decode) stages+=("$a") ;;
+	build | test | bench | a3mega | decode | fp8) stages+=("$a") ;;
 	-*) echo "gpu-check: unknown option '$a' (see --help)" >&2; exit 2 ;;
 	*)
-		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, a3mega, decode) and OUTDIR is already $out" >&2; exit 2; }
+		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, a3mega, decode, fp8) and OUTDIR is already $out" >&2; exit 2; }
 		out=$a
 		;;
 	esac
@@ -250,14 +253,16 @@ for stage in "${run[@]}"; do
 			record test fail $secs "$counts, exit $rc$(grep -E '^(FAIL|SKIP): ' "$r" | grep -v ' \[expected\]$' | head -n 3 | sed 's/^/; /' | tr -d '\n')"
 		fi
 		;;
-	bench | a3mega | decode)
+	bench | a3mega | decode | fp8)
+		profile=(--profile)
 		case $stage in
 		bench) script=bench/gpu.sh name=bench-gpu ;;
 		a3mega) script=bench/a3mega.sh name=bench-a3mega ;;
+		fp8) script=bench/fp8.sh name=bench-fp8 profile=() ;;
 		*) script=bench/gpu-decode.sh name=bench-decode ;;
 		esac
 		# the script's own budget ends it, table written, before the stage limit kills it
-		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" --profile --budget $((limit > 90 ? limit - 45 : limit / 2)) \
+		stage_run "$stage" "$out/$name.txt" "$script" "${smoke_arg[@]}" "${profile[@]}" --budget $((limit > 90 ? limit - 45 : limit / 2)) \
 			--json "$out/$name.json"
 		if limit_hit; then
 			record "$stage" fail $secs "ran past the ${limit} s stage limit"
@@ -267,6 +272,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 if d["bench"] == "gpu":
     print("; ".join(f"seq {r['seq']}: pp/torch {r['pp_over_torch']:.3f}" for r in d["rows"]))
+elif d["bench"] == "fp8":
+    print("; ".join(f"{r['model']} {r['recipe']}: {r['speedup']:.2f}x" for r in d["rows"]
+                    if r["recipe"] != "none"))
 elif d["bench"] == "a3mega":
     print(f"{d['layers']} layers: {d['tokens_per_s']:.1f} tok/s"
           + (f", MFU {100 * d['mfu']:.1f}% (MaxText 55%)" if d["mfu"] else ""))
@@ -276,7 +284,7 @@ else:
 EOF
 )"
 		else
-			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode|a3mega): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
+			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode|a3mega|fp8): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
 		fi
 		;;
 	esac

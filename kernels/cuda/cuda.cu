@@ -9,7 +9,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -212,6 +212,7 @@ int pp_cuda_init(int device, pp_err *e)
 	pp_cuda.attention = attention;
 	pp_cuda.sync = env_flag("PP_CUDA_SYNC");
 	pp_cuda.num_sms = prop.multiProcessorCount;
+	pp_cuda.capability = prop.major * 10 + prop.minor;
 	pp_cuda.smem_optin = prop.sharedMemPerBlockOptin;
 	snprintf(device_name, sizeof device_name, "%s", prop.name);
 	if (env_flag("PP_CUDA_PROFILE"))
@@ -221,6 +222,8 @@ int pp_cuda_init(int device, pp_err *e)
 }
 
 const char *pp_cuda_device_name(void) { return ready ? device_name : NULL; }
+
+int pp_cuda_capability(void) { return ready ? pp_cuda.capability : 0; }
 
 int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 {

@@ -109,6 +109,7 @@ typedef struct {
 	int attention;     /* PP_CUDA_ATTENTION_AUTO (per table), _PLAIN or _CUDNN */
 	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
 	int num_sms;       /* multiprocessors */
+	int capability;    /* compute capability, major * 10 + minor */
 	size_t smem_optin; /* the most dynamic shared memory a block may ask for */
 	/* The stream the ops of a decoding step launch on: the legacy default
 	 * stream (0), or while graph_begin records, the capture stream. */

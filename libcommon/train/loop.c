@@ -232,10 +232,11 @@ int trainer_run(trainer *t, const train_opts *o, pp_err *e)
 		train_log_state_bytes(t);
 	if (!o->quiet && trainer_leader(t)) {
 		if (lg.peak > 0 && lg.peak_fp8 > 0)
-			log_info("device %s, dtype %s: MFU against its dense bf16 peak of %.1f "
-				 "TFLOP/s (model FLOPs, FP8 or not), and against its FP8 peak of %.1f "
-				 "TFLOP/s (mfu_fp8)",
-				 device, pp_type_name(c->dtype), lg.peak / 1e12, lg.peak_fp8 / 1e12);
+			log_info(
+				"device %s, dtype %s: MFU against its dense bf16 peak of %.1f "
+				"TFLOP/s (model FLOPs, FP8 or not), and against its FP8 peak of %.1f "
+				"TFLOP/s (mfu_fp8)",
+				device, pp_type_name(c->dtype), lg.peak / 1e12, lg.peak_fp8 / 1e12);
 		else if (lg.peak > 0)
 			log_info(
 				"device %s, dtype %s: MFU against its dense bf16 peak of %.1f TFLOP/s",

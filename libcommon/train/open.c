@@ -60,6 +60,13 @@ int trainer_open(trainer *t, pp_config *c, bool params_only, pp_err *e)
 #ifdef PP_CUDA
 	if (c->device == PP_DEVICE_CUDA && (rc = pp_cuda_init(boot_device(&t->proc), e)))
 		return rc;
+	const int cc = c->device == PP_DEVICE_CUDA ? pp_cuda_capability() : 0;
+	if (c->fp8.recipe != PP_FP8_NONE && cc && cc < 89)
+		return pp_errorf(e, PP_EUSAGE,
+				 "fp8.recipe=%s needs a GPU with FP8 tensor cores (compute "
+				 "capability 8.9 or later: Ada, Hopper); %s is %d.%d",
+				 pp_fp8_recipe_names[c->fp8.recipe], pp_cuda_device_name(), cc / 10,
+				 cc % 10);
 #endif
 
 	const pp_layout *l = &t->lay;

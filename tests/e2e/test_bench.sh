@@ -20,6 +20,8 @@
 #   - bench/fsdp.sh's smoke mode: fsdp=4 against ZeRO-1 over 4 ranks, step
 #     time and peak memory;
 #   - bench/a3mega.sh's smoke mode: the A3 Mega recipe's run on one device;
+#   - bench/fp8.sh's smoke mode: each FP8 recipe beside the plain dtype, the
+#     losses close;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
 #   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
@@ -144,6 +146,10 @@ expect_fail bench/moe_bad_steps 2 "^moe: --steps x: expected an integer" bench/m
 bench/fsdp.sh --smoke --json $T/fsdp.json >$T/fsdp.txt 2>$T/fsdp.err
 check bench/fsdp_smoke eval 'jqt ".zero1.step_ms > 0 and .fsdp.step_ms > 0 and .zero1.peak_rss_mb > 0 and .fsdp.peak_rss_mb > 0 and (.step_ratio - .fsdp.step_ms / .zero1.step_ms | fabs) < 1e-9" $T/fsdp.json && grep -q "^fsdp / ZeRO-1" $T/fsdp.txt || { tail -n 5 $T/fsdp.err; false; }'
 expect_fail bench/fsdp_bad_rounds 2 "^fsdp: --rounds x: expected an integer" bench/fsdp.sh --rounds x
+
+# --- fp8.sh: FP8 recipes against the plain dtype ------------------------------------------------
+bench/fp8.sh --smoke --json $T/fp8.json >$T/fp8.txt 2>$T/fp8.err
+check bench/fp8_smoke eval 'jqt ".bench == \"fp8\" and (.rows | length == 3) and (.rows | map(.recipe) == [\"none\", \"delayed\", \"current\"]) and (.rows[1].loss_vs_bf16 < 0.01)" $T/fp8.json && grep -q "^tiny  *delayed" $T/fp8.txt || { tail -n 5 $T/fp8.err; false; }'
 
 # --- a3mega.sh: the A3 Mega recipe on one device ------------------------------------------
 bench/a3mega.sh --smoke --json $T/a3mega.json >$T/a3mega.txt 2>$T/a3mega.err

@@ -59,6 +59,7 @@ checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitw
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 eval_vs_cpu nccl_singleton)
 checks+=(packing_cuda_vs_cpu lora_cuda_vs_cpu)
+checks+=(fp8_delayed_vs_cpu fp8_current_vs_cpu fp8_refused_without_fp8)
 checks+=(profile_device_clock)
 skip_all() {
 	local c
@@ -155,6 +156,33 @@ ft_vs_cpu() {
 ft="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=8 log_period=1"
 ft_vs_cpu packing_cuda 1e-4 $ft model.vocab_size=32000 data=$T/docs.h5 packing=true lr=3e-3
 ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lora.dropout=0.1 lr=3e-2
+
+# --- FP8 against the CPU's emulation ---------------------------------------------------------
+# 20 steps per recipe: the casts are the CPU's bit for bit (tool_cuda_check's
+# fp8_cast), the products bf16 GEMMs of the same FP8 values; the rest of the
+# model is bf16 on the GPU and fp32 on the CPU, hence the bf16 bound
+fp8_dtype=()
+[ "$dev" = cuda ] && fp8_dtype=(dtype=bf16)
+for r in delayed current; do
+	f8="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=20 log_period=1 lr=3e-3 data=synthetic fp8.recipe=$r"
+	if pp-train $f8 device=cpu run_dir=$T/fp8-$r-cpu --quiet 2>$T/fp8-$r-cpu.log &&
+		pp-train $f8 device=$dev "${fp8_dtype[@]}" "${extra[@]}" run_dir=$T/fp8-$r-dev --quiet 2>$T/fp8-$r-dev.log; then
+		d=$(loss_diff $T/fp8-$r-cpu $T/fp8-$r-dev)
+		echo "fp8 $r: max relative difference of the losses $d"
+		check gpu/fp8_${r}_vs_cpu within "$d" 2e-2
+	else
+		fail gpu/fp8_${r}_vs_cpu "$(tail -q -n 2 $T/fp8-$r-cpu.log $T/fp8-$r-dev.log)"
+	fi
+done
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+if [ "$dev" = cuda ] && [ -n "$cc" ] && awk -v c="$cc" 'BEGIN { exit !(c < 8.9) }'; then
+	expect_fail gpu/fp8_refused_without_fp8 2 "needs a GPU with FP8 tensor cores" \
+		pp-train model=llama-tiny data=synthetic steps=1 dtype=bf16 fp8.recipe=delayed run_dir=$T/fp8-old
+elif [ "$dev" = cuda ]; then
+	skip gpu/fp8_refused_without_fp8 "this GPU has FP8 tensor cores (compute capability ${cc:-unknown})"
+else
+	skip gpu/fp8_refused_without_fp8 "needs device=cuda (PP_TEST_GPU_DEVICE=$dev)"
+fi
 
 # --- cuDNN attention against device=cpu ------------------------------------------------------
 # bf16 attention moves the losses by far more than fp32 reordering does, so

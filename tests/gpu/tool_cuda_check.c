@@ -68,6 +68,7 @@ typedef struct {
 	int role, kind;
 	double scale; /* ACT, F32: uniform in [-scale, scale) */
 	double tol;   /* bound on this output's error; 0: the global one */
+	int exact;    /* this output must equal the CPU's bit for bit */
 } tensor;
 
 struct check;
@@ -366,6 +367,8 @@ static void run_check_on(check *c, const table_t *tb)
 				 t->name);
 		double err = is_real(t) ? rel_err(cpu[i], got[1][i], t->n)
 					: (memcmp(cpu[i], got[1][i], b) ? INFINITY : 0);
+		if (t->exact && memcmp(cpu[i], got[1][i], b))
+			err = INFINITY;
 		const double bound = t->tol > tol_of(g) ? t->tol : tol_of(g);
 		if (err > bound && !why[0])
 			snprintf(why, sizeof why, "%s: relative error %.3g > %.0e", t->name, err,
@@ -393,9 +396,9 @@ static void run_check(check *c)
 
 #define P(i)     ((pp_real *)p[i])
 #define I(i)     ((int *)p[i])
-#define TS(...)  ((tensor){__VA_ARGS__, 0})
+#define TS(...)  ((tensor){__VA_ARGS__, 0, 0})
 /* the same with its own error bound */
-#define TSB(...) ((tensor){__VA_ARGS__})
+#define TSB(...) ((tensor){__VA_ARGS__, 0})
 
 /* ---- memory ------------------------------------------------------------------ */
 
@@ -1267,6 +1270,22 @@ static void check_dropout(int N, int C, int row0, int col0, int width)
 	run_check(&c);
 }
 
+/* FP8 casts (kernels/fp8.h): every value equal to the CPU's, bit for bit,
+ * with values past the format's range, ties and subnormals among them */
+static void r_fp8_cast(const pp_ops *o, void *const *p, const check *c)
+{
+	o->fp8_cast(P(0), P(1), (size_t)c->a[0], c->f[0], c->a[1], NULL);
+}
+
+static void check_fp8_cast(int n, int fmt, float scale)
+{
+	check c = {.op = "fp8_cast", .run = r_fp8_cast, .nt = 2, .a = {n, fmt}, .f = {scale}};
+	snprintf(c.shape, sizeof c.shape, "n=%d %s scale=%g", n, fmt ? "E5M2" : "E4M3", scale);
+	c.t[0] = (tensor){"out", (size_t)n, OUT, ACT, 1, 0, 1};
+	c.t[1] = TS("in", (size_t)n, IN, ACT, 1);
+	run_check(&c);
+}
+
 /* sumsq returns a double: its own comparison (fp32 gradients in both tables) */
 static void check_sumsq_on(const table_t *tb, size_t n)
 {
@@ -1493,6 +1512,11 @@ int main(void)
 	check_moe(257, 64, 2, 64, 9); /* GLaM's 64 experts, with a capacity */
 	check_vec(100003);
 	check_dropout(257, 96, 0, 0, 96);
+	/* inputs in [-1, 1): scales that saturate some, and that flush some */
+	check_fp8_cast(100003, 0, 600.0f);
+	check_fp8_cast(100003, 1, 80000.0f);
+	check_fp8_cast(4099, 0, 1e-2f);
+	check_fp8_cast(4099, 1, 1e-3f);
 	check_dropout(64, 40, 1000, 40, 120);
 	check_sumsq(1000003);
 	check_sumsq(17);
