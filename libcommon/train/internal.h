@@ -57,10 +57,10 @@ typedef struct {
 	double flops_per_token;
 	double peak;     /* FLOP/s of the device, 0 when unknown */
 	double peak_fp8; /* its FP8 FLOP/s under fp8.recipe, 0 otherwise or unknown */
-	double t_avg; /* moving average of the step time, warm-up steps left out */
-	long n_run;   /* steps run by this process */
-	long n_timed; /* of which after the warm-up (timing_skip_steps) */
-	double timed; /* their seconds */
+	double t_avg;    /* moving average of the step time, warm-up steps left out */
+	long n_run;      /* steps run by this process */
+	long n_timed;    /* of which after the warm-up (timing_skip_steps) */
+	double timed;    /* their seconds */
 } run_log;
 
 typedef struct train_tasks train_tasks;
