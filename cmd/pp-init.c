@@ -9,6 +9,8 @@
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/plan/plan.h"
 #include "../libcommon/plan/preflight.h"
+#include "../libcommon/sim/search.h"
+#include "../libcommon/sim/simulate.h"
 #include "../libcommon/train/train.h"
 
 static int write_step0(pp_config *cfg, pp_err *e)
@@ -27,16 +29,64 @@ static int write_step0(pp_config *cfg, pp_err *e)
 	return rc;
 }
 
+/* Takes cluster=X and nodes=N out of the overrides (they describe where
+ * the run would go, not the run). */
+static int take_cluster(cli_args *a, const char **cluster, int *nodes, pp_err *e)
+{
+	int k = 0;
+	for (int i = 0; i < a->n_overrides; i++) {
+		char *o = a->overrides[i];
+		if (!strncmp(o, "cluster=", 8)) {
+			*cluster = o + 8;
+		} else if (!strncmp(o, "nodes=", 6)) {
+			char *end;
+			long n = strtol(o + 6, &end, 10);
+			if (*end || n < 1 || n > 1 << 20)
+				return pp_errorf(e, PP_EUSAGE,
+						 "nodes=%s: expected a positive integer", o + 6);
+			*nodes = (int)n;
+		} else {
+			a->overrides[k++] = o;
+		}
+	}
+	a->n_overrides = k;
+	return 0;
+}
+
+static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool search, bool json,
+		    pp_err *e)
+{
+	sim_cluster cl;
+	if (!cluster)
+		return pp_errorf(e, PP_EUSAGE, "--%s needs cluster=NAME (or cluster=FILE)",
+				 search ? "search" : "simulate");
+	int rc = sim_cluster_load(cluster, &cl, e);
+	if (rc || search)
+		return rc ? rc : sim_search_print(stdout, cfg, &cl, nodes, json, e);
+	sim_result r;
+	if (!(rc = sim_step(cfg, &cl, nodes, &r, e)))
+		rc = sim_print(stdout, cfg, &cl, &r, json, e);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	bool plan = false, json = false, check = false;
+	bool plan = false, json = false, check = false, sim = false, search = false;
+	const char *cluster = NULL;
+	int nodes = 0;
 	const char *out = NULL;
 	const cli_opt opts[] = {
 		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out,
 		 NULL},
 		{"--plan", NULL, "print parameters, FLOPs and per-rank memory; allocate nothing",
 		 NULL, &plan},
-		{"--json", NULL, "with --plan: one JSON object on stdout", NULL, &json},
+		{"--json", NULL, "with --plan, --simulate or --search: one JSON object on stdout",
+		 NULL, &json},
+		{"--simulate", NULL,
+		 "predict the step time of the layout on cluster=NAME (nodes=N), with its breakdown",
+		 NULL, &sim},
+		{"--search", NULL,
+		 "the fastest layouts that fit nodes=N of cluster=NAME, best first", NULL, &search},
 		{"--check", NULL,
 		 "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory",
 		 NULL, &check},
@@ -44,8 +94,10 @@ int main(int argc, char **argv)
 	};
 	const cli_spec spec = {
 		"pp-init",
-		"--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check)",
-		"Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, or check an allocation.",
+		"--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check | --simulate "
+		"cluster=NAME [nodes=N] [--json] | --search cluster=NAME nodes=N [--json])",
+		"Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, predict its step "
+		"time on a cluster or search for the fastest, or check an allocation.",
 		opts,
 		true,
 		0,
@@ -58,11 +110,17 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	if (!rc && !plan && !check && !out)
+	if (!rc && !plan && !check && !sim && !search && !out)
 		rc = pp_errorf(&e, PP_EUSAGE,
-			       "give -o RUNDIR (or --plan, or --check); see pp-init --help");
-	if (!rc && plan + check > 1)
-		rc = pp_errorf(&e, PP_EUSAGE, "--plan and --check exclude each other");
+			       "give -o RUNDIR (or --plan, --check, --simulate or --search); see "
+			       "pp-init --help");
+	if (!rc && plan + check + sim + search > 1)
+		rc = pp_errorf(&e, PP_EUSAGE,
+			       "--plan, --check, --simulate and --search exclude each other");
+	if (!rc)
+		rc = take_cluster(&args, &cluster, &nodes, &e);
+	if (!rc && search && !nodes)
+		rc = pp_errorf(&e, PP_EUSAGE, "--search needs nodes=N");
 	if (!rc && out) {
 		json_t *s = json_string(out);
 		char *quoted = json_dumps(s, JSON_ENCODE_ANY);
@@ -76,6 +134,8 @@ int main(int argc, char **argv)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && plan)
 		rc = plan_print(stdout, &cfg, json, &e);
+	else if (!rc && (sim || search))
+		rc = simulate(&cfg, cluster, nodes, search, json, &e);
 	else if (!rc && check)
 		rc = preflight_run(&cfg, stdout, &e);
 	else if (!rc)

@@ -22,7 +22,7 @@ LAYERS = {
     "model": 4, "data": 4, "profile": 4,
     "parallel": 5, "ckpt": 5,
     "plan": 6, "formats": 6, "eval": 6,
-    "train": 7, "decode": 7,
+    "train": 7, "decode": 7, "sim": 7,
     "cmd": 8,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
