@@ -118,10 +118,12 @@ test: deps
 MANPAGES := $(wildcard man/man[1-9]/*.[1-9])
 SHARE    := $(DESTDIR)$(PREFIX)/share
 install: $(TOOLS)
-	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/pp/configs/models $(SHARE)/pp/sbatch
+	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE)/pp/configs/models $(SHARE)/pp/configs/clusters \
+		$(SHARE)/pp/sbatch
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin
 	install -m 644 configs/models/*.json $(SHARE)/pp/configs/models
 	install -m 644 configs/*.json $(SHARE)/pp/configs
+	install -m 644 configs/clusters/*.json $(SHARE)/pp/configs/clusters
 	install -m 644 sbatch/common.sh $(SHARE)/pp/sbatch
 	install -m 755 sbatch/*.sub $(SHARE)/pp/sbatch
 	@for p in $(MANPAGES); do \
