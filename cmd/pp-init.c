@@ -9,6 +9,7 @@
 #include "../libcommon/ckpt/ckpt.h"
 #include "../libcommon/plan/plan.h"
 #include "../libcommon/plan/preflight.h"
+#include "../libcommon/sim/calibrate.h"
 #include "../libcommon/sim/search.h"
 #include "../libcommon/sim/simulate.h"
 #include "../libcommon/train/train.h"
@@ -54,13 +55,17 @@ static int take_cluster(cli_args *a, const char **cluster, int *nodes, pp_err *e
 }
 
 static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool search, bool json,
-		    pp_err *e)
+		    const char *calibrate, pp_err *e)
 {
 	sim_cluster cl;
 	if (!cluster)
 		return pp_errorf(e, PP_EUSAGE, "--%s needs cluster=NAME (or cluster=FILE)",
-				 search ? "search" : "simulate");
+				 calibrate ? "calibrate"
+				 : search  ? "search"
+					   : "simulate");
 	int rc = sim_cluster_load(cluster, &cl, e);
+	if (!rc && calibrate && !(rc = sim_calibrate(cfg, &cl, calibrate, stderr, e)))
+		return sim_cluster_write(stdout, &cl, e);
 	if (rc || search)
 		return rc ? rc : sim_search_print(stdout, cfg, &cl, nodes, json, e);
 	sim_result r;
@@ -72,7 +77,7 @@ static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool s
 int main(int argc, char **argv)
 {
 	bool plan = false, json = false, check = false, sim = false, search = false;
-	const char *cluster = NULL;
+	const char *cluster = NULL, *calibrate = NULL;
 	int nodes = 0;
 	const char *out = NULL;
 	const cli_opt opts[] = {
@@ -87,6 +92,10 @@ int main(int argc, char **argv)
 		 NULL, &sim},
 		{"--search", NULL,
 		 "the fastest layouts that fit nodes=N of cluster=NAME, best first", NULL, &search},
+		{"--calibrate", "PROFILE",
+		 "fit cluster=NAME's efficiencies and links to the profiles (a file or a run's "
+		 "profile/) of the configured run; print the calibrated cluster",
+		 &calibrate, NULL},
 		{"--check", NULL,
 		 "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory",
 		 NULL, &check},
@@ -95,7 +104,8 @@ int main(int argc, char **argv)
 	const cli_spec spec = {
 		"pp-init",
 		"--cfg FILE [key=value ...] (-o RUNDIR | --plan [--json] | --check | --simulate "
-		"cluster=NAME [nodes=N] [--json] | --search cluster=NAME nodes=N [--json])",
+		"cluster=NAME [nodes=N] [--json] | --search cluster=NAME nodes=N [--json] | "
+		"--calibrate PROFILE cluster=NAME)",
 		"Write a seeded step-0 checkpoint, plan a layout's memory and FLOPs, predict its step "
 		"time on a cluster or search for the fastest, or check an allocation.",
 		opts,
@@ -110,13 +120,15 @@ int main(int argc, char **argv)
 	int rc = cli_parse(&spec, argc, argv, &args, &e);
 	if (rc < 0)
 		return 0;
-	if (!rc && !plan && !check && !sim && !search && !out)
+	const bool cal = calibrate != NULL;
+	if (!rc && !plan && !check && !sim && !search && !cal && !out)
 		rc = pp_errorf(&e, PP_EUSAGE,
 			       "give -o RUNDIR (or --plan, --check, --simulate or --search); see "
 			       "pp-init --help");
-	if (!rc && plan + check + sim + search > 1)
-		rc = pp_errorf(&e, PP_EUSAGE,
-			       "--plan, --check, --simulate and --search exclude each other");
+	if (!rc && plan + check + sim + search + cal > 1)
+		rc = pp_errorf(
+			&e, PP_EUSAGE,
+			"--plan, --check, --simulate, --search and --calibrate exclude each other");
 	if (!rc)
 		rc = take_cluster(&args, &cluster, &nodes, &e);
 	if (!rc && search && !nodes)
@@ -134,8 +146,8 @@ int main(int argc, char **argv)
 		rc = pp_config_load(&cfg, args.cfg, args.n_overrides, args.overrides, &e);
 	if (!rc && plan)
 		rc = plan_print(stdout, &cfg, json, &e);
-	else if (!rc && (sim || search))
-		rc = simulate(&cfg, cluster, nodes, search, json, &e);
+	else if (!rc && (sim || search || cal))
+		rc = simulate(&cfg, cluster, nodes, search, json, calibrate, &e);
 	else if (!rc && check)
 		rc = preflight_run(&cfg, stdout, &e);
 	else if (!rc)

@@ -104,6 +104,10 @@ int sim_cluster_load(const char *name, sim_cluster *c, pp_err *e)
 		rc = num(path, gpu, "gpu", "bf16_tflops", false, &c->bf16_tflops, e);
 	if (!rc)
 		rc = num(path, gpu, "gpu", "fp8_tflops", true, &c->fp8_tflops, e);
+	if (!rc && json_object_get(gpu, "fp32_tflops"))
+		rc = num(path, gpu, "gpu", "fp32_tflops", false, &c->fp32_tflops, e);
+	else if (!rc)
+		c->fp32_tflops = c->bf16_tflops / 16;
 	if (!rc)
 		rc = num(path, gpu, "gpu", "hbm_gib", false, &c->hbm_gib, e);
 	if (!rc)

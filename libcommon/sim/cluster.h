@@ -32,6 +32,7 @@ typedef struct {
 	char description[256];
 	char gpu[64];
 	double bf16_tflops, fp8_tflops; /* dense peaks; fp8 0: none */
+	double fp32_tflops;             /* without tensor cores (optional: bf16's / 16) */
 	double hbm_gib, hbm_gbps;
 	int gpus_per_node;
 	sim_link intra, inter;

@@ -69,9 +69,10 @@ static double collective(const sim_link *l, int kind, int n, double bytes)
 /* ---- one chunk's passes for one microbatch ------------------------------------------- */
 
 typedef struct {
-	double fwd, bwd, bwd_w; /* compute, communication inside them included */
-	double compute, tp, ep; /* of fwd + bwd: kernels, tp all-reduces, all-to-alls */
-	double params;          /* the chunk's parameters on this tp rank */
+	double fwd, bwd, bwd_w;    /* compute, communication inside them included */
+	double comp_fwd, comp_bwd; /* their kernels alone */
+	double compute, tp, ep;    /* of fwd + bwd: kernels, tp all-reduces, all-to-alls */
+	double params;             /* the chunk's parameters on this tp rank */
 } chunk_cost;
 
 static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, bool moe,
@@ -128,6 +129,8 @@ static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, b
 	o->bwd += comp_bwd + tp_pass + ep_pass;
 	o->bwd_w += w_part;
 	o->compute += comp_fwd + comp_bwd;
+	o->comp_fwd += comp_fwd;
+	o->comp_bwd += comp_bwd;
 	o->tp += 2 * tp_pass;
 	o->ep += 2 * ep_pass;
 	o->params += C * QKV + HD * C + (moe ? E / c->ep : 1) * (C * UP + F * C) + 2 * C;
@@ -154,6 +157,8 @@ static void chunk_cost_of(const pp_config *c, const costs *k, const layout_tp *t
 		const double e = streamed(k, 2 * n * C * k->act, 1);
 		o->fwd += e;
 		o->bwd += 2 * e;
+		o->comp_fwd += e;
+		o->comp_bwd += 2 * e;
 		o->compute += 3 * e;
 		o->params += V * C;
 	}
@@ -164,6 +169,7 @@ static void chunk_cost_of(const pp_config *c, const costs *k, const layout_tp *t
 				 2 * collective(tpl, ALLREDUCE, c->tp, 2 * n * 4);
 		o->fwd += h;
 		o->bwd_w += gemm(k, 2 * n * C * V, fp8);
+		o->comp_fwd += h;
 		o->compute += h;
 		o->params += (m->tied_embeddings && s == 0 ? 0 : V * C) + C;
 	}
@@ -179,6 +185,32 @@ static void chunk_cost_of(const pp_config *c, const costs *k, const layout_tp *t
 		const sim_link *l = pair_link(cl, first, peer);
 		o->bwd += act / (l->bus_gbps * 1e9) + 1e-6 * l->latency_us;
 	}
+}
+
+static costs costs_of(const pp_config *c, const sim_cluster *cl)
+{
+	const bool bf16 = c->dtype == PP_TYPE_BF16;
+	return (costs){.cl = cl,
+		       .peak = (bf16 ? cl->bf16_tflops : cl->fp32_tflops) * 1e12,
+		       .fp8_peak = (cl->fp8_tflops > 0 ? cl->fp8_tflops : cl->bf16_tflops) * 1e12,
+		       .act = bf16 ? 2 : 4};
+}
+
+int sim_pass_compute(const pp_config *c, const sim_cluster *cl, double *fwd, double *bwd, pp_err *e)
+{
+	layout_tp t;
+	int rc = layout_tp_share(&c->model, c->tp, 0, &t, e);
+	const int S = c->pp * (c->virtual_stages > 0 ? c->virtual_stages : 1);
+	const costs k = costs_of(c, cl);
+	for (int s = 0; !rc && s < S; s++) {
+		int lb, le;
+		chunk_cost x;
+		layout_chunk_layers(c, s, &lb, &le);
+		chunk_cost_of(c, &k, &t, s, S, lb, le, &x);
+		fwd[s] = x.comp_fwd;
+		bwd[s] = x.comp_bwd;
+	}
+	return rc;
 }
 
 /* ---- the step ------------------------------------------------------------------------ */
@@ -215,11 +247,7 @@ int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r
 	if ((rc = layout_tp_share(&c->model, c->tp, 0, &t, e)))
 		return rc;
 	const bool bf16 = c->dtype == PP_TYPE_BF16;
-	const costs k = {.cl = cl,
-			 /* fp32 products run on the CUDA cores: a sixteenth of the tensor cores */
-			 .peak = cl->bf16_tflops * 1e12 / (bf16 ? 1 : 16),
-			 .fp8_peak = (cl->fp8_tflops > 0 ? cl->fp8_tflops : cl->bf16_tflops) * 1e12,
-			 .act = bf16 ? 2 : 4};
+	const costs k = costs_of(c, cl);
 	chunk_cost *ch = calloc((size_t)S, sizeof *ch);
 	sched_action **lists = calloc((size_t)p, sizeof *lists);
 	int *counts = calloc((size_t)p, sizeof *counts);

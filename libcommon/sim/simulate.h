@@ -69,6 +69,11 @@ typedef struct {
  * mismatch when c's world is not nodes x gpus_per_node. */
 int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r, pp_err *e);
 
+/* The kernels of each virtual stage's passes for one microbatch (no
+ * communication), seconds: fwd and bwd of pp x virtual_stages entries. */
+int sim_pass_compute(const pp_config *c, const sim_cluster *cl, double *fwd, double *bwd,
+		     pp_err *e);
+
 /* The report of pp-init --simulate: text, or one JSON object. */
 int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_result *r, bool json,
 	      pp_err *e);
