@@ -22,7 +22,7 @@ cat >$T/cpu.json <<'EOF'
                 "mem_eff": 0.5, "launch_us": 2, "source": "nominal, before calibration"}}
 EOF
 base="model=llama-tiny model.d_model=256 model.n_heads=8 model.n_kv_heads=4 model.d_ff=768
-      model.n_layers=4 model.vocab_size=4096 data=synthetic seq_len=128 global_batch=16 log_period=1
+      model.n_layers=4 model.vocab_size=4096 data=synthetic seq_len=128 global_batch=8 log_period=1
       timing_skip_steps=2 save_on_completion=false checkpoint_period=0 eval_interval=0"
 
 # the calibration: one profiled run
