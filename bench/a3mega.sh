@@ -37,7 +37,6 @@ while [ $# -gt 0 ]; do
 done
 bench_ints warmup steps budget
 [ "$smoke" = 0 ] || warmup=1 steps=1
-pp_init=$(bench_tool pp-init)
 total=$((warmup + steps))
 recipe=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4 data=synthetic
 	steps="$total" save_on_completion=false eval_interval=0 checkpoint_period=0 log_period=1)
@@ -45,18 +44,7 @@ if [ "$smoke" = 1 ]; then
 	recipe+=(device=cpu dtype=fp32 model=llama-tiny seq_len=64)
 	layers=2
 else
-	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1 |
-		awk -v f="$mem_fraction" '{ print $1 * f / 1024 }')
-	# the most layers whose plan fits
-	layers=0
-	for l in 32 28 24 20 16 12 8 4 2; do
-		"$pp_init" --plan --json "${recipe[@]}" model.n_layers=$l >"$bench_tmp/plan.json" 2>/dev/null || continue
-		if jq -e --argjson g "$gib" '.memory.total_gib <= $g' "$bench_tmp/plan.json" >/dev/null; then
-			layers=$l
-			break
-		fi
-	done
-	[ "$layers" -gt 0 ] || die "no layer count of the 7B fits in $gib GiB"
+	layers=$(bench_fit_layers "$mem_fraction" "${recipe[@]}") || exit 1
 fi
 say "$layers layers, $warmup warm-up + $steps timed steps"
 bench_pp_train a3mega "$warmup" "$budget" "${recipe[@]}" model.n_layers="$layers" ||

@@ -40,20 +40,9 @@ common=(data=synthetic steps="$total" save_on_completion=false eval_interval=0 c
 if [ "$smoke" = 1 ]; then
 	models=("tiny" "model=llama-tiny device=cpu dtype=fp32 seq_len=64 global_batch=4 microbatch=4")
 else
-	pp_init=$(bench_tool pp-init)
-	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1 |
-		awk -v f="$mem_fraction" '{ print $1 * f / 1024 }')
 	seven=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4)
-	layers=0
-	for l in 32 28 24 20 16 12 8 4 2; do # the most layers whose FP8 plan fits
-		"$pp_init" --plan --json "${seven[@]}" "${common[@]}" fp8.recipe=delayed model.n_layers=$l \
-			>"$bench_tmp/plan.json" 2>/dev/null || continue
-		if jq -e --argjson g "$gib" '.memory.total_gib <= $g' "$bench_tmp/plan.json" >/dev/null; then
-			layers=$l
-			break
-		fi
-	done
-	[ "$layers" -gt 0 ] || die "no layer count of the 7B fits in $gib GiB"
+	# the most layers whose FP8 plan fits
+	layers=$(bench_fit_layers "$mem_fraction" "${seven[@]}" "${common[@]}" fp8.recipe=delayed) || exit 1
 	models=("llama-1b" "model=llama-1b device=cuda dtype=bf16 seq_len=2048 global_batch=8 microbatch=4"
 		"llama2-7b x$layers" "${seven[*]} model.n_layers=$layers")
 fi

@@ -182,3 +182,21 @@ bench_commit() {
 
 # bench_gpu_name: the first GPU's name from nvidia-smi, or nothing
 bench_gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true; }
+
+# bench_fit_layers FRACTION KEY=VALUE...: the most of the 7B's layers (32,
+# 28, ... 2) with which pp-init --plan of the run fits in FRACTION of the
+# first GPU's memory; dies when none does
+bench_fit_layers() {
+	local fraction=$1 gib l
+	shift
+	gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1 |
+		awk -v f="$fraction" '{ print $1 * f / 1024 }')
+	for l in 32 28 24 20 16 12 8 4 2; do
+		"$(bench_tool pp-init)" --plan --json "$@" model.n_layers=$l >"$bench_tmp/plan.json" 2>/dev/null || continue
+		if jq -e --argjson g "$gib" '.memory.total_gib <= $g' "$bench_tmp/plan.json" >/dev/null; then
+			echo $l
+			return 0
+		fi
+	done
+	die "no layer count of the 7B fits in $gib GiB"
+}

@@ -63,16 +63,27 @@ expect_fail finetune/missing 2 "$T/nowhere" pp-train $base load_parameters_path=
 lora="$base steps=4 lr=1e-2 lora.rank=4 lora.alpha=8 load_parameters_path=$T/src"
 pp-train $lora run_dir=$T/lora_one --quiet >/dev/null 2>$T/lora_one.log ||
 	fail finetune/lora_one "$(tail -n 2 $T/lora_one.log)"
-for lay in "pp=2 tp=2" "fsdp=2" "dp=2"; do
-	n=$(( $(echo $lay | tr -dc 0-9 | fold -w1 | paste -sd'*' | bc) ))
-	ln=$(echo $lay | tr ' =' '_')
-	if mpirun -n $n --allow-run-as-root --oversubscribe pp-train $lora $lay \
-		run_dir=$T/lora_$ln --quiet >/dev/null 2>$T/lora_$ln.log; then
-		check finetune/lora_$ln/same_losses eval 'within "$(loss_diff $T/lora_one $T/lora_$ln)" 1e-5'
-	else
-		fail finetune/lora_$ln "$(tail -n 3 $T/lora_$ln.log)"
-	fi
-done
+# as_one NAME ONE KEYS LAYOUT...: KEYS in each layout (on the product of
+# its pp, dp, fsdp and tp ranks) give the losses of the one-process run ONE
+as_one() {
+	local name=$1 one=$2 keys=$3 lay n k v ln
+	shift 3
+	for lay in "$@"; do
+		n=1
+		for k in pp dp fsdp tp; do
+			v=$(echo " $lay" | grep -oE " $k=[0-9]+" | cut -d= -f2)
+			n=$((n * ${v:-1}))
+		done
+		ln=$(echo $lay | tr ' =' '_')
+		if mpirun -n $n --allow-run-as-root --oversubscribe pp-train $keys $lay \
+			run_dir=$T/${name}_$ln --quiet >/dev/null 2>$T/${name}_$ln.log; then
+			check finetune/${name}_$ln/same_losses eval "within \"\$(loss_diff $one $T/${name}_$ln)\" 1e-5"
+		else
+			fail finetune/${name}_$ln "$(tail -n 3 $T/${name}_$ln.log)"
+		fi
+	done
+}
+as_one lora $T/lora_one "$lora" "pp=2 tp=2" "fsdp=2" "dp=2"
 
 # the adapters themselves: the same at tp=1 and pp=2 x tp=2 (their initialisation
 # does not depend on the layout, and they train alike; AdamW's first steps
@@ -86,17 +97,7 @@ lora_d="$lora lora.dropout=0.2"
 pp-train $lora_d run_dir=$T/drop_one --quiet >/dev/null 2>$T/drop_one.log ||
 	fail finetune/dropout_one "$(tail -n 2 $T/drop_one.log)"
 check finetune/dropout_one/drops eval '! within "$(loss_diff $T/lora_one $T/drop_one)" 1e-4'
-for lay in "pp=2 tp=2" "fsdp=2" "dp=2 microbatch=1" "microbatch=1"; do
-	n=$(( $(echo $lay | sed 's/microbatch=1//' | tr -dc 0-9 | fold -w1 | paste -sd'*' | bc) + 0 ))
-	[ $n -eq 0 ] && n=1
-	ln=$(echo $lay | tr ' =' '_')
-	if mpirun -n $n --allow-run-as-root --oversubscribe pp-train $lora_d $lay \
-		run_dir=$T/drop_$ln --quiet >/dev/null 2>$T/drop_$ln.log; then
-		check finetune/dropout_$ln/same_losses eval 'within "$(loss_diff $T/drop_one $T/drop_$ln)" 1e-5'
-	else
-		fail finetune/dropout_$ln "$(tail -n 3 $T/drop_$ln.log)"
-	fi
-done
+as_one dropout $T/drop_one "$lora_d" "pp=2 tp=2" "fsdp=2" "dp=2 microbatch=1" "microbatch=1"
 
 # a LoRA run (with dropout) resumes bitwise (from step 2 of the same 4-step
 # run), and its checkpoints convert, verify and diff as any
