@@ -24,6 +24,13 @@
 #define PP_CKPT_MAXDIM         4
 #define PP_CKPT_DATA_STATE     16
 
+/* The names of training state that is not a parameter: FP8 delayed
+ * scaling's per layer (global layer; -1: the head), model.layers.N.fp8_meta
+ * and lm_head.fp8_meta (checkpoints-format/README.md). ckpt_fp8_layer: whether
+ * name is one, and of which layer. */
+void ckpt_fp8_name(int layer, char *name, size_t size);
+bool ckpt_fp8_layer(const char *name, int *layer);
+
 /* One tensor slice held by this shard. Host pointers; m and v may be NULL
  * when optimizer state is not saved or loaded (both or neither).
  * A slice is one rectangular block of the whole tensor. global_shape all

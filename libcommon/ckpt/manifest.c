@@ -20,7 +20,6 @@
 
 #include "../base/fsutil.h"
 #include "../base/sha256.h"
-#include "../model/model.h"
 #include "internal.h"
 
 void ckpt_manifest_free(ckpt_manifest *m)
@@ -817,7 +816,7 @@ int ckpt_holds_optimizer(const ckpt_manifest *m, bool *holds, pp_err *e)
 	int with = 0, params = 0, layer;
 	const char *some = NULL, *none = NULL;
 	for (int i = 0; i < m->n_tensors; i++) {
-		if (stage_fp8_meta_of(m->tensors[i].name, &layer))
+		if (ckpt_fp8_layer(m->tensors[i].name, &layer))
 			continue; /* training state, not a parameter: never has any */
 		params++;
 		if (m->tensors[i].adam) {

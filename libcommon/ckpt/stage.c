@@ -117,7 +117,7 @@ int ckpt_fp8_entries(const pp_stage *st, ckpt_state *cs, ckpt_name *names, pp_re
 	for (int i = 0; i < n; i++) {
 		const int l = i < L ? i : -1;
 		pp_real *meta = stage_fp8_meta(st, l, &rows, &cols);
-		stage_fp8_meta_name(st, l, names[i], sizeof names[i]);
+		ckpt_fp8_name(l < 0 ? -1 : st->layer_begin + l, names[i], sizeof names[i]);
 		if (copy) {
 			memcpy(*copy + at, meta, rows * cols * sizeof *meta);
 			meta = *copy + at;

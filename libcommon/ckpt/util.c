@@ -20,6 +20,24 @@
 #include "../base/sha256.h"
 #include "internal.h"
 
+void ckpt_fp8_name(int layer, char *name, size_t size)
+{
+	if (layer < 0)
+		snprintf(name, size, "lm_head.fp8_meta");
+	else
+		snprintf(name, size, "model.layers.%d.fp8_meta", layer);
+}
+
+bool ckpt_fp8_layer(const char *name, int *layer)
+{
+	int n = -1;
+	if (!strcmp(name, "lm_head.fp8_meta")) {
+		*layer = -1;
+		return true;
+	}
+	return sscanf(name, "model.layers.%d.fp8_meta%n", layer, &n) == 1 && n > 0 && !name[n];
+}
+
 void ckpt_h5_close_file(hid_t *f)
 {
 	if (*f >= 0)

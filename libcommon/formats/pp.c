@@ -170,7 +170,7 @@ int tio_open_pp(const char *path, tio_source **out, pp_err *e)
 		d->dtype = TIO_F32;
 		d->adam = t->adam;
 		int layer;
-		d->state = stage_fp8_meta_of(t->name, &layer);
+		d->state = ckpt_fp8_layer(t->name, &layer);
 	}
 	if (!rc)
 		qsort(s->tensors, (size_t)s->n, sizeof *s->tensors, cmp_tensor);
@@ -399,7 +399,7 @@ static int sink_put(tio_sink *s, const tio_tensor *t, const float *param, const 
 {
 	pp_sink *k = s->impl;
 	int layer;
-	if (t->state && stage_fp8_meta_of(t->name, &layer))
+	if (t->state && ckpt_fp8_layer(t->name, &layer))
 		return put_fp8(k, t, layer, param, e);
 	char *key = (char *)t->name;
 	char **hit = bsearch(&key, k->expected, (size_t)k->n_expected, sizeof *k->expected,

@@ -21,7 +21,6 @@
  * A weight is cast once per step (the copy is kept in wq) unless FSDP
  * gathers it, which casts it at each use. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,26 +197,6 @@ pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols)
 	*rows = l < 0 ? FP8_ROLES : FP8_ROLES * FP8_PRODUCTS;
 	*cols = row_len(f);
 	return f->meta + (size_t)stage_fp8_state(s, l, 0) * row_len(f);
-}
-
-void stage_fp8_meta_name(const pp_stage *s, int l, char *name, size_t size)
-{
-	if (l < 0)
-		snprintf(name, size, "lm_head.fp8_meta");
-	else
-		snprintf(name, size, "model.layers.%d.fp8_meta", s->layer_begin + l);
-}
-
-bool stage_fp8_meta_of(const char *name, int *layer)
-{
-	int n = -1;
-	if (!strcmp(name, "lm_head.fp8_meta")) {
-		*layer = -1;
-		return true;
-	}
-	if (sscanf(name, "model.layers.%d.fp8_meta%n", layer, &n) == 1 && n > 0 && !name[n])
-		return true;
-	return false;
 }
 
 /* The scale of state k for a cast of x (n elements) now: delayed, the

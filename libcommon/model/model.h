@@ -395,13 +395,9 @@ void stage_fp8_step_stats(pp_stage *s, float *amax, double *counts);
 void stage_fp8_update(pp_stage *s, const float *amax);
 /* Delayed scaling's state of local layer l (l < 0: the head), host
  * memory: rows (one per state) of cols = 1 + history values, the scale
- * then the amaxes newest first; NULL without it. Checkpoints save it as a
- * tensor named model.layers.N.fp8_meta (N global) or lm_head.fp8_meta
- * (stage_fp8_meta_name). */
+ * then the amaxes newest first; NULL without it. Checkpoints save it
+ * (ckpt_fp8_name). */
 pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols);
-void stage_fp8_meta_name(const pp_stage *s, int l, char *name, size_t size);
-/* Whether name is such a tensor's; *layer: its global layer (-1: the head). */
-bool stage_fp8_meta_of(const char *name, int *layer);
 
 /* Backward of the microbatch in slot. Gradients accumulate into g.
  *   last stage: starts from the head input's gradient kept by forward (the

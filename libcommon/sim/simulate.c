@@ -73,6 +73,8 @@ typedef struct {
 	double comp_fwd, comp_bwd; /* their kernels alone */
 	double compute, tp, ep;    /* of fwd + bwd: kernels, tp all-reduces, all-to-alls */
 	double params;             /* the chunk's parameters on this tp rank */
+	int units;                 /* fsdp's units: its layers, the embedding, the head */
+	double fsdp;               /* the step's exposed fsdp communication (m microbatches) */
 } chunk_cost;
 
 static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, bool moe,
@@ -147,6 +149,7 @@ static void chunk_cost_of(const pp_config *c, const costs *k, const layout_tp *t
 	const sim_link *tpl = link_of(cl, first, 1, c->tp);
 	const sim_link *epl = link_of(cl, first, c->tp, c->ep);
 	memset(o, 0, sizeof *o);
+	o->units = le - lb + (s == 0) + (s == S - 1);
 	for (int l = lb; l < le; l++) {
 		const bool moe = m->n_experts > 0 &&
 				 (l + 1) % (m->moe_every > 0 ? m->moe_every : 1) == 0;
@@ -266,12 +269,13 @@ int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r
 		for (int s = 0; s < S; s++) {
 			const int first = (s % p) * data * c->tp;
 			const sim_link *l = link_of(cl, first, c->tp, c->fsdp);
-			const double units = 1.0 + (ch[s].params > 0); /* a layer, more or less */
 			const double gather = collective(l, GATHER, c->fsdp, ch[s].params * k.act);
 			const double reduce = collective(l, GATHER, c->fsdp, ch[s].params * 4);
-			const double f = fmax(ch[s].fwd, gather) + gather / (units * 8),
-				     b = fmax(ch[s].bwd, gather + reduce) + gather / (units * 8);
-			r->b.fsdp += (double)m * ((f - ch[s].fwd) + (b - ch[s].bwd)) / p;
+			/* the first unit's gather waits for nothing to hide behind */
+			const double lead = gather / (ch[s].units > 0 ? ch[s].units : 1);
+			const double f = fmax(ch[s].fwd, gather) + lead,
+				     b = fmax(ch[s].bwd, gather + reduce) + lead;
+			ch[s].fsdp = (double)m * ((f - ch[s].fwd) + (b - ch[s].bwd));
 			ch[s].fwd = f;
 			ch[s].bwd = b;
 		}
@@ -309,6 +313,7 @@ int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r
 			r->b.compute += m * ch[s].compute;
 			r->b.tp += m * ch[s].tp;
 			r->b.ep += m * ch[s].ep;
+			r->b.fsdp += ch[s].fsdp;
 			params += ch[s].params;
 			bwd_last += ch[s].bwd;
 		}
