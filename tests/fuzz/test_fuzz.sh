@@ -24,7 +24,7 @@
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 15), the others PP_FUZZ_PARSER_SECONDS (default
-# PP_FUZZ_SECONDS when set, else 8); PP_FUZZ_TARGETS="fuzz_config ..." runs
+# PP_FUZZ_SECONDS when set, else 6); PP_FUZZ_TARGETS="fuzz_config ..." runs
 # only those. PASS when no crash, hang or sanitizer report; FAIL shows the
 # report, and the input that caused it is kept under build/fuzz/artifacts/
 # (rerun: build/fuzz/TARGET FILE).
@@ -47,7 +47,7 @@ cd "$(dirname "$0")/../.." || exit 1
 root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-15}
-psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-8}}
+psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-6}}
 targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_jsonl fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile}
 out=$root/build/fuzz
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }

@@ -26,7 +26,7 @@ pp-tokenize --tokenizer $T/kjv.model -o $T/kjv.h5 --one-doc-per-line --val-fract
 	{ fail fp8/tokenize "$(tail -n 2 $T/tok.log)"; exit 1; }
 
 kjv="model=llama-tiny model.vocab_size=2048 data=$T/kjv.h5 tokenizer=$T/kjv.model seq_len=64
-     global_batch=8 microbatch=8 steps=300 lr=3e-3 lr_schedule.warmup_steps=10 eval_interval=300
+     global_batch=4 microbatch=4 steps=300 lr=3e-3 lr_schedule.warmup_steps=10 eval_interval=300
      eval_batches=8 log_period=100"
 val() { jq -r 'select(.val_loss != null) | .val_loss' "$1/metrics.jsonl" | tail -n 1; }
 for r in none delayed current; do

@@ -44,7 +44,7 @@ layouts=("pp=2 microbatch=2" "pp=2 microbatch=4" "pp=2 microbatch=2 schedule=gpi
 rounds=2
 for ((r = 0; r < rounds; r++)); do
 	for i in "${!layouts[@]}"; do
-		mpi pp-train $base ${layouts[i]} steps=6 run_dir=$T/run_${i}_$r --quiet >/dev/null 2>$T/run_$i.log ||
+		mpi pp-train $base ${layouts[i]} steps=5 run_dir=$T/run_${i}_$r --quiet >/dev/null 2>$T/run_$i.log ||
 			fail simulate_cpu/run_$i "${layouts[i]}: $(tail -n 2 $T/run_$i.log)"
 	done
 done
