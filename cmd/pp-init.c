@@ -69,7 +69,7 @@ static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool s
 	if (rc || search)
 		return rc ? rc : sim_search_print(stdout, cfg, &cl, nodes, json, e);
 	sim_result r;
-	if (!(rc = sim_step(cfg, &cl, nodes, &r, e)))
+	if (!(rc = sim_step(cfg, &cl, nodes, NULL, &r, e)))
 		rc = sim_print(stdout, cfg, &cl, &r, json, e);
 	return rc;
 }

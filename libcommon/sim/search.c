@@ -32,6 +32,44 @@ static void keep(sim_search_result *out, const pp_config *c, const sim_result *r
 		out->n++;
 }
 
+/* v with the least recompute that fits (more only costs time), and
+ * ZeRO-1 only where needed: counted, and simulated and kept among the best
+ * (simulate), or only noted in *any */
+static int try_layout(pp_config *v, const sim_cluster *cl, int nodes, bool simulate,
+		      sim_search_result *out, bool *any, pp_err *e)
+{
+	static const int recs[] = {PP_RECOMPUTE_NONE, PP_RECOMPUTE_MINIMAL_FLASH,
+				   PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_FULL};
+	const double limit = cl->hbm_gib * 1073741824.0;
+	for (int z = 0; z < 2; z++) {
+		v->shard_optimizer = z;
+		if (z && (v->dp < 2 || v->fsdp > 1))
+			break;
+		double mem = -1;
+		for (size_t ri = 0; ri < sizeof recs / sizeof *recs; ri++) {
+			v->recompute = recs[ri];
+			mem = memory_of(v);
+			if (mem < 0)
+				break;
+			out->tried++;
+			if (mem <= limit)
+				break;
+		}
+		if (mem < 0 || mem > limit)
+			continue;
+		*any = true;
+		out->fitting++;
+		if (!simulate)
+			return 0;
+		sim_result r;
+		int rc = sim_step(v, cl, nodes, &mem, &r, e);
+		if (!rc)
+			keep(out, v, &r);
+		return rc;
+	}
+	return 0;
+}
+
 /* every layout on `world` ranks; simulate: each that fits (else only
  * whether one does: *any) */
 static int walk(const pp_config *c, const sim_cluster *cl, int nodes, bool simulate,
@@ -39,10 +77,7 @@ static int walk(const pp_config *c, const sim_cluster *cl, int nodes, bool simul
 {
 	const pp_model_cfg *m = &c->model;
 	const int world = nodes * cl->gpus_per_node;
-	const double limit = cl->hbm_gib * 1073741824.0;
 	static const int tps[] = {1, 2, 4, 8}, mbs[] = {1, 2, 4, 8, 16};
-	static const int recs[] = {PP_RECOMPUTE_NONE, PP_RECOMPUTE_MINIMAL_FLASH,
-				   PP_RECOMPUTE_MINIMAL, PP_RECOMPUTE_FULL};
 	*any = false;
 	for (size_t ti = 0; ti < sizeof tps / sizeof *tps; ti++) {
 		const int tp = tps[ti];
@@ -87,38 +122,10 @@ static int walk(const pp_config *c, const sim_cluster *cl, int nodes, bool simul
 							v.schedule = sch[si].k;
 							v.virtual_stages = sch[si].v;
 							v.n_stage_layers = 0;
-							/* the least recompute that fits (more only
-							 * costs time); ZeRO-1 only where needed */
-							for (int z = 0; z < 2; z++) {
-								v.shard_optimizer = z;
-								if (z && (dp < 2 || fsdp > 1))
-									break;
-								int fit = -1;
-								for (size_t ri = 0;
-								     ri < 4 && fit < 0; ri++) {
-									v.recompute = recs[ri];
-									const double mem =
-										memory_of(&v);
-									if (mem < 0)
-										break;
-									out->tried++;
-									if (mem <= limit)
-										fit = (int)ri;
-								}
-								if (fit < 0)
-									continue;
-								*any = true;
-								out->fitting++;
-								if (!simulate)
-									return 0;
-								sim_result r;
-								int rc = sim_step(&v, cl, nodes, &r,
-										  e);
-								if (rc)
-									return rc;
-								keep(out, &v, &r);
-								break;
-							}
+							int rc = try_layout(&v, cl, nodes, simulate,
+									    out, any, e);
+							if (rc || (*any && !simulate))
+								return rc;
 						}
 					}
 				}

@@ -237,7 +237,8 @@ static int check_world(const pp_config *c, const sim_cluster *cl, int nodes, int
 	return 0;
 }
 
-int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r, pp_err *e)
+int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, const double *memory,
+	     sim_result *r, pp_err *e)
 {
 	memset(r, 0, sizeof *r);
 	int rc = check_world(c, cl, nodes, &r->nodes, e);
@@ -345,10 +346,11 @@ int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r
 		r->mfu_noncausal = (r->flops_per_token + attn) * r->tokens_per_s /
 				   (r->world * cl->bf16_tflops * 1e12);
 		plan_memory_t pm;
-		if (!(rc = plan_memory(c, &pm, e))) {
+		if (memory)
+			r->memory = *memory;
+		else if (!(rc = plan_memory(c, &pm, e)))
 			r->memory = (double)pm.total;
-			r->fits = r->memory <= cl->hbm_gib * 1073741824.0;
-		}
+		r->fits = r->memory <= cl->hbm_gib * 1073741824.0;
 	}
 	schedule_sim_free(&sim);
 	for (int q = 0; dur && q < p; q++)

@@ -65,9 +65,11 @@ typedef struct {
 } sim_result;
 
 /* c's step on nodes of cluster cl (nodes 0: as many as c's world needs,
- * which must fill whole nodes or fit in one). PP_EUSAGE naming the
- * mismatch when c's world is not nodes x gpus_per_node. */
-int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, sim_result *r, pp_err *e);
+ * which must fill whole nodes or fit in one), with the plan's memory in
+ * bytes (NULL: planned here). PP_EUSAGE naming the mismatch when c's world
+ * is not nodes x gpus_per_node. */
+int sim_step(const pp_config *c, const sim_cluster *cl, int nodes, const double *memory,
+	     sim_result *r, pp_err *e);
 
 /* The kernels of each virtual stage's passes for one microbatch (no
  * communication), seconds: fwd and bwd of pp x virtual_stages entries. */

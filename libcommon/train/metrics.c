@@ -115,15 +115,15 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 	if (lg->peak_fp8 > 0)
 		snprintf(mfu + strlen(mfu), sizeof mfu - strlen(mfu), ", \"mfu_fp8\": %.6g",
 			 fps / lg->peak_fp8);
-	char l[32], g[32], ma[32], mz[32], moe_json[256] = "";
+	char l[32], g[32], ma[32], mz[32], extra_json[256] = "";
 	if (moe)
 		snprintf(
-			moe_json, sizeof moe_json,
+			extra_json, sizeof extra_json,
 			", \"moe_aux_loss\": %s, \"moe_z_loss\": %s, \"moe_dropped_fraction\": %.6g",
 			json_number(ma, sizeof ma, r->moe_aux),
 			json_number(mz, sizeof mz, r->moe_z), r->moe_dropped);
 	if (fp8)
-		snprintf(moe_json + strlen(moe_json), sizeof moe_json - strlen(moe_json),
+		snprintf(extra_json + strlen(extra_json), sizeof extra_json - strlen(extra_json),
 			 ", \"fp8_saturated_fraction\": %.6g, \"fp8_flushed_fraction\": %.6g",
 			 r->fp8_saturated, r->fp8_flushed);
 	metrics_record(
@@ -131,7 +131,7 @@ void train_log_step(const trainer *t, run_log *lg, const train_opts *o, const st
 		"{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
 		"\"step_time\": %.6f, \"tokens_per_s\": %.1f, \"flops_per_s\": %.6g, \"mfu\": %s%s%s}\n",
 		t->step, json_number(l, sizeof l, loss), lr, json_number(g, sizeof g, gnorm), dt,
-		tps, fps, mfu, moe_json, skipped ? ", \"skipped\": true" : "");
+		tps, fps, mfu, extra_json, skipped ? ", \"skipped\": true" : "");
 	const char *tags[] = {"loss",         "lr",          "grad_norm", "step_time",
 			      "tokens_per_s", "flops_per_s", "mfu"};
 	const double vals[] = {loss, lr, gnorm, dt, tps, fps, lg->peak > 0 ? fps / lg->peak : 0};

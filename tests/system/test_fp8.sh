@@ -12,7 +12,8 @@
 #   - resume is bitwise (the histories are in the checkpoint); pp-ckpt
 #     convert carries them to another layout and back unchanged;
 #   - layouts: pp=2 x dp=2 and tp=2 give one process's losses (1e-5), the
-#     amax reductions included;
+#     amax reductions included (current scaling under tp over 2 steps: see
+#     below);
 #   - refused with a message: a GPU run in fp32, models FP8 has no path for.
 . "$(dirname "$0")/../tools/lib.sh"
 for tool in bible spm_train jq; do
