@@ -30,22 +30,33 @@ static int write_step0(pp_config *cfg, pp_err *e)
 	return rc;
 }
 
-/* Takes cluster=X and nodes=N out of the overrides (they describe where
- * the run would go, not the run). */
-static int take_cluster(cli_args *a, const char **cluster, int *nodes, pp_err *e)
+/* Takes cluster=X, nodes=N and the sim.* keys out of the overrides (they
+ * describe where the run would go and what would run it, not the run). */
+typedef struct {
+	const char *cluster;
+	int nodes;
+	const char *kernels[8]; /* sim.KEY=VALUE */
+	int n_kernels;
+} sim_args;
+
+static int take_sim_args(cli_args *a, sim_args *s, pp_err *e)
 {
 	int k = 0;
 	for (int i = 0; i < a->n_overrides; i++) {
 		char *o = a->overrides[i];
 		if (!strncmp(o, "cluster=", 8)) {
-			*cluster = o + 8;
+			s->cluster = o + 8;
 		} else if (!strncmp(o, "nodes=", 6)) {
 			char *end;
 			long n = strtol(o + 6, &end, 10);
 			if (*end || n < 1 || n > 1 << 20)
 				return pp_errorf(e, PP_EUSAGE,
 						 "nodes=%s: expected a positive integer", o + 6);
-			*nodes = (int)n;
+			s->nodes = (int)n;
+		} else if (!strncmp(o, "sim.", 4)) {
+			if (s->n_kernels == 8)
+				return pp_errorf(e, PP_EUSAGE, "%s: too many sim.* keys", o);
+			s->kernels[s->n_kernels++] = o;
 		} else {
 			a->overrides[k++] = o;
 		}
@@ -54,22 +65,24 @@ static int take_cluster(cli_args *a, const char **cluster, int *nodes, pp_err *e
 	return 0;
 }
 
-static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool search, bool json,
+static int simulate(const pp_config *cfg, const sim_args *s, bool search, bool json,
 		    const char *calibrate, pp_err *e)
 {
 	sim_cluster cl;
-	if (!cluster)
+	if (!s->cluster)
 		return pp_errorf(e, PP_EUSAGE, "--%s needs cluster=NAME (or cluster=FILE)",
 				 calibrate ? "calibrate"
 				 : search  ? "search"
 					   : "simulate");
-	int rc = sim_cluster_load(cluster, &cl, e);
+	int rc = sim_cluster_load(s->cluster, &cl, e);
+	for (int i = 0; !rc && i < s->n_kernels; i++)
+		rc = sim_kernels_set(&cl.kernels, s->kernels[i], e);
 	if (!rc && calibrate && !(rc = sim_calibrate(cfg, &cl, calibrate, stderr, e)))
 		return sim_cluster_write(stdout, &cl, e);
 	if (rc || search)
-		return rc ? rc : sim_search_print(stdout, cfg, &cl, nodes, json, e);
+		return rc ? rc : sim_search_print(stdout, cfg, &cl, s->nodes, json, e);
 	sim_result r;
-	if (!(rc = sim_step(cfg, &cl, nodes, NULL, &r, e)))
+	if (!(rc = sim_step(cfg, &cl, s->nodes, NULL, &r, e)))
 		rc = sim_print(stdout, cfg, &cl, &r, json, e);
 	return rc;
 }
@@ -77,8 +90,8 @@ static int simulate(const pp_config *cfg, const char *cluster, int nodes, bool s
 int main(int argc, char **argv)
 {
 	bool plan = false, json = false, check = false, sim = false, search = false;
-	const char *cluster = NULL, *calibrate = NULL;
-	int nodes = 0;
+	const char *calibrate = NULL;
+	sim_args sa = {0};
 	const char *out = NULL;
 	const cli_opt opts[] = {
 		{"-o", "RUNDIR", "write RUNDIR/checkpoints/step_00000000 (sets run_dir)", &out,
@@ -130,8 +143,8 @@ int main(int argc, char **argv)
 			&e, PP_EUSAGE,
 			"--plan, --check, --simulate, --search and --calibrate exclude each other");
 	if (!rc)
-		rc = take_cluster(&args, &cluster, &nodes, &e);
-	if (!rc && search && !nodes)
+		rc = take_sim_args(&args, &sa, &e);
+	if (!rc && search && !sa.nodes)
 		rc = pp_errorf(&e, PP_EUSAGE, "--search needs nodes=N");
 	if (!rc && out) {
 		json_t *s = json_string(out);
@@ -147,7 +160,7 @@ int main(int argc, char **argv)
 	if (!rc && plan)
 		rc = plan_print(stdout, &cfg, json, &e);
 	else if (!rc && (sim || search || cal))
-		rc = simulate(&cfg, cluster, nodes, search, json, calibrate, &e);
+		rc = simulate(&cfg, &sa, search, json, calibrate, &e);
 	else if (!rc && check)
 		rc = preflight_run(&cfg, stdout, &e);
 	else if (!rc)

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,4 +143,33 @@ int sim_cluster_load(const char *name, sim_cluster *c, pp_err *e)
 	}
 	json_decref(root);
 	return rc;
+}
+
+int sim_kernels_set(sim_kernels *k, const char *kv, pp_err *e)
+{
+	static const struct {
+		const char *key, *pp, *other;
+		size_t field;
+	} keys[] = {
+		{"sim.attention", "fused", "materialized",
+		 offsetof(sim_kernels, attention_materialized)},
+		{"sim.embedding", "gather", "onehot", offsetof(sim_kernels, embedding_onehot)},
+	};
+	const char *eq = strchr(kv, '=');
+	const size_t n = eq ? (size_t)(eq - kv) : strlen(kv);
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+		if (strlen(keys[i].key) != n || strncmp(kv, keys[i].key, n))
+			continue;
+		bool *f = (bool *)((char *)k + keys[i].field);
+		if (eq && !strcmp(eq + 1, keys[i].pp))
+			*f = false;
+		else if (eq && !strcmp(eq + 1, keys[i].other))
+			*f = true;
+		else
+			return pp_errorf(e, PP_EUSAGE, "%s=%s: expected %s (pp's) or %s",
+					 keys[i].key, eq ? eq + 1 : "", keys[i].pp, keys[i].other);
+		return 0;
+	}
+	return pp_errorf(e, PP_EUSAGE, "%.*s: unknown key (sim.attention, sim.embedding)", (int)n,
+			 kv);
 }

@@ -5,6 +5,8 @@
 #ifndef PP_SIM_CLUSTER_H
 #define PP_SIM_CLUSTER_H
 
+#include <stdbool.h>
+
 #include "../base/error.h"
 
 /* A link: the bus bandwidth a collective reaches over it per GPU (as
@@ -27,6 +29,17 @@ typedef struct {
 	char source[256]; /* where the figures come from */
 } sim_efficiency;
 
+/* The kernels the predicted system runs: pp's by default. The others
+ * describe a system that computes attention with its scores through HBM
+ * (XLA's einsums and softmax), or looks its embedding up as a product
+ * with one-hot rows (Praxis's lookup_style "matmul"), for comparing the
+ * model with that system's published figures (pp-init sim.attention=,
+ * sim.embedding=). */
+typedef struct {
+	bool attention_materialized;
+	bool embedding_onehot;
+} sim_kernels;
+
 typedef struct {
 	char name[64];
 	char description[256];
@@ -37,12 +50,18 @@ typedef struct {
 	int gpus_per_node;
 	sim_link intra, inter;
 	sim_efficiency eff;
+	sim_kernels kernels;
 } sim_cluster;
 
 /* name: a file (a path with '/' or ending in .json) or the name of one in
  * pp_config_dir()/clusters. An unknown name lists the known ones; a file
  * missing a field names it. PP_EUSAGE. */
 int sim_cluster_load(const char *name, sim_cluster *c, pp_err *e);
+
+/* Sets one of k's kernels from "sim.attention=fused|materialized" or
+ * "sim.embedding=gather|onehot"; PP_EUSAGE naming the key and its values
+ * for anything else. */
+int sim_kernels_set(sim_kernels *k, const char *key_value, pp_err *e);
 
 /* pp's efficiencies as measured on an H100 (docs/PERFORMANCE.md): the
  * calibration a cluster file without one gets. */

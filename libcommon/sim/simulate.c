@@ -96,19 +96,34 @@ static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, b
 		g_fwd += gemm(k, 2 * n * C * E, false); /* the router */
 	const double window = m->sliding_window > 0 && m->sliding_window < T ? m->sliding_window
 									     : T;
-	const double a_flops = 4 * B * T * window * Hq * D * (window < T ? 1.0 : 0.5);
-	const double a_fwd = attention(k, a_flops, T);
+	double a_fwd, a_bwd;
+	if (k->cl->kernels.attention_materialized) {
+		/* two batched products over every score (masked ones included),
+		 * the B Hq T T scores through HBM in the compute type: written,
+		 * read twice for the softmax's max and sum, read and the
+		 * probabilities written, read by the product with V (6 passes);
+		 * backward: four products, dP written, read with P for the row
+		 * sums, read again with dS written, P read for dV, dS read for
+		 * dQ and dK (9 passes) */
+		const double prod = gemm(k, 2 * B * Hq * T * T * D, false), S = B * Hq * T * T;
+		a_fwd = 2 * prod + streamed(k, 6 * S * A, 3);
+		a_bwd = 4 * prod + streamed(k, 9 * S * A, 3);
+	} else {
+		const double a_flops = 4 * B * T * window * Hq * D * (window < T ? 1.0 : 0.5);
+		a_fwd = attention(k, a_flops, T);
+		/* the fused backward recomputes the scores: 2.5x the forward */
+		a_bwd = 2.5 * (a_fwd - 1e-6 * k->cl->eff.launch_us) + 1e-6 * k->cl->eff.launch_us;
+	}
 	/* norms, residual adds, RoPE, the activation function; FP8's casts */
 	double bytes = n * A * (10 * C + 2 * (Hq + Hkv) * D + 3 * K * F);
 	if (fp8)
 		bytes += n * A * (2 * C + HD + K * F) + 2 * (C * QKV + HD * C + C * UP + F * C) * A;
 	const double e_fwd = streamed(k, bytes, 8);
 	const double comp_fwd = g_fwd + a_fwd + e_fwd;
-	/* backward: each product's input and weight gradients; attention's
-	 * backward recomputes its scores (2.5x); the memory-bound work twice */
+	/* backward: each product's input and weight gradients, attention's,
+	 * the memory-bound work twice */
 	const double g_bwd = 2 * g_fwd, w_part = g_fwd;
-	double comp_bwd = g_bwd + 2.5 * (a_fwd - 1e-6 * k->cl->eff.launch_us) +
-			  1e-6 * k->cl->eff.launch_us + 2 * e_fwd;
+	double comp_bwd = g_bwd + a_bwd + 2 * e_fwd;
 	switch (c->recompute) { /* what the backward rebuilds first */
 	case PP_RECOMPUTE_FULL:
 		comp_bwd += comp_fwd;
@@ -157,12 +172,16 @@ static void chunk_cost_of(const pp_config *c, const costs *k, const layout_tp *t
 	}
 	const double n = (double)c->microbatch * c->seq_len, C = m->d_model, V = t->vocab;
 	if (s == 0) { /* the embedding's lookup, and its gradient */
-		const double e = streamed(k, 2 * n * C * k->act, 1);
-		o->fwd += e;
-		o->bwd += 2 * e;
-		o->comp_fwd += e;
-		o->comp_bwd += 2 * e;
-		o->compute += 3 * e;
+		double f = streamed(k, 2 * n * C * k->act, 1), b = 2 * f;
+		if (cl->kernels.embedding_onehot) { /* one-hot rows written, times the table */
+			f = streamed(k, n * V * k->act, 1) + gemm(k, 2 * n * V * C, false);
+			b = gemm(k, 2 * n * V * C, false);
+		}
+		o->fwd += f;
+		o->bwd += b;
+		o->comp_fwd += f;
+		o->comp_bwd += b;
+		o->compute += f + b;
 		o->params += V * C;
 	}
 	if (s == S - 1) { /* final norm, head and loss: the head's backward runs in the forward */
@@ -385,6 +404,8 @@ int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_resu
 	char line[512];
 	sim_layout_line(c, line, sizeof line);
 	const sim_breakdown *b = &r->b;
+	const char *attn = cl->kernels.attention_materialized ? "materialized" : "fused",
+		   *emb = cl->kernels.embedding_onehot ? "onehot" : "gather";
 	if (json) {
 		json_t *o = json_pack(
 			"{s:s, s:s, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, "
@@ -397,6 +418,8 @@ int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_resu
 			b->compute, "tp", b->tp, "ep", b->ep, "pp", b->pp, "fsdp", b->fsdp,
 			"bubble", b->bubble, "dp", b->dp, "optimizer", b->optimizer, "efficiency",
 			cl->eff.source, "not_modelled", not_modelled);
+		json_object_set_new(o, "kernels",
+				    json_pack("{s:s, s:s}", "attention", attn, "embedding", emb));
 		if (!o)
 			return pp_errorf(e, PP_ERUNTIME, "simulate: cannot build the JSON report");
 		int rc = json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(10));
@@ -427,6 +450,9 @@ int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_resu
 			r->step > 0 ? 100 * vals[i] / r->step : 0);
 	fprintf(f, "  %-22s %10.4f s in all, overlapped with the backward passes\n",
 		"dp all-reduce", r->dp_total);
-	fprintf(f, "\nefficiencies: %s\nnot modelled: %s\n", cl->eff.source, not_modelled);
+	fprintf(f, "\nefficiencies: %s\n", cl->eff.source);
+	if (cl->kernels.attention_materialized || cl->kernels.embedding_onehot)
+		fprintf(f, "kernels: attention %s, embedding %s (not pp's)\n", attn, emb);
+	fprintf(f, "not modelled: %s\n", not_modelled);
 	return 0;
 }

@@ -23,6 +23,12 @@
  * fp32 gradients overlapped with the last backward passes; ep's two
  * all-to-alls per MoE layer and pass. Then AdamW over the rank's share.
  *
+ * The kernels are pp's unless the cluster's sim_kernels (cluster.h) say
+ * otherwise: attention as batched products over every score, with the
+ * scores through HBM 6 times forward and 9 times backward; the embedding
+ * as a product of one-hot rows with the table, and its gradient as the
+ * transposed product.
+ *
  * Not modelled: contention between concurrent collectives, NCCL's
  * protocols and algorithms beyond the ring's formula, stragglers, data
  * loading, checkpoints, evaluation, the CPU's launch overheads beyond a

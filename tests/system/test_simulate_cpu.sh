@@ -6,12 +6,24 @@
 # and measured: pp=2 with each schedule and other microbatch counts, tp=2,
 # dp=2, fsdp=2 and full recompute, each on 2 ranks of one thread (the 2
 # cores not oversubscribed), the medians of rounds that alternate the
-# layouts (the machine is shared). Each prediction within 25% of its
-# measurement; a profile of another model is refused.
+# layouts (the machine is shared). Every run goes through srun --mpi=pmix
+# on the local Slurm cluster, each rank pinned to its own core. Each
+# prediction within 25% of its measurement; a profile of another model is
+# refused.
 . "$(dirname "$0")/../tools/lib.sh"
 export OMP_NUM_THREADS=1
 command -v jq >/dev/null || { skip simulate_cpu "jq is not installed (scripts/install-deps.sh)"; exit 0; }
-mpi() { mpirun -n 2 --allow-run-as-root --bind-to core "$@"; }
+. "$PP_ROOT/tests/tools/slurm-lib.sh"
+slurm_up 2>$T/slurm.log
+case $? in
+0) ;;
+3 | 4) skip simulate_cpu "$SLURM_SKIP"; exit 0 ;;
+*) fail simulate_cpu/slurm "the local Slurm cluster did not start: $(tail -n 5 $T/slurm.log | tr '\n' ' ')"; exit 1 ;;
+esac
+# 2 ranks, each on its own core (the cluster's task plugin binds nothing)
+mpi() {
+	timeout 300 srun -n 2 --mpi=pmix bash -c 'exec taskset -c $((SLURM_LOCALID % $(getconf _NPROCESSORS_ONLN))) "$@"' pin "$@"
+}
 cat >$T/cpu.json <<'EOF'
 {"name": "cpu-2", "description": "this machine: 2 cores, one rank of one thread each",
  "gpu": {"name": "CPU core", "bf16_tflops": 0.05, "fp32_tflops": 0.05, "fp8_tflops": 0, "hbm_gib": 8, "hbm_gbps": 10},
