@@ -29,6 +29,10 @@
 #   fp8     bench/fp8.sh: fp8.recipe=delayed and current against bf16 on
 #           llama-1b and on as many llama2-7b layers as fit, tokens/s and
 #           the loss curves.
+#   sim     bench/simulate.sh: pp-init --simulate calibrated on llama-1b at
+#           seq 2048 (pp-init --calibrate of its profile), its predictions
+#           for seq 4096 and the A3 Mega run against their measured steps
+#           (goal: within 15%).
 # Each stage runs under a limit of PP_GPU_CHECK_STAGE_LIMIT seconds
 # (default 470: under 8 minutes) and prints its time. OUTDIR/summary.txt
 # and OUTDIR/summary.json are rewritten before and after every stage (a
@@ -77,10 +81,10 @@ for a in "$@"; do
 	case $a in
 	-h | --help) usage; exit 0 ;;
 	--smoke) smoke=1 ;;
-	build | test | bench | a3mega | decode | fp8) stages+=("$a") ;;
+	build | test | bench | a3mega | decode | fp8 | sim) stages+=("$a") ;;
 	-*) echo "gpu-check: unknown option '$a' (see --help)" >&2; exit 2 ;;
 	*)
-		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, a3mega, decode, fp8) and OUTDIR is already $out" >&2; exit 2; }
+		[ -z "$out" ] || { echo "gpu-check: '$a' is not a stage (build, test, bench, a3mega, decode, fp8, sim) and OUTDIR is already $out" >&2; exit 2; }
 		out=$a
 		;;
 	esac
@@ -253,12 +257,13 @@ for stage in "${run[@]}"; do
 			record test fail $secs "$counts, exit $rc$(grep -E '^(FAIL|SKIP): ' "$r" | grep -v ' \[expected\]$' | head -n 3 | sed 's/^/; /' | tr -d '\n')"
 		fi
 		;;
-	bench | a3mega | decode | fp8)
+	bench | a3mega | decode | fp8 | sim)
 		profile=(--profile)
 		case $stage in
 		bench) script=bench/gpu.sh name=bench-gpu ;;
 		a3mega) script=bench/a3mega.sh name=bench-a3mega ;;
 		fp8) script=bench/fp8.sh name=bench-fp8 profile=() ;;
+		sim) script=bench/simulate.sh name=bench-simulate profile=() ;;
 		*) script=bench/gpu-decode.sh name=bench-decode ;;
 		esac
 		# the script's own budget ends it, table written, before the stage limit kills it
@@ -275,6 +280,8 @@ if d["bench"] == "gpu":
 elif d["bench"] == "fp8":
     print("; ".join(f"{r['model']} {r['recipe']}: {r['speedup']:.2f}x" for r in d["rows"]
                     if r["recipe"] != "none"))
+elif d["bench"] == "simulate":
+    print("; ".join(f"{r['run']}: predicted/measured {r['ratio']:.3f}" for r in d["rows"]))
 elif d["bench"] == "a3mega":
     print(f"{d['layers']} layers: {d['tokens_per_s']:.1f} tok/s"
           + (f", MFU {100 * d['mfu']:.1f}% (MaxText 55%)" if d["mfu"] else ""))
@@ -284,7 +291,7 @@ else:
 EOF
 )"
 		else
-			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode|a3mega|fp8): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
+			record "$stage" fail $secs "$script exited $rc: $(grep -E "^(gpu|gpu-decode|a3mega|fp8|simulate): " "$out/$stage.log" | grep -E 'fail|not found|no GPU|rejected' | head -n 2 | tr '\n' ' ')"
 		fi
 		;;
 	esac

@@ -22,6 +22,9 @@
 #   - bench/a3mega.sh's smoke mode: the A3 Mega recipe's run on one device;
 #   - bench/fp8.sh's smoke mode: each FP8 recipe beside the plain dtype, the
 #     losses close;
+#   - scripts/gpu-check.sh --smoke sim: bench/simulate.sh's smoke mode, the
+#     calibration from the first run's profile and each run's prediction
+#     beside its measurement, through the GPU script's stage;
 #   - bench/ckpt.sh's smoke mode: cp, convert and export each timed, with
 #     their ratios and peak memory;
 #   - bench/ckpt-async.sh's smoke mode: the blocked time of synchronous and
@@ -150,6 +153,10 @@ expect_fail bench/fsdp_bad_rounds 2 "^fsdp: --rounds x: expected an integer" ben
 # --- fp8.sh: FP8 recipes against the plain dtype ------------------------------------------------
 bench/fp8.sh --smoke --json $T/fp8.json >$T/fp8.txt 2>$T/fp8.err
 check bench/fp8_smoke eval 'jqt ".bench == \"fp8\" and (.rows | length == 3) and (.rows | map(.recipe) == [\"none\", \"delayed\", \"current\"]) and (.rows[1].loss_vs_bf16 < 0.01)" $T/fp8.json && grep -q "^tiny  *delayed" $T/fp8.txt || { tail -n 5 $T/fp8.err; false; }'
+
+# --- simulate.sh through gpu-check.sh: predictions against measured steps --------------------
+scripts/gpu-check.sh --smoke sim $T/gcs >$T/gcs.out 2>&1
+check bench/simulate_smoke eval 'jqt ".bench == \"simulate\" and (.rows | map(.run) == [\"cal\", \"long\", \"a3mega\"]) and all(.rows[]; .predicted_s > 0 and .measured_s > 0 and (.ratio - .predicted_s / .measured_s | fabs) < 1e-9)" $T/gcs/bench-simulate.json && jqt "map(select(.stage == \"sim\"))[-1].status == \"pass\"" $T/gcs/summary.json && grep -q "^llama-tiny seq 64 (calibration)" $T/gcs/bench-simulate.txt || { tail -n 5 $T/gcs.out; false; }'
 
 # --- a3mega.sh: the A3 Mega recipe on one device ------------------------------------------
 bench/a3mega.sh --smoke --json $T/a3mega.json >$T/a3mega.txt 2>$T/a3mega.err
