@@ -8,7 +8,11 @@
 #   - products: the forward, input-gradient and weight-gradient products of
 #     kernels/fp8mm.h on cast inputs equal float64 products of the same FP8
 #     values within fp32 accumulation error, and the casts they took equal
-#     ml_dtypes' at those scales.
+#     ml_dtypes' at those scales;
+#   - a model: a tiny Llama's loss and every gradient with fp8.recipe=current
+#     (and with fp8.head=true) equal those of the same model computed in
+#     float64 on its FP8-rounded values (tests/ref/fp8_reference.py, whose
+#     float64 model is first checked against pp's without FP8).
 . "$(dirname "$0")/../tools/lib.sh"
 if ! PY=$(cd "$PP_ROOT" && scripts/setup-reference.sh 2>$T/setup.log); then
 	skip fp8 "reference venv unavailable: $(tail -n 1 $T/setup.log)"
@@ -111,3 +115,15 @@ print(f"  {N}x{C}x{OC}: casts {'equal' if ok else 'DIFFER from'} ml_dtypes; prod
 sys.exit(not (ok and worst <= 1))
 PY
 done
+
+# --- a model: pp's FP8 gradients against float64 on the FP8-rounded values -------------------------
+dump=$PP_ROOT/build/tests/tool_hf_dump
+gen="model.preset=llama-tiny seq_len=16 model.init_std=0.1 --batch 2 --seed 1234"
+# shellcheck disable=SC2086 # gen holds key=value words and options
+if "$dump" $gen -o $T/plain.h5 2>$T/dump.log && "$dump" $gen fp8.recipe=current -o $T/current.h5 2>>$T/dump.log &&
+	"$dump" $gen fp8.recipe=current fp8.head=true -o $T/head.h5 2>>$T/dump.log; then
+	"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/plain.h5 $T/current.h5 --tag fp8/model/current
+	"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/plain.h5 $T/head.h5 --tag fp8/model/current_head
+else
+	fail fp8/model/dump "$(tail -n 1 $T/dump.log)"
+fi

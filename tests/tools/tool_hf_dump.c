@@ -17,8 +17,9 @@
  *   with --generate N:   /generate/prompt (P) int32, the first P = T/2 tokens of
  *                        row 0, and /generate/tokens (P+N) int32, the prompt and
  *                        N greedy tokens from pp's decoder (KV cache, no EOS)
- * Tensors are float32 (float64 in a -DPP_F64 build). The file is written
- * under a temporary name and renamed into place. */
+ * Tensors are float32 (float64 in a -DPP_F64 build). The config's fp8.*
+ * keys apply (tests/ref/fp8_reference.py checks an FP8 model's dump). The
+ * file is written under a temporary name and renamed into place. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -167,8 +168,10 @@ static int run(const pp_config *c, int B, uint64_t seed, int n_gen, const char *
 	pp_stage s;
 	stage_spec spec = stage_spec_whole(m, B, c->seq_len, c->recompute);
 	spec.keep_logits = true; /* the dump holds the full logits */
+	stage_spec_set_fp8(&spec, c);
 	if (stage_create(&s, m, ops, &spec, e))
 		return e->code;
+	stage_fp8_begin_step(&s);
 
 	dump d = {.B = B, .T = c->seq_len, .V = m->vocab_size};
 	size_t N = (size_t)B * (size_t)d.T;
