@@ -5,7 +5,9 @@
  * scales:
  *   out (N,OC)   = (xq (N,C) @ wq (OC,C)^T) / (sx sw)
  *   din (N,C)    = (gq (N,OC) @ wq) / (sg sw)
- *   dw (OC,C)   += (gq^T @ xq) / (sg sx)   (tmp: OC*C pp_real of scratch) */
+ *   dw (OC,C)   += (gq^T @ xq) / (sg sx)   (tmp: OC*C pp_real of scratch)
+ * on the backend's FP8 tensor cores where it has them (ops->fp8_matmul),
+ * else as products of the FP8 values in the compute type. */
 #ifndef PP_KERNELS_FP8MM_H
 #define PP_KERNELS_FP8MM_H
 

@@ -80,6 +80,9 @@ typedef struct {
 	float scale;
 } pp_dropout;
 
+/* The products of ops->fp8_matmul */
+enum { PP_FP8MM_FWD, PP_FP8MM_DGRAD, PP_FP8MM_WGRAD };
+
 /* What a tensor's FP8 casts saw (fp8_cast), in the backend's memory: the
  * largest magnitude before scaling, the elements whose scaled magnitude
  * was past the format's range (saturated: pp_fp8_overflow), and the
@@ -265,6 +268,17 @@ typedef struct pp_ops {
 			 pp_fp8_tally *tally);
 	/* max |x| over n (NaN ignored), to the host */
 	float (*absmax)(const pp_act *x, size_t n);
+	/* One of kernels/fp8mm.h's products (which: PP_FP8MM_*) on FP8 tensor
+	 * cores, from inputs cast by fp8_cast and the scales they were cast
+	 * with (a's sa, b's sb):
+	 *   FWD    out (N,OC) act  = (a (N,C) @ b (OC,C)^T) / (sa sb), a and b E4M3
+	 *   DGRAD  out (N,C) act   = (a (N,OC) @ b (OC,C)) / (sa sb), a E5M2
+	 *   WGRAD  out (OC,C) real += (a (N,OC)^T @ b (N,C)) / (sa sb), a E5M2
+	 * Returns 0, having done nothing, where the device or the shape has no
+	 * such product (NULL: the backend has none): fp8mm.c then multiplies
+	 * the FP8 values in the compute type. */
+	int (*fp8_matmul)(int which, void *out, const pp_act *a, const pp_act *b, float sa,
+			  float sb, int N, int C, int OC);
 	/* sum of squares, accumulated in double */
 	double (*sumsq)(const pp_real *x, size_t n);
 

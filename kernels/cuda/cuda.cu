@@ -9,7 +9,7 @@
 
 #include "cuda.h"
 
-pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0, 0, 0};
+pp_cuda_state pp_cuda = {-1, NULL, NULL, 0, 0, 1, PP_CUDA_ATTENTION_AUTO, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* 32 MiB: what cuBLASLt's heuristics want for their largest kernels on Hopper */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -209,6 +209,7 @@ int pp_cuda_init(int device, pp_err *e)
 	pp_cuda.device = device;
 	pp_cuda.workspace_bytes = WORKSPACE_BYTES;
 	pp_cuda.tf32 = env_flag("PP_CUDA_TF32");
+	pp_cuda.fp8_gemm = !getenv("PP_CUDA_FP8_GEMM") || env_flag("PP_CUDA_FP8_GEMM");
 	pp_cuda.attention = attention;
 	pp_cuda.sync = env_flag("PP_CUDA_SYNC");
 	pp_cuda.num_sms = prop.multiProcessorCount;
@@ -255,7 +256,7 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>, .add = pp_cuda_add<T>,   \
 	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .scale_act = pp_cuda_scale_act<T>,   \
 	.dropout = pp_cuda_dropout<T>, .fp8_cast = pp_cuda_fp8_cast<T>,                            \
-	.absmax = pp_cuda_absmax<T>, .sumsq = pp_cuda_sumsq,                                       \
+	.absmax = pp_cuda_absmax<T>, .fp8_matmul = pp_cuda_fp8_matmul<T>, .sumsq = pp_cuda_sumsq,  \
 	.crossentropy = pp_cuda_crossentropy<T>, .logsumexp_rows = pp_cuda_logsumexp_rows<T>,      \
 	.softmax_grad = pp_cuda_softmax_grad<T>, .moe_route = pp_cuda_moe_route<T>,                \
 	.moe_dispatch = pp_cuda_moe_dispatch, .moe_gather = pp_cuda_moe_gather<T>,                 \

@@ -106,6 +106,7 @@ typedef struct {
 	void *workspace; /* cuBLASLt workspace */
 	size_t workspace_bytes;
 	int tf32;          /* PP_CUDA_TF32=1: matrix products on TF32 tensor cores */
+	int fp8_gemm;      /* FP8 products on FP8 tensor cores (PP_CUDA_FP8_GEMM=0: off) */
 	int attention;     /* PP_CUDA_ATTENTION_AUTO (per table), _PLAIN or _CUDNN */
 	int sync;          /* PP_CUDA_SYNC=1: synchronise after every launch */
 	int num_sms;       /* multiprocessors */
@@ -367,6 +368,12 @@ template <typename T>
 void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
 		      pp_fp8_tally *tally);
 template <typename T> float pp_cuda_absmax(const pp_act *x, size_t n);
+template <typename T>
+int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, float sa, float sb,
+		       int N, int C, int OC);
+/* matmul.cu: the FP8 product fp8.cu's fp8_matmul runs (see there) */
+int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const void *B, int b_fmt,
+		       int m, int n, int k, float alpha, int accumulate);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */

@@ -1,5 +1,8 @@
 /* FP8 casts (kernels/fp8.h: the CPU's rounding, bit for bit) with the amax
- * and counts they record, and the amax current scaling scales by. */
+ * and counts they record, the amax current scaling scales by, and the
+ * products on FP8 tensor cores. */
+#include <cuda_fp8.h>
+
 #include "../fp8.h"
 #include "cuda.h"
 
@@ -78,3 +81,105 @@ template <typename T> float pp_cuda_absmax(const pp_act *x, size_t n)
 	return h;
 }
 PP_CUDA_BOTH(pp_cuda_absmax);
+
+/* ---- products on FP8 tensor cores -------------------------------------------------------- */
+
+/* The FP8 byte of v, a value of fmt already (fp8_cast's output): exact. */
+__device__ __forceinline__ __nv_fp8_storage_t fp8_byte(float v, int fmt)
+{
+	return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt == PP_FP8_E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/* dst (n) = the FP8 bytes of src (n) */
+template <typename T> __global__ void fp8_pack_kernel(uint8_t *dst, const T *src, size_t n, int fmt)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = fp8_byte(pp_f(src[i]), fmt);
+}
+
+/* dst (cols,rows) = the FP8 bytes of src (rows,cols) transposed, through a
+ * shared tile of TILE x TILE: reads and writes both along rows */
+#define TILE 32
+template <typename T>
+__global__ void fp8_pack_t_kernel(uint8_t *dst, const T *src, int rows, int cols, int fmt)
+{
+	__shared__ uint8_t tile[TILE][TILE + 4];
+	const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
+	for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
+		const int r = r0 + y, c = c0 + threadIdx.x;
+		if (r < rows && c < cols)
+			tile[y][threadIdx.x] = fp8_byte(pp_f(src[(size_t)r * cols + c]), fmt);
+	}
+	__syncthreads();
+	for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
+		const int c = c0 + y, r = r0 + threadIdx.x;
+		if (r < rows && c < cols)
+			dst[(size_t)c * rows + r] = tile[threadIdx.x][y];
+	}
+}
+
+/* src (rows,cols) T into FP8 bytes at dst, transposed or not */
+template <typename T>
+static void fp8_pack(uint8_t *dst, const pp_act *src, int rows, int cols, int fmt, bool transpose)
+{
+	if (!transpose) {
+		const size_t n = (size_t)rows * cols;
+		fp8_pack_kernel<T><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(
+			dst, (const T *)src, n, fmt);
+		PP_CUDA_LAUNCHED("fp8_pack_kernel");
+		return;
+	}
+	const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, 8);
+	fp8_pack_t_kernel<T>
+		<<<grid, block, 0, pp_cuda.stream>>>(dst, (const T *)src, rows, cols, fmt);
+	PP_CUDA_LAUNCHED("fp8_pack_t_kernel");
+}
+
+static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ops->fp8_matmul (ops.h) with cuBLASLt's FP8 products, which take A
+ * transposed and B not (column-major), K-contiguous both:
+ *   FWD    out^T (OC,N)  = w (C,OC)^T x^T (C,N): x and w as they are;
+ *   DGRAD  din^T (C,N)   = (w^T) (OC,C)^T g^T (OC,N): w transposed, g as is;
+ *   WGRAD  dw^T (C,OC)  += (x^T) (N,C)^T (g^T) (N,OC): x and g transposed.
+ * The inputs, FP8 values held in bf16, are packed into FP8 bytes (exactly)
+ * in the scratch first; the scales divide out as the product's alpha,
+ * (1/sa)(1/sb) in fp32 as the CPU's emulation takes it. bf16 tables on
+ * sm_89 and later only, every dimension a multiple of 16 (cuBLASLt's FP8
+ * kernels want 16-byte leading dimensions); 0 otherwise, or when cuBLASLt
+ * has no algorithm. */
+template <typename T>
+int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, float sa, float sb,
+		       int N, int C, int OC)
+{
+	if (!pp_is_bf16<T>::value || !pp_cuda.fp8_gemm || pp_cuda.capability < 89 || N % 16 ||
+	    C % 16 || OC % 16 || N <= 0 || C <= 0 || OC <= 0)
+		return 0;
+	const float alpha = (1.0f / sa) * (1.0f / sb);
+	const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ng = (size_t)N * OC;
+	uint8_t *s;
+	switch (which) {
+	case PP_FP8MM_FWD: /* a = x (N,C), b = w (OC,C) */
+		s = (uint8_t *)pp_cuda_scratch(round256(nw) + nx);
+		fp8_pack<T>(s, b, OC, C, PP_FP8_E4M3, false);
+		fp8_pack<T>(s + round256(nw), a, N, C, PP_FP8_E4M3, false);
+		return pp_cuda_matmul_fp8(out, 0, s, PP_FP8_E4M3, s + round256(nw), PP_FP8_E4M3, OC,
+					  N, C, alpha, 0);
+	case PP_FP8MM_DGRAD: /* a = g (N,OC), b = w (OC,C) */
+		s = (uint8_t *)pp_cuda_scratch(round256(nw) + ng);
+		fp8_pack<T>(s, b, OC, C, PP_FP8_E4M3, true);
+		fp8_pack<T>(s + round256(nw), a, N, OC, PP_FP8_E5M2, false);
+		return pp_cuda_matmul_fp8(out, 0, s, PP_FP8_E4M3, s + round256(nw), PP_FP8_E5M2, C,
+					  N, OC, alpha, 0);
+	case PP_FP8MM_WGRAD: /* a = g (N,OC), b = x (N,C) */
+		s = (uint8_t *)pp_cuda_scratch(round256(nx) + ng);
+		fp8_pack<T>(s, b, N, C, PP_FP8_E4M3, true);
+		fp8_pack<T>(s + round256(nx), a, N, OC, PP_FP8_E5M2, true);
+		return pp_cuda_matmul_fp8(out, 1, s, PP_FP8_E4M3, s + round256(nx), PP_FP8_E5M2, C,
+					  OC, N, alpha, 1);
+	default:
+		return 0;
+	}
+}
+PP_CUDA_BOTH(pp_cuda_fp8_matmul);

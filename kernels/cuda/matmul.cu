@@ -12,6 +12,7 @@
  * PP_CUDA_TF32=1 the products run on TF32 tensor cores. A batch-1 product
  * (decoding) is a matrix-vector product that cuBLASLt's heuristics give to
  * its GEMV-shaped kernels. */
+#include "../fp8.h"
 #include "cuda.h"
 
 /* dbias and the norm weight gradients: one block owns COLS columns of a
@@ -31,16 +32,17 @@
  * GELU input from it and writes the product times GELU' of it to D. */
 typedef struct {
 	int transa, transb, m, n, k;
-	cudaDataType_t ab_type, d_type; /* of A and B; of D (and C, bias, aux) */
+	cudaDataType_t a_type, b_type, d_type; /* of A, of B, of D (and C, bias, aux) */
 	const void *A;
 	int lda;
 	const void *B;
 	int ldb;
-	float beta;
+	float alpha, beta;
 	void *D;
 	int ldd;
 	const void *bias;
 	void *aux;
+	int optional; /* no algorithm: lt_matmul returns 0 rather than stopping */
 } gemm_args;
 
 template <typename T> static cudaDataType_t cuda_type(void)
@@ -84,7 +86,7 @@ __global__ void add_bias_kernel(T *out, const T *bias, int rows, int cols, int l
  * layers of a model repeat a handful of shapes. */
 typedef struct {
 	int transa, transb, m, n, k, lda, ldb, ldd, epi, has_bias;
-	cudaDataType_t ab_type, d_type;
+	cudaDataType_t a_type, b_type, d_type;
 	cublasComputeType_t compute;
 	uint32_t al_a, al_b, al_d;
 } lt_key;
@@ -156,10 +158,10 @@ static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
 	}
 	lt_plan_pointers(p, g);
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, key->ab_type,
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, key->a_type,
 						   key->transa ? key->k : key->m,
 						   key->transa ? key->m : key->k, key->lda));
-	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, key->ab_type,
+	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, key->b_type,
 						   key->transb ? key->n : key->k,
 						   key->transb ? key->k : key->n, key->ldb));
 	PP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, key->d_type, key->m, key->n, key->ldd));
@@ -184,7 +186,7 @@ static void lt_plan_build(lt_plan *p, const lt_key *key, const gemm_args *g)
 	int found = 0;
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(pp_cuda.lt, p->desc, p->la, p->lb, p->ld,
 							   p->ld, pref, 1, &h, &found);
-	if (st != CUBLAS_STATUS_NOT_SUPPORTED)
+	if (st != CUBLAS_STATUS_NOT_SUPPORTED && !g->optional)
 		PP_CUBLAS_CHECK(st);
 	PP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
 	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
@@ -224,16 +226,17 @@ static int lt_matmul(const gemm_args *g, int epi)
 	key.ldd = g->ldd;
 	key.epi = epi;
 	key.has_bias = epi != EPI_NONE && g->bias;
-	key.ab_type = g->ab_type;
+	key.a_type = g->a_type;
+	key.b_type = g->b_type;
 	key.d_type = g->d_type;
-	key.compute = pp_cuda.tf32 && g->ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
-							       : CUBLAS_COMPUTE_32F;
+	key.compute = pp_cuda.tf32 && g->a_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
+							      : CUBLAS_COMPUTE_32F;
 	key.al_a = alignment(g->A);
 	key.al_b = alignment(g->B);
 	key.al_d = alignment(g->D);
 	lt_plan *p = lt_plan_of(&key, g);
 	if (!p->ok) {
-		if (epi != EPI_NONE)
+		if (epi != EPI_NONE || g->optional)
 			return 0;
 		char why[160];
 		snprintf(why, sizeof why, "no cuBLASLt algorithm for m=%d n=%d k=%d (%s%s)", g->m,
@@ -241,15 +244,15 @@ static int lt_matmul(const gemm_args *g, int epi)
 		pp_cuda_fatal(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", why);
 	}
 	lt_plan_pointers(p, g);
-	const float alpha = 1;
-	PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, p->desc, &alpha, g->A, p->la, g->B, p->lb,
+	PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, p->desc, &g->alpha, g->A, p->la, g->B, p->lb,
 				       &g->beta, g->D, p->ld, g->D, p->ld, &p->algo,
 				       pp_cuda.workspace, pp_cuda.workspace_bytes, pp_cuda.stream));
 	char what[96] = "cublasLtMatmul";
 	if (pp_cuda.profile) /* one profile row per product shape */
-		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s",
+		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s%s",
 			 g->transa ? "T" : "N", g->transb ? "T" : "N", g->m, g->n, g->k,
-			 g->d_type != g->ab_type ? " fp32 out" : "",
+			 g->a_type == CUDA_R_8F_E4M3 || g->a_type == CUDA_R_8F_E5M2 ? " fp8" : "",
+			 g->d_type == CUDA_R_32F && g->a_type != CUDA_R_32F ? " fp32 out" : "",
 			 epi == EPI_GELU    ? " +gelu"
 			 : epi == EPI_DGELU ? " +dgelu"
 			 : key.has_bias     ? " +bias"
@@ -287,6 +290,37 @@ template <typename T> static void gemm(const gemm_args *g)
 	}
 }
 
+/* Column-major D (m,n) = alpha A^T B (+ D when accumulate) on FP8 tensor
+ * cores: A (k,m) and B (k,n) FP8 bytes of formats a_fmt and b_fmt
+ * (PP_FP8_*), leading dimension k, the transposed-A ("TN") layout Hopper's
+ * FP8 products take; D bf16, or fp32 (d_real), leading dimension m.
+ * Returns 0 when cuBLASLt has no algorithm for it. */
+int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const void *B, int b_fmt,
+		       int m, int n, int k, float alpha, int accumulate)
+{
+	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
+	const gemm_args g = {.transa = 1,
+			     .transb = 0,
+			     .m = m,
+			     .n = n,
+			     .k = k,
+			     .a_type = a_fmt == PP_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+			     .b_type = b_fmt == PP_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+			     .d_type = d_real ? CUDA_R_32F : CUDA_R_16BF,
+			     .A = A,
+			     .lda = k,
+			     .B = B,
+			     .ldb = k,
+			     .alpha = alpha,
+			     .beta = accumulate ? 1.0f : 0.0f,
+			     .D = D,
+			     .ldd = m,
+			     .bias = NULL,
+			     .aux = NULL,
+			     .optional = 1};
+	return m > 0 && n > 0 && k > 0 && lt_matmul(&g, EPI_NONE);
+}
+
 /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); all T */
 template <typename T>
 void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
@@ -297,17 +331,20 @@ void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const p
 		       .m = OC,
 		       .n = N,
 		       .k = C,
-		       .ab_type = cuda_type<T>(),
+		       .a_type = cuda_type<T>(),
+		       .b_type = cuda_type<T>(),
 		       .d_type = cuda_type<T>(),
 		       .A = w,
 		       .lda = C,
 		       .B = inp,
 		       .ldb = C,
+		       .alpha = 1,
 		       .beta = 0,
 		       .D = out,
 		       .ldd = OC,
 		       .bias = bias,
-		       .aux = NULL};
+		       .aux = NULL,
+		       .optional = 0};
 	gemm<T>(&g);
 }
 PP_CUDA_BOTH(pp_cuda_matmul_fwd);
@@ -329,17 +366,20 @@ void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const 
 		       .m = OC,
 		       .n = N,
 		       .k = C,
-		       .ab_type = cuda_type<T>(),
+		       .a_type = cuda_type<T>(),
+		       .b_type = cuda_type<T>(),
 		       .d_type = cuda_type<T>(),
 		       .A = w,
 		       .lda = C,
 		       .B = inp,
 		       .ldb = C,
+		       .alpha = 1,
 		       .beta = 0,
 		       .D = out,
 		       .ldd = OC,
 		       .bias = bias,
-		       .aux = pre};
+		       .aux = pre,
+		       .optional = 0};
 	if (C > 0 && OC % 8 == 0 && alignment(pre) >= 16 && alignment(out) >= 16 &&
 	    (!bias || alignment(bias) >= 16) && lt_matmul(&g, EPI_GELU))
 		return;
@@ -358,17 +398,20 @@ static gemm_args dinp_args(pp_act *dinp, const pp_act *dout, const pp_act *w, in
 		       .m = C,
 		       .n = N,
 		       .k = OC,
-		       .ab_type = cuda_type<T>(),
+		       .a_type = cuda_type<T>(),
+		       .b_type = cuda_type<T>(),
 		       .d_type = cuda_type<T>(),
 		       .A = w,
 		       .lda = C,
 		       .B = dout,
 		       .ldb = OC,
+		       .alpha = 1,
 		       .beta = 0,
 		       .D = dinp,
 		       .ldd = C,
 		       .bias = NULL,
-		       .aux = NULL};
+		       .aux = NULL,
+		       .optional = 0};
 	return g;
 }
 
@@ -389,17 +432,20 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 			       .m = C,
 			       .n = OC,
 			       .k = N,
-			       .ab_type = cuda_type<T>(),
+			       .a_type = cuda_type<T>(),
+			       .b_type = cuda_type<T>(),
 			       .d_type = CUDA_R_32F,
 			       .A = inp,
 			       .lda = C,
 			       .B = dout,
 			       .ldb = OC,
+			       .alpha = 1,
 			       .beta = 1,
 			       .D = dw,
 			       .ldd = C,
 			       .bias = NULL,
-			       .aux = NULL};
+			       .aux = NULL,
+			       .optional = 0};
 		gemm<T>(&g);
 	}
 	if (dbias)

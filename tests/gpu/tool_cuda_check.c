@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../kernels/fp8.h"
+#include "../../kernels/fp8mm.h"
 #include "../../kernels/ops.h"
 
 #ifndef PP_CUDA
@@ -1286,6 +1288,69 @@ static void check_fp8_cast(int n, int fmt, float scale)
 	run_check(&c);
 }
 
+/* FP8 products (kernels/fp8mm.h) of inputs cast to FP8 first (fp8_cast,
+ * bit for bit the CPU's): forward, input gradient and weight gradient
+ * (accumulated) within the table's bound of the CPU's products of the same
+ * FP8 values; on the bf16 table of an sm_89+ GPU with dimensions that are
+ * multiples of 16 they run on FP8 tensor cores (fp8_matmul), else in the
+ * compute type. f: the scales of x, w and g. */
+static void r_fp8_matmul(const pp_ops *o, void *const *p, const check *c)
+{
+	const int N = c->a[0], C = c->a[1], OC = c->a[2];
+	o->fp8_cast(P(3), P(3), (size_t)N * C, c->f[0], PP_FP8_E4M3, NULL);
+	o->fp8_cast(P(4), P(4), (size_t)OC * C, c->f[1], PP_FP8_E4M3, NULL);
+	o->fp8_cast(P(5), P(5), (size_t)N * OC, c->f[2], PP_FP8_E5M2, NULL);
+	pp_fp8_matmul_fwd(o, P(0), P(3), P(4), c->f[0], c->f[1], N, C, OC);
+	pp_fp8_matmul_dgrad(o, P(1), P(5), P(4), c->f[2], c->f[1], N, C, OC);
+	pp_fp8_matmul_wgrad(o, P(2), P(6), P(5), P(3), c->f[2], c->f[0], N, C, OC);
+}
+
+static void check_fp8_matmul(int N, int C, int OC)
+{
+	check c = {.op = "fp8_matmul",
+		   .run = r_fp8_matmul,
+		   .nt = 7,
+		   .a = {N, C, OC},
+		   .f = {448.0f, 4480.0f, 57344.0f}};
+	snprintf(c.shape, sizeof c.shape, "N=%d C=%d OC=%d", N, C, OC);
+	c.t[0] = TS("out", (size_t)N * OC, OUT, ACT, 1);
+	c.t[1] = TS("din", (size_t)N * C, OUT, ACT, 1);
+	c.t[2] = TS("dw", (size_t)OC * C, ACC, F32, 1);
+	c.t[3] = TS("x", (size_t)N * C, IN, ACT, 1);
+	c.t[4] = TS("w", (size_t)OC * C, IN, ACT, 0.1);
+	c.t[5] = TS("g", (size_t)N * OC, IN, ACT, 1);
+	c.t[6] = TS("tmp", (size_t)OC * C, IN, F32, 1); /* the CPU's scratch: not compared */
+	run_check(&c);
+}
+
+/* fp8_matmul takes an aligned product on FP8 tensor cores exactly where
+ * the GPU has them (sm_89 and later) and the table is bf16 */
+static void check_fp8_cores_on(const table_t *tb)
+{
+	const pp_ops *g = tb->ops;
+	const int N = 64, C = 64, OC = 64;
+	void *x = g->alloc((size_t)N * C * pp_act_size(g)),
+	     *w = g->alloc((size_t)OC * C * pp_act_size(g)),
+	     *out = g->alloc((size_t)N * OC * pp_act_size(g));
+	const int want = is_bf16(g) && pp_cuda_capability() >= 89;
+	const int got = g->fp8_matmul && g->fp8_matmul(PP_FP8MM_FWD, out, x, w, 1, 1, N, C, OC);
+	g->free(x);
+	g->free(w);
+	g->free(out);
+	char shape[64], why[128];
+	snprintf(shape, sizeof shape, "N=C=OC=64 on compute capability %d", pp_cuda_capability());
+	snprintf(why, sizeof why, "fp8_matmul %s, on a %s table of a GPU of capability %d",
+		 got ? "took it" : "declined", tb->name, pp_cuda_capability());
+	report("fp8_tensor_cores", tb, shape, got == want, 0, 0, 0, why);
+}
+
+static void check_fp8_cores(void)
+{
+	if (!selected("fp8_tensor_cores"))
+		return;
+	EACH_TABLE(tb) check_fp8_cores_on(tb);
+}
+
 /* sumsq returns a double: its own comparison (fp32 gradients in both tables) */
 static void check_sumsq_on(const table_t *tb, size_t n)
 {
@@ -1517,6 +1582,10 @@ int main(void)
 	check_fp8_cast(100003, 1, 80000.0f);
 	check_fp8_cast(4099, 0, 1e-2f);
 	check_fp8_cast(4099, 1, 1e-3f);
+	check_fp8_cores();
+	check_fp8_matmul(256, 320, 192);   /* multiples of 16: FP8 tensor cores on sm_89+ */
+	check_fp8_matmul(2048, 1024, 768); /* the shapes of a small model's layers */
+	check_fp8_matmul(100, 72, 40);     /* not: the products in the compute type */
 	check_dropout(64, 40, 1000, 40, 120);
 	check_sumsq(1000003);
 	check_sumsq(17);
