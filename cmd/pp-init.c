@@ -30,8 +30,8 @@ static int write_step0(pp_config *cfg, pp_err *e)
 	return rc;
 }
 
-/* Takes cluster=X, nodes=N and the sim.* keys out of the overrides (they
- * describe where the run would go and what would run it, not the run). */
+/* What cluster=X, nodes=N and the sim.* keys say: where the run would go
+ * and what would run it, not the run. */
 typedef struct {
 	const char *cluster;
 	int nodes;
@@ -39,6 +39,7 @@ typedef struct {
 	int n_kernels;
 } sim_args;
 
+/* Takes them out of the overrides. */
 static int take_sim_args(cli_args *a, sim_args *s, pp_err *e)
 {
 	int k = 0;

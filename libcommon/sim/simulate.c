@@ -418,10 +418,12 @@ int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_resu
 			b->compute, "tp", b->tp, "ep", b->ep, "pp", b->pp, "fsdp", b->fsdp,
 			"bubble", b->bubble, "dp", b->dp, "optimizer", b->optimizer, "efficiency",
 			cl->eff.source, "not_modelled", not_modelled);
-		json_object_set_new(o, "kernels",
-				    json_pack("{s:s, s:s}", "attention", attn, "embedding", emb));
-		if (!o)
+		if (!o || json_object_set_new(o, "kernels",
+					      json_pack("{s:s, s:s}", "attention", attn, "embedding",
+							emb))) {
+			json_decref(o);
 			return pp_errorf(e, PP_ERUNTIME, "simulate: cannot build the JSON report");
+		}
 		int rc = json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		json_decref(o);
 		fputc('\n', f);
