@@ -108,7 +108,8 @@ int main(int argc, char **argv)
 		 "the fastest layouts that fit nodes=N of cluster=NAME, best first", NULL, &search},
 		{"--calibrate", "PROFILE",
 		 "fit cluster=NAME's efficiencies and links to the profiles (a file or a run's "
-		 "profile/) of the configured run; print the calibrated cluster",
+		 "profile/) of the configured run, or to its per-op table (PP_CUDA_PROFILE=1); "
+		 "print the calibrated cluster",
 		 &calibrate, NULL},
 		{"--check", NULL,
 		 "check the allocation (run under srun): wiring, devices, collectives, run_dir, memory",

@@ -10,6 +10,7 @@
 
 #include "../profile/profile.h"
 #include "../schedule/schedule.h"
+#include "optable.h"
 #include "simulate.h"
 
 #define MAX_FILES 4096
@@ -79,8 +80,124 @@ static int same_run(const pp_config *c, const prof_rank *r, pp_err *e)
 	return 0;
 }
 
+/* ---- from the per-op table ------------------------------------------------------------ */
+
+/* a product's point: its FLOPs, the efficiency it ran at, its weight (its
+ * time in the table) */
+typedef struct {
+	double flops, eff, w;
+} point;
+
+/* Fits 1/eff = a + b/f (eff = gemm_max f / (f + half): a = 1/gemm_max,
+ * b = half/gemm_max) by least squares weighted by time. Returns false where
+ * the products' sizes do not tell the curve's bend apart (one size, or a
+ * fit that bends the wrong way); then gemm_max alone is fitted at the
+ * given half. */
+static bool fit_curve(const point *p, int n, double *gemm_max, double *half)
+{
+	double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+	for (int i = 0; i < n; i++) {
+		const double x = 1 / p[i].flops, y = 1 / p[i].eff, w = p[i].w;
+		sw += w;
+		sx += w * x;
+		sy += w * y;
+		sxx += w * x * x;
+		sxy += w * x * y;
+	}
+	const double var = sxx * sw - sx * sx;
+	if (var > 1e-12 * sxx * sw) {
+		const double b = (sxy * sw - sx * sy) / var, a = (sy - b * sx) / sw;
+		if (a > 0 && b >= 0) {
+			*gemm_max = 1 / a;
+			*half = b / a;
+			return true;
+		}
+	}
+	double inv = 0; /* 1/gemm_max = (1/eff) f / (f + half), time-weighted */
+	for (int i = 0; i < n; i++)
+		inv += p[i].w / p[i].eff * p[i].flops / (p[i].flops + *half);
+	*gemm_max = sw / inv;
+	return false;
+}
+
+/* sim_calibrate from a per-op table (calibrate.h) */
+static int calibrate_optable(const pp_config *c, sim_cluster *cl, const char *path, FILE *report,
+			     pp_err *e)
+{
+	sim_optable t;
+	int rc = sim_optable_read(path, &t, e);
+	if (rc)
+		return rc;
+	sim_efficiency *x = &cl->eff;
+	const double peak = 1e12 * (c->dtype == PP_TYPE_BF16 ? cl->bf16_tflops : cl->fp32_tflops),
+		     fp8_peak = 1e12 * (cl->fp8_tflops > 0 ? cl->fp8_tflops : cl->bf16_tflops),
+		     launch = 1e-6 * x->launch_us;
+	point *pts = calloc((size_t)t.n + 1, sizeof *pts);
+	int n = 0;
+	double gemm_ms = 0, attn_ms = 0;
+	long attn_calls = 0;
+	for (int i = 0; pts && i < t.n; i++) {
+		const sim_op *o = &t.ops[i];
+		if (o->product) {
+			const double fl = 2.0 * o->m * o->n * o->k,
+				     s = 1e-6 * o->us_per_call - launch;
+			gemm_ms += o->ms;
+			if (s > 0 && o->calls > 0 && o->ms > 0)
+				pts[n++] = (point){fl, fl / (s * (o->fp8 ? fp8_peak : peak)),
+						   o->ms};
+		} else if (o->attention_fwd) {
+			attn_ms += o->ms;
+			attn_calls += o->calls;
+		}
+	}
+	if (!pts)
+		rc = pp_errorf(e, PP_ERUNTIME, "out of memory");
+	else if (!n)
+		rc = pp_errorf(e, PP_EUSAGE,
+			       "--calibrate %s: no timed matrix product in its per-op table "
+			       "(pp-train under PP_CUDA_PROFILE=1 writes one at exit)",
+			       path);
+	if (!rc) {
+		const double old_max = x->gemm_max, old_half = x->gemm_half_flops;
+		const bool bent = fit_curve(pts, n, &x->gemm_max, &x->gemm_half_flops);
+		if (report)
+			fprintf(report,
+				"products: %d shapes, %.1f%% of the table's %.3f ms: efficiency %.3f "
+				"f / (f + %.3g)%s (was %.3f f / (f + %.3g))\n",
+				n, t.total_ms > 0 ? 100 * gemm_ms / t.total_ms : 0, t.total_ms,
+				x->gemm_max, x->gemm_half_flops,
+				bent ? "" : ", the bend kept: one size of product", old_max,
+				old_half);
+	}
+	layout_tp tp;
+	if (!rc && attn_calls > 0 && !(rc = layout_tp_share(&c->model, c->tp, 0, &tp, e))) {
+		const double per_call = 1e-3 * attn_ms / (double)attn_calls - launch;
+		const double T = c->seq_len, fl = sim_attention_flops(c, &tp), old = x->attn_max;
+		if (per_call > 0) {
+			x->attn_max = fl / (per_call * peak) * (T + x->attn_half_seq) / T;
+			if (report)
+				fprintf(report,
+					"attention forward: %ld calls, %.3f ms each at seq %d: attn_max "
+					"%.3f (was %.3f)\n",
+					attn_calls, 1e3 * (per_call + launch), c->seq_len,
+					x->attn_max, old);
+		}
+	}
+	if (!rc)
+		snprintf(x->source, sizeof x->source,
+			 "pp-init --calibrate of %.200s (per-op table)", path);
+	free(pts);
+	sim_optable_free(&t);
+	return rc;
+}
+
+/* ---- from the profile files ----------------------------------------------------------- */
+
 int sim_calibrate(const pp_config *c, sim_cluster *cl, const char *path, FILE *report, pp_err *e)
 {
+	struct stat st;
+	if (!stat(path, &st) && S_ISREG(st.st_mode) && sim_is_optable(path))
+		return calibrate_optable(c, cl, path, report, e);
 	char **files = NULL;
 	int nf = 0, rc = list_files(path, &files, &nf, e);
 	const int S = c->pp * (c->virtual_stages > 0 ? c->virtual_stages : 1);

@@ -68,6 +68,15 @@ static double collective(const sim_link *l, int kind, int n, double bytes)
 
 /* ---- one chunk's passes for one microbatch ------------------------------------------- */
 
+double sim_attention_flops(const pp_config *c, const layout_tp *t)
+{
+	const pp_model_cfg *m = &c->model;
+	const double B = c->microbatch, T = c->seq_len, D = m->head_dim;
+	const double window = m->sliding_window > 0 && m->sliding_window < T ? m->sliding_window
+									     : T;
+	return 4 * B * T * window * t->n_heads * D * (window < T ? 1.0 : 0.5);
+}
+
 typedef struct {
 	double fwd, bwd, bwd_w;    /* compute, communication inside them included */
 	double comp_fwd, comp_bwd; /* their kernels alone */
@@ -94,8 +103,6 @@ static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, b
 		g_fwd += gemm(k, prod[i], fp8);
 	if (moe)
 		g_fwd += gemm(k, 2 * n * C * E, false); /* the router */
-	const double window = m->sliding_window > 0 && m->sliding_window < T ? m->sliding_window
-									     : T;
 	double a_fwd, a_bwd;
 	if (k->cl->kernels.attention_materialized) {
 		/* two batched products over every score (masked ones included),
@@ -109,8 +116,7 @@ static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, b
 		a_fwd = 2 * prod + streamed(k, 6 * S * A, 3);
 		a_bwd = 4 * prod + streamed(k, 9 * S * A, 3);
 	} else {
-		const double a_flops = 4 * B * T * window * Hq * D * (window < T ? 1.0 : 0.5);
-		a_fwd = attention(k, a_flops, T);
+		a_fwd = attention(k, sim_attention_flops(c, t), T);
 		/* the fused backward recomputes the scores: 2.5x the forward */
 		a_bwd = 2.5 * (a_fwd - 1e-6 * k->cl->eff.launch_us) + 1e-6 * k->cl->eff.launch_us;
 	}
@@ -418,9 +424,9 @@ int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_resu
 			b->compute, "tp", b->tp, "ep", b->ep, "pp", b->pp, "fsdp", b->fsdp,
 			"bubble", b->bubble, "dp", b->dp, "optimizer", b->optimizer, "efficiency",
 			cl->eff.source, "not_modelled", not_modelled);
-		if (!o || json_object_set_new(o, "kernels",
-					      json_pack("{s:s, s:s}", "attention", attn, "embedding",
-							emb))) {
+		if (!o || json_object_set_new(
+				  o, "kernels",
+				  json_pack("{s:s, s:s}", "attention", attn, "embedding", emb))) {
 			json_decref(o);
 			return pp_errorf(e, PP_ERUNTIME, "simulate: cannot build the JSON report");
 		}

@@ -41,6 +41,7 @@
 #include <stdio.h>
 
 #include "../config/config.h"
+#include "../config/layout.h"
 #include "cluster.h"
 
 /* seconds per step of each kind, on the pipeline rank that finishes last
@@ -85,6 +86,11 @@ int sim_pass_compute(const pp_config *c, const sim_cluster *cl, double *fwd, dou
 /* The report of pp-init --simulate: text, or one JSON object. */
 int sim_print(FILE *f, const pp_config *c, const sim_cluster *cl, const sim_result *r, bool json,
 	      pp_err *e);
+
+/* One layer's causal attention forward for one microbatch on a tp rank of
+ * share t (config/layout.h): its FLOPs, as pp's kernels skip the masked
+ * scores (a sliding window's too). */
+double sim_attention_flops(const pp_config *c, const layout_tp *t);
 
 /* The key=value line of c's layout, as pp-train takes it. */
 void sim_layout_line(const pp_config *c, char *buf, size_t n);

@@ -12,6 +12,9 @@
 #     Praxis's lookup as a product), and pp's own prediction is printed
 #     beside (docs/PERFORMANCE.md explains each gap);
 #   - the calibration reproduces pp's own H100 measurements it was fitted to;
+#   - --calibrate from a per-op table (PP_CUDA_PROFILE=1's, in its format)
+#     whose products ran at a known efficiency curve and whose attention at
+#     a known efficiency: the fit finds the curve and attn_max (1%);
 #   - the breakdown adds up to the step; the bubble follows the schedule;
 #   - search: llama2-70b on 8 DGX H100 nodes in under 10 s, every layout it
 #     lists fits by pp-init --plan, and the best's line given to --simulate
@@ -59,6 +62,50 @@ llama1b_2048|0.472|model=llama-1b seq_len=2048 global_batch=8 microbatch=8 dtype
 llama1b_4096|0.450|model=llama-1b model.max_seq_len=4096 seq_len=4096 global_batch=4 microbatch=4 dtype=bf16 device=cuda
 a3mega_12_layers|0.535|--cfg $PP_ROOT/configs/llama2-7b-a3mega.json dp=1 fsdp=1 global_batch=4 model.n_layers=12
 EOF
+
+# --- calibration from a per-op table -----------------------------------------------------------
+# llama-1b's products at 4 x 2048 tokens, each at 0.6 f / (f + 3e9) of the H100's bf16 peak
+# (989.4 TFLOP/s) plus the 4 us launch the model counts, some in FP8 at its peak (1978.9);
+# attention forward at 0.2 of the peak (attn_max 0.3 at seq 2048, half 1024), written as
+# kernels/cuda/profile.cu writes its table
+one="model=llama-1b seq_len=2048 global_batch=4 microbatch=4 dtype=bf16 device=cuda"
+python3 - $T/optable.txt <<'PY'
+import sys
+rows, lines = [], []
+C, F, QKV, V, N = 2048, 5632, 2048 + 2 * 4 * 64, 32000, 4 * 2048
+def t(fl, peak):
+    return fl / (peak * 0.6 * fl / (fl + 3e9)) + 4e-6
+for name, m, n, k in [("TN", QKV, N, C), ("TN", C, N, C), ("TN", 2 * F, N, C), ("TN", C, N, F),
+                      ("NN", C, N, QKV), ("NT", C, QKV, N), ("TN", V, N, C), ("TN", 64, 64, 64)]:
+    fl = 2.0 * m * n * k
+    rows.append((f"cublasLtMatmul {name} m={m} n={n} k={k}", t(fl, 989.4e12), 44))
+rows.append((f"cublasLtMatmul TN m={C} n={N} k={C} fp8", t(2.0 * C * N * C, 1978.9e12), 44))
+attn = 4 * 4 * 2048 * 2048 * 32 * 64 * 0.5
+rows.append(("cuDNN attention forward", attn / (989.4e12 * 0.2) + 4e-6, 44))
+rows.append(("rmsnorm_fwd_kernel<__nv_bfloat16>", 30e-6, 88))
+total = sum(s * c * 1e3 for _, s, c in rows)
+with open(sys.argv[1], "w") as f:
+    f.write("pp-train: step 3 ...\n")
+    f.write(f"pp: cuda profile (PP_CUDA_PROFILE=1): {total:.3f} ms of the compute stream over "
+            f"{sum(c for _, _, c in rows)} ops, each charged the time since the op before it\n")
+    f.write(f"{'ms':>12} {'%':>6} {'calls':>9} {'us/call':>11}  op\n")
+    for op, s, c in sorted(rows, key=lambda r: -r[1] * r[2]):
+        f.write(f"{s * c * 1e3:12.3f} {100 * s * c * 1e3 / total:5.1f}% {c:9d} {s * 1e6:11.2f}  {op}\n")
+    f.write("pp-train: done\n")
+PY
+if pp-init --calibrate $T/optable.txt $one cluster=dgx-h100 >$T/opcal.json 2>$T/opcal.log; then
+	sed 's/^/  /' $T/opcal.log
+	check simulate/calibrate_optable_gemm eval 'jq -e ".efficiency | (.gemm_max / 0.6 - 1 | fabs) < 0.01 and (.gemm_half_flops / 3e9 - 1 | fabs) < 0.01 and (.source | endswith(\"(per-op table)\"))" $T/opcal.json >/dev/null'
+	check simulate/calibrate_optable_attention eval 'jq -e ".efficiency | (.attn_max / 0.3 - 1 | fabs) < 0.01" $T/opcal.json >/dev/null'
+else
+	fail simulate/calibrate_optable "$(tail -n 1 $T/opcal.log)"
+fi
+printf 'pp: cuda profile (PP_CUDA_PROFILE=1): 1 ms\n%12s\n%12.3f %5.1f%% %9d %11.2f  %s\n' ms 1 100 1 1000 "rmsnorm_fwd_kernel" >$T/noprod.txt
+printf 'pp: cuda profile (PP_CUDA_PROFILE=1): 1 ms\n%12s\n%12.3f %5.1f%% %9d %11.2f  %s\n' ms 1 100 1 1000 "cublasLtMatmul TN m=64 k=64" >$T/noshape.txt
+expect_fail simulate/calibrate_optable_no_shape 2 "noshape.txt:3: a product row without m=, n= and k=: cublasLtMatmul TN m=64 k=64" \
+	pp-init --calibrate $T/noshape.txt $one cluster=dgx-h100
+expect_fail simulate/calibrate_optable_no_products 2 "no timed matrix product in its per-op table" \
+	pp-init --calibrate $T/noprod.txt $one cluster=dgx-h100
 
 # --- the breakdown and the pipeline ------------------------------------------------------------
 pipe="model=llama2-7b seq_len=2048 global_batch=64 microbatch=1 dtype=bf16 device=cuda cluster=dgx-h100 nodes=1"

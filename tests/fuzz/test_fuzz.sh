@@ -21,6 +21,8 @@
 #                      HellaSwag, ARC, PIQA, BoolQ, Winogrande and Lambada
 #   fuzz_profile       pp-train's per-rank profiles (prof_read), merged, analysed and
 #                      written as a trace
+#   fuzz_optable       the CUDA backend's per-op table as pp-init --calibrate reads it
+#                      (sim_optable_read)
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
 # each (default 15), the others PP_FUZZ_PARSER_SECONDS (default
@@ -48,7 +50,7 @@ root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
 secs=${PP_FUZZ_SECONDS:-15}
 psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-6}}
-targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_jsonl fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile}
+targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_jsonl fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile fuzz_optable}
 out=$root/build/fuzz
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
 for v in "$secs" "$psecs"; do
@@ -76,6 +78,7 @@ declare -A src=(
 	[fuzz_jsonl]="data/jsonl base/zfile tok/chat $tok_src"
 	[fuzz_requests]="decode/request tok/chat decode/sample base/rng $tok_src"
 	[fuzz_tasks]="eval/task eval/formats eval/item config/types base/fsutil base/error"
+	[fuzz_optable]="sim/optable base/error"
 	[fuzz_profile]="profile/file profile/merge profile/analyze profile/trace schedule/kinds schedule/build schedule/simulate base/fsutil base/h5util base/log base/error"
 )
 # each library source once (in parallel), then each target
@@ -496,6 +499,31 @@ if want fuzz_profile; then
 	else
 		skip fuzz/fuzz_profile "no seed profile: pp-train failed (make?): $(tail -n 1 "$T/prof.log")"
 	fi
+fi
+
+# fuzz_optable: a per-op table as kernels/cuda/profile.cu writes it, inside
+# a log, with products of each kind, attention, and a row without a shape;
+# a dictionary of the op names and the header.
+if want fuzz_optable; then
+	s=$T/seeds-optable
+	mkdir -p "$s"
+	{
+		echo "pp-train: step 3 | loss 6.1"
+		echo "pp: cuda profile (PP_CUDA_PROFILE=1): 120.500 ms of the compute stream over 90 ops, each charged the time since the op before it"
+		printf '%12s %6s %9s %11s  %s\n' ms % calls us/call op
+		printf '%12.3f %5.1f%% %9d %11.2f  %s\n' 60.1 49.9 44 1365.9 "cublasLtMatmul TN m=2560 n=8192 k=2048" \
+			30.2 25.1 22 1372.7 "cublasLtMatmul NT m=2048 n=2560 k=8192 fp32 out" \
+			10.0 8.3 22 454.5 "cublasLtMatmul TN m=2048 n=8192 k=2048 fp8" \
+			12.0 10.0 22 545.5 "cuDNN attention forward" 5.2 4.3 44 118.2 "attention_fwd_kernel" \
+			3.0 2.5 88 34.1 "rmsnorm_fwd_kernel<__nv_bfloat16>"
+		echo "pp-train: done"
+	} >"$s/table"
+	printf 'pp: cuda profile\nms\n%12.3f %5.1f%% %9d %11.2f  %s\n' 1 1 1 1 "cublasLtMatmul TN k=3" >"$s/noshape"
+	for w in "pp: cuda profile" cublasLtMatmul " m=" " n=" " k=" " fp8" " fp32 out" "cuDNN attention forward" \
+		attention_fwd_kernel "%" 1e308 -1 nan inf; do
+		echo "\"$w\""
+	done >"$T/optable.dict"
+	run fuzz_optable 4096 "$psecs" "$s" -dict="$T/optable.dict"
 fi
 
 # fuzz_data_headers: Megatron indexes (every integer dtype, documents of
