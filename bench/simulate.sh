@@ -6,7 +6,10 @@
 # measured: llama-1b at seq 4096 (4 sequences) and the A3 Mega recipe on one
 # GPU (bench/a3mega.sh's run: llama2-7b shapes, as many layers as fit, 4 x
 # 4096, minimal_flash). Prints each prediction against its measurement
-# (mean step after the warm-up); the goal is within 15%.
+# (mean step after the warm-up); the goal is within 15%. On a GPU the
+# calibration run is repeated under PP_CUDA_PROFILE=1 and the cluster also
+# calibrated from its per-op table; those predictions' ratios are the last
+# column.
 #
 #   bench/simulate.sh [--warmup 2] [--steps 5] [--mem-fraction 0.85] [--budget 0]
 #                     [--json FILE] [--smoke]
@@ -21,7 +24,7 @@ set -euo pipefail
 bench_init simulate
 
 warmup=2 steps=5 mem_fraction=0.85 budget=0 json= smoke=0
-usage() { sed -n '2,18s/^# \{0,1\}//p' "$bench_self"; }
+usage() { sed -n '2,21s/^# \{0,1\}//p' "$bench_self"; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--warmup) warmup=$2; shift 2 ;;
@@ -78,6 +81,18 @@ bench_pp_train cal "$warmup" "$(left)" "${cal[@]}" "${common[@]}" profile_steps=
 	>"$bench_tmp/calibrated.json" 2>"$bench_tmp/calibrate.log" ||
 	die "pp-init --calibrate failed: $(tail -n 1 "$bench_tmp/calibrate.log")"
 sed 's/^/  /' "$bench_tmp/calibrate.log" >&2
+# on a GPU, the same run under PP_CUDA_PROFILE=1: a calibration from its per-op table too
+ops=
+if [ "$smoke" = 0 ]; then
+	if PP_CUDA_PROFILE=1 bench_pp_train calops "$warmup" "$(left)" "${cal[@]}" "${common[@]}" &&
+		"$pp_init" --calibrate "$bench_tmp/calops.pp.log" "${cal[@]}" cluster="$cluster" \
+			>"$bench_tmp/calibrated-ops.json" 2>"$bench_tmp/calibrate-ops.log"; then
+		sed 's/^/  /' "$bench_tmp/calibrate-ops.log" >&2
+		ops=$bench_tmp/calibrated-ops.json
+	else
+		say "no calibration from the per-op table: $(cat "$bench_tmp/calops.pp.err" 2>/dev/null || tail -n 1 "$bench_tmp/calibrate-ops.log")"
+	fi
+fi
 
 rows=()
 for tag in cal long a3mega; do
@@ -93,15 +108,17 @@ for tag in cal long a3mega; do
 	"$pp_init" --simulate --json "${keys[@]}" data=synthetic cluster="$bench_tmp/calibrated.json" nodes=1 \
 		>"$bench_tmp/$tag.sim.json" 2>"$bench_tmp/$tag.sim.log" ||
 		die "pp-init --simulate of the $tag run failed: $(tail -n 1 "$bench_tmp/$tag.sim.log")"
+	[ -z "$ops" ] || "$pp_init" --simulate --json "${keys[@]}" data=synthetic cluster="$ops" nodes=1 \
+		>"$bench_tmp/$tag.simops.json" 2>/dev/null || rm -f "$bench_tmp/$tag.simops.json"
 	rows+=("$tag=${keys[*]}")
 done
 
 echo "# pp-init --simulate, calibrated on the first run's profile, against pp-train on $where; $steps steps after $warmup warm-up; commit $(bench_commit)"
 python3 - "$bench_tmp" "$json" "${rows[@]}" <<'EOF'
-import json, sys
+import json, os, sys
 tmp, path, rows = sys.argv[1], sys.argv[2], sys.argv[3:]
 out = []
-print(f"{'run':<34} {'predicted s':>12} {'measured s':>12} {'ratio':>7}")
+print(f"{'run':<34} {'predicted s':>12} {'measured s':>12} {'ratio':>7} {'per-op table':>13}")
 for row in rows:
     tag, keys = row.split("=", 1)
     sim = json.load(open(f"{tmp}/{tag}.sim.json"))
@@ -112,9 +129,13 @@ for row in rows:
     m = cfg["model"]
     name = (f"{m['preset']} seq {cfg['seq_len']}" if tag != "a3mega" else
             f"A3 Mega recipe, {m['n_layers']} layers") + (" (calibration)" if tag == "cal" else "")
-    print(f"{name:<34} {sim['step_s']:>12.4f} {measured:>12.4f} {ratio:>7.3f}")
+    ops = f"{tmp}/{tag}.simops.json"
+    ops_ratio = json.load(open(ops))["step_s"] / measured if os.path.exists(ops) else None
+    print(f"{name:<34} {sim['step_s']:>12.4f} {measured:>12.4f} {ratio:>7.3f} "
+          f"{'-' if ops_ratio is None else f'{ops_ratio:.3f}':>13}")
     out.append({"run": tag, "keys": keys, "predicted_s": sim["step_s"], "measured_s": measured,
-                "ratio": ratio, "within_15pct": abs(ratio - 1) <= 0.15})
+                "ratio": ratio, "within_15pct": abs(ratio - 1) <= 0.15,
+                "ratio_optable": ops_ratio})
 if path:
     json.dump({"bench": "simulate", "rows": out}, open(path, "w"), indent=1)
 EOF
