@@ -138,6 +138,14 @@ static void fp8_pack(uint8_t *dst, const pp_act *src, int rows, int cols, int fm
 
 static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* an operand of the product: src (rows,cols) of format fmt, packed
+ * transposed or not */
+typedef struct {
+	const pp_act *src;
+	int rows, cols, fmt;
+	bool transpose;
+} operand;
+
 /* ops->fp8_matmul (ops.h) with cuBLASLt's FP8 products, which take A
  * transposed and B not (column-major), K-contiguous both:
  *   FWD    out^T (OC,N)  = w (C,OC)^T x^T (C,N): x and w as they are;
@@ -154,32 +162,25 @@ int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, f
 		       int N, int C, int OC)
 {
 	if (!pp_is_bf16<T>::value || !pp_cuda.fp8_gemm || pp_cuda.capability < 89 || N % 16 ||
-	    C % 16 || OC % 16 || N <= 0 || C <= 0 || OC <= 0)
+	    C % 16 || OC % 16 || N <= 0 || C <= 0 || OC <= 0 || which < PP_FP8MM_FWD ||
+	    which > PP_FP8MM_WGRAD)
 		return 0;
-	const float alpha = (1.0f / sa) * (1.0f / sb);
-	const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ng = (size_t)N * OC;
-	uint8_t *s;
-	switch (which) {
-	case PP_FP8MM_FWD: /* a = x (N,C), b = w (OC,C) */
-		s = (uint8_t *)pp_cuda_scratch(round256(nw) + nx);
-		fp8_pack<T>(s, b, OC, C, PP_FP8_E4M3, false);
-		fp8_pack<T>(s + round256(nw), a, N, C, PP_FP8_E4M3, false);
-		return pp_cuda_matmul_fp8(out, 0, s, PP_FP8_E4M3, s + round256(nw), PP_FP8_E4M3, OC,
-					  N, C, alpha, 0);
-	case PP_FP8MM_DGRAD: /* a = g (N,OC), b = w (OC,C) */
-		s = (uint8_t *)pp_cuda_scratch(round256(nw) + ng);
-		fp8_pack<T>(s, b, OC, C, PP_FP8_E4M3, true);
-		fp8_pack<T>(s + round256(nw), a, N, OC, PP_FP8_E5M2, false);
-		return pp_cuda_matmul_fp8(out, 0, s, PP_FP8_E4M3, s + round256(nw), PP_FP8_E5M2, C,
-					  N, OC, alpha, 0);
-	case PP_FP8MM_WGRAD: /* a = g (N,OC), b = x (N,C) */
-		s = (uint8_t *)pp_cuda_scratch(round256(nx) + ng);
-		fp8_pack<T>(s, b, N, C, PP_FP8_E4M3, true);
-		fp8_pack<T>(s + round256(nx), a, N, OC, PP_FP8_E5M2, true);
-		return pp_cuda_matmul_fp8(out, 1, s, PP_FP8_E4M3, s + round256(nx), PP_FP8_E5M2, C,
-					  OC, N, alpha, 1);
-	default:
-		return 0;
-	}
+	const int E4M3 = PP_FP8_E4M3, E5M2 = PP_FP8_E5M2;
+	/* A, B and D's m, n, k per product: a is x (FWD) or g, b is w or x (WGRAD) */
+	const struct {
+		operand A, B;
+		int m, n, k, wgrad;
+	} p[] = {
+		[PP_FP8MM_FWD] = {{b, OC, C, E4M3, false}, {a, N, C, E4M3, false}, OC, N, C, 0},
+		[PP_FP8MM_DGRAD] = {{b, OC, C, E4M3, true}, {a, N, OC, E5M2, false}, C, N, OC, 0},
+		[PP_FP8MM_WGRAD] = {{b, N, C, E4M3, true}, {a, N, OC, E5M2, true}, C, OC, N, 1},
+	};
+	const auto &q = p[which];
+	const size_t na = round256((size_t)q.A.rows * q.A.cols);
+	uint8_t *s = (uint8_t *)pp_cuda_scratch(na + (size_t)q.B.rows * q.B.cols);
+	fp8_pack<T>(s, q.A.src, q.A.rows, q.A.cols, q.A.fmt, q.A.transpose);
+	fp8_pack<T>(s + na, q.B.src, q.B.rows, q.B.cols, q.B.fmt, q.B.transpose);
+	return pp_cuda_matmul_fp8(out, q.wgrad, s, q.A.fmt, s + na, q.B.fmt, q.m, q.n, q.k,
+				  (1.0f / sa) * (1.0f / sb), q.wgrad);
 }
 PP_CUDA_BOTH(pp_cuda_fp8_matmul);
