@@ -11,6 +11,8 @@
 #     names the recipe;
 #   - resume is bitwise (the histories are in the checkpoint); pp-ckpt
 #     convert carries them to another layout and back unchanged;
+#   - microbatch size: delayed scaling at 2 sequences a microbatch gives 1's
+#     losses (1e-5); current scaling's scales are a microbatch's, and differ;
 #   - layouts: pp=2 x dp=2 and tp=2 give one process's losses (1e-5), the
 #     amax reductions included (current scaling under tp over 2 steps: see
 #     below);
@@ -111,6 +113,15 @@ for r in delayed current; do
 		fi
 	done
 done
+
+# microbatch size: delayed scaling's scales are the step's, so 2 sequences a
+# microbatch give 1's losses; current scaling's are a microbatch's, so they
+# differ (measured: 4e-5 at the first step), as in Transformer Engine
+pp-train $small steps=8 microbatch=2 fp8.recipe=delayed run_dir=$T/mb2_delayed --quiet 2>/dev/null
+echo "  delayed, microbatch 2 against 1: largest relative difference of the losses $(loss_diff $T/one_delayed $T/mb2_delayed)"
+check fp8/delayed_microbatch_2_same_losses eval 'within "$(loss_diff $T/one_delayed $T/mb2_delayed)" 1e-5'
+pp-train $small steps=2 microbatch=2 fp8.recipe=current run_dir=$T/mb2_current --quiet 2>/dev/null
+check fp8/current_scales_per_microbatch eval 'd=$(loss_diff $T/one_current_2 $T/mb2_current) && ! within "$d" 1e-6'
 
 # refused
 expect_fail fp8/gpu_needs_bf16 2 "fp8.recipe=delayed on a GPU needs dtype=bf16" \
