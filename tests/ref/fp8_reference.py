@@ -26,8 +26,9 @@ float64.
 
 Checks, each a PASS:/FAIL: line:
   plain/loss, plain/grads   the float64 model is pp's model
-  fp8/applied               FP8 moves pp's gradients (against PLAIN.h5) by
-                            at least 1e-3 relative: the dump is FP8's
+  fp8/applied               FP8 moves pp's gradients (against the float64
+                            model without FP8) by at least 1e-3 relative:
+                            the dump is FP8's
   fp8/loss                  pp's FP8 loss within 1e-5 of the reference's
   fp8/grads/NAME            every gradient of pp's FP8 model within 1e-3 of
                             the reference's FP8 gradient, and (fp8/grads)
