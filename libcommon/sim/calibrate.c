@@ -160,7 +160,12 @@ static int calibrate_optable(const pp_config *c, sim_cluster *cl, const char *pa
 	if (!rc) {
 		const double old_max = x->gemm_max, old_half = x->gemm_half_flops;
 		const bool bent = fit_curve(pts, n, &x->gemm_max, &x->gemm_half_flops);
-		if (report)
+		if (!(isfinite(x->gemm_max) && x->gemm_max > 0 && isfinite(x->gemm_half_flops)))
+			rc = pp_errorf(e, PP_EUSAGE,
+				       "--calibrate %s: its products' times give no efficiency "
+				       "(fitted %g f / (f + %g))",
+				       path, x->gemm_max, x->gemm_half_flops);
+		else if (report)
 			fprintf(report,
 				"products: %d shapes, %.1f%% of the table's %.3f ms: efficiency %.3f "
 				"f / (f + %.3g)%s (was %.3f f / (f + %.3g))\n",
@@ -173,8 +178,9 @@ static int calibrate_optable(const pp_config *c, sim_cluster *cl, const char *pa
 	if (!rc && attn_calls > 0 && !(rc = layout_tp_share(&c->model, c->tp, 0, &tp, e))) {
 		const double per_call = 1e-3 * attn_ms / (double)attn_calls - launch;
 		const double T = c->seq_len, fl = sim_attention_flops(c, &tp), old = x->attn_max;
-		if (per_call > 0) {
-			x->attn_max = fl / (per_call * peak) * (T + x->attn_half_seq) / T;
+		const double fitted = fl / (per_call * peak) * (T + x->attn_half_seq) / T;
+		if (per_call > 0 && isfinite(fitted) && fitted > 0) {
+			x->attn_max = fitted;
 			if (report)
 				fprintf(report,
 					"attention forward: %ld calls, %.3f ms each at seq %d: attn_max "
