@@ -38,7 +38,7 @@ done
 bench_ints warmup steps budget
 [ "$smoke" = 0 ] || warmup=1 steps=1
 total=$((warmup + steps))
-recipe=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4 data=synthetic
+recipe=("${bench_a3mega[@]}" data=synthetic
 	steps="$total" save_on_completion=false eval_interval=0 checkpoint_period=0 log_period=1)
 if [ "$smoke" = 1 ]; then
 	recipe+=(device=cpu dtype=fp32 model=llama-tiny seq_len=64)

@@ -40,7 +40,7 @@ common=(data=synthetic steps="$total" save_on_completion=false eval_interval=0 c
 if [ "$smoke" = 1 ]; then
 	models=("tiny" "model=llama-tiny device=cpu dtype=fp32 seq_len=64 global_batch=4 microbatch=4")
 else
-	seven=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4)
+	seven=("${bench_a3mega[@]}")
 	# the most layers whose FP8 plan fits
 	layers=$(bench_fit_layers "$mem_fraction" "${seven[@]}" "${common[@]}" fp8.recipe=delayed) || exit 1
 	models=("llama-1b" "model=llama-1b device=cuda dtype=bf16 seq_len=2048 global_batch=8 microbatch=4"

@@ -5,7 +5,9 @@
 
 # bench_init NAME: cd to the repository root; $root, $bench_self (the
 # calling script's path), $bench_cwd (the caller's directory), $bench_tmp (removed on exit unless
-# PP_BENCH_KEEP=1), PP_CONFIG_DIR
+# PP_BENCH_KEEP=1), PP_CONFIG_DIR; bench_a3mega, the keys of MaxText's A3
+# Mega recipe (configs/llama2-7b-a3mega.json) on one GPU: fsdp 1, dp 1, the
+# same 4 x 4096 tokens per GPU (its layers: bench_fit_layers)
 bench_init() {
 	bench_name=$1
 	bench_self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -13,6 +15,7 @@ bench_init() {
 	cd "$(dirname "${BASH_SOURCE[0]}")/.."
 	root=$PWD
 	export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
+	bench_a3mega=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4)
 	bench_tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-bench-$bench_name.XXXXXX")
 	if [ "${PP_BENCH_KEEP:-0}" = 1 ]; then
 		echo "$bench_name: keeping $bench_tmp" >&2

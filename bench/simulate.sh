@@ -43,7 +43,7 @@ total=$((warmup + steps)) start=$SECONDS
 pp_init=$(bench_tool pp-init)
 common=(data=synthetic steps="$total" save_on_completion=false eval_interval=0 checkpoint_period=0
 	log_period=1)
-a3mega=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4)
+a3mega=("${bench_a3mega[@]}")
 if [ "$smoke" = 1 ]; then
 	dev=(device=cpu dtype=fp32 model=llama-tiny)
 	cal=("${dev[@]}" seq_len=64 global_batch=8 microbatch=8)

@@ -3,7 +3,7 @@
 # each fit in one 10-minute command, and collects every log and result in
 # one directory.
 #
-#   scripts/gpu-check.sh [--smoke] [build|test|bench|decode]... [OUTDIR]
+#   scripts/gpu-check.sh [--smoke] [build|test|bench|a3mega|decode|fp8|sim]... [OUTDIR]
 #
 # Stages (default: build and test; each named stage runs build first):
 #   build   make -j$(nproc) tests (incremental; every other stage runs it
@@ -41,8 +41,9 @@
 #
 # OUTDIR (default build/gpu-check) receives per stage STAGE.log (its
 # standard error: progress, logs) and its results (standard output):
-# build.txt + versions.txt, test-gpu.txt, bench-gpu.txt + bench-gpu.json,
-# bench-decode.txt + bench-decode.json. The terminal gets the results, the
+# build.txt + versions.txt, test-gpu.txt, and bench-STAGE.txt +
+# bench-STAGE.json for the others (bench-gpu, bench-a3mega, bench-decode,
+# bench-fp8, bench-simulate). The terminal gets the results, the
 # end of a failed stage's log and the summary. With no OUTDIR and $OUT set
 # (a folder collected after the run, for a few files only), OUTDIR is a
 # scratch directory and $OUT gets two files, rewritten after every stage:
