@@ -31,6 +31,17 @@ static inline PP_HOST_DEVICE float pp_fp8_overflow(int fmt)
 	return fmt == PP_FP8_E4M3 ? 464.0f : 61440.0f;
 }
 
+/* The scale that takes amax to fmt's largest value, divided by div
+ * (2^margin): keep where amax is not a positive finite number or the scale
+ * would not be finite. */
+static inline PP_HOST_DEVICE float pp_fp8_scale(float amax, int fmt, float div, float keep)
+{
+	if (!(amax > 0) || !isfinite(amax))
+		return keep;
+	const float sf = pp_fp8_max(fmt) / amax / div;
+	return isfinite(sf) ? sf : keep;
+}
+
 /* x to the nearest value of fmt: 3 (E4M3) or 2 (E5M2) mantissa bits, the
  * smallest normal exponent -6 or -14, below which the spacing stays that
  * of the smallest normals (subnormals). */

@@ -261,24 +261,33 @@ typedef struct pp_ops {
 	/* out (N,C) = in with d's elements dropped, the others times d->scale
 	 * (out may alias in) */
 	void (*dropout)(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
-	/* FP8 (fmt PP_FP8_*, kernels/fp8.h): out (n) = the FP8 value nearest
-	 * in * scale, in the compute type; tally (NULL: none) takes this
-	 * tensor's amax and counts (max and sums). out may alias in. */
-	void (*fp8_cast)(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+	/* FP8 (fmt PP_FP8_*, kernels/fp8.h). A scale is a pair of floats in
+	 * the backend's memory, s and 1/s, so that casting with a scale just
+	 * computed waits for no host read. */
+	/* out (n) = the FP8 value nearest in * scale[0], in the compute type;
+	 * tally (NULL: none) takes this tensor's amax and counts (max and
+	 * sums). out may alias in. */
+	void (*fp8_cast)(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 			 pp_fp8_tally *tally);
-	/* max |x| over n (NaN ignored), to the host */
-	float (*absmax)(const pp_act *x, size_t n);
+	/* amax (one float, backend memory) = max |x| over n (NaN ignored) */
+	void (*absmax)(float *amax, const pp_act *x, size_t n);
+	/* scale (a pair, backend memory) = pp_fp8_scale(*amax, fmt, div, 1)
+	 * and its inverse */
+	void (*fp8_scale)(float *scale, const float *amax, int fmt, float div);
+	/* x (n, the compute type; pp_real where real) *= sa[1] * sb[1]: the
+	 * scales divided out of a product of FP8 values */
+	void (*fp8_unscale)(void *x, size_t n, int real, const float *sa, const float *sb);
 	/* One of kernels/fp8mm.h's products (which: PP_FP8MM_*) on FP8 tensor
 	 * cores, from inputs cast by fp8_cast and the scales they were cast
-	 * with (a's sa, b's sb):
+	 * with (a's sa, b's sb: pairs as above):
 	 *   FWD    out (N,OC) act  = (a (N,C) @ b (OC,C)^T) / (sa sb), a and b E4M3
 	 *   DGRAD  out (N,C) act   = (a (N,OC) @ b (OC,C)) / (sa sb), a E5M2
 	 *   WGRAD  out (OC,C) real += (a (N,OC)^T @ b (N,C)) / (sa sb), a E5M2
 	 * Returns 0, having done nothing, where the device or the shape has no
 	 * such product (NULL: the backend has none): fp8mm.c then multiplies
 	 * the FP8 values in the compute type. */
-	int (*fp8_matmul)(int which, void *out, const pp_act *a, const pp_act *b, float sa,
-			  float sb, int N, int C, int OC);
+	int (*fp8_matmul)(int which, void *out, const pp_act *a, const pp_act *b, const float *sa,
+			  const float *sb, int N, int C, int OC);
 	/* sum of squares, accumulated in double */
 	double (*sumsq)(const pp_real *x, size_t n);
 

@@ -141,9 +141,11 @@ void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
 void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n);
 void pp_cpu_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
 /* fp8.c */
-void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		     pp_fp8_tally *tally);
-float pp_cpu_absmax(const pp_act *x, size_t n);
+void pp_cpu_absmax(float *amax, const pp_act *x, size_t n);
+void pp_cpu_fp8_scale(float *scale, const float *amax, int fmt, float div);
+void pp_cpu_fp8_unscale(void *x, size_t n, int real, const float *sa, const float *sb);
 double pp_cpu_sumsq(const pp_real *x, size_t n);
 
 /* matmul.c */

@@ -256,13 +256,15 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 	.gelu_fwd = pp_cuda_gelu_fwd<T>, .gelu_bwd = pp_cuda_gelu_bwd<T>, .add = pp_cuda_add<T>,   \
 	.add_real = pp_cuda_add_real, .scale = pp_cuda_scale, .scale_act = pp_cuda_scale_act<T>,   \
 	.dropout = pp_cuda_dropout<T>, .fp8_cast = pp_cuda_fp8_cast<T>,                            \
-	.absmax = pp_cuda_absmax<T>, .fp8_matmul = pp_cuda_fp8_matmul<T>, .sumsq = pp_cuda_sumsq,  \
-	.crossentropy = pp_cuda_crossentropy<T>, .logsumexp_rows = pp_cuda_logsumexp_rows<T>,      \
-	.softmax_grad = pp_cuda_softmax_grad<T>, .moe_route = pp_cuda_moe_route<T>,                \
-	.moe_dispatch = pp_cuda_moe_dispatch, .moe_gather = pp_cuda_moe_gather<T>,                 \
-	.moe_combine = pp_cuda_moe_combine<T>, .moe_gate_grad = pp_cuda_moe_gate_grad<T>,          \
-	.moe_router_bwd = pp_cuda_moe_router_bwd<T>, .adamw = pp_cuda_adamw<T>,                    \
-	.mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark, .mark_ns = pp_cuda_mark_ns
+	.absmax = pp_cuda_absmax<T>, .fp8_scale = pp_cuda_fp8_scale,                               \
+	.fp8_unscale = pp_cuda_fp8_unscale<T>, .fp8_matmul = pp_cuda_fp8_matmul<T>,                \
+	.sumsq = pp_cuda_sumsq, .crossentropy = pp_cuda_crossentropy<T>,                           \
+	.logsumexp_rows = pp_cuda_logsumexp_rows<T>, .softmax_grad = pp_cuda_softmax_grad<T>,      \
+	.moe_route = pp_cuda_moe_route<T>, .moe_dispatch = pp_cuda_moe_dispatch,                   \
+	.moe_gather = pp_cuda_moe_gather<T>, .moe_combine = pp_cuda_moe_combine<T>,                \
+	.moe_gate_grad = pp_cuda_moe_gate_grad<T>, .moe_router_bwd = pp_cuda_moe_router_bwd<T>,    \
+	.adamw = pp_cuda_adamw<T>, .mark_anchor = pp_cuda_mark_anchor, .mark = pp_cuda_mark,       \
+	.mark_ns = pp_cuda_mark_ns
 
 const pp_ops pp_ops_cuda = {
 	.name = "cuda",

@@ -365,15 +365,19 @@ template <typename T>
 void pp_cuda_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
 /* fp8.cu */
 template <typename T>
-void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		      pp_fp8_tally *tally);
-template <typename T> float pp_cuda_absmax(const pp_act *x, size_t n);
+template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n);
+void pp_cuda_fp8_scale(float *scale, const float *amax, int fmt, float div);
 template <typename T>
-int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, float sa, float sb,
-		       int N, int C, int OC);
+void pp_cuda_fp8_unscale(void *x, size_t n, int real, const float *sa, const float *sb);
+template <typename T>
+int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, const float *sa,
+		       const float *sb, int N, int C, int OC);
 /* matmul.cu: the FP8 product fp8.cu's fp8_matmul runs (see there) */
-int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const void *B, int b_fmt,
-		       int m, int n, int k, float alpha, int accumulate);
+int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const float *a_scale,
+		       const void *B, int b_fmt, const float *b_scale, int m, int n, int k,
+		       int accumulate);
 double pp_cuda_sumsq(const pp_real *x, size_t n);
 
 /* matmul.cu */

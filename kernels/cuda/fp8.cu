@@ -1,6 +1,7 @@
 /* FP8 casts (kernels/fp8.h: the CPU's rounding, bit for bit) with the amax
- * and counts they record, the amax current scaling scales by, and the
- * products on FP8 tensor cores. */
+ * and counts they record, the amax and scales current scaling casts with
+ * (all in device memory: no cast waits for the host), and the products on
+ * FP8 tensor cores. */
 #include <cuda_fp8.h>
 
 #include "../fp8.h"
@@ -15,15 +16,15 @@ __device__ __forceinline__ void atomic_max_nonneg(float *p, float v)
 }
 
 template <typename T>
-__global__ void fp8_cast_kernel(T *y, const T *x, size_t n, float scale, int fmt,
+__global__ void fp8_cast_kernel(T *y, const T *x, size_t n, const float *scale, int fmt,
 				pp_fp8_tally *tally)
 {
-	const float over = pp_fp8_overflow(fmt);
+	const float over = pp_fp8_overflow(fmt), sc = *scale;
 	float amax = 0;
 	unsigned long long sat = 0, flushed = 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		const float v = pp_f(x[i]), s = v * scale, q = pp_fp8_round(s, fmt);
+		const float v = pp_f(x[i]), s = v * sc, q = pp_fp8_round(s, fmt);
 		amax = fabsf(v) > amax ? fabsf(v) : amax;
 		sat += fabsf(s) >= over;
 		flushed += v != 0 && q == 0;
@@ -44,7 +45,7 @@ __global__ void fp8_cast_kernel(T *y, const T *x, size_t n, float scale, int fmt
 }
 
 template <typename T>
-void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, float scale, int fmt,
+void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		      pp_fp8_tally *tally)
 {
 	if (!n)
@@ -68,19 +69,53 @@ template <typename T> __global__ void absmax_kernel(float *out, const T *x, size
 		atomic_max_nonneg(out, amax);
 }
 
-template <typename T> float pp_cuda_absmax(const pp_act *x, size_t n)
+template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n)
 {
-	float *d = (float *)pp_cuda_scratch(sizeof(float)), h = 0;
-	PP_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(float), pp_cuda.stream));
-	if (n) {
-		absmax_kernel<T><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(
-			d, (const T *)x, n);
-		PP_CUDA_LAUNCHED("absmax_kernel");
-	}
-	PP_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
-	return h;
+	PP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), pp_cuda.stream));
+	if (!n)
+		return;
+	absmax_kernel<T>
+		<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(amax, (const T *)x, n);
+	PP_CUDA_LAUNCHED("absmax_kernel");
 }
 PP_CUDA_BOTH(pp_cuda_absmax);
+
+__global__ void fp8_scale_kernel(float *scale, const float *amax, int fmt, float div)
+{
+	scale[0] = pp_fp8_scale(*amax, fmt, div, 1);
+	scale[1] = 1.0f / scale[0];
+}
+
+void pp_cuda_fp8_scale(float *scale, const float *amax, int fmt, float div)
+{
+	fp8_scale_kernel<<<1, 1, 0, pp_cuda.stream>>>(scale, amax, fmt, div);
+	PP_CUDA_LAUNCHED("fp8_scale_kernel");
+}
+
+template <typename T>
+__global__ void fp8_unscale_kernel(T *x, size_t n, const float *sa, const float *sb)
+{
+	const float f = sa[1] * sb[1];
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] = pp_to<T>(pp_f(x[i]) * f);
+}
+
+template <typename T>
+void pp_cuda_fp8_unscale(void *x, size_t n, int real, const float *sa, const float *sb)
+{
+	if (!n)
+		return;
+	if (real)
+		fp8_unscale_kernel<float>
+			<<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>((float *)x, n,
+										     sa, sb);
+	else
+		fp8_unscale_kernel<T><<<pp_cuda_blocks(n, THREADS), THREADS, 0, pp_cuda.stream>>>(
+			(T *)x, n, sa, sb);
+	PP_CUDA_LAUNCHED("fp8_unscale_kernel");
+}
+PP_CUDA_BOTH(pp_cuda_fp8_unscale);
 
 /* ---- products on FP8 tensor cores -------------------------------------------------------- */
 
@@ -152,21 +187,22 @@ typedef struct {
  *   DGRAD  din^T (C,N)   = (w^T) (OC,C)^T g^T (OC,N): w transposed, g as is;
  *   WGRAD  dw^T (C,OC)  += (x^T) (N,C)^T (g^T) (N,OC): x and g transposed.
  * The inputs, FP8 values held in bf16, are packed into FP8 bytes (exactly)
- * in the scratch first; the scales divide out as the product's alpha,
- * (1/sa)(1/sb) in fp32 as the CPU's emulation takes it. bf16 tables on
+ * in the scratch first; the scales divide out as the product's A and B
+ * scales, their inverses (sa[1], sb[1]) read from device memory. bf16 tables on
  * sm_89 and later only, every dimension a multiple of 16 (cuBLASLt's FP8
  * kernels want 16-byte leading dimensions); 0 otherwise, or when cuBLASLt
  * has no algorithm. */
 template <typename T>
-int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, float sa, float sb,
-		       int N, int C, int OC)
+int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, const float *sa,
+		       const float *sb, int N, int C, int OC)
 {
 	if (!pp_is_bf16<T>::value || !pp_cuda.fp8_gemm || pp_cuda.capability < 89 || N % 16 ||
 	    C % 16 || OC % 16 || N <= 0 || C <= 0 || OC <= 0 || which < PP_FP8MM_FWD ||
 	    which > PP_FP8MM_WGRAD)
 		return 0;
 	const int E4M3 = PP_FP8_E4M3, E5M2 = PP_FP8_E5M2;
-	/* A, B and D's m, n, k per product: a is x (FWD) or g, b is w or x (WGRAD) */
+	/* A, B and D's m, n, k per product: a is x (FWD) or g, b is w or x
+	 * (WGRAD); A is b, B is a */
 	const struct {
 		operand A, B;
 		int m, n, k, wgrad;
@@ -180,7 +216,7 @@ int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, f
 	uint8_t *s = (uint8_t *)pp_cuda_scratch(na + (size_t)q.B.rows * q.B.cols);
 	fp8_pack<T>(s, q.A.src, q.A.rows, q.A.cols, q.A.fmt, q.A.transpose);
 	fp8_pack<T>(s + na, q.B.src, q.B.rows, q.B.cols, q.B.fmt, q.B.transpose);
-	return pp_cuda_matmul_fp8(out, q.wgrad, s, q.A.fmt, s + na, q.B.fmt, q.m, q.n, q.k,
-				  (1.0f / sa) * (1.0f / sb), q.wgrad);
+	return pp_cuda_matmul_fp8(out, q.wgrad, s, q.A.fmt, sb + 1, s + na, q.B.fmt, sa + 1, q.m,
+				  q.n, q.k, q.wgrad);
 }
 PP_CUDA_BOTH(pp_cuda_fp8_matmul);

@@ -29,7 +29,9 @@
  * (m), D += bias broadcast over the columns (the cuBLASLt bias epilogue).
  * aux (m,n), leading dimension ldd, serves the GELU epilogues: GELU_AUX
  * writes the product (plus bias) to it and its GELU to D; DGELU reads the
- * GELU input from it and writes the product times GELU' of it to D. */
+ * GELU input from it and writes the product times GELU' of it to D.
+ * a_scale and b_scale (device floats; NULL: none) multiply the product as
+ * cuBLASLt's A and B scales, which FP8 products take. */
 typedef struct {
 	int transa, transb, m, n, k;
 	cudaDataType_t a_type, b_type, d_type; /* of A, of B, of D (and C, bias, aux) */
@@ -42,6 +44,7 @@ typedef struct {
 	int ldd;
 	const void *bias;
 	void *aux;
+	const float *a_scale, *b_scale;
 	int optional; /* no algorithm: lt_matmul returns 0 rather than stopping */
 } gemm_args;
 
@@ -85,7 +88,7 @@ __global__ void add_bias_kernel(T *out, const T *bias, int rows, int cols, int l
  * heuristic cost tens of microseconds, so each shape is asked once; the
  * layers of a model repeat a handful of shapes. */
 typedef struct {
-	int transa, transb, m, n, k, lda, ldb, ldd, epi, has_bias;
+	int transa, transb, m, n, k, lda, ldb, ldd, epi, has_bias, has_scales;
 	cudaDataType_t a_type, b_type, d_type;
 	cublasComputeType_t compute;
 	uint32_t al_a, al_b, al_d;
@@ -112,10 +115,18 @@ static void lt_plan_free(lt_plan *p)
 	PP_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
 }
 
-/* this product's epilogue pointers (the descriptor serves every product of
- * the shape) */
+/* this product's epilogue and scale pointers (the descriptor serves every
+ * product of the shape) */
 static void lt_plan_pointers(lt_plan *p, const gemm_args *g)
 {
+	if (p->key.has_scales) {
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc,
+							       CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+							       &g->a_scale, sizeof g->a_scale));
+		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc,
+							       CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+							       &g->b_scale, sizeof g->b_scale));
+	}
 	if (p->key.has_bias)
 		PP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
@@ -226,6 +237,7 @@ static int lt_matmul(const gemm_args *g, int epi)
 	key.ldd = g->ldd;
 	key.epi = epi;
 	key.has_bias = epi != EPI_NONE && g->bias;
+	key.has_scales = g->a_scale || g->b_scale;
 	key.a_type = g->a_type;
 	key.b_type = g->b_type;
 	key.d_type = g->d_type;
@@ -290,13 +302,15 @@ template <typename T> static void gemm(const gemm_args *g)
 	}
 }
 
-/* Column-major D (m,n) = alpha A^T B (+ D when accumulate) on FP8 tensor
- * cores: A (k,m) and B (k,n) FP8 bytes of formats a_fmt and b_fmt
- * (PP_FP8_*), leading dimension k, the transposed-A ("TN") layout Hopper's
- * FP8 products take; D bf16, or fp32 (d_real), leading dimension m.
- * Returns 0 when cuBLASLt has no algorithm for it. */
-int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const void *B, int b_fmt,
-		       int m, int n, int k, float alpha, int accumulate)
+/* Column-major D (m,n) = a_scale b_scale A^T B (+ D when accumulate) on
+ * FP8 tensor cores: A (k,m) and B (k,n) FP8 bytes of formats a_fmt and
+ * b_fmt (PP_FP8_*), leading dimension k, the transposed-A ("TN") layout
+ * Hopper's FP8 products take; the scales one device float each; D bf16, or
+ * fp32 (d_real), leading dimension m. Returns 0 when cuBLASLt has no
+ * algorithm for it. */
+int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const float *a_scale,
+		       const void *B, int b_fmt, const float *b_scale, int m, int n, int k,
+		       int accumulate)
 {
 	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
 	const gemm_args g = {.transa = 1,
@@ -311,12 +325,14 @@ int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const void
 			     .lda = k,
 			     .B = B,
 			     .ldb = k,
-			     .alpha = alpha,
+			     .alpha = 1,
 			     .beta = accumulate ? 1.0f : 0.0f,
 			     .D = D,
 			     .ldd = m,
 			     .bias = NULL,
 			     .aux = NULL,
+			     .a_scale = a_scale,
+			     .b_scale = b_scale,
 			     .optional = 1};
 	return m > 0 && n > 0 && k > 0 && lt_matmul(&g, EPI_NONE);
 }
@@ -344,6 +360,8 @@ void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const p
 		       .ldd = OC,
 		       .bias = bias,
 		       .aux = NULL,
+		       .a_scale = NULL,
+		       .b_scale = NULL,
 		       .optional = 0};
 	gemm<T>(&g);
 }
@@ -379,6 +397,8 @@ void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const 
 		       .ldd = OC,
 		       .bias = bias,
 		       .aux = pre,
+		       .a_scale = NULL,
+		       .b_scale = NULL,
 		       .optional = 0};
 	if (C > 0 && OC % 8 == 0 && alignment(pre) >= 16 && alignment(out) >= 16 &&
 	    (!bias || alignment(bias) >= 16) && lt_matmul(&g, EPI_GELU))
@@ -411,6 +431,8 @@ static gemm_args dinp_args(pp_act *dinp, const pp_act *dout, const pp_act *w, in
 		       .ldd = C,
 		       .bias = NULL,
 		       .aux = NULL,
+		       .a_scale = NULL,
+		       .b_scale = NULL,
 		       .optional = 0};
 	return g;
 }
@@ -445,6 +467,8 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 			       .ldd = C,
 			       .bias = NULL,
 			       .aux = NULL,
+			       .a_scale = NULL,
+			       .b_scale = NULL,
 			       .optional = 0};
 		gemm<T>(&g);
 	}

@@ -16,7 +16,10 @@
  * / 2^margin, computed at the end of the previous step (1 at the start);
  * each cast records its tensor's amax into this step's tally. Current
  * scaling casts with fp8_max / amax of the tensor itself, summed (max) over
- * the tp group so that every slice uses the whole tensor's scale.
+ * the tp group so that every slice uses the whole tensor's scale. The
+ * scales in use live in the backend's memory (ops.h's pairs): current
+ * scaling computes them there, amax and all, and delayed scaling copies
+ * the step's there once, so that no cast waits for a read to the host.
  *
  * A weight is cast once per step (the copy is kept in wq) unless FSDP
  * gathers it, which casts it at each use. */
@@ -45,11 +48,24 @@ int stage_fp8_count(const pp_stage *s)
 	return FP8_ROLES * (L * FP8_PRODUCTS + (s->last && s->spec.fp8.head));
 }
 
+static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The FP8 bytes a product of N rows, C in and OC out packs its operands
+ * into on FP8 tensor cores (kernels/cuda/fp8.cu: the first operand
+ * rounded up to 256 bytes, then the second): a weight and an input
+ * (forward), a weight and a gradient (input gradient), an input and a
+ * gradient (weight gradient). */
+static size_t fp8_pack_bytes(size_t N, size_t C, size_t OC)
+{
+	return max2(round256(OC * C) + N * max2(C, OC), round256(N * C) + N * OC);
+}
+
 void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
-		size_t *host)
+		size_t *bytes)
 {
 	memset(act, 0, FP8_NACT * sizeof *act);
-	*real = *host = 0;
+	*real = *bytes = 0;
 	const int n = stage_fp8_count(s);
 	if (!n)
 		return;
@@ -58,13 +74,11 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	const size_t HD = (size_t)s->n_heads * m->head_dim;
 	const size_t QKV = HD + 2 * (size_t)s->n_kv_heads * m->head_dim;
 	const size_t UP = (size_t)hparams_up_rows(m, s->d_ff);
-	size_t in = C > HD ? C : HD, out = QKV > UP ? QKV : UP, big = 0;
-	in = in > F ? in : F;
-	out = out > C ? out : C;
-	if (s->last && s->spec.fp8.head) {
-		const size_t R = (size_t)stage_loss_rows_of(s, act_bytes);
+	/* the head's rows per chunk, when its product is FP8 */
+	const size_t R = s->last && s->spec.fp8.head ? (size_t)stage_loss_rows_of(s, act_bytes) : 0;
+	size_t in = max2(max2(C, HD), F), out = max2(max2(QKV, UP), C), big = 0;
+	if (R)
 		out = out * N > R * (size_t)s->vocab ? out : R * (size_t)s->vocab / N + 1;
-	}
 	for (int i = 0; i < s->n_params; i++)
 		if (s->params[i].ndim == 2 && s->params[i].n > big)
 			big = s->params[i].n;
@@ -73,8 +87,24 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	/* the weights' copies: beside the buffer, or one at a time under FSDP */
 	act[FP8_WQ] = s->spec.units.use || s->spec.units.size > 1 ? big : s->n_elems;
 	*real = s->spec.no_grad ? 0 : big;
-	*host = (size_t)n * (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
-			     sizeof(pp_fp8_tally) + sizeof(double) + sizeof(float));
+	/* per state: the history row, the tally (device and host), the count,
+	 * the scales (device and host), the amax and the pin */
+	*bytes = (size_t)n *
+		 (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
+		  2 * sizeof(pp_fp8_tally) + sizeof(double) + 5 * sizeof(float) + sizeof(bool));
+	/* a bf16 table (the CUDA backend's) runs the products on FP8 tensor
+	 * cores, which pack both operands into FP8 bytes in the backend's
+	 * scratch first: the largest product's */
+	if (act_bytes == 2) {
+		const size_t prod[][3] = {
+			{N, C, QKV}, {N, HD, C}, {N, C, UP}, {N, F, C}, {R, C, (size_t)s->vocab}};
+		size_t most = 0;
+		for (int i = 0; i < NELEMS(prod); i++)
+			if (prod[i][0])
+				most = max2(most,
+					    fp8_pack_bytes(prod[i][0], prod[i][1], prod[i][2]));
+		*bytes += most;
+	}
 }
 
 int fp8_alloc(pp_stage *s)
@@ -82,8 +112,8 @@ int fp8_alloc(pp_stage *s)
 	const int n = stage_fp8_count(s);
 	if (!n)
 		return 0;
-	size_t act[FP8_NACT], real, host;
-	fp8_counts(s, pp_act_size(s->ops), act, &real, &host);
+	size_t act[FP8_NACT], real, bytes;
+	fp8_counts(s, pp_act_size(s->ops), act, &real, &bytes);
 	stage_fp8 *f = calloc(1, sizeof *f);
 	if (!f)
 		return -1;
@@ -93,17 +123,19 @@ int fp8_alloc(pp_stage *s)
 	f->meta = calloc((size_t)n * row_len(f), sizeof *f->meta);
 	f->host_tally = calloc((size_t)n, sizeof *f->host_tally);
 	f->cast = calloc((size_t)n, sizeof *f->cast);
-	f->used = calloc((size_t)n, sizeof *f->used);
+	f->host_scales = calloc((size_t)n * 2, sizeof *f->host_scales);
 	f->pinned = calloc((size_t)n, sizeof *f->pinned);
 	f->wq_ok = calloc((size_t)s->n_params + 1, sizeof *f->wq_ok);
-	if (!f->meta || !f->host_tally || !f->cast || !f->used || !f->pinned || !f->wq_ok)
+	if (!f->meta || !f->host_tally || !f->cast || !f->host_scales || !f->pinned || !f->wq_ok)
 		return -1;
 	for (int k = 0; k < n; k++)
 		f->meta[(size_t)k * row_len(f)] = 1; /* the first step casts with scale 1 */
 	const pp_ops *o = s->ops;
 	pp_act **p[] = {&f->xq, &f->gq, &f->wq};
 	const size_t cnt[] = {act[FP8_XQ], act[FP8_GQ], act[FP8_WQ]};
-	if (alloc_acts(o, p, cnt, NELEMS(p)) || !(f->tally = o->alloc(n * sizeof *f->tally)))
+	if (alloc_acts(o, p, cnt, NELEMS(p)) || !(f->tally = o->alloc(n * sizeof *f->tally)) ||
+	    !(f->scales = o->alloc(2 * n * sizeof *f->scales)) ||
+	    !(f->amax = o->alloc(n * sizeof *f->amax)))
 		return -1;
 	if (real && !(f->dw = o->alloc(real * sizeof(pp_real))))
 		return -1;
@@ -117,14 +149,14 @@ void fp8_free(pp_stage *s)
 	stage_fp8 *f = s->fp8;
 	if (!f)
 		return;
-	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw};
+	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw, f->scales, f->amax};
 	for (int i = 0; i < NELEMS(dev); i++)
 		if (dev[i])
 			s->ops->free(dev[i]);
 	free(f->meta);
 	free(f->host_tally);
 	free(f->cast);
-	free(f->used);
+	free(f->host_scales);
 	free(f->pinned);
 	free(f->wq_ok);
 	free(f);
@@ -164,10 +196,7 @@ void stage_fp8_step_stats(pp_stage *s, float *amax, double *counts)
 /* fp8_max / amax / 2^margin; keep where amax is zero or not finite */
 static float scale_from(float amax, int fmt, double margin, float keep)
 {
-	if (!(amax > 0) || !isfinite(amax))
-		return keep;
-	const float sf = pp_fp8_max(fmt) / amax / exp2f((float)margin);
-	return isfinite(sf) ? sf : keep;
+	return pp_fp8_scale(amax, fmt, exp2f((float)margin), keep);
 }
 
 static int role_fmt(int role) { return role == FP8_G ? PP_FP8_E5M2 : PP_FP8_E4M3; }
@@ -187,6 +216,7 @@ void stage_fp8_update(pp_stage *s, const float *amax)
 		row[0] = scale_from(most, role_fmt(k % FP8_ROLES), s->spec.fp8.margin,
 				    (float)row[0]);
 	}
+	f->scales_ok = false;
 }
 
 pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols)
@@ -196,44 +226,61 @@ pp_real *stage_fp8_meta(const pp_stage *s, int l, size_t *rows, size_t *cols)
 		return NULL;
 	*rows = l < 0 ? FP8_ROLES : FP8_ROLES * FP8_PRODUCTS;
 	*cols = row_len(f);
+	f->scales_ok = false; /* a load writes them */
 	return f->meta + (size_t)stage_fp8_state(s, l, 0) * row_len(f);
 }
 
-/* The scale of state k for a cast of x (n elements) now: delayed, the
- * step's; current, from x's amax over the tp group. */
-static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, float *scale, pp_err *e)
+/* The device's copy of the step's delayed scales (meta's first column) */
+static void upload_scales(const pp_stage *s)
 {
 	stage_fp8 *f = s->fp8;
+	for (int k = 0; k < f->n; k++) {
+		f->host_scales[2 * k] = (float)f->meta[(size_t)k * row_len(f)];
+		f->host_scales[2 * k + 1] = 1.0f / f->host_scales[2 * k];
+	}
+	s->ops->to_device(f->scales, f->host_scales, (size_t)f->n * 2 * sizeof *f->scales);
+	f->scales_ok = true;
+}
+
+/* The scale of state k for a cast of x (n elements) now, in the backend's
+ * memory: delayed, the step's; current, from x's amax over the tp group,
+ * computed there. */
+static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, const float **scale,
+		    pp_err *e)
+{
+	stage_fp8 *f = s->fp8;
+	*scale = f->scales + 2 * k;
 	if (s->spec.fp8.recipe == PP_FP8_DELAYED) {
-		*scale = (float)f->meta[(size_t)k * row_len(f)];
+		if (!f->scales_ok)
+			upload_scales(s);
 		return 0;
 	}
-	if (f->pinned[k] > 0) {
-		*scale = f->pinned[k];
+	if (f->pinned[k])
 		return 0;
-	}
-	pp_real amax = s->ops->absmax(x, n);
+	s->ops->absmax(f->amax + k, x, n);
 	const pp_tp *tp = &s->spec.tp;
-	int rc = tp->size > 1 ? tp->allreduce(tp->ctx, &amax, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e)
-			      : 0;
-	*scale = scale_from((float)amax, role_fmt(k % FP8_ROLES), s->spec.fp8.margin, 1);
+	int rc = tp->size > 1
+			 ? tp->allreduce(tp->ctx, f->amax + k, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e)
+			 : 0;
+	s->ops->fp8_scale(f->scales + 2 * k, f->amax + k, role_fmt(k % FP8_ROLES),
+			  exp2f((float)s->spec.fp8.margin));
 	return rc;
 }
 
 /* out = q(x scale) for state k; record: into the step's tally */
-static void cast(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n, float scale,
-		 bool record)
+static void cast(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n,
+		 const float *scale, bool record)
 {
 	stage_fp8 *f = s->fp8;
 	s->ops->fp8_cast(out, x, n, scale, role_fmt(k % FP8_ROLES), record ? &f->tally[k] : NULL);
 	if (record)
 		f->cast[k] += (double)n;
-	f->used[k] = scale;
 }
 
 /* Weight wi (OC, C) of state k as FP8: the step's copy, made at its first
- * use (each use under FSDP). */
-static int weight(const pp_stage *s, int k, int wi, size_t n, const pp_act **wq, float *sw,
+ * use (each use under FSDP), and its scale (the state's, which holds it
+ * while the copy stands). */
+static int weight(const pp_stage *s, int k, int wi, size_t n, const pp_act **wq, const float **sw,
 		  pp_err *e)
 {
 	stage_fp8 *f = s->fp8;
@@ -241,7 +288,7 @@ static int weight(const pp_stage *s, int k, int wi, size_t n, const pp_act **wq,
 	pp_act *dst = kept ? pp_act_at(s->ops, f->wq, s->params[wi].off) : f->wq;
 	*wq = dst;
 	if (kept && f->wq_ok[wi]) {
-		*sw = f->used[k + FP8_W];
+		*sw = f->scales + 2 * (k + FP8_W);
 		return 0;
 	}
 	int rc = scale_of(s, k + FP8_W, W(s, wi), n, sw, e);
@@ -257,13 +304,17 @@ int fp8_head_begin(const pp_stage *s, const pp_act *h, int N, double dscale, pp_
 	if (s->spec.fp8.recipe != PP_FP8_CURRENT)
 		return 0;
 	const int k = stage_fp8_state(s, -1, 0);
-	float sx;
+	const float *sx;
 	int rc = scale_of(s, k + FP8_X, h, (size_t)N * s->cfg->d_model, &sx, e);
-	f->pinned[k + FP8_X] = sx;
+	f->pinned[k + FP8_X] = true;
 	/* |softmax - onehot| <= 1: the gradient's amax is at most dscale */
-	f->pinned[k + FP8_G] = dscale > 0 ? scale_from((float)dscale, PP_FP8_E5M2,
-						       s->spec.fp8.margin, 1)
-					  : 0;
+	f->pinned[k + FP8_G] = dscale > 0;
+	if (dscale > 0) {
+		float *g = f->host_scales + 2 * (k + FP8_G);
+		g[0] = scale_from((float)dscale, PP_FP8_E5M2, s->spec.fp8.margin, 1);
+		g[1] = 1.0f / g[0];
+		s->ops->to_device(f->scales + 2 * (k + FP8_G), g, 2 * sizeof *g);
+	}
 	return rc;
 }
 
@@ -271,7 +322,7 @@ void fp8_head_end(const pp_stage *s)
 {
 	if (s->spec.fp8.recipe == PP_FP8_CURRENT) {
 		const int k = stage_fp8_state(s, -1, 0);
-		s->fp8->pinned[k + FP8_X] = s->fp8->pinned[k + FP8_G] = 0;
+		s->fp8->pinned[k + FP8_X] = s->fp8->pinned[k + FP8_G] = false;
 	}
 }
 
@@ -281,7 +332,7 @@ int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_
 	stage_fp8 *f = s->fp8;
 	const int k = stage_fp8_state(s, l, product);
 	const pp_act *wq;
-	float sx, sw;
+	const float *sx, *sw;
 	int rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e);
 	if (rc || (rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
 		return rc;
@@ -295,7 +346,7 @@ int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *
 {
 	stage_fp8 *f = s->fp8;
 	const int k = stage_fp8_state(s, l, product);
-	float sg, sw, sx;
+	const float *sg, *sw, *sx;
 	int rc = scale_of(s, k + FP8_G, dout, (size_t)N * OC, &sg, e);
 	if (rc)
 		return rc;

@@ -293,8 +293,11 @@ typedef struct stage_fp8 {
 	pp_fp8_tally *tally;      /* (n) device: this step's casts */
 	pp_fp8_tally *host_tally; /* (n) their host copy */
 	double *cast;             /* (n) elements cast this step */
-	float *used;              /* (n) the scale of each state's last cast */
-	float *pinned;            /* (n) current scaling: the scale of the next casts; 0: none */
+	float *scales;            /* (n, 2) device: each state's scale in use and its inverse */
+	float *amax;              /* (n) device: current scaling's amax of a cast */
+	float *host_scales;       /* (n, 2) delayed scaling: meta's scales, for the device */
+	bool scales_ok;           /* delayed scaling: scales holds meta's */
+	bool *pinned;             /* (n) current scaling: scales holds the next casts' */
 	bool *wq_ok;              /* (n_params) the weight's copy is this step's */
 	pp_act *xq, *gq;          /* the inputs' and the gradients' casts */
 	pp_act *wq;               /* the weights' casts: n_elems, or one at a time under FSDP */
@@ -302,9 +305,11 @@ typedef struct stage_fp8 {
 } stage_fp8;
 enum { FP8_XQ, FP8_GQ, FP8_WQ, FP8_NACT };
 /* What fp8_alloc allocates: act[] in the compute type, real pp_real and
- * host bytes (the sizes count them), for activations of act_bytes. */
+ * bytes (the states', host and device), for activations of act_bytes; and
+ * in bytes too, on a bf16 table, the FP8 bytes the products pack their
+ * operands into in the backend's scratch (the sizes count them all). */
 void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
-		size_t *host);
+		size_t *bytes);
 int fp8_alloc(pp_stage *s); /* -1: out of memory */
 void fp8_free(pp_stage *s);
 /* A linear product (no bias) of local layer l (l < 0: the head) in FP8:

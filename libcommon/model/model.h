@@ -265,7 +265,8 @@ typedef struct {
 	int64_t rebuilt; /* the one copy of what the policy rebuilds */
 	int64_t scratch; /* the backward pass's, the head's and the experts' working buffers */
 	int64_t logits;  /* the head's chunk of logits (with keep_logits, each slot's) */
-	int64_t fp8;     /* FP8: the weights' copies, the casts' buffers, the amax histories */
+	int64_t fp8;     /* FP8: the weights' copies, the casts' buffers, the amax histories,
+			  * the products' packed operands (bf16) */
 	int64_t total;   /* all of it: slot counted n_slots times */
 } stage_bytes;
 void stage_sizes(const pp_stage *s, size_t act_bytes, stage_bytes *out);

@@ -158,9 +158,11 @@ ft_vs_cpu packing_cuda 1e-4 $ft model.vocab_size=32000 data=$T/docs.h5 packing=t
 ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lora.dropout=0.1 lr=3e-2
 
 # --- FP8 against the CPU's emulation ---------------------------------------------------------
-# 20 steps per recipe: the casts are the CPU's bit for bit (tool_cuda_check's
-# fp8_cast), the products bf16 GEMMs of the same FP8 values; the rest of the
-# model is bf16 on the GPU and fp32 on the CPU, hence the bf16 bound
+# 20 steps per recipe: the casts and current scaling's scales are the
+# CPU's bit for bit (tool_cuda_check's fp8_cast and fp8_scale), the products
+# run on FP8 tensor cores from sm_89 (else bf16 GEMMs of the same FP8
+# values); the rest of the model is bf16 on the GPU and fp32 on the CPU,
+# hence the bf16 bound
 fp8_dtype=()
 [ "$dev" = cuda ] && fp8_dtype=(dtype=bf16)
 for r in delayed current; do

@@ -1272,11 +1272,22 @@ static void check_dropout(int N, int C, int row0, int col0, int width)
 	run_check(&c);
 }
 
+/* a cast's scale s as the ops take it: s and 1/s in o's memory (o->free) */
+static float *scale_pair(const pp_ops *o, float s)
+{
+	const float h[2] = {s, 1.0f / s};
+	float *d = o->alloc(sizeof h);
+	o->to_device(d, h, sizeof h);
+	return d;
+}
+
 /* FP8 casts (kernels/fp8.h): every value equal to the CPU's, bit for bit,
  * with values past the format's range, ties and subnormals among them */
 static void r_fp8_cast(const pp_ops *o, void *const *p, const check *c)
 {
-	o->fp8_cast(P(0), P(1), (size_t)c->a[0], c->f[0], c->a[1], NULL);
+	float *s = scale_pair(o, c->f[0]);
+	o->fp8_cast(P(0), P(1), (size_t)c->a[0], s, c->a[1], NULL);
+	o->free(s);
 }
 
 static void check_fp8_cast(int n, int fmt, float scale)
@@ -1285,6 +1296,27 @@ static void check_fp8_cast(int n, int fmt, float scale)
 	snprintf(c.shape, sizeof c.shape, "n=%d %s scale=%g", n, fmt ? "E5M2" : "E4M3", scale);
 	c.t[0] = (tensor){"out", (size_t)n, OUT, ACT, 1, 0, 1};
 	c.t[1] = TS("in", (size_t)n, IN, ACT, 1);
+	run_check(&c);
+}
+
+/* Current scaling's scales, computed on the device (absmax, then
+ * fp8_scale with div = 2^margin): the amax and both halves of the pair
+ * equal to the CPU's, bit for bit; an amax so small that the scale would
+ * be infinite keeps 1. f[0]: the inputs' range. */
+static void r_fp8_scale(const pp_ops *o, void *const *p, const check *c)
+{
+	o->absmax(P(1), P(2), (size_t)c->a[0]);
+	o->fp8_scale(P(0), P(1), c->a[1], exp2f((float)c->a[2]));
+}
+
+static void check_fp8_scale(int n, int fmt, int margin, float range)
+{
+	check c = {.op = "fp8_scale", .run = r_fp8_scale, .nt = 3, .a = {n, fmt, margin}};
+	snprintf(c.shape, sizeof c.shape, "n=%d %s margin=%d range=%g", n, fmt ? "E5M2" : "E4M3",
+		 margin, range);
+	c.t[0] = (tensor){"scale", 2, OUT, F32, 1, 0, 1};
+	c.t[1] = (tensor){"amax", 1, OUT, F32, 1, 0, 1};
+	c.t[2] = TS("in", (size_t)n, IN, ACT, range);
 	run_check(&c);
 }
 
@@ -1297,12 +1329,17 @@ static void check_fp8_cast(int n, int fmt, float scale)
 static void r_fp8_matmul(const pp_ops *o, void *const *p, const check *c)
 {
 	const int N = c->a[0], C = c->a[1], OC = c->a[2];
-	o->fp8_cast(P(3), P(3), (size_t)N * C, c->f[0], PP_FP8_E4M3, NULL);
-	o->fp8_cast(P(4), P(4), (size_t)OC * C, c->f[1], PP_FP8_E4M3, NULL);
-	o->fp8_cast(P(5), P(5), (size_t)N * OC, c->f[2], PP_FP8_E5M2, NULL);
-	pp_fp8_matmul_fwd(o, P(0), P(3), P(4), c->f[0], c->f[1], N, C, OC);
-	pp_fp8_matmul_dgrad(o, P(1), P(5), P(4), c->f[2], c->f[1], N, C, OC);
-	pp_fp8_matmul_wgrad(o, P(2), P(6), P(5), P(3), c->f[2], c->f[0], N, C, OC);
+	float *sx = scale_pair(o, c->f[0]), *sw = scale_pair(o, c->f[1]),
+	      *sg = scale_pair(o, c->f[2]);
+	o->fp8_cast(P(3), P(3), (size_t)N * C, sx, PP_FP8_E4M3, NULL);
+	o->fp8_cast(P(4), P(4), (size_t)OC * C, sw, PP_FP8_E4M3, NULL);
+	o->fp8_cast(P(5), P(5), (size_t)N * OC, sg, PP_FP8_E5M2, NULL);
+	pp_fp8_matmul_fwd(o, P(0), P(3), P(4), sx, sw, N, C, OC);
+	pp_fp8_matmul_dgrad(o, P(1), P(5), P(4), sg, sw, N, C, OC);
+	pp_fp8_matmul_wgrad(o, P(2), P(6), P(5), P(3), sg, sx, N, C, OC);
+	o->free(sx);
+	o->free(sw);
+	o->free(sg);
 }
 
 static void check_fp8_matmul(int N, int C, int OC)
@@ -1332,8 +1369,10 @@ static void check_fp8_cores_on(const table_t *tb)
 	void *x = g->alloc((size_t)N * C * pp_act_size(g)),
 	     *w = g->alloc((size_t)OC * C * pp_act_size(g)),
 	     *out = g->alloc((size_t)N * OC * pp_act_size(g));
+	float *one = scale_pair(g, 1);
 	const int want = is_bf16(g) && pp_cuda_capability() >= 89;
-	const int got = g->fp8_matmul && g->fp8_matmul(PP_FP8MM_FWD, out, x, w, 1, 1, N, C, OC);
+	const int got = g->fp8_matmul && g->fp8_matmul(PP_FP8MM_FWD, out, x, w, one, one, N, C, OC);
+	g->free(one);
 	g->free(x);
 	g->free(w);
 	g->free(out);
@@ -1582,6 +1621,9 @@ int main(void)
 	check_fp8_cast(100003, 1, 80000.0f);
 	check_fp8_cast(4099, 0, 1e-2f);
 	check_fp8_cast(4099, 1, 1e-3f);
+	check_fp8_scale(100003, 0, 0, 3.0f);
+	check_fp8_scale(4099, 1, 1, 1e-3f);
+	check_fp8_scale(4099, 0, 0, 1e-38f); /* 448 / 1e-38 is past float: keeps 1 */
 	check_fp8_cores();
 	check_fp8_matmul(256, 320, 192);   /* multiples of 16: FP8 tensor cores on sm_89+ */
 	check_fp8_matmul(2048, 1024, 768); /* the shapes of a small model's layers */

@@ -58,8 +58,9 @@ static int cast(char **argv)
 	}
 	const pp_ops *o = &pp_ops_cpu;
 	int rc = 0;
+	const float one[2] = {1, 1};
 	for (int fmt = 0; fmt < 2 && !rc; fmt++) {
-		o->fp8_cast(y, x, n, 1.0f, fmt, NULL);
+		o->fp8_cast(y, x, n, one, fmt, NULL);
 		rc = save(argv[1 + fmt], NULL, y, n);
 	}
 	free(x);
@@ -70,8 +71,12 @@ static int cast(char **argv)
 static int matmul(char **argv)
 {
 	const int N = atoi(argv[0]), C = atoi(argv[1]), OC = atoi(argv[2]);
-	const float sx = strtof(argv[3], NULL), sw = strtof(argv[4], NULL),
-		    sg = strtof(argv[5], NULL);
+	/* the scales as the ops take them: each with its inverse */
+	float sx[2] = {strtof(argv[3], NULL)}, sw[2] = {strtof(argv[4], NULL)},
+	      sg[2] = {strtof(argv[5], NULL)};
+	sx[1] = 1.0f / sx[0];
+	sw[1] = 1.0f / sw[0];
+	sg[1] = 1.0f / sg[0];
 	size_t nx, nw, ng;
 	float *x = load(argv[6], &nx), *w = load(argv[7], &nw), *g = load(argv[8], &ng);
 	const char *dir = argv[9];

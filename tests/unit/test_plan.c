@@ -232,6 +232,23 @@ static void test_memory(void)
 	      "plan/mem/bf16", "params %lld optimizer %lld", (long long)mb.params,
 	      (long long)mb.optimizer);
 
+	/* FP8 on a bf16 table (the CUDA backend's): its products pack both
+	 * operands into FP8 bytes, one each, in the backend's scratch, as many
+	 * as the largest product needs: the MLP's up product (OC 2 x 11008, C
+	 * 4096) with its gradient (N x OC) for the input gradient. Apart from
+	 * that, the FP8 bytes are those of fp32's copies at half the size: the
+	 * N-row casts of the widest input and output and the weights' copies. */
+	pp_config c8 = c, c8b = cb;
+	c8.fp8.recipe = c8b.fp8.recipe = PP_FP8_DELAYED;
+	c8.fp8.amax_history = c8b.fp8.amax_history = 16;
+	plan_memory_t m8, m8b;
+	rc = plan_memory(&c8, &m8, &e) || plan_memory(&c8b, &m8b, &e);
+	const int64_t N = 2 * 256, copies = N * (11008 + 22016) + n.total;
+	const int64_t pack = m8b.fp8 - (m8.fp8 - 2 * copies), up = 22016LL * 4096 + N * 22016;
+	CHECK(rc == 0 && pack == up && m8b.fp8 > 0, "plan/mem/fp8-bf16-packs",
+	      "rc %d %s: fp8 %lld (fp32 %lld), packs %lld, want %lld", rc, e.msg,
+	      (long long)m8b.fp8, (long long)m8.fp8, (long long)pack, (long long)up);
+
 	/* tp = 2 halves every layer matrix and the vocab rows; norms stay */
 	pp_config c2 = c;
 	c2.tp = 2;
