@@ -409,10 +409,11 @@ int pp_cuda_init(int device, pp_err *e);
  * PP_CUDA_ATTENTION_AUTO restores the per-table choice. */
 enum { PP_CUDA_ATTENTION_AUTO = -1, PP_CUDA_ATTENTION_PLAIN = 0, PP_CUDA_ATTENTION_CUDNN = 1 };
 void pp_cuda_set_attention(int mode);
-/* 1 when cuDNN takes attention of this shape forward and backward (their
- * plans are then built and cached); else 0 with the reason in why. */
-int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
-				  size_t n);
+/* 1 when cuDNN takes attention of this shape forward and backward, with a
+ * bias by distance or not (their plans are then built and cached); else 0
+ * with the reason in why. */
+int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, int bias,
+				  char *why, size_t n);
 
 /* The CUDA name of the GPU pp_cuda_init selected ("NVIDIA H100 80GB HBM3"),
  * for the peak that MFU is measured against; NULL before pp_cuda_init. */

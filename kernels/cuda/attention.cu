@@ -520,22 +520,9 @@ template <typename T> static bool use_cudnn(void)
 	       (pp_cuda.attention == PP_CUDA_ATTENTION_AUTO && pp_is_bf16<T>::value);
 }
 
-/* The cuDNN graph has no bias by distance: attention with one runs the
- * plain kernels, said once on stderr; so do packed documents. */
-static bool cudnn_takes(const att_shape &a)
-{
-	static bool said;
-	if (a.dpos)
-		return false;
-	if (!a.bw)
-		return true;
-	if (!said) {
-		said = true;
-		fprintf(stderr, "pp: cuda: attention with relative position biases runs the plain "
-				"kernels (the cuDNN graph takes no bias)\n");
-	}
-	return false;
-}
+/* The cuDNN graph has no documents: attention over packed ones runs the
+ * plain kernels. (A bias by distance it takes, sdpa_cudnn.cu.) */
+static bool cudnn_takes(const att_shape &a) { return !a.dpos; }
 
 /* out (B,T,Hq*D), lse (B,Hq,T); qkv (B,T,(Hq+2Hkv)*D) */
 template <typename T>
@@ -547,7 +534,7 @@ void pp_cuda_attention_fwd(pp_act *out, pp_real *lse, const pp_act *qkv, int B, 
 	att_shape a = att_shape_of(B, T_, Hq, Hkv, D, window, bias);
 	a.vec = pp_cuda_vec<T>(D, out, qkv);
 	if (use_cudnn<T>() && cudnn_takes(a) &&
-	    pp_cuda_sdpa_fwd<T>((T *)out, lse, (const T *)qkv, B, T_, Hq, Hkv, D, window))
+	    pp_cuda_sdpa_fwd<T>((T *)out, lse, (const T *)qkv, B, T_, Hq, Hkv, D, window, bias))
 		return;
 	ATT_DISPATCH(D, fwd_launch, (T *)out, lse, (const T *)qkv, a);
 }
@@ -565,7 +552,7 @@ void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, 
 	a.vec = pp_cuda_vec<T>(D, dqkv, dout, qkv);
 	if (use_cudnn<T>() && cudnn_takes(a) &&
 	    pp_cuda_sdpa_bwd<T>((T *)dqkv, (const T *)dout, (const T *)out, lse, (const T *)qkv, B,
-				T_, Hq, Hkv, D, window))
+				T_, Hq, Hkv, D, window, bias))
 		return;
 	const size_t n = (size_t)B * Hq * T_;
 	const int nblk = (T_ + ATT_BQ - 1) / ATT_BQ;

@@ -480,16 +480,17 @@ void pp_cuda_attention_bwd(pp_act *dqkv, const pp_act *dout, const pp_act *out, 
 			   const pp_attn_bias *bias);
 
 /* sdpa_cudnn.cu: the same attention through cuDNN (bf16 inside: T = bf16
- * tensors go to cuDNN as they are, fp32 ones through bf16 copies). They
+ * tensors go to cuDNN as they are, fp32 ones through bf16 copies), with
+ * bias's weights (NULL, or no w: none; no doc_pos) and into its dw. They
  * return 1 when cuDNN ran it, 0 when cuDNN does not take the shape (decided
  * once per shape, reported once on stderr): the caller then runs the plain
  * kernels. */
 template <typename T>
 int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, int Hkv, int D,
-		     int window);
+		     int window, const pp_attn_bias *bias);
 template <typename T>
 int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, const T *qkv, int B,
-		     int T_, int Hq, int Hkv, int D, int window);
+		     int T_, int Hq, int Hkv, int D, int window, const pp_attn_bias *bias);
 
 /* mlp.cu */
 template <typename T> void pp_cuda_glu_fwd(pp_act *out, const pp_act *gu, int N, int F, int act);

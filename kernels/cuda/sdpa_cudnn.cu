@@ -5,14 +5,16 @@
  * The graph is the pattern that cuDNN's runtime fusion engines recognise as
  * scaled dot-product attention (cuDNN 9.0 and later, sm_80 and newer):
  *
- *   forward   S = Q @ K^T (fp32), S *= scale, causal mask (row >= col),
+ *   forward   S = Q @ K^T (fp32), S *= scale, S += bias (with a bias
+ *             by distance), causal mask (row >= col),
  *             sliding-window mask (col + window > row), softmax with its
  *             statistics (max, sub, exp, sum, log, add: Stats = max +
  *             log(sum exp(S - max)), natural log of the scaled, masked
  *             scores), P = exp / sum, O = P @ V.
- *   backward  softmax_sum = rowsum(dO * O); P = exp(scale Q K^T - Stats)
- *             masked; dV = P^T @ dO; dS = P * (dO @ V^T - softmax_sum) *
- *             scale; dK = dS^T @ Q; dQ = dS @ K (see Determinism).
+ *   backward  softmax_sum = rowsum(dO * O); P = exp(scale Q K^T [+ bias]
+ *             - Stats) masked; dV = P^T @ dO; dS = P * (dO @ V^T -
+ *             softmax_sum) [summed over the batch: dBias] * scale; dK =
+ *             dS^T @ Q; dQ = dS @ K (see Determinism).
  *             Grouped kv heads: dK, dV are formed per query head and summed
  *             over each group by a reduction.
  *
@@ -51,6 +53,16 @@
  * that no deterministic engine takes, runs the plain kernels, with the
  * reason on stderr. PP_CUDA_DETERMINISTIC=0 builds the accumulator form
  * instead, faster and smaller, not bitwise repeatable.
+ *
+ * Bias by distance (GLaM's relative positions, ops.h's pp_attn_bias): cuDNN
+ * takes an additive bias of the scores and returns its gradient only as
+ * whole (1,Hq,T,T) bf16 tensors, so the (Hq,buckets) weights are spread
+ * over one before the forward and the backward (bias_fill_kernel), and the
+ * backward's dBias is summed back per bucket after it: along each diagonal
+ * (one distance), then over the distances of each bucket, in a fixed order
+ * (dbias_diag_kernel, dbias_bucket_kernel). cuDNN computes dBias only in
+ * the deterministic form (the dP workspace); PP_CUDA_DETERMINISTIC=0 runs
+ * attention with a bias on the plain kernels.
  *
  * Fallback: a shape (B,T,Hq,Hkv,D,window) cuDNN rejects (version too old,
  * head dim for this GPU, one token, no engine, a failed finalize) is
@@ -97,6 +109,8 @@ enum {
 	UID_SOFTMAX_SUM,
 	UID_DQ_ACCUM,
 	UID_ONE,
+	UID_BIAS,
+	UID_DBIAS,
 	UID_VIRTUAL = 100 /* virtual tensors count up from here */
 };
 
@@ -119,6 +133,7 @@ typedef struct {
 
 typedef struct {
 	int B, T, Hq, Hkv, D, window;
+	int bias; /* with a bias by distance (its gradient in the backward) */
 } sdpa_shape;
 
 typedef struct {
@@ -403,6 +418,30 @@ static cudnnBackendDescriptor_t row_stats(sdpa_graph *g, int64_t uid, const sdpa
 	return tensor(g, uid, CUDNN_DATA_FLOAT, dim, stride, is_virtual, false, name);
 }
 
+/* the bias of the scores, or its gradient: (1,Hq,T,T) bf16 */
+static cudnnBackendDescriptor_t bias_view(sdpa_graph *g, int64_t uid, const sdpa_shape *s,
+					  const char *name)
+{
+	const int64_t H = s->Hq, T = s->T;
+	const int64_t dim[4] = {1, H, T, T}, stride[4] = {H * T * T, T * T, T, 1};
+	return tensor(g, uid, CUDNN_DATA_BFLOAT16, dim, stride, false, false, name);
+}
+
+/* scores ss (B,Hq,T,T) fp32 plus the bias, when the shape has one */
+static cudnnBackendDescriptor_t add_bias(sdpa_graph *g, const sdpa_shape *s,
+					 cudnnBackendDescriptor_t ss)
+{
+	if (!s->bias)
+		return ss;
+	const int64_t B = s->B, H = s->Hq, T = s->T;
+	cudnnBackendDescriptor_t bias = bias_view(g, UID_BIAS, s, "tensor bias");
+	cudnnBackendDescriptor_t sb = vtensor(g, CUDNN_DATA_FLOAT, B, H, T, T, H * T * T, T * T, T,
+					      1, "S * scale + bias");
+	pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, ss, bias, NULL, sb, -1,
+		  "S * scale + bias");
+	return sb;
+}
+
 static void build_fwd(sdpa_graph *g, const sdpa_shape *s)
 {
 	const int64_t B = s->B, H = s->Hq, T = s->T;
@@ -422,7 +461,7 @@ static void build_fwd(sdpa_graph *g, const sdpa_shape *s)
 	matmul(g, q, kt, sc, "matmul S = Q K^T");
 	cudnnBackendDescriptor_t ss = SCORES(CUDNN_DATA_FLOAT, "S * scale");
 	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, sc, scale, NULL, ss, -1, "S * scale");
-	cudnnBackendDescriptor_t sm = mask(g, s, ss, neg_inf, window);
+	cudnnBackendDescriptor_t sm = mask(g, s, add_bias(g, s, ss), neg_inf, window);
 
 	cudnnBackendDescriptor_t mx = ROWS("softmax: row max");
 	reduction(g, CUDNN_REDUCE_TENSOR_MAX, sm, mx, "softmax: row max");
@@ -487,7 +526,8 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t ss = SCORES(CUDNN_DATA_FLOAT, "S * scale");
 	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, sc, scale, NULL, ss, -1, "S * scale");
 	cudnnBackendDescriptor_t sl = SCORES(CUDNN_DATA_FLOAT, "S - Stats");
-	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, ss, stats, NULL, sl, -1, "S - Stats");
+	pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, add_bias(g, s, ss), stats, NULL, sl, -1,
+		  "S - Stats");
 	cudnnBackendDescriptor_t sm = mask(g, s, sl, neg_inf, window);
 	cudnnBackendDescriptor_t p = SCORES(CUDNN_DATA_FLOAT, "P = exp(S - Stats)");
 	pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sm, NULL, NULL, p, -1,
@@ -514,6 +554,10 @@ static void build_bwd(sdpa_graph *g, const sdpa_shape *s)
 	cudnnBackendDescriptor_t dsp = SCORES(CUDNN_DATA_FLOAT, "dS = P (dP - rowsum)");
 	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dps, p, NULL, dsp, -1,
 		  "dS = P (dP - rowsum)");
+	/* the bias's gradient: dS before the scale, summed over the batch */
+	if (s->bias)
+		reduction(g, CUDNN_REDUCE_TENSOR_ADD, dsp,
+			  bias_view(g, UID_DBIAS, s, "tensor dBias"), "dBias: sum over the batch");
 	cudnnBackendDescriptor_t ds = SCORES(CUDNN_DATA_FLOAT, "dS * scale");
 	pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dsp, scale, NULL, ds, -1, "dS * scale");
 
@@ -677,6 +721,9 @@ static int64_t dp_workspace(const sdpa_shape *s)
 	return (int64_t)s->B * s->Hq * t * t * 2;
 }
 
+/* The bias and its gradient as cuDNN takes them: two (1,Hq,T,T) bf16 */
+static int64_t bias_bytes(const sdpa_shape *s) { return 2 * (int64_t)s->Hq * s->T * s->T * 2; }
+
 /* Why cuDNN cannot take this shape before any graph is built, or NULL.
  * These are the limits cudnn-frontend's sdpa and sdpa_backward nodes check
  * before they build the same graphs (sdpa_support_surface.h): outside them
@@ -726,6 +773,19 @@ static const char *precheck(const sdpa_shape *s, int dir, char *buf, size_t n)
 		snprintf(buf, n,
 			 "cuDNN %zu.%zu before 9.16 needs T %% 128 == 0 in the backward (T=%d)",
 			 version / 10000, version / 100 % 100, s->T);
+		return buf;
+	}
+	if (s->bias && dir == BWD && !deterministic) {
+		snprintf(buf, n,
+			 "a bias's gradient: cuDNN computes it in the deterministic form only "
+			 "(PP_CUDA_DETERMINISTIC=0)");
+		return buf;
+	}
+	if (s->bias && bias_bytes(s) > dp_limit) {
+		snprintf(buf, n,
+			 "the bias by distance spread over (Hq,T,T), %.1f MiB with its gradient, "
+			 "is over PP_CUDNN_DP_WORKSPACE_MIB=%lld",
+			 (double)bias_bytes(s) / (1 << 20), (long long)(dp_limit >> 20));
 		return buf;
 	}
 	if (dir == BWD && deterministic && dp_workspace(s) > dp_limit) {
@@ -782,7 +842,7 @@ static void open_handle(void)
 static int same(const sdpa_shape *a, const sdpa_shape *b)
 {
 	return a->B == b->B && a->T == b->T && a->Hq == b->Hq && a->Hkv == b->Hkv && a->D == b->D &&
-	       a->window == b->window;
+	       a->window == b->window && a->bias == b->bias;
 }
 
 static sdpa_entry *entry_of(const sdpa_shape *s)
@@ -860,9 +920,10 @@ static sdpa_graph *plan_of(const sdpa_shape *s, int dir, char *why, size_t n)
 		}
 		e->state[dir] = REJECTED;
 		fprintf(stderr,
-			"pp: cuda backend: cuDNN attention %s, B=%d T=%d Hq=%d Hkv=%d D=%d window=%d: "
+			"pp: cuda backend: cuDNN attention %s, B=%d T=%d Hq=%d Hkv=%d D=%d window=%d%s: "
 			"%s; this shape runs on the plain kernels\n",
-			dir_name(dir), s->B, s->T, s->Hq, s->Hkv, s->D, s->window, e->why[dir]);
+			dir_name(dir), s->B, s->T, s->Hq, s->Hkv, s->D, s->window,
+			s->bias ? " with a bias" : "", e->why[dir]);
 	}
 	if (why)
 		snprintf(why, n, "%s: %s", dir_name(dir), e->why[dir]);
@@ -940,11 +1001,79 @@ static pp_bf16 *bf16_in(const T *src, size_t n, bool direct, char *base, size_t 
 	return dst;
 }
 
+/* ---- the bias by distance ------------------------------------------------------------- */
+
+/* out (1,H,T,T) bf16: entry (h,i,j) = w[h, bucket[i - j]] for j <= i, 0
+ * above the diagonal (which the causal mask hides) */
+template <typename T>
+__global__ void bias_fill_kernel(pp_bf16 *out, const T *w, const int *bucket, int nb, int H, int T_)
+{
+	const size_t n = (size_t)H * T_ * T_;
+	for (size_t x = blockIdx.x * (size_t)blockDim.x + threadIdx.x; x < n;
+	     x += (size_t)gridDim.x * blockDim.x) {
+		const int j = (int)(x % T_), i = (int)(x / T_ % T_), h = (int)(x / T_ / T_);
+		out[x] = pp_to<pp_bf16>(j <= i ? pp_f(w[(size_t)h * nb + bucket[i - j]]) : 0.0f);
+	}
+}
+
+/* diag (H,T): entry (h,d) = the sum of dbias (1,H,T,T) along diagonal d,
+ * (h, i, i - d) for i >= d; one block per (d, h), summed in a fixed order */
+__global__ void dbias_diag_kernel(float *diag, const pp_bf16 *db, int T_)
+{
+	__shared__ float red[32];
+	const int d = blockIdx.x, h = blockIdx.y;
+	const pp_bf16 *m = db + (size_t)h * T_ * T_;
+	float v = 0;
+	for (int i = d + threadIdx.x; i < T_; i += blockDim.x)
+		v += pp_f(m[(size_t)i * T_ + i - d]);
+	v = pp_block_sum(v, red);
+	if (threadIdx.x == 0)
+		diag[(size_t)h * T_ + d] = v;
+}
+
+/* dw (H,nb) += the diagonals' sums of each bucket's distances, in order */
+__global__ void dbias_bucket_kernel(float *dw, const float *diag, const int *bucket, int nb, int H,
+				    int T_)
+{
+	const int x = blockIdx.x * blockDim.x + threadIdx.x;
+	if (x >= H * nb)
+		return;
+	const int h = x / nb, b = x % nb;
+	float v = 0;
+	for (int d = 0; d < T_; d++)
+		if (bucket[d] == b)
+			v += diag[(size_t)h * T_ + d];
+	dw[x] += v;
+}
+
+template <typename T> static void bias_fill(pp_bf16 *out, const pp_attn_bias *bias, int H, int T_)
+{
+	const size_t n = (size_t)H * T_ * T_;
+	bias_fill_kernel<T><<<pp_cuda_blocks(n, 256), 256, 0, 0>>>(out, (const T *)bias->w,
+								   bias->bucket, bias->nb, H, T_);
+	PP_CUDA_LAUNCHED("bias_fill_kernel");
+}
+
+/* bias->dw += dbias (1,H,T,T) summed per bucket; diag: H*T floats of scratch */
+static void dbias_gather(const pp_attn_bias *bias, const pp_bf16 *dbias, float *diag, int H, int T_)
+{
+	dbias_diag_kernel<<<dim3(T_, H), 256, 0, 0>>>(diag, dbias, T_);
+	PP_CUDA_LAUNCHED("dbias_diag_kernel");
+	const int n = H * bias->nb;
+	dbias_bucket_kernel<<<(n + 255) / 256, 256, 0, 0>>>(bias->dw, diag, bias->bucket, bias->nb,
+							    H, T_);
+	PP_CUDA_LAUNCHED("dbias_bucket_kernel");
+}
+
+static int has_bias(const pp_attn_bias *bias) { return bias && bias->w; }
+
+/* ---- the two directions ----------------------------------------------------------------- */
+
 template <typename T>
 int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, int Hkv, int D,
-		     int window)
+		     int window, const pp_attn_bias *bias)
 {
-	const sdpa_shape s = {B, T_, Hq, Hkv, D, window};
+	const sdpa_shape s = {B, T_, Hq, Hkv, D, window, has_bias(bias)};
 	sdpa_graph *g = plan_of(&s, FWD, NULL, 0);
 	if (!g)
 		return 0;
@@ -955,6 +1084,7 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 	const size_t o_qkv = direct ? 0 : piece(&at, nqkv * 2);
 	const size_t o_out = direct ? 0 : piece(&at, nout * 2);
 	const size_t o_stats = aligned16(lse) ? 0 : piece(&at, nrows * 4);
+	const size_t nbias = (size_t)Hq * T_ * T_, o_bias = s.bias ? piece(&at, nbias * 2) : 0;
 	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
 	pp_bf16 *qkv16 = bf16_in(qkv, nqkv, direct, base, o_qkv);
@@ -962,17 +1092,25 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 	void *stats = aligned16(lse) ? (void *)lse : base + o_stats;
 
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), win = (float)window;
-	const int64_t uid[] = {UID_Q,     UID_K,     UID_V,       UID_O,
-			       UID_STATS, UID_SCALE, UID_NEG_INF, UID_WINDOW};
-	void *const ptr[] = {qkv16,
-			     qkv16 + (size_t)Hq * D,
-			     qkv16 + (size_t)(Hq + Hkv) * D,
-			     out16,
-			     stats,
-			     &scale,
-			     &neg_inf,
-			     &win};
-	execute(g, has_window(&s) ? 8 : 7, uid, ptr, base + o_ws, "cuDNN attention forward");
+	int64_t uid[9] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
+	void *ptr[9] = {qkv16,
+			qkv16 + (size_t)Hq * D,
+			qkv16 + (size_t)(Hq + Hkv) * D,
+			out16,
+			stats,
+			&scale,
+			&neg_inf};
+	int n = 7;
+	if (has_window(&s)) {
+		uid[n] = UID_WINDOW;
+		ptr[n++] = &win;
+	}
+	if (s.bias) {
+		bias_fill<T>((pp_bf16 *)(base + o_bias), bias, Hq, T_);
+		uid[n] = UID_BIAS;
+		ptr[n++] = base + o_bias;
+	}
+	execute(g, n, uid, ptr, base + o_ws, "cuDNN attention forward");
 	if (!direct)
 		pp_cuda_convert(out, out16, nout);
 	if (stats != (void *)lse)
@@ -980,15 +1118,15 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 	return 1;
 }
 template int pp_cuda_sdpa_fwd<float>(float *, pp_real *, const float *, int, int, int, int, int,
-				     int);
+				     int, const pp_attn_bias *);
 template int pp_cuda_sdpa_fwd<pp_bf16>(pp_bf16 *, pp_real *, const pp_bf16 *, int, int, int, int,
-				       int, int);
+				       int, int, const pp_attn_bias *);
 
 template <typename T>
 int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, const T *qkv, int B,
-		     int T_, int Hq, int Hkv, int D, int window)
+		     int T_, int Hq, int Hkv, int D, int window, const pp_attn_bias *bias)
 {
-	const sdpa_shape s = {B, T_, Hq, Hkv, D, window};
+	const sdpa_shape s = {B, T_, Hq, Hkv, D, window, has_bias(bias)};
 	sdpa_graph *g = plan_of(&s, BWD, NULL, 0);
 	if (!g)
 		return 0;
@@ -1003,6 +1141,9 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 	const size_t o_dqkv = direct ? 0 : piece(&at, nqkv * 2);
 	const size_t o_stats = aligned16(lse) ? 0 : piece(&at, nrows * 4);
 	const size_t o_sum = piece(&at, nrows * 4), o_acc = g->acc ? piece(&at, nout * 4) : 0;
+	const size_t nbias = (size_t)Hq * T_ * T_, o_bias = s.bias ? piece(&at, nbias * 2) : 0;
+	const size_t o_dbias = s.bias ? piece(&at, nbias * 2) : 0;
+	const size_t o_diag = s.bias ? piece(&at, (size_t)Hq * T_ * 4) : 0;
 	const size_t o_ws = piece(&at, (size_t)g->ws);
 	char *base = (char *)pp_cuda_scratch(at);
 	pp_bf16 *qkv16 = bf16_in(qkv, nqkv, direct, base, o_qkv);
@@ -1018,10 +1159,10 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 	float scale = (float)(1 / sqrt((double)D)), neg_inf = mask_fill(), one = 1,
 	      win = (float)window;
 	const size_t k_at = (size_t)Hq * D, v_at = (size_t)(Hq + Hkv) * D;
-	int64_t uid[15] = {UID_Q,     UID_K,       UID_V,  UID_O,  UID_DO,
+	int64_t uid[17] = {UID_Q,     UID_K,       UID_V,  UID_O,  UID_DO,
 			   UID_STATS, UID_DQ,      UID_DK, UID_DV, UID_SOFTMAX_SUM,
 			   UID_SCALE, UID_NEG_INF, UID_ONE};
-	void *ptr[15] = {qkv16,  qkv16 + k_at, qkv16 + v_at,  out16,         dout16,
+	void *ptr[17] = {qkv16,  qkv16 + k_at, qkv16 + v_at,  out16,         dout16,
 			 stats,  dqkv16,       dqkv16 + k_at, dqkv16 + v_at, base + o_sum,
 			 &scale, &neg_inf,     &one};
 	int n = 13;
@@ -1033,21 +1174,33 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 		uid[n] = UID_WINDOW;
 		ptr[n++] = &win;
 	}
+	if (s.bias) {
+		bias_fill<T>((pp_bf16 *)(base + o_bias), bias, Hq, T_);
+		uid[n] = UID_BIAS;
+		ptr[n++] = base + o_bias;
+		uid[n] = UID_DBIAS;
+		ptr[n++] = base + o_dbias;
+	}
 	execute(g, n, uid, ptr, base + o_ws, "cuDNN attention backward");
 	if (!direct)
 		pp_cuda_convert(dqkv, dqkv16, nqkv);
+	if (s.bias && bias->dw)
+		dbias_gather(bias, (const pp_bf16 *)(base + o_dbias), (float *)(base + o_diag), Hq,
+			     T_);
 	return 1;
 }
 template int pp_cuda_sdpa_bwd<float>(float *, const float *, const float *, const pp_real *,
-				     const float *, int, int, int, int, int, int);
+				     const float *, int, int, int, int, int, int,
+				     const pp_attn_bias *);
 template int pp_cuda_sdpa_bwd<pp_bf16>(pp_bf16 *, const pp_bf16 *, const pp_bf16 *, const pp_real *,
-				       const pp_bf16 *, int, int, int, int, int, int);
+				       const pp_bf16 *, int, int, int, int, int, int,
+				       const pp_attn_bias *);
 
-int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, char *why,
-				  size_t n)
+int pp_cuda_cudnn_attention_check(int B, int T, int Hq, int Hkv, int D, int window, int bias,
+				  char *why, size_t n)
 {
 	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
-	const sdpa_shape s = {B, T, Hq, Hkv, D, window};
+	const sdpa_shape s = {B, T, Hq, Hkv, D, window, bias != 0};
 	if (!plan_of(&s, FWD, why, n))
 		return 0;
 	return plan_of(&s, BWD, why, n) != NULL;

@@ -16,6 +16,7 @@
 #   - cuDNN attention (PP_CUDA_ATTENTION=cudnn, bf16 inside): 20 llama
 #     steps at seq_len 128 against device=cpu, every step's loss within
 #     1e-2 relative; cuDNN must have taken the shape (no fallback line);
+#     the same with GLaM's relative position biases (model.pos=relative);
 #   - the same with PP_CUDNN_DP_WORKSPACE_MIB=0: cuDNN's deterministic
 #     backward does not fit, runs on the plain kernels and says so;
 #   - bf16 (dtype=bf16: bf16 activations and compute weights, fp32 master
@@ -55,7 +56,7 @@ checks=(ops)
 for f in "${families[@]}"; do checks+=("${f}_cuda_vs_cpu"); done
 checks+=(llama_cudnn_vs_cpu)
 for f in "${families[@]}"; do checks+=("${f}_bf16_vs_cpu"); done
-checks+=(cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
+checks+=(relative_bias_cudnn_vs_cpu cudnn_workspace_fallback resume_bitwise resume_bitwise_bf16 resume_bitwise_bf16_cudnn)
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 eval_vs_cpu nccl_singleton)
 checks+=(packing_cuda_vs_cpu lora_cuda_vs_cpu)
@@ -78,9 +79,10 @@ fi
 # tool_cuda_check's SKIP line for each is marked [expected]; gpu-check.sh
 # fails its test stage on any other SKIP.
 expected_skips=(
-	"cudnn_attention[B=1 T=1 Hq=2 Hkv=1 D=16 window=0]|T=1: cuDNN's backward does not take one token"
-	"cudnn_attention[B=1 T=33 Hq=3 Hkv=1 D=20 window=7]|head dim 20: cuDNN takes multiples of 8"
-	"cudnn_attention[B=2 T=100 Hq=4 Hkv=2 D=32 window=0]|before 9.16 needs T % 128 == 0"
+	"cudnn_attention_fwd[B=1 T=1 Hq=2 Hkv=1 D=16 window=0 nb=0]|T=1: cuDNN's backward does not take one token"
+	"cudnn_attention_fwd[B=1 T=33 Hq=3 Hkv=1 D=20 window=7 nb=0]|head dim 20: cuDNN takes multiples of 8"
+	"cudnn_attention_fwd[B=2 T=100 Hq=4 Hkv=2 D=32 window=0 nb=0]|before 9.16 needs T % 128 == 0"
+	"cudnn_attention_fwd_bias[B=2 T=100 Hq=4 Hkv=4 D=64 window=0 nb=32]|before 9.16 needs T % 128 == 0"
 )
 mark_expected() { # the lines of tool_cuda_check, expected SKIP lines marked
 	local line e
@@ -191,23 +193,29 @@ fi
 # the bound is 1e-2; a shape cuDNN rejected would run the fp32 kernels and
 # prove nothing, so its fallback line fails the check
 crun="model=llama-tiny ${run/seq_len=32/seq_len=128}"
+# cudnn_ok TAG KEY=VALUE...: llama-tiny with the settings on cuDNN against the CPU
 cudnn_ok() {
-	pp-train $crun device=cpu run_dir=$T/cudnn-cpu --quiet 2>$T/cudnn-cpu.log ||
-		{ tail -n 3 $T/cudnn-cpu.log; return 1; }
-	PP_CUDA_ATTENTION=cudnn pp-train $crun device=$dev "${extra[@]}" run_dir=$T/cudnn-dev --quiet \
-		2>$T/cudnn-dev.log || { tail -n 3 $T/cudnn-dev.log; return 1; }
-	if grep 'runs on the plain kernels' $T/cudnn-dev.log; then
+	local tag=$1
+	shift
+	pp-train $crun "$@" device=cpu run_dir=$T/$tag-cpu --quiet 2>$T/$tag-cpu.log ||
+		{ tail -n 3 $T/$tag-cpu.log; return 1; }
+	PP_CUDA_ATTENTION=cudnn pp-train $crun "$@" device=$dev "${extra[@]}" run_dir=$T/$tag-dev \
+		--quiet 2>$T/$tag-dev.log || { tail -n 3 $T/$tag-dev.log; return 1; }
+	if grep 'runs on the plain kernels' $T/$tag-dev.log; then
 		echo "cuDNN did not take the shape"
 		return 1
 	fi
 	local d
-	d=$(loss_diff $T/cudnn-cpu $T/cudnn-dev)
-	echo "llama-tiny cudnn attention: 20 steps at seq_len 128, loss at step 20:" \
-		"cpu $(losses $T/cudnn-cpu | tail -n 1 | cut -d' ' -f2)," \
-		"$dev $(losses $T/cudnn-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
+	d=$(loss_diff $T/$tag-cpu $T/$tag-dev)
+	echo "llama-tiny cudnn attention $*: 20 steps at seq_len 128, loss at step 20:" \
+		"cpu $(losses $T/$tag-cpu | tail -n 1 | cut -d' ' -f2)," \
+		"$dev $(losses $T/$tag-dev | tail -n 1 | cut -d' ' -f2), max relative difference $d"
 	within "$d" 1e-2
 }
-check gpu/llama_cudnn_vs_cpu cudnn_ok
+check gpu/llama_cudnn_vs_cpu cudnn_ok cudnn
+# GLaM's relative position biases through cuDNN (spread over (H,T,T), the
+# gradient summed back per bucket)
+check gpu/relative_bias_cudnn_vs_cpu cudnn_ok cudnn-rel model.pos=relative
 # the deterministic backward's dP workspace over its limit: the backward
 # runs on the plain kernels, says why, and still trains as the CPU does
 workspace_fallback() {

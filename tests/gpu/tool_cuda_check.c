@@ -943,38 +943,43 @@ static void check_decode(int B, int n, int Hq, int Hkv, int D, int Tmax, int pos
 }
 
 /* The same checks with cuDNN's attention, at the bf16 bound; a shape cuDNN
- * rejects is a counted skip */
-static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int window)
+ * rejects is a counted skip. nb > 0: with a bias by distance, which cuDNN
+ * takes spread over (Hq,T,T) in bf16, its gradient summed back per bucket
+ * from cuDNN's bf16 dBias. */
+static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int window, int nb)
 {
 	const size_t nqkv = (size_t)B * T * (Hq + 2 * Hkv) * D, nout = (size_t)B * T * Hq * D;
 	const size_t nlse = (size_t)B * Hq * T;
 	const double bf16 = 1e-2;
-	check c = {.op = "cudnn_attention_fwd",
+	check c = {.op = nb ? "cudnn_attention_fwd_bias" : "cudnn_attention_fwd",
 		   .run = r_attention_fwd,
-		   .nt = 3,
-		   .a = {B, T, Hq, Hkv, D, window},
+		   .nt = nb ? 5 : 3,
+		   .a = {B, T, Hq, Hkv, D, window, nb},
+		   .vocab = nb,
 		   .attention = PP_CUDA_ATTENTION_CUDNN};
-	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d", B, T, Hq, Hkv, D,
-		 window);
+	snprintf(c.shape, sizeof c.shape, "B=%d T=%d Hq=%d Hkv=%d D=%d window=%d nb=%d", B, T, Hq,
+		 Hkv, D, window, nb);
 	if (!selected(c.op))
 		return;
 	char why[300];
-	if (!pp_cuda_cudnn_attention_check(B, T, Hq, Hkv, D, window, why, sizeof why)) {
-		printf("SKIP: cuda/cudnn_attention[%s]: cuDNN does not take it: %s\n", c.shape,
-		       why);
+	if (!pp_cuda_cudnn_attention_check(B, T, Hq, Hkv, D, window, nb > 0, why, sizeof why)) {
+		printf("SKIP: cuda/%s[%s]: cuDNN does not take it: %s\n", c.op, c.shape, why);
 		skipped++;
 		return;
 	}
 	c.t[0] = TSB("out", nout, OUT, ACT, 1, bf16);
 	c.t[1] = TSB("lse", nlse, OUT, F32, 1, bf16);
 	c.t[2] = TS("qkv", nqkv, IN, ACT, 2);
+	c.t[3] = TS("bias", (size_t)Hq * nb, IN, ACT, 1);
+	c.t[4] = TS("bucket", (size_t)T, IN, IDX, 0);
 	run_check(&c);
 
-	check d = {.op = "cudnn_attention_bwd",
+	check d = {.op = nb ? "cudnn_attention_bwd_bias" : "cudnn_attention_bwd",
 		   .run = r_attention_bwd,
 		   .prep = prep_attention,
-		   .nt = 5,
-		   .a = {B, T, Hq, Hkv, D, window},
+		   .nt = nb ? 8 : 5,
+		   .a = {B, T, Hq, Hkv, D, window, nb},
+		   .vocab = nb,
 		   .attention = PP_CUDA_ATTENTION_CUDNN};
 	memcpy(d.shape, c.shape, sizeof d.shape);
 	d.t[0] = TSB("dqkv", nqkv, OUT, ACT, 1, bf16);
@@ -982,6 +987,9 @@ static void check_attention_cudnn(int B, int T, int Hq, int Hkv, int D, int wind
 	d.t[2] = TS("out", nout, IN, ACT, 1);
 	d.t[3] = TS("lse", nlse, IN, F32, 1);
 	d.t[4] = TS("qkv", nqkv, IN, ACT, 2);
+	d.t[5] = TS("bias", (size_t)Hq * nb, IN, ACT, 1);
+	d.t[6] = TS("bucket", (size_t)T, IN, IDX, 0);
+	d.t[7] = TSB("dbias", (size_t)Hq * nb, ACC, F32, 1, bf16);
 	run_check(&d);
 }
 
@@ -1593,16 +1601,20 @@ int main(void)
 	check_attention(1, 130, 4, 1, 64, 48, 7);
 	check_attention(1, 300, 12, 12, 64, 0, 32);
 	/* T a multiple of 128, which every cuDNN 9 backward takes */
-	check_attention_cudnn(2, 128, 4, 2, 32, 0);
-	check_attention_cudnn(1, 256, 4, 1, 64, 48);
-	check_attention_cudnn(2, 128, 2, 2, 128, 0);
-	check_attention_cudnn(1, 256, 8, 2, 128, 64);
-	check_attention_cudnn(1, 512, 8, 2, 64, 0);
-	check_attention_cudnn(2, 128, 4, 2, 16, 4);
-	check_attention_cudnn(1, 128, 4, 1, 256, 16); /* head dim 256: both ways on sm_90 only */
-	check_attention_cudnn(2, 100, 4, 2, 32, 0);   /* any T: the backward from cuDNN 9.16 */
-	check_attention_cudnn(1, 1, 2, 1, 16, 0);     /* one token: cuDNN's backward refuses it */
-	check_attention_cudnn(1, 33, 3, 1, 20, 7);    /* head dim 20: cuDNN wants multiples of 8 */
+	check_attention_cudnn(2, 128, 4, 2, 32, 0, 0);
+	check_attention_cudnn(1, 256, 4, 1, 64, 48, 0);
+	check_attention_cudnn(2, 128, 2, 2, 128, 0, 0);
+	check_attention_cudnn(1, 256, 8, 2, 128, 64, 0);
+	check_attention_cudnn(1, 512, 8, 2, 64, 0, 0);
+	check_attention_cudnn(2, 128, 4, 2, 16, 4, 0);
+	check_attention_cudnn(1, 128, 4, 1, 256, 16, 0); /* head dim 256: both ways on sm_90 only */
+	check_attention_cudnn(2, 100, 4, 2, 32, 0, 0);   /* any T: the backward from cuDNN 9.16 */
+	check_attention_cudnn(1, 1, 2, 1, 16, 0, 0);  /* one token: cuDNN's backward refuses it */
+	check_attention_cudnn(1, 33, 3, 1, 20, 7, 0); /* head dim 20: cuDNN wants multiples of 8 */
+	/* GLaM's relative position biases on cuDNN: 32 buckets, a window, GQA */
+	check_attention_cudnn(2, 128, 4, 2, 32, 0, 32);
+	check_attention_cudnn(1, 256, 4, 1, 64, 48, 7);
+	check_attention_cudnn(2, 100, 4, 4, 64, 0, 32);
 	/* one token (several key splits of 256), a prefill, a window, GQA and MQA */
 	check_decode(1, 1, 32, 8, 128, 1024, 700, 0, 0);
 	check_decode(2, 1, 4, 2, 64, 300, 299, 0, 0);
