@@ -62,10 +62,10 @@ static size_t fp8_pack_bytes(size_t N, size_t C, size_t OC)
 }
 
 void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
-		size_t *bytes)
+		size_t *bytes, size_t *packs)
 {
 	memset(act, 0, FP8_NACT * sizeof *act);
-	*real = *bytes = 0;
+	*real = *bytes = *packs = 0;
 	const int n = stage_fp8_count(s);
 	if (!n)
 		return;
@@ -98,12 +98,10 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	if (act_bytes == 2) {
 		const size_t prod[][3] = {
 			{N, C, QKV}, {N, HD, C}, {N, C, UP}, {N, F, C}, {R, C, (size_t)s->vocab}};
-		size_t most = 0;
 		for (int i = 0; i < NELEMS(prod); i++)
 			if (prod[i][0])
-				most = max2(most,
-					    fp8_pack_bytes(prod[i][0], prod[i][1], prod[i][2]));
-		*bytes += most;
+				*packs = max2(*packs,
+					      fp8_pack_bytes(prod[i][0], prod[i][1], prod[i][2]));
 	}
 }
 
@@ -112,8 +110,8 @@ int fp8_alloc(pp_stage *s)
 	const int n = stage_fp8_count(s);
 	if (!n)
 		return 0;
-	size_t act[FP8_NACT], real, bytes;
-	fp8_counts(s, pp_act_size(s->ops), act, &real, &bytes);
+	size_t act[FP8_NACT], real, bytes, packs;
+	fp8_counts(s, pp_act_size(s->ops), act, &real, &bytes, &packs);
 	stage_fp8 *f = calloc(1, sizeof *f);
 	if (!f)
 		return -1;

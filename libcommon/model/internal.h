@@ -306,10 +306,10 @@ typedef struct stage_fp8 {
 enum { FP8_XQ, FP8_GQ, FP8_WQ, FP8_NACT };
 /* What fp8_alloc allocates: act[] in the compute type, real pp_real and
  * bytes (the states', host and device), for activations of act_bytes; and
- * in bytes too, on a bf16 table, the FP8 bytes the products pack their
- * operands into in the backend's scratch (the sizes count them all). */
+ * packs, on a bf16 table, the FP8 bytes the products pack their operands
+ * into in the backend's scratch (the sizes count them all). */
 void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_t *real,
-		size_t *bytes);
+		size_t *bytes, size_t *packs);
 int fp8_alloc(pp_stage *s); /* -1: out of memory */
 void fp8_free(pp_stage *s);
 /* A linear product (no bias) of local layer l (l < 0: the head) in FP8:

@@ -257,17 +257,19 @@ int stage_describe(pp_stage *s, const pp_model_cfg *cfg, const stage_spec *spec,
  * memory line. */
 typedef struct {
 	int64_t params; /* the compute copy of the parameters it keeps (the master itself in fp32) */
-	int64_t master;  /* the fp32 master weights beside a compute copy of another type */
-	int64_t grads;   /* fp32 gradients (none for inference) */
-	int64_t slot;    /* each slot: its layers' inputs and kept activations, the stage's
+	int64_t master;    /* the fp32 master weights beside a compute copy of another type */
+	int64_t grads;     /* fp32 gradients (none for inference) */
+	int64_t slot;      /* each slot: its layers' inputs and kept activations, the stage's
 			  * output, the token ids, the final norm's statistics, the head's input
 			  * gradient, a split backward's stash */
-	int64_t rebuilt; /* the one copy of what the policy rebuilds */
-	int64_t scratch; /* the backward pass's, the head's and the experts' working buffers */
-	int64_t logits;  /* the head's chunk of logits (with keep_logits, each slot's) */
-	int64_t fp8;     /* FP8: the weights' copies, the casts' buffers, the amax histories,
+	int64_t rebuilt;   /* the one copy of what the policy rebuilds */
+	int64_t scratch;   /* the backward pass's, the head's and the experts' working buffers */
+	int64_t logits;    /* the head's chunk of logits (with keep_logits, each slot's) */
+	int64_t fp8;       /* FP8: the weights' copies, the casts' buffers, the amax histories,
 			  * the products' packed operands (bf16) */
-	int64_t total;   /* all of it: slot counted n_slots times */
+	int64_t fp8_packs; /* of fp8, the packed operands: the backend's scratch, which every
+			    * chunk of a rank shares */
+	int64_t total;     /* all of it: slot counted n_slots times */
 } stage_bytes;
 void stage_sizes(const pp_stage *s, size_t act_bytes, stage_bytes *out);
 

@@ -185,9 +185,10 @@ void stage_sizes(const pp_stage *s, size_t A, stage_bytes *out)
 		moe_layer ml = stage_moe_dims(s);
 		out->scratch += (int64_t)moe_scratch_bytes(&ml, s->B * s->T, A);
 	}
-	size_t f8[FP8_NACT], f8_real, f8_bytes;
-	fp8_counts(s, A, f8, &f8_real, &f8_bytes);
-	out->fp8 = (int64_t)(sum(f8, FP8_NACT) * A + f8_real * R + f8_bytes);
+	size_t f8[FP8_NACT], f8_real, f8_bytes, f8_packs;
+	fp8_counts(s, A, f8, &f8_real, &f8_bytes, &f8_packs);
+	out->fp8_packs = (int64_t)f8_packs;
+	out->fp8 = (int64_t)(sum(f8, FP8_NACT) * A + f8_real * R + f8_bytes + f8_packs);
 	out->total = out->params + out->master + out->grads + s->n_slots * out->slot +
 		     out->rebuilt + out->scratch + out->logits + out->fp8;
 }

@@ -183,7 +183,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 
 	pp_stage st[LAYOUT_MAX_CHUNKS];
 	int built = 0;
-	int64_t adam = 0, gather = 0;
+	int64_t adam = 0, gather = 0, packs = 0;
 	for (int k = 0; k < l.v && !rc; k++, built++) {
 		stage_spec sp = stage_spec_of(c, &l, k);
 		sp.units = (stage_units){.size = fsdp, .rank = l.fsdp_rank};
@@ -200,7 +200,9 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		out->activations += st[k].n_slots * sb.slot + sb.rebuilt;
 		out->scratch += sb.scratch;
 		out->logits += sb.logits;
-		out->fp8 += sb.fp8;
+		/* the packs are one scratch buffer, as large as the largest chunk's */
+		out->fp8 += sb.fp8 - sb.fp8_packs;
+		packs = sb.fp8_packs > packs ? sb.fp8_packs : packs;
 		/* AdamW's m and v of the ranges this rank updates (ZeRO-1, fsdp:
 		 * its shares; data rank 0's are the largest) */
 		optim_ranges r;
@@ -241,6 +243,7 @@ int plan_memory_rank(const pp_config *c, int rank, plan_memory_t *out, pp_err *e
 		return rc;
 	const bool zero1 = fsdp == 1 && c->shard_optimizer && l.data > 1;
 	out->optimizer += adam + (zero1 ? gather * R : 0);
+	out->fp8 += packs;
 	out->total = out->params + out->grads + out->optimizer + out->activations + out->scratch +
 		     out->logits + out->fp8 + out->gathered + out->grad_buffers;
 	return PP_OK;

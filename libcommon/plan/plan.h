@@ -87,8 +87,9 @@ typedef struct {
 			      * microbatches in flight on it) and the rebuilt set */
 	int64_t scratch;     /* working buffers: the backward pass's, the head's, the experts' */
 	int64_t logits;      /* the last stage's chunk of (rows, V/tp) logits (loss_chunk_mb) */
-	int64_t fp8;         /* fp8.recipe: the weights' FP8 copies, the casts' buffers and the
-			      * amax histories (model.h: stage_bytes.fp8) */
+	int64_t fp8;         /* fp8.recipe: the weights' FP8 copies, the casts' buffers, the
+			      * amax histories and the products' packed operands, once per
+			      * rank (model.h: stage_bytes.fp8) */
 	int64_t total;
 } plan_memory_t;
 

@@ -248,6 +248,20 @@ static void test_memory(void)
 	CHECK(rc == 0 && pack == up && m8b.fp8 > 0, "plan/mem/fp8-bf16-packs",
 	      "rc %d %s: fp8 %lld (fp32 %lld), packs %lld, want %lld", rc, e.msg,
 	      (long long)m8b.fp8, (long long)m8.fp8, (long long)pack, (long long)up);
+	/* the packs are the backend's one scratch buffer: a rank with two
+	 * chunks (interleaved, pp = 4) counts them once, its copies twice */
+	pp_config c8i = c8, c8bi = c8b;
+	c8i.pp = c8bi.pp = 4;
+	c8i.virtual_stages = c8bi.virtual_stages = 2;
+	c8i.microbatches = c8bi.microbatches = 8;
+	c8i.global_batch = c8bi.global_batch = 16;
+	c8i.schedule = c8bi.schedule = SCHED_INTERLEAVED_1F1B;
+	rc = plan_memory_rank(&c8i, 0, &m8, &e) || plan_memory_rank(&c8bi, 0, &m8b, &e);
+	const int64_t copies2 = 2 * N * (11008 + 22016) + m8b.param_count;
+	const int64_t pack2 = m8b.fp8 - (m8.fp8 - 2 * copies2);
+	CHECK(rc == 0 && m8b.chunks == 2 && pack2 == up, "plan/mem/fp8-packs-once-per-rank",
+	      "rc %d %s: %d chunks, packs %lld, want %lld", rc, e.msg, m8b.chunks, (long long)pack2,
+	      (long long)up);
 
 	/* tp = 2 halves every layer matrix and the vocab rows; norms stay */
 	pp_config c2 = c;
