@@ -5,6 +5,10 @@
 #     values past the largest, infinities, NaN) cast to E4M3 and E5M2 equal
 #     ml_dtypes' float8_e4m3fn and float8_e5m2 with saturation (the value
 #     clipped to the largest first, as cvt.rn.satfinite does) bit for bit;
+#   - scales: current scaling's scale of a tensor (its amax, then FP8 max /
+#     amax / 2^margin, 1 where the amax is zero, not finite, or so small that
+#     the scale would not be finite), computed as the backend's ops do, and
+#     its inverse, equal Transformer Engine's formula in float32 bit for bit;
 #   - products: the forward, input-gradient and weight-gradient products of
 #     kernels/fp8mm.h on cast inputs equal float64 products of the same FP8
 #     values within fp32 accumulation error, and the casts they took equal
@@ -61,6 +65,33 @@ PY
 else
 	fail fp8/casts "$(tail -n 2 $T/cast.log)"
 fi
+
+# --- scales --------------------------------------------------------------------------------
+for margin in 0 3; do
+	if "$tool" scale $T/in.f32 $margin $T/scales-$margin.f32 2>$T/scale.log; then
+		check fp8/scales_margin_${margin}_equal_formula "$PY" - $T/in.f32 $margin $T/scales-$margin.f32 <<'PY'
+import sys, numpy as np
+x = np.fromfile(sys.argv[1], np.float32)
+margin = int(sys.argv[2])
+got = np.fromfile(sys.argv[3], np.float32).reshape(-1, 4)
+a = np.abs(x)
+a[np.isnan(a)] = 0  # a NaN takes no part in the amax
+bad = 0
+for k, top in enumerate((448.0, 57344.0)):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s = np.float32(top) / a / np.float32(2.0**margin)
+    s = np.where((a > 0) & np.isfinite(a) & np.isfinite(s), s, np.float32(1)).astype(np.float32)
+    inv = (np.float32(1) / s).astype(np.float32)
+    for col, want in ((2 * k, s), (2 * k + 1, inv)):
+        n = int((got[:, col].view(np.uint32) != want.view(np.uint32)).sum())
+        bad += n
+print(f"  {x.size} tensors, margin {margin}: {bad} scales or inverses differ")
+sys.exit(bad != 0)
+PY
+	else
+		fail fp8/scales_margin_$margin "$(tail -n 2 $T/scale.log)"
+	fi
+done
 
 # --- products ------------------------------------------------------------------------------
 for shape in "7 40 24" "64 96 80" "33 257 65"; do

@@ -3,12 +3,17 @@
  *
  *   tool_fp8 cast IN.f32 E4M3.f32 E5M2.f32
  *       every float of IN cast to E4M3 and to E5M2 (scale 1), as values
+ *   tool_fp8 scale IN.f32 MARGIN OUT.f32
+ *       for every float v of IN, current scaling's scale pair of the tensor
+ *       {v, -v/2} (ops absmax, then fp8_scale with div 2^MARGIN), for E4M3
+ *       and for E5M2: four floats per v (scale, inverse, scale, inverse)
  *   tool_fp8 matmul N C OC SX SW SG X.f32 W.f32 DY.f32 DIR
  *       x (N,C), w (OC,C) and dy (N,OC) cast with their scales (E4M3,
  *       E4M3, E5M2) into DIR/{xq,wq,gq}.f32, and the three products of
  *       kernels/fp8mm.h into DIR/{out,din,dw}.f32 (dw from zero)
  *
  * Files are raw little-endian floats. Exit 0, 1 on a file error, 2 on usage. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +73,29 @@ static int cast(char **argv)
 	return rc;
 }
 
+static int scale(char **argv)
+{
+	size_t n;
+	float *x = load(argv[0], &n), *y = malloc(4 * n * sizeof *y + 1);
+	if (!x || !y) {
+		fprintf(stderr, "tool_fp8: cannot read %s\n", argv[0]);
+		return 1;
+	}
+	const pp_ops *o = &pp_ops_cpu;
+	const float div = exp2f((float)atoi(argv[1]));
+	for (size_t i = 0; i < n; i++) {
+		const float t[2] = {x[i], -x[i] / 2};
+		float amax;
+		o->absmax(&amax, t, 2);
+		for (int fmt = 0; fmt < 2; fmt++)
+			o->fp8_scale(y + 4 * i + 2 * fmt, &amax, fmt, div);
+	}
+	int rc = save(argv[2], NULL, y, 4 * n);
+	free(x);
+	free(y);
+	return rc;
+}
+
 static int matmul(char **argv)
 {
 	const int N = atoi(argv[0]), C = atoi(argv[1]), OC = atoi(argv[2]);
@@ -108,9 +136,11 @@ int main(int argc, char **argv)
 {
 	if (argc == 5 && !strcmp(argv[1], "cast"))
 		return cast(argv + 2);
+	if (argc == 5 && !strcmp(argv[1], "scale"))
+		return scale(argv + 2);
 	if (argc == 12 && !strcmp(argv[1], "matmul"))
 		return matmul(argv + 2);
-	fprintf(stderr, "usage: tool_fp8 cast IN E4M3 E5M2 | tool_fp8 matmul N C OC SX SW SG X W "
-			"DY DIR\n");
+	fprintf(stderr, "usage: tool_fp8 cast IN E4M3 E5M2 | tool_fp8 scale IN MARGIN OUT | "
+			"tool_fp8 matmul N C OC SX SW SG X W DY DIR\n");
 	return 2;
 }
