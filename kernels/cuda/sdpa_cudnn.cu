@@ -1067,6 +1067,25 @@ static void dbias_gather(const pp_attn_bias *bias, const pp_bf16 *dbias, float *
 
 static int has_bias(const pp_attn_bias *bias) { return bias && bias->w; }
 
+/* The optional tensors of both directions' variant packs, after the n
+ * there: the window, and the bias (b16, filled from bias's weights first).
+ * Returns the new count. */
+template <typename T>
+static int pack_optional(const sdpa_shape *s, int64_t *uid, void **ptr, int n, float *win,
+			 const pp_attn_bias *bias, pp_bf16 *b16)
+{
+	if (has_window(s)) {
+		uid[n] = UID_WINDOW;
+		ptr[n++] = win;
+	}
+	if (s->bias) {
+		bias_fill<T>(b16, bias, s->Hq, s->T);
+		uid[n] = UID_BIAS;
+		ptr[n++] = b16;
+	}
+	return n;
+}
+
 /* ---- the two directions ----------------------------------------------------------------- */
 
 template <typename T>
@@ -1100,16 +1119,7 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 			stats,
 			&scale,
 			&neg_inf};
-	int n = 7;
-	if (has_window(&s)) {
-		uid[n] = UID_WINDOW;
-		ptr[n++] = &win;
-	}
-	if (s.bias) {
-		bias_fill<T>((pp_bf16 *)(base + o_bias), bias, Hq, T_);
-		uid[n] = UID_BIAS;
-		ptr[n++] = base + o_bias;
-	}
+	const int n = pack_optional<T>(&s, uid, ptr, 7, &win, bias, (pp_bf16 *)(base + o_bias));
 	execute(g, n, uid, ptr, base + o_ws, "cuDNN attention forward");
 	if (!direct)
 		pp_cuda_convert(out, out16, nout);
@@ -1170,14 +1180,8 @@ int pp_cuda_sdpa_bwd(T *dqkv, const T *dout, const T *out, const pp_real *lse, c
 		uid[n] = UID_DQ_ACCUM;
 		ptr[n++] = base + o_acc;
 	}
-	if (has_window(&s)) {
-		uid[n] = UID_WINDOW;
-		ptr[n++] = &win;
-	}
+	n = pack_optional<T>(&s, uid, ptr, n, &win, bias, (pp_bf16 *)(base + o_bias));
 	if (s.bias) {
-		bias_fill<T>((pp_bf16 *)(base + o_bias), bias, Hq, T_);
-		uid[n] = UID_BIAS;
-		ptr[n++] = base + o_bias;
 		uid[n] = UID_DBIAS;
 		ptr[n++] = base + o_dbias;
 	}
