@@ -122,8 +122,16 @@ static void layer_cost(const pp_config *c, const costs *k, const layout_tp *t, b
 	}
 	/* norms, residual adds, RoPE, the activation function; FP8's casts */
 	double bytes = n * A * (10 * C + 2 * (Hq + Hkv) * D + 3 * K * F);
-	if (fp8)
-		bytes += n * A * (2 * C + HD + K * F) + 2 * (C * QKV + HD * C + C * UP + F * C) * A;
+	if (fp8) {
+		const double W = C * QKV + HD * C + C * UP + F * C, X = n * (2 * C + HD + K * F);
+		bytes += X * A + 2 * W * A;
+		/* on FP8 tensor cores each product first packs its two operands
+		 * into FP8 bytes (read in the compute type, one byte written):
+		 * the input and the weight here, the gradient with each of them
+		 * in the backward, which the second pass below stands for */
+		if (k->cl->fp8_tflops > 0)
+			bytes += (A + 1) * (X + W);
+	}
 	const double e_fwd = streamed(k, bytes, 8);
 	const double comp_fwd = g_fwd + a_fwd + e_fwd;
 	/* backward: each product's input and weight gradients, attention's,
