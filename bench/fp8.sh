@@ -5,7 +5,9 @@
 # pp-init --plan fits in --mem-fraction of the GPU, as bench/a3mega.sh
 # does), each recipe's loss curve beside bf16's (the largest relative
 # difference of the per-step losses). Goal: 1.3x bf16's tokens/s on the 7B
-# layers, the losses within 1%.
+# layers, the losses within 1%. Beside each, pp-init --simulate's predicted
+# speed-up on the GPU's cluster description (configs/clusters, by
+# nvidia-smi's name; uncalibrated), to hold the model's FP8 costs to.
 #
 #   bench/fp8.sh [--warmup 2] [--steps 5] [--mem-fraction 0.85] [--budget 0]
 #                [--json FILE] [--smoke]
@@ -37,9 +39,13 @@ bench_ints warmup steps budget
 total=$((warmup + steps))
 common=(data=synthetic steps="$total" save_on_completion=false eval_interval=0 checkpoint_period=0
 	log_period=1 lr_schedule.warmup_steps=0)
+pp_init=$(bench_tool pp-init)
 if [ "$smoke" = 1 ]; then
 	models=("tiny" "model=llama-tiny device=cpu dtype=fp32 seq_len=64 global_batch=4 microbatch=4")
+	cluster=$bench_tmp/cpu.json
+	bench_cpu_cluster "$cluster"
 else
+	cluster=$(bench_cluster "$(bench_gpu_name)")
 	seven=("${bench_a3mega[@]}")
 	# the most layers whose FP8 plan fits
 	layers=$(bench_fit_layers "$mem_fraction" "${seven[@]}" "${common[@]}" fp8.recipe=delayed) || exit 1
@@ -56,34 +62,43 @@ for ((i = 0; i < ${#models[@]}; i += 2)); do
 		tag="m$((i / 2))-$r"
 		bench_pp_train "$tag" "$warmup" "$per" "${cfg[@]}" "${common[@]}" fp8.recipe=$r ||
 			die "$name, fp8.recipe=$r: $(cat "$bench_tmp/$tag.pp.err")"
+		"$pp_init" --simulate --json "${cfg[@]}" "${common[@]}" fp8.recipe=$r cluster="$cluster" \
+			nodes=1 >"$bench_tmp/$tag.sim.json" 2>"$bench_tmp/$tag.sim.err" ||
+			die "$name, fp8.recipe=$r: pp-init --simulate: $(tail -n 1 "$bench_tmp/$tag.sim.err")"
 		python3 - "$name" "$r" "$bench_tmp/$tag.pp.json" "$bench_tmp/run-$tag/metrics.jsonl" \
-			"$bench_tmp/run-m$((i / 2))-none/metrics.jsonl" >>"$bench_tmp/rows.jsonl" <<'EOF'
+			"$bench_tmp/run-m$((i / 2))-none/metrics.jsonl" "$bench_tmp/$tag.sim.json" \
+			>>"$bench_tmp/rows.jsonl" <<'EOF'
 import json, sys
-name, recipe, src, mine, base = sys.argv[1:]
+name, recipe, src, mine, base, sim = sys.argv[1:]
 r = json.load(open(src))
 loss = lambda p: [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
 a, b = loss(mine), loss(base)
 diff = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a and b else None
 print(json.dumps({"model": name, "recipe": recipe, "tokens_per_s": r["tokens_per_s"],
-                  "mfu": r["mfu"], "loss_vs_bf16": diff}))
+                  "mfu": r["mfu"], "loss_vs_bf16": diff,
+                  "predicted_tokens_per_s": json.load(open(sim))["tokens_per_s"]}))
 EOF
 	done
 done
 where="one $(bench_gpu_name)"
 [ "$smoke" = 0 ] || where="the CPU (smoke: llama-tiny, fp32 and the CPU's FP8 emulation)"
-echo "# FP8 against bf16 on $where; $steps steps after $warmup warm-up; commit $(bench_commit)"
+echo "# FP8 against bf16 on $where; $steps steps after $warmup warm-up; predicted: pp-init --simulate cluster=$(basename "$cluster" .json); commit $(bench_commit)"
 python3 - "$bench_tmp/rows.jsonl" "$json" "$smoke" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 plain = "fp32" if sys.argv[3] == "1" else "bf16"
 base = {r["model"]: r["tokens_per_s"] for r in rows if r["recipe"] == "none"}
-print(f"{'model':<16} {'recipe':<10} {'tok/s':>12} {'vs ' + plain:>8} {'MFU':>7} {'loss vs ' + plain:>13}")
+pbase = {r["model"]: r["predicted_tokens_per_s"] for r in rows if r["recipe"] == "none"}
+print(f"{'model':<16} {'recipe':<10} {'tok/s':>12} {'vs ' + plain:>8} {'predicted':>10} {'MFU':>7} "
+      f"{'loss vs ' + plain:>13}")
 for r in rows:
     r["speedup"] = r["tokens_per_s"] / base[r["model"]]
+    r["predicted_speedup"] = r["predicted_tokens_per_s"] / pbase[r["model"]]
     mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
     d = "-" if r["recipe"] == "none" or r["loss_vs_bf16"] is None else f"{r['loss_vs_bf16']:.2e}"
     print(f"{r['model']:<16} {r['recipe'] if r['recipe'] != 'none' else plain:<10} "
-          f"{r['tokens_per_s']:>12.1f} {r['speedup']:>7.2f}x {mfu:>7} {d:>13}")
+          f"{r['tokens_per_s']:>12.1f} {r['speedup']:>7.2f}x {r['predicted_speedup']:>9.2f}x "
+          f"{mfu:>7} {d:>13}")
 if sys.argv[2]:
     json.dump({"bench": "fp8", "rows": rows}, open(sys.argv[2], "w"), indent=1)
 EOF

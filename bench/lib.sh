@@ -186,6 +186,27 @@ bench_commit() {
 # bench_gpu_name: the first GPU's name from nvidia-smi, or nothing
 bench_gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true; }
 
+# bench_cpu_cluster FILE: a nominal cluster description of one CPU core
+# (no FP8 products), for the --smoke runs that simulate on the CPU
+bench_cpu_cluster() {
+	cat >"$1" <<'EOF'
+{"name": "cpu-1", "description": "one CPU core", "gpus_per_node": 1,
+ "gpu": {"name": "CPU core", "bf16_tflops": 0.05, "fp32_tflops": 0.05, "fp8_tflops": 0, "hbm_gib": 8, "hbm_gbps": 10},
+ "intra_node": {"name": "none", "bus_gbps": 1, "latency_us": 10},
+ "inter_node": {"name": "none", "bus_gbps": 1, "latency_us": 100}}
+EOF
+}
+
+# bench_cluster NAME: the cluster description (configs/clusters) of a GPU
+# named NAME (bench_gpu_name): h200, a100-sxm, else dgx-h100
+bench_cluster() {
+	case $1 in
+	*H200*) echo h200 ;;
+	*A100*) echo a100-sxm ;;
+	*) echo dgx-h100 ;;
+	esac
+}
+
 # bench_fit_layers FRACTION KEY=VALUE...: the most of the 7B's layers (32,
 # 28, ... 2) with which pp-init --plan of the run fits in FRACTION of the
 # first GPU's memory; dies when none does

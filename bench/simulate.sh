@@ -50,12 +50,7 @@ if [ "$smoke" = 1 ]; then
 	long=("${dev[@]}" seq_len=128 global_batch=4 microbatch=4)
 	a3mega+=("${dev[@]}" seq_len=64 model.n_layers=2)
 	cluster=$bench_tmp/cpu.json
-	cat >"$cluster" <<'EOF'
-{"name": "cpu-1", "description": "one CPU core", "gpus_per_node": 1,
- "gpu": {"name": "CPU core", "bf16_tflops": 0.05, "fp32_tflops": 0.05, "fp8_tflops": 0, "hbm_gib": 8, "hbm_gbps": 10},
- "intra_node": {"name": "none", "bus_gbps": 1, "latency_us": 10},
- "inter_node": {"name": "none", "bus_gbps": 1, "latency_us": 100}}
-EOF
+	bench_cpu_cluster "$cluster"
 	where="the CPU (smoke: llama-tiny)"
 else
 	dev=(device=cuda dtype=bf16 model=llama-1b)
@@ -63,11 +58,7 @@ else
 	long=("${dev[@]}" model.max_seq_len=4096 seq_len=4096 global_batch=4 microbatch=4)
 	gpu=$(bench_gpu_name)
 	[ -n "$gpu" ] || die "no GPU (nvidia-smi lists none); --smoke runs on the CPU"
-	case $gpu in
-	*H200*) cluster=h200 ;;
-	*A100*) cluster=a100-sxm ;;
-	*) cluster=dgx-h100 ;;
-	esac
+	cluster=$(bench_cluster "$gpu")
 	layers=$(bench_fit_layers "$mem_fraction" "${a3mega[@]}") || exit 1
 	a3mega+=(model.n_layers="$layers")
 	where="one $gpu (cluster=$cluster)"

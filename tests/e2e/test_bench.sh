@@ -21,7 +21,7 @@
 #     time and peak memory;
 #   - bench/a3mega.sh's smoke mode: the A3 Mega recipe's run on one device;
 #   - bench/fp8.sh's smoke mode: each FP8 recipe beside the plain dtype, the
-#     losses close;
+#     losses close, and pp-init --simulate's predicted speed-up beside;
 #   - scripts/gpu-check.sh --smoke sim: bench/simulate.sh's smoke mode, the
 #     calibration from the first run's profile and each run's prediction
 #     beside its measurement, through the GPU script's stage;
@@ -152,7 +152,7 @@ expect_fail bench/fsdp_bad_rounds 2 "^fsdp: --rounds x: expected an integer" ben
 
 # --- fp8.sh: FP8 recipes against the plain dtype ------------------------------------------------
 bench/fp8.sh --smoke --json $T/fp8.json >$T/fp8.txt 2>$T/fp8.err
-check bench/fp8_smoke eval 'jqt ".bench == \"fp8\" and (.rows | length == 3) and (.rows | map(.recipe) == [\"none\", \"delayed\", \"current\"]) and (.rows[1].loss_vs_bf16 < 0.01)" $T/fp8.json && grep -q "^tiny  *delayed" $T/fp8.txt || { tail -n 5 $T/fp8.err; false; }'
+check bench/fp8_smoke eval 'jqt ".bench == \"fp8\" and (.rows | length == 3) and (.rows | map(.recipe) == [\"none\", \"delayed\", \"current\"]) and (.rows[1].loss_vs_bf16 < 0.01) and all(.rows[]; .predicted_speedup > 0)" $T/fp8.json && grep -q "^tiny  *delayed" $T/fp8.txt || { tail -n 5 $T/fp8.err; false; }'
 
 # --- simulate.sh through gpu-check.sh: predictions against measured steps --------------------
 scripts/gpu-check.sh --smoke sim $T/gcs >$T/gcs.out 2>&1
