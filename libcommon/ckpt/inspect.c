@@ -113,6 +113,46 @@ static const char *dims_str(char *buf, size_t n, int nd, const int64_t *d)
 	return buf;
 }
 
+/* FP8 delayed scaling's state (ckpt_fp8_layer's tensors): each row a
+ * state's scale, then its amax history, newest first */
+typedef struct {
+	int tensors, states, recorded; /* recorded: the longest history's filled entries */
+	double lo, hi;                 /* the scales' range */
+} fp8_state;
+
+static int fp8_state_of(const char *dir, const ckpt_manifest *m, fp8_state *f, pp_err *e)
+{
+	memset(f, 0, sizeof *f);
+	for (int i = 0; i < m->n_tensors; i++) {
+		const ckpt_tensor_info *t = &m->tensors[i];
+		int layer;
+		if (!ckpt_fp8_layer(t->name, &layer) || t->ndim != 2)
+			continue;
+		const int64_t rows = t->global_shape[0], cols = t->global_shape[1];
+		pp_real *v = malloc((size_t)(rows * cols) * sizeof *v + 1);
+		if (!v)
+			return pp_errorf(e, PP_ERUNTIME, "out of memory");
+		int rc = ckpt_read_tensor(dir, m, t->name, "params", v, e);
+		for (int64_t r = 0; !rc && r < rows; r++) {
+			const pp_real *row = v + r * cols;
+			const double scale = row[0];
+			f->lo = f->states == 0 || scale < f->lo ? scale : f->lo;
+			f->hi = f->states == 0 || scale > f->hi ? scale : f->hi;
+			f->states++;
+			for (int64_t h = cols - 1; h >= 1; h--)
+				if (row[h] != 0) {
+					f->recorded = (int)h > f->recorded ? (int)h : f->recorded;
+					break;
+				}
+		}
+		free(v);
+		if (rc)
+			return rc;
+		f->tensors++;
+	}
+	return 0;
+}
+
 int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 {
 	char dir[PP_PATH_MAX + 64], *text = NULL;
@@ -147,6 +187,14 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 	pp_err ignore;
 	ckpt_holds_optimizer(&m, &holds, &ignore);
 	const char *tok = json_string_value(json_object_get(cfg, "tokenizer"));
+	json_t *f8 = json_object_get(cfg, "fp8");
+	const char *recipe = json_string_value(json_object_get(f8, "recipe"));
+	/* a damaged state is said, not fatal: info is how one looks at it */
+	fp8_state fs;
+	pp_err fe = {0};
+	const bool fs_ok = !fp8_state_of(dir, &m, &fs, &fe);
+	if (recipe && !strcmp(recipe, "none"))
+		recipe = NULL;
 	if (json) {
 		json_t *ts = json_array();
 		for (int i = 0; i < m.n_tensors; i++) {
@@ -175,6 +223,18 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 			(json_int_t)total_bytes(&m), "optimizer_state", holds, "tokenizer",
 			tok ? tok : "", "model", model ? model : json_null(), "config", cfg,
 			"tensors", ts);
+		if (recipe && !fs_ok)
+			json_object_set_new(
+				o, "fp8",
+				json_pack("{s:s, s:s}", "recipe", recipe, "error", fe.msg));
+		else if (recipe)
+			json_object_set_new(
+				o, "fp8",
+				json_pack("{s:s, s:I, s:i, s:i, s:f, s:f}", "recipe", recipe,
+					  "amax_history",
+					  json_integer_value(json_object_get(f8, "amax_history")),
+					  "recorded", fs.recorded, "states", fs.states, "scale_min",
+					  fs.lo, "scale_max", fs.hi));
 		char *s = json_dumps(o, JSON_INDENT(1));
 		fprintf(out, "%s\n", s ? s : "{}");
 		free(s);
@@ -211,6 +271,22 @@ int ckpt_info(const char *path, bool json, FILE *out, pp_err *e)
 		fprintf(out, "optimizer    %s\n",
 			holds ? "AdamW m and v" : "none (parameters only)");
 		fprintf(out, "tokenizer    %s\n", tok && *tok ? tok : "none");
+		if (recipe && !fs_ok)
+			fprintf(out, "fp8          %s scaling; its state cannot be read: %s\n",
+				recipe, fe.msg);
+		else if (recipe && fs.states)
+			fprintf(out,
+				"fp8          %s scaling, amax history %lld (%d recorded), margin %g%s: "
+				"%d states in %d tensors, scales %.4g .. %.4g\n",
+				recipe,
+				(long long)json_integer_value(json_object_get(f8, "amax_history")),
+				fs.recorded, json_number_value(json_object_get(f8, "margin")),
+				json_is_true(json_object_get(f8, "head")) ? ", the head too" : "",
+				fs.states, fs.tensors, fs.lo, fs.hi);
+		else if (recipe)
+			fprintf(out,
+				"fp8          %s scaling (no state: each cast scales by its own amax)\n",
+				recipe);
 		fprintf(out, "tensors      %d\n", m.n_tensors);
 		for (int i = 0; i < m.n_tensors; i++) {
 			const ckpt_tensor_info *t = &m.tensors[i];

@@ -70,6 +70,11 @@ PY
 }
 check fp8/histories_5_of_16 histories $T/hist 5
 check fp8/histories_300_of_1024 histories $T/kjv_delayed 300
+# pp-ckpt info sums them up: 300 recorded of 1024, the scales' range; current
+# scaling keeps none
+check fp8/info_summary eval 'pp-ckpt info $T/kjv_delayed | grep -q "^fp8 *delayed scaling, amax history 1024 (300 recorded), margin 0: [0-9]* states" &&
+	jq -e ".fp8.recorded == 300 and .fp8.scale_min > 0 and .fp8.scale_max >= .fp8.scale_min" <(pp-ckpt info --json $T/kjv_delayed) >/dev/null &&
+	pp-ckpt info $T/kjv_current | grep -q "^fp8 *current scaling (no state"'
 
 # resume (from step 3 of the same 6-step run) is bitwise
 res="$small steps=6 fp8.recipe=delayed fp8.amax_history=16 checkpoint_period=3 keep=0"
