@@ -95,10 +95,14 @@ mpirun -n 2 --allow-run-as-root --oversubscribe pp-train $res pp=2 steps=8 run_d
 check fp8/convert_resume eval 'losses $T/conv | tail -n 1 | grep -q "^8 "'
 
 # layouts: one process's losses over 8 steps. Current scaling under tp
-# over 2: from there on each tensor's own scale turns the fp32 rounding of
-# tp's partial sums into different FP8 values now and then (measured: 3e-5
-# at step 3, 7e-4 at step 8; in float64 the tp gradients agree to 1e-10,
-# test_gradcheck's llama-tiny+fp8_current/tp2, the head's FP8 included)
+# over 2: tp's fp32 sums differ from one process's in the 7th digit, and a
+# value that lies that close to a rounding midpoint of its FP8 format casts
+# to the other neighbour (found at step 1: one element of layer 0's q|k|v
+# gradient at 1664.0001 against 1663.9999 after scaling, between E5M2's 1536
+# and 1792), about one element in a million per cast; AdamW's per-element
+# step then carries it (losses: 3e-5 at step 3, 7e-4 at step 8). Either
+# recipe meets such a tie by chance; in float64 the tp gradients agree to
+# 1e-10 (test_gradcheck's llama-tiny+fp8_current/tp2, the head included)
 for r in delayed current; do
 	lay="$small steps=8" one=$T/one_$r
 	pp-train $lay fp8.recipe=$r run_dir=$one --quiet 2>/dev/null
