@@ -130,6 +130,8 @@ typedef struct pp_ops {
 	/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); bias may be NULL */
 	void (*matmul_fwd)(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
 			   int N, int C, int OC);
+	/* out (N,OC) += bias (OC) on every row */
+	void (*add_bias)(pp_act *out, const pp_act *bias, int N, int OC);
 	/* dinp (N,C) = dout (N,OC) @ w; dw (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
 	 * Any of dinp, dw, dbias may be NULL. */
 	void (*matmul_bwd)(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act *dout,

@@ -19,6 +19,7 @@ const pp_ops pp_ops_cpu = {
 	.to_act = pp_cpu_to_act,
 	.act_to_host = pp_cpu_act_to_host,
 	.matmul_fwd = pp_cpu_matmul_fwd,
+	.add_bias = pp_cpu_add_bias,
 	.matmul_bwd = pp_cpu_matmul_bwd,
 	.matmul_gelu_fwd = pp_cpu_matmul_gelu_fwd,
 	.gelu_matmul_bwd = pp_cpu_gelu_matmul_bwd,

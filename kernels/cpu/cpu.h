@@ -140,6 +140,7 @@ void pp_cpu_add_real(pp_real *out, const pp_real *a, const pp_real *b, size_t n)
 void pp_cpu_scale(pp_real *x, pp_real s, size_t n);
 void pp_cpu_scale_act(pp_act *x, pp_real s, size_t n);
 void pp_cpu_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropout *d);
+void pp_cpu_add_bias(pp_act *out, const pp_act *bias, int N, int OC);
 /* fp8.c */
 void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		     pp_fp8_tally *tally);

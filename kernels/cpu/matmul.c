@@ -40,6 +40,17 @@ void pp_cpu_matmul_fwd(pp_act *out_, const pp_act *inp_, const pp_act *w_, const
 	pp_cpu_gemm(0, 1, N, OC, C, 1, inp, C, w, C, bias ? 1 : 0, out, OC);
 }
 
+/* out (N,OC) += bias (OC) on every row */
+void pp_cpu_add_bias(pp_act *out_, const pp_act *bias_, int N, int OC)
+{
+	pp_real *out = out_;
+	const pp_real *bias = bias_;
+#pragma omp parallel for schedule(static)
+	for (int n = 0; n < N; n++)
+		for (int o = 0; o < OC; o++)
+			out[(size_t)n * OC + o] += bias[o];
+}
+
 /* dinp (N,C) = dout (N,OC) @ w (OC,C); dw (OC,C) += dout^T @ inp (N,C);
  * dbias (OC) += sum over N of dout */
 void pp_cpu_matmul_bwd(pp_act *dinp_, pp_real *dw, pp_real *dbias, const pp_act *dout_,

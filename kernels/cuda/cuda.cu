@@ -238,8 +238,8 @@ int pp_cuda_memory(size_t *free_bytes, size_t *total_bytes)
 	.alloc = pp_cuda_alloc, .free = pp_cuda_free, .to_device = pp_cuda_copy,                   \
 	.to_host = pp_cuda_copy, .zero = pp_cuda_zero, .copy2d = pp_cuda_copy2d,                   \
 	.to_act = pp_cuda_to_act<T>, .act_to_host = pp_cuda_act_to_host<T>,                        \
-	.matmul_fwd = pp_cuda_matmul_fwd<T>, .matmul_bwd = pp_cuda_matmul_bwd<T>,                  \
-	.matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>,                                             \
+	.matmul_fwd = pp_cuda_matmul_fwd<T>, .add_bias = pp_cuda_add_bias<T>,                      \
+	.matmul_bwd = pp_cuda_matmul_bwd<T>, .matmul_gelu_fwd = pp_cuda_matmul_gelu_fwd<T>,        \
 	.gelu_matmul_bwd = pp_cuda_gelu_matmul_bwd<T>, .embed_fwd = pp_cuda_embed_fwd<T>,          \
 	.embed_bwd = pp_cuda_embed_bwd<T>, .rmsnorm_fwd = pp_cuda_rmsnorm_fwd<T>,                  \
 	.rmsnorm_bwd = pp_cuda_rmsnorm_bwd<T>, .layernorm_fwd = pp_cuda_layernorm_fwd<T>,          \

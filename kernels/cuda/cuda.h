@@ -374,7 +374,9 @@ void pp_cuda_fp8_unscale(void *x, size_t n, int real, const float *sa, const flo
 template <typename T>
 int pp_cuda_fp8_matmul(int which, void *out, const pp_act *a, const pp_act *b, const float *sa,
 		       const float *sb, int N, int C, int OC);
-/* matmul.cu: the FP8 product fp8.cu's fp8_matmul runs (see there) */
+/* matmul.cu: a bias added to every row; the FP8 product fp8.cu's
+ * fp8_matmul runs (see there) */
+template <typename T> void pp_cuda_add_bias(pp_act *out, const pp_act *bias, int N, int OC);
 int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const float *a_scale,
 		       const void *B, int b_fmt, const float *b_scale, int m, int n, int k,
 		       int accumulate);

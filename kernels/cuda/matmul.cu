@@ -337,6 +337,18 @@ int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const floa
 	return m > 0 && n > 0 && k > 0 && lt_matmul(&g, EPI_NONE);
 }
 
+/* out (N,OC) += bias (OC) on every row; both T */
+template <typename T> void pp_cuda_add_bias(pp_act *out, const pp_act *bias, int N, int OC)
+{
+	const size_t n = (size_t)N * OC;
+	if (!n)
+		return;
+	add_bias_kernel<T><<<pp_cuda_blocks(n, 256), 256, 0, pp_cuda.stream>>>(
+		(T *)out, (const T *)bias, OC, N, OC);
+	PP_CUDA_LAUNCHED("add_bias_kernel");
+}
+PP_CUDA_BOTH(pp_cuda_add_bias);
+
 /* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); all T */
 template <typename T>
 void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,

@@ -877,10 +877,6 @@ static int check_consistency(const pp_config *c, pp_err *e)
 			"fp8.recipe=%s on a GPU needs dtype=bf16 (the products' outputs and the "
 			"rest of the model)",
 			r);
-		REQUIRE(m->family != PP_FAMILY_GPT,
-			"fp8.recipe=%s: model.family=gpt's biased products have no FP8 path; the "
-			"llama, mistral and gemma families do",
-			r);
 		REQUIRE(m->n_experts == 0,
 			"fp8.recipe=%s: a model with experts (model.n_experts=%d) has no FP8 path "
 			"for its experts' products",

@@ -19,16 +19,20 @@ void layer_linear(const pp_stage *s, pp_act *out, const pp_act *inp, int wi, con
 }
 
 /* Product `product` (FP8_*) of layer li: out = inp @ w^T + bias, in FP8
- * where the stage trains so (fp8.c; no bias there), else as layer_linear. */
+ * where the stage trains so (fp8.c: the product; the bias added after it,
+ * in the compute type), else as layer_linear. */
 static int linear_fwd(const pp_stage *s, const layer_index *li, int product, pp_act *out,
 		      const pp_act *inp, int wi, const pp_act *bias, int N, int C, int OC,
 		      pp_err *e)
 {
-	if (s->fp8)
-		return fp8_linear_fwd(s, (int)(li - s->acts->layer), product, out, inp, wi, N, C,
-				      OC, e);
-	layer_linear(s, out, inp, wi, bias, N, C, OC);
-	return 0;
+	if (!s->fp8) {
+		layer_linear(s, out, inp, wi, bias, N, C, OC);
+		return 0;
+	}
+	int rc = fp8_linear_fwd(s, (int)(li - s->acts->layer), product, out, inp, wi, N, C, OC, e);
+	if (!rc && bias)
+		s->ops->add_bias(out, bias, N, OC);
+	return rc;
 }
 
 /* Its backward: din (NULL: none) = dout @ w; dw and db (NULL: none) +=
@@ -37,11 +41,15 @@ static int linear_bwd(const pp_stage *s, const layer_index *li, int product, pp_
 		      pp_real *dw, pp_real *db, const pp_act *dout, const pp_act *inp, int wi,
 		      int N, int C, int OC, pp_err *e)
 {
-	if (s->fp8)
-		return fp8_linear_bwd(s, (int)(li - s->acts->layer), product, din, dw, dout, inp,
-				      wi, N, C, OC, e);
-	s->ops->matmul_bwd(din, dw, db, dout, inp, din ? W(s, wi) : NULL, N, C, OC);
-	return 0;
+	if (!s->fp8) {
+		s->ops->matmul_bwd(din, dw, db, dout, inp, din ? W(s, wi) : NULL, N, C, OC);
+		return 0;
+	}
+	int rc = fp8_linear_bwd(s, (int)(li - s->acts->layer), product, din, dw, dout, inp, wi, N,
+				C, OC, e);
+	if (!rc && db) /* the bias's gradient from the unrounded dout */
+		s->ops->matmul_bwd(NULL, NULL, db, dout, NULL, NULL, N, C, OC);
+	return rc;
 }
 
 /* The slot that holds layer tensors of kind what (PP_SAVE_*), sa or the
@@ -253,10 +261,12 @@ int layer_forward(const pp_stage *s, const layer_index *li, const layer_acts *t,
 			moe->z += ls.z;
 			moe->dropped += ls.dropped;
 		}
-	} else if (gelu && !s->packed) {
+	} else if (gelu && !s->packed && !s->fp8) {
 		o->matmul_gelu_fwd(t->act, t->up, t->h2, W(s, li->up_w), W(s, li->up_b), N, C, F);
 	} else if (gelu) {
-		layer_linear(s, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, F);
+		if ((rc = linear_fwd(s, li, FP8_UP, t->up, t->h2, li->up_w, W(s, li->up_b), N, C, F,
+				     e)))
+			return rc;
 		o->gelu_fwd(t->act, t->up, (size_t)N * F);
 	} else {
 		if ((rc = linear_fwd(s, li, FP8_UP, t->up, t->h2, li->up_w, W(s, li->up_b), N, C,
@@ -360,9 +370,14 @@ int layer_backward(const pp_stage *s, const layer_index *li, const layer_acts *t
 			o->to_device(t->g_out, a->d_res, NC * A);
 		pp_real *dw_down = wgrad ? G(s, li->down_w) : NULL;
 		pp_real *db_down = wgrad ? G(s, li->down_b) : NULL;
-		if (m->mlp == PP_MLP_GELU) {
+		if (m->mlp == PP_MLP_GELU && !s->fp8) {
 			o->gelu_matmul_bwd(a->d_up, dw_down, db_down, a->d_res, t->act, t->up,
 					   W(s, li->down_w), N, F, C);
+		} else if (m->mlp == PP_MLP_GELU) {
+			if ((rc = linear_bwd(s, li, FP8_DOWN, a->d_act, dw_down, db_down, a->d_res,
+					     t->act, li->down_w, N, F, C, e)))
+				return rc;
+			o->gelu_bwd(a->d_up, a->d_act, t->up, (size_t)N * F);
 		} else {
 			if ((rc = linear_bwd(s, li, FP8_DOWN, a->d_act, dw_down, db_down, a->d_res,
 					     t->act, li->down_w, N, F, C, e)))

@@ -126,8 +126,9 @@ void stage_scratch_counts(const pp_stage *s, size_t act_bytes, scratch_counts *c
 			[SC_D_ATT] = Nb * w.HD,
 			[SC_D_QKV] = Nb * w.QKV,
 			[SC_D_UP] = Nb * w.UP,
-			/* the gated MLP's only; gelu_matmul_bwd writes d_up directly */
-			[SC_D_ACT] = hparams_gated(s->cfg) ? Nb * w.F : 0,
+			/* the gated MLP's, or FP8's: gelu_matmul_bwd writes d_up
+			 * directly */
+			[SC_D_ACT] = hparams_gated(s->cfg) || s->spec.fp8.recipe ? Nb * w.F : 0,
 			[SC_HF] = last * w.N * w.C,
 			[SC_LOGITS] = last * (1 - keep) * (size_t)stage_loss_rows_of(s, act_bytes) *
 				      w.V,

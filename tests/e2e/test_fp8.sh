@@ -148,13 +148,19 @@ PY
 done
 
 # --- a model: pp's FP8 gradients against float64 on the FP8-rounded values -------------------------
+# a tiny Llama, and a tiny GPT (biased products, the head tied to the embedding)
 dump=$PP_ROOT/build/tests/tool_hf_dump
-gen="model.preset=llama-tiny seq_len=16 model.init_std=0.1 --batch 2 --seed 1234"
-# shellcheck disable=SC2086 # gen holds key=value words and options
-if "$dump" $gen -o $T/plain.h5 2>$T/dump.log && "$dump" $gen fp8.recipe=current -o $T/current.h5 2>>$T/dump.log &&
-	"$dump" $gen fp8.recipe=current fp8.head=true -o $T/head.h5 2>>$T/dump.log; then
-	"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/plain.h5 $T/current.h5 --tag fp8/model/current
-	"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/plain.h5 $T/head.h5 --tag fp8/model/current_head
-else
-	fail fp8/model/dump "$(tail -n 1 $T/dump.log)"
-fi
+for fam in llama gpt; do
+	gen="model.preset=$fam-tiny seq_len=16 model.init_std=0.1 --batch 2 --seed 1234"
+	tag=fp8/model
+	[ $fam = llama ] || tag=fp8/model_$fam
+	# shellcheck disable=SC2086 # gen holds key=value words and options
+	if "$dump" $gen -o $T/$fam-plain.h5 2>$T/dump.log &&
+		"$dump" $gen fp8.recipe=current -o $T/$fam-current.h5 2>>$T/dump.log &&
+		"$dump" $gen fp8.recipe=current fp8.head=true -o $T/$fam-head.h5 2>>$T/dump.log; then
+		"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/$fam-plain.h5 $T/$fam-current.h5 --tag $tag/current
+		"$PY" "$PP_ROOT/tests/ref/fp8_reference.py" $T/$fam-plain.h5 $T/$fam-head.h5 --tag $tag/current_head
+	else
+		fail $tag/dump "$(tail -n 1 $T/dump.log)"
+	fi
+done

@@ -6,7 +6,8 @@
 #     MaxText's count, attention as if not causal) and Pax's GPT tables at
 #     seq 2048 (126M, dp 64, 4 per GPU: 2098.16 seq/s on 64 A100, 4709.12 on
 #     64 H100; 5B, fsdp 256, 8 per GPU, Pax's remat of everything but the
-#     products: 594.13 on 256 A100, 1657.24 on 256 H100), each within 35%.
+#     products: 594.13 on 256 A100, 1657.24 on 256 H100, and 2374.66 on 256
+#     H100 in FP8), each within 35%.
 #     Pax's runs are simulated with Pax's kernels (sim.attention=materialized:
 #     XLA's attention with its scores through HBM; sim.embedding=onehot:
 #     Praxis's lookup as a product), and pp's own prediction is printed
@@ -51,6 +52,7 @@ gpt126m_a100|.tokens_per_s / 2048|2098.16|0.35|model=gpt-126m $pax global_batch=
 gpt126m_h100|.tokens_per_s / 2048|4709.12|0.35|model=gpt-126m $pax global_batch=256 dp=64 microbatch=4 cluster=dgx-h100 nodes=8
 gpt5b_a100|.tokens_per_s / 2048|594.13|0.35|model=gpt-5b $pax global_batch=2048 fsdp=256 microbatch=8 recompute=minimal cluster=a100-sxm nodes=32
 gpt5b_h100|.tokens_per_s / 2048|1657.24|0.35|model=gpt-5b $pax global_batch=2048 fsdp=256 microbatch=8 recompute=minimal cluster=dgx-h100 nodes=32
+gpt5b_h100_fp8|.tokens_per_s / 2048|2374.66|0.35|model=gpt-5b $pax global_batch=2048 fsdp=256 microbatch=8 recompute=minimal cluster=dgx-h100 nodes=32 fp8.recipe=delayed
 EOF
 
 # --- pp's own H100 measurements (docs/PERFORMANCE.md), which the calibration fits ---------------

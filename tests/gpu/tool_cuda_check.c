@@ -1280,6 +1280,21 @@ static void check_dropout(int N, int C, int row0, int col0, int width)
 	run_check(&c);
 }
 
+/* a bias added to every row (after an FP8 product): bit for bit */
+static void r_add_bias(const pp_ops *o, void *const *p, const check *c)
+{
+	o->add_bias(P(0), P(1), c->a[0], c->a[1]);
+}
+
+static void check_add_bias(int N, int OC)
+{
+	check c = {.op = "add_bias", .run = r_add_bias, .nt = 2, .a = {N, OC}};
+	snprintf(c.shape, sizeof c.shape, "N=%d OC=%d", N, OC);
+	c.t[0] = (tensor){"out", (size_t)N * OC, INOUT, ACT, 1, 0, 1};
+	c.t[1] = TS("bias", (size_t)OC, IN, ACT, 1);
+	run_check(&c);
+}
+
 /* a cast's scale s as the ops take it: s and 1/s in o's memory (o->free) */
 static float *scale_pair(const pp_ops *o, float s)
 {
@@ -1629,6 +1644,8 @@ int main(void)
 	check_vec(100003);
 	check_dropout(257, 96, 0, 0, 96);
 	/* inputs in [-1, 1): scales that saturate some, and that flush some */
+	check_add_bias(2048, 768);
+	check_add_bias(37, 5);
 	check_fp8_cast(100003, 0, 600.0f);
 	check_fp8_cast(100003, 1, 80000.0f);
 	check_fp8_cast(4099, 0, 1e-2f);

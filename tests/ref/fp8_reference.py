@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Independent reference for FP8 training: the gradients of a tiny Llama
-computed by pp with fp8.recipe=current against the same model computed in
-float64 on its FP8-rounded values.
+"""Independent reference for FP8 training: the gradients of a tiny Llama or
+GPT computed by pp with fp8.recipe=current against the same model computed
+in float64 on its FP8-rounded values.
 
     fp8_reference.py PLAIN.h5 FP8.h5 [--tag fp8/ref]
 
@@ -10,7 +10,9 @@ batch and one seed, without and with fp8.recipe=current (tests/ref/
 hf_reference.py describes the file). The reference is a Llama written here
 in float64 PyTorch (RMSNorm, RoPE as Hugging Face rotates, grouped-query
 causal attention, SwiGLU, an untied head, the mean cross-entropy over the
-targets != -100). Without FP8 it must give PLAIN.h5's loss and gradients
+targets != -100), or a GPT (LayerNorm, learned positions, one q|k|v product
+and every product with a bias, tanh GELU, the head tied to the embedding).
+Without FP8 it must give PLAIN.h5's loss and gradients
 (pp's fp32 against float64: within 1e-5), which ties it to the model that
 tests/e2e/test_hf_reference.sh checks against Hugging Face.
 
@@ -20,7 +22,9 @@ product, gate|up one): the input and the weight scaled by E4M3's 448 over
 their amax and rounded to E4M3 (saturating, round to nearest even, by
 ml_dtypes), the output gradient by E5M2's 57344 over its amax and rounded to
 E5M2; the products of the rounded values in float64, divided by the scales:
-    y = (xq wq^T) / (sx sw),  dx = (gq wq) / (sg sw),  dW = (gq^T xq) / (sg sx).
+    y = (xq wq^T) / (sx sw),  dx = (gq wq) / (sg sw),  dW = (gq^T xq) / (sg sx);
+a bias is added to y after the product, and its gradient is the sum of the
+output gradient before its cast.
 Attention, the norms, the head (unless fp8.head) and the loss stay in
 float64.
 
@@ -153,6 +157,38 @@ def forward(P, cfg, tokens, targets, fp8, head):
     return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
 
 
+def layernorm(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def forward_gpt(P, cfg, tokens, targets, fp8, head):
+    m = cfg["model"]
+    C, H = m["d_model"], m["n_heads"]
+    D = m.get("head_dim") or C // H
+    eps = m["norm_eps"]
+    B, T = tokens.shape
+    x = P["transformer.wte.weight"][tokens] + P["transformer.wpe.weight"][:T]
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    for i in range(m["n_layers"]):
+        p = f"transformer.h.{i}."
+
+        def biased(h, name):
+            (y,) = product(h, [P[p + name + ".weight"]], fp8)
+            return y + P[p + name + ".bias"]
+
+        h = layernorm(x, P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+        q, k, v = (t.reshape(B, T, H, D).transpose(1, 2)
+                   for t in biased(h, "attn.c_attn").split(H * D, -1))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + mask, -1) @ v
+        x = x + biased(a.transpose(1, 2).reshape(B, T, H * D), "attn.c_proj")
+        h = layernorm(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+        x = x + biased(F.gelu(biased(h, "mlp.c_fc"), approximate="tanh"), "mlp.c_proj")
+    x = layernorm(x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], eps)
+    n = int((targets != -100).sum())
+    (logits,) = product(x, [P["transformer.wte.weight"]], fp8 and head, E5M2[1] * n)
+    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+
+
 def load(path):
     with h5py.File(path, "r") as f:
         cfg = json.loads(f.attrs["config"])
@@ -164,8 +200,9 @@ def load(path):
 
 def reference(cfg, tokens, targets, params, fp8):
     P = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    loss = forward(P, cfg, torch.from_numpy(tokens), torch.from_numpy(targets), fp8,
-                   cfg["fp8"]["head"])
+    run = forward_gpt if cfg["model"]["family"] == "gpt" else forward
+    loss = run(P, cfg, torch.from_numpy(tokens), torch.from_numpy(targets), fp8,
+               cfg["fp8"]["head"])
     loss.backward()
     return float(loss), {k: t.grad.numpy() for k, t in P.items()}
 
