@@ -28,6 +28,7 @@
  * Query i sees keys j with first_key(i) <= j <= i: i - window < j when
  * window > 0 (Mistral's sliding window), else every j <= i; and with packed
  * documents (pp_attn_bias.doc_pos) none before its document's first row. */
+#include "../optable.h"
 #include "cuda.h"
 
 #define ATT_MAXD    256
@@ -483,10 +484,10 @@ static void fwd_launch(T *out, float *lse, const T *qkv, const att_shape &a)
 {
 	const size_t smem = sizeof(float) *
 			    ((size_t)ATT_BQ * a.D + (size_t)ATT_KT * a.KP + (size_t)ATT_KT * a.D);
-	pp_cuda_smem((const void *)attention_fwd_kernel<T, DPL>, smem, "attention_fwd_kernel");
+	pp_cuda_smem((const void *)attention_fwd_kernel<T, DPL>, smem, PP_OPTABLE_ATTN_FWD);
 	const dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.Hq, a.B);
 	attention_fwd_kernel<T, DPL><<<grid, ATT_THREADS, smem>>>(out, lse, qkv, a);
-	PP_CUDA_LAUNCHED("attention_fwd_kernel");
+	PP_CUDA_LAUNCHED(PP_OPTABLE_ATTN_FWD);
 }
 
 template <typename T, int DPL>

@@ -13,6 +13,7 @@
  * (decoding) is a matrix-vector product that cuBLASLt's heuristics give to
  * its GEMV-shaped kernels. */
 #include "../fp8.h"
+#include "../optable.h"
 #include "cuda.h"
 
 /* dbias and the norm weight gradients: one block owns COLS columns of a
@@ -259,11 +260,12 @@ static int lt_matmul(const gemm_args *g, int epi)
 	PP_CUBLAS_CHECK(cublasLtMatmul(pp_cuda.lt, p->desc, &g->alpha, g->A, p->la, g->B, p->lb,
 				       &g->beta, g->D, p->ld, g->D, p->ld, &p->algo,
 				       pp_cuda.workspace, pp_cuda.workspace_bytes, pp_cuda.stream));
-	char what[96] = "cublasLtMatmul";
+	char what[96] = PP_OPTABLE_PRODUCT;
 	if (pp_cuda.profile) /* one profile row per product shape */
-		snprintf(what, sizeof what, "cublasLtMatmul %s%s m=%d n=%d k=%d%s%s%s",
+		snprintf(what, sizeof what, PP_OPTABLE_PRODUCT " %s%s m=%d n=%d k=%d%s%s%s",
 			 g->transa ? "T" : "N", g->transb ? "T" : "N", g->m, g->n, g->k,
-			 g->a_type == CUDA_R_8F_E4M3 || g->a_type == CUDA_R_8F_E5M2 ? " fp8" : "",
+			 g->a_type == CUDA_R_8F_E4M3 || g->a_type == CUDA_R_8F_E5M2 ? PP_OPTABLE_FP8
+										    : "",
 			 g->d_type == CUDA_R_32F && g->a_type != CUDA_R_32F ? " fp32 out" : "",
 			 epi == EPI_GELU    ? " +gelu"
 			 : epi == EPI_DGELU ? " +dgelu"

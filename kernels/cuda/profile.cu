@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../optable.h"
 #include "cuda.h"
 
 #define PROFILE_EVENTS 1024
@@ -98,7 +99,8 @@ static void profile_report(void)
 	}
 	qsort(rows, (size_t)n_rows, sizeof rows[0], by_time);
 	fprintf(stderr,
-		"pp: cuda profile (PP_CUDA_PROFILE=1): %.3f ms of the compute stream over %ld ops, "
+		PP_OPTABLE_HEADER
+		" (PP_CUDA_PROFILE=1): %.3f ms of the compute stream over %ld ops, "
 		"each charged the time since the op before it\n",
 		total, calls);
 	fprintf(stderr, "%12s %6s %9s %11s  %s\n", "ms", "%", "calls", "us/call", "op");

@@ -73,6 +73,7 @@
 #include <cudnn_graph.h>
 #include <float.h>
 
+#include "../optable.h"
 #include "cuda.h"
 
 /* cuDNN versions (cudnnGetVersion: major*10000 + minor*100 + patch) */
@@ -1120,7 +1121,7 @@ int pp_cuda_sdpa_fwd(T *out, pp_real *lse, const T *qkv, int B, int T_, int Hq, 
 			&scale,
 			&neg_inf};
 	const int n = pack_optional<T>(&s, uid, ptr, 7, &win, bias, (pp_bf16 *)(base + o_bias));
-	execute(g, n, uid, ptr, base + o_ws, "cuDNN attention forward");
+	execute(g, n, uid, ptr, base + o_ws, PP_OPTABLE_ATTN_FWD_CUDNN);
 	if (!direct)
 		pp_cuda_convert(out, out16, nout);
 	if (stats != (void *)lse)

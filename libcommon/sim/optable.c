@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEADER "pp: cuda profile"
+#include "../../kernels/optable.h"
 
 bool sim_is_optable(const char *path)
 {
@@ -13,7 +13,7 @@ bool sim_is_optable(const char *path)
 	char line[1024];
 	bool found = false;
 	while (f && !found && fgets(line, sizeof line, f))
-		found = strstr(line, HEADER) != NULL;
+		found = strstr(line, PP_OPTABLE_HEADER) != NULL;
 	if (f)
 		fclose(f);
 	return found;
@@ -22,16 +22,17 @@ bool sim_is_optable(const char *path)
 /* one row's op into o; 0, or -1 for a product without its shape */
 static int parse_op(const char *op, sim_op *o)
 {
-	if (!strncmp(op, "cublasLtMatmul ", 15)) {
+	const size_t np = strlen(PP_OPTABLE_PRODUCT);
+	if (!strncmp(op, PP_OPTABLE_PRODUCT, np) && op[np] == ' ') {
 		const char *dims = strstr(op, " m=");
 		o->product = true;
-		o->fp8 = strstr(op, " fp8") != NULL;
+		o->fp8 = strstr(op, PP_OPTABLE_FP8) != NULL;
 		if (!dims || sscanf(dims, " m=%d n=%d k=%d", &o->m, &o->n, &o->k) != 3 ||
 		    o->m <= 0 || o->n <= 0 || o->k <= 0)
 			return -1;
 	} else {
-		o->attention_fwd = !strcmp(op, "attention_fwd_kernel") ||
-				   !strcmp(op, "cuDNN attention forward");
+		o->attention_fwd = !strcmp(op, PP_OPTABLE_ATTN_FWD) ||
+				   !strcmp(op, PP_OPTABLE_ATTN_FWD_CUDNN);
 	}
 	return 0;
 }
@@ -47,7 +48,7 @@ int sim_optable_read(const char *path, sim_optable *t, pp_err *e)
 	while (!rc && state < 3 && fgets(line, sizeof line, f)) {
 		lineno++;
 		if (state == 0) {
-			state = strstr(line, HEADER) ? 1 : 0;
+			state = strstr(line, PP_OPTABLE_HEADER) ? 1 : 0;
 			continue;
 		}
 		if (state == 1) { /* the column names */
@@ -87,7 +88,7 @@ int sim_optable_read(const char *path, sim_optable *t, pp_err *e)
 	fclose(f);
 	if (!rc && state == 0)
 		rc = pp_errorf(e, PP_EUSAGE, "--calibrate %s: no per-op table (\"%s\") in it", path,
-			       HEADER);
+			       PP_OPTABLE_HEADER);
 	if (rc)
 		sim_optable_free(t);
 	return rc;
