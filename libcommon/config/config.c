@@ -877,10 +877,6 @@ static int check_consistency(const pp_config *c, pp_err *e)
 			"fp8.recipe=%s on a GPU needs dtype=bf16 (the products' outputs and the "
 			"rest of the model)",
 			r);
-		REQUIRE(m->n_experts == 0,
-			"fp8.recipe=%s: a model with experts (model.n_experts=%d) has no FP8 path "
-			"for its experts' products",
-			r, m->n_experts);
 		REQUIRE(c->lora.rank == 0,
 			"fp8.recipe=%s with lora.rank: adapters train in the "
 			"compute type only",

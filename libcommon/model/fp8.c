@@ -22,7 +22,8 @@
  * the step's there once, so that no cast waits for a read to the host.
  *
  * A weight is cast once per step (the copy is kept in wq) unless FSDP
- * gathers it, which casts it at each use. */
+ * gathers it, which casts it at each use. A MoE layer's experts take its
+ * dense MLP's states (fp8_experts.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,20 +85,30 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 			big = s->params[i].n;
 	act[FP8_XQ] = N * in;
 	act[FP8_GQ] = N * out;
+	/* the experts' products: up to R rows of the local experts */
+	const moe_layer ml = stage_moe_dims(s);
+	const size_t Rm = s->acts->n_moe ? moe_rows_max(&ml, (int)N) : 0, P = (size_t)ml.ep_size;
+	const size_t nb = Rm ? (size_t)ml.n_local * P : 0;
+	act[FP8_XQ] = max2(act[FP8_XQ], Rm * max2(C, F));
+	act[FP8_GQ] = max2(act[FP8_GQ], Rm * max2(2 * F, C));
 	/* the weights' copies: beside the buffer, or one at a time under FSDP */
 	act[FP8_WQ] = s->spec.units.use || s->spec.units.size > 1 ? big : s->n_elems;
-	*real = s->spec.no_grad ? 0 : big;
+	*real = s->spec.no_grad ? 0 : max2(big, Rm ? 2 * F * C : 0);
 	/* per state: the history row, the tally (device and host), the count,
 	 * the scales (device and host), the amax and the pin */
-	*bytes = (size_t)n *
-		 (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
-		  2 * sizeof(pp_fp8_tally) + sizeof(double) + 5 * sizeof(float) + sizeof(bool));
+	*bytes = (size_t)n * (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
+			      2 * sizeof(pp_fp8_tally) + sizeof(double) + 5 * sizeof(float) +
+			      sizeof(bool)) +
+		 (nb ? 2 * (nb + P) * sizeof(float) + 2 * FP8_ROLES * P * sizeof(float) +
+				  nb * sizeof(int)
+		     : 0);
 	/* a bf16 table (the CUDA backend's) runs the products on FP8 tensor
 	 * cores, which pack both operands into FP8 bytes in the backend's
 	 * scratch first: the largest product's */
 	if (act_bytes == 2) {
 		const size_t prod[][3] = {
-			{N, C, QKV}, {N, HD, C}, {N, C, UP}, {N, F, C}, {R, C, (size_t)s->vocab}};
+			{N, C, QKV},    {N, HD, C}, {N, C, UP}, {N, F, C}, {R, C, (size_t)s->vocab},
+			{Rm, C, 2 * F}, {Rm, F, C}};
 		for (int i = 0; i < NELEMS(prod); i++)
 			if (prod[i][0])
 				*packs = max2(*packs,
@@ -123,8 +134,8 @@ int fp8_alloc(pp_stage *s)
 	f->cast = calloc((size_t)n, sizeof *f->cast);
 	f->host_scales = calloc((size_t)n * 2, sizeof *f->host_scales);
 	f->pinned = calloc((size_t)n, sizeof *f->pinned);
-	f->wq_ok = calloc((size_t)s->n_params + 1, sizeof *f->wq_ok);
-	if (!f->meta || !f->host_tally || !f->cast || !f->host_scales || !f->pinned || !f->wq_ok)
+	f->w_ok = calloc((size_t)n, sizeof *f->w_ok);
+	if (!f->meta || !f->host_tally || !f->cast || !f->host_scales || !f->pinned || !f->w_ok)
 		return -1;
 	for (int k = 0; k < n; k++)
 		f->meta[(size_t)k * row_len(f)] = 1; /* the first step casts with scale 1 */
@@ -137,6 +148,16 @@ int fp8_alloc(pp_stage *s)
 		return -1;
 	if (real && !(f->dw = o->alloc(real * sizeof(pp_real))))
 		return -1;
+	if (s->acts->n_moe) {
+		const moe_layer ml = stage_moe_dims(s);
+		const size_t P = (size_t)ml.ep_size, nb = (size_t)ml.n_local * P;
+		f->blk_host = calloc(nb + P, sizeof *f->blk_host);
+		f->blk_rows = calloc(nb, sizeof *f->blk_rows);
+		if (!f->blk_host || !f->blk_rows ||
+		    !(f->blk = o->alloc((nb + P) * sizeof *f->blk)) ||
+		    !(f->src = o->alloc(2 * FP8_ROLES * P * sizeof *f->src)))
+			return -1;
+	}
 	stage_fp8_begin_step(s);
 	stage_fp8_weights_changed(s);
 	return 0;
@@ -147,7 +168,7 @@ void fp8_free(pp_stage *s)
 	stage_fp8 *f = s->fp8;
 	if (!f)
 		return;
-	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw, f->scales, f->amax};
+	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw, f->scales, f->amax, f->blk, f->src};
 	for (int i = 0; i < NELEMS(dev); i++)
 		if (dev[i])
 			s->ops->free(dev[i]);
@@ -156,7 +177,9 @@ void fp8_free(pp_stage *s)
 	free(f->cast);
 	free(f->host_scales);
 	free(f->pinned);
-	free(f->wq_ok);
+	free(f->w_ok);
+	free(f->blk_host);
+	free(f->blk_rows);
 	free(f);
 	s->fp8 = NULL;
 }
@@ -173,7 +196,7 @@ void stage_fp8_begin_step(pp_stage *s)
 void stage_fp8_weights_changed(pp_stage *s)
 {
 	if (s->fp8)
-		memset(s->fp8->wq_ok, 0, (size_t)s->n_params * sizeof *s->fp8->wq_ok);
+		memset(s->fp8->w_ok, 0, (size_t)s->fp8->n * sizeof *s->fp8->w_ok);
 }
 
 void stage_fp8_step_stats(pp_stage *s, float *amax, double *counts)
@@ -240,6 +263,18 @@ static void upload_scales(const pp_stage *s)
 	f->scales_ok = true;
 }
 
+const float *fp8_step_scale(const pp_stage *s, int k)
+{
+	if (!s->fp8->scales_ok)
+		upload_scales(s);
+	return s->fp8->scales + 2 * k;
+}
+
+void fp8_scale_pair(const pp_stage *s, int k, float *pair, const float *amax)
+{
+	s->ops->fp8_scale(pair, amax, role_fmt(k % FP8_ROLES), exp2f((float)s->spec.fp8.margin));
+}
+
 /* The scale of state k for a cast of x (n elements) now, in the backend's
  * memory: delayed, the step's; current, from x's amax over the tp group,
  * computed there. */
@@ -249,8 +284,7 @@ static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, const f
 	stage_fp8 *f = s->fp8;
 	*scale = f->scales + 2 * k;
 	if (s->spec.fp8.recipe == PP_FP8_DELAYED) {
-		if (!f->scales_ok)
-			upload_scales(s);
+		fp8_step_scale(s, k);
 		return 0;
 	}
 	if (f->pinned[k])
@@ -260,13 +294,11 @@ static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, const f
 	int rc = tp->size > 1
 			 ? tp->allreduce(tp->ctx, f->amax + k, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e)
 			 : 0;
-	s->ops->fp8_scale(f->scales + 2 * k, f->amax + k, role_fmt(k % FP8_ROLES),
-			  exp2f((float)s->spec.fp8.margin));
+	fp8_scale_pair(s, k, f->scales + 2 * k, f->amax + k);
 	return rc;
 }
 
-/* out = q(x scale) for state k; record: into the step's tally */
-static void cast(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n,
+void fp8_cast_as(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n,
 		 const float *scale, bool record)
 {
 	stage_fp8 *f = s->fp8;
@@ -285,14 +317,14 @@ static int weight(const pp_stage *s, int k, int wi, size_t n, const pp_act **wq,
 	const bool kept = !s->unit_w;
 	pp_act *dst = kept ? pp_act_at(s->ops, f->wq, s->params[wi].off) : f->wq;
 	*wq = dst;
-	if (kept && f->wq_ok[wi]) {
+	if (kept && f->w_ok[k + FP8_W]) {
 		*sw = f->scales + 2 * (k + FP8_W);
 		return 0;
 	}
 	int rc = scale_of(s, k + FP8_W, W(s, wi), n, sw, e);
 	if (!rc)
-		cast(s, k + FP8_W, dst, W(s, wi), n, *sw, !kept || !f->wq_ok[wi]);
-	f->wq_ok[wi] = kept;
+		fp8_cast_as(s, k + FP8_W, dst, W(s, wi), n, *sw, !kept || !f->w_ok[k + FP8_W]);
+	f->w_ok[k + FP8_W] = kept;
 	return rc;
 }
 
@@ -334,7 +366,7 @@ int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_
 	int rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e);
 	if (rc || (rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
 		return rc;
-	cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, true);
+	fp8_cast_as(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, true);
 	pp_fp8_matmul_fwd(s->ops, out, f->xq, wq, sx, sw, N, C, OC);
 	return 0;
 }
@@ -349,7 +381,7 @@ int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *
 	if (rc)
 		return rc;
 	/* a split backward's weight part casts the gradient again: one record */
-	cast(s, k + FP8_G, f->gq, dout, (size_t)N * OC, sg, din != NULL);
+	fp8_cast_as(s, k + FP8_G, f->gq, dout, (size_t)N * OC, sg, din != NULL);
 	if (din) {
 		const pp_act *wq;
 		if ((rc = weight(s, k, wi, (size_t)OC * C, &wq, &sw, e)))
@@ -360,7 +392,7 @@ int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *
 		/* the forward's cast of the input, again (the forward's record stands) */
 		if ((rc = scale_of(s, k + FP8_X, inp, (size_t)N * C, &sx, e)))
 			return rc;
-		cast(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, false);
+		fp8_cast_as(s, k + FP8_X, f->xq, inp, (size_t)N * C, sx, false);
 		pp_fp8_matmul_wgrad(s->ops, dw, f->dw, f->gq, f->xq, sg, sx, N, C, OC);
 	}
 	return 0;

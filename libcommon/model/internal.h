@@ -298,10 +298,16 @@ typedef struct stage_fp8 {
 	float *host_scales;       /* (n, 2) delayed scaling: meta's scales, for the device */
 	bool scales_ok;           /* delayed scaling: scales holds meta's */
 	bool *pinned;             /* (n) current scaling: scales holds the next casts' */
-	bool *wq_ok;              /* (n_params) the weight's copy is this step's */
+	bool *w_ok;               /* (n) a weight state's copy in wq is this step's */
 	pp_act *xq, *gq;          /* the inputs' and the gradients' casts */
 	pp_act *wq;               /* the weights' casts: n_elems, or one at a time under FSDP */
 	pp_real *dw;              /* a product's weight gradient, before it is scaled and added */
+	/* the experts' products (MoE layers; NULL otherwise), over nb = n_local
+	 * ep blocks of rows: their amaxes then their sources' (nb + ep, device
+	 * and host), each source's scale pair per role (ep FP8_ROLES pairs,
+	 * device), the blocks' rows (nb, host) */
+	float *blk, *blk_host, *src;
+	int *blk_rows;
 } stage_fp8;
 enum { FP8_XQ, FP8_GQ, FP8_WQ, FP8_NACT };
 /* What fp8_alloc allocates: act[] in the compute type, real pp_real and
@@ -319,6 +325,17 @@ int fp8_linear_fwd(const pp_stage *s, int l, int product, pp_act *out, const pp_
 		   int N, int C, int OC, pp_err *e);
 int fp8_linear_bwd(const pp_stage *s, int l, int product, pp_act *din, pp_real *dw,
 		   const pp_act *dout, const pp_act *inp, int wi, int N, int C, int OC, pp_err *e);
+/* The experts' products in FP8 (fp8_experts.c: moe.h's moe_products; ctx
+ * the stage) */
+extern const moe_products fp8_moe_products;
+/* fp8.c's pieces the experts' products share: the step's delayed scale of
+ * state k (the device's copy); pair = the scale pair of state k's format
+ * and margin from an amax (both backend memory); out = q(x scale) for
+ * state k, recorded into the step's tally with record. */
+const float *fp8_step_scale(const pp_stage *s, int k);
+void fp8_scale_pair(const pp_stage *s, int k, float *pair, const float *amax);
+void fp8_cast_as(const pp_stage *s, int k, pp_act *out, const pp_act *x, size_t n,
+		 const float *scale, bool record);
 /* The head (fp8.head) runs in chunks of rows; under current scaling every
  * chunk casts with the whole tensor's scale: the input's amax over its N
  * rows h, the logits gradient's bound dscale (|softmax - onehot| <= 1).

@@ -176,6 +176,11 @@ moe_layer layer_moe(const pp_stage *s, const layer_index *li)
 	ml.ep = s->spec.ep.size > 1 ? s->spec.ep.comm : NULL;
 	ml.tp_sum = s->spec.tp.size > 1 ? moe_tp_sum : NULL;
 	ml.tp_ctx = (void *)s;
+	if (s->fp8) {
+		ml.fp8 = &fp8_moe_products;
+		ml.fp8_ctx = (void *)s;
+		ml.fp8_layer = (int)(li - s->acts->layer);
+	}
 	return ml;
 }
 

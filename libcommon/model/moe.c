@@ -269,21 +269,60 @@ static void reorder(const moe_layer *m, const moe_acts *t, pp_act *dst, const pp
 /* ---- forward and backward ---------------------------------------------------------- */
 
 /* expert j's weights and gradients */
-static const pp_act *w_up(const moe_layer *m, int j)
+const pp_act *moe_weight(const moe_layer *m, int j, bool down)
 {
-	return pp_act_at(m->ops, m->experts, (size_t)j * m->stride);
+	return pp_act_at(m->ops, m->experts,
+			 (size_t)j * m->stride + (down ? 2 * (size_t)m->F * m->C : 0));
 }
-static const pp_act *w_down(const moe_layer *m, int j)
+pp_real *moe_weight_grad(const moe_layer *m, int j, bool down)
 {
-	return pp_act_at(m->ops, m->experts, (size_t)j * m->stride + 2 * (size_t)m->F * m->C);
+	return m->g_experts
+		       ? m->g_experts + (size_t)j * m->stride + (down ? 2 * (size_t)m->F * m->C : 0)
+		       : NULL;
 }
-static pp_real *g_up(const moe_layer *m, int j)
+
+int moe_sources(const moe_layer *m) { return ep_size(m); }
+
+void moe_block_rows(const moe_layer *m, const moe_acts *t, int *rows)
 {
-	return m->g_experts ? m->g_experts + (size_t)j * m->stride : NULL;
+	const int n = m->n_local, P = ep_size(m);
+	const int *from = from_counts(m, t), *local = local_rows(m, t);
+	for (int j = 0; j < n; j++)
+		for (int p = 0; p < P; p++)
+			rows[j * P + p] = P > 1 ? from[p * n + j] : local[j];
 }
-static pp_real *g_down(const moe_layer *m, int j)
+
+/* The products of every local expert (moe_products), by the ops or FP8's. */
+static int experts_fwd(const moe_layer *m, const moe_acts *t, bool down, pp_act *out,
+		       const pp_act *in, pp_err *e)
 {
-	return m->g_experts ? m->g_experts + (size_t)j * m->stride + 2 * (size_t)m->F * m->C : NULL;
+	if (m->fp8)
+		return m->fp8->fwd(m->fp8_ctx, m, t, down, out, in, e);
+	const pp_ops *o = m->ops;
+	const int IC = down ? m->F : m->C, OC = down ? m->C : 2 * m->F, *rows = local_rows(m, t);
+	for (int j = 0, at = 0; j < m->n_local; at += rows[j], j++)
+		if (rows[j])
+			o->matmul_fwd(pp_act_at(o, out, (size_t)at * OC),
+				      pp_act_at(o, in, (size_t)at * IC), moe_weight(m, j, down),
+				      NULL, rows[j], IC, OC);
+	return 0;
+}
+
+static int experts_bwd(const moe_layer *m, const moe_acts *t, bool down, pp_act *din, bool wgrad,
+		       const pp_act *dout, const pp_act *in, pp_err *e)
+{
+	if (m->fp8)
+		return m->fp8->bwd(m->fp8_ctx, m, t, down, din, wgrad, dout, in, e);
+	const pp_ops *o = m->ops;
+	const int IC = down ? m->F : m->C, OC = down ? m->C : 2 * m->F, *rows = local_rows(m, t);
+	for (int j = 0, at = 0; j < m->n_local; at += rows[j], j++)
+		if (rows[j])
+			o->matmul_bwd(din ? pp_act_at(o, din, (size_t)at * IC) : NULL,
+				      wgrad ? moe_weight_grad(m, j, down) : NULL, NULL,
+				      pp_act_at(o, dout, (size_t)at * OC),
+				      pp_act_at(o, in, (size_t)at * IC),
+				      din ? moe_weight(m, j, down) : NULL, rows[j], IC, OC);
+	return 0;
 }
 
 int moe_forward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act *h, pp_act *out,
@@ -329,19 +368,13 @@ int moe_forward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act *
 			return rc;
 		reorder(m, t, t->xs, t->y, true);
 	}
-	size_t at = 0;
-	for (int j = 0; j < n; j++) {
-		const int r = rows[j];
-		if (r) {
-			pp_act *up = pp_act_at(o, t->up, at * 2 * F),
-			       *act = pp_act_at(o, t->act, at * F);
-			o->matmul_fwd(up, pp_act_at(o, t->xs, at * C), w_up(m, j), NULL, r, C,
-				      2 * F);
-			o->glu_fwd(act, up, r, F, m->act);
-			o->matmul_fwd(pp_act_at(o, t->y, at * C), act, w_down(m, j), NULL, r, F, C);
-		}
-		at += (size_t)r;
-	}
+	/* the gate|up products, the activation, the down products */
+	if ((rc = experts_fwd(m, t, false, t->up, t->xs, e)))
+		return rc;
+	if (t->R)
+		o->glu_fwd(t->act, t->up, t->R, F, m->act);
+	if ((rc = experts_fwd(m, t, true, t->y, t->act, e)))
+		return rc;
 	if (ep_size(m) > 1) {
 		reorder(m, t, sc->sent, t->y, false);
 		if ((rc = exchange(m, t, sc->sent, t->ym, true, e)))
@@ -356,24 +389,13 @@ int moe_backward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act 
 		 pp_err *e)
 {
 	const pp_ops *o = m->ops;
-	const int C = m->C, F = m->F, E = m->E, K = m->K, n = m->n_local;
-	const int *rows = local_rows(m, t);
+	const int C = m->C, F = m->F, E = m->E, K = m->K;
 	const bool ep = ep_size(m) > 1, wgrad = part != MOE_BWD_INPUT;
 	int rc;
 	if (part == MOE_BWD_WEIGHT) {
-		size_t at = 0;
-		for (int j = 0; j < n; j++) {
-			const int r = rows[j];
-			if (r) {
-				o->matmul_bwd(NULL, g_down(m, j), NULL,
-					      pp_act_at(o, t->g_y, at * C),
-					      pp_act_at(o, t->act, at * F), NULL, r, F, C);
-				o->matmul_bwd(NULL, g_up(m, j), NULL,
-					      pp_act_at(o, t->g_up, at * 2 * F),
-					      pp_act_at(o, t->xs, at * C), NULL, r, C, 2 * F);
-			}
-			at += (size_t)r;
-		}
+		if ((rc = experts_bwd(m, t, true, NULL, true, t->g_y, t->act, e)) ||
+		    (rc = experts_bwd(m, t, false, NULL, true, t->g_up, t->xs, e)))
+			return rc;
 		o->matmul_bwd(NULL, m->g_router, NULL, t->g_logits, h, NULL, N, C, E);
 		return 0;
 	}
@@ -390,22 +412,12 @@ int moe_backward(const moe_layer *m, moe_acts *t, moe_scratch *sc, const pp_act 
 	} else {
 		o->moe_gather(sc->d_y, dout, t->rows, t->gate, t->M, K, C);
 	}
-	size_t at = 0;
-	for (int j = 0; j < n; j++) {
-		const int r = rows[j];
-		if (r) {
-			pp_act *dy = pp_act_at(o, sc->d_y, at * C),
-			       *dup = pp_act_at(o, sc->d_up, at * 2 * F);
-			pp_act *dact = pp_act_at(o, sc->d_act, at * F);
-			o->matmul_bwd(dact, wgrad ? g_down(m, j) : NULL, NULL, dy,
-				      pp_act_at(o, t->act, at * F), w_down(m, j), r, F, C);
-			o->glu_bwd(dup, dact, pp_act_at(o, t->up, at * 2 * F), r, F, m->act);
-			o->matmul_bwd(pp_act_at(o, sc->d_xs, at * C), wgrad ? g_up(m, j) : NULL,
-				      NULL, dup, pp_act_at(o, t->xs, at * C), w_up(m, j), r, C,
-				      2 * F);
-		}
-		at += (size_t)r;
-	}
+	if ((rc = experts_bwd(m, t, true, sc->d_act, wgrad, sc->d_y, t->act, e)))
+		return rc;
+	if (t->R)
+		o->glu_bwd(sc->d_up, sc->d_act, t->up, t->R, F, m->act);
+	if ((rc = experts_bwd(m, t, false, sc->d_xs, wgrad, sc->d_up, t->xs, e)))
+		return rc;
 	if (part == MOE_BWD_INPUT) {
 		const size_t A = pp_act_size(o);
 		o->to_device(t->g_y, sc->d_y, (size_t)t->R * C * A);

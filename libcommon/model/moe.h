@@ -36,8 +36,10 @@
 #include "../base/error.h"
 #include "../comm/comm.h"
 
+typedef struct moe_products moe_products;
+
 /* A layer's MoE MLP as one rank holds it. */
-typedef struct {
+typedef struct moe_layer {
 	const pp_ops *ops;
 	int C, F, E, K;       /* F: this rank's slice of an expert's width */
 	int mode;             /* PP_ROUTE_* */
@@ -56,6 +58,11 @@ typedef struct {
 	/* sums a buffer over tp when the experts are split (NULL: tp 1) */
 	int (*tp_sum)(void *ctx, pp_real *buf, size_t n, pp_err *e);
 	void *tp_ctx;
+	/* the experts' products in FP8 (NULL: the ops', in the compute type),
+	 * with their context and this layer's index there */
+	const moe_products *fp8;
+	void *fp8_ctx;
+	int fp8_layer;
 } moe_layer;
 
 /* What one forward keeps for its backward: device buffers for N rows, M
@@ -87,6 +94,31 @@ typedef struct {
 	pp_real *stats, *dgate;                  /* (E+1), (N,K) */
 	pp_real *host;                           /* host (E+1) */
 } moe_scratch;
+
+/* Every local expert's product at once over the R rows of the last
+ * forward, in expert order (down: the down products, else the gate|up
+ * ones; IC and OC their widths: C and 2F, or F and C):
+ *   fwd  out (R,OC) = in (R,IC) @ w_j^T over expert j's rows;
+ *   bwd  din (R,IC) = dout @ w_j (din NULL: none), and with wgrad each
+ *        expert's weight gradient += dout_j^T @ in_j.
+ * model/fp8.c's run them in FP8; the blocks of moe_block_rows tell them
+ * whose rows are whose. */
+struct moe_products {
+	int (*fwd)(void *ctx, const moe_layer *m, const moe_acts *t, bool down, pp_act *out,
+		   const pp_act *in, pp_err *e);
+	int (*bwd)(void *ctx, const moe_layer *m, const moe_acts *t, bool down, pp_act *din,
+		   bool wgrad, const pp_act *dout, const pp_act *in, pp_err *e);
+};
+
+/* The sources of the local experts' rows: the ep group's ranks (1 without
+ * ep). rows (n_local sources) = the last forward's rows in blocks, expert
+ * j's from source p at j sources + p, in the order the rows lie. */
+int moe_sources(const moe_layer *m);
+void moe_block_rows(const moe_layer *m, const moe_acts *t, int *rows);
+/* Local expert j's weights (down: its (C,F) down, else its (2F,C) gate|up)
+ * and their gradient (NULL without gradients). */
+const pp_act *moe_weight(const moe_layer *m, int j, bool down);
+pp_real *moe_weight_grad(const moe_layer *m, int j, bool down);
 
 /* The most rows of local experts one forward of N rows may keep: N K, ep
  * times that under expert parallelism. */

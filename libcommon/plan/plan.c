@@ -326,8 +326,11 @@ double plan_fp8_share(const pp_config *c)
 		return 0;
 	plan_counts n;
 	plan_param_count(&c->model, &n);
+	/* the head's product unless fp8.head, and the routers', stay in the
+	 * compute type */
 	const double head = c->fp8.head ? 0 : (double)c->model.vocab_size * c->model.d_model;
-	return 6.0 * ((double)n.matmul - head) / plan_flops_per_token(&c->model, c->seq_len);
+	return 6.0 * ((double)n.matmul - head - (double)n.router) /
+	       plan_flops_per_token(&c->model, c->seq_len);
 }
 
 double plan_mfu(double flops_per_token, double tokens_per_s, double peak_tflops)

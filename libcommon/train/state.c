@@ -154,8 +154,9 @@ static int build_shard(trainer *t, ckpt_host *hs, ckpt_state *cs, void ***owned,
 				c->v = fused ? whole[2] : src.v + p->off;
 			}
 		}
-		/* FP8 scaling state: whole on every tp rank, saved by the first */
-		const int nf = t->lay.tp_rank == 0 ? ckpt_fp8_count(st) : 0;
+		/* FP8 scaling state: whole on every tp and ep rank, saved by the
+		 * first */
+		const int nf = t->lay.tp_rank == 0 && t->lay.ep_rank == 0 ? ckpt_fp8_count(st) : 0;
 		ckpt_name *names = nf ? calloc((size_t)nf, sizeof *names) : NULL;
 		pp_real *copy = NULL;
 		if (nf && (!names || ckpt_fp8_entries(st, cs, names, &copy)))

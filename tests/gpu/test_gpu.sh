@@ -60,7 +60,8 @@ checks+=(relative_bias_cudnn_vs_cpu cudnn_workspace_fallback resume_bitwise resu
 for f in "${families[@]}"; do checks+=("${f}_decode_vs_cpu"); done
 checks+=(decode_graph_vs_eager decode_graph_one_token_prompt decode_graph_vs_eager_bf16 eval_vs_cpu nccl_singleton)
 checks+=(packing_cuda_vs_cpu lora_cuda_vs_cpu)
-checks+=(fp8_delayed_vs_cpu fp8_current_vs_cpu fp8_gpt_current_vs_cpu fp8_refused_without_fp8)
+checks+=(fp8_delayed_vs_cpu fp8_current_vs_cpu fp8_gpt_current_vs_cpu fp8_mixtral_current_vs_cpu
+	fp8_refused_without_fp8)
 checks+=(profile_device_clock)
 skip_all() {
 	local c
@@ -167,10 +168,11 @@ ft_vs_cpu lora_cuda 1e-4 $ft data=synthetic lora.rank=4 lora.alpha=8 lora.dropou
 # hence the bf16 bound
 fp8_dtype=()
 [ "$dev" = cuda ] && fp8_dtype=(dtype=bf16)
-# (gpt_current: the GPT family's biased products, its GELU MLP unfused)
-for r in delayed current gpt_current; do
-	f8="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=20 log_period=1 lr=3e-3 data=synthetic fp8.recipe=${r#gpt_}"
-	[ $r = gpt_current ] && f8="$f8 model=gpt-tiny"
+# (gpt_current: the GPT family's biased products, its GELU MLP unfused;
+# mixtral_current: the experts' products, each source's rows scaled apart)
+for r in delayed current gpt_current mixtral_current; do
+	f8="model=llama-tiny global_batch=4 microbatch=2 seq_len=32 steps=20 log_period=1 lr=3e-3 data=synthetic fp8.recipe=${r#*_}"
+	case $r in gpt_* | mixtral_*) f8="$f8 model=${r%_*}-tiny" ;; esac
 	if pp-train $f8 device=cpu run_dir=$T/fp8-$r-cpu --quiet 2>$T/fp8-$r-cpu.log &&
 		pp-train $f8 device=$dev "${fp8_dtype[@]}" "${extra[@]}" run_dir=$T/fp8-$r-dev --quiet 2>$T/fp8-$r-dev.log; then
 		d=$(loss_diff $T/fp8-$r-cpu $T/fp8-$r-dev)

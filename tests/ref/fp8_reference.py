@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Independent reference for FP8 training: the gradients of a tiny Llama or
-GPT computed by pp with fp8.recipe=current against the same model computed
+"""Independent reference for FP8 training: the gradients of a tiny Llama,
+Mixtral or GPT computed by pp with fp8.recipe=current against the same model computed
 in float64 on its FP8-rounded values.
 
     fp8_reference.py PLAIN.h5 FP8.h5 [--tag fp8/ref]
@@ -10,7 +10,10 @@ batch and one seed, without and with fp8.recipe=current (tests/ref/
 hf_reference.py describes the file). The reference is a Llama written here
 in float64 PyTorch (RMSNorm, RoPE as Hugging Face rotates, grouped-query
 causal attention, SwiGLU, an untied head, the mean cross-entropy over the
-targets != -100), or a GPT (LayerNorm, learned positions, one q|k|v product
+targets != -100), a Mixtral (the same with each MLP a mixture of SwiGLU
+experts: each token's K experts by router logit, gated by the softmax of
+those K logits, the Switch load-balancing loss E sum_e f_e P_e and the
+router z-loss added at the config's coefficients), or a GPT (LayerNorm, learned positions, one q|k|v product
 and every product with a bias, tanh GELU, the head tied to the embedding).
 Without FP8 it must give PLAIN.h5's loss and gradients
 (pp's fp32 against float64: within 1e-5), which ties it to the model that
@@ -24,7 +27,11 @@ ml_dtypes), the output gradient by E5M2's 57344 over its amax and rounded to
 E5M2; the products of the rounded values in float64, divided by the scales:
     y = (xq wq^T) / (sx sw),  dx = (gq wq) / (sg sw),  dW = (gq^T xq) / (sg sx);
 a bias is added to y after the product, and its gradient is the sum of the
-output gradient before its cast.
+output gradient before its cast. A MoE layer's experts are one tensor to
+their scales, as pp scales them: each of its two products (every expert's
+gate|up, every expert's down) casts with the amax of all its experts'
+weights, of all its rows (every token's, whichever expert took it) and of
+all their gradients; the router's product stays in float64.
 Attention, the norms, the head (unless fp8.head) and the loss stay in
 float64.
 
@@ -39,7 +46,9 @@ Checks, each a PASS:/FAIL: line:
                             all of them together within 1e-4
 A value of pp's in fp32 may land on the other side of an FP8 rounding
 boundary than the float64 value does, which is what the tolerances allow
-for (measured: 3e-7); a wrong format, scale, fused group or product moves
+for (measured: 3e-7) where no value lies within fp32's error of a rounding
+midpoint, as at the test's seeds (where one does, it casts to the other
+neighbour and moves the loss by about 1e-4); a wrong format, scale, fused group or product moves
 the gradients by about FP8's own effect (10-20% here). With fp8.head=true
 the head's product is FP8 too, its gradient's scale fixed at E5M2's largest
 over 1 / n for n counted targets, as pp fixes it (the gradient of the mean
@@ -80,23 +89,61 @@ def scale_of(t, fmt):
 
 
 class FP8Product(torch.autograd.Function):
-    """x (N, C) @ w (OC, C)^T with current scaling, HYBRID formats; the
-    gradient's scale fixed at gscale when given"""
+    """Expert j's rows of x (R, C), in order (counts), times w[j] (E, OC,
+    C)^T with current scaling, HYBRID formats: one scale for all the rows,
+    one for all the weights and one for all the gradients (a linear layer
+    is one expert); the gradient's scale fixed at gscale when given"""
 
     @staticmethod
-    def forward(ctx, x, w, gscale):
+    def forward(ctx, x, w, counts, gscale):
         sx, sw = scale_of(x, E4M3), scale_of(w, E4M3)
         xq, wq = cast(x, sx, E4M3), cast(w, sw, E4M3)
         ctx.save_for_backward(xq, wq)
-        ctx.sx, ctx.sw, ctx.gscale = sx, sw, gscale
-        return xq @ wq.T / (sx * sw)
+        ctx.sx, ctx.sw, ctx.counts, ctx.gscale = sx, sw, counts, gscale
+        return torch.cat([xj @ wq[j].T for j, xj in enumerate(xq.split(counts))]) / (sx * sw)
 
     @staticmethod
     def backward(ctx, g):
         xq, wq = ctx.saved_tensors
         sg = ctx.gscale or scale_of(g, E5M2)
         gq = cast(g, sg, E5M2)
-        return gq @ wq / (sg * ctx.sw), gq.T @ xq / (sg * ctx.sx), None
+        pairs = list(zip(gq.split(ctx.counts), xq.split(ctx.counts)))
+        dx = torch.cat([gj @ wq[j] for j, (gj, _) in enumerate(pairs)]) / (sg * ctx.sw)
+        dw = torch.stack([gj.T @ xj for gj, xj in pairs]) / (sg * ctx.sx)
+        return dx, dw, None, None
+
+
+def experts(x, w, counts, fp8):
+    if fp8:
+        return FP8Product.apply(x, w, counts, None)
+    return torch.cat([xj @ w[j].T for j, xj in enumerate(x.split(counts))])
+
+
+def moe(P, p, m, h, fp8):
+    """Mixtral's MoE MLP over h (B, T, C); returns it and the layer's
+    load-balancing and z losses"""
+    E, K = m["n_experts"], m["top_k"]
+    x = h.reshape(-1, h.shape[-1])
+    N = x.shape[0]
+    logits = x @ P[p + "block_sparse_moe.gate.weight"].T
+    top, idx = logits.topk(K, -1)
+    gates = torch.softmax(top, -1)
+    e = p + "block_sparse_moe.experts.{}.{}.weight"
+    up = torch.stack([torch.cat([P[e.format(j, "w1")], P[e.format(j, "w3")]]) for j in range(E)])
+    down = torch.stack([P[e.format(j, "w2")] for j in range(E)])
+    flat = idx.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = [int((flat == j).sum()) for j in range(E)]
+    xs = x[order // K]
+    g, u = experts(xs, up, counts, fp8).chunk(2, -1)
+    y = experts(F.silu(g) * u, down, counts, fp8)
+    ys = torch.empty_like(y).index_copy(0, order, y).reshape(N, K, -1)
+    out = (gates.unsqueeze(-1) * ys).sum(1)
+    prob = torch.softmax(logits, -1)
+    f = torch.tensor(counts, dtype=torch.float64) / N
+    aux = E * (f * prob.mean(0)).sum()
+    z = torch.logsumexp(logits, -1).pow(2).mean()
+    return out.reshape(h.shape), aux, z
 
 
 def product(x, ws, fp8, gscale=None):
@@ -104,7 +151,7 @@ def product(x, ws, fp8, gscale=None):
     w = torch.cat(ws, 0)
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
-    y = FP8Product.apply(x2, w, gscale) if fp8 else x2 @ w.T
+    y = FP8Product.apply(x2, w.unsqueeze(0), [x2.shape[0]], gscale) if fp8 else x2 @ w.T
     y = y.reshape(*shape[:-1], w.shape[0])
     return torch.split(y, [t.shape[0] for t in ws], dim=-1)
 
@@ -132,6 +179,7 @@ def forward(P, cfg, tokens, targets, fp8, head):
     B, T = tokens.shape
     x = P["model.embed_tokens.weight"][tokens]
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    extra = 0.0  # the MoE layers' losses
     for i in range(m["n_layers"]):
         p = f"model.layers.{i}."
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)
@@ -146,15 +194,21 @@ def forward(P, cfg, tokens, targets, fp8, head):
         (o,) = product(a, [P[p + "self_attn.o_proj.weight"]], fp8)
         x = x + o
         h = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate, up = product(h, [P[p + "mlp.gate_proj.weight"], P[p + "mlp.up_proj.weight"]], fp8)
-        (down,) = product(F.silu(gate) * up, [P[p + "mlp.down_proj.weight"]], fp8)
+        if p + "block_sparse_moe.gate.weight" in P:
+            down, aux, z = moe(P, p, m, h, fp8)
+            extra = extra + m["router_aux_loss_coef"] * aux + m["router_z_loss_coef"] * z
+        else:
+            gate, up = product(h, [P[p + "mlp.gate_proj.weight"], P[p + "mlp.up_proj.weight"]],
+                               fp8)
+            (down,) = product(F.silu(gate) * up, [P[p + "mlp.down_proj.weight"]], fp8)
         x = x + down
     x = rmsnorm(x, P["model.norm.weight"], eps)
     # the head's gradient is (softmax - onehot) / n: its scale is E5M2's
     # largest over 1 / n, fixed before the backward
     n = int((targets != -100).sum())
     (logits,) = product(x, [P["lm_head.weight"]], fp8 and head, E5M2[1] * n)
-    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+    ce = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+    return ce, extra
 
 
 def layernorm(x, w, b, eps):
@@ -186,7 +240,8 @@ def forward_gpt(P, cfg, tokens, targets, fp8, head):
     x = layernorm(x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], eps)
     n = int((targets != -100).sum())
     (logits,) = product(x, [P["transformer.wte.weight"]], fp8 and head, E5M2[1] * n)
-    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+    ce = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+    return ce, 0.0
 
 
 def load(path):
@@ -201,9 +256,9 @@ def load(path):
 def reference(cfg, tokens, targets, params, fp8):
     P = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
     run = forward_gpt if cfg["model"]["family"] == "gpt" else forward
-    loss = run(P, cfg, torch.from_numpy(tokens), torch.from_numpy(targets), fp8,
-               cfg["fp8"]["head"])
-    loss.backward()
+    loss, extra = run(P, cfg, torch.from_numpy(tokens), torch.from_numpy(targets), fp8,
+                      cfg["fp8"]["head"])
+    (loss + extra).backward()
     return float(loss), {k: t.grad.numpy() for k, t in P.items()}
 
 

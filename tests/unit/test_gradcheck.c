@@ -785,5 +785,8 @@ int main(void)
 		     "fp8.recipe=delayed fp8.head=true");
 	/* biased products, the GELU MLP unfused, the head tied */
 	check_family("gpt-tiny+fp8_current", "gpt-tiny", "fp8.recipe=current fp8.head=true");
+	/* the experts' products: all of a layer's at once, scaled by source */
+	check_family("mixtral-tiny+fp8_current", "mixtral-tiny", "fp8.recipe=current");
+	check_family("glam-tiny+fp8_delayed", "glam-tiny", "fp8.recipe=delayed fp8.head=true");
 	TH_EXIT();
 }

@@ -393,6 +393,20 @@ static void test_memory(void)
 	      (long long)me.param_count, (long long)ne, (long long)ns, (long long)me.optimizer);
 	if (!rc)
 		stage_free(&st);
+	/* FP8 casts an expert product's rows, up to N K ep of them (every
+	 * rank of the ep group may send this rank's experts all of theirs):
+	 * one more expert per token adds N ep rows to the input's cast (F wide,
+	 * the down product's) and the gradient's (2F, the gate|up product's) */
+	pp_config ce8 = ce, ce81 = ce;
+	ce8.fp8.recipe = ce81.fp8.recipe = PP_FP8_DELAYED;
+	ce8.fp8.amax_history = ce81.fp8.amax_history = 16;
+	ce81.model.top_k = 1;
+	plan_memory_t me8, me81;
+	rc = plan_memory_rank(&ce8, 0, &me8, &e) || plan_memory_rank(&ce81, 0, &me81, &e);
+	const int64_t rows = (int64_t)ce.microbatch * ce.seq_len * ce.ep;
+	CHECK(rc == 0 && me8.fp8 - me81.fp8 == rows * (96 + 2 * 96) * 4, "plan/mem/fp8-experts",
+	      "rc %d %s: fp8 %lld at top 2, %lld at top 1, want a difference of %lld", rc, e.msg,
+	      (long long)me8.fp8, (long long)me81.fp8, (long long)(rows * (96 + 2 * 96) * 4));
 
 	/* errors are values naming the key */
 	pp_config bad = c;
