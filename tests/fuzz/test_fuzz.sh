@@ -64,7 +64,7 @@ flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 	-fno-sanitize-recover=undefined $(pkg-config --cflags jansson libcrypto zlib libzstd $h5))
 libs=($(pkg-config --libs jansson libcrypto zlib libzstd $h5) -lpthread -lm)
 config_src="config/config config/types config/layout config/hparams schedule/kinds schedule/build schedule/simulate ../kernels/names base/error"
-model_src="model/table model/stage model/sizes model/layer model/lora model/fp8 model/pass model/kvcache model/packed model/moe ../kernels/fp8mm comm/comm comm/boot base/rng"
+model_src="model/table model/stage model/sizes model/layer model/lora model/fp8 model/fp8_experts model/pass model/kvcache model/packed model/moe ../kernels/fp8mm comm/comm comm/boot base/rng"
 tok_src="tok/tokenizer tok/types tok/vocab tok/spm tok/bpe tok/unicode base/sha256 base/fsutil base/error"
 declare -A src=(
 	[fuzz_spm_model]=$tok_src
