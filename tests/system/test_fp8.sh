@@ -4,7 +4,7 @@
 #   - a small llama on the King James Bible, 300 steps with each recipe:
 #     the validation loss ends within 2% of the fp32 run's; a small GPT
 #     (biased products, GELU, the head tied), 100 steps of current scaling,
-#     the same;
+#     the same; a small Mixtral, 300 steps of current scaling, the same;
 #   - delayed scaling's histories fill as specified: after S steps the
 #     newest S amaxes of each tensor, zeros behind them, and each scale
 #     FP8 max / max(history) (448 for the inputs and weights' E4M3, 57344
@@ -52,6 +52,15 @@ for r in none current; do
 done
 echo "  gpt-tiny, validation loss after 100 steps: fp32 $(val $T/gpt_none), current $(val $T/gpt_current)"
 check fp8/gpt_kjv_current_within_2pct awk -v a="$(val $T/gpt_current)" -v b="$(val $T/gpt_none)" \
+	'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
+# a Mixtral, its experts' products in FP8 as well
+moe_kjv="${gpt/model=gpt-tiny/model=mixtral-tiny} steps=300 eval_interval=300"
+for r in none current; do
+	pp-train $moe_kjv fp8.recipe=$r run_dir=$T/mixtral_$r >/dev/null 2>$T/mixtral_$r.log ||
+		fail fp8/mixtral_$r "$(tail -n 2 $T/mixtral_$r.log)"
+done
+echo "  mixtral-tiny, validation loss after 300 steps: fp32 $(val $T/mixtral_none), current $(val $T/mixtral_current)"
+check fp8/mixtral_kjv_current_within_2pct awk -v a="$(val $T/mixtral_current)" -v b="$(val $T/mixtral_none)" \
 	'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
 check fp8/log_names_recipe grep -q "FP8 delayed scaling (amax history 1024, margin 0)" $T/kjv_delayed.log
 check fp8/metrics_fractions eval 'jq -s -e "[.[] | select(.fp8_flushed_fraction != null)] | length == 300 and (last | .fp8_saturated_fraction >= 0 and .fp8_flushed_fraction > 0 and .fp8_flushed_fraction < 0.05)" $T/kjv_current/metrics.jsonl >/dev/null'
