@@ -25,8 +25,8 @@
 #                      (sim_optable_read)
 # from seed corpora of real files (made here with pp-init, pp-tokenize and
 # the published layouts). The tokenizer targets run PP_FUZZ_SECONDS seconds
-# each (default 15), the others PP_FUZZ_PARSER_SECONDS (default
-# PP_FUZZ_SECONDS when set, else 6); PP_FUZZ_TARGETS="fuzz_config ..." runs
+# each (default 12), the others PP_FUZZ_PARSER_SECONDS (default
+# PP_FUZZ_SECONDS when set, else 5); PP_FUZZ_TARGETS="fuzz_config ..." runs
 # only those. PASS when no crash, hang or sanitizer report; FAIL shows the
 # report, and the input that caused it is kept under build/fuzz/artifacts/
 # (rerun: build/fuzz/TARGET FILE).
@@ -48,8 +48,8 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/tools/lib.sh
 root=$PP_ROOT
 export TMPDIR=$T # the targets' and libFuzzer's scratch, removed with $T
-secs=${PP_FUZZ_SECONDS:-15}
-psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-6}}
+secs=${PP_FUZZ_SECONDS:-12}
+psecs=${PP_FUZZ_PARSER_SECONDS:-${PP_FUZZ_SECONDS:-5}}
 targets=${PP_FUZZ_TARGETS:-fuzz_spm_model fuzz_encode fuzz_config fuzz_manifest fuzz_tokens fuzz_data_headers fuzz_jsonl fuzz_safetensors fuzz_gguf fuzz_requests fuzz_tasks fuzz_profile fuzz_optable}
 out=$root/build/fuzz
 cc=$(command -v clang || command -v clang-14) || { skip fuzz "clang not installed (scripts/install-deps.sh)"; exit 0; }
