@@ -34,34 +34,30 @@ kjv="model=llama-tiny model.vocab_size=2048 data=$T/kjv.h5 tokenizer=$T/kjv.mode
      global_batch=4 microbatch=4 steps=300 lr=3e-3 lr_schedule.warmup_steps=10 eval_interval=300
      eval_batches=8 log_period=100"
 val() { jq -r 'select(.val_loss != null) | .val_loss' "$1/metrics.jsonl" | tail -n 1; }
-for r in none delayed current; do
-	pp-train $kjv fp8.recipe=$r run_dir=$T/kjv_$r >$T/kjv_$r.out 2>$T/kjv_$r.log ||
-		fail fp8/kjv_$r "$(tail -n 2 $T/kjv_$r.log)"
-done
-echo "  validation loss after 300 steps: fp32 $(val $T/kjv_none), delayed $(val $T/kjv_delayed), current $(val $T/kjv_current)"
-for r in delayed current; do
-	check fp8/kjv_${r}_within_2pct awk -v a="$(val $T/kjv_$r)" -v b="$(val $T/kjv_none)" \
-		'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
-done
+# trains CFG in fp32 and with each RECIPE (run dirs $T/NAME_none, NAME_RECIPE):
+# each FP8 run's validation loss ends within 2% of fp32's
+within_2pct_of_fp32() { # NAME CFG RECIPE...
+	local name=$1 cfg=$2 r line
+	shift 2
+	for r in none "$@"; do
+		pp-train $cfg fp8.recipe=$r run_dir=$T/${name}_$r >/dev/null 2>$T/${name}_$r.log ||
+			fail fp8/${name}_$r "$(tail -n 2 $T/${name}_$r.log)"
+	done
+	line="  $name, validation loss at the end: fp32 $(val $T/${name}_none)"
+	for r in "$@"; do
+		line="$line, $r $(val $T/${name}_$r)"
+		check fp8/${name}_${r}_within_2pct awk -v a="$(val $T/${name}_$r)" -v b="$(val $T/${name}_none)" \
+			'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
+	done
+	echo "$line"
+}
+within_2pct_of_fp32 kjv "$kjv" delayed current
 gpt="model=gpt-tiny model.vocab_size=2048 data=$T/kjv.h5 tokenizer=$T/kjv.model seq_len=64
      global_batch=4 microbatch=4 steps=100 lr=3e-3 lr_schedule.warmup_steps=10 eval_interval=100
      eval_batches=8 log_period=100"
-for r in none current; do
-	pp-train $gpt fp8.recipe=$r run_dir=$T/gpt_$r >/dev/null 2>$T/gpt_$r.log ||
-		fail fp8/gpt_$r "$(tail -n 2 $T/gpt_$r.log)"
-done
-echo "  gpt-tiny, validation loss after 100 steps: fp32 $(val $T/gpt_none), current $(val $T/gpt_current)"
-check fp8/gpt_kjv_current_within_2pct awk -v a="$(val $T/gpt_current)" -v b="$(val $T/gpt_none)" \
-	'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
+within_2pct_of_fp32 gpt "$gpt" current
 # a Mixtral, its experts' products in FP8 as well
-moe_kjv="${gpt/model=gpt-tiny/model=mixtral-tiny} steps=300 eval_interval=300"
-for r in none current; do
-	pp-train $moe_kjv fp8.recipe=$r run_dir=$T/mixtral_$r >/dev/null 2>$T/mixtral_$r.log ||
-		fail fp8/mixtral_$r "$(tail -n 2 $T/mixtral_$r.log)"
-done
-echo "  mixtral-tiny, validation loss after 300 steps: fp32 $(val $T/mixtral_none), current $(val $T/mixtral_current)"
-check fp8/mixtral_kjv_current_within_2pct awk -v a="$(val $T/mixtral_current)" -v b="$(val $T/mixtral_none)" \
-	'BEGIN { exit !(a > 0 && b > 0 && (a - b) / b < 0.02 && (b - a) / b < 0.02) }'
+within_2pct_of_fp32 mixtral "${kjv/model=llama-tiny/model=mixtral-tiny}" current
 check fp8/log_names_recipe grep -q "FP8 delayed scaling (amax history 1024, margin 0)" $T/kjv_delayed.log
 check fp8/metrics_fractions eval 'jq -s -e "[.[] | select(.fp8_flushed_fraction != null)] | length == 300 and (last | .fp8_saturated_fraction >= 0 and .fp8_flushed_fraction > 0 and .fp8_flushed_fraction < 0.05)" $T/kjv_current/metrics.jsonl >/dev/null'
 
