@@ -101,8 +101,8 @@ typedef struct {
  *   fwd  out (R,OC) = in (R,IC) @ w_j^T over expert j's rows;
  *   bwd  din (R,IC) = dout @ w_j (din NULL: none), and with wgrad each
  *        expert's weight gradient += dout_j^T @ in_j.
- * model/fp8.c's run them in FP8; the blocks of moe_block_rows tell them
- * whose rows are whose. */
+ * model/fp8_experts.c's run them in FP8; the blocks of moe_block_rows tell
+ * them whose rows are whose. */
 struct moe_products {
 	int (*fwd)(void *ctx, const moe_layer *m, const moe_acts *t, bool down, pp_act *out,
 		   const pp_act *in, pp_err *e);
