@@ -49,6 +49,15 @@ int stage_fp8_count(const pp_stage *s)
 	return FP8_ROLES * (L * FP8_PRODUCTS + (s->last && s->spec.fp8.head));
 }
 
+/* The experts' row blocks of a stage with MoE layers (fp8_experts.c):
+ * n_local experts times *P sources; 0 without MoE layers. */
+static size_t expert_blocks(const pp_stage *s, size_t *P)
+{
+	const moe_layer ml = stage_moe_dims(s);
+	*P = (size_t)ml.ep_size;
+	return s->acts->n_moe ? (size_t)ml.n_local * *P : 0;
+}
+
 static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -87,8 +96,8 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	act[FP8_GQ] = N * out;
 	/* the experts' products: up to R rows of the local experts */
 	const moe_layer ml = stage_moe_dims(s);
-	const size_t Rm = s->acts->n_moe ? moe_rows_max(&ml, (int)N) : 0, P = (size_t)ml.ep_size;
-	const size_t nb = Rm ? (size_t)ml.n_local * P : 0;
+	size_t P;
+	const size_t nb = expert_blocks(s, &P), Rm = nb ? moe_rows_max(&ml, (int)N) : 0;
 	act[FP8_XQ] = max2(act[FP8_XQ], Rm * max2(C, F));
 	act[FP8_GQ] = max2(act[FP8_GQ], Rm * max2(2 * F, C));
 	/* the weights' copies: beside the buffer, or one at a time under FSDP */
@@ -148,9 +157,9 @@ int fp8_alloc(pp_stage *s)
 		return -1;
 	if (real && !(f->dw = o->alloc(real * sizeof(pp_real))))
 		return -1;
-	if (s->acts->n_moe) {
-		const moe_layer ml = stage_moe_dims(s);
-		const size_t P = (size_t)ml.ep_size, nb = (size_t)ml.n_local * P;
+	size_t P;
+	const size_t nb = expert_blocks(s, &P);
+	if (nb) {
 		f->blk_host = calloc(nb + P, sizeof *f->blk_host);
 		f->blk_rows = calloc(nb, sizeof *f->blk_rows);
 		if (!f->blk_host || !f->blk_rows ||
