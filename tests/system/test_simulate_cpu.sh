@@ -5,8 +5,8 @@
 # microbatches), then the step of other layouts of the same model predicted
 # and measured: pp=2 with each schedule and other microbatch counts, tp=2,
 # dp=2, fsdp=2 and full recompute, each on 2 ranks of one thread (the 2
-# cores not oversubscribed), the medians of rounds that alternate the
-# layouts (the machine is shared). Every run goes through srun --mpi=pmix
+# cores not oversubscribed), the fastest step of rounds that alternate
+# the layouts (the machine is shared; its noise only adds time). Every run goes through srun --mpi=pmix
 # on the local Slurm cluster, each rank pinned to its own core. Each
 # prediction within 25% of its measurement; a profile of another model is
 # refused.
@@ -61,7 +61,7 @@ for ((r = 0; r < rounds; r++)); do
 	done
 done
 for i in "${!layouts[@]}"; do
-	meas=$(cat $T/run_${i}_*/metrics.jsonl 2>/dev/null | jq -s '[.[] | select(.step > 2 and .step_time != null) | .step_time] | sort | .[length / 2 | floor]')
+	meas=$(cat $T/run_${i}_*/metrics.jsonl 2>/dev/null | jq -s '[.[] | select(.step > 2 and .step_time != null) | .step_time] | min')
 	pred=$(pp-init --simulate --json $base ${layouts[i]} cluster=$T/cal.json nodes=1 2>$T/sim.log | jq .step_s)
 	name=$(echo "${layouts[i]}" | tr ' =' '_')
 	echo "  ${layouts[i]}: predicted $pred s, measured $meas s"
