@@ -15,6 +15,7 @@ bench_init() {
 	cd "$(dirname "${BASH_SOURCE[0]}")/.."
 	root=$PWD
 	export PP_CONFIG_DIR=${PP_CONFIG_DIR:-$root/configs}
+	. "$root/scripts/blas-env.sh"
 	bench_a3mega=(--cfg "$root/configs/llama2-7b-a3mega.json" dp=1 fsdp=1 global_batch=4)
 	bench_tmp=$(mktemp -d "${TMPDIR:-/tmp}/pp-bench-$bench_name.XXXXXX")
 	if [ "${PP_BENCH_KEEP:-0}" = 1 ]; then

@@ -3,6 +3,7 @@ set -u
 PP_ROOT=${PP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 export PP_ROOT PATH="$PP_ROOT/build/bin:$PATH" PP_CONFIG_DIR="$PP_ROOT/configs"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+. "$PP_ROOT/scripts/blas-env.sh"
 T=$(mktemp -d /tmp/pp-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
