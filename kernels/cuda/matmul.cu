@@ -40,13 +40,13 @@ typedef struct {
 	int lda;
 	const void *B;
 	int ldb;
-	float alpha, beta;
+	float alpha = 1, beta = 0;
 	void *D;
 	int ldd;
-	const void *bias;
-	void *aux;
-	const float *a_scale, *b_scale;
-	int optional; /* no algorithm: lt_matmul returns 0 rather than stopping */
+	const void *bias = nullptr;
+	void *aux = nullptr;
+	const float *a_scale = nullptr, *b_scale = nullptr;
+	int optional = 0; /* no algorithm: lt_matmul returns 0 rather than stopping */
 } gemm_args;
 
 template <typename T> static cudaDataType_t cuda_type(void)
@@ -327,12 +327,9 @@ int pp_cuda_matmul_fp8(void *D, int d_real, const void *A, int a_fmt, const floa
 			     .lda = k,
 			     .B = B,
 			     .ldb = k,
-			     .alpha = 1,
 			     .beta = accumulate ? 1.0f : 0.0f,
 			     .D = D,
 			     .ldd = m,
-			     .bias = NULL,
-			     .aux = NULL,
 			     .a_scale = a_scale,
 			     .b_scale = b_scale,
 			     .optional = 1};
@@ -351,10 +348,11 @@ template <typename T> void pp_cuda_add_bias(pp_act *out, const pp_act *bias, int
 }
 PP_CUDA_BOTH(pp_cuda_add_bias);
 
-/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); all T */
+/* The product out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC), T:
+ * column-major out^T (OC,N) = w (C,OC)^T @ inp^T (C,N) */
 template <typename T>
-void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
-			int C, int OC)
+static gemm_args fwd_args(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias,
+			  int N, int C, int OC)
 {
 	gemm_args g = {.transa = 1,
 		       .transb = 0,
@@ -368,15 +366,18 @@ void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const p
 		       .lda = C,
 		       .B = inp,
 		       .ldb = C,
-		       .alpha = 1,
-		       .beta = 0,
 		       .D = out,
 		       .ldd = OC,
-		       .bias = bias,
-		       .aux = NULL,
-		       .a_scale = NULL,
-		       .b_scale = NULL,
-		       .optional = 0};
+		       .bias = bias};
+	return g;
+}
+
+/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); all T */
+template <typename T>
+void pp_cuda_matmul_fwd(pp_act *out, const pp_act *inp, const pp_act *w, const pp_act *bias, int N,
+			int C, int OC)
+{
+	const gemm_args g = fwd_args<T>(out, inp, w, bias, N, C, OC);
 	gemm<T>(&g);
 }
 PP_CUDA_BOTH(pp_cuda_matmul_fwd);
@@ -393,27 +394,8 @@ void pp_cuda_matmul_gelu_fwd(pp_act *out, pp_act *pre, const pp_act *inp, const 
 	PP_CUDA_REQUIRE(pp_cuda.lt, "the CUDA backend is used before pp_cuda_init");
 	if (N <= 0 || OC <= 0)
 		return;
-	gemm_args g = {.transa = 1,
-		       .transb = 0,
-		       .m = OC,
-		       .n = N,
-		       .k = C,
-		       .a_type = cuda_type<T>(),
-		       .b_type = cuda_type<T>(),
-		       .d_type = cuda_type<T>(),
-		       .A = w,
-		       .lda = C,
-		       .B = inp,
-		       .ldb = C,
-		       .alpha = 1,
-		       .beta = 0,
-		       .D = out,
-		       .ldd = OC,
-		       .bias = bias,
-		       .aux = pre,
-		       .a_scale = NULL,
-		       .b_scale = NULL,
-		       .optional = 0};
+	gemm_args g = fwd_args<T>(out, inp, w, bias, N, C, OC);
+	g.aux = pre; /* written by GELU_AUX */
 	if (C > 0 && OC % 8 == 0 && alignment(pre) >= 16 && alignment(out) >= 16 &&
 	    (!bias || alignment(bias) >= 16) && lt_matmul(&g, EPI_GELU))
 		return;
@@ -439,15 +421,8 @@ static gemm_args dinp_args(pp_act *dinp, const pp_act *dout, const pp_act *w, in
 		       .lda = C,
 		       .B = dout,
 		       .ldb = OC,
-		       .alpha = 1,
-		       .beta = 0,
 		       .D = dinp,
-		       .ldd = C,
-		       .bias = NULL,
-		       .aux = NULL,
-		       .a_scale = NULL,
-		       .b_scale = NULL,
-		       .optional = 0};
+		       .ldd = C};
 	return g;
 }
 
@@ -475,15 +450,9 @@ void pp_cuda_matmul_bwd(pp_act *dinp, pp_real *dw, pp_real *dbias, const pp_act 
 			       .lda = C,
 			       .B = dout,
 			       .ldb = OC,
-			       .alpha = 1,
 			       .beta = 1,
 			       .D = dw,
-			       .ldd = C,
-			       .bias = NULL,
-			       .aux = NULL,
-			       .a_scale = NULL,
-			       .b_scale = NULL,
-			       .optional = 0};
+			       .ldd = C};
 		gemm<T>(&g);
 	}
 	if (dbias)
