@@ -271,8 +271,10 @@ typedef struct pp_ops {
 	 * sums). out may alias in. */
 	void (*fp8_cast)(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 			 pp_fp8_tally *tally);
-	/* amax (one float, backend memory) = max |x| over n (NaN ignored) */
-	void (*absmax)(float *amax, const pp_act *x, size_t n);
+	/* amax (one float, backend memory) = max |x| over n (NaN ignored);
+	 * into: the larger of that and *amax, so that one amax can take
+	 * several tensors' in turn without a host read */
+	void (*absmax)(float *amax, const pp_act *x, size_t n, int into);
 	/* scale (a pair, backend memory) = pp_fp8_scale(*amax, fmt, div, 1)
 	 * and its inverse */
 	void (*fp8_scale)(float *scale, const float *amax, int fmt, float div);

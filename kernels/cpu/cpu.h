@@ -144,7 +144,7 @@ void pp_cpu_add_bias(pp_act *out, const pp_act *bias, int N, int OC);
 /* fp8.c */
 void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		     pp_fp8_tally *tally);
-void pp_cpu_absmax(float *amax, const pp_act *x, size_t n);
+void pp_cpu_absmax(float *amax, const pp_act *x, size_t n, int into);
 void pp_cpu_fp8_scale(float *scale, const float *amax, int fmt, float div);
 void pp_cpu_fp8_unscale(void *x, size_t n, int real, const float *sa, const float *sb);
 double pp_cpu_sumsq(const pp_real *x, size_t n);

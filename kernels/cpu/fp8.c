@@ -28,10 +28,10 @@ void pp_cpu_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale
 	}
 }
 
-void pp_cpu_absmax(float *out, const pp_act *x, size_t n)
+void pp_cpu_absmax(float *out, const pp_act *x, size_t n, int into)
 {
 	const pp_real *v = x;
-	float amax = 0;
+	float amax = into ? *out : 0;
 #pragma omp parallel for simd schedule(static) reduction(max : amax)
 	for (size_t i = 0; i < n; i++)
 		amax = fabsf((float)v[i]) > amax ? fabsf((float)v[i]) : amax;

@@ -367,7 +367,7 @@ void pp_cuda_dropout(pp_act *out, const pp_act *in, int N, int C, const pp_dropo
 template <typename T>
 void pp_cuda_fp8_cast(pp_act *out, const pp_act *in, size_t n, const float *scale, int fmt,
 		      pp_fp8_tally *tally);
-template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n);
+template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n, int into);
 void pp_cuda_fp8_scale(float *scale, const float *amax, int fmt, float div);
 template <typename T>
 void pp_cuda_fp8_unscale(void *x, size_t n, int real, const float *sa, const float *sb);

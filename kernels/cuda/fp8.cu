@@ -69,9 +69,10 @@ template <typename T> __global__ void absmax_kernel(float *out, const T *x, size
 		atomic_max_nonneg(out, amax);
 }
 
-template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n)
+template <typename T> void pp_cuda_absmax(float *amax, const pp_act *x, size_t n, int into)
 {
-	PP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), pp_cuda.stream));
+	if (!into)
+		PP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), pp_cuda.stream));
 	if (!n)
 		return;
 	absmax_kernel<T>

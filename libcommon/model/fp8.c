@@ -108,9 +108,7 @@ void fp8_counts(const pp_stage *s, size_t act_bytes, size_t act[FP8_NACT], size_
 	*bytes = (size_t)n * (row_len(&(stage_fp8){.H = s->spec.fp8.history}) * sizeof(pp_real) +
 			      2 * sizeof(pp_fp8_tally) + sizeof(double) + 5 * sizeof(float) +
 			      sizeof(bool)) +
-		 (nb ? 2 * (nb + P) * sizeof(float) + 2 * FP8_ROLES * P * sizeof(float) +
-				  nb * sizeof(int)
-		     : 0);
+		 (nb ? (1 + 2 * FP8_ROLES) * P * sizeof(float) + nb * sizeof(int) : 0);
 	/* a bf16 table (the CUDA backend's) runs the products on FP8 tensor
 	 * cores, which pack both operands into FP8 bytes in the backend's
 	 * scratch first: the largest product's */
@@ -160,10 +158,8 @@ int fp8_alloc(pp_stage *s)
 	size_t P;
 	const size_t nb = expert_blocks(s, &P);
 	if (nb) {
-		f->blk_host = calloc(nb + P, sizeof *f->blk_host);
 		f->blk_rows = calloc(nb, sizeof *f->blk_rows);
-		if (!f->blk_host || !f->blk_rows ||
-		    !(f->blk = o->alloc((nb + P) * sizeof *f->blk)) ||
+		if (!f->blk_rows || !(f->blk = o->alloc(P * sizeof *f->blk)) ||
 		    !(f->src = o->alloc(2 * FP8_ROLES * P * sizeof *f->src)))
 			return -1;
 	}
@@ -187,7 +183,6 @@ void fp8_free(pp_stage *s)
 	free(f->host_scales);
 	free(f->pinned);
 	free(f->w_ok);
-	free(f->blk_host);
 	free(f->blk_rows);
 	free(f);
 	s->fp8 = NULL;
@@ -298,7 +293,7 @@ static int scale_of(const pp_stage *s, int k, const pp_act *x, size_t n, const f
 	}
 	if (f->pinned[k])
 		return 0;
-	s->ops->absmax(f->amax + k, x, n);
+	s->ops->absmax(f->amax + k, x, n, 0);
 	const pp_tp *tp = &s->spec.tp;
 	int rc = tp->size > 1
 			 ? tp->allreduce(tp->ctx, f->amax + k, 1, PP_TYPE_REAL, PP_REDUCE_MAX, e)

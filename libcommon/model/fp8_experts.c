@@ -9,8 +9,6 @@
  * expert, max over ep and tp. That is the amax one process sees for the
  * same microbatch, so every layout casts as one process does. (Under
  * delayed scaling every row casts with the state's scale.) */
-#include <math.h>
-
 #include "../../kernels/fp8mm.h"
 #include "internal.h"
 
@@ -27,13 +25,14 @@ static int max_over_groups(const pp_stage *s, const moe_layer *m, float *buf, in
 
 /* The scales of state k's cast of x (rows in the blocks of moe_block_rows,
  * `width` wide), per source p at (*sc + p step): delayed, the state's (step
- * 0); current, from each source's amax over every block. */
+ * 0); current, from each source's amax over every block, taken on the
+ * device, block after block, into the source's one float. */
 static int source_scales(const pp_stage *s, const moe_layer *m, int k, const pp_act *x,
 			 size_t width, const float **sc, int *step, pp_err *e)
 {
 	stage_fp8 *f = s->fp8;
 	const pp_ops *o = s->ops;
-	const int P = moe_sources(m), nb = m->n_local * P, role = k % FP8_ROLES;
+	const int P = moe_sources(m), role = k % FP8_ROLES;
 	if (s->spec.fp8.recipe == PP_FP8_DELAYED) {
 		*sc = fp8_step_scale(s, k);
 		*step = 0;
@@ -41,22 +40,16 @@ static int source_scales(const pp_stage *s, const moe_layer *m, int k, const pp_
 	}
 	const int *rows = f->blk_rows;
 	size_t at = 0;
-	for (int b = 0; b < nb; at += (size_t)rows[b], b++)
+	for (int p = 0; p < P; p++)
+		o->absmax(f->blk + p, x, 0, 0); /* 0, for a source that sent no rows */
+	for (int b = 0; b < m->n_local * P; at += (size_t)rows[b], b++)
 		if (rows[b])
-			o->absmax(f->blk + b, pp_act_at(o, x, at * width), (size_t)rows[b] * width);
-	o->to_host(f->blk_host, f->blk, (size_t)nb * sizeof *f->blk);
-	float *most = f->blk_host + nb;
-	for (int p = 0; p < P; p++) {
-		most[p] = 0;
-		for (int j = 0; j < m->n_local; j++)
-			if (rows[j * P + p])
-				most[p] = fmaxf(most[p], f->blk_host[j * P + p]);
-	}
-	o->to_device(f->blk + nb, most, (size_t)P * sizeof *most);
-	int rc = max_over_groups(s, m, f->blk + nb, P, e);
+			o->absmax(f->blk + b % P, pp_act_at(o, x, at * width),
+				  (size_t)rows[b] * width, 1);
+	int rc = max_over_groups(s, m, f->blk, P, e);
 	float *pairs = f->src + 2 * P * role;
 	for (int p = 0; !rc && p < P; p++)
-		fp8_scale_pair(s, k, pairs + 2 * p, f->blk + nb + p);
+		fp8_scale_pair(s, k, pairs + 2 * p, f->blk + p);
 	*sc = pairs;
 	*step = 2;
 	return rc;
@@ -82,12 +75,7 @@ static int expert_weights(const pp_stage *s, const moe_layer *m, int k, bool dow
 		fp8_step_scale(s, kw);
 	} else {
 		for (int j = 0; j < n; j++)
-			o->absmax(f->blk + j, moe_weight(m, j, down), len);
-		o->to_host(f->blk_host, f->blk, (size_t)n * sizeof *f->blk);
-		float most = 0;
-		for (int j = 0; j < n; j++)
-			most = fmaxf(most, f->blk_host[j]);
-		o->to_device(f->amax + kw, &most, sizeof most);
+			o->absmax(f->amax + kw, moe_weight(m, j, down), len, j > 0);
 		int rc = max_over_groups(s, m, f->amax + kw, 1, e);
 		if (rc)
 			return rc;

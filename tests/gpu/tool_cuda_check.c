@@ -1322,13 +1322,16 @@ static void check_fp8_cast(int n, int fmt, float scale)
 	run_check(&c);
 }
 
-/* Current scaling's scales, computed on the device (absmax, then
- * fp8_scale with div = 2^margin): the amax and both halves of the pair
- * equal to the CPU's, bit for bit; an amax so small that the scale would
- * be infinite keeps 1. f[0]: the inputs' range. */
+/* Current scaling's scales, computed on the device (absmax of the first
+ * half, then of the second into it, then fp8_scale with div = 2^margin):
+ * the amax and both halves of the pair equal to the CPU's, bit for bit; an
+ * amax so small that the scale would be infinite keeps 1. f[0]: the
+ * inputs' range. */
 static void r_fp8_scale(const pp_ops *o, void *const *p, const check *c)
 {
-	o->absmax(P(1), P(2), (size_t)c->a[0]);
+	const size_t n = (size_t)c->a[0], h = n / 2;
+	o->absmax(P(1), P(2), h, 0);
+	o->absmax(P(1), pp_act_at(o, P(2), h), n - h, 1);
 	o->fp8_scale(P(0), P(1), c->a[1], exp2f((float)c->a[2]));
 }
 

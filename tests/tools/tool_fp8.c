@@ -86,7 +86,7 @@ static int scale(char **argv)
 	for (size_t i = 0; i < n; i++) {
 		const float t[2] = {x[i], -x[i] / 2};
 		float amax;
-		o->absmax(&amax, t, 2);
+		o->absmax(&amax, t, 2, 0);
 		for (int fmt = 0; fmt < 2; fmt++)
 			o->fp8_scale(y + 4 * i + 2 * fmt, &amax, fmt, div);
 	}
