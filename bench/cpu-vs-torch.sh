@@ -47,9 +47,9 @@ for m in $models; do
 		eval_interval=0 log_period=1 || exit 1
 	read -r pp_tps pp_best pp_loss <<<"$(benchlib get "$bench_tmp/$m.pp.json" tokens_per_s tokens_per_s_best loss_first)"
 	bench_torch "$m" "$py" 0 --steps $total --warmup "$warmup" || exit 1
-	read -r th_tps th_best th_loss th_params th_torch th_tf <<<"$(benchlib get "$bench_tmp/$m.torch.json" \
-		tokens_per_s tokens_per_s_best loss_first params torch transformers)"
-	th_ver="torch-$th_torch/transformers-$th_tf"
+	read -r th_tps th_best th_loss th_params th_torch th_tf th_blas <<<"$(benchlib get "$bench_tmp/$m.torch.json" \
+		tokens_per_s tokens_per_s_best loss_first params torch transformers blas)"
+	th_ver="torch-$th_torch/transformers-$th_tf, BLAS $th_blas"
 	rows+=("$(printf '%-12s %8.1fM %12.1f %12.1f %9.2f %10.2f %10.3f %12.3f' "$m" \
 		"$(python3 -c "print($th_params / 1e6)")" "$pp_tps" "$th_tps" \
 		"$(python3 -c "print($pp_tps / $th_tps)")" \

@@ -40,6 +40,21 @@ import torch.nn.functional as F  # noqa: E402
 import hf_reference  # noqa: E402
 
 
+def blas_library():
+    """The BLAS this process runs (the first OpenBLAS, MKL or reference BLAS
+    library mapped, resolved; its folder names the build), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "/" in line})
+    except OSError:
+        return None
+    for want in ("libopenblas", "libmkl", "libblas"):
+        for p in paths:
+            if os.path.basename(p).startswith(want):
+                return os.path.realpath(p)
+    return None
+
+
 def first_line(err):
     s = str(err).strip().splitlines()
     return f"{type(err).__name__}: {s[0] if s else ''}"[:300]
@@ -188,7 +203,8 @@ def main():
         "precision": "bf16 autocast over fp32 weights, gradients and AdamW state"
         if a.dtype == "bf16" else "fp32",
         "attn": attn, "compile": compiled, "fused_adamw": fused, "notes": notes,
-        "torch": torch.__version__, "transformers": transformers.__version__}
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "blas": blas_library() or "unknown"}
     if a.device == "cuda":
         out["max_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
     print(json.dumps(out))
