@@ -1,8 +1,8 @@
 # Shared parts of the bench/*.sh scripts, sourced after `set -euo pipefail`:
 # the repository root, the built tools, a scratch directory, the Python that
 # runs PyTorch (on the BLAS pp links: scripts/blas-env.sh), and pp-train and
-# PyTorch runs read back into JSON. The
-# arithmetic and the tables live in bench/benchlib.py.
+# PyTorch runs read back into JSON. The arithmetic and the tables live in
+# bench/benchlib.py.
 
 # bench_init NAME: cd to the repository root; $root, $bench_self (the
 # calling script's path), $bench_cwd (the caller's directory), $bench_tmp (removed on exit unless
