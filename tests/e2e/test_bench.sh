@@ -132,6 +132,14 @@ fi
 if [ -n "$py" ]; then
 	bench/cpu-vs-torch.sh --models llama-tiny --seq 16 --batch 2 --warmup 1 --steps 1 >$T/cvt.txt 2>$T/cvt.err
 	check bench/cpu_vs_torch eval 'awk '"'"'$1 == "llama-tiny" && $3 > 0 && $4 > 0 && $5 > 0 { ok = 1 } END { exit !ok }'"'"' $T/cvt.txt || { tail -n 5 $T/cvt.err; false; }'
+	# PyTorch on the OpenMP OpenBLAS pp links, where the machine has it
+	# (scripts/blas-env.sh): not the pthreads build beside torch's own pool
+	blas=$(ldd build/bin/pp-train | awk '/libopenblas/ { print $3 }')
+	if [[ $blas == */openblas-openmp/* ]]; then
+		check bench/cpu_vs_torch_same_blas grep -q "BLAS $(dirname "$blas")/" $T/cvt.txt
+	else
+		skip bench/cpu_vs_torch_same_blas "pp-train links no OpenMP OpenBLAS (${blas:-none})"
+	fi
 else
 	skip bench/cpu_vs_torch "no PyTorch reference environment"
 fi
