@@ -159,7 +159,7 @@ int fp8_alloc(pp_stage *s)
 	const size_t nb = expert_blocks(s, &P);
 	if (nb) {
 		f->blk_rows = calloc(nb, sizeof *f->blk_rows);
-		if (!f->blk_rows || !(f->blk = o->alloc(P * sizeof *f->blk)) ||
+		if (!f->blk_rows || !(f->src_amax = o->alloc(P * sizeof *f->src_amax)) ||
 		    !(f->src = o->alloc(2 * FP8_ROLES * P * sizeof *f->src)))
 			return -1;
 	}
@@ -173,7 +173,8 @@ void fp8_free(pp_stage *s)
 	stage_fp8 *f = s->fp8;
 	if (!f)
 		return;
-	void *dev[] = {f->xq, f->gq, f->wq, f->tally, f->dw, f->scales, f->amax, f->blk, f->src};
+	void *dev[] = {f->xq,     f->gq,   f->wq,       f->tally, f->dw,
+		       f->scales, f->amax, f->src_amax, f->src};
 	for (int i = 0; i < NELEMS(dev); i++)
 		if (dev[i])
 			s->ops->free(dev[i]);

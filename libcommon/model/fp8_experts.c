@@ -41,15 +41,15 @@ static int source_scales(const pp_stage *s, const moe_layer *m, int k, const pp_
 	const int *rows = f->blk_rows;
 	size_t at = 0;
 	for (int p = 0; p < P; p++)
-		o->absmax(f->blk + p, x, 0, 0); /* 0, for a source that sent no rows */
+		o->absmax(f->src_amax + p, x, 0, 0); /* 0, for a source that sent no rows */
 	for (int b = 0; b < m->n_local * P; at += (size_t)rows[b], b++)
 		if (rows[b])
-			o->absmax(f->blk + b % P, pp_act_at(o, x, at * width),
+			o->absmax(f->src_amax + b % P, pp_act_at(o, x, at * width),
 				  (size_t)rows[b] * width, 1);
-	int rc = max_over_groups(s, m, f->blk, P, e);
+	int rc = max_over_groups(s, m, f->src_amax, P, e);
 	float *pairs = f->src + 2 * P * role;
 	for (int p = 0; !rc && p < P; p++)
-		fp8_scale_pair(s, k, pairs + 2 * p, f->blk + p);
+		fp8_scale_pair(s, k, pairs + 2 * p, f->src_amax + p);
 	*sc = pairs;
 	*step = 2;
 	return rc;

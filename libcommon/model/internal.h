@@ -303,10 +303,9 @@ typedef struct stage_fp8 {
 	pp_act *wq;               /* the weights' casts: n_elems, or one at a time under FSDP */
 	pp_real *dw;              /* a product's weight gradient, before it is scaled and added */
 	/* the experts' products (MoE layers; NULL otherwise), over nb = n_local
-	 * ep blocks of rows: their sources' amaxes (ep, device), each source's
-	 * scale pair per role (ep FP8_ROLES pairs, device), the blocks' rows
-	 * (nb, host) */
-	float *blk, *src;
+	 * ep blocks of rows: each source's amax (ep, device) and scale pair per
+	 * role (ep FP8_ROLES pairs, device), the blocks' rows (nb, host) */
+	float *src_amax, *src;
 	int *blk_rows;
 } stage_fp8;
 enum { FP8_XQ, FP8_GQ, FP8_WQ, FP8_NACT };
