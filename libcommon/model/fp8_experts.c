@@ -40,8 +40,7 @@ static int source_scales(const pp_stage *s, const moe_layer *m, int k, const pp_
 	}
 	const int *rows = f->blk_rows;
 	size_t at = 0;
-	for (int p = 0; p < P; p++)
-		o->absmax(f->src_amax + p, x, 0, 0); /* 0, for a source that sent no rows */
+	o->zero(f->src_amax, (size_t)P * sizeof *f->src_amax); /* a source may send no rows */
 	for (int b = 0; b < m->n_local * P; at += (size_t)rows[b], b++)
 		if (rows[b])
 			o->absmax(f->src_amax + b % P, pp_act_at(o, x, at * width),
